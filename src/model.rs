@@ -1,0 +1,299 @@
+//! Plain data shared by every layer: what reloadlet knows about a pod, a volume and a
+//! container. No Kubernetes, inotify or /proc types here — the edges convert into these.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A kubelet volume plugin whose volumes reloadlet watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VolumePlugin {
+    ConfigMap,
+    Secret,
+    Projected,
+}
+
+impl VolumePlugin {
+    pub const ALL: [VolumePlugin; 3] = [Self::ConfigMap, Self::Secret, Self::Projected];
+
+    /// The directory name under `pods/<uid>/volumes/` (`kubernetes.io/configmap` escaped).
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "kubernetes.io~configmap",
+            Self::Secret => "kubernetes.io~secret",
+            Self::Projected => "kubernetes.io~projected",
+        }
+    }
+
+    pub fn from_dir_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.dir_name() == name)
+    }
+
+    /// Short label for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "configmap",
+            Self::Secret => "secret",
+            Self::Projected => "projected",
+        }
+    }
+}
+
+/// One projected volume on disk: `<root>/pods/<pod_uid>/volumes/<plugin>/<volume>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VolumeKey {
+    pub pod_uid: String,
+    pub plugin: VolumePlugin,
+    pub volume: String,
+}
+
+impl fmt::Display for VolumeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.pod_uid, self.plugin.as_str(), self.volume)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SourceKind {
+    ConfigMap,
+    Secret,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "configmap",
+            Self::Secret => "secret",
+        }
+    }
+}
+
+/// A ConfigMap or Secret that feeds a volume.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceRef {
+    pub kind: SourceKind,
+    pub name: String,
+}
+
+impl fmt::Display for SourceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind.as_str(), self.name)
+    }
+}
+
+/// A pod volume as declared in the pod spec (only what reloadlet needs).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct VolumeSpec {
+    pub name: String,
+    /// ConfigMap/Secret sources; empty for other volume types.
+    pub sources: Vec<SourceRef>,
+    /// A projected volume with a `serviceAccountToken` source (e.g. `kube-api-access-*`).
+    /// Its `..data` swaps every ~48 minutes; it never triggers anything.
+    pub service_account_token: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeMount {
+    pub volume: String,
+    /// Mounted through `subPath`/`subPathExpr`: the kubelet never updates it.
+    pub sub_path: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ContainerRuntime {
+    Containerd,
+    CriO,
+    Docker,
+}
+
+/// `status.containerStatuses[].containerID`, e.g. `containerd://<64 hex>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ContainerId {
+    pub runtime: ContainerRuntime,
+    pub id: String,
+}
+
+impl ContainerId {
+    /// Parses `<runtime>://<id>`. The id must be 1..=128 chars of `[0-9a-zA-Z]`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (scheme, id) = s.split_once("://")?;
+        let runtime = match scheme {
+            "containerd" => ContainerRuntime::Containerd,
+            "cri-o" => ContainerRuntime::CriO,
+            "docker" => ContainerRuntime::Docker,
+            _ => return None,
+        };
+        let valid = !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+        valid.then(|| Self { runtime, id: id.to_owned() })
+    }
+}
+
+impl fmt::Display for ContainerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = match self.runtime {
+            ContainerRuntime::Containerd => "containerd",
+            ContainerRuntime::CriO => "cri-o",
+            ContainerRuntime::Docker => "docker",
+        };
+        write!(f, "{scheme}://{}", self.id)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerKind {
+    Regular,
+    /// An init container with `restartPolicy: Always` (a native sidecar): it keeps running.
+    SidecarInit,
+    /// A classic init container: it has exited before the pod runs; never a target.
+    Init,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub name: String,
+    pub kind: ContainerKind,
+    pub mounts: Vec<VolumeMount>,
+    /// From the pod status; `None` until the runtime has created the container.
+    pub container_id: Option<ContainerId>,
+    /// `state.running` is set in the status.
+    pub running: bool,
+}
+
+/// Everything reloadlet keeps about one pod of its node.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PodInfo {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub volumes: Vec<VolumeSpec>,
+    pub containers: Vec<ContainerInfo>,
+    /// An `ownerReferences` entry with `controller: true` exists.
+    pub has_controller: bool,
+    /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
+    pub phase: String,
+    /// `metadata.deletionTimestamp` is set.
+    pub terminating: bool,
+}
+
+impl PodInfo {
+    /// `namespace/name`, the way operators name a pod.
+    pub fn full_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    pub fn volume(&self, name: &str) -> Option<&VolumeSpec> {
+        self.volumes.iter().find(|v| v.name == name)
+    }
+}
+
+/// Signals an annotation may ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReloadSignal {
+    Hup,
+    Int,
+    Quit,
+    Usr1,
+    Usr2,
+    Term,
+    Winch,
+}
+
+impl ReloadSignal {
+    pub const ALL: [ReloadSignal; 7] = [
+        Self::Hup,
+        Self::Int,
+        Self::Quit,
+        Self::Usr1,
+        Self::Usr2,
+        Self::Term,
+        Self::Winch,
+    ];
+
+    /// Canonical name, e.g. `SIGHUP`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hup => "SIGHUP",
+            Self::Int => "SIGINT",
+            Self::Quit => "SIGQUIT",
+            Self::Usr1 => "SIGUSR1",
+            Self::Usr2 => "SIGUSR2",
+            Self::Term => "SIGTERM",
+            Self::Winch => "SIGWINCH",
+        }
+    }
+
+    /// Accepts `HUP`, `SIGHUP`, `sighup`, `Hup`… (with or without `SIG`, any case).
+    pub fn parse(s: &str) -> Option<Self> {
+        let upper = s.trim().to_ascii_uppercase();
+        let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+        Self::ALL.into_iter().find(|sig| &sig.name()[3..] == bare)
+    }
+
+    /// The Linux signal number.
+    pub fn number(self) -> i32 {
+        match self {
+            Self::Hup => 1,
+            Self::Int => 2,
+            Self::Quit => 3,
+            Self::Usr1 => 10,
+            Self::Usr2 => 12,
+            Self::Term => 15,
+            Self::Winch => 28,
+        }
+    }
+}
+
+impl fmt::Display for ReloadSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_names_parse_in_any_spelling() {
+        for (input, want) in [
+            ("SIGHUP", Some(ReloadSignal::Hup)),
+            ("hup", Some(ReloadSignal::Hup)),
+            ("SigUsr1", Some(ReloadSignal::Usr1)),
+            (" usr2 ", Some(ReloadSignal::Usr2)),
+            ("WINCH", Some(ReloadSignal::Winch)),
+            ("SIGKILL", None),
+            ("KILL", None),
+            ("9", None),
+            ("", None),
+            ("SIG", None),
+            ("SIGSIGHUP", None),
+        ] {
+            assert_eq!(ReloadSignal::parse(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn container_ids_parse_for_each_runtime() {
+        let hex = "a".repeat(64);
+        assert_eq!(
+            ContainerId::parse(&format!("containerd://{hex}")).map(|c| c.runtime),
+            Some(ContainerRuntime::Containerd)
+        );
+        assert_eq!(ContainerId::parse("cri-o://abc123").map(|c| c.runtime), Some(ContainerRuntime::CriO));
+        assert_eq!(ContainerId::parse("docker://abc").map(|c| c.runtime), Some(ContainerRuntime::Docker));
+        for bad in ["", "containerd://", "rkt://abc", "containerd://../x", "containerd:/abc", "abc"] {
+            assert_eq!(ContainerId::parse(bad), None, "{bad:?}");
+        }
+        let id = ContainerId::parse("cri-o://abc").unwrap();
+        assert_eq!(id.to_string(), "cri-o://abc");
+    }
+
+    #[test]
+    fn plugin_dir_names_round_trip() {
+        for p in VolumePlugin::ALL {
+            assert_eq!(VolumePlugin::from_dir_name(p.dir_name()), Some(p));
+        }
+        assert_eq!(VolumePlugin::from_dir_name("kubernetes.io~downward-api"), None);
+    }
+}
