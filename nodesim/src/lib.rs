@@ -1,1 +1,11 @@
+//! nodesim: a simulated Kubernetes node, faithful to the facts in
+//! `shared/reference/node-facts.md` and `eviction-facts.md`.
+//!
+//! - [`apiserver`]: a stateful API server on loopback speaking the real wire format
+//!   (pods, events, ConfigMaps, Secrets, evictions, PDBs, ReplicaSets).
+//! - [`atomic_writer`]: the kubelet's AtomicWriter, byte for byte in its sequence.
+//! - [`runtime`]: "containers" as real processes in real cgroups, named as containerd,
+//!   CRI-O and cri-dockerd name them, under both cgroup drivers.
+//! - [`kubelet`]: syncs the API's pods of this node onto disk and processes.
 
+pub mod apiserver;
