@@ -5,4 +5,6 @@
 //! `watch` (inotify) → `detect` (content hashes) → `pod_index` → `policy` → `execute`
 //! (signal through `process`, evict through `evict`) → Events.
 
+pub mod annotations;
 pub mod model;
+pub mod policy;

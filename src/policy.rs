@@ -1,0 +1,264 @@
+//! The decision: given a pod and the volumes whose content changed, what to do (pure).
+
+use crate::annotations::{self, Action, PodPolicy};
+use crate::model::{ContainerId, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef};
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// Why an action happens: the sources whose content changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    pub sources: Vec<SourceRef>,
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<String> = self.sources.iter().map(ToString::to_string).collect();
+        write!(f, "{} changed", names.join(", "))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalTarget {
+    pub container: String,
+    pub container_id: Option<ContainerId>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// No `reloadlet.io/action`: never touched.
+    NotOptedIn,
+    /// Outside `--namespaces` / `--exclude-namespaces`: never touched.
+    Filtered {
+        reason: String,
+    },
+    /// Opted in, but nothing that changed counts (token volume, narrowed away, no consumer).
+    NothingToDo {
+        reason: String,
+    },
+    /// Warning `InvalidAnnotation`, no action.
+    Invalid {
+        message: String,
+    },
+    /// Warning `SubPathNotUpdated`, no action.
+    SubPathOnly {
+        message: String,
+    },
+    Signal {
+        signal: ReloadSignal,
+        targets: Vec<SignalTarget>,
+        cause: Cause,
+    },
+    Evict {
+        cause: Cause,
+    },
+    /// Warning `EvictionRefused`: the pod has no controller and did not allow it.
+    EvictRefused {
+        message: String,
+        cause: Cause,
+    },
+    /// The pod is already going away; an eviction would change nothing.
+    AlreadyTerminating,
+}
+
+/// Parses the pod's annotations and checks them against its spec (container names, sources).
+/// `Ok(None)`: not opted in.
+pub fn validated_policy(pod: &PodInfo) -> Result<Option<PodPolicy>, String> {
+    let Some(policy) = annotations::parse(&pod.annotations).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    if let Some(names) = &policy.containers {
+        for name in names {
+            let known = pod
+                .containers
+                .iter()
+                .any(|c| &c.name == name && c.kind != ContainerKind::Init);
+            if !known {
+                return Err(format!(
+                    "{}: the pod has no container {name:?} (known: {})",
+                    annotations::CONTAINERS,
+                    pod.containers
+                        .iter()
+                        .filter(|c| c.kind != ContainerKind::Init)
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    for (kind, names) in [
+        (SourceKind::ConfigMap, &policy.configmaps),
+        (SourceKind::Secret, &policy.secrets),
+    ] {
+        for name in names.iter().flatten() {
+            let mounted = pod
+                .volumes
+                .iter()
+                .flat_map(|v| &v.sources)
+                .any(|s| s.kind == kind && &s.name == name);
+            if !mounted {
+                return Err(format!(
+                    "{}s: no volume of the pod projects {} {name:?} (a ConfigMap/Secret used only as \
+                     environment variables never changes in a running container)",
+                    annotations::PREFIX.to_owned() + kind.as_str(),
+                    kind.as_str()
+                ));
+            }
+        }
+    }
+    Ok(Some(policy))
+}
+
+/// Decides what to do for `pod` now that the volumes named in `changed` have new content.
+pub fn decide(pod: &PodInfo, changed: &BTreeSet<String>) -> Decision {
+    let policy = match validated_policy(pod) {
+        Ok(None) => return Decision::NotOptedIn,
+        Ok(Some(p)) => p,
+        Err(message) => return Decision::Invalid { message },
+    };
+    let triggering = triggering_volumes(pod, &policy, changed);
+    if triggering.is_empty() {
+        return Decision::NothingToDo {
+            reason: "no changed volume has a ConfigMap/Secret source that counts for this pod"
+                .into(),
+        };
+    }
+    let mut sources: Vec<SourceRef> = Vec::new();
+    for (_, srcs) in &triggering {
+        for s in srcs {
+            if !sources.contains(s) {
+                sources.push(s.clone());
+            }
+        }
+    }
+    sources.sort();
+    let cause = Cause { sources };
+    let volumes: BTreeSet<&str> = triggering.iter().map(|(v, _)| *v).collect();
+
+    match policy.action {
+        Action::Signal(signal) => decide_signal(pod, &policy, &volumes, signal, cause),
+        Action::Evict { allow_unowned } => {
+            if pod.terminating {
+                return Decision::AlreadyTerminating;
+            }
+            let consumed = pod
+                .containers
+                .iter()
+                .filter(|c| c.kind != ContainerKind::Init)
+                .any(|c| c.mounts.iter().any(|m| volumes.contains(m.volume.as_str())));
+            if !consumed {
+                return Decision::NothingToDo {
+                    reason: "no running container mounts the changed volume".into(),
+                };
+            }
+            if !pod.has_controller && !allow_unowned {
+                return Decision::EvictRefused {
+                    message: format!(
+                        "the pod has no controller, so nothing would recreate it after an eviction; \
+                         set {}: \"true\" to allow it ({cause})",
+                        annotations::EVICT_UNOWNED
+                    ),
+                    cause,
+                };
+            }
+            Decision::Evict { cause }
+        }
+    }
+}
+
+fn decide_signal(
+    pod: &PodInfo,
+    policy: &PodPolicy,
+    volumes: &BTreeSet<&str>,
+    signal: ReloadSignal,
+    cause: Cause,
+) -> Decision {
+    let mut targets = Vec::new();
+    let mut sub_path_only = Vec::new();
+    for c in pod
+        .containers
+        .iter()
+        .filter(|c| c.kind != ContainerKind::Init)
+    {
+        if let Some(names) = &policy.containers {
+            if !names.contains(&c.name) {
+                continue;
+            }
+        }
+        let mounts: Vec<_> = c
+            .mounts
+            .iter()
+            .filter(|m| volumes.contains(m.volume.as_str()))
+            .collect();
+        if mounts.iter().any(|m| !m.sub_path) {
+            targets.push(SignalTarget {
+                container: c.name.clone(),
+                container_id: c.container_id.clone(),
+            });
+        } else if !mounts.is_empty() {
+            sub_path_only.push(c.name.as_str());
+        }
+    }
+    if targets.is_empty() {
+        if !sub_path_only.is_empty() {
+            return Decision::SubPathOnly {
+                message: format!(
+                    "{cause}, but container(s) {} mount it only through subPath, which the kubelet never \
+                     updates; mount the whole volume, or use reloadlet.io/action: evict",
+                    sub_path_only.join(", ")
+                ),
+            };
+        }
+        return Decision::NothingToDo {
+            reason: "no selected container mounts the changed volume".into(),
+        };
+    }
+    Decision::Signal {
+        signal,
+        targets,
+        cause,
+    }
+}
+
+/// The changed volumes that count, with their counting sources.
+fn triggering_volumes<'a>(
+    pod: &'a PodInfo,
+    policy: &PodPolicy,
+    changed: &'a BTreeSet<String>,
+) -> Vec<(&'a str, Vec<SourceRef>)> {
+    let mut out = Vec::new();
+    for name in changed {
+        let Some(spec) = pod.volume(name) else {
+            continue;
+        };
+        if spec.service_account_token {
+            continue;
+        }
+        let counted: Vec<SourceRef> = spec
+            .sources
+            .iter()
+            .filter(|s| counts(policy, s))
+            .cloned()
+            .collect();
+        if !counted.is_empty() {
+            out.push((name.as_str(), counted));
+        }
+    }
+    out
+}
+
+fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
+    if !policy.narrowed() {
+        return true;
+    }
+    let list = match source.kind {
+        SourceKind::ConfigMap => &policy.configmaps,
+        SourceKind::Secret => &policy.secrets,
+    };
+    list.as_ref().is_some_and(|l| l.contains(&source.name))
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;
