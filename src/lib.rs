@@ -6,5 +6,9 @@
 //! (signal through `process`, evict through `evict`) → Events.
 
 pub mod annotations;
+pub mod debounce;
+pub mod detect;
+pub mod filters;
 pub mod model;
+pub mod pod_index;
 pub mod policy;

@@ -1,0 +1,137 @@
+//! Change detection (pure): the last content hash seen per volume, and what a new look means.
+
+use crate::model::VolumeKey;
+use std::collections::HashMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// `..data` does not exist yet (the kubelet has not written the volume).
+    NotWritten,
+    /// First sight of this volume with no saved state: remember it, act on nothing.
+    Baseline,
+    /// Same bytes as last time (a no-op swap or a rescan): nothing to do.
+    Unchanged,
+    /// New content: an action may follow.
+    Changed,
+}
+
+/// Remembers the last content hash of every volume. `H` is the hash type.
+#[derive(Debug)]
+pub struct ChangeDetector<H> {
+    seen: HashMap<VolumeKey, H>,
+}
+
+impl<H: Eq + Clone> Default for ChangeDetector<H> {
+    fn default() -> Self {
+        Self {
+            seen: HashMap::new(),
+        }
+    }
+}
+
+impl<H: Eq + Clone> ChangeDetector<H> {
+    /// Starts from hashes saved by an earlier run: a volume whose content differs from its
+    /// saved hash when first looked at is `Changed` (it changed while reloadlet was down).
+    pub fn with_saved(saved: impl IntoIterator<Item = (VolumeKey, H)>) -> Self {
+        Self {
+            seen: saved.into_iter().collect(),
+        }
+    }
+
+    pub fn observe(&mut self, key: &VolumeKey, hash: Option<H>) -> Observation {
+        let Some(hash) = hash else {
+            return Observation::NotWritten;
+        };
+        match self.seen.get_mut(key) {
+            None => {
+                self.seen.insert(key.clone(), hash);
+                Observation::Baseline
+            }
+            Some(old) if *old == hash => Observation::Unchanged,
+            Some(old) => {
+                *old = hash;
+                Observation::Changed
+            }
+        }
+    }
+
+    pub fn last(&self, key: &VolumeKey) -> Option<&H> {
+        self.seen.get(key)
+    }
+
+    pub fn forget_volume(&mut self, key: &VolumeKey) {
+        self.seen.remove(key);
+    }
+
+    pub fn forget_pod(&mut self, pod_uid: &str) {
+        self.seen.retain(|k, _| k.pod_uid != pod_uid);
+    }
+
+    /// Keeps only the volumes `keep` says still exist (after a restart, drop saved state of
+    /// pods that are gone).
+    pub fn retain(&mut self, mut keep: impl FnMut(&VolumeKey) -> bool) {
+        self.seen.retain(|k, _| keep(k));
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&VolumeKey, &H)> {
+        self.seen.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::VolumePlugin;
+
+    fn key(pod: &str, vol: &str) -> VolumeKey {
+        VolumeKey {
+            pod_uid: pod.into(),
+            plugin: VolumePlugin::ConfigMap,
+            volume: vol.into(),
+        }
+    }
+
+    #[test]
+    fn sequence_of_looks() {
+        let mut d = ChangeDetector::<u32>::default();
+        let a = key("p1", "conf");
+        let steps = [
+            (None, Observation::NotWritten),
+            (Some(1), Observation::Baseline),
+            (Some(1), Observation::Unchanged),
+            (Some(2), Observation::Changed),
+            (Some(2), Observation::Unchanged),
+            (None, Observation::NotWritten),
+            (Some(1), Observation::Changed),
+        ];
+        for (i, (hash, want)) in steps.into_iter().enumerate() {
+            assert_eq!(d.observe(&a, hash), want, "step {i}");
+        }
+    }
+
+    #[test]
+    fn saved_state_turns_downtime_changes_into_changes_and_nothing_else() {
+        let mut d = ChangeDetector::with_saved([(key("p1", "a"), 1u32), (key("p1", "b"), 5)]);
+        assert_eq!(d.observe(&key("p1", "a"), Some(1)), Observation::Unchanged);
+        assert_eq!(d.observe(&key("p1", "b"), Some(6)), Observation::Changed);
+        assert_eq!(d.observe(&key("p2", "a"), Some(1)), Observation::Baseline);
+    }
+
+    #[test]
+    fn forgetting_a_pod_makes_its_next_sight_a_baseline() {
+        let mut d = ChangeDetector::default();
+        d.observe(&key("p1", "a"), Some(1u8));
+        d.observe(&key("p2", "a"), Some(1u8));
+        d.forget_pod("p1");
+        assert_eq!(d.len(), 1);
+        assert_eq!(d.observe(&key("p1", "a"), Some(2)), Observation::Baseline);
+    }
+}
