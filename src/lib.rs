@@ -6,9 +6,16 @@
 //! (signal through `process`, evict through `evict`) → Events.
 
 pub mod annotations;
+pub mod config;
 pub mod debounce;
 pub mod detect;
 pub mod filters;
+pub mod http;
+pub mod k8s;
+pub mod metrics;
 pub mod model;
 pub mod pod_index;
 pub mod policy;
+pub mod process;
+pub mod volume_hash;
+pub mod watch;

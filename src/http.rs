@@ -1,0 +1,90 @@
+//! `/healthz` (the event loop turns), `/readyz` (first pod list synced, watches armed),
+//! `/metrics` (Prometheus text format).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What the HTTP server sees of the agent.
+#[derive(Default)]
+pub struct Health {
+    ready: AtomicBool,
+    /// Unix millis of the event loop's last turn.
+    heartbeat_ms: AtomicU64,
+}
+
+impl Health {
+    /// The loop is considered stuck when it has not turned for this long.
+    pub const STALE: Duration = Duration::from_secs(30);
+
+    pub fn beat(&self) {
+        self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn is_live(&self) -> bool {
+        now_ms().saturating_sub(self.heartbeat_ms.load(Ordering::Relaxed))
+            < Self::STALE.as_millis() as u64
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[derive(Clone)]
+struct AppState {
+    health: Arc<Health>,
+    registry: Arc<Registry>,
+}
+
+pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(AppState { health, registry })
+}
+
+async fn healthz(State(s): State<AppState>) -> (StatusCode, &'static str) {
+    if s.health.is_live() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "event loop stalled\n")
+    }
+}
+
+async fn readyz(State(s): State<AppState>) -> (StatusCode, &'static str) {
+    if s.health.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "pod list not synced yet\n")
+    }
+}
+
+async fn metrics(
+    State(s): State<AppState>,
+) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::encode(&s.registry),
+    )
+}

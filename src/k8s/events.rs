@@ -1,0 +1,108 @@
+//! Kubernetes Events on pods, published through kube's event recorder (events.k8s.io/v1)
+//! from a bounded queue: publishing never blocks an action; when the API is down and the
+//! queue is full, events are dropped and counted.
+
+use crate::model::PodInfo;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Client;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// The pod an event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl From<&PodInfo> for PodRef {
+    fn from(p: &PodInfo) -> Self {
+        Self {
+            uid: p.uid.clone(),
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodEvent {
+    pub warning: bool,
+    /// `Signaled`, `InvalidAnnotation`, `SubPathNotUpdated`, `SignalFailed`, `EvictionRequested`, …
+    pub reason: &'static str,
+    /// Short PascalCase verb: `Signal`, `Evict`, `Validate`.
+    pub action: &'static str,
+    pub note: String,
+}
+
+/// Where the agent sends events; a fake records them in tests.
+pub trait EventSink: Send + Sync {
+    fn publish(&self, pod: &PodRef, event: PodEvent);
+}
+
+pub struct QueuedRecorder {
+    tx: mpsc::Sender<(PodRef, PodEvent)>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl QueuedRecorder {
+    pub const QUEUE: usize = 1024;
+
+    /// Starts the publishing task. `instance` names this agent (e.g. `reloadlet-<node>`).
+    pub fn spawn(client: Client, instance: String) -> Self {
+        let (tx, mut rx) = mpsc::channel::<(PodRef, PodEvent)>(Self::QUEUE);
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "reloadlet".into(),
+                instance: Some(instance),
+            },
+        );
+        tokio::spawn(async move {
+            while let Some((pod, ev)) = rx.recv().await {
+                let reference = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(pod.name.clone()),
+                    namespace: Some(pod.namespace.clone()),
+                    uid: Some(pod.uid.clone()),
+                    ..Default::default()
+                };
+                let event = Event {
+                    type_: if ev.warning {
+                        EventType::Warning
+                    } else {
+                        EventType::Normal
+                    },
+                    reason: ev.reason.into(),
+                    note: Some(ev.note.chars().take(1000).collect()),
+                    action: ev.action.into(),
+                    secondary: None,
+                };
+                if let Err(e) = recorder.publish(&event, &reference).await {
+                    tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), reason = ev.reason, error = %e, "could not publish event");
+                }
+            }
+        });
+        Self {
+            tx,
+            dropped: Arc::default(),
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl EventSink for QueuedRecorder {
+    fn publish(&self, pod: &PodRef, event: PodEvent) {
+        if self.tx.try_send((pod.clone(), event)).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "event queue full; event dropped");
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The Kubernetes API edge: the only place (with `main`) that imports `kube` / `k8s_openapi`.
+
+pub mod client;
+pub mod events;
+pub mod eviction;
+pub mod pod_convert;
+pub mod pod_watch;

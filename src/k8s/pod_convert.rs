@@ -1,0 +1,203 @@
+//! `Pod` (k8s-openapi) → [`PodInfo`]: keeps only what reloadlet decides on. Nothing else of
+//! the object (managedFields, env, the rest of the spec) is retained.
+
+use crate::model::{
+    ContainerId, ContainerInfo, ContainerKind, PodInfo, SourceKind, SourceRef, VolumeMount,
+    VolumeSpec,
+};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, Volume};
+
+pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
+    let meta = &pod.metadata;
+    let uid = meta.uid.clone()?;
+    let spec = pod.spec.as_ref()?;
+    let status = pod.status.as_ref();
+    let statuses = status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    let init_statuses = status
+        .and_then(|s| s.init_container_statuses.as_deref())
+        .unwrap_or_default();
+
+    let mut containers = Vec::new();
+    for c in spec.init_containers.iter().flatten() {
+        let kind = if c.restart_policy.as_deref() == Some("Always") {
+            ContainerKind::SidecarInit
+        } else {
+            ContainerKind::Init
+        };
+        containers.push(container_info(c, kind, init_statuses));
+    }
+    for c in &spec.containers {
+        containers.push(container_info(c, ContainerKind::Regular, statuses));
+    }
+
+    Some(PodInfo {
+        uid,
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+        annotations: meta.annotations.clone().unwrap_or_default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        volumes: spec.volumes.iter().flatten().map(volume_spec).collect(),
+        containers,
+        has_controller: meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true)),
+        phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+        terminating: meta.deletion_timestamp.is_some(),
+    })
+}
+
+fn container_info(
+    c: &Container,
+    kind: ContainerKind,
+    statuses: &[ContainerStatus],
+) -> ContainerInfo {
+    let status = statuses.iter().find(|s| s.name == c.name);
+    ContainerInfo {
+        name: c.name.clone(),
+        kind,
+        mounts: c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| VolumeMount {
+                volume: m.name.clone(),
+                sub_path: m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+                    || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()),
+            })
+            .collect(),
+        container_id: status
+            .and_then(|s| s.container_id.as_deref())
+            .and_then(ContainerId::parse),
+        running: status
+            .and_then(|s| s.state.as_ref())
+            .is_some_and(|st| st.running.is_some()),
+    }
+}
+
+fn volume_spec(v: &Volume) -> VolumeSpec {
+    let mut sources = Vec::new();
+    let mut token = false;
+    let cm = |name: &str| SourceRef {
+        kind: SourceKind::ConfigMap,
+        name: name.to_owned(),
+    };
+    let secret = |name: &str| SourceRef {
+        kind: SourceKind::Secret,
+        name: name.to_owned(),
+    };
+    if let Some(c) = &v.config_map {
+        sources.push(cm(&c.name));
+    }
+    if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
+        sources.push(secret(s));
+    }
+    if let Some(p) = &v.projected {
+        for src in p.sources.iter().flatten() {
+            if let Some(c) = &src.config_map {
+                sources.push(cm(&c.name));
+            }
+            if let Some(s) = &src.secret {
+                sources.push(secret(&s.name));
+            }
+            if src.service_account_token.is_some() {
+                token = true;
+            }
+        }
+    }
+    VolumeSpec {
+        name: v.name.clone(),
+        sources,
+        service_account_token: token,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ContainerRuntime;
+    use serde_json::json;
+
+    #[test]
+    fn converts_a_realistic_pod() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "web-0", "namespace": "shop", "uid": "1f0e-22",
+                "annotations": {"reloadlet.io/action": "signal"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "x", "controller": true}],
+                "managedFields": [{"manager": "kubectl"}]
+            },
+            "spec": {
+                "initContainers": [
+                    {"name": "migrate", "image": "m", "volumeMounts": [{"name": "conf", "mountPath": "/c"}]},
+                    {"name": "proxy", "image": "p", "restartPolicy": "Always", "volumeMounts": [{"name": "tls", "mountPath": "/t"}]}
+                ],
+                "containers": [{"name": "nginx", "image": "nginx", "volumeMounts": [
+                    {"name": "conf", "mountPath": "/etc/nginx/conf.d"},
+                    {"name": "conf", "mountPath": "/etc/nginx/nginx.conf", "subPath": "nginx.conf"},
+                    {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+                ]}],
+                "volumes": [
+                    {"name": "conf", "configMap": {"name": "nginx-conf"}},
+                    {"name": "tls", "secret": {"secretName": "tls"}},
+                    {"name": "both", "projected": {"sources": [{"configMap": {"name": "a"}}, {"secret": {"name": "b"}}]}},
+                    {"name": "kube-api-access-abcde", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {"configMap": {"name": "kube-root-ca.crt"}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}
+                    ]}},
+                    {"name": "scratch", "emptyDir": {}}
+                ]
+            },
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [{"name": "nginx", "containerID": "containerd://abc123", "image": "", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}],
+                "initContainerStatuses": [{"name": "proxy", "containerID": "cri-o://def", "image": "", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]
+            }
+        }))
+        .unwrap();
+        let info = pod_info(&pod).unwrap();
+        assert_eq!(info.full_name(), "shop/web-0");
+        assert!(info.has_controller);
+        assert!(!info.terminating);
+        let kinds: Vec<_> = info
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("migrate", ContainerKind::Init),
+                ("proxy", ContainerKind::SidecarInit),
+                ("nginx", ContainerKind::Regular)
+            ]
+        );
+        let nginx = &info.containers[2];
+        assert!(nginx.running);
+        assert_eq!(
+            nginx.container_id.as_ref().map(|c| c.runtime),
+            Some(ContainerRuntime::Containerd)
+        );
+        assert_eq!(
+            nginx.mounts.iter().map(|m| m.sub_path).collect::<Vec<_>>(),
+            [false, true, false]
+        );
+        assert_eq!(
+            info.containers[1].container_id.as_ref().map(|c| c.runtime),
+            Some(ContainerRuntime::CriO)
+        );
+        let token = info.volume("kube-api-access-abcde").unwrap();
+        assert!(token.service_account_token);
+        assert_eq!(info.volume("both").unwrap().sources.len(), 2);
+        assert!(info.volume("scratch").unwrap().sources.is_empty());
+    }
+
+    #[test]
+    fn a_pod_without_uid_or_spec_is_skipped() {
+        assert!(pod_info(&Pod::default()).is_none());
+    }
+}
