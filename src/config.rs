@@ -134,12 +134,14 @@ impl RunArgs {
         let pods = self.kubelet_root.join("pods");
         match std::fs::read_dir(&pods) {
             Ok(_) => {}
-            Err(e) => return Err(format!(
+            Err(e) => {
+                return Err(format!(
                 "kubelet root {} is not usable: cannot read {}: {e} (set --kubelet-root; k0s uses \
                      /var/lib/k0s/kubelet, microk8s /var/snap/microk8s/common/var/lib/kubelet)",
                 self.kubelet_root.display(),
                 pods.display()
-            )),
+            ))
+            }
         }
         if !self.proc_root.join("self").exists() && !self.proc_root.join("1").exists() {
             return Err(format!(

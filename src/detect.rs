@@ -19,12 +19,16 @@ pub enum Observation {
 #[derive(Debug)]
 pub struct ChangeDetector<H> {
     seen: HashMap<VolumeKey, H>,
+    /// For volumes with a change not yet acted on: the hash before that change. Persisted
+    /// instead of the new hash, so a crash before the action does not lose the change.
+    unsettled: HashMap<VolumeKey, H>,
 }
 
 impl<H: Eq + Clone> Default for ChangeDetector<H> {
     fn default() -> Self {
         Self {
             seen: HashMap::new(),
+            unsettled: HashMap::new(),
         }
     }
 }
@@ -35,6 +39,7 @@ impl<H: Eq + Clone> ChangeDetector<H> {
     pub fn with_saved(saved: impl IntoIterator<Item = (VolumeKey, H)>) -> Self {
         Self {
             seen: saved.into_iter().collect(),
+            unsettled: HashMap::new(),
         }
     }
 
@@ -49,7 +54,8 @@ impl<H: Eq + Clone> ChangeDetector<H> {
             }
             Some(old) if *old == hash => Observation::Unchanged,
             Some(old) => {
-                *old = hash;
+                let previous = std::mem::replace(old, hash);
+                self.unsettled.entry(key.clone()).or_insert(previous);
                 Observation::Changed
             }
         }
@@ -59,18 +65,35 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         self.seen.get(key)
     }
 
+    /// The pod's changes were acted on (or deliberately not): persist their new hashes.
+    pub fn settle_pod(&mut self, pod_uid: &str) {
+        self.unsettled.retain(|k, _| k.pod_uid != pod_uid);
+    }
+
     pub fn forget_volume(&mut self, key: &VolumeKey) {
         self.seen.remove(key);
+        self.unsettled.remove(key);
     }
 
     pub fn forget_pod(&mut self, pod_uid: &str) {
         self.seen.retain(|k, _| k.pod_uid != pod_uid);
+        self.settle_pod(pod_uid);
+    }
+
+    /// What to persist: the last hash acted on per volume.
+    pub fn snapshot(&self) -> Vec<(VolumeKey, H)> {
+        self.seen
+            .iter()
+            .map(|(k, h)| (k.clone(), self.unsettled.get(k).unwrap_or(h).clone()))
+            .collect()
     }
 
     /// Keeps only the volumes `keep` says still exist (after a restart, drop saved state of
     /// pods that are gone).
     pub fn retain(&mut self, mut keep: impl FnMut(&VolumeKey) -> bool) {
         self.seen.retain(|k, _| keep(k));
+        let seen = &self.seen;
+        self.unsettled.retain(|k, _| seen.contains_key(k));
     }
 
     pub fn len(&self) -> usize {
@@ -123,6 +146,18 @@ mod tests {
         assert_eq!(d.observe(&key("p1", "a"), Some(1)), Observation::Unchanged);
         assert_eq!(d.observe(&key("p1", "b"), Some(6)), Observation::Changed);
         assert_eq!(d.observe(&key("p2", "a"), Some(1)), Observation::Baseline);
+    }
+
+    #[test]
+    fn unsettled_changes_persist_the_hash_before_the_change() {
+        let mut d = ChangeDetector::default();
+        let a = key("p1", "a");
+        d.observe(&a, Some(1u8));
+        d.observe(&a, Some(2));
+        d.observe(&a, Some(3));
+        assert_eq!(d.snapshot(), vec![(a.clone(), 1)]);
+        d.settle_pod("p1");
+        assert_eq!(d.snapshot(), vec![(a, 3)]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! `watch` (inotify) → `detect` (content hashes) → `pod_index` → `policy` → `execute`
 //! (signal through `process`, evict through `evict`) → Events.
 
+pub mod agent;
 pub mod annotations;
 pub mod config;
 pub mod debounce;
@@ -17,5 +18,6 @@ pub mod model;
 pub mod pod_index;
 pub mod policy;
 pub mod process;
+pub mod state;
 pub mod volume_hash;
 pub mod watch;

@@ -41,6 +41,10 @@ pub struct PodEvent {
 /// Where the agent sends events; a fake records them in tests.
 pub trait EventSink: Send + Sync {
     fn publish(&self, pod: &PodRef, event: PodEvent);
+    /// Events dropped so far because the queue was full.
+    fn dropped(&self) -> u64 {
+        0
+    }
 }
 
 pub struct QueuedRecorder {
@@ -92,10 +96,6 @@ impl QueuedRecorder {
             dropped: Arc::default(),
         }
     }
-
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
 }
 
 impl EventSink for QueuedRecorder {
@@ -104,5 +104,9 @@ impl EventSink for QueuedRecorder {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "event queue full; event dropped");
         }
+    }
+
+    fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 }

@@ -1,0 +1,269 @@
+//! Eviction jobs: one at most per pod, paced retries while a PodDisruptionBudget says no,
+//! bounded concurrency, Events that tell the operator what is going on.
+
+use crate::k8s::events::{EventSink, PodEvent, PodRef};
+use crate::k8s::eviction::{EvictOutcome, EvictRequest, Evictor};
+use crate::metrics::{ActionKind, Metrics, Outcome};
+use crate::pod_index::PodIndex;
+use crate::state::PendingEviction;
+use rand::Rng;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug)]
+pub struct EvictionSettings {
+    pub dry_run: bool,
+    pub max_in_flight: usize,
+    /// First retry delay after a refusal (doubles with jitter up to `max_backoff`).
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// `EvictionBlocked` / `EvictionFailed` are repeated at most this often per pod.
+    pub warn_every: Duration,
+}
+
+impl Default for EvictionSettings {
+    fn default() -> Self {
+        Self {
+            dry_run: false,
+            max_in_flight: 10,
+            initial_backoff: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(120),
+            warn_every: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EvictJob {
+    pub pod: PodRef,
+    pub cause: String,
+    /// When the swap was seen (latency metric); `None` for jobs resumed after a restart.
+    pub first_seen: Option<Instant>,
+}
+
+#[derive(Clone)]
+pub struct Evictions {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: EvictionSettings,
+    evictor: Arc<dyn Evictor>,
+    events: Arc<dyn EventSink>,
+    metrics: Metrics,
+    index: Arc<RwLock<PodIndex>>,
+    permits: Semaphore,
+    cancel: CancellationToken,
+    /// Pod UID → the job in progress.
+    jobs: Mutex<HashMap<String, EvictJob>>,
+}
+
+impl Evictions {
+    pub fn new(
+        settings: EvictionSettings,
+        evictor: Arc<dyn Evictor>,
+        events: Arc<dyn EventSink>,
+        metrics: Metrics,
+        index: Arc<RwLock<PodIndex>>,
+        cancel: CancellationToken,
+    ) -> Self {
+        let permits = Semaphore::new(settings.max_in_flight.max(1));
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                evictor,
+                events,
+                metrics,
+                index,
+                permits,
+                cancel,
+                jobs: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Starts evicting `job.pod` unless an eviction of that pod is already pending: a change
+    /// that arrives meanwhile is served by the same eviction.
+    pub fn request(&self, job: EvictJob) -> bool {
+        {
+            let mut jobs = self.inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            if jobs.contains_key(&job.pod.uid) {
+                tracing::info!(pod = %full(&job.pod), cause = %job.cause, "eviction already pending for this pod; not queueing another");
+                return false;
+            }
+            jobs.insert(job.pod.uid.clone(), job.clone());
+            self.inner.metrics.evictions_pending.set(jobs.len() as i64);
+        }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let uid = job.pod.uid.clone();
+            tokio::select! {
+                _ = inner.cancel.cancelled() => {
+                    tracing::info!(pod = %full(&job.pod), "shutting down: eviction left pending");
+                    return; // keep it in `jobs`, so it is persisted
+                }
+                _ = inner.run(&job) => {}
+            }
+            let mut jobs = inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            jobs.remove(&uid);
+            inner.metrics.evictions_pending.set(jobs.len() as i64);
+        });
+        true
+    }
+
+    pub fn pending(&self) -> Vec<PendingEviction> {
+        let jobs = self.inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<PendingEviction> = jobs
+            .values()
+            .map(|j| PendingEviction {
+                uid: j.pod.uid.clone(),
+                namespace: j.pod.namespace.clone(),
+                name: j.pod.name.clone(),
+                cause: j.cause.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.uid.cmp(&b.uid));
+        out
+    }
+
+    pub fn is_pending(&self, uid: &str) -> bool {
+        self.inner
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(uid)
+    }
+}
+
+fn full(p: &PodRef) -> String {
+    format!("{}/{}", p.namespace, p.name)
+}
+
+impl Inner {
+    /// Is the pod still this node's, with the same UID, and not already going away?
+    fn still_wanted(&self, pod: &PodRef) -> Result<(), &'static str> {
+        let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+        match index.get(&pod.uid) {
+            None => Err("the pod is gone"),
+            Some(p) if p.terminating => Err("the pod is already terminating"),
+            Some(_) => Ok(()),
+        }
+    }
+
+    async fn run(&self, job: &EvictJob) {
+        let pod = &job.pod;
+        let req = EvictRequest {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            dry_run: self.settings.dry_run,
+        };
+        let mut backoff = self.settings.initial_backoff;
+        let mut last_warning: Option<Instant> = None;
+        let mut attempts = 0u32;
+        loop {
+            if let Err(why) = self.still_wanted(pod) {
+                tracing::info!(pod = %full(pod), reason = why, "eviction no longer needed");
+                return;
+            }
+            let outcome = {
+                let Ok(_permit) = self.permits.acquire().await else {
+                    return;
+                };
+                attempts += 1;
+                self.evictor.evict(&req).await
+            };
+            let warn_now = last_warning.is_none_or(|t| t.elapsed() >= self.settings.warn_every);
+            let delay = match outcome {
+                EvictOutcome::Evicted => {
+                    self.evicted(job, attempts);
+                    return;
+                }
+                EvictOutcome::Gone => {
+                    tracing::info!(pod = %full(pod), "pod already gone or replaced; eviction done");
+                    return;
+                }
+                EvictOutcome::Blocked { cause, retry_after } => {
+                    self.metrics
+                        .action(ActionKind::Evict, Outcome::EvictionBlocked);
+                    tracing::info!(pod = %full(pod), action = "evict", outcome = "eviction_blocked", cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
+                    if warn_now && !self.settings.dry_run {
+                        last_warning = Some(Instant::now());
+                        self.events.publish(
+                            pod,
+                            PodEvent {
+                                warning: true,
+                                reason: "EvictionBlocked",
+                                action: "Evict",
+                                note: format!(
+                                    "eviction refused, will retry: {cause} ({})",
+                                    job.cause
+                                ),
+                            },
+                        );
+                    }
+                    retry_after.unwrap_or(backoff)
+                }
+                EvictOutcome::Failed { code, message } => {
+                    self.metrics
+                        .action(ActionKind::Evict, Outcome::EvictionFailed);
+                    tracing::warn!(pod = %full(pod), action = "evict", outcome = "eviction_failed", code, error = %message, attempts, "eviction failed; will retry");
+                    if warn_now && !self.settings.dry_run {
+                        last_warning = Some(Instant::now());
+                        self.events.publish(
+                            pod,
+                            PodEvent {
+                                warning: true,
+                                reason: "EvictionFailed",
+                                action: "Evict",
+                                note: format!(
+                                    "eviction failed, will retry: {message} ({})",
+                                    job.cause
+                                ),
+                            },
+                        );
+                    }
+                    // Errors other than a PDB refusal will not clear soon: retry at the cap.
+                    backoff = self.settings.max_backoff;
+                    backoff
+                }
+            };
+            tokio::time::sleep(jitter(delay)).await;
+            backoff = (backoff * 2).min(self.settings.max_backoff);
+        }
+    }
+
+    fn evicted(&self, job: &EvictJob, attempts: u32) {
+        let pod = &job.pod;
+        if self.settings.dry_run {
+            self.metrics.action(ActionKind::Evict, Outcome::DryRun);
+            tracing::info!(pod = %full(pod), action = "evict", outcome = "dry_run", cause = %job.cause, "dry-run: the API server would allow this eviction");
+            return;
+        }
+        self.metrics.action(ActionKind::Evict, Outcome::Evicted);
+        let latency = job.first_seen.map(|t| t.elapsed());
+        if let Some(l) = latency {
+            self.metrics
+                .observe_latency(ActionKind::Evict, l.as_secs_f64());
+        }
+        tracing::info!(pod = %full(pod), action = "evict", outcome = "evicted", cause = %job.cause, attempts, latency_ms = latency.map(|l| l.as_secs_f64() * 1e3), "evicted through the Eviction API");
+        self.events.publish(
+            pod,
+            PodEvent {
+                warning: false,
+                reason: "EvictionRequested",
+                action: "Evict",
+                note: format!("evicted through the Eviction API: {}", job.cause),
+            },
+        );
+    }
+}
+
+/// ±20 % so that pods (and nodes) refused together do not retry in lock step.
+fn jitter(d: Duration) -> Duration {
+    let factor = rand::rng().random_range(0.8..1.2);
+    d.mul_f64(factor)
+}

@@ -1,0 +1,611 @@
+//! The event loop: watch events and pod updates in, decisions out. Single owner of the
+//! detection state; effects (signals, evictions, events) go through the traits in [`Deps`].
+
+pub mod evictions;
+pub mod signals;
+
+use crate::config::Settings;
+use crate::debounce::{Debouncer, PendingChange};
+use crate::detect::{ChangeDetector, Observation};
+use crate::http::Health;
+use crate::k8s::events::{EventSink, PodEvent, PodRef};
+use crate::k8s::eviction::Evictor;
+use crate::k8s::pod_watch::PodUpdate;
+use crate::metrics::{ActionKind, Metrics, Outcome, PluginLabels};
+use crate::model::{PodInfo, VolumeKey};
+use crate::pod_index::{IndexChange, PodIndex};
+use crate::policy::{self, Decision};
+use crate::process::ContainerProcesses;
+use crate::state::{SavedState, StateStore};
+use crate::volume_hash::{hash_volume, VolumeHash};
+use crate::watch::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
+use evictions::{EvictJob, EvictionSettings, Evictions};
+use signals::{SignalJob, SignalResult};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// How long a change of a pod the API has not shown us yet is kept waiting (1 s steps).
+const UNKNOWN_POD_ATTEMPTS: u32 = 30;
+
+/// The effects, behind traits (fakes in tests).
+pub struct Deps {
+    pub events: Arc<dyn EventSink>,
+    pub processes: Arc<dyn ContainerProcesses>,
+    pub evictor: Arc<dyn Evictor>,
+}
+
+pub struct Agent {
+    settings: Settings,
+    deps: Deps,
+    metrics: Metrics,
+    health: Arc<Health>,
+    index: Arc<RwLock<PodIndex>>,
+    detector: ChangeDetector<VolumeHash>,
+    debouncer: Debouncer,
+    retries: Vec<(Instant, SignalJob)>,
+    results_tx: mpsc::UnboundedSender<SignalResult>,
+    results_rx: mpsc::UnboundedReceiver<SignalResult>,
+    signals_in_flight: usize,
+    /// Pod UID → the annotation error already reported (report each error once).
+    warned: HashMap<String, String>,
+    evictions: Evictions,
+    store: Option<StateStore>,
+    saved: SavedState,
+    state_dirty: bool,
+    synced: bool,
+    last_stats: WatchStats,
+}
+
+impl Agent {
+    /// `store`: where state persists (`None`: nothing is persisted, every volume starts as a
+    /// baseline). `stop_evictions` ends pending eviction retries (at shutdown).
+    pub fn new(
+        settings: Settings,
+        eviction: EvictionSettings,
+        deps: Deps,
+        metrics: Metrics,
+        health: Arc<Health>,
+        store: Option<StateStore>,
+        stop_evictions: CancellationToken,
+    ) -> Self {
+        let saved = store.as_ref().map(StateStore::load).unwrap_or_default();
+        let detector = ChangeDetector::with_saved(
+            saved
+                .volume_hashes()
+                .into_iter()
+                .map(|(k, h)| (k, VolumeHash(h))),
+        );
+        let index = Arc::new(RwLock::new(PodIndex::default()));
+        let evictions = Evictions::new(
+            eviction,
+            deps.evictor.clone(),
+            deps.events.clone(),
+            metrics.clone(),
+            index.clone(),
+            stop_evictions,
+        );
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        Self {
+            debouncer: Debouncer::new(settings.debounce),
+            settings,
+            deps,
+            metrics,
+            health,
+            index,
+            detector,
+            retries: Vec::new(),
+            results_tx,
+            results_rx,
+            signals_in_flight: 0,
+            warned: HashMap::new(),
+            evictions,
+            store,
+            saved,
+            state_dirty: false,
+            synced: false,
+            last_stats: WatchStats::default(),
+        }
+    }
+
+    /// Runs until `shutdown` is cancelled, then finishes in-flight work (within
+    /// `--shutdown-grace`) and flushes state.
+    pub async fn run(
+        mut self,
+        mut watcher: VolumeWatcher,
+        mut pods: mpsc::Receiver<PodUpdate>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.housekeeping(&watcher);
+        loop {
+            self.health.beat();
+            let deadline = self.next_deadline();
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some(result) = self.results_rx.recv() => {
+                    self.signals_in_flight = self.signals_in_flight.saturating_sub(1);
+                    self.on_signal_result(result);
+                }
+                batch = watcher.next_batch() => {
+                    let batch = batch.map_err(|e| anyhow::anyhow!("volume watcher failed: {e}"))?;
+                    self.on_watch(&watcher, batch);
+                }
+                Some(update) = pods.recv() => self.on_pod(update),
+                _ = sleep_until(deadline), if deadline.is_some() => self.fire_due(),
+                _ = tick.tick() => self.housekeeping(&watcher),
+            }
+        }
+        self.shutdown().await;
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let retry = self.retries.iter().map(|(at, _)| *at).min();
+        match (self.debouncer.next_deadline(), retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn on_watch(&mut self, watcher: &VolumeWatcher, batch: Vec<WatchEvent>) {
+        let now = Instant::now();
+        for event in batch {
+            match event {
+                WatchEvent::Look { key, cause } => self.look(watcher, &key, cause, now),
+                WatchEvent::VolumeGone(key) => {
+                    self.detector.forget_volume(&key);
+                    self.state_dirty = true;
+                }
+                WatchEvent::PodGone { pod_uid } => {
+                    self.detector.forget_pod(&pod_uid);
+                    self.debouncer.remove_pod(&pod_uid);
+                    self.retries.retain(|(_, j)| j.pod_uid != pod_uid);
+                    self.state_dirty = true;
+                }
+                WatchEvent::Overflow => {
+                    tracing::warn!("inotify queue overflowed; rescanning every watched volume");
+                }
+            }
+        }
+    }
+
+    fn look(&mut self, watcher: &VolumeWatcher, key: &VolumeKey, cause: LookCause, now: Instant) {
+        let plugin = PluginLabels {
+            plugin: key.plugin.as_str(),
+        };
+        if cause == LookCause::Swap {
+            self.metrics.swaps.get_or_create(&plugin).inc();
+        }
+        let hash = match hash_volume(&watcher.volume_dir(key), self.settings.max_volume_bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(volume = %key, error = %e, "cannot hash volume; change ignored");
+                return;
+            }
+        };
+        match self.detector.observe(key, hash) {
+            Observation::Changed => {
+                tracing::debug!(volume = %key, ?cause, "volume content changed");
+                self.debouncer.add(&key.pod_uid, &key.volume, now);
+                self.state_dirty = true;
+            }
+            Observation::Baseline => self.state_dirty = true,
+            Observation::Unchanged if cause == LookCause::Swap => {
+                self.metrics.swaps_unchanged.get_or_create(&plugin).inc();
+                tracing::debug!(volume = %key, "swap without content change; skipped");
+            }
+            Observation::Unchanged | Observation::NotWritten => {}
+        }
+    }
+
+    fn on_pod(&mut self, update: PodUpdate) {
+        match update {
+            PodUpdate::Apply(pod) => {
+                self.validate(&pod);
+                let change = self
+                    .index
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .apply(pod);
+                if change == IndexChange::Added {
+                    tracing::debug!("pod added to the index");
+                }
+            }
+            PodUpdate::Delete { uid } => {
+                self.index
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .delete(&uid);
+                self.forget_pod(&uid);
+            }
+            PodUpdate::Resync(list) => {
+                for pod in &list {
+                    self.validate(pod);
+                }
+                let gone = self
+                    .index
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .reset(list);
+                for uid in gone {
+                    self.forget_pod(&uid);
+                }
+                if self.synced {
+                    self.metrics.api_watch_restarts.inc();
+                } else {
+                    self.synced = true;
+                    self.resume_evictions();
+                    self.health.set_ready(true);
+                    tracing::info!(pods = self.index_len(), "pod list synced; ready");
+                }
+            }
+            PodUpdate::WatchError(e) => {
+                self.metrics.api_watch_restarts.inc();
+                tracing::warn!(error = %e, "pod watch failed; retrying with backoff (signals keep working from the cached pods)");
+            }
+        }
+        self.metrics.watched_pods.set(self.index_len() as i64);
+    }
+
+    fn index_len(&self) -> usize {
+        self.index.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// A pod left the API view: a change still in its debounce window is dropped.
+    fn forget_pod(&mut self, uid: &str) {
+        if self.debouncer.remove_pod(uid) {
+            tracing::info!(
+                pod_uid = uid,
+                "pod deleted while its change was pending; no action"
+            );
+        }
+        self.retries.retain(|(_, j)| j.pod_uid != uid);
+        self.warned.remove(uid);
+        self.detector.settle_pod(uid);
+    }
+
+    /// Reports a malformed annotation as soon as the pod is seen (once per distinct error).
+    fn validate(&mut self, pod: &PodInfo) {
+        if self.settings.namespaces.check(&pod.namespace).is_some() {
+            return;
+        }
+        match policy::validated_policy(pod) {
+            Err(message) => {
+                if self.warned.get(&pod.uid) != Some(&message) {
+                    tracing::warn!(pod = %pod.full_name(), outcome = "invalid_annotation", error = %message, "invalid reloadlet annotation; the pod will not be reloaded");
+                    self.metrics
+                        .action(ActionKind::None, Outcome::InvalidAnnotation);
+                    self.publish(pod, true, "InvalidAnnotation", "Validate", message.clone());
+                    self.warned.insert(pod.uid.clone(), message);
+                }
+            }
+            Ok(_) => {
+                self.warned.remove(&pod.uid);
+            }
+        }
+    }
+
+    fn publish(
+        &self,
+        pod: &PodInfo,
+        warning: bool,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        if self.settings.dry_run {
+            return;
+        }
+        self.deps.events.publish(
+            &PodRef::from(pod),
+            PodEvent {
+                warning,
+                reason,
+                action,
+                note,
+            },
+        );
+    }
+
+    fn fire_due(&mut self) {
+        let now = Instant::now();
+        for (uid, change) in self.debouncer.take_due(now) {
+            let pod = self
+                .index
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&uid)
+                .cloned();
+            match pod {
+                Some(pod) => {
+                    self.act(&pod, &change);
+                    self.detector.settle_pod(&uid);
+                    self.state_dirty = true;
+                }
+                None if change.attempts < UNKNOWN_POD_ATTEMPTS => {
+                    self.debouncer
+                        .requeue(&uid, change, now + Duration::from_secs(1));
+                }
+                None => {
+                    tracing::warn!(pod_uid = %uid, volumes = ?change.volumes, "volume changed for a pod the API server does not show on this node; no action");
+                    self.detector.settle_pod(&uid);
+                }
+            }
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retries)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.retries = later;
+        for (_, job) in due {
+            self.start_signal(job);
+        }
+    }
+
+    fn act(&mut self, pod: &PodInfo, change: &PendingChange) {
+        if let Some(reason) = self.settings.namespaces.check(&pod.namespace) {
+            tracing::debug!(pod = %pod.full_name(), reason, "outside the namespace filter; no action");
+            return;
+        }
+        let volumes: Vec<&str> = change.volumes.iter().map(String::as_str).collect();
+        let decision = policy::decide(pod, &change.volumes);
+        match decision {
+            Decision::NotOptedIn => {
+                tracing::debug!(pod = %pod.full_name(), ?volumes, "not opted in; no action");
+            }
+            Decision::Filtered { reason } | Decision::NothingToDo { reason } => {
+                tracing::info!(pod = %pod.full_name(), ?volumes, action = "none", reason, "volume changed; nothing to do");
+            }
+            Decision::AlreadyTerminating => {
+                tracing::info!(pod = %pod.full_name(), ?volumes, action = "evict", outcome = "skipped", "pod already terminating");
+            }
+            Decision::Invalid { message } => {
+                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "none", outcome = "invalid_annotation", error = %message, "volume changed but the annotation is invalid; no action");
+                self.metrics
+                    .action(ActionKind::None, Outcome::InvalidAnnotation);
+                self.publish(
+                    pod,
+                    true,
+                    "InvalidAnnotation",
+                    "Validate",
+                    format!("volume changed, no action: {message}"),
+                );
+            }
+            Decision::SubPathOnly { message } => {
+                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "signal", outcome = "subpath_not_updated", message, "no action");
+                self.metrics
+                    .action(ActionKind::Signal, Outcome::SubPathNotUpdated);
+                self.publish(pod, true, "SubPathNotUpdated", "Signal", message);
+            }
+            Decision::EvictRefused { message, cause } => {
+                tracing::warn!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", outcome = "refused", message, "eviction refused");
+                self.metrics.action(ActionKind::Evict, Outcome::Refused);
+                self.publish(pod, true, "EvictionRefused", "Evict", message);
+            }
+            Decision::Evict { cause } => {
+                tracing::info!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", "requesting eviction");
+                self.evictions.request(EvictJob {
+                    pod: PodRef::from(pod),
+                    cause: cause.to_string(),
+                    first_seen: Some(change.first_seen),
+                });
+            }
+            Decision::Signal {
+                signal,
+                targets,
+                cause,
+            } => {
+                for target in targets {
+                    let job = SignalJob {
+                        pod_uid: pod.uid.clone(),
+                        container: target.container,
+                        signal,
+                        cause: cause.to_string(),
+                        first_seen: change.first_seen,
+                        attempt: 1,
+                    };
+                    if self.settings.dry_run {
+                        self.metrics.action(ActionKind::Signal, Outcome::DryRun);
+                        tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %signal, cause = %job.cause, action = "signal", outcome = "dry_run", "dry-run: would send signal");
+                    } else {
+                        self.start_signal(job);
+                    }
+                }
+            }
+        }
+    }
+
+    fn start_signal(&mut self, job: SignalJob) {
+        let pod = self
+            .index
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&job.pod_uid)
+            .cloned();
+        let Some(pod) = pod else {
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
+            return;
+        };
+        match signals::running_container_id(&pod, &job.container) {
+            Err(e) => self.on_signal_result(SignalResult {
+                job,
+                outcome: Err(e),
+            }),
+            Ok(container_id) => {
+                let processes = self.deps.processes.clone();
+                let tx = self.results_tx.clone();
+                self.signals_in_flight += 1;
+                tokio::task::spawn_blocking(move || {
+                    let outcome = processes
+                        .signal_container(&job.pod_uid, &container_id, job.signal)
+                        .map_err(|e| e.to_string());
+                    let _ = tx.send(SignalResult { job, outcome });
+                });
+            }
+        }
+    }
+
+    fn on_signal_result(&mut self, result: SignalResult) {
+        let SignalResult { mut job, outcome } = result;
+        let pod = self
+            .index
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&job.pod_uid)
+            .cloned();
+        let Some(pod) = pod else { return };
+        match outcome {
+            Ok(pid) => {
+                let latency = job.first_seen.elapsed();
+                self.metrics.action(ActionKind::Signal, Outcome::Signaled);
+                self.metrics
+                    .observe_latency(ActionKind::Signal, latency.as_secs_f64());
+                tracing::info!(pod = %pod.full_name(), container = %job.container, pid, signal = %job.signal, cause = %job.cause, action = "signal", outcome = "signaled", latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
+                self.publish(
+                    &pod,
+                    false,
+                    "Signaled",
+                    "Signal",
+                    signals::signaled_note(&job, pid),
+                );
+            }
+            Err(e) if job.attempt < signals::MAX_ATTEMPTS => {
+                let delay = job.retry_delay();
+                tracing::warn!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, attempt = job.attempt, error = %e, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
+                job.attempt += 1;
+                self.retries.push((Instant::now() + delay, job));
+            }
+            Err(e) => {
+                tracing::error!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, action = "signal", outcome = "signal_failed", error = %e, "signal failed; giving up");
+                self.metrics
+                    .action(ActionKind::Signal, Outcome::SignalFailed);
+                self.publish(
+                    &pod,
+                    true,
+                    "SignalFailed",
+                    "Signal",
+                    signals::failed_note(&job, &e),
+                );
+            }
+        }
+    }
+
+    /// After the first sync: evictions that were pending when reloadlet last stopped resume for
+    /// pods that still exist with the same UID.
+    fn resume_evictions(&mut self) {
+        let pending = std::mem::take(&mut self.saved.pending_evictions);
+        for p in pending {
+            let known = self
+                .index
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&p.uid)
+                .is_some();
+            if known {
+                tracing::info!(pod = %format!("{}/{}", p.namespace, p.name), cause = %p.cause, "resuming an eviction pending before the restart");
+                self.evictions.request(EvictJob {
+                    pod: PodRef {
+                        uid: p.uid,
+                        namespace: p.namespace,
+                        name: p.name,
+                    },
+                    cause: p.cause,
+                    first_seen: None,
+                });
+            }
+        }
+    }
+
+    fn housekeeping(&mut self, watcher: &VolumeWatcher) {
+        let stats = watcher.stats();
+        self.metrics.inotify_watches.set(stats.watches as i64);
+        self.metrics.watched_volumes.set(stats.volumes as i64);
+        self.metrics
+            .unwatched_volumes
+            .set(stats.unwatched_volumes as i64);
+        self.metrics
+            .inotify_overflows
+            .inc_by(stats.overflows.saturating_sub(self.last_stats.overflows));
+        self.metrics.inotify_watch_limit_errors.inc_by(
+            stats
+                .watch_limit_errors
+                .saturating_sub(self.last_stats.watch_limit_errors),
+        );
+        self.last_stats = stats;
+        let dropped = self.deps.events.dropped();
+        let counted = self.metrics.events_dropped.get();
+        self.metrics
+            .events_dropped
+            .inc_by(dropped.saturating_sub(counted));
+        if self.state_dirty || self.evictions_changed() {
+            self.save_state();
+        }
+    }
+
+    fn evictions_changed(&self) -> bool {
+        self.store.is_some() && self.evictions.pending() != self.saved.pending_evictions
+    }
+
+    fn save_state(&mut self) {
+        let Some(store) = &self.store else { return };
+        // Until the first sync, pending evictions from the last run are kept as they were.
+        if self.synced {
+            self.saved.pending_evictions = self.evictions.pending();
+        }
+        self.saved
+            .set_volumes(self.detector.snapshot().into_iter().map(|(k, h)| (k, h.0)));
+        match store.save(&self.saved) {
+            Ok(()) => self.state_dirty = false,
+            Err(e) => {
+                self.metrics.state_write_errors.inc();
+                tracing::error!(error = %e, "cannot write state; changes seen now may be acted on again after a restart");
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        tracing::info!("shutting down: acting on pending changes, then flushing state");
+        let deadline = Instant::now() + self.settings.shutdown_grace;
+        // Finish what is in the debounce window now rather than lose it.
+        let pending: Vec<_> = self
+            .debouncer
+            .take_due(Instant::now() + Duration::from_secs(86400 * 365));
+        for (uid, change) in pending {
+            let pod = self
+                .index
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&uid)
+                .cloned();
+            if let Some(pod) = pod {
+                self.act(&pod, &change);
+                self.detector.settle_pod(&uid);
+            }
+        }
+        while self.signals_in_flight > 0 && Instant::now() < deadline {
+            match tokio::time::timeout_at(deadline.into(), self.results_rx.recv()).await {
+                Ok(Some(result)) => {
+                    self.signals_in_flight -= 1;
+                    let mut result = result;
+                    // No retries during shutdown.
+                    result.job.attempt = signals::MAX_ATTEMPTS;
+                    self.on_signal_result(result);
+                }
+                _ => break,
+            }
+        }
+        self.save_state();
+        tracing::info!("state flushed; bye");
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
