@@ -184,10 +184,11 @@ mod tests {
     #[test]
     fn table() {
         let list = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        let cases: Vec<(
-            Vec<(&str, &str)>,
+        type Case<'a> = (
+            Vec<(&'a str, &'a str)>,
             Result<Option<PodPolicy>, AnnotationError>,
-        )> = vec![
+        );
+        let cases: Vec<Case> = vec![
             (vec![], Ok(None)),
             (vec![("other.io/action", "signal")], Ok(None)),
             (vec![("reloadlet.io/signal", "HUP")], Ok(None)),

@@ -101,6 +101,12 @@ pub struct RunArgs {
     /// How often volumes that could not get an inotify watch are rescanned.
     #[arg(long, env = "RELOADLET_RESCAN_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub rescan_interval: Duration,
+    /// First retry delay after a PodDisruptionBudget refused an eviction (doubles, with jitter).
+    #[arg(long, env = "RELOADLET_EVICTION_BACKOFF", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub eviction_backoff: Duration,
+    /// Longest delay between eviction retries.
+    #[arg(long, env = "RELOADLET_EVICTION_BACKOFF_MAX", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub eviction_backoff_max: Duration,
     /// On SIGTERM, how long in-flight work may take before state is flushed and reloadlet exits.
     #[arg(long, env = "RELOADLET_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
@@ -123,6 +129,8 @@ pub struct Settings {
     pub max_volume_bytes: u64,
     pub rescan_interval: Duration,
     pub shutdown_grace: Duration,
+    pub eviction_backoff: Duration,
+    pub eviction_backoff_max: Duration,
 }
 
 impl RunArgs {
@@ -180,6 +188,8 @@ impl RunArgs {
             max_volume_bytes: self.max_volume_bytes,
             rescan_interval: self.rescan_interval,
             shutdown_grace: self.shutdown_grace,
+            eviction_backoff: self.eviction_backoff,
+            eviction_backoff_max: self.eviction_backoff_max.max(self.eviction_backoff),
         })
     }
 }

@@ -10,6 +10,7 @@ pub mod annotations;
 pub mod config;
 pub mod debounce;
 pub mod detect;
+pub mod explain;
 pub mod filters;
 pub mod http;
 pub mod k8s;

@@ -50,6 +50,55 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
     })
 }
 
+/// ConfigMaps/Secrets the pod uses through env vars (`valueFrom`, `envFrom`) but mounts in no
+/// volume: they never change in a running container, and no reload can help.
+pub fn env_only_sources(pod: &Pod) -> Vec<SourceRef> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mounted: Vec<SourceRef> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .flat_map(|v| volume_spec(v).sources)
+        .collect();
+    let mut out: Vec<SourceRef> = Vec::new();
+    let mut add = |kind, name: &str| {
+        let s = SourceRef {
+            kind,
+            name: name.to_owned(),
+        };
+        if !mounted.contains(&s) && !out.contains(&s) {
+            out.push(s);
+        }
+    };
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        for e in c.env.iter().flatten() {
+            if let Some(vf) = &e.value_from {
+                if let Some(r) = &vf.config_map_key_ref {
+                    add(SourceKind::ConfigMap, &r.name);
+                }
+                if let Some(r) = &vf.secret_key_ref {
+                    add(SourceKind::Secret, &r.name);
+                }
+            }
+        }
+        for ef in c.env_from.iter().flatten() {
+            if let Some(r) = &ef.config_map_ref {
+                add(SourceKind::ConfigMap, &r.name);
+            }
+            if let Some(r) = &ef.secret_ref {
+                add(SourceKind::Secret, &r.name);
+            }
+        }
+    }
+    out
+}
+
 fn container_info(
     c: &Container,
     kind: ContainerKind,

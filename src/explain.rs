@@ -1,0 +1,186 @@
+//! `reloadlet explain --pod NS/NAME`: what reloadlet would do for a pod, and why (pure report;
+//! the caller supplies the main PIDs it could find).
+
+use crate::annotations::Action;
+use crate::filters::NamespaceFilter;
+use crate::model::{ContainerKind, PodInfo, SourceRef};
+use crate::policy::{self, Decision};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// `env_only`: ConfigMaps/Secrets the pod uses only through env vars (they never reload).
+/// `main_pid(container)`: the container's main process, or why it was not found.
+pub fn report(
+    pod: &PodInfo,
+    filter: &NamespaceFilter,
+    env_only: &[SourceRef],
+    main_pid: &dyn Fn(&str) -> Result<i32, String>,
+) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(w, "pod {} (uid {})", pod.full_name(), pod.uid);
+    if let Some(reason) = filter.check(&pod.namespace) {
+        let _ = writeln!(w, "  not acted on: {reason}");
+        return out;
+    }
+    let policy = match policy::validated_policy(pod) {
+        Ok(None) => {
+            let _ = writeln!(w, "  not opted in: no reloadlet.io/action annotation; reloadlet never touches this pod");
+            return out;
+        }
+        Err(message) => {
+            let _ = writeln!(
+                w,
+                "  INVALID annotation: {message}\n  no action will be taken until it is fixed"
+            );
+            return out;
+        }
+        Ok(Some(p)) => p,
+    };
+    match &policy.action {
+        Action::Signal(sig) => {
+            let _ = writeln!(w, "  action: signal {sig}");
+        }
+        Action::Evict { allow_unowned } => {
+            let _ = writeln!(
+                w,
+                "  action: evict through the Eviction API (PodDisruptionBudgets apply){}",
+                if *allow_unowned {
+                    "; unowned pods allowed"
+                } else {
+                    ""
+                }
+            );
+            if !pod.has_controller && !allow_unowned {
+                let _ = writeln!(w, "  WARNING: the pod has no controller; evictions will be refused (set reloadlet.io/evict-unowned: \"true\")");
+            }
+        }
+    }
+    let _ = writeln!(w, "  volumes:");
+    for v in &pod.volumes {
+        let changed: BTreeSet<String> = [v.name.clone()].into();
+        let decision = policy::decide(pod, &changed);
+        let sources: Vec<String> = v.sources.iter().map(ToString::to_string).collect();
+        let verdict = match &decision {
+            Decision::Signal {
+                targets, signal, ..
+            } => format!(
+                "triggers {signal} to {}",
+                targets
+                    .iter()
+                    .map(|t| t.container.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Decision::Evict { .. } => "triggers an eviction".into(),
+            Decision::EvictRefused { .. } => {
+                "would trigger an eviction, refused (unowned pod)".into()
+            }
+            Decision::SubPathOnly { .. } => {
+                "WARNING: mounted only through subPath, never updated by the kubelet".into()
+            }
+            Decision::NothingToDo { .. } if v.service_account_token => {
+                "service-account token volume: never triggers".into()
+            }
+            Decision::NothingToDo { reason } => format!("does not trigger: {reason}"),
+            other => format!("{other:?}"),
+        };
+        let _ = writeln!(w, "    {} [{}]: {verdict}", v.name, sources.join(", "));
+    }
+    if !env_only.is_empty() {
+        let names: Vec<String> = env_only.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            w,
+            "  WARNING: used only as environment variables, which never change in a running container: {}",
+            names.join(", ")
+        );
+    }
+    let _ = writeln!(w, "  containers:");
+    for c in pod
+        .containers
+        .iter()
+        .filter(|c| c.kind != ContainerKind::Init)
+    {
+        let pid = match main_pid(&c.name) {
+            Ok(pid) => format!("main pid {pid}"),
+            Err(e) => format!("main process not found: {e}"),
+        };
+        let id = c
+            .container_id
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_else(|| "no container id yet".into());
+        let _ = writeln!(w, "    {} ({id}): {pid}", c.name);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ContainerInfo, SourceKind, VolumeMount, VolumeSpec};
+
+    #[test]
+    fn explains_targets_warnings_and_pids() {
+        let pod = PodInfo {
+            uid: "u1".into(),
+            namespace: "web".into(),
+            name: "nginx-0".into(),
+            annotations: [("reloadlet.io/action".to_string(), "signal".to_string())].into(),
+            volumes: vec![
+                VolumeSpec {
+                    name: "conf".into(),
+                    sources: vec![SourceRef {
+                        kind: SourceKind::ConfigMap,
+                        name: "nginx-conf".into(),
+                    }],
+                    service_account_token: false,
+                },
+                VolumeSpec {
+                    name: "kube-api-access-1".into(),
+                    sources: vec![SourceRef {
+                        kind: SourceKind::ConfigMap,
+                        name: "kube-root-ca.crt".into(),
+                    }],
+                    service_account_token: true,
+                },
+            ],
+            containers: vec![ContainerInfo {
+                name: "nginx".into(),
+                kind: ContainerKind::Regular,
+                mounts: vec![VolumeMount {
+                    volume: "conf".into(),
+                    sub_path: false,
+                }],
+                container_id: None,
+                running: false,
+            }],
+            has_controller: true,
+            ..Default::default()
+        };
+        let env = [SourceRef {
+            kind: SourceKind::Secret,
+            name: "db".into(),
+        }];
+        let text = report(&pod, &NamespaceFilter::default(), &env, &|_| Ok(4242));
+        assert!(text.contains("action: signal SIGHUP"), "{text}");
+        assert!(
+            text.contains("conf [configmap nginx-conf]: triggers SIGHUP to nginx"),
+            "{text}"
+        );
+        assert!(
+            text.contains("service-account token volume: never triggers"),
+            "{text}"
+        );
+        assert!(
+            text.contains("environment variables") && text.contains("secret db"),
+            "{text}"
+        );
+        assert!(text.contains("main pid 4242"), "{text}");
+        let excluded = NamespaceFilter {
+            exclude: ["web".to_string()].into(),
+            ..Default::default()
+        };
+        assert!(report(&pod, &excluded, &[], &|_| Ok(1)).contains("not acted on"));
+    }
+}
