@@ -172,6 +172,26 @@ impl Agent {
                 }
             }
         }
+        self.update_watch_gauges(watcher);
+    }
+
+    fn update_watch_gauges(&mut self, watcher: &VolumeWatcher) {
+        let stats = watcher.stats();
+        self.metrics.inotify_watches.set(stats.watches as i64);
+        self.metrics.watched_volumes.set(stats.volumes as i64);
+        self.metrics
+            .unwatched_volumes
+            .set(stats.unwatched_volumes as i64);
+        self.metrics.volumes_tracked.set(self.detector.len() as i64);
+        self.metrics
+            .inotify_overflows
+            .inc_by(stats.overflows.saturating_sub(self.last_stats.overflows));
+        self.metrics.inotify_watch_limit_errors.inc_by(
+            stats
+                .watch_limit_errors
+                .saturating_sub(self.last_stats.watch_limit_errors),
+        );
+        self.last_stats = stats;
     }
 
     fn look(&mut self, watcher: &VolumeWatcher, key: &VolumeKey, cause: LookCause, now: Instant) {
@@ -521,21 +541,7 @@ impl Agent {
     }
 
     fn housekeeping(&mut self, watcher: &VolumeWatcher) {
-        let stats = watcher.stats();
-        self.metrics.inotify_watches.set(stats.watches as i64);
-        self.metrics.watched_volumes.set(stats.volumes as i64);
-        self.metrics
-            .unwatched_volumes
-            .set(stats.unwatched_volumes as i64);
-        self.metrics
-            .inotify_overflows
-            .inc_by(stats.overflows.saturating_sub(self.last_stats.overflows));
-        self.metrics.inotify_watch_limit_errors.inc_by(
-            stats
-                .watch_limit_errors
-                .saturating_sub(self.last_stats.watch_limit_errors),
-        );
-        self.last_stats = stats;
+        self.update_watch_gauges(watcher);
         let dropped = self.deps.events.dropped();
         let counted = self.metrics.events_dropped.get();
         self.metrics
