@@ -1,4 +1,4 @@
-//! A stand-in container process for tests and benchmarks: records every signal it receives.
+//! A stand-in container process for the integration tests, the demo and the benchmark: records every signal it receives.
 //!
 //! `sigrecorder <out-file> [--child <child-out-file>]`
 //!

@@ -1,0 +1,282 @@
+//! The integration harness: a simulated node (API server + kubelet + runtime from `nodesim`)
+//! and the real `reloadlet` binary running against it.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+pub mod fixtures;
+
+use nodesim::apiserver::{ApiServer, RecordedEvent};
+use nodesim::kubelet::{CgroupDriver, CgroupVersion, KubeletOptions, Runtime, SimKubelet};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+pub const NODE: &str = "node-a";
+
+/// Polls `f` every 20 ms until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Asserts `f` stays true for the whole `window` (polled every 20 ms).
+pub async fn never(what: &str, window: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + window;
+    while Instant::now() < deadline {
+        assert!(!f(), "it happened, but must not: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    pub runtime: Runtime,
+    pub driver: CgroupDriver,
+    pub cgroup_version: CgroupVersion,
+    pub tmpfs_mount_delay: Option<Duration>,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        Self {
+            runtime: Runtime::Containerd,
+            driver: CgroupDriver::Systemd,
+            cgroup_version: CgroupVersion::V2,
+            tmpfs_mount_delay: None,
+        }
+    }
+}
+
+pub struct Node {
+    pub api: ApiServer,
+    pub kubelet: SimKubelet,
+    pub dir: TempDir,
+    pub agent: Option<AgentProcess>,
+}
+
+pub struct AgentProcess {
+    pub child: Child,
+    pub listen: String,
+    pub log: PathBuf,
+}
+
+impl Node {
+    pub async fn start(opts: NodeOptions) -> Node {
+        let dir = tempfile::Builder::new().prefix("reloadlet-it-").tempdir().expect("tempdir");
+        let api = ApiServer::start().await.expect("api server");
+        api.write_kubeconfig(&dir.path().join("kubeconfig")).expect("kubeconfig");
+        std::fs::create_dir_all(dir.path().join("kubelet/pods")).unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        let kubelet = SimKubelet::start(
+            api.clone(),
+            KubeletOptions {
+                root: dir.path().join("kubelet"),
+                node_name: NODE.into(),
+                runtime: opts.runtime,
+                driver: opts.driver,
+                cgroup_version: opts.cgroup_version,
+                sync_delay: Duration::ZERO,
+                tmpfs_mount_delay: opts.tmpfs_mount_delay,
+                work_dir: dir.path().join("work"),
+            },
+        )
+        .await
+        .expect("kubelet");
+        Node { api, kubelet, dir, agent: None }
+    }
+
+    pub fn kubelet_root(&self) -> PathBuf {
+        self.dir.path().join("kubelet")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Starts reloadlet (`--debounce 0s` unless `args` say otherwise) and waits for /readyz.
+    pub async fn start_agent(&mut self, args: &[&str]) {
+        self.spawn_agent(args);
+        self.wait_ready().await;
+    }
+
+    pub fn spawn_agent(&mut self, args: &[&str]) {
+        self.spawn_agent_with(Command::new(env!("CARGO_BIN_EXE_reloadlet")), args)
+    }
+
+    /// Spawns reloadlet through `cmd` (e.g. a wrapper such as `unshare`).
+    pub fn spawn_agent_with(&mut self, mut cmd: Command, args: &[&str]) {
+        assert!(self.agent.is_none(), "agent already running");
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let listen = format!("127.0.0.1:{port}");
+        let log = self.path(&format!("reloadlet-{port}.log"));
+        let mut all: Vec<String> = vec![
+            "--node-name".into(),
+            NODE.into(),
+            "--kubelet-root".into(),
+            self.kubelet_root().display().to_string(),
+            "--listen".into(),
+            listen.clone(),
+            "--state-dir".into(),
+            self.path("state").display().to_string(),
+        ];
+        if !args.contains(&"--debounce") {
+            all.extend(["--debounce".into(), "0s".into()]);
+        }
+        all.extend(args.iter().map(|s| s.to_string()));
+        let child = cmd
+            .args(&all)
+            .env("KUBECONFIG", self.path("kubeconfig"))
+            .env("RUST_LOG", "reloadlet=debug,info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn reloadlet");
+        self.agent = Some(AgentProcess { child, listen, log });
+    }
+
+    pub async fn wait_ready(&mut self) {
+        let listen = self.agent().listen.clone();
+        let log = self.agent().log.clone();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if http_get(&listen, "/readyz").is_some_and(|(code, _)| code == 200) {
+                return;
+            }
+            if let Ok(Some(status)) = self.agent.as_mut().unwrap().child.try_wait() {
+                panic!("reloadlet exited with {status}:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            assert!(Instant::now() < deadline, "reloadlet not ready:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn agent(&self) -> &AgentProcess {
+        self.agent.as_ref().expect("agent running")
+    }
+
+    pub fn agent_log(&self) -> String {
+        std::fs::read_to_string(&self.agent().log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then waits (SIGKILL after 15 s).
+    pub async fn stop_agent(&mut self) -> ExitStatus {
+        let mut agent = self.agent.take().expect("agent running");
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = agent.child.kill();
+                return agent.child.wait().unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn scrape(&self) -> String {
+        http_get(&self.agent().listen, "/metrics").map(|(_, body)| body).unwrap_or_default()
+    }
+
+    /// The value of one metric series (exact name with labels), 0 when absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        metric_value(&self.scrape(), series)
+    }
+
+    /// Waits until reloadlet knows the content of at least `n` volumes.
+    pub async fn wait_tracked(&self, n: usize) {
+        eventually(&format!("reloadlet tracks {n} volumes"), Duration::from_secs(10), || {
+            (self.metric("reloadlet_volumes_tracked") >= n as f64).then_some(())
+        })
+        .await
+    }
+
+    pub fn events(&self, namespace: &str, pod: &str, reason: &str) -> Vec<RecordedEvent> {
+        self.api
+            .events()
+            .into_iter()
+            .filter(|e| e.namespace == namespace && e.regarding_name == pod && e.reason == reason)
+            .collect()
+    }
+
+    pub async fn wait_event(&self, namespace: &str, pod: &str, reason: &str) -> RecordedEvent {
+        eventually(&format!("event {reason} on {namespace}/{pod}"), Duration::from_secs(15), || {
+            self.events(namespace, pod, reason).into_iter().next()
+        })
+        .await
+    }
+
+    pub fn all_events(&self) -> Vec<RecordedEvent> {
+        self.api.events()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            let _ = agent.child.kill();
+            let _ = agent.child.wait();
+            if std::thread::panicking() {
+                eprintln!("--- reloadlet log ---\n{}", std::fs::read_to_string(&agent.log).unwrap_or_default());
+            }
+        }
+        self.kubelet.shutdown();
+    }
+}
+
+/// A tiny HTTP/1.0 GET against loopback: (status, body).
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((code, body))
+}
+
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}
+
+/// Lines a `sigrecorder` wrote, without the READY line: e.g. `["SIGHUP"]`.
+pub fn signals_in(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|s| *s != "READY")
+        .map(str::to_owned)
+        .collect()
+}
+
+pub fn recorder_ready(path: &Path) -> bool {
+    std::fs::read_to_string(path).unwrap_or_default().contains("READY")
+}
+
+/// `examples/sigrecorder`, which `cargo test` builds next to the test binaries.
+pub fn sigrecorder() -> String {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join("examples/sigrecorder");
+    assert!(path.exists(), "{} is missing: run through `cargo test`", path.display());
+    path.display().to_string()
+}
