@@ -82,3 +82,26 @@ impl InvariantRecord {
         self.healthy_after < self.healthy_before && self.healthy_after < self.desired_healthy
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::InvariantRecord;
+
+    #[test]
+    fn violation_only_when_an_eviction_drops_below_desired() {
+        let r = |before, after, desired| InvariantRecord {
+            pdb: "ns/pdb".into(),
+            pod: "ns/pod".into(),
+            healthy_before: before,
+            healthy_after: after,
+            desired_healthy: desired,
+        };
+        assert!(!r(3, 2, 2).is_violation());
+        assert!(r(2, 1, 2).is_violation());
+        assert!(
+            !r(1, 1, 2).is_violation(),
+            "an unready pod's eviction lowers nothing"
+        );
+        assert!(!r(1, 0, 0).is_violation());
+    }
+}
