@@ -496,3 +496,74 @@ async fn subscribers_see_the_pod_terminate_then_go() {
     }
     assert_eq!(seen, ["updated", "terminating", "deleted"]);
 }
+
+#[tokio::test]
+async fn pinned_statuses_give_403s_and_a_stale_budget_shows_as_a_violation() {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let (server, api, _) = setup(ApiServerOptions::default(), 2, 2).await;
+    let victim = names(&server)[0].clone();
+    let base = server.get_pdb(NS, "web-pdb").unwrap().status.unwrap();
+
+    let negative = PodDisruptionBudgetStatus {
+        disruptions_allowed: -1,
+        ..base.clone()
+    };
+    assert!(server.pin_pdb_status(NS, "web-pdb", Some(negative)));
+    let st = expect_api_err(api.evict(&victim, &EvictParams::default()).await);
+    assert_eq!((st.code, st.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        st.message,
+        "poddisruptionbudget.policy \"web-pdb\" is forbidden: pdb disruptions allowed is negative"
+    );
+
+    let now = Time(
+        server
+            .get_pod(NS, &victim)
+            .unwrap()
+            .metadata
+            .creation_timestamp
+            .unwrap()
+            .0,
+    );
+    let big = (0..2001).map(|i| (format!("p{i}"), now.clone())).collect();
+    let crowded = PodDisruptionBudgetStatus {
+        disrupted_pods: Some(big),
+        disruptions_allowed: 1,
+        ..base.clone()
+    };
+    server.pin_pdb_status(NS, "web-pdb", Some(crowded));
+    let st = expect_api_err(api.evict(&victim, &EvictParams::default()).await);
+    assert_eq!(st.code, 403);
+    assert!(st.message.ends_with(
+        "DisruptedPods map too big - too many evictions not confirmed by PDB controller"
+    ));
+
+    // A stale status that still allows one disruption lets the eviction through, and the
+    // invariant log catches that it left fewer than desiredHealthy pods.
+    let stale = PodDisruptionBudgetStatus {
+        disruptions_allowed: 1,
+        ..base
+    };
+    server.pin_pdb_status(NS, "web-pdb", Some(stale));
+    assert!(server.invariant_violations().is_empty());
+    assert_eq!(
+        api.evict(&victim, &EvictParams::default())
+            .await
+            .unwrap()
+            .code,
+        201
+    );
+    let v = server.invariant_violations();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].contains(&victim) && v[0].contains("web-pdb"),
+        "{}",
+        v[0]
+    );
+
+    // Unpinned, the controller takes over again.
+    server.pin_pdb_status(NS, "web-pdb", None);
+    let s = server.get_pdb(NS, "web-pdb").unwrap().status.unwrap();
+    assert_eq!((s.current_healthy, s.disruptions_allowed), (1, 0));
+}

@@ -332,3 +332,17 @@ async fn shutdown_stops_serving() {
     server.shutdown().await;
     assert!(api.list(&ListParams::default()).await.is_err());
 }
+
+#[tokio::test]
+async fn response_delay_slows_every_answer() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<Pod> = Api::all(client(&server));
+    server.set_response_delay(Some(Duration::from_millis(300)));
+    let t = tokio::time::Instant::now();
+    api.list(&ListParams::default()).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    server.set_response_delay(None);
+    let t = tokio::time::Instant::now();
+    api.list(&ListParams::default()).await.unwrap();
+    assert!(t.elapsed() < Duration::from_millis(300));
+}

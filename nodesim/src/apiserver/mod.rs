@@ -25,7 +25,7 @@ pub use records::{EvictionRecord, InvariantRecord, RecordedEvent, RequestRecord}
 pub use status::ApiStatus;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, PodTemplateSpec, Secret};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use shared::Shared;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -312,6 +312,18 @@ impl ApiServer {
         let mut st = self.state();
         st.recompute_pdbs();
         st.pdbs.get(&key(namespace, name)).map(|e| e.pdb.clone())
+    }
+    /// Pins a PDB's status as given (the disruption controller stops updating it; the
+    /// eviction subresource still spends from it), to stage states such as a negative
+    /// budget, an oversized `disruptedPods` map or a stale count. `None` unpins it.
+    /// Returns false when there is no such PDB.
+    pub fn pin_pdb_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: Option<PodDisruptionBudgetStatus>,
+    ) -> bool {
+        self.state().pin_pdb_status(&key(namespace, name), status)
     }
     /// Changes the disruption controller's lag for later PDB changes.
     pub fn set_controller_lag(&self, lag: Duration) {

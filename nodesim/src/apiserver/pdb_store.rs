@@ -50,6 +50,7 @@ impl State {
             PdbEntry {
                 pdb,
                 observe_after: self.lag_deadline(),
+                frozen: false,
             },
         );
         self.recompute_pdbs();
@@ -70,8 +71,13 @@ impl State {
         let rv = self.next_rv();
         pdb.metadata.resource_version = Some(rv.to_string());
         let observe_after = self.lag_deadline();
-        self.pdbs
-            .insert(key.clone(), PdbEntry { pdb, observe_after });
+        let frozen = self.pdbs.get(&key).is_some_and(|e| e.frozen);
+        let entry = PdbEntry {
+            pdb,
+            observe_after,
+            frozen,
+        };
+        self.pdbs.insert(key.clone(), entry);
         self.recompute_pdbs();
         self.pdbs[&key].pdb.clone()
     }
@@ -81,6 +87,22 @@ impl State {
         let e = self.pdbs.remove(key)?;
         self.next_rv();
         Some(e.pdb)
+    }
+
+    /// Pins a PDB's status (`Some`) so the controller no longer touches it, or hands it
+    /// back to the controller (`None`). Returns false when there is no such PDB.
+    pub fn pin_pdb_status(&mut self, key: &Key, status: Option<PodDisruptionBudgetStatus>) -> bool {
+        let rv = self.next_rv();
+        let Some(e) = self.pdbs.get_mut(key) else {
+            return false;
+        };
+        e.frozen = status.is_some();
+        if let Some(st) = status {
+            e.pdb.status = Some(st);
+            e.pdb.metadata.resource_version = Some(rv.to_string());
+        }
+        self.recompute_pdbs();
+        true
     }
 
     fn lag_deadline(&self) -> Option<Instant> {
@@ -140,7 +162,7 @@ impl State {
         let keys: Vec<Key> = self.pdbs.keys().cloned().collect();
         for key in keys {
             let entry = &self.pdbs[&key];
-            if entry.observe_after.is_some_and(|t| instant_now < t) {
+            if entry.frozen || entry.observe_after.is_some_and(|t| instant_now < t) {
                 continue;
             }
             let pods = self.pods_of_pdb(&entry.pdb);

@@ -55,6 +55,8 @@ pub(crate) struct PdbEntry {
     pub pdb: PodDisruptionBudget,
     /// Until this instant the controller has not seen the latest generation (lag).
     pub observe_after: Option<Instant>,
+    /// A test pinned the status: the controller leaves it alone.
+    pub frozen: bool,
 }
 
 /// All server state.
