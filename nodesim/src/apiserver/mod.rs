@@ -1,69 +1,394 @@
-//! STUB — replaced by the API server implementation. Only the in-process interface
-//! that the simulated kubelet and the tests use is fixed here.
+//! A stateful Kubernetes API server on loopback that the real kube client talks to:
+//! pods (list/watch/get/delete), the eviction subresource with PodDisruptionBudgets,
+//! Events of both APIs, ConfigMaps and Secrets, ReplicaSet emulation, fault injection and
+//! logs of what was asked (see `shared/reference/eviction-facts.md`).
+//!
+//! Tests and the simulated kubelet drive it in-process through [`ApiServer`]; reloadlet
+//! reaches it over HTTP through the kubeconfig from [`ApiServer::write_kubeconfig`].
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret};
+mod disruption;
+mod events;
+mod eviction;
+mod pdb_store;
+mod records;
+mod replicaset;
+pub mod selectors;
+mod server;
+mod shared;
+mod status;
+mod store;
+mod watch;
+
+pub use disruption::{compute_status, expected_and_desired, scaled_value, BudgetError};
+pub use events::merge_patch;
+pub use records::{EvictionRecord, InvariantRecord, RecordedEvent, RequestRecord};
+pub use status::ApiStatus;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, PodTemplateSpec, Secret};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use shared::Shared;
+use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use store::{Key, State};
+use tokio::sync::{broadcast, watch as tokio_watch};
+use tokio::task::JoinHandle;
 
 /// A change the simulated kubelet (and tests) can follow without polling.
 #[derive(Clone, Debug)]
 pub enum ApiChange {
+    /// A pod was created or changed (including getting a deletionTimestamp).
     PodUpserted(Box<Pod>),
+    /// A pod was removed for good.
     PodDeleted(Box<Pod>),
+    /// A ConfigMap was created or replaced.
     ConfigMapChanged { namespace: String, name: String },
+    /// A Secret was created or replaced.
     SecretChanged { namespace: String, name: String },
 }
 
+/// How the server behaves; `Default` is what [`ApiServer::start`] uses.
+#[derive(Clone, Debug)]
+pub struct ApiServerOptions {
+    /// Pod changes retained for watches; watching from before them answers 410.
+    pub history_len: usize,
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// How long the disruption controller takes to observe a new PDB generation.
+    pub controller_lag: Duration,
+    /// Remove gracefully deleted pods at once instead of waiting for `finalize_pod`.
+    pub auto_finalize: bool,
+    /// Delay before every HTTP response.
+    pub response_delay: Option<Duration>,
+    /// Lifetime of a watch whose client sends no `timeoutSeconds`.
+    pub default_watch_timeout: Duration,
+}
+
+impl Default for ApiServerOptions {
+    fn default() -> Self {
+        Self {
+            history_len: 1000,
+            bookmark_interval: Duration::from_secs(60),
+            controller_lag: Duration::ZERO,
+            auto_finalize: false,
+            response_delay: None,
+            default_watch_timeout: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// The server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiServerError {
+    /// Binding 127.0.0.1:0 failed.
+    #[error("cannot bind the simulated API server on 127.0.0.1: {0}")]
+    Bind(#[source] std::io::Error),
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    change_tx: broadcast::Sender<ApiChange>,
+    shutdown_tx: tokio_watch::Sender<bool>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shutdown_tx.send_replace(true);
+    }
+}
+
+/// A handle on the running server; clones share it. Dropping the last clone (or
+/// [`ApiServer::shutdown`]) stops the server.
 #[derive(Clone)]
-pub struct ApiServer {}
+pub struct ApiServer {
+    inner: Arc<Handle>,
+}
+
+fn key(namespace: &str, name: &str) -> Key {
+    (namespace.to_string(), name.to_string())
+}
 
 impl ApiServer {
-    /// Binds 127.0.0.1:0 and serves until dropped/shut down.
+    /// Binds 127.0.0.1:0 with default options and serves until dropped/shut down.
     pub async fn start() -> anyhow::Result<ApiServer> {
-        unimplemented!()
+        Ok(Self::start_with(ApiServerOptions::default()).await?)
     }
+
+    /// Binds 127.0.0.1:0 with these options.
+    pub async fn start_with(opts: ApiServerOptions) -> Result<ApiServer, ApiServerError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(ApiServerError::Bind)?;
+        let addr = listener.local_addr().map_err(ApiServerError::Bind)?;
+        let (watch_tx, _) = broadcast::channel(4096);
+        let (change_tx, _) = broadcast::channel(4096);
+        let (shutdown_tx, shutdown_rx) = tokio_watch::channel(false);
+        let state = State::new(
+            opts.history_len,
+            opts.auto_finalize,
+            opts.controller_lag,
+            watch_tx.clone(),
+            change_tx.clone(),
+        );
+        let shared = Arc::new(Shared::new(
+            state,
+            watch_tx,
+            shutdown_rx.clone(),
+            opts.bookmark_interval,
+            opts.default_watch_timeout,
+            opts.response_delay,
+        ));
+        let app = server::router(shared.clone());
+        let mut stop = shutdown_rx;
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            });
+            if let Err(e) = serve.await {
+                tracing::warn!("simulated API server stopped: {e}");
+            }
+        });
+        Ok(ApiServer {
+            inner: Arc::new(Handle {
+                shared,
+                addr,
+                change_tx,
+                shutdown_tx,
+                task: Mutex::new(Some(task)),
+            }),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.shared.lock()
+    }
+
     /// `http://127.0.0.1:<port>`
     pub fn url(&self) -> String {
-        unimplemented!()
+        format!("http://{}", self.inner.addr)
     }
+
     /// A kubeconfig whose current context points at this server (no auth).
-    pub fn write_kubeconfig(&self, _path: &Path) -> std::io::Result<()> {
-        unimplemented!()
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: nodesim\n  cluster:\n    server: {}\n\
+             contexts:\n- name: nodesim\n  context:\n    cluster: nodesim\n    user: nodesim\n    namespace: default\n\
+             current-context: nodesim\nusers:\n- name: nodesim\n  user: {{}}\npreferences: {{}}\n",
+            self.url()
+        );
+        std::fs::write(path, text)
     }
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ApiChange> {
-        unimplemented!()
+
+    /// Stops the server and ends every open watch; later requests are refused.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown_tx.send_replace(true);
+        let task = self
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
     }
-    /// Assigns uid, resourceVersion, creationTimestamp, generation when missing.
-    pub fn create_pod(&self, _pod: Pod) -> Pod {
-        unimplemented!()
+
+    /// Follows pod, ConfigMap and Secret changes.
+    pub fn subscribe(&self) -> broadcast::Receiver<ApiChange> {
+        self.inner.change_tx.subscribe()
     }
-    /// Replaces metadata/spec (annotations changes are visible to watchers).
-    pub fn replace_pod(&self, _pod: Pod) -> Pod {
-        unimplemented!()
+
+    // ---- pods ----
+
+    /// Assigns uid, resourceVersion, creationTimestamp, generation when missing; a pod
+    /// without status starts `Pending`. An existing pod of that name is replaced.
+    pub fn create_pod(&self, pod: Pod) -> Pod {
+        self.state().create_pod(pod)
+    }
+    /// Replaces metadata/spec (annotations changes are visible to watchers); keeps status.
+    pub fn replace_pod(&self, pod: Pod) -> Pod {
+        self.state().replace_pod(pod)
     }
     /// What the kubelet reports: containerStatuses, phase, conditions (Ready).
-    pub fn set_pod_status(&self, _namespace: &str, _name: &str, _status: PodStatus) {
-        unimplemented!()
+    pub fn set_pod_status(&self, namespace: &str, name: &str, status: PodStatus) {
+        self.state().set_pod_status(&key(namespace, name), status);
     }
     /// Removes the pod now (a DELETED watch event).
-    pub fn delete_pod(&self, _namespace: &str, _name: &str) -> Option<Pod> {
-        unimplemented!()
+    pub fn delete_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.state().delete_pod_now(&key(namespace, name))
     }
-    pub fn get_pod(&self, _namespace: &str, _name: &str) -> Option<Pod> {
-        unimplemented!()
+    /// The kubelet confirms a terminating pod is gone: removes it (DELETED).
+    pub fn finalize_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.state().delete_pod_now(&key(namespace, name))
     }
+    /// One pod.
+    pub fn get_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.state().pods.get(&key(namespace, name)).cloned()
+    }
+    /// All pods, ordered by namespace and name.
     pub fn list_pods(&self) -> Vec<Pod> {
-        unimplemented!()
+        self.state().pods.values().cloned().collect()
     }
-    pub fn apply_configmap(&self, _cm: ConfigMap) {
-        unimplemented!()
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.state().rv
     }
-    pub fn get_configmap(&self, _namespace: &str, _name: &str) -> Option<ConfigMap> {
-        unimplemented!()
+    /// Drops the retained history: watches from an older version get 410, and open
+    /// watches end with a 410 ERROR event (their watcher relists).
+    pub fn compact(&self) {
+        self.state().compact();
     }
-    pub fn apply_secret(&self, _secret: Secret) {
-        unimplemented!()
+
+    // ---- configmaps, secrets ----
+
+    /// Creates or replaces a ConfigMap.
+    pub fn apply_configmap(&self, cm: ConfigMap) {
+        self.state().apply_configmap(cm);
     }
-    pub fn get_secret(&self, _namespace: &str, _name: &str) -> Option<Secret> {
-        unimplemented!()
+    /// One ConfigMap.
+    pub fn get_configmap(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+        self.state().configmaps.get(&key(namespace, name)).cloned()
+    }
+    /// Creates or replaces a Secret.
+    pub fn apply_secret(&self, secret: Secret) {
+        self.state().apply_secret(secret);
+    }
+    /// One Secret.
+    pub fn get_secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+        self.state().secrets.get(&key(namespace, name)).cloned()
+    }
+
+    // ---- ReplicaSets ----
+
+    /// Creates `replicas` pods `<name>-<5 random>` owned by a ReplicaSet that keeps that
+    /// many non-terminating pods on `node_name`. Returns the ReplicaSet's UID.
+    pub fn create_replicaset(
+        &self,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+        template: PodTemplateSpec,
+        node_name: &str,
+    ) -> String {
+        self.state()
+            .create_replicaset(namespace, name, replicas, template, node_name)
+    }
+    /// Changes a ReplicaSet's replica count; false when it does not exist.
+    pub fn scale_replicaset(&self, namespace: &str, name: &str, replicas: i32) -> bool {
+        self.state().scale_replicaset(namespace, name, replicas)
+    }
+    /// Pods whose controller is the named ReplicaSet (terminating ones included).
+    pub fn pods_of_replicaset(&self, namespace: &str, name: &str) -> Vec<Pod> {
+        let st = self.state();
+        let Some(rs) = st.replicasets.get(&key(namespace, name)) else {
+            return Vec::new();
+        };
+        st.pods.values().filter(|p| rs.owns(p)).cloned().collect()
+    }
+
+    // ---- PDBs ----
+
+    /// Creates a PDB (generation 1); the controller computes its status (after the lag).
+    pub fn create_pdb(&self, pdb: PodDisruptionBudget) -> PodDisruptionBudget {
+        let out = self.state().create_pdb(pdb);
+        self.after_pdb_change();
+        out
+    }
+    /// Replaces a PDB's spec, bumping `metadata.generation`.
+    pub fn update_pdb(&self, pdb: PodDisruptionBudget) -> PodDisruptionBudget {
+        let out = self.state().update_pdb(pdb);
+        self.after_pdb_change();
+        out
+    }
+    /// Removes a PDB.
+    pub fn delete_pdb(&self, namespace: &str, name: &str) -> Option<PodDisruptionBudget> {
+        self.state().delete_pdb(&key(namespace, name))
+    }
+    /// A PDB with its current status.
+    pub fn get_pdb(&self, namespace: &str, name: &str) -> Option<PodDisruptionBudget> {
+        let mut st = self.state();
+        st.recompute_pdbs();
+        st.pdbs.get(&key(namespace, name)).map(|e| e.pdb.clone())
+    }
+    /// Pins a PDB's status as given (the disruption controller stops updating it; the
+    /// eviction subresource still spends from it), to stage states such as a negative
+    /// budget, an oversized `disruptedPods` map or a stale count. `None` unpins it.
+    /// Returns false when there is no such PDB.
+    pub fn pin_pdb_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: Option<PodDisruptionBudgetStatus>,
+    ) -> bool {
+        self.state().pin_pdb_status(&key(namespace, name), status)
+    }
+    /// Changes the disruption controller's lag for later PDB changes.
+    pub fn set_controller_lag(&self, lag: Duration) {
+        self.state().controller_lag = lag;
+    }
+
+    /// Once the lag is over, a controller pass observes the new generation.
+    fn after_pdb_change(&self) {
+        let lag = self.state().controller_lag;
+        if lag.is_zero() {
+            return;
+        }
+        let shared = Arc::downgrade(&self.inner.shared);
+        tokio::spawn(async move {
+            tokio::time::sleep(lag + Duration::from_millis(1)).await;
+            if let Some(s) = shared.upgrade() {
+                s.lock().recompute_pdbs();
+            }
+        });
+    }
+
+    // ---- logs and fault injection ----
+
+    /// Every Event of both APIs.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.state().recorded_events()
+    }
+    /// Every eviction request with its answer.
+    pub fn evictions(&self) -> Vec<EvictionRecord> {
+        self.state().evictions.clone()
+    }
+    /// Every eviction that deleted a PDB-covered pod.
+    pub fn invariant_log(&self) -> Vec<InvariantRecord> {
+        self.state().invariants.clone()
+    }
+    /// Evictions that brought a PDB's Ready, non-terminating pods below desiredHealthy.
+    pub fn invariant_violations(&self) -> Vec<String> {
+        self.state()
+            .invariants
+            .iter()
+            .filter(|r| r.is_violation())
+            .map(|r| {
+                format!(
+                    "evicting {} left {} healthy pods under {} (was {}, desiredHealthy {})",
+                    r.pod, r.healthy_after, r.pdb, r.healthy_before, r.desired_healthy
+                )
+            })
+            .collect()
+    }
+    /// Every HTTP request answered.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.state().requests.clone()
+    }
+    /// `Some(code)`: every request answers that status and open watches break; `None`
+    /// restores service.
+    pub fn set_outage(&self, code: Option<u16>) {
+        self.inner.shared.outage.send_replace(code);
+    }
+    /// Delays every response by `delay`.
+    pub fn set_response_delay(&self, delay: Option<Duration>) {
+        *self
+            .inner
+            .shared
+            .delay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = delay;
     }
 }

@@ -1,0 +1,404 @@
+//! HTTP routing: the request log / outage / delay gate, and the handlers.
+
+use super::events::EventApi;
+use super::records::RequestRecord;
+use super::selectors::{FieldQuery, LabelQuery};
+use super::shared::Shared;
+use super::status::ApiStatus;
+use super::store::Key;
+use super::watch::{start_watch, PodFilter, WatchRequest};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Shr = State<Arc<Shared>>;
+type Params = Query<HashMap<String, String>>;
+type Answer = Result<Response, ApiStatus>;
+
+/// The server's routes.
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/api/v1/pods", get(list_all_pods))
+        .route("/api/v1/namespaces/{ns}/pods", get(list_ns_pods))
+        .route(
+            "/api/v1/namespaces/{ns}/pods/{name}",
+            get(get_pod).delete(delete_pod),
+        )
+        .route("/api/v1/namespaces/{ns}/pods/{name}/eviction", post(evict))
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+            get(list_events_v1).post(create_event_v1),
+        )
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}",
+            get(get_event_v1).patch(patch_event_v1),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/events",
+            get(list_events_core).post(create_event_core),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/events/{name}",
+            get(get_event_core).patch(patch_event_core),
+        )
+        .route("/api/v1/namespaces/{ns}/configmaps", get(list_configmaps))
+        .route(
+            "/api/v1/namespaces/{ns}/configmaps/{name}",
+            get(get_configmap),
+        )
+        .route("/api/v1/namespaces/{ns}/secrets", get(list_secrets))
+        .route("/api/v1/namespaces/{ns}/secrets/{name}", get(get_secret))
+        .route(
+            "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+            get(list_pdbs),
+        )
+        .route(
+            "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}",
+            get(get_pdb),
+        )
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(shared.clone(), gate))
+        .with_state(shared)
+}
+
+/// Logs every request, applies the simulated outage and response delay.
+async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
+    let at = Instant::now();
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
+    if let Some(d) = shared.delay() {
+        tokio::time::sleep(d).await;
+    }
+    let outage = *shared.outage.borrow();
+    let resp = match outage {
+        Some(code) => ApiStatus::outage(code).into_response(),
+        None => next.run(req).await,
+    };
+    shared.lock().requests.push(RequestRecord {
+        method,
+        path,
+        query,
+        status: resp.status().as_u16(),
+        at,
+    });
+    resp
+}
+
+async fn not_found() -> ApiStatus {
+    ApiStatus::failure(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+}
+
+fn json_response<T: Serialize>(code: StatusCode, body: &T) -> Response {
+    (
+        code,
+        Json(serde_json::to_value(body).unwrap_or(Value::Null)),
+    )
+        .into_response()
+}
+
+fn truthy(p: &HashMap<String, String>, k: &str) -> bool {
+    p.get(k).is_some_and(|v| v == "true" || v == "1")
+}
+
+fn bad(e: impl std::fmt::Display) -> ApiStatus {
+    ApiStatus::bad_request(e.to_string())
+}
+
+// ---- pods ----
+
+async fn list_all_pods(State(s): Shr, Query(p): Params) -> Answer {
+    list_or_watch(s, None, p)
+}
+
+async fn list_ns_pods(State(s): Shr, Path(ns): Path<String>, Query(p): Params) -> Answer {
+    list_or_watch(s, Some(ns), p)
+}
+
+fn list_or_watch(shared: Arc<Shared>, ns: Option<String>, p: HashMap<String, String>) -> Answer {
+    let filter = PodFilter {
+        namespace: ns,
+        fields: FieldQuery::parse(p.get("fieldSelector").map_or("", |s| s)).map_err(bad)?,
+        labels: LabelQuery::parse(p.get("labelSelector").map_or("", |s| s)).map_err(bad)?,
+    };
+    if truthy(&p, "watch") {
+        let timeout = match p.get("timeoutSeconds") {
+            Some(t) => Duration::from_secs(t.parse().map_err(|_| bad("invalid timeoutSeconds"))?),
+            None => shared.default_watch_timeout,
+        };
+        return start_watch(
+            shared,
+            WatchRequest {
+                filter,
+                resource_version: p.get("resourceVersion").cloned(),
+                timeout,
+                bookmarks: truthy(&p, "allowWatchBookmarks"),
+                send_initial_events: truthy(&p, "sendInitialEvents"),
+            },
+        );
+    }
+    list_pods(&shared, &filter, &p)
+}
+
+fn list_pods(shared: &Shared, filter: &PodFilter, p: &HashMap<String, String>) -> Answer {
+    let state = shared.lock();
+    let rv_match = p.get("resourceVersionMatch").map(String::as_str);
+    if let Some(rv) = p.get("resourceVersion").filter(|r| !r.is_empty()) {
+        let n: u64 = rv
+            .parse()
+            .map_err(|_| bad(format!("invalid resource version: {rv}")))?;
+        if matches!(rv_match, Some("Exact" | "NotOlderThan")) && n != 0 && n < state.compacted_rv {
+            return Err(ApiStatus::expired(
+                "The resourceVersion for the provided list is too old.",
+            ));
+        }
+    }
+    let mut offset = 0usize;
+    if let Some(token) = p.get("continue").filter(|c| !c.is_empty()) {
+        let (rv, off) = token
+            .split_once(':')
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<usize>().ok()?)))
+            .ok_or_else(|| bad("continue key is not valid"))?;
+        if rv < state.compacted_rv {
+            return Err(ApiStatus::expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            ));
+        }
+        offset = off;
+    }
+    let matching: Vec<Value> = state
+        .pods
+        .values()
+        .filter(|pod| filter.matches(pod))
+        .map(|pod| serde_json::to_value(pod).unwrap_or(Value::Null))
+        .collect();
+    let limit = p
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let end = limit.map_or(matching.len(), |l| (offset + l).min(matching.len()));
+    let items: Vec<Value> = matching
+        .get(offset.min(end)..end)
+        .unwrap_or_default()
+        .to_vec();
+    let mut meta = json!({"resourceVersion": state.rv.to_string()});
+    if end < matching.len() {
+        meta["continue"] = Value::String(format!("{}:{end}", state.rv));
+        meta["remainingItemCount"] = json!(matching.len() - end);
+    }
+    Ok(
+        Json(json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}))
+            .into_response(),
+    )
+}
+
+async fn get_pod(State(s): Shr, Path((ns, name)): Path<(String, String)>) -> Answer {
+    let state = s.lock();
+    match state.pods.get(&(ns, name.clone())) {
+        Some(pod) => Ok(json_response(StatusCode::OK, pod)),
+        None => Err(ApiStatus::not_found("", "pods", &name)),
+    }
+}
+
+async fn delete_pod(
+    State(s): Shr,
+    Path((ns, name)): Path<(String, String)>,
+    Query(p): Params,
+    body: Bytes,
+) -> Answer {
+    let mut grace = p.get("gracePeriodSeconds").and_then(|g| g.parse().ok());
+    if grace.is_none() && !body.is_empty() {
+        let opts: Value = serde_json::from_slice(&body).map_err(bad)?;
+        grace = opts.get("gracePeriodSeconds").and_then(Value::as_i64);
+    }
+    let dry_run = p.get("dryRun").is_some_and(|d| d == "All");
+    let mut state = s.lock();
+    let key: Key = (ns, name.clone());
+    if dry_run {
+        return match state.pods.get(&key) {
+            Some(pod) => Ok(json_response(StatusCode::OK, pod)),
+            None => Err(ApiStatus::not_found("", "pods", &name)),
+        };
+    }
+    match state.delete_pod_graceful(&key, grace) {
+        Some(pod) => Ok(json_response(StatusCode::OK, &pod)),
+        None => Err(ApiStatus::not_found("", "pods", &name)),
+    }
+}
+
+async fn evict(
+    State(s): Shr,
+    Path((ns, name)): Path<(String, String)>,
+    Query(p): Params,
+    body: Bytes,
+) -> ApiStatus {
+    let dry_run = p.get("dryRun").is_some_and(|d| d == "All");
+    s.lock().evict(&ns, &name, &body, dry_run)
+}
+
+// ---- events ----
+
+fn is_merge_patch(headers: &HeaderMap) -> bool {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    ct.starts_with("application/merge-patch+json")
+        || ct.starts_with("application/strategic-merge-patch+json")
+}
+
+fn create_event(s: &Shared, api: EventApi, ns: &str, body: &[u8]) -> Answer {
+    let v = s.lock().create_event(api, ns, body)?;
+    Ok((StatusCode::CREATED, Json(v)).into_response())
+}
+
+fn patch_event(s: &Shared, api: EventApi, key: Key, headers: &HeaderMap, body: &[u8]) -> Answer {
+    if !is_merge_patch(headers) {
+        return Err(ApiStatus::failure(
+            415,
+            "UnsupportedMediaType",
+            "the simulator accepts merge and strategic-merge patches only",
+        ));
+    }
+    let v = s.lock().patch_event(api, &key, body)?;
+    Ok(Json(v).into_response())
+}
+
+fn get_event(s: &Shared, api: EventApi, key: Key) -> Answer {
+    let state = s.lock();
+    let v = match api {
+        EventApi::EventsV1 => state.events_v1.get(&key).map(serde_json::to_value),
+        EventApi::Core => state.events_core.get(&key).map(serde_json::to_value),
+    };
+    match v {
+        Some(Ok(v)) => Ok(Json(v).into_response()),
+        _ => Err(ApiStatus::not_found(
+            if api == EventApi::Core {
+                ""
+            } else {
+                "events.k8s.io"
+            },
+            "events",
+            &key.1,
+        )),
+    }
+}
+
+async fn list_events_v1(State(s): Shr, Path(ns): Path<String>) -> Json<Value> {
+    Json(s.lock().list_events(EventApi::EventsV1, &ns))
+}
+async fn list_events_core(State(s): Shr, Path(ns): Path<String>) -> Json<Value> {
+    Json(s.lock().list_events(EventApi::Core, &ns))
+}
+async fn create_event_v1(State(s): Shr, Path(ns): Path<String>, body: Bytes) -> Answer {
+    create_event(&s, EventApi::EventsV1, &ns, &body)
+}
+async fn create_event_core(State(s): Shr, Path(ns): Path<String>, body: Bytes) -> Answer {
+    create_event(&s, EventApi::Core, &ns, &body)
+}
+async fn get_event_v1(State(s): Shr, Path(key): Path<(String, String)>) -> Answer {
+    get_event(&s, EventApi::EventsV1, key)
+}
+async fn get_event_core(State(s): Shr, Path(key): Path<(String, String)>) -> Answer {
+    get_event(&s, EventApi::Core, key)
+}
+async fn patch_event_v1(
+    State(s): Shr,
+    Path(key): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    patch_event(&s, EventApi::EventsV1, key, &headers, &body)
+}
+async fn patch_event_core(
+    State(s): Shr,
+    Path(key): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    patch_event(&s, EventApi::Core, key, &headers, &body)
+}
+
+// ---- configmaps, secrets, PDBs (read only over HTTP) ----
+
+fn list_body<T: Serialize>(kind: &str, api_version: &str, rv: u64, items: Vec<&T>) -> Response {
+    Json(json!({
+        "kind": kind,
+        "apiVersion": api_version,
+        "metadata": {"resourceVersion": rv.to_string()},
+        "items": items.iter().map(|i| serde_json::to_value(i).unwrap_or(Value::Null)).collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+async fn list_configmaps(State(s): Shr, Path(ns): Path<String>) -> Response {
+    let st = s.lock();
+    let items = st
+        .configmaps
+        .iter()
+        .filter(|(k, _)| k.0 == ns)
+        .map(|(_, v)| v)
+        .collect();
+    list_body("ConfigMapList", "v1", st.rv, items)
+}
+
+async fn get_configmap(State(s): Shr, Path(key): Path<(String, String)>) -> Answer {
+    let st = s.lock();
+    st.configmaps
+        .get(&key)
+        .map(|c| json_response(StatusCode::OK, c))
+        .ok_or_else(|| ApiStatus::not_found("", "configmaps", &key.1))
+}
+
+async fn list_secrets(State(s): Shr, Path(ns): Path<String>) -> Response {
+    let st = s.lock();
+    let items = st
+        .secrets
+        .iter()
+        .filter(|(k, _)| k.0 == ns)
+        .map(|(_, v)| v)
+        .collect();
+    list_body("SecretList", "v1", st.rv, items)
+}
+
+async fn get_secret(State(s): Shr, Path(key): Path<(String, String)>) -> Answer {
+    let st = s.lock();
+    st.secrets
+        .get(&key)
+        .map(|c| json_response(StatusCode::OK, c))
+        .ok_or_else(|| ApiStatus::not_found("", "secrets", &key.1))
+}
+
+async fn list_pdbs(State(s): Shr, Path(ns): Path<String>) -> Response {
+    let mut st = s.lock();
+    st.recompute_pdbs();
+    let items = st
+        .pdbs
+        .iter()
+        .filter(|(k, _)| k.0 == ns)
+        .map(|(_, e)| &e.pdb)
+        .collect();
+    list_body("PodDisruptionBudgetList", "policy/v1", st.rv, items)
+}
+
+async fn get_pdb(State(s): Shr, Path(key): Path<(String, String)>) -> Answer {
+    let mut st = s.lock();
+    st.recompute_pdbs();
+    st.pdbs
+        .get(&key)
+        .map(|e| json_response(StatusCode::OK, &e.pdb))
+        .ok_or_else(|| ApiStatus::not_found("policy", "poddisruptionbudgets", &key.1))
+}

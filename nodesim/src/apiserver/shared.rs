@@ -1,0 +1,53 @@
+//! What the HTTP handlers, watch tasks and the in-process handle share.
+
+use super::store::{State, WatchSignal};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+
+/// Shared server internals.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    pub watch_tx: broadcast::Sender<WatchSignal>,
+    /// `Some(code)`: every request answers that status, open watches end.
+    pub outage: watch::Sender<Option<u16>>,
+    /// Delay before each response.
+    pub delay: Mutex<Option<Duration>>,
+    /// Becomes `true` when the server shuts down.
+    pub shutdown: watch::Receiver<bool>,
+    /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// A watch's lifetime when the client gives no `timeoutSeconds`.
+    pub default_watch_timeout: Duration,
+}
+
+impl Shared {
+    pub fn new(
+        state: State,
+        watch_tx: broadcast::Sender<WatchSignal>,
+        shutdown: watch::Receiver<bool>,
+        bookmark_interval: Duration,
+        default_watch_timeout: Duration,
+        delay: Option<Duration>,
+    ) -> Self {
+        Self {
+            state: Mutex::new(state),
+            watch_tx,
+            outage: watch::Sender::new(None),
+            delay: Mutex::new(delay),
+            shutdown,
+            bookmark_interval,
+            default_watch_timeout,
+        }
+    }
+
+    /// Locks the state (a panic in another holder does not poison it for tests).
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The configured response delay.
+    pub fn delay(&self) -> Option<Duration> {
+        *self.delay.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,376 @@
+//! The server's objects, its one resourceVersion counter and the retained pod history.
+//!
+//! Every mutation goes through [`State`] under one mutex; pod changes are appended to
+//! the history and broadcast to open watches while that lock is held, so a watch that
+//! subscribes under the lock never misses or duplicates a change.
+
+use super::records::{EvictionRecord, InvariantRecord, RequestRecord};
+use super::replicaset::ReplicaSetSim;
+use super::ApiChange;
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod, PodStatus, Secret};
+use k8s_openapi::api::events::v1::Event as EventsV1Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use rand::Rng;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+
+/// `(namespace, name)`
+pub(crate) type Key = (String, String);
+
+/// The type of a watch event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One pod change, as retained in history and sent to watches.
+#[derive(Clone, Debug)]
+pub(crate) struct PodEvent {
+    pub rv: u64,
+    pub kind: ChangeKind,
+    /// The pod before the change (for Modified), to tell a watcher it left its selector.
+    pub old: Option<Pod>,
+    /// The pod after the change (its last state for Deleted).
+    pub new: Pod,
+}
+
+/// What open watches receive.
+#[derive(Clone, Debug)]
+pub(crate) enum WatchSignal {
+    Pod(Box<PodEvent>),
+    /// History was compacted by `compact()`: every open watch ends with 410 Expired.
+    Compacted {
+        rv: u64,
+    },
+}
+
+/// A PDB and when the disruption controller may observe its current generation.
+#[derive(Clone, Debug)]
+pub(crate) struct PdbEntry {
+    pub pdb: PodDisruptionBudget,
+    /// Until this instant the controller has not seen the latest generation (lag).
+    pub observe_after: Option<Instant>,
+    /// A test pinned the status: the controller leaves it alone.
+    pub frozen: bool,
+}
+
+/// All server state.
+pub(crate) struct State {
+    pub rv: u64,
+    pub pods: BTreeMap<Key, Pod>,
+    pub history: VecDeque<PodEvent>,
+    pub history_len: usize,
+    /// Watching from a resourceVersion below this one answers 410.
+    pub compacted_rv: u64,
+    pub configmaps: BTreeMap<Key, ConfigMap>,
+    pub secrets: BTreeMap<Key, Secret>,
+    pub events_v1: BTreeMap<Key, EventsV1Event>,
+    pub events_core: BTreeMap<Key, CoreEvent>,
+    pub pdbs: BTreeMap<Key, PdbEntry>,
+    pub replicasets: BTreeMap<Key, ReplicaSetSim>,
+    pub evictions: Vec<EvictionRecord>,
+    pub invariants: Vec<InvariantRecord>,
+    pub requests: Vec<RequestRecord>,
+    pub auto_finalize: bool,
+    pub controller_lag: Duration,
+    pub watch_tx: broadcast::Sender<WatchSignal>,
+    pub change_tx: broadcast::Sender<ApiChange>,
+}
+
+/// A random RFC 4122 version-4 UID.
+pub(crate) fn new_uid() -> String {
+    let mut b: [u8; 16] = rand::rng().random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// `n` random characters of `[a-z0-9]`.
+pub(crate) fn random_suffix(n: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// `(namespace, name)` of an object's metadata ("default" namespace when missing).
+pub(crate) fn key_of(meta: &ObjectMeta) -> Key {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl State {
+    pub fn new(
+        history_len: usize,
+        auto_finalize: bool,
+        controller_lag: Duration,
+        watch_tx: broadcast::Sender<WatchSignal>,
+        change_tx: broadcast::Sender<ApiChange>,
+    ) -> Self {
+        Self {
+            rv: 1,
+            pods: BTreeMap::new(),
+            history: VecDeque::new(),
+            history_len: history_len.max(1),
+            compacted_rv: 0,
+            configmaps: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            events_v1: BTreeMap::new(),
+            events_core: BTreeMap::new(),
+            pdbs: BTreeMap::new(),
+            replicasets: BTreeMap::new(),
+            evictions: Vec::new(),
+            invariants: Vec::new(),
+            requests: Vec::new(),
+            auto_finalize,
+            controller_lag,
+            watch_tx,
+            change_tx,
+        }
+    }
+
+    /// Bumps the global counter and returns the new resourceVersion.
+    pub fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    /// Fills uid, creationTimestamp, generation and a generated name; sets rv.
+    pub fn stamp_new(&mut self, meta: &mut ObjectMeta) {
+        if meta.name.as_deref().unwrap_or_default().is_empty() {
+            if let Some(prefix) = meta.generate_name.as_ref() {
+                meta.name = Some(format!("{prefix}{}", random_suffix(5)));
+            }
+        }
+        if meta.namespace.is_none() {
+            meta.namespace = Some("default".into());
+        }
+        if meta.uid.as_deref().unwrap_or_default().is_empty() {
+            meta.uid = Some(new_uid());
+        }
+        if meta.creation_timestamp.is_none() {
+            meta.creation_timestamp = Some(Time(now_ts()));
+        }
+        if meta.generation.is_none() {
+            meta.generation = Some(1);
+        }
+        let rv = self.next_rv();
+        meta.resource_version = Some(rv.to_string());
+    }
+
+    // ---- pods: low-level commits (history + broadcast), no controllers ----
+
+    fn record(&mut self, ev: PodEvent) {
+        self.history.push_back(ev.clone());
+        while self.history.len() > self.history_len {
+            if let Some(old) = self.history.pop_front() {
+                self.compacted_rv = old.rv;
+            }
+        }
+        let change = match ev.kind {
+            ChangeKind::Deleted => ApiChange::PodDeleted(Box::new(ev.new.clone())),
+            _ => ApiChange::PodUpserted(Box::new(ev.new.clone())),
+        };
+        let _ = self.watch_tx.send(WatchSignal::Pod(Box::new(ev)));
+        let _ = self.change_tx.send(change);
+    }
+
+    /// Stores the pod with a new resourceVersion; ADDED or MODIFIED.
+    pub fn commit_pod(&mut self, mut pod: Pod) -> Pod {
+        let rv = self.next_rv();
+        pod.metadata.resource_version = Some(rv.to_string());
+        let key = key_of(&pod.metadata);
+        let old = self.pods.insert(key, pod.clone());
+        let kind = if old.is_some() {
+            ChangeKind::Modified
+        } else {
+            ChangeKind::Added
+        };
+        self.record(PodEvent {
+            rv,
+            kind,
+            old,
+            new: pod.clone(),
+        });
+        pod
+    }
+
+    /// Removes the pod for good; DELETED.
+    pub fn commit_pod_removal(&mut self, key: &Key) -> Option<Pod> {
+        let mut pod = self.pods.remove(key)?;
+        let rv = self.next_rv();
+        pod.metadata.resource_version = Some(rv.to_string());
+        self.record(PodEvent {
+            rv,
+            kind: ChangeKind::Deleted,
+            old: None,
+            new: pod.clone(),
+        });
+        Some(pod)
+    }
+
+    /// Drops all retained history: watching from any earlier version answers 410, and
+    /// every open watch ends with a 410 ERROR event.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.compacted_rv = self.rv;
+        let _ = self.watch_tx.send(WatchSignal::Compacted { rv: self.rv });
+    }
+
+    // ---- pods: operations (run the controllers afterwards) ----
+
+    /// Creates (or, when the name exists, replaces) a pod, defaulting its status to Pending.
+    pub fn create_pod(&mut self, mut pod: Pod) -> Pod {
+        let key = key_of(&pod.metadata);
+        if self.pods.contains_key(&key) {
+            return self.replace_pod(pod);
+        }
+        self.stamp_new(&mut pod.metadata);
+        if pod.status.is_none() {
+            pod.status = Some(PodStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            });
+        }
+        let pod = self.commit_pod(pod);
+        self.settle();
+        self.pods.get(&key).cloned().unwrap_or(pod)
+    }
+
+    /// Replaces metadata and spec, keeping uid, creation time, deletion state and status.
+    pub fn replace_pod(&mut self, mut pod: Pod) -> Pod {
+        let key = key_of(&pod.metadata);
+        let Some(old) = self.pods.get(&key).cloned() else {
+            return self.create_pod(pod);
+        };
+        pod.metadata.namespace = Some(key.0.clone());
+        pod.metadata.uid = old.metadata.uid.clone();
+        pod.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
+        pod.metadata.deletion_timestamp = old.metadata.deletion_timestamp.clone();
+        pod.metadata.deletion_grace_period_seconds = old.metadata.deletion_grace_period_seconds;
+        let gen = old.metadata.generation.unwrap_or(1);
+        pod.metadata.generation = Some(if pod.spec != old.spec { gen + 1 } else { gen });
+        pod.status = old.status.clone();
+        let pod = self.commit_pod(pod);
+        self.settle();
+        self.pods.get(&key).cloned().unwrap_or(pod)
+    }
+
+    /// Sets the status the kubelet reports.
+    pub fn set_pod_status(&mut self, key: &Key, status: PodStatus) -> Option<Pod> {
+        let mut pod = self.pods.get(key)?.clone();
+        pod.status = Some(status);
+        let pod = self.commit_pod(pod);
+        self.settle();
+        Some(pod)
+    }
+
+    /// Removes a pod now.
+    pub fn delete_pod_now(&mut self, key: &Key) -> Option<Pod> {
+        let pod = self.commit_pod_removal(key)?;
+        self.settle();
+        Some(pod)
+    }
+
+    /// A graceful delete: sets deletionTimestamp (MODIFIED); removes at once when the grace
+    /// period is 0, the pod is not bound to a node, or the server auto-finalizes.
+    /// Returns the pod as the DELETE call answers it.
+    pub fn delete_pod_graceful(&mut self, key: &Key, grace: Option<i64>) -> Option<Pod> {
+        let pod = self.graceful_no_settle(key, grace)?;
+        self.settle();
+        Some(pod)
+    }
+
+    pub(crate) fn graceful_no_settle(&mut self, key: &Key, grace: Option<i64>) -> Option<Pod> {
+        let mut pod = self.pods.get(key)?.clone();
+        let unbound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_none_or(|n| n.is_empty());
+        let grace = grace
+            .or_else(|| {
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
+            .unwrap_or(30);
+        if grace <= 0 || unbound || self.auto_finalize {
+            return self.commit_pod_removal(key);
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Some(pod);
+        }
+        pod.metadata.deletion_timestamp = Some(Time(now_ts()));
+        pod.metadata.deletion_grace_period_seconds = Some(grace);
+        pod.metadata.generation = Some(pod.metadata.generation.unwrap_or(1) + 1);
+        Some(self.commit_pod(pod))
+    }
+
+    /// Runs the controllers after a change: ReplicaSets first (they may add pods), then the
+    /// disruption controller over every PDB.
+    pub fn settle(&mut self) {
+        self.reconcile_replicasets();
+        self.recompute_pdbs();
+    }
+
+    // ---- configmaps / secrets ----
+
+    /// Creates or replaces a ConfigMap.
+    pub fn apply_configmap(&mut self, mut cm: ConfigMap) -> Key {
+        let key = key_of(&cm.metadata);
+        if let Some(old) = self.configmaps.get(&key) {
+            cm.metadata.uid = old.metadata.uid.clone();
+            cm.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
+        }
+        self.stamp_new(&mut cm.metadata);
+        self.configmaps.insert(key.clone(), cm);
+        let _ = self.change_tx.send(ApiChange::ConfigMapChanged {
+            namespace: key.0.clone(),
+            name: key.1.clone(),
+        });
+        key
+    }
+
+    /// Creates or replaces a Secret.
+    pub fn apply_secret(&mut self, mut secret: Secret) -> Key {
+        let key = key_of(&secret.metadata);
+        if let Some(old) = self.secrets.get(&key) {
+            secret.metadata.uid = old.metadata.uid.clone();
+            secret.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
+        }
+        self.stamp_new(&mut secret.metadata);
+        self.secrets.insert(key.clone(), secret);
+        let _ = self.change_tx.send(ApiChange::SecretChanged {
+            namespace: key.0.clone(),
+            name: key.1.clone(),
+        });
+        key
+    }
+}
+
+/// The current time as a Kubernetes timestamp.
+pub(crate) fn now_ts() -> Timestamp {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+    let nanos = i32::try_from(d.subsec_nanos()).unwrap_or(0);
+    Timestamp::new(secs, nanos).unwrap_or(Timestamp::UNIX_EPOCH)
+}
