@@ -14,3 +14,5 @@ pub mod cgroups;
 pub mod clock;
 pub mod flavor;
 pub mod projection;
+pub mod runtime;
+pub mod volumes;
