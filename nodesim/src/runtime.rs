@@ -96,6 +96,13 @@ impl ContainerHandle {
     }
 }
 
+/// A container that ran to completion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completed {
+    pub id: String,
+    pub exit_code: i32,
+}
+
 /// Errors of the simulated runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -240,13 +247,13 @@ impl SimRuntime {
         Ok(handle)
     }
 
-    /// Runs a classic init container to completion; returns its exit code.
+    /// Runs a classic init container to completion; returns its ID and exit code.
     pub fn run_to_completion(
         &mut self,
         pod_uid: &str,
         spec: &ContainerSpec,
         timeout: Duration,
-    ) -> Result<i32, RuntimeError> {
+    ) -> Result<Completed, RuntimeError> {
         let pod = self
             .pods
             .get(pod_uid)
@@ -258,8 +265,12 @@ impl SimRuntime {
         let deadline = Instant::now() + timeout;
         loop {
             if let Ok(Some(status)) = running.shim.try_wait() {
+                let id = running.handle.id.clone();
                 cleanup(running, Duration::ZERO, &in_use);
-                return Ok(status.code().unwrap_or(-1));
+                return Ok(Completed {
+                    id,
+                    exit_code: status.code().unwrap_or(-1),
+                });
             }
             if Instant::now() > deadline {
                 cleanup(running, Duration::ZERO, &in_use);

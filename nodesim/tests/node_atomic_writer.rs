@@ -21,10 +21,15 @@ fn drain(inotify: &mut Inotify) -> Vec<Ev> {
         match inotify.read_events(&mut buf) {
             Ok(events) => {
                 let before = out.len();
-                out.extend(events.map(|e| Ev {
-                    mask: e.mask,
-                    name: e.name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-                    cookie: e.cookie,
+                out.extend(events.map(|e| {
+                    Ev {
+                        mask: e.mask,
+                        name: e
+                            .name
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        cookie: e.cookie,
+                    }
                 }));
                 if out.len() == before {
                     break;
@@ -48,7 +53,10 @@ fn changes(events: &[Ev]) -> Vec<(EventMask, String)> {
 }
 
 fn payload(entries: &[(&str, &str)]) -> BTreeMap<String, FileProjection> {
-    entries.iter().map(|(k, v)| (k.to_string(), FileProjection::new(v.as_bytes()))).collect()
+    entries
+        .iter()
+        .map(|(k, v)| (k.to_string(), FileProjection::new(v.as_bytes())))
+        .collect()
 }
 
 fn watch(dir: &Path) -> Inotify {
@@ -58,9 +66,18 @@ fn watch(dir: &Path) -> Inotify {
 }
 
 fn swap_cookie_matches(events: &[Ev]) {
-    let from = events.iter().find(|e| e.mask.contains(EventMask::MOVED_FROM)).unwrap();
-    let to = events.iter().find(|e| e.mask.contains(EventMask::MOVED_TO)).unwrap();
-    assert_eq!(from.cookie, to.cookie, "MOVED_FROM/MOVED_TO of one rename share a cookie");
+    let from = events
+        .iter()
+        .find(|e| e.mask.contains(EventMask::MOVED_FROM))
+        .unwrap();
+    let to = events
+        .iter()
+        .find(|e| e.mask.contains(EventMask::MOVED_TO))
+        .unwrap();
+    assert_eq!(
+        from.cookie, to.cookie,
+        "MOVED_FROM/MOVED_TO of one rename share a cookie"
+    );
     assert_ne!(from.cookie, 0);
 }
 
@@ -72,8 +89,14 @@ fn first_write_then_update_then_unchanged() {
     use EventMask as M;
 
     // first write
-    let first = payload(&[("app.conf", "v1"), ("conf.d/default.conf", "d1"), ("removed.txt", "bye")]);
-    let WriteOutcome::Written { data_dir: ts1, .. } = write(v, &first).unwrap() else { panic!("nothing written") };
+    let first = payload(&[
+        ("app.conf", "v1"),
+        ("conf.d/default.conf", "d1"),
+        ("removed.txt", "bye"),
+    ]);
+    let WriteOutcome::Written { data_dir: ts1, .. } = write(v, &first).unwrap() else {
+        panic!("nothing written")
+    };
     let events = drain(&mut inotify);
     assert_eq!(
         changes(&events),
@@ -92,8 +115,18 @@ fn first_write_then_update_then_unchanged() {
     swap_cookie_matches(&events);
 
     // update: a changed key, a new key, a dropped key
-    let second = payload(&[("app.conf", "v2"), ("conf.d/default.conf", "d1"), ("new.txt", "hi")]);
-    let WriteOutcome::Written { data_dir: ts2, previous } = write(v, &second).unwrap() else { panic!("nothing written") };
+    let second = payload(&[
+        ("app.conf", "v2"),
+        ("conf.d/default.conf", "d1"),
+        ("new.txt", "hi"),
+    ]);
+    let WriteOutcome::Written {
+        data_dir: ts2,
+        previous,
+    } = write(v, &second).unwrap()
+    else {
+        panic!("nothing written")
+    };
     assert_eq!(previous.as_deref(), Some(ts1.as_str()));
     let events = drain(&mut inotify);
     assert_eq!(
@@ -111,12 +144,23 @@ fn first_write_then_update_then_unchanged() {
         "update, all events: {events:#?}"
     );
     swap_cookie_matches(&events);
-    assert!(!events.iter().any(|e| e.mask.contains(M::DELETE) && e.name == "..data"), "the replaced ..data gets no DELETE");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.mask.contains(M::DELETE) && e.name == "..data"),
+        "the replaced ..data gets no DELETE"
+    );
     assert_eq!(std::fs::read_to_string(v.join("app.conf")).unwrap(), "v2");
 
     // content-only change: the swap and the old dir's removal, no key symlink touched
-    let third = payload(&[("app.conf", "v3"), ("conf.d/default.conf", "d1"), ("new.txt", "hi")]);
-    let WriteOutcome::Written { data_dir: ts3, .. } = write(v, &third).unwrap() else { panic!("nothing written") };
+    let third = payload(&[
+        ("app.conf", "v3"),
+        ("conf.d/default.conf", "d1"),
+        ("new.txt", "hi"),
+    ]);
+    let WriteOutcome::Written { data_dir: ts3, .. } = write(v, &third).unwrap() else {
+        panic!("nothing written")
+    };
     let events = drain(&mut inotify);
     assert_eq!(
         changes(&events),
@@ -139,7 +183,10 @@ fn first_write_then_update_then_unchanged() {
     assert_eq!(changes(&events), vec![], "unchanged: {events:#?}");
     let read_only = M::OPEN | M::ACCESS | M::CLOSE_NOWRITE | M::ISDIR;
     for e in &events {
-        assert!(read_only.contains(e.mask) && e.name == ts3, "unexpected event on unchanged write: {e:?}");
+        assert!(
+            read_only.contains(e.mask) && e.name == ts3,
+            "unexpected event on unchanged write: {e:?}"
+        );
     }
 }
 
@@ -150,11 +197,21 @@ fn a_watch_with_a_narrow_mask_sees_nothing_on_unchanged_writes() {
     let p = payload(&[("k", "v")]);
     write(v, &p).unwrap();
     let mut inotify = Inotify::init().unwrap();
-    let mask = WatchMask::CREATE | WatchMask::DELETE | WatchMask::MOVED_TO | WatchMask::MOVED_FROM | WatchMask::MODIFY | WatchMask::ATTRIB;
+    let mask = WatchMask::CREATE
+        | WatchMask::DELETE
+        | WatchMask::MOVED_TO
+        | WatchMask::MOVED_FROM
+        | WatchMask::MODIFY
+        | WatchMask::ATTRIB;
     inotify.watches().add(v, mask).unwrap();
     assert_eq!(write(v, &p).unwrap(), WriteOutcome::Unchanged);
     assert_eq!(drain(&mut inotify), vec![]);
     write(v, &payload(&[("k", "v2")])).unwrap();
     let events = drain(&mut inotify);
-    assert!(events.iter().any(|e| e.mask.contains(EventMask::MOVED_TO) && e.name == "..data"), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.mask.contains(EventMask::MOVED_TO) && e.name == "..data"),
+        "{events:?}"
+    );
 }

@@ -258,7 +258,8 @@ fn init_container_runs_to_completion_and_reports_exit_code() {
     };
     assert_eq!(
         rt.run_to_completion(&pod_uid, &ok, Duration::from_secs(10))
-            .unwrap(),
+            .unwrap()
+            .exit_code,
         0
     );
     let fail = ContainerSpec {
@@ -268,7 +269,8 @@ fn init_container_runs_to_completion_and_reports_exit_code() {
     };
     assert_eq!(
         rt.run_to_completion(&pod_uid, &fail, Duration::from_secs(10))
-            .unwrap(),
+            .unwrap()
+            .exit_code,
         3
     );
     let logs: Vec<_> = std::fs::read_dir(tmp.path().join("logs").join(&pod_uid))
