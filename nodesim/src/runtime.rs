@@ -319,7 +319,23 @@ impl SimRuntime {
             cleanup(c, grace, &in_use);
         }
         cleanup(pod.sandbox, Duration::ZERO, &in_use);
+        let pod_dirs = pod.pod_cgroup.dirs().to_vec();
         pod.pod_cgroup.remove()?;
+        // the QoS parents (`kubepods.slice`, `kubepods/burstable` …) are shared by every
+        // pod of every simulated node; the last one out removes them (EBUSY otherwise)
+        for dir in pod_dirs {
+            for parent in dir.ancestors().skip(1) {
+                let name = parent
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let ours = name.starts_with("kubepods")
+                    || parent.parent().is_some_and(|p| p.ends_with("kubepods"));
+                if !ours || fs::remove_dir(parent).is_err() {
+                    break;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -665,18 +681,57 @@ fn create_mount_target(
     Ok(())
 }
 
-/// Removes mount targets we created, newest first, unless another container uses them.
+/// Removes mount targets we created, newest first, unless a container still uses them:
+/// one of this runtime's (`in_use`), or any mount namespace on the host (another runtime in
+/// a parallel test) — removing a mount point there would detach that mount.
 fn remove_created_targets(created: &[PathBuf], in_use: &[PathBuf]) {
     for path in created.iter().rev() {
         if in_use.iter().any(|t| t.starts_with(path)) {
             continue;
         }
-        let _ = if path.is_dir() {
-            fs::remove_dir(path)
+        let Ok(real) = fs::canonicalize(path) else {
+            continue;
+        };
+        if mounted_in_any_namespace(&real) {
+            continue;
+        }
+        let _ = if real.is_dir() {
+            fs::remove_dir(&real)
         } else {
-            fs::remove_file(path)
+            fs::remove_file(&real)
         };
     }
+}
+
+/// Whether `path` or something below it is a mount point in any process's mount namespace.
+fn mounted_in_any_namespace(path: &Path) -> bool {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
+    let mut seen = std::collections::HashSet::new();
+    for entry in procs.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(ns) = fs::read_link(entry.path().join("ns/mnt")) else {
+            continue;
+        };
+        if !seen.insert(ns) {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(entry.path().join("mountinfo")) else {
+            continue;
+        };
+        if text
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .any(|mp| Path::new(mp).starts_with(path))
+        {
+            return true;
+        }
+    }
+    false
 }
 
 /// Stops a container: SIGTERM, up to `grace`, then SIGKILL to everything in its cgroup;
