@@ -16,9 +16,14 @@ const QUIET: Duration = Duration::from_millis(1500);
 async fn signals_only_the_main_process_of_the_container_that_mounts_the_changed_configmap() {
     let mut node = Node::start(NodeOptions::default()).await;
     node.start_agent(&[]).await;
-    node.api.apply_configmap(configmap(NS, "app-conf", &[("app.conf", "v1")]));
-    let (app, child, sidecar) = (node.path("app.sig"), node.path("child.sig"), node.path("sidecar.sig"));
-    let p = node.api.create_pod(
+    node.api
+        .apply_configmap(configmap(NS, "app-conf", &[("app.conf", "v1")]));
+    let (app, child, sidecar) = (
+        node.path("app.sig"),
+        node.path("child.sig"),
+        node.path("sidecar.sig"),
+    );
+    node.api.create_pod(
         pod(NS, "web-0")
             .signal()
             .configmap_volume("conf", "app-conf")
@@ -26,26 +31,48 @@ async fn signals_only_the_main_process_of_the_container_that_mounts_the_changed_
             .recorder("sidecar", &sidecar, &[])
             .build(),
     );
-    node.kubelet.wait_running(NS, "web-0").await;
-    eventually("recorders ready", WAIT, || (recorder_ready(&app) && recorder_ready(&child) && recorder_ready(&sidecar)).then_some(())).await;
+    let handles = node.wait_running(NS, "web-0").await;
+    eventually("recorders ready", WAIT, || {
+        (recorder_ready(&app) && recorder_ready(&child) && recorder_ready(&sidecar)).then_some(())
+    })
+    .await;
     // conf + the injected kube-api-access token volume
     node.wait_tracked(2).await;
 
-    node.api.apply_configmap(configmap(NS, "app-conf", &[("app.conf", "v2")]));
+    node.api
+        .apply_configmap(configmap(NS, "app-conf", &[("app.conf", "v2")]));
 
-    eventually("app got SIGHUP", WAIT, || (signals_in(&app) == ["SIGHUP"]).then_some(())).await;
+    eventually("app got SIGHUP", WAIT, || {
+        (signals_in(&app) == ["SIGHUP"]).then_some(())
+    })
+    .await;
     let ev = node.wait_event(NS, "web-0", "Signaled").await;
-    let handles = node.kubelet.pod_handles(p.metadata.uid.as_deref().unwrap()).expect("pod handles");
-    let main_pid = handles.container_pid("app").expect("app pid");
+    let main_pid = handles.container("app").expect("app container").main_pid;
     assert_eq!(ev.type_, "Normal");
-    assert_eq!(ev.note, format!("sent SIGHUP to container app (pid {main_pid}): configmap app-conf changed"));
+    assert_eq!(
+        ev.note,
+        format!("sent SIGHUP to container app (pid {main_pid}): configmap app-conf changed")
+    );
     // Nothing else was touched: the child, the sibling container, the pause process.
-    never("a decoy got a signal", QUIET, || !signals_in(&child).is_empty() || !signals_in(&sidecar).is_empty()).await;
-    assert!(handles.pause_alive(), "the pause process must never be signalled");
+    never("a decoy got a signal", QUIET, || {
+        !signals_in(&child).is_empty() || !signals_in(&sidecar).is_empty()
+    })
+    .await;
+    assert!(
+        alive(handles.sandbox.main_pid),
+        "the pause process must never be signalled"
+    );
     assert_eq!(signals_in(&app), ["SIGHUP"], "exactly one signal");
-    assert_eq!(node.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}"), 1.0);
+    assert_eq!(
+        node.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}"),
+        1.0
+    );
     // reloadlet never reads ConfigMaps or Secrets from the API.
-    assert!(node.api.requests().iter().all(|r| !r.path.contains("/configmaps") && !r.path.contains("/secrets")));
+    assert!(node
+        .api
+        .requests()
+        .iter()
+        .all(|r| !r.path.contains("/configmaps") && !r.path.contains("/secrets")));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -54,11 +81,19 @@ async fn pods_that_did_not_opt_in_are_never_touched() {
     node.start_agent(&[]).await;
     node.api.apply_configmap(configmap(NS, "c", &[("k", "v1")]));
     let out = node.path("plain.sig");
-    node.api.create_pod(pod(NS, "plain").configmap_volume("conf", "c").recorder("app", &out, &[("conf", "/c")]).build());
-    node.kubelet.wait_running(NS, "plain").await;
+    node.api.create_pod(
+        pod(NS, "plain")
+            .configmap_volume("conf", "c")
+            .recorder("app", &out, &[("conf", "/c")])
+            .build(),
+    );
+    node.wait_running(NS, "plain").await;
     node.wait_tracked(2).await;
     node.api.apply_configmap(configmap(NS, "c", &[("k", "v2")]));
-    never("a signal to a pod without the annotation", QUIET, || !signals_in(&out).is_empty()).await;
+    never("a signal to a pod without the annotation", QUIET, || {
+        !signals_in(&out).is_empty()
+    })
+    .await;
     assert!(node.all_events().is_empty(), "{:?}", node.all_events());
 }
 
@@ -69,24 +104,34 @@ async fn unchanged_content_and_token_rotation_cause_nothing_then_a_real_change_d
     node.api.apply_configmap(configmap(NS, "c", &[("k", "v1")]));
     let out = node.path("app.sig");
     node.api.create_pod(
-        pod(NS, "web").signal().configmap_volume("conf", "c").recorder("app", &out, &[("conf", "/c")]).build(),
+        pod(NS, "web")
+            .signal()
+            .configmap_volume("conf", "c")
+            .recorder("app", &out, &[("conf", "/c")])
+            .build(),
     );
-    node.kubelet.wait_running(NS, "web").await;
+    node.wait_running(NS, "web").await;
     node.wait_tracked(2).await;
 
     // The same data again: the kubelet writes nothing. A periodic resync: nothing either.
     node.api.apply_configmap(configmap(NS, "c", &[("k", "v1")]));
-    node.kubelet.resync_all().await;
+    node.kubelet.resync_all();
     // The service-account token volume swaps `..data` (kube-root-ca.crt is a ConfigMap source!).
-    node.kubelet.rotate_tokens().await;
+    node.kubelet.rotate_tokens();
     eventually("the token swap was seen", WAIT, || {
         (node.metric("reloadlet_volume_swaps_total{plugin=\"projected\"}") >= 1.0).then_some(())
     })
     .await;
-    never("a signal without a ConfigMap change", QUIET, || !signals_in(&out).is_empty()).await;
+    never("a signal without a ConfigMap change", QUIET, || {
+        !signals_in(&out).is_empty()
+    })
+    .await;
 
     node.api.apply_configmap(configmap(NS, "c", &[("k", "v2")]));
-    eventually("the real change signals", WAIT, || (signals_in(&out) == ["SIGHUP"]).then_some(())).await;
+    eventually("the real change signals", WAIT, || {
+        (signals_in(&out) == ["SIGHUP"]).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -106,12 +151,20 @@ async fn configmaps_annotation_narrows_the_sources_that_count() {
             .recorder("app", &out, &[("va", "/a"), ("vb", "/b")])
             .build(),
     );
-    node.kubelet.wait_running(NS, "web").await;
+    node.wait_running(NS, "web").await;
     node.wait_tracked(3).await;
     node.api.apply_configmap(configmap(NS, "b", &[("k", "2")]));
-    never("a signal for a ConfigMap outside reloadlet.io/configmaps", QUIET, || !signals_in(&out).is_empty()).await;
+    never(
+        "a signal for a ConfigMap outside reloadlet.io/configmaps",
+        QUIET,
+        || !signals_in(&out).is_empty(),
+    )
+    .await;
     node.api.apply_configmap(configmap(NS, "a", &[("k", "2")]));
-    eventually("SIGUSR1 for the listed ConfigMap", WAIT, || (signals_in(&out) == ["SIGUSR1"]).then_some(())).await;
+    eventually("SIGUSR1 for the listed ConfigMap", WAIT, || {
+        (signals_in(&out) == ["SIGUSR1"]).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -141,22 +194,26 @@ async fn invalid_annotations_give_a_warning_and_no_signal() {
     assert!(ev.note.contains("SIGKILL"), "{}", ev.note);
     let ev = node.wait_event(NS, "typo", "InvalidAnnotation").await;
     assert!(ev.note.contains("\"ap\""), "{}", ev.note);
-    node.kubelet.wait_running(NS, "kill").await;
-    node.kubelet.wait_running(NS, "typo").await;
+    node.wait_running(NS, "kill").await;
+    node.wait_running(NS, "typo").await;
     node.wait_tracked(4).await;
     node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
     never("a signal despite an invalid annotation", QUIET, || {
         !signals_in(&bad_sig).is_empty() || !signals_in(&bad_container).is_empty()
     })
     .await;
-    assert!(node.agent_log().contains("invalid"), "a log line names the problem");
+    assert!(
+        node.agent_log().contains("invalid"),
+        "a log line names the problem"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sub_path_only_mounts_get_a_warning_instead_of_a_useless_signal() {
     let mut node = Node::start(NodeOptions::default()).await;
     node.start_agent(&[]).await;
-    node.api.apply_configmap(configmap(NS, "c", &[("app.conf", "1")]));
+    node.api
+        .apply_configmap(configmap(NS, "c", &[("app.conf", "1")]));
     let out = node.path("app.sig");
     node.api.create_pod(
         pod(NS, "sub")
@@ -166,13 +223,17 @@ async fn sub_path_only_mounts_get_a_warning_instead_of_a_useless_signal() {
             .sub_path_mount("app", "conf", "/etc/app.conf", "app.conf")
             .build(),
     );
-    node.kubelet.wait_running(NS, "sub").await;
+    node.wait_running(NS, "sub").await;
     node.wait_tracked(2).await;
-    node.api.apply_configmap(configmap(NS, "c", &[("app.conf", "2")]));
+    node.api
+        .apply_configmap(configmap(NS, "c", &[("app.conf", "2")]));
     let ev = node.wait_event(NS, "sub", "SubPathNotUpdated").await;
     assert_eq!(ev.type_, "Warning");
     assert!(ev.note.contains("subPath"), "{}", ev.note);
-    never("a signal to a subPath-only consumer", QUIET, || !signals_in(&out).is_empty()).await;
+    never("a signal to a subPath-only consumer", QUIET, || {
+        !signals_in(&out).is_empty()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -182,9 +243,13 @@ async fn a_pod_deleted_during_the_debounce_window_is_not_signalled() {
     node.api.apply_configmap(configmap(NS, "c", &[("k", "1")]));
     let out = node.path("app.sig");
     node.api.create_pod(
-        pod(NS, "short").signal().configmap_volume("conf", "c").recorder("app", &out, &[("conf", "/c")]).build(),
+        pod(NS, "short")
+            .signal()
+            .configmap_volume("conf", "c")
+            .recorder("app", &out, &[("conf", "/c")])
+            .build(),
     );
-    node.kubelet.wait_running(NS, "short").await;
+    node.wait_running(NS, "short").await;
     node.wait_tracked(2).await;
     node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
     eventually("the change was seen", WAIT, || {
@@ -192,33 +257,49 @@ async fn a_pod_deleted_during_the_debounce_window_is_not_signalled() {
     })
     .await;
     node.api.delete_pod(NS, "short");
-    never("a signal or event for a deleted pod", Duration::from_secs(3), || {
-        !signals_in(&out).is_empty() || !node.events(NS, "short", "Signaled").is_empty()
-    })
+    never(
+        "a signal or event for a deleted pod",
+        Duration::from_secs(3),
+        || !signals_in(&out).is_empty() || !node.events(NS, "short", "Signaled").is_empty(),
+    )
     .await;
     assert!(http_get(&node.agent().listen, "/healthz").is_some_and(|(c, _)| c == 200));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secret_volume_whose_tmpfs_is_mounted_after_reloadlet_started_is_followed() {
-    let mut node =
-        Node::start(NodeOptions { tmpfs_mount_delay: Some(Duration::from_millis(300)), ..Default::default() }).await;
+    let mut node = Node::start(NodeOptions {
+        tmpfs_mount_delay: Some(Duration::from_millis(300)),
+        ..Default::default()
+    })
+    .await;
     node.start_agent(&[]).await;
-    node.api.apply_secret(secret(NS, "tls", &[("tls.key", "k1")]));
+    node.api
+        .apply_secret(secret(NS, "tls", &[("tls.key", "k1")]));
     let out = node.path("app.sig");
     node.api.create_pod(
-        pod(NS, "tls").signal().secret_volume("tls", "tls").recorder("app", &out, &[("tls", "/tls")]).build(),
+        pod(NS, "tls")
+            .signal()
+            .secret_volume("tls", "tls")
+            .recorder("app", &out, &[("tls", "/tls")])
+            .build(),
     );
-    node.kubelet.wait_running(NS, "tls").await;
+    node.wait_running(NS, "tls").await;
     node.wait_tracked(2).await;
-    node.api.apply_secret(secret(NS, "tls", &[("tls.key", "k2")]));
-    eventually("SIGHUP after the secret changed inside the late tmpfs", WAIT, || {
-        (signals_in(&out) == ["SIGHUP"]).then_some(())
-    })
+    node.api
+        .apply_secret(secret(NS, "tls", &[("tls.key", "k2")]));
+    eventually(
+        "SIGHUP after the secret changed inside the late tmpfs",
+        WAIT,
+        || (signals_in(&out) == ["SIGHUP"]).then_some(()),
+    )
     .await;
     let ev = node.wait_event(NS, "tls", "Signaled").await;
     assert!(ev.note.ends_with("secret tls changed"), "{}", ev.note);
-    assert!(!node.agent_log().contains("k2"), "secret contents are never logged");
+    assert!(
+        !node.agent_log().contains("k2"),
+        "secret contents are never logged"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -235,9 +316,15 @@ async fn restartable_init_containers_are_signalled_too() {
             .recorder("app", &app, &[])
             .build(),
     );
-    node.kubelet.wait_running(NS, "mesh").await;
+    node.wait_running(NS, "mesh").await;
     node.wait_tracked(2).await;
     node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
-    eventually("the sidecar init container got SIGHUP", WAIT, || (signals_in(&proxy) == ["SIGHUP"]).then_some(())).await;
-    never("the container without the mount got nothing", QUIET, || !signals_in(&app).is_empty()).await;
+    eventually("the sidecar init container got SIGHUP", WAIT, || {
+        (signals_in(&proxy) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    never("the container without the mount got nothing", QUIET, || {
+        !signals_in(&app).is_empty()
+    })
+    .await;
 }

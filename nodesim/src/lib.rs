@@ -9,3 +9,13 @@
 //! - [`kubelet`]: syncs the API's pods of this node onto disk and processes.
 
 pub mod apiserver;
+pub mod atomic_writer;
+pub mod cgroups;
+pub mod clock;
+pub mod flavor;
+pub mod kubelet;
+mod kubelet_pod;
+pub mod projection;
+pub mod qos;
+pub mod runtime;
+pub mod volumes;

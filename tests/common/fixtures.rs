@@ -9,7 +9,11 @@ use std::path::Path;
 pub fn configmap(namespace: &str, name: &str, data: &[(&str, &str)]) -> ConfigMap {
     ConfigMap {
         metadata: meta(namespace, name),
-        data: Some(data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
         ..Default::default()
     }
 }
@@ -73,7 +77,10 @@ impl PodBuilder {
     }
 
     pub fn volume(mut self, v: Value) -> Self {
-        self.value["spec"]["volumes"].as_array_mut().unwrap().push(v);
+        self.value["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(v);
         self
     }
 
@@ -84,13 +91,28 @@ impl PodBuilder {
     }
 
     /// Same, plus a forked child process (a decoy that must never be signalled).
-    pub fn recorder_with_child(self, name: &str, out: &Path, child_out: &Path, mounts: &[(&str, &str)]) -> Self {
+    pub fn recorder_with_child(
+        self,
+        name: &str,
+        out: &Path,
+        child_out: &Path,
+        mounts: &[(&str, &str)],
+    ) -> Self {
         let mut c = recorder_container(name, out, mounts, false);
-        c["command"].as_array_mut().unwrap().extend([json!("--child"), json!(child_out.display().to_string())]);
+        c["command"]
+            .as_array_mut()
+            .unwrap()
+            .extend([json!("--child"), json!(child_out.display().to_string())]);
         self.container(c)
     }
 
-    pub fn sub_path_mount(mut self, container: &str, volume: &str, path: &str, sub_path: &str) -> Self {
+    pub fn sub_path_mount(
+        mut self,
+        container: &str,
+        volume: &str,
+        path: &str,
+        sub_path: &str,
+    ) -> Self {
         for c in self.value["spec"]["containers"].as_array_mut().unwrap() {
             if c["name"] == container {
                 c["volumeMounts"]
@@ -103,7 +125,10 @@ impl PodBuilder {
     }
 
     pub fn container(mut self, c: Value) -> Self {
-        self.value["spec"]["containers"].as_array_mut().unwrap().push(c);
+        self.value["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(c);
         self
     }
 
@@ -111,7 +136,10 @@ impl PodBuilder {
         if self.value["spec"]["initContainers"].is_null() {
             self.value["spec"]["initContainers"] = json!([]);
         }
-        self.value["spec"]["initContainers"].as_array_mut().unwrap().push(c);
+        self.value["spec"]["initContainers"]
+            .as_array_mut()
+            .unwrap()
+            .push(c);
         self
     }
 
@@ -144,7 +172,12 @@ impl PodBuilder {
     }
 }
 
-pub fn recorder_container(name: &str, out: &Path, mounts: &[(&str, &str)], restart_always: bool) -> Value {
+pub fn recorder_container(
+    name: &str,
+    out: &Path,
+    mounts: &[(&str, &str)],
+    restart_always: bool,
+) -> Value {
     let mut c = json!({
         "name": name,
         "image": "sigrecorder",

@@ -5,7 +5,8 @@
 pub mod fixtures;
 
 use nodesim::apiserver::{ApiServer, RecordedEvent};
-use nodesim::kubelet::{CgroupDriver, CgroupVersion, KubeletOptions, Runtime, SimKubelet};
+pub use nodesim::flavor::{CgroupDriver, CgroupVersion, Runtime};
+use nodesim::kubelet::{KubeletOptions, PodHandles, SimKubelet};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -71,27 +72,28 @@ pub struct AgentProcess {
 
 impl Node {
     pub async fn start(opts: NodeOptions) -> Node {
-        let dir = tempfile::Builder::new().prefix("reloadlet-it-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("reloadlet-it-")
+            .tempdir()
+            .expect("tempdir");
         let api = ApiServer::start().await.expect("api server");
-        api.write_kubeconfig(&dir.path().join("kubeconfig")).expect("kubeconfig");
+        api.write_kubeconfig(&dir.path().join("kubeconfig"))
+            .expect("kubeconfig");
         std::fs::create_dir_all(dir.path().join("kubelet/pods")).unwrap();
         std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        let kubelet = SimKubelet::start(
-            api.clone(),
-            KubeletOptions {
-                root: dir.path().join("kubelet"),
-                node_name: NODE.into(),
-                runtime: opts.runtime,
-                driver: opts.driver,
-                cgroup_version: opts.cgroup_version,
-                sync_delay: Duration::ZERO,
-                tmpfs_mount_delay: opts.tmpfs_mount_delay,
-                work_dir: dir.path().join("work"),
-            },
-        )
-        .await
-        .expect("kubelet");
-        Node { api, kubelet, dir, agent: None }
+        let mut kopts =
+            KubeletOptions::new(dir.path().join("kubelet"), dir.path().join("work"), NODE);
+        kopts.runtime = opts.runtime;
+        kopts.driver = opts.driver;
+        kopts.cgroup_version = opts.cgroup_version;
+        kopts.tmpfs_mount_delay = opts.tmpfs_mount_delay;
+        let kubelet = SimKubelet::start(api.clone(), kopts).expect("kubelet");
+        Node {
+            api,
+            kubelet,
+            dir,
+            agent: None,
+        }
     }
 
     pub fn kubelet_root(&self) -> PathBuf {
@@ -115,7 +117,11 @@ impl Node {
     /// Spawns reloadlet through `cmd` (e.g. a wrapper such as `unshare`).
     pub fn spawn_agent_with(&mut self, mut cmd: Command, args: &[&str]) {
         assert!(self.agent.is_none(), "agent already running");
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let listen = format!("127.0.0.1:{port}");
         let log = self.path(&format!("reloadlet-{port}.log"));
         let mut all: Vec<String> = vec![
@@ -152,9 +158,16 @@ impl Node {
                 return;
             }
             if let Ok(Some(status)) = self.agent.as_mut().unwrap().child.try_wait() {
-                panic!("reloadlet exited with {status}:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+                panic!(
+                    "reloadlet exited with {status}:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
             }
-            assert!(Instant::now() < deadline, "reloadlet not ready:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+            assert!(
+                Instant::now() < deadline,
+                "reloadlet not ready:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -170,7 +183,10 @@ impl Node {
     /// SIGTERM, then waits (SIGKILL after 15 s).
     pub async fn stop_agent(&mut self) -> ExitStatus {
         let mut agent = self.agent.take().expect("agent running");
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(agent.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             if let Ok(Some(status)) = agent.child.try_wait() {
@@ -185,7 +201,9 @@ impl Node {
     }
 
     pub fn scrape(&self) -> String {
-        http_get(&self.agent().listen, "/metrics").map(|(_, body)| body).unwrap_or_default()
+        http_get(&self.agent().listen, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
     }
 
     /// The value of one metric series (exact name with labels), 0 when absent.
@@ -195,9 +213,11 @@ impl Node {
 
     /// Waits until reloadlet knows the content of at least `n` volumes.
     pub async fn wait_tracked(&self, n: usize) {
-        eventually(&format!("reloadlet tracks {n} volumes"), Duration::from_secs(10), || {
-            (self.metric("reloadlet_volumes_tracked") >= n as f64).then_some(())
-        })
+        eventually(
+            &format!("reloadlet tracks {n} volumes"),
+            Duration::from_secs(10),
+            || (self.metric("reloadlet_volumes_tracked") >= n as f64).then_some(()),
+        )
         .await
     }
 
@@ -210,15 +230,51 @@ impl Node {
     }
 
     pub async fn wait_event(&self, namespace: &str, pod: &str, reason: &str) -> RecordedEvent {
-        eventually(&format!("event {reason} on {namespace}/{pod}"), Duration::from_secs(15), || {
-            self.events(namespace, pod, reason).into_iter().next()
-        })
+        eventually(
+            &format!("event {reason} on {namespace}/{pod}"),
+            Duration::from_secs(15),
+            || self.events(namespace, pod, reason).into_iter().next(),
+        )
         .await
     }
 
     pub fn all_events(&self) -> Vec<RecordedEvent> {
         self.api.events()
     }
+
+    /// Waits until the simulated kubelet runs every container of the pod.
+    pub async fn wait_running(&self, namespace: &str, name: &str) -> PodHandles {
+        let uid = eventually(
+            &format!("pod {namespace}/{name} exists"),
+            Duration::from_secs(10),
+            || {
+                self.api
+                    .get_pod(namespace, name)
+                    .and_then(|p| p.metadata.uid)
+            },
+        )
+        .await;
+        let kubelet = &self.kubelet;
+        tokio::task::block_in_place(|| kubelet.wait_for_pod(&uid, Duration::from_secs(20)))
+            .unwrap_or_else(|| panic!("pod {namespace}/{name} never ran"))
+    }
+
+    pub fn uid(&self, namespace: &str, name: &str) -> String {
+        self.api
+            .get_pod(namespace, name)
+            .and_then(|p| p.metadata.uid)
+            .expect("pod exists")
+    }
+}
+
+pub fn alive(pid: i32) -> bool {
+    // Zombies count as dead: a signal with the default action would have killed it.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
 }
 
 impl Drop for Node {
@@ -227,10 +283,13 @@ impl Drop for Node {
             let _ = agent.child.kill();
             let _ = agent.child.wait();
             if std::thread::panicking() {
-                eprintln!("--- reloadlet log ---\n{}", std::fs::read_to_string(&agent.log).unwrap_or_default());
+                eprintln!(
+                    "--- reloadlet log ---\n{}",
+                    std::fs::read_to_string(&agent.log).unwrap_or_default()
+                );
             }
         }
-        self.kubelet.shutdown();
+        // The kubelet (dropped after this) stops every process and removes mounts and cgroups.
     }
 }
 
@@ -243,7 +302,10 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     Some((code, body))
 }
 
@@ -269,7 +331,9 @@ pub fn signals_in(path: &Path) -> Vec<String> {
 }
 
 pub fn recorder_ready(path: &Path) -> bool {
-    std::fs::read_to_string(path).unwrap_or_default().contains("READY")
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .contains("READY")
 }
 
 /// `examples/sigrecorder`, which `cargo test` builds next to the test binaries.
@@ -277,6 +341,10 @@ pub fn sigrecorder() -> String {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap();
     let path = dir.join("examples/sigrecorder");
-    assert!(path.exists(), "{} is missing: run through `cargo test`", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run through `cargo test`",
+        path.display()
+    );
     path.display().to_string()
 }

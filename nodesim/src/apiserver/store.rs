@@ -242,6 +242,8 @@ impl State {
             return self.replace_pod(pod);
         }
         self.stamp_new(&mut pod.metadata);
+        // Admission (ServiceAccount plugin): every pod gets its kube-api-access volume.
+        crate::projection::inject_kube_api_access(&mut pod);
         if pod.status.is_none() {
             pod.status = Some(PodStatus {
                 phase: Some("Pending".into()),

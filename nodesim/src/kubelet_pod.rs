@@ -1,0 +1,429 @@
+//! One pod as the simulated kubelet runs it: volumes, sandbox and containers, and the
+//! status it reports.
+
+use crate::kubelet::{KubeletApi, READY_DELAY_ANNOTATION};
+use crate::projection::{self, SourceLookup};
+use crate::qos::qos_class;
+use crate::runtime::{BindMount, ContainerSpec, RuntimeError, SandboxSpec, SimRuntime};
+use crate::volumes::{PodVolumes, SourceKind, VolumeError, VolumeKind};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+    Pod, PodCondition, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a classic init container may run.
+const INIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where a pod is in its life on this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Volume dirs exist; tmpfs, content and processes not yet.
+    Created,
+    /// A ConfigMap/Secret is missing: retried when sources change or on resync.
+    VolumesPending,
+    Running,
+    /// A container could not start or an init container failed.
+    Failed,
+}
+
+/// Why a pod could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("container {container:?}: {why}")]
+    Container { container: String, why: String },
+    #[error("init container {0:?} exited with {1}")]
+    InitFailed(String, i32),
+}
+
+/// A started container, for the status.
+#[derive(Clone, Debug)]
+struct Started {
+    name: String,
+    image: String,
+    container_id: String,
+    /// `Some(exit code)` for a classic init container that ran to completion.
+    exit_code: Option<i32>,
+    init: bool,
+}
+
+/// One pod of this node.
+pub struct PodState {
+    /// The latest version seen.
+    pub pod: Pod,
+    pub volumes: PodVolumes,
+    pub stage: Stage,
+    pub ready: bool,
+    started: Vec<Started>,
+    start_time: Option<Time>,
+    message: Option<String>,
+}
+
+/// The kubelet's `podsDifferSemantically` minus status: spec, labels or annotations.
+pub fn differs_semantically(old: &Pod, new: &Pod) -> bool {
+    old.spec != new.spec
+        || old.metadata.labels != new.metadata.labels
+        || old.metadata.annotations != new.metadata.annotations
+}
+
+impl PodState {
+    /// Creates the volume dirs (no tmpfs, no content yet).
+    pub fn create(root: &Path, pod: Pod) -> Result<Self, VolumeError> {
+        let volumes = PodVolumes::create(root, &pod)?;
+        Ok(Self {
+            pod,
+            volumes,
+            stage: Stage::Created,
+            ready: false,
+            started: Vec::new(),
+            start_time: None,
+            message: None,
+        })
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.pod.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    fn uid(&self) -> String {
+        self.pod.metadata.uid.clone().unwrap_or_default()
+    }
+
+    pub fn has_tmpfs_volumes(&self) -> bool {
+        self.volumes.volumes().iter().any(|v| v.kind.is_tmpfs())
+    }
+
+    /// Mounts, projects, starts the sandbox and the containers, reports the status.
+    /// Returns the ready delay still to wait, if any.
+    pub fn start(
+        &mut self,
+        runtime: &mut SimRuntime,
+        api: &dyn KubeletApi,
+    ) -> Result<Option<Duration>, StartError> {
+        if matches!(self.stage, Stage::Running | Stage::Failed) {
+            return Ok(None);
+        }
+        self.volumes.mount_tmpfs()?;
+        if let Err(e) = self.volumes.project_all(&self.pod, api.lookup()) {
+            self.stage = Stage::VolumesPending;
+            self.message = Some(e.to_string());
+            return Err(e.into());
+        }
+        self.start_time = Some(Time(crate::clock::now()));
+        match self.start_processes(runtime, api.lookup()) {
+            Ok(()) => {}
+            Err(e) => {
+                let _ = runtime.stop_sandbox(&self.uid(), Duration::ZERO);
+                self.stage = Stage::Failed;
+                self.message = Some(e.to_string());
+                self.report_status(api);
+                return Err(e);
+            }
+        }
+        self.stage = Stage::Running;
+        let delay = self
+            .pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(READY_DELAY_ANNOTATION))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis);
+        self.ready = delay.is_none();
+        self.report_status(api);
+        Ok(delay)
+    }
+
+    fn start_processes(
+        &mut self,
+        runtime: &mut SimRuntime,
+        lookup: &dyn SourceLookup,
+    ) -> Result<(), StartError> {
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let uid = self.uid();
+        runtime.start_sandbox(&SandboxSpec {
+            pod_uid: uid.clone(),
+            qos: qos_class(&spec),
+            share_process_namespace: spec.share_process_namespace.unwrap_or(false),
+            host_pid: spec.host_pid.unwrap_or(false),
+        })?;
+        let scheme = runtime.config().runtime;
+        self.started.clear();
+        for c in spec.init_containers.iter().flatten() {
+            let cs = self.container_spec(c, lookup)?;
+            let image = c.image.clone().unwrap_or_default();
+            if c.restart_policy.as_deref() == Some("Always") {
+                let h = runtime.start_container(&uid, &cs)?;
+                self.started.push(Started {
+                    name: c.name.clone(),
+                    image,
+                    container_id: h.container_id(),
+                    exit_code: None,
+                    init: true,
+                });
+            } else {
+                let done = runtime.run_to_completion(&uid, &cs, INIT_TIMEOUT)?;
+                self.started.push(Started {
+                    name: c.name.clone(),
+                    image,
+                    container_id: scheme.container_id(&done.id),
+                    exit_code: Some(done.exit_code),
+                    init: true,
+                });
+                if done.exit_code != 0 {
+                    return Err(StartError::InitFailed(c.name.clone(), done.exit_code));
+                }
+            }
+        }
+        for c in &spec.containers {
+            let cs = self.container_spec(c, lookup)?;
+            let h = runtime.start_container(&uid, &cs)?;
+            let image = c.image.clone().unwrap_or_default();
+            self.started.push(Started {
+                name: c.name.clone(),
+                image,
+                container_id: h.container_id(),
+                exit_code: None,
+                init: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Command, env and bind mounts of a container.
+    fn container_spec(
+        &self,
+        c: &Container,
+        lookup: &dyn SourceLookup,
+    ) -> Result<ContainerSpec, StartError> {
+        let err = |why: String| StartError::Container {
+            container: c.name.clone(),
+            why,
+        };
+        let mut argv: Vec<String> = c
+            .command
+            .iter()
+            .flatten()
+            .chain(c.args.iter().flatten())
+            .cloned()
+            .collect();
+        if argv.is_empty() {
+            // image entrypoints do not exist here: a stand-in that runs until stopped
+            argv = vec!["sleep".into(), "infinity".into()];
+        }
+        let mut env = Vec::new();
+        for var in c.env.iter().flatten() {
+            if let Some(value) = self.env_value(var, lookup).map_err(err)? {
+                env.push((var.name.clone(), value));
+            }
+        }
+        let mut mounts = Vec::new();
+        for m in c.volume_mounts.iter().flatten() {
+            let Some(volume) = self.volumes.get(&m.name) else {
+                return Err(err(format!("volume {:?} not in the pod spec", m.name)));
+            };
+            let Some(dir) = &volume.dir else { continue };
+            if m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
+                return Err(err("subPathExpr is not simulated".into()));
+            }
+            let source = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                // resolved once, at start: later `..data` swaps never reach this mount
+                Some(sub) => resolve_sub_path(dir, sub).map_err(err)?,
+                None => dir.clone(),
+            };
+            let api_data = matches!(
+                volume.kind,
+                VolumeKind::ConfigMap
+                    | VolumeKind::Secret
+                    | VolumeKind::Projected
+                    | VolumeKind::DownwardApi
+            );
+            mounts.push(BindMount {
+                source,
+                target: PathBuf::from(&m.mount_path),
+                read_only: api_data || m.read_only.unwrap_or(false),
+            });
+        }
+        Ok(ContainerSpec {
+            name: c.name.clone(),
+            argv,
+            env,
+            working_dir: c.working_dir.as_ref().map(PathBuf::from),
+            mounts,
+        })
+    }
+
+    fn env_value(
+        &self,
+        var: &k8s_openapi::api::core::v1::EnvVar,
+        lookup: &dyn SourceLookup,
+    ) -> Result<Option<String>, String> {
+        let Some(from) = &var.value_from else {
+            return Ok(Some(var.value.clone().unwrap_or_default()));
+        };
+        let ns = self.namespace();
+        if let Some(r) = &from.config_map_key_ref {
+            let value = lookup
+                .configmap(ns, &r.name)
+                .and_then(|cm| cm.data.and_then(|d| d.get(&r.key).cloned()));
+            return match value {
+                Some(v) => Ok(Some(v)),
+                None if r.optional.unwrap_or(false) => Ok(None),
+                None => Err(format!(
+                    "env {}: configmap key {}/{} not found",
+                    var.name, r.name, r.key
+                )),
+            };
+        }
+        if let Some(r) = &from.secret_key_ref {
+            let value = lookup
+                .secret(ns, &r.name)
+                .and_then(|s| s.data.and_then(|d| d.get(&r.key).map(|b| b.0.clone())));
+            return match value {
+                Some(v) => Ok(Some(String::from_utf8_lossy(&v).into_owned())),
+                None if r.optional.unwrap_or(false) => Ok(None),
+                None => Err(format!(
+                    "env {}: secret key {}/{} not found",
+                    var.name, r.name, r.key
+                )),
+            };
+        }
+        if let Some(f) = &from.field_ref {
+            let bytes = projection::downward_api_field(&self.pod, &f.field_path)
+                .map_err(|e| e.to_string())?;
+            return Ok(Some(String::from_utf8_lossy(&bytes).into_owned()));
+        }
+        Ok(None)
+    }
+
+    /// Writes every volume (no-op when unchanged).
+    pub fn project_all(&mut self, lookup: &dyn SourceLookup) {
+        if let Err(e) = self.volumes.project_all(&self.pod, lookup) {
+            tracing::warn!(pod = ?self.pod.metadata.name, error = %e, "volume sync failed");
+        }
+    }
+
+    /// Writes the volumes fed by one ConfigMap/Secret.
+    pub fn project_referencing(&mut self, kind: SourceKind, name: &str, lookup: &dyn SourceLookup) {
+        for volume in self.volumes.volumes_referencing(kind, name) {
+            if let Err(e) = self.volumes.project_volume(&volume, &self.pod, lookup) {
+                tracing::warn!(pod = ?self.pod.metadata.name, volume, error = %e, "volume update failed");
+            }
+        }
+    }
+
+    pub fn rotate_tokens(&mut self, lookup: &dyn SourceLookup) {
+        if let Err(e) = self.volumes.rotate_token(&self.pod, lookup) {
+            tracing::warn!(pod = ?self.pod.metadata.name, error = %e, "token rotation failed");
+        }
+    }
+
+    /// What the kubelet reports.
+    pub fn report_status(&self, api: &dyn KubeletApi) {
+        let (ns, name) = (
+            self.namespace().to_owned(),
+            self.pod.metadata.name.clone().unwrap_or_default(),
+        );
+        api.set_pod_status(&ns, &name, self.status());
+    }
+
+    fn status(&self) -> PodStatus {
+        let running = self.stage == Stage::Running;
+        let ready = running && self.ready;
+        let now = Time(crate::clock::now());
+        let cond = |type_: &str, ok: bool| PodCondition {
+            type_: type_.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            last_transition_time: Some(now.clone()),
+            ..Default::default()
+        };
+        let status_of = |s: &Started| {
+            let state = match s.exit_code {
+                Some(code) => ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: code,
+                        reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                        container_id: Some(s.container_id.clone()),
+                        started_at: self.start_time.clone(),
+                        finished_at: Some(now.clone()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                None => ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: self.start_time.clone(),
+                    }),
+                    ..Default::default()
+                },
+            };
+            ContainerStatus {
+                name: s.name.clone(),
+                container_id: Some(s.container_id.clone()),
+                image: s.image.clone(),
+                image_id: String::new(),
+                ready: if s.exit_code.is_some() { false } else { ready },
+                started: Some(s.exit_code.is_none() && running),
+                restart_count: 0,
+                state: Some(state),
+                ..Default::default()
+            }
+        };
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        PodStatus {
+            phase: Some(if running { "Running" } else { "Pending" }.into()),
+            qos_class: Some(qos_class(&spec).as_str().into()),
+            host_ip: Some("127.0.0.1".into()),
+            start_time: self.start_time.clone(),
+            message: self.message.clone().filter(|_| !running),
+            conditions: Some(vec![
+                cond("PodReadyToStartContainers", running),
+                cond("Initialized", running),
+                cond("Ready", ready),
+                cond("ContainersReady", ready),
+                cond("PodScheduled", true),
+            ]),
+            container_statuses: Some(
+                self.started
+                    .iter()
+                    .filter(|s| !s.init)
+                    .map(status_of)
+                    .collect(),
+            ),
+            init_container_statuses: Some(
+                self.started
+                    .iter()
+                    .filter(|s| s.init)
+                    .map(status_of)
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+}
+
+/// `<volume>/<subPath>` with its symlinks resolved (into the current `..<timestamp>` dir),
+/// refused if it leaves the volume.
+fn resolve_sub_path(volume_dir: &Path, sub_path: &str) -> Result<PathBuf, String> {
+    if Path::new(sub_path).is_absolute() || sub_path.split('/').any(|e| e == "..") {
+        return Err(format!(
+            "subPath {sub_path:?} must be relative without '..'"
+        ));
+    }
+    let base =
+        fs::canonicalize(volume_dir).map_err(|e| format!("{}: {e}", volume_dir.display()))?;
+    let resolved = fs::canonicalize(volume_dir.join(sub_path))
+        .map_err(|e| format!("subPath {sub_path:?}: {e}"))?;
+    if !resolved.starts_with(&base) {
+        return Err(format!("subPath {sub_path:?} resolves outside the volume"));
+    }
+    Ok(resolved)
+}

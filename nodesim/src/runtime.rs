@@ -1,0 +1,805 @@
+//! "Containers" as real processes in real cgroups, named as containerd, CRI-O and
+//! cri-dockerd name them.
+//!
+//! Each container (and the pod sandbox's pause process) is started through a *shim*:
+//! `unshare --fork --pid --mount …` (or `nsenter --pid` into the pause process for
+//! `shareProcessNamespace`). The shim stays outside the container cgroup — like
+//! containerd-shim or conmon — and its child, the container init, bind-mounts the volumes
+//! in its private mount namespace, moves itself into the container cgroup (`echo 0 >
+//! cgroup.procs`) and execs the container's command. Under CRI-O the shim first moves itself
+//! into the `crio-conmon-<id>` sibling cgroup, so it plays conmon.
+
+use crate::cgroups::{self, Cgroup, CgroupError, CgroupMounts};
+use crate::flavor::{CgroupDriver, CgroupVersion, QosClass, Runtime};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a container may take to reach its command.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a shim may take to exit once its container is gone.
+const SHIM_EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The runtime's node-wide settings.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    pub runtime: Runtime,
+    pub driver: CgroupDriver,
+    pub cgroup_version: CgroupVersion,
+    /// Container logs go to `<log_dir>/<pod uid>/<container>-<id prefix>.log`.
+    pub log_dir: PathBuf,
+}
+
+/// A bind mount into the container's mount namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindMount {
+    /// Host path: a volume dir, or for a `subPath` the resolved file/dir under `..data/`.
+    pub source: PathBuf,
+    /// `mountPath` in the container.
+    pub target: PathBuf,
+    pub read_only: bool,
+}
+
+/// What to run as a container.
+#[derive(Clone, Debug, Default)]
+pub struct ContainerSpec {
+    pub name: String,
+    /// `command` + `args`, non-empty.
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub working_dir: Option<PathBuf>,
+    pub mounts: Vec<BindMount>,
+}
+
+/// The pod-level settings of a sandbox.
+#[derive(Clone, Debug)]
+pub struct SandboxSpec {
+    pub pod_uid: String,
+    pub qos: QosClass,
+    /// `shareProcessNamespace: true`: containers join the pause process's PID namespace.
+    pub share_process_namespace: bool,
+    /// `hostPID: true`: no PID namespace at all.
+    pub host_pid: bool,
+}
+
+/// A running container (or sandbox) as tests see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerHandle {
+    pub name: String,
+    /// 64 hex chars.
+    pub id: String,
+    pub runtime: Runtime,
+    /// The container cgroup relative to the hierarchy root, as in `/proc/<pid>/cgroup`.
+    pub cgroup: String,
+    /// The container cgroup's directory in each hierarchy.
+    pub cgroup_paths: Vec<PathBuf>,
+    /// Host PID of the container's main process (the command).
+    pub main_pid: i32,
+    /// Host PID of the shim, the main process's parent (outside the container cgroup).
+    pub shim_pid: i32,
+    /// CRI-O: the process in `crio-conmon-<id>` (the shim).
+    pub conmon_pid: Option<i32>,
+    pub log_path: PathBuf,
+}
+
+impl ContainerHandle {
+    /// `<runtime>://<id>`, as in `status.containerStatuses[].containerID`.
+    pub fn container_id(&self) -> String {
+        self.runtime.container_id(&self.id)
+    }
+}
+
+/// A container that ran to completion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completed {
+    pub id: String,
+    pub exit_code: i32,
+}
+
+/// Errors of the simulated runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("starting {what}: {source}")]
+    Spawn {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("container {name:?} did not start: {why}; log {log}:\n{tail}")]
+    StartFailed {
+        name: String,
+        why: String,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error("container {0:?} has an empty command")]
+    EmptyCommand(String),
+    #[error("no sandbox for pod {0}")]
+    NoSandbox(String),
+    #[error("pod {0} already has a sandbox")]
+    SandboxExists(String),
+    #[error("no container {id} in pod {pod_uid}")]
+    NoContainer { pod_uid: String, id: String },
+    #[error("container {name:?} still running after {timeout:?}")]
+    Timeout { name: String, timeout: Duration },
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
+    move |source| RuntimeError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A running process group of ours: the handle plus what must be cleaned up.
+#[derive(Debug)]
+struct Running {
+    handle: ContainerHandle,
+    spec: ContainerSpec,
+    shim: Child,
+    cgroup: Cgroup,
+    conmon_cgroup: Option<Cgroup>,
+    /// Mount targets created on the host (the container's root is the host's), in
+    /// creation order.
+    created_targets: Vec<PathBuf>,
+}
+
+#[derive(Debug)]
+struct PodRuntime {
+    spec: SandboxSpec,
+    sandbox: Running,
+    containers: Vec<Running>,
+    /// Dropped last: the containers' and sandbox's cgroups are its children.
+    pod_cgroup: Cgroup,
+}
+
+/// The simulated container runtime of one node.
+#[derive(Debug)]
+pub struct SimRuntime {
+    cfg: RuntimeConfig,
+    mounts: CgroupMounts,
+    pods: HashMap<String, PodRuntime>,
+}
+
+impl SimRuntime {
+    /// Finds the cgroup hierarchies from `/proc/self/mountinfo`.
+    pub fn new(cfg: RuntimeConfig) -> Result<Self, RuntimeError> {
+        let mounts = CgroupMounts::detect()?;
+        mounts.roots(cfg.cgroup_version)?;
+        fs::create_dir_all(&cfg.log_dir).map_err(io_err("mkdir", &cfg.log_dir))?;
+        Ok(Self {
+            cfg,
+            mounts,
+            pods: HashMap::new(),
+        })
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.cfg
+    }
+
+    /// Creates the pod cgroup and starts the pause process in the sandbox leaf.
+    pub fn start_sandbox(&mut self, spec: &SandboxSpec) -> Result<ContainerHandle, RuntimeError> {
+        if self.pods.contains_key(&spec.pod_uid) {
+            return Err(RuntimeError::SandboxExists(spec.pod_uid.clone()));
+        }
+        let pod_rel = cgroups::pod_cgroup(self.cfg.driver, spec.qos, &spec.pod_uid);
+        let pod_cgroup = Cgroup::create(&self.mounts, self.cfg.cgroup_version, &pod_rel)?;
+        let pause = ContainerSpec {
+            name: "POD".into(),
+            argv: vec!["sleep".into(), "infinity".into()],
+            ..Default::default()
+        };
+        let ns = if spec.host_pid {
+            PidNs::Host
+        } else {
+            PidNs::Own
+        };
+        let sandbox = self.spawn(&spec.pod_uid, &pod_rel, &pause, ns, &[], true)?;
+        let handle = sandbox.handle.clone();
+        self.pods.insert(
+            spec.pod_uid.clone(),
+            PodRuntime {
+                spec: spec.clone(),
+                sandbox,
+                containers: Vec::new(),
+                pod_cgroup,
+            },
+        );
+        Ok(handle)
+    }
+
+    /// Starts a container of the pod whose sandbox runs.
+    pub fn start_container(
+        &mut self,
+        pod_uid: &str,
+        spec: &ContainerSpec,
+    ) -> Result<ContainerHandle, RuntimeError> {
+        let pod = self
+            .pods
+            .get(pod_uid)
+            .ok_or_else(|| RuntimeError::NoSandbox(pod_uid.into()))?;
+        let ns = self.pid_ns_of(pod);
+        let pod_rel = pod.pod_cgroup.rel_path().to_owned();
+        let in_use = self.mount_targets_in_use();
+        let running = self.spawn(pod_uid, &pod_rel, spec, ns, &in_use, true)?;
+        let handle = running.handle.clone();
+        if let Some(pod) = self.pods.get_mut(pod_uid) {
+            pod.containers.push(running);
+        }
+        Ok(handle)
+    }
+
+    /// Runs a classic init container to completion; returns its ID and exit code.
+    pub fn run_to_completion(
+        &mut self,
+        pod_uid: &str,
+        spec: &ContainerSpec,
+        timeout: Duration,
+    ) -> Result<Completed, RuntimeError> {
+        let pod = self
+            .pods
+            .get(pod_uid)
+            .ok_or_else(|| RuntimeError::NoSandbox(pod_uid.into()))?;
+        let ns = self.pid_ns_of(pod);
+        let pod_rel = pod.pod_cgroup.rel_path().to_owned();
+        let in_use = self.mount_targets_in_use();
+        let mut running = self.spawn(pod_uid, &pod_rel, spec, ns, &in_use, false)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = running.shim.try_wait() {
+                let id = running.handle.id.clone();
+                cleanup(running, Duration::ZERO, &in_use);
+                return Ok(Completed {
+                    id,
+                    exit_code: status.code().unwrap_or(-1),
+                });
+            }
+            if Instant::now() > deadline {
+                cleanup(running, Duration::ZERO, &in_use);
+                return Err(RuntimeError::Timeout {
+                    name: spec.name.clone(),
+                    timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM to the main process, SIGKILL to everything left after `grace`; removes the
+    /// container's cgroups and the mount targets it created.
+    pub fn stop_container(
+        &mut self,
+        pod_uid: &str,
+        id: &str,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let pod = self
+            .pods
+            .get_mut(pod_uid)
+            .ok_or_else(|| RuntimeError::NoSandbox(pod_uid.into()))?;
+        let idx = pod
+            .containers
+            .iter()
+            .position(|c| c.handle.id == id)
+            .ok_or_else(|| RuntimeError::NoContainer {
+                pod_uid: pod_uid.into(),
+                id: id.into(),
+            })?;
+        let running = pod.containers.remove(idx);
+        let in_use = self.mount_targets_in_use();
+        cleanup(running, grace, &in_use);
+        Ok(())
+    }
+
+    /// Stops every container of the pod, then the sandbox, and removes the pod cgroup.
+    pub fn stop_sandbox(&mut self, pod_uid: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let Some(mut pod) = self.pods.remove(pod_uid) else {
+            return Ok(());
+        };
+        let in_use = self.mount_targets_in_use();
+        for c in pod.containers.drain(..) {
+            cleanup(c, grace, &in_use);
+        }
+        cleanup(pod.sandbox, Duration::ZERO, &in_use);
+        let pod_dirs = pod.pod_cgroup.dirs().to_vec();
+        pod.pod_cgroup.remove()?;
+        // the QoS parents (`kubepods.slice`, `kubepods/burstable` …) are shared by every
+        // pod of every simulated node; the last one out removes them (EBUSY otherwise)
+        for dir in pod_dirs {
+            for parent in dir.ancestors().skip(1) {
+                let name = parent
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let ours = name.starts_with("kubepods")
+                    || parent.parent().is_some_and(|p| p.ends_with("kubepods"));
+                if !ours || fs::remove_dir(parent).is_err() {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sandbox and containers of a pod.
+    pub fn handles(&self, pod_uid: &str) -> Option<(ContainerHandle, Vec<ContainerHandle>)> {
+        let pod = self.pods.get(pod_uid)?;
+        Some((
+            pod.sandbox.handle.clone(),
+            pod.containers.iter().map(|c| c.handle.clone()).collect(),
+        ))
+    }
+
+    /// UIDs of the pods with a sandbox.
+    pub fn pod_uids(&self) -> Vec<String> {
+        self.pods.keys().cloned().collect()
+    }
+
+    /// Kills every process, removes every cgroup and created mount target.
+    pub fn shutdown(&mut self) {
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in uids {
+            if let Err(e) = self.stop_sandbox(&uid, Duration::ZERO) {
+                tracing::warn!(pod_uid = %uid, error = %e, "sandbox cleanup failed");
+            }
+        }
+    }
+
+    fn all_running(&self) -> impl Iterator<Item = &Running> {
+        self.pods
+            .values()
+            .flat_map(|p| std::iter::once(&p.sandbox).chain(p.containers.iter()))
+    }
+
+    fn mount_targets_in_use(&self) -> Vec<PathBuf> {
+        self.all_running()
+            .flat_map(|r| r.spec.mounts.iter().map(|m| m.target.clone()))
+            .collect()
+    }
+
+    fn pid_ns_of(&self, pod: &PodRuntime) -> PidNs {
+        if pod.spec.host_pid {
+            PidNs::Host
+        } else if pod.spec.share_process_namespace {
+            PidNs::Join(pod.sandbox.handle.main_pid)
+        } else {
+            PidNs::Own
+        }
+    }
+
+    /// Starts `spec` through a shim; with `await_exec`, waits until its command runs in the
+    /// container cgroup and records its PID.
+    fn spawn(
+        &self,
+        pod_uid: &str,
+        pod_rel: &str,
+        spec: &ContainerSpec,
+        ns: PidNs,
+        in_use: &[PathBuf],
+        await_exec: bool,
+    ) -> Result<Running, RuntimeError> {
+        if spec.argv.is_empty() {
+            return Err(RuntimeError::EmptyCommand(spec.name.clone()));
+        }
+        let cfg = &self.cfg;
+        let id = random_container_id();
+        let leaf = cgroups::container_leaf(cfg.runtime, cfg.driver, &id);
+        let rel = format!("{pod_rel}/{leaf}");
+        let cgroup = Cgroup::create(&self.mounts, cfg.cgroup_version, &rel)?;
+        let conmon_cgroup = match cfg.runtime {
+            Runtime::CriO => Some(Cgroup::create(
+                &self.mounts,
+                cfg.cgroup_version,
+                &format!("{pod_rel}/{}", cgroups::crio_conmon_leaf(cfg.driver, &id)),
+            )?),
+            _ => None,
+        };
+
+        let log_dir = cfg.log_dir.join(pod_uid);
+        fs::create_dir_all(&log_dir).map_err(io_err("mkdir", &log_dir))?;
+        let log_path = log_dir.join(format!("{}-{}.log", spec.name, &id[..12]));
+        let log = fs::File::create(&log_path).map_err(io_err("create", &log_path))?;
+        let log2 = log.try_clone().map_err(io_err("dup", &log_path))?;
+
+        let mut created_targets = Vec::new();
+        for m in &spec.mounts {
+            if let Err(e) = create_mount_target(&m.source, &m.target, &mut created_targets) {
+                remove_created_targets(&created_targets, in_use);
+                return Err(e);
+            }
+        }
+
+        let argv = shim_argv(
+            ns,
+            &init_script(spec, &cgroup.procs_files()),
+            &spec.argv,
+            conmon_cgroup.as_ref(),
+        );
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env_clear()
+            .env("PATH", CONTAINER_PATH)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0);
+        let shim = match cmd.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                remove_created_targets(&created_targets, in_use);
+                return Err(RuntimeError::Spawn {
+                    what: format!("shim {}", argv[0]),
+                    source,
+                });
+            }
+        };
+        let shim_pid = shim.id() as i32;
+        let handle = ContainerHandle {
+            name: spec.name.clone(),
+            id,
+            runtime: cfg.runtime,
+            cgroup: rel,
+            cgroup_paths: cgroup.dirs().to_vec(),
+            main_pid: 0,
+            shim_pid,
+            conmon_pid: conmon_cgroup.as_ref().map(|_| shim_pid),
+            log_path: log_path.clone(),
+        };
+        let mut running = Running {
+            handle,
+            spec: spec.clone(),
+            shim,
+            cgroup,
+            conmon_cgroup,
+            created_targets,
+        };
+        if !await_exec {
+            return Ok(running);
+        }
+        match wait_for_exec(&mut running) {
+            Ok(pid) => {
+                running.handle.main_pid = pid;
+                Ok(running)
+            }
+            Err(why) => {
+                let tail = fs::read_to_string(&log_path).unwrap_or_default();
+                cleanup(running, Duration::ZERO, in_use);
+                Err(RuntimeError::StartFailed {
+                    name: spec.name.clone(),
+                    why,
+                    log: log_path,
+                    tail,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for SimRuntime {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Which PID namespace a container's processes live in.
+#[derive(Clone, Copy, Debug)]
+enum PidNs {
+    /// A new one, the container init is PID 1.
+    Own,
+    /// The PID namespace of this (pause) process.
+    Join(i32),
+    /// The host's.
+    Host,
+}
+
+/// The shim's command line.
+fn shim_argv(ns: PidNs, script: &str, command: &[String], conmon: Option<&Cgroup>) -> Vec<String> {
+    let mut argv: Vec<String> = Vec::new();
+    if let Some(conmon) = conmon {
+        let moves: Vec<String> = conmon
+            .procs_files()
+            .iter()
+            .map(|f| format!("echo 0 > {}", sh_quote(&f.to_string_lossy())))
+            .collect();
+        argv.extend([
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("set -e; {}; exec \"$@\"", moves.join("; ")),
+            "conmon".into(),
+        ]);
+    }
+    let unshare_mount = ["unshare", "--mount", "--propagation", "private"].map(String::from);
+    match ns {
+        PidNs::Own => argv.extend(
+            [
+                "unshare",
+                "--fork",
+                "--kill-child",
+                "--pid",
+                "--mount-proc",
+                "--propagation",
+                "private",
+            ]
+            .map(String::from),
+        ),
+        PidNs::Host => argv.extend(
+            [
+                "unshare",
+                "--fork",
+                "--kill-child",
+                "--mount",
+                "--propagation",
+                "private",
+            ]
+            .map(String::from),
+        ),
+        PidNs::Join(pid) => {
+            argv.extend([
+                "nsenter".into(),
+                "--target".into(),
+                pid.to_string(),
+                "--pid".into(),
+                "--".into(),
+            ]);
+            argv.extend(unshare_mount);
+        }
+    }
+    argv.extend([
+        "--".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        script.to_owned(),
+        "sh".into(),
+    ]);
+    argv.extend(command.iter().cloned());
+    argv
+}
+
+/// What the container init runs before exec: bind mounts, join the cgroup, chdir.
+fn init_script(spec: &ContainerSpec, procs_files: &[PathBuf]) -> String {
+    let mut lines = vec!["set -e".to_owned()];
+    for m in &spec.mounts {
+        let (src, dst) = (
+            sh_quote(&m.source.to_string_lossy()),
+            sh_quote(&m.target.to_string_lossy()),
+        );
+        lines.push(format!("mount --bind {src} {dst}"));
+        if m.read_only {
+            lines.push(format!("mount -o remount,bind,ro {dst}"));
+        }
+    }
+    for f in procs_files {
+        lines.push(format!("echo 0 > {}", sh_quote(&f.to_string_lossy())));
+    }
+    if let Some(dir) = &spec.working_dir {
+        lines.push(format!("cd {}", sh_quote(&dir.to_string_lossy())));
+    }
+    lines.push("exec \"$@\"".into());
+    lines.join("\n")
+}
+
+/// Single-quotes `s` for `/bin/sh`.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// 64 random hex chars.
+pub fn random_container_id() -> String {
+    (0..4)
+        .map(|_| format!("{:016x}", rand::random::<u64>()))
+        .collect()
+}
+
+/// Waits until the shim's child has joined the container cgroup and exec'd the command;
+/// returns its host PID.
+fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let want: Vec<u8> = running
+        .spec
+        .argv
+        .iter()
+        .flat_map(|a| a.bytes().chain([0]))
+        .collect();
+    loop {
+        if let Ok(Some(status)) = running.shim.try_wait() {
+            return Err(format!("exited at start ({status})"));
+        }
+        let in_cgroup = running.cgroup.pids();
+        for pid in in_cgroup {
+            if parent_of(pid) == Some(running.handle.shim_pid)
+                && fs::read(format!("/proc/{pid}/cmdline")).ok() == Some(want.clone())
+            {
+                return Ok(pid);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("not running its command after {START_TIMEOUT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The parent PID from `/proc/<pid>/stat`.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // the command name is in parentheses and may contain spaces
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(1)?.parse().ok()
+}
+
+/// Creates a missing bind-mount target on the host (dir, or empty file for a file source).
+fn create_mount_target(
+    source: &Path,
+    target: &Path,
+    created: &mut Vec<PathBuf>,
+) -> Result<(), RuntimeError> {
+    if fs::symlink_metadata(target).is_ok() {
+        return Ok(());
+    }
+    let is_dir = fs::metadata(source)
+        .map_err(io_err("stat", source))?
+        .is_dir();
+    let parent = target.parent().unwrap_or(Path::new("/"));
+    let mut missing = Vec::new();
+    let mut p = parent;
+    while fs::symlink_metadata(p).is_err() {
+        missing.push(p.to_owned());
+        match p.parent() {
+            Some(up) => p = up,
+            None => break,
+        }
+    }
+    for dir in missing.into_iter().rev() {
+        fs::create_dir(&dir).map_err(io_err("mkdir", &dir))?;
+        created.push(dir);
+    }
+    if is_dir {
+        fs::create_dir(target).map_err(io_err("mkdir", target))?;
+    } else {
+        fs::File::create(target).map_err(io_err("create", target))?;
+    }
+    created.push(target.to_owned());
+    Ok(())
+}
+
+/// Removes mount targets we created, newest first, unless a container still uses them:
+/// one of this runtime's (`in_use`), or any mount namespace on the host (another runtime in
+/// a parallel test) — removing a mount point there would detach that mount.
+fn remove_created_targets(created: &[PathBuf], in_use: &[PathBuf]) {
+    for path in created.iter().rev() {
+        if in_use.iter().any(|t| t.starts_with(path)) {
+            continue;
+        }
+        let Ok(real) = fs::canonicalize(path) else {
+            continue;
+        };
+        if mounted_in_any_namespace(&real) {
+            continue;
+        }
+        let _ = if real.is_dir() {
+            fs::remove_dir(&real)
+        } else {
+            fs::remove_file(&real)
+        };
+    }
+}
+
+/// Whether `path` or something below it is a mount point in any process's mount namespace.
+fn mounted_in_any_namespace(path: &Path) -> bool {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
+    let mut seen = std::collections::HashSet::new();
+    for entry in procs.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(ns) = fs::read_link(entry.path().join("ns/mnt")) else {
+            continue;
+        };
+        if !seen.insert(ns) {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(entry.path().join("mountinfo")) else {
+            continue;
+        };
+        if text
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .any(|mp| Path::new(mp).starts_with(path))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Stops a container: SIGTERM, up to `grace`, then SIGKILL to everything in its cgroup;
+/// reaps the shim, removes cgroups and created mount targets. Errors are logged.
+fn cleanup(mut running: Running, grace: Duration, in_use: &[PathBuf]) {
+    let main = running.handle.main_pid;
+    if main > 0 && !grace.is_zero() {
+        let _ = kill(Pid::from_raw(main), Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while !running.cgroup.pids().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    if let Err(e) = running.cgroup.kill_all() {
+        tracing::warn!(container = %running.handle.name, error = %e, "kill failed");
+    }
+    let deadline = Instant::now() + SHIM_EXIT_TIMEOUT;
+    loop {
+        match running.shim.try_wait() {
+            Ok(Some(_)) | Err(_) => break,
+            Ok(None) if Instant::now() > deadline => {
+                let _ = running.shim.kill();
+                let _ = running.shim.wait();
+                break;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    let Running {
+        cgroup,
+        conmon_cgroup,
+        created_targets,
+        handle,
+        ..
+    } = running;
+    for cg in std::iter::once(cgroup).chain(conmon_cgroup) {
+        if let Err(e) = cg.remove() {
+            tracing::warn!(container = %handle.name, error = %e, "cgroup removal failed");
+        }
+    }
+    remove_created_targets(&created_targets, in_use);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_ids_are_64_hex() {
+        let a = random_container_id();
+        assert_eq!(a.len(), 64);
+        assert!(a
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_ne!(a, random_container_id());
+    }
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(sh_quote("a'b c"), "'a'\\''b c'");
+    }
+
+    #[test]
+    fn parent_of_self_is_our_parent() {
+        assert_eq!(
+            parent_of(std::process::id() as i32),
+            Some(nix::unistd::getppid().as_raw())
+        );
+        assert_eq!(parent_of(-1), None);
+    }
+}
