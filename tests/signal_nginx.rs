@@ -50,12 +50,20 @@ async fn nginx_reloads_its_configmap_on_sighup_and_serves_the_new_content() {
     let nginx = nginx_binary();
     let mut node = Node::start(NodeOptions::default()).await;
     node.start_agent(&[]).await;
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let run_dir = node.path("nginx-run");
     std::fs::create_dir_all(&run_dir).unwrap();
     let conf_dir = node.path("etc-nginx");
     let ns = "web";
-    node.api.apply_configmap(configmap(ns, "nginx-conf", &[("nginx.conf", &nginx_conf(port, &run_dir, "v1"))]));
+    node.api.apply_configmap(configmap(
+        ns,
+        "nginx-conf",
+        &[("nginx.conf", &nginx_conf(port, &run_dir, "v1"))],
+    ));
     node.api.create_pod(
         pod(ns, "nginx-0")
             .signal()
@@ -78,16 +86,31 @@ async fn nginx_reloads_its_configmap_on_sighup_and_serves_the_new_content() {
     .await;
     node.wait_tracked(2).await;
 
-    node.api.apply_configmap(configmap(ns, "nginx-conf", &[("nginx.conf", &nginx_conf(port, &run_dir, "v2"))]));
+    node.api.apply_configmap(configmap(
+        ns,
+        "nginx-conf",
+        &[("nginx.conf", &nginx_conf(port, &run_dir, "v2"))],
+    ));
 
-    eventually("nginx serves v2 after SIGHUP", Duration::from_secs(15), || {
-        http_get(&addr, "/").filter(|(code, body)| *code == 200 && body == "v2")
-    })
+    eventually(
+        "nginx serves v2 after SIGHUP",
+        Duration::from_secs(15),
+        || http_get(&addr, "/").filter(|(code, body)| *code == 200 && body == "v2"),
+    )
     .await;
     let ev = node.wait_event(ns, "nginx-0", "Signaled").await;
     let master = handles.container("nginx").unwrap().main_pid;
-    assert_eq!(ev.note, format!("sent SIGHUP to container nginx (pid {master}): configmap nginx-conf changed"));
-    assert!(alive(master), "nginx reloaded in place: the master process is the same");
+    assert_eq!(
+        ev.note,
+        format!("sent SIGHUP to container nginx (pid {master}): configmap nginx-conf changed")
+    );
+    assert!(
+        alive(master),
+        "nginx reloaded in place: the master process is the same"
+    );
     let log = std::fs::read_to_string(run_dir.join("error.log")).unwrap_or_default();
-    assert!(log.contains("signal 1 (SIGHUP) received"), "nginx's own log shows the reload:\n{log}");
+    assert!(
+        log.contains("signal 1 (SIGHUP) received"),
+        "nginx's own log shows the reload:\n{log}"
+    );
 }

@@ -62,6 +62,21 @@ impl State {
         let Some(pod) = self.pods.get(&key).cloned() else {
             return ApiStatus::not_found("", "pods", name);
         };
+        // A proper policy/v1 body may carry `deleteOptions.preconditions.uid` (kube-rs's
+        // snake-case `delete_options` is ignored, as the real server does).
+        let want_uid = eviction
+            .pointer("/deleteOptions/preconditions/uid")
+            .and_then(Value::as_str);
+        let have_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(want) = want_uid.filter(|w| *w != have_uid) {
+            return ApiStatus::failure(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on Pod \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {have_uid}"
+                ),
+            );
+        }
 
         // canIgnorePDB: terminal, pending or already terminating pods go without a check.
         let phase = pod
