@@ -15,6 +15,9 @@ pub struct RequestRecord {
     pub status: u16,
     /// When the request arrived.
     pub at: Instant,
+    /// For eviction requests: how many were being served when this one arrived, itself
+    /// included (0 for other requests).
+    pub in_flight: usize,
 }
 
 /// One eviction request and its answer.

@@ -17,6 +17,7 @@ use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -76,6 +77,12 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
+    let eviction = path.ends_with("/eviction");
+    let in_flight = if eviction {
+        shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1
+    } else {
+        0
+    };
     if let Some(d) = shared.delay() {
         tokio::time::sleep(d).await;
     }
@@ -84,12 +91,16 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
         Some(code) => ApiStatus::outage(code).into_response(),
         None => next.run(req).await,
     };
+    if eviction {
+        shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
     shared.lock().requests.push(RequestRecord {
         method,
         path,
         query,
         status: resp.status().as_u16(),
         at,
+        in_flight,
     });
     resp
 }

@@ -19,6 +19,8 @@ pub(crate) struct Shared {
     pub bookmark_interval: Duration,
     /// A watch's lifetime when the client gives no `timeoutSeconds`.
     pub default_watch_timeout: Duration,
+    /// Eviction requests being served right now.
+    pub in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -38,6 +40,7 @@ impl Shared {
             shutdown,
             bookmark_interval,
             default_watch_timeout,
+            in_flight: Default::default(),
         }
     }
 
