@@ -82,6 +82,7 @@ async fn run(settings: Settings) -> ExitCode {
         Ok(s) => Some(s),
         Err(e) => return fail(&format!("{e} (set --state-dir to a writable directory)")),
     };
+    let arming = std::time::Instant::now();
     let watcher = match VolumeWatcher::new(
         &settings.kubelet_root,
         WatcherOptions {
