@@ -97,6 +97,14 @@ async fn run(settings: Settings) -> ExitCode {
             ))
         }
     };
+    let stats = watcher.stats();
+    tracing::info!(
+        pods = stats.pods,
+        volumes = stats.volumes,
+        watches = stats.watches,
+        took_ms = arming.elapsed().as_secs_f64() * 1e3,
+        "volume watches armed"
+    );
     let clients = match Clients::infer().await {
         Ok(c) => c,
         Err(e) => {
