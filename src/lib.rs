@@ -6,3 +6,6 @@
 //! (signal through `process`, evict through `evict`) → Events.
 
 pub mod model;
+pub mod cgroup;
+pub mod process;
+pub mod volume_hash;
