@@ -5,7 +5,7 @@
 //! `watch` (inotify) → `detect` (content hashes) → `pod_index` → `policy` → `execute`
 //! (signal through `process`, evict through `evict`) → Events.
 
-pub mod model;
 pub mod cgroup;
+pub mod model;
 pub mod process;
 pub mod volume_hash;
