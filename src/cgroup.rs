@@ -90,6 +90,9 @@ pub struct ContainerCgroup {
 /// mount unit inside a container running systemd) is not a container process: `None`.
 /// IDs must be exactly 64 lower-case hex characters, so QoS segments (`burstable`,
 /// `kubepods`) can never be read as one.
+///
+/// Not recognised: a path that does not show the pod segment, as a sibling container
+/// of the reader's own pod looks from inside a private cgroup namespace (`/../<id>`).
 pub fn container_of(path: &str) -> Option<ContainerCgroup> {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let leaf = segments.last()?;
@@ -118,8 +121,14 @@ pub fn container_of(path: &str) -> Option<ContainerCgroup> {
 }
 
 /// `path` is a cgroup of the container `container` of the pod `pod_uid` (either UID
-/// spelling), and not its CRI-O conmon.
+/// spelling), and not its CRI-O conmon. The runtime named in `container` is not checked:
+/// the 64-hex ID alone names the container, and the cgroupfs leaf does not tell runtimes
+/// apart.
 pub fn matches(path: &str, pod_uid: &str, container: &ContainerId) -> bool {
+    // Cheap rejection first: this runs for every cgroup line of every process in a scan.
+    if container.id.is_empty() || !path.contains(container.id.as_str()) {
+        return false;
+    }
     let Some(found) = container_of(path) else {
         return false;
     };
@@ -155,9 +164,14 @@ fn pod_segment(segment: &str) -> Option<String> {
     }
     let stem = segment.strip_suffix(".slice")?;
     let (prefix, uid) = stem.rsplit_once("-pod")?;
+    // `kubepods…`, or under a prefix such as kind's `kubelet-kubepods…`.
     let qos_ok = ["kubepods", "kubepods-burstable", "kubepods-besteffort"]
         .iter()
-        .any(|q| prefix == *q || prefix.ends_with(&format!("-{q}")));
+        .any(|q| {
+            prefix
+                .strip_suffix(q)
+                .is_some_and(|rest| rest.is_empty() || rest.ends_with('-'))
+        });
     if !qos_ok {
         return None;
     }

@@ -1,0 +1,7 @@
+//! Fuzzes `/proc/<pid>/cgroup` parsing and container path recognition.
+#![no_main]
+
+#[path = "../checks.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::cgroup_paths(data));

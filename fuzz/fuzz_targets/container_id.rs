@@ -1,0 +1,7 @@
+//! Fuzzes container ID and pod UID parsing, and container path recognition.
+#![no_main]
+
+#[path = "../checks.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::container_id(data));
