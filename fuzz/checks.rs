@@ -14,7 +14,10 @@ pub fn cgroup_paths(data: &[u8]) {
     for line in &lines {
         assert!(line.path.starts_with('/'), "path {:?}", line.path);
         assert!(!line.path.contains('\n'));
-        assert!(line.controllers.iter().all(|c| !c.contains(',') && !c.contains(':')));
+        assert!(line
+            .controllers
+            .iter()
+            .all(|c| !c.contains(',') && !c.contains(':')));
         // A kept line is found verbatim in the input.
         let ctrls = line.controllers.join(",");
         let rebuilt = format!("{}:{ctrls}:{}", line.hierarchy, line.path);
@@ -34,9 +37,14 @@ pub fn cgroup_path(path: &str) {
     };
     let id = &found.container_id;
     assert_eq!(id.len(), 64, "{path:?}");
-    assert!(id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+    assert!(id
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
     assert!(path.contains(id.as_str()));
-    assert_eq!(normalize_pod_uid(&found.pod_uid).as_deref(), Some(found.pod_uid.as_str()));
+    assert_eq!(
+        normalize_pod_uid(&found.pod_uid).as_deref(),
+        Some(found.pod_uid.as_str())
+    );
     let systemd_uid = found.pod_uid.replace('-', "_");
     assert!(
         path.to_ascii_lowercase().contains(&found.pod_uid)
@@ -44,10 +52,25 @@ pub fn cgroup_path(path: &str) {
         "{path:?}"
     );
     assert!(!path.ends_with(".mount") && !path.ends_with(".mount/"));
-    for runtime in [ContainerRuntime::Containerd, ContainerRuntime::CriO, ContainerRuntime::Docker] {
-        let container = ContainerId { runtime, id: id.clone() };
-        assert_eq!(matches(path, &found.pod_uid, &container), !found.conmon, "{path:?}");
-        assert_eq!(matches(path, &systemd_uid, &container), !found.conmon, "{path:?}");
+    for runtime in [
+        ContainerRuntime::Containerd,
+        ContainerRuntime::CriO,
+        ContainerRuntime::Docker,
+    ] {
+        let container = ContainerId {
+            runtime,
+            id: id.clone(),
+        };
+        assert_eq!(
+            matches(path, &found.pod_uid, &container),
+            !found.conmon,
+            "{path:?}"
+        );
+        assert_eq!(
+            matches(path, &systemd_uid, &container),
+            !found.conmon,
+            "{path:?}"
+        );
     }
 }
 

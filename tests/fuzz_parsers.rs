@@ -31,17 +31,45 @@ impl Rng {
 
 /// Fragments that make random inputs reach the interesting branches.
 const TOKENS: &[&str] = &[
-    "/", ":", "0::", "1:name=systemd:", "12:cpu,cpuacct:", "\n", "/../..", "pod", "-pod", "_",
-    "-", ".slice", ".scope", ".mount", "kubepods", "kubepods-burstable", "kubepods-besteffort",
-    "burstable", "cri-containerd-", "crio-", "crio-conmon-", "docker-", ":cri-containerd:",
-    "containerd://", "cri-o://", "docker://",
-    "7d3c1f0a-2b4e-4c6d-8e9f-0a1b2c3d4e5f", "7d3c1f0a_2b4e_4c6d_8e9f_0a1b2c3d4e5f",
+    "/",
+    ":",
+    "0::",
+    "1:name=systemd:",
+    "12:cpu,cpuacct:",
+    "\n",
+    "/../..",
+    "pod",
+    "-pod",
+    "_",
+    "-",
+    ".slice",
+    ".scope",
+    ".mount",
+    "kubepods",
+    "kubepods-burstable",
+    "kubepods-besteffort",
+    "burstable",
+    "cri-containerd-",
+    "crio-",
+    "crio-conmon-",
+    "docker-",
+    ":cri-containerd:",
+    "containerd://",
+    "cri-o://",
+    "docker://",
+    "7d3c1f0a-2b4e-4c6d-8e9f-0a1b2c3d4e5f",
+    "7d3c1f0a_2b4e_4c6d_8e9f_0a1b2c3d4e5f",
     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "0123456789ABCDEF", "é", "\u{0}", "\r",
+    "0123456789ABCDEF",
+    "é",
+    "\u{0}",
+    "\r",
 ];
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
     let mut seeds: Vec<Vec<u8>> = fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
         .map(|entry| fs::read(entry.unwrap().path()).unwrap())
@@ -98,7 +126,10 @@ fn run(target: &str, check: fn(&[u8])) {
         .unwrap_or(0x5eed_2026);
     let seeds = corpus(target);
     let mut rng = Rng(seed);
-    let inputs = seeds.iter().cloned().chain((0..iters).map(|_| mutate(&mut rng, &seeds)));
+    let inputs = seeds
+        .iter()
+        .cloned()
+        .chain((0..iters).map(|_| mutate(&mut rng, &seeds)));
     for (i, input) in inputs.enumerate() {
         if catch_unwind(AssertUnwindSafe(|| check(&input))).is_err() {
             panic!(
@@ -135,5 +166,8 @@ fn the_search_reaches_containers_and_conmon() {
             }
         }
     }
-    assert!(containers > 100 && conmons > 5, "containers {containers}, conmon {conmons}");
+    assert!(
+        containers > 100 && conmons > 5,
+        "containers {containers}, conmon {conmons}"
+    );
 }
