@@ -70,7 +70,8 @@ pub enum HashError {
 /// Paths, file types, permission bits (including a mode change) and contents all count;
 /// the name of the timestamped dir does not, so the same content rewritten into a new
 /// `..<timestamp>` dir hashes the same. At most `max_bytes` of contents, names and
-/// symlink targets are read, else [`HashError::TooLarge`].
+/// symlink targets are read, else [`HashError::TooLarge`]. A walk that races the
+/// kubelet removing the old timestamped dir fails with [`HashError::Io`]; hash again.
 pub fn hash_volume(volume_dir: &Path, max_bytes: u64) -> Result<Option<VolumeHash>, HashError> {
     let link = volume_dir.join(DATA_LINK);
     let meta = match fs::symlink_metadata(&link) {
@@ -194,10 +195,16 @@ impl Walker {
             .open(path)
             .map_err(io_err)?;
         // It was a regular file when listed; make sure the opened one still is.
-        if !file.metadata().map_err(io_err)?.is_file() {
+        let meta = file.metadata().map_err(io_err)?;
+        if !meta.is_file() {
             return Err(HashError::Unsupported {
                 path: path.to_path_buf(),
             });
+        }
+        // Over budget by its size: refuse without reading it. (Reading stops one byte
+        // past the budget should the file grow meanwhile.)
+        if meta.len() > self.budget {
+            return Err(HashError::TooLarge { limit: self.limit });
         }
         let mut limited = file.take(self.budget.saturating_add(1));
         let mut hasher = Sha256::new();
