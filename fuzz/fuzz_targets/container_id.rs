@@ -1,6 +1,8 @@
 //! Fuzzes container ID and pod UID parsing, and container path recognition.
 #![no_main]
 
+// Each target uses one of the shared checks.
+#[allow(dead_code)]
 #[path = "../checks.rs"]
 mod checks;
 
