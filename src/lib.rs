@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod annotations;
+pub mod cgroup;
 pub mod config;
 pub mod debounce;
 pub mod detect;

@@ -1,43 +1,57 @@
-//! STUB (replaced by the os-proc branch).
+//! The OS edge that finds a container's main process through `/proc` and signals it.
+//!
+//! The main process is the one in the container's cgroup whose parent is not (the
+//! runtime shim or CRI-O conmon is its parent); see node-facts.md §5. Signals go through
+//! a pidfd after a re-check, so a reused PID never gets a signal meant for someone else.
+//!
+//! **PID namespace:** PIDs read from the proc root are signalled through `pidfd_open`,
+//! which takes PIDs of the *agent's* PID namespace. The proc root must therefore be a
+//! procfs of that namespace: run the agent with `hostPID: true` and use `/proc` (a host
+//! `/proc` bind-mounted into a non-hostPID container would name the wrong processes).
+
+mod error;
+mod pidfd;
+mod proc_fs;
+mod scan;
+#[cfg(test)]
+mod tests;
+
+pub use error::ProcessError;
+pub use proc_fs::ProcFs;
+
 use crate::model::{ContainerId, ReloadSignal};
-use std::path::PathBuf;
+
+/// A container's main process, as found at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MainProcess {
+    /// The PID in the agent's PID namespace.
     pub pid: i32,
+    /// `/proc/<pid>/stat` field 22 (clock ticks after boot): with the PID, it names
+    /// one process for good, even after the PID is reused.
     pub start_time: u64,
 }
-#[derive(Debug, thiserror::Error)]
-#[error("stub")]
-pub struct ProcessError;
+
+/// Finds and signals the main process of a pod's container.
 pub trait ContainerProcesses: Send + Sync {
+    /// The main process of the container: among processes whose cgroup (any hierarchy line)
+    /// names this pod and container, the one whose parent is NOT in that same container
+    /// cgroup; if several (e.g. `kubectl exec` sessions also have the shim as parent) the
+    /// oldest by start time. Never the pause/sandbox process, never CRI-O conmon, never
+    /// another pod's or container's process, never a child process.
     fn find_main_process(
         &self,
         pod_uid: &str,
         container: &ContainerId,
     ) -> Result<MainProcess, ProcessError>;
+
+    /// Finds (or takes from a cache) the main process, opens a pidfd on it, re-verifies
+    /// through /proc that the pidfd's process still is that container's main process (same
+    /// start time, cgroup still names the container), then `pidfd_send_signal`. Returns the
+    /// PID signalled.
     fn signal_container(
         &self,
         pod_uid: &str,
         container: &ContainerId,
         signal: ReloadSignal,
     ) -> Result<i32, ProcessError>;
-}
-pub struct ProcFs;
-impl ProcFs {
-    pub fn new(_proc_root: impl Into<PathBuf>) -> Self {
-        ProcFs
-    }
-}
-impl ContainerProcesses for ProcFs {
-    fn find_main_process(&self, _: &str, _: &ContainerId) -> Result<MainProcess, ProcessError> {
-        unimplemented!()
-    }
-    fn signal_container(
-        &self,
-        _: &str,
-        _: &ContainerId,
-        _: ReloadSignal,
-    ) -> Result<i32, ProcessError> {
-        unimplemented!()
-    }
 }

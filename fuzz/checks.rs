@@ -1,0 +1,92 @@
+//! Properties of the cgroup parsers, checked on arbitrary input. Shared by the
+//! cargo-fuzz targets (nightly, libFuzzer) and `tests/fuzz_parsers.rs` (stable, a
+//! bounded random search): each function panics when a property fails.
+
+use reloadlet::cgroup::{container_of, matches, normalize_pod_uid, parse_proc_cgroup};
+use reloadlet::model::{ContainerId, ContainerRuntime};
+
+/// `/proc/<pid>/cgroup` text: never panics, every line kept is well formed, and every
+/// path it yields satisfies [`cgroup_path`].
+pub fn cgroup_paths(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let lines = parse_proc_cgroup(&text);
+    assert!(lines.len() <= text.lines().count());
+    for line in &lines {
+        assert!(line.path.starts_with('/'), "path {:?}", line.path);
+        assert!(!line.path.contains('\n'));
+        assert!(line
+            .controllers
+            .iter()
+            .all(|c| !c.contains(',') && !c.contains(':')));
+        // A kept line is found verbatim in the input.
+        let ctrls = line.controllers.join(",");
+        let rebuilt = format!("{}:{ctrls}:{}", line.hierarchy, line.path);
+        assert!(
+            text.lines().any(|l| l.ends_with(&rebuilt)),
+            "line {rebuilt:?} not in input"
+        );
+        cgroup_path(&line.path);
+    }
+}
+
+/// A cgroup path: when `container_of` finds a container, its fields are well formed,
+/// they appear in the path, and `matches` agrees.
+pub fn cgroup_path(path: &str) {
+    let Some(found) = container_of(path) else {
+        return;
+    };
+    let id = &found.container_id;
+    assert_eq!(id.len(), 64, "{path:?}");
+    assert!(id
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+    assert!(path.contains(id.as_str()));
+    assert_eq!(
+        normalize_pod_uid(&found.pod_uid).as_deref(),
+        Some(found.pod_uid.as_str())
+    );
+    let systemd_uid = found.pod_uid.replace('-', "_");
+    assert!(
+        path.to_ascii_lowercase().contains(&found.pod_uid)
+            || path.to_ascii_lowercase().contains(&systemd_uid),
+        "{path:?}"
+    );
+    assert!(!path.ends_with(".mount") && !path.ends_with(".mount/"));
+    for runtime in [
+        ContainerRuntime::Containerd,
+        ContainerRuntime::CriO,
+        ContainerRuntime::Docker,
+    ] {
+        let container = ContainerId {
+            runtime,
+            id: id.clone(),
+        };
+        assert_eq!(
+            matches(path, &found.pod_uid, &container),
+            !found.conmon,
+            "{path:?}"
+        );
+        assert_eq!(
+            matches(path, &systemd_uid, &container),
+            !found.conmon,
+            "{path:?}"
+        );
+    }
+}
+
+/// A `containerStatuses[].containerID` string, and the same bytes as a cgroup path.
+pub fn container_id(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Some(parsed) = ContainerId::parse(&text) {
+        assert!(!parsed.id.is_empty() && parsed.id.len() <= 128);
+        assert!(parsed.id.bytes().all(|b| b.is_ascii_alphanumeric()));
+        let shown = parsed.to_string();
+        assert_eq!(shown, text, "display round trip");
+        assert_eq!(ContainerId::parse(&shown), Some(parsed));
+    }
+    if let Some(uid) = normalize_pod_uid(&text) {
+        assert!(uid.len() == 32 || uid.len() == 36);
+        assert_eq!(normalize_pod_uid(&uid).as_deref(), Some(uid.as_str()));
+    }
+    cgroup_path(&text);
+}

@@ -1,0 +1,458 @@
+//! `ProcFs` against fake proc trees: every cgroup layout with its decoys, and the cache
+//! paths with a recording pinner instead of real pidfds.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use super::pidfd::{Pinned, Pinner};
+use super::{ContainerProcesses, MainProcess, ProcFs, ProcessError};
+use crate::model::{ContainerId, ContainerRuntime, ReloadSignal};
+
+const POD: &str = "0c5e6a8e-3b1f-4d7a-9e2c-8f4b1a6d3e57";
+const OTHER_POD: &str = "0c5e6a8e-3b1f-4d7a-9e2c-8f4b1a6d3e58";
+
+/// A proc tree in a temp dir: `<pid>/stat`, `<pid>/cgroup`, `<pid>/status`.
+struct FakeProc {
+    dir: tempfile::TempDir,
+}
+
+impl FakeProc {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn process(&self, pid: i32, ppid: i32, start_time: u64, state: char, cgroup: &str) {
+        let dir = self.dir.path().join(pid.to_string());
+        fs::create_dir_all(&dir).expect("pid dir");
+        let mut fields: Vec<String> = vec![
+            pid.to_string(),
+            "(my (odd) comm)".to_owned(),
+            state.to_string(),
+            ppid.to_string(),
+        ];
+        // Fields 5..=52, with field 22 (starttime) set.
+        for field in 5..=52 {
+            fields.push(if field == 22 {
+                start_time.to_string()
+            } else {
+                "0".to_owned()
+            });
+        }
+        fs::write(dir.join("stat"), fields.join(" ") + "\n").expect("stat");
+        fs::write(dir.join("cgroup"), cgroup).expect("cgroup");
+        let status =
+            format!("Name:\tx\nState:\t{state}\nPid:\t{pid}\nPPid:\t{ppid}\nNSpid:\t{pid}\t1\n");
+        fs::write(dir.join("status"), status).expect("status");
+    }
+
+    fn remove(&self, pid: i32) {
+        fs::remove_dir_all(self.dir.path().join(pid.to_string())).expect("remove pid dir");
+    }
+
+    fn procfs(&self, pinner: &FakePinner) -> ProcFs {
+        ProcFs::with_pinner(self.dir.path(), Box::new(pinner.clone()))
+    }
+}
+
+/// Records signals instead of sending them. PIDs in `gone` cannot be pinned.
+#[derive(Clone, Default)]
+struct FakePinner {
+    sent: Arc<Mutex<Vec<(i32, ReloadSignal)>>>,
+    gone: Arc<Mutex<HashSet<i32>>>,
+}
+
+impl FakePinner {
+    fn sent(&self) -> Vec<(i32, ReloadSignal)> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+struct FakePinned {
+    pid: i32,
+    pinner: FakePinner,
+}
+
+impl Pinner for FakePinner {
+    fn pin(&self, pid: i32) -> io::Result<Box<dyn Pinned>> {
+        if self.gone.lock().unwrap().contains(&pid) {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        Ok(Box::new(FakePinned {
+            pid,
+            pinner: self.clone(),
+        }))
+    }
+}
+
+impl Pinned for FakePinned {
+    fn signal(&self, signal: ReloadSignal) -> io::Result<()> {
+        self.pinner.sent.lock().unwrap().push((self.pid, signal));
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Driver {
+    Systemd,
+    Cgroupfs,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Qos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Hierarchy {
+    V1,
+    V2,
+    /// v2, seen from inside another container's cgroup namespace.
+    V2Namespaced,
+}
+
+fn hex(prefix: &str, fill: char) -> String {
+    let mut id = prefix.to_owned();
+    while id.len() < 64 {
+        id.push(fill);
+    }
+    id
+}
+
+/// The pod cgroup, as the kubelet names it.
+fn pod_cgroup(driver: Driver, qos: Qos, uid: &str) -> String {
+    let uid_ = uid.replace('-', "_");
+    match (driver, qos) {
+        (Driver::Systemd, Qos::Guaranteed) => format!("/kubepods.slice/kubepods-pod{uid_}.slice"),
+        (Driver::Systemd, Qos::Burstable) => {
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice")
+        }
+        (Driver::Systemd, Qos::BestEffort) => {
+            format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice")
+        }
+        (Driver::Cgroupfs, Qos::Guaranteed) => format!("/kubepods/pod{uid}"),
+        (Driver::Cgroupfs, Qos::Burstable) => format!("/kubepods/burstable/pod{uid}"),
+        (Driver::Cgroupfs, Qos::BestEffort) => format!("/kubepods/besteffort/pod{uid}"),
+    }
+}
+
+/// The container leaf, as the runtime names it; `conmon` for CRI-O's monitor.
+fn leaf(runtime: ContainerRuntime, driver: Driver, id: &str, conmon: bool) -> String {
+    let kind = if conmon { "crio-conmon" } else { "crio" };
+    match (runtime, driver) {
+        (ContainerRuntime::Containerd, Driver::Systemd) => format!("cri-containerd-{id}.scope"),
+        (ContainerRuntime::Docker, Driver::Systemd) => format!("docker-{id}.scope"),
+        (ContainerRuntime::CriO, Driver::Systemd) => format!("{kind}-{id}.scope"),
+        (ContainerRuntime::CriO, Driver::Cgroupfs) => format!("{kind}-{id}"),
+        (_, Driver::Cgroupfs) => id.to_owned(),
+    }
+}
+
+/// `/proc/<pid>/cgroup` for a process in `path`.
+fn cgroup_file(hierarchy: Hierarchy, path: &str) -> String {
+    match hierarchy {
+        Hierarchy::V2 => format!("0::{path}\n"),
+        Hierarchy::V2Namespaced => {
+            let tail = path.splitn(3, '/').nth(2).unwrap_or_default();
+            format!("0::/../../{tail}\n")
+        }
+        Hierarchy::V1 => {
+            let mut text = String::new();
+            for (n, ctrl) in ["cpu,cpuacct", "memory", "pids", "blkio", "devices"]
+                .iter()
+                .enumerate()
+            {
+                text += &format!("{}:{ctrl}:{path}\n", 12 - n);
+            }
+            text + &format!("1:name=systemd:{path}\n0::/\n")
+        }
+    }
+}
+
+/// A node with one target container and every decoy; returns the target and its main PID.
+fn populate(
+    fake: &FakeProc,
+    runtime: ContainerRuntime,
+    driver: Driver,
+    qos: Qos,
+    hierarchy: Hierarchy,
+) -> (ContainerId, i32) {
+    let target = hex("5a1b", 'a');
+    let sibling = hex("5a1b", 'b');
+    let sandbox = hex("5a1b", 'c');
+    let lookalike = hex(&target[..63], '9');
+    let pod = pod_cgroup(driver, qos, POD);
+    let other_pod = pod_cgroup(driver, qos, OTHER_POD);
+    let in_pod = |id: &str, conmon: bool| {
+        cgroup_file(
+            hierarchy,
+            &format!("{pod}/{}", leaf(runtime, driver, id, conmon)),
+        )
+    };
+    let host = |path: &str| cgroup_file(hierarchy, path);
+
+    fake.process(1, 0, 1, 'S', &host("/init.scope"));
+    // The runtime's shim (containerd, cri-dockerd) or CRI-O's conmon is every container's parent.
+    let shim = 50;
+    match runtime {
+        ContainerRuntime::CriO => fake.process(shim, 1, 100, 'S', &in_pod(&target, true)),
+        _ => fake.process(shim, 1, 100, 'S', &host("/system.slice/containerd.service")),
+    }
+    // Sandbox (pause), oldest in the pod.
+    fake.process(60, shim, 200, 'S', &in_pod(&sandbox, false));
+    // A sibling container of the same pod, older than the target.
+    fake.process(61, shim, 250, 'S', &in_pod(&sibling, false));
+    // Another pod, a container whose ID shares all but the last character: oldest of all.
+    let other = cgroup_file(
+        hierarchy,
+        &format!("{other_pod}/{}", leaf(runtime, driver, &lookalike, false)),
+    );
+    fake.process(62, shim, 150, 'S', &other);
+    // The main process.
+    let main = 300;
+    fake.process(main, shim, 400, 'S', &in_pod(&target, false));
+    // Its child (same tick, lower PID after a wrap), and a zombie child.
+    fake.process(70, main, 400, 'S', &in_pod(&target, false));
+    fake.process(71, main, 390, 'Z', &in_pod(&target, false));
+    // A `kubectl exec` session: parent outside too, but younger.
+    fake.process(80, shim, 900, 'S', &in_pod(&target, false));
+    // Noise: a non-PID entry, a process without a cgroup file, an unparsable stat.
+    fs::create_dir_all(fake.dir.path().join("sys")).unwrap();
+    fs::create_dir_all(fake.dir.path().join("90")).unwrap();
+    fake.process(91, shim, 1, 'S', &in_pod(&target, false));
+    fs::write(fake.dir.path().join("91/stat"), "garbage").unwrap();
+
+    (
+        ContainerId {
+            runtime,
+            id: target,
+        },
+        main,
+    )
+}
+
+#[test]
+fn main_process_wins_over_every_decoy_in_every_layout() {
+    let runtimes = [
+        ContainerRuntime::Containerd,
+        ContainerRuntime::CriO,
+        ContainerRuntime::Docker,
+    ];
+    let mut layouts = 0;
+    for runtime in runtimes {
+        for driver in [Driver::Systemd, Driver::Cgroupfs] {
+            for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+                for hierarchy in [Hierarchy::V1, Hierarchy::V2, Hierarchy::V2Namespaced] {
+                    let fake = FakeProc::new();
+                    let (container, main) = populate(&fake, runtime, driver, qos, hierarchy);
+                    let procs = fake.procfs(&FakePinner::default());
+                    let found = procs.find_main_process(POD, &container);
+                    let want = MainProcess {
+                        pid: main,
+                        start_time: 400,
+                    };
+                    let layout = format!("{runtime:?} {driver:?} {qos:?} {hierarchy:?}");
+                    assert_eq!(found.ok(), Some(want), "{layout}");
+                    // The systemd spelling of the UID names the same pod.
+                    let found = procs.find_main_process(&POD.replace('-', "_"), &container);
+                    assert_eq!(found.ok(), Some(want), "{layout}");
+                    layouts += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(layouts, 54);
+}
+
+#[test]
+fn a_container_without_processes_is_an_error_not_a_decoy() {
+    let fake = FakeProc::new();
+    let (container, main) = populate(
+        &fake,
+        ContainerRuntime::CriO,
+        Driver::Systemd,
+        Qos::Burstable,
+        Hierarchy::V2,
+    );
+    let procs = fake.procfs(&FakePinner::default());
+    let unknown = ContainerId {
+        runtime: ContainerRuntime::CriO,
+        id: hex("", 'd'),
+    };
+    assert!(matches!(
+        procs.find_main_process(POD, &unknown),
+        Err(ProcessError::NoProcess { .. })
+    ));
+    // The target's processes all exit but the zombie: still nothing to signal.
+    for pid in [main, 70, 80, 91] {
+        fake.remove(pid);
+    }
+    let err = procs.find_main_process(POD, &container).unwrap_err();
+    assert!(matches!(err, ProcessError::NoProcess { .. }), "{err}");
+    assert!(err.to_string().contains(&container.id), "{err}");
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let fake = FakeProc::new();
+    let (container, _) = populate(
+        &fake,
+        ContainerRuntime::Containerd,
+        Driver::Cgroupfs,
+        Qos::Guaranteed,
+        Hierarchy::V2,
+    );
+    let procs = fake.procfs(&FakePinner::default());
+    assert!(matches!(
+        procs.find_main_process("../../etc", &container),
+        Err(ProcessError::InvalidPodUid { .. })
+    ));
+    let missing = ProcFs::new(fake.dir.path().join("nope"));
+    assert!(matches!(
+        missing.find_main_process(POD, &container),
+        Err(ProcessError::Io { .. })
+    ));
+}
+
+#[test]
+fn a_cached_main_process_is_signalled_without_a_scan() {
+    let fake = FakeProc::new();
+    let (container, main) = populate(
+        &fake,
+        ContainerRuntime::Containerd,
+        Driver::Systemd,
+        Qos::Burstable,
+        Hierarchy::V2,
+    );
+    let pinner = FakePinner::default();
+    let procs = fake.procfs(&pinner);
+    for signal in [ReloadSignal::Hup, ReloadSignal::Usr1, ReloadSignal::Hup] {
+        assert_eq!(
+            procs.signal_container(POD, &container, signal).ok(),
+            Some(main)
+        );
+    }
+    assert_eq!(procs.scan_count(), 1);
+    assert_eq!(
+        pinner.sent(),
+        vec![
+            (main, ReloadSignal::Hup),
+            (main, ReloadSignal::Usr1),
+            (main, ReloadSignal::Hup)
+        ]
+    );
+    // Forgetting the pod forces a new scan.
+    procs.forget_pod(POD);
+    procs
+        .signal_container(POD, &container, ReloadSignal::Hup)
+        .unwrap();
+    assert_eq!(procs.scan_count(), 2);
+}
+
+#[test]
+fn a_reused_pid_is_never_signalled() {
+    let fake = FakeProc::new();
+    let (container, main) = populate(
+        &fake,
+        ContainerRuntime::Containerd,
+        Driver::Cgroupfs,
+        Qos::BestEffort,
+        Hierarchy::V1,
+    );
+    let pinner = FakePinner::default();
+    let procs = fake.procfs(&pinner);
+    assert_eq!(
+        procs
+            .signal_container(POD, &container, ReloadSignal::Hup)
+            .ok(),
+        Some(main)
+    );
+
+    // The container restarts: its new main process is 310; an unrelated process outside
+    // the container takes PID 300.
+    fake.remove(main);
+    fake.process(
+        main,
+        1,
+        5000,
+        'S',
+        &cgroup_file(Hierarchy::V1, "/system.slice/cron.service"),
+    );
+    for pid in [70, 71, 80, 91] {
+        fake.remove(pid);
+    }
+    let new_main = 310;
+    let pod = pod_cgroup(Driver::Cgroupfs, Qos::BestEffort, POD);
+    fake.process(
+        new_main,
+        50,
+        6000,
+        'S',
+        &cgroup_file(Hierarchy::V1, &format!("{pod}/{}", container.id)),
+    );
+    assert_eq!(
+        procs
+            .signal_container(POD, &container, ReloadSignal::Usr2)
+            .ok(),
+        Some(new_main)
+    );
+    assert_eq!(
+        pinner.sent(),
+        vec![(main, ReloadSignal::Hup), (new_main, ReloadSignal::Usr2)]
+    );
+    assert_eq!(procs.scan_count(), 2);
+
+    // Same PID, same cgroup, other start time (the container's process was replaced by
+    // another one that got the same PID): a rescan, which finds it as the new main.
+    fake.process(
+        new_main,
+        50,
+        7000,
+        'S',
+        &cgroup_file(Hierarchy::V1, &format!("{pod}/{}", container.id)),
+    );
+    assert_eq!(
+        procs
+            .signal_container(POD, &container, ReloadSignal::Hup)
+            .ok(),
+        Some(new_main)
+    );
+    assert_eq!(procs.scan_count(), 3);
+}
+
+#[test]
+fn a_main_process_that_keeps_vanishing_fails_cleanly() {
+    let fake = FakeProc::new();
+    let (container, main) = populate(
+        &fake,
+        ContainerRuntime::Docker,
+        Driver::Systemd,
+        Qos::Guaranteed,
+        Hierarchy::V2,
+    );
+    let pinner = FakePinner::default();
+    pinner.gone.lock().unwrap().insert(main);
+    let procs = fake.procfs(&pinner);
+    let err = procs
+        .signal_container(POD, &container, ReloadSignal::Hup)
+        .unwrap_err();
+    assert!(
+        matches!(err, ProcessError::Vanished { pid, .. } if pid == main),
+        "{err}"
+    );
+    assert!(pinner.sent().is_empty());
+    // The cached entry is dropped: the next attempt scans again.
+    pinner.gone.lock().unwrap().clear();
+    assert_eq!(
+        procs
+            .signal_container(POD, &container, ReloadSignal::Hup)
+            .ok(),
+        Some(main)
+    );
+    assert_eq!(procs.scan_count(), 2);
+}
