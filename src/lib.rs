@@ -6,3 +6,4 @@
 //! (signal through `process`, evict through `evict`) → Events.
 
 pub mod model;
+pub mod watch;
