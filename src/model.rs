@@ -48,13 +48,7 @@ pub struct VolumeKey {
 
 impl fmt::Display for VolumeKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}/{}",
-            self.pod_uid,
-            self.plugin.as_str(),
-            self.volume
-        )
+        write!(f, "{}/{}/{}", self.pod_uid, self.plugin.as_str(), self.volume)
     }
 }
 
@@ -128,12 +122,8 @@ impl ContainerId {
             "docker" => ContainerRuntime::Docker,
             _ => return None,
         };
-        let valid =
-            !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric());
-        valid.then(|| Self {
-            runtime,
-            id: id.to_owned(),
-        })
+        let valid = !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+        valid.then(|| Self { runtime, id: id.to_owned() })
     }
 }
 
@@ -290,22 +280,9 @@ mod tests {
             ContainerId::parse(&format!("containerd://{hex}")).map(|c| c.runtime),
             Some(ContainerRuntime::Containerd)
         );
-        assert_eq!(
-            ContainerId::parse("cri-o://abc123").map(|c| c.runtime),
-            Some(ContainerRuntime::CriO)
-        );
-        assert_eq!(
-            ContainerId::parse("docker://abc").map(|c| c.runtime),
-            Some(ContainerRuntime::Docker)
-        );
-        for bad in [
-            "",
-            "containerd://",
-            "rkt://abc",
-            "containerd://../x",
-            "containerd:/abc",
-            "abc",
-        ] {
+        assert_eq!(ContainerId::parse("cri-o://abc123").map(|c| c.runtime), Some(ContainerRuntime::CriO));
+        assert_eq!(ContainerId::parse("docker://abc").map(|c| c.runtime), Some(ContainerRuntime::Docker));
+        for bad in ["", "containerd://", "rkt://abc", "containerd://../x", "containerd:/abc", "abc"] {
             assert_eq!(ContainerId::parse(bad), None, "{bad:?}");
         }
         let id = ContainerId::parse("cri-o://abc").unwrap();
@@ -317,9 +294,6 @@ mod tests {
         for p in VolumePlugin::ALL {
             assert_eq!(VolumePlugin::from_dir_name(p.dir_name()), Some(p));
         }
-        assert_eq!(
-            VolumePlugin::from_dir_name("kubernetes.io~downward-api"),
-            None
-        );
+        assert_eq!(VolumePlugin::from_dir_name("kubernetes.io~downward-api"), None);
     }
 }
