@@ -187,8 +187,8 @@ impl VolumeWatcher {
                 });
             }
             let periodic = self.tree.book().has_unwatched() || self.mounts.is_none();
+            // Unbiased: a flood of inotify events must not starve mount notifications.
             tokio::select! {
-                biased;
                 ready = self.inotify.readable_mut() => {
                     let mut guard = ready.map_err(WatchError::Read)?;
                     for _ in 0..MAX_READS_PER_BATCH {

@@ -176,7 +176,8 @@ impl<A: WatchApi> Tree<A> {
         let nodes = self.book.unwatched();
         let mut seen = BTreeSet::new();
         for node in &nodes {
-            if self.book.is_known(node) {
+            // A parent retried earlier in this pass already retried its children.
+            if self.book.is_known(node) && !seen.contains(node) {
                 self.arm(node.clone(), Walk::Live, &mut seen);
             }
         }
