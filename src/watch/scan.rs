@@ -373,3 +373,175 @@ fn is_missing(e: &io::Error) -> bool {
     let code = e.raw_os_error();
     code == Some(Errno::ENOENT as i32) || code == Some(Errno::ENOTDIR as i32)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use crate::model::{VolumeKey, VolumePlugin};
+
+    /// A kernel stand-in: one descriptor per inode (like inotify), an optional watch limit.
+    #[derive(Default)]
+    struct FakeKernel {
+        by_inode: HashMap<(u64, u64), u32>,
+        next: u32,
+        limit: Option<usize>,
+        /// Paths whose inode the fake pretends is another path's (a bind mount).
+        alias: HashMap<PathBuf, PathBuf>,
+        removed: Vec<u32>,
+    }
+
+    impl WatchApi for FakeKernel {
+        type Wd = u32;
+        fn add(&mut self, path: &Path, _mask: WatchMask) -> io::Result<u32> {
+            let path = self
+                .alias
+                .get(path)
+                .cloned()
+                .unwrap_or_else(|| path.to_path_buf());
+            let meta = std::fs::metadata(&path)?;
+            let inode = (meta.dev(), meta.ino());
+            if let Some(wd) = self.by_inode.get(&inode) {
+                return Ok(*wd);
+            }
+            if self.limit.is_some_and(|l| self.by_inode.len() >= l) {
+                return Err(io::Error::from_raw_os_error(Errno::ENOSPC as i32));
+            }
+            self.next += 1;
+            self.by_inode.insert(inode, self.next);
+            Ok(self.next)
+        }
+        fn remove(&mut self, wd: u32) -> io::Result<()> {
+            self.removed.push(wd);
+            self.by_inode.retain(|_, w| *w != wd);
+            Ok(())
+        }
+    }
+
+    fn key(uid: &str, volume: &str) -> VolumeKey {
+        VolumeKey {
+            pod_uid: uid.into(),
+            plugin: VolumePlugin::ConfigMap,
+            volume: volume.into(),
+        }
+    }
+
+    fn tree_with(
+        volumes: &[VolumeKey],
+        kernel: FakeKernel,
+    ) -> (tempfile::TempDir, Tree<FakeKernel>) {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path().join("pods");
+        for key in volumes {
+            std::fs::create_dir_all(super::super::node::volume_path(&pods, key)).unwrap();
+        }
+        std::fs::create_dir_all(&pods).unwrap();
+        let tree = Tree::new(pods, kernel);
+        (dir, tree)
+    }
+
+    fn looks(events: &[WatchEvent], cause: LookCause) -> Vec<VolumeKey> {
+        let mut keys: Vec<VolumeKey> = events
+            .iter()
+            .filter_map(|e| match e {
+                WatchEvent::Look { key, cause: c } if *c == cause => Some(key.clone()),
+                _ => None,
+            })
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn two_paths_on_one_inode_leave_the_second_polled_not_deaf() {
+        let (a, b) = (key("u", "a"), key("u", "b"));
+        let (_dir, mut tree) = tree_with(&[a.clone(), b.clone()], FakeKernel::default());
+        let pods = tree.pods_dir().to_path_buf();
+        let (pa, pb) = (
+            Node::Volume(a.clone()).path(&pods),
+            Node::Volume(b.clone()).path(&pods),
+        );
+        tree.api.alias.insert(pb, pa);
+        tree.arm_root().unwrap();
+        tree.discover_all();
+        let events = tree.take_events();
+        assert_eq!(looks(&events, LookCause::Discovered), vec![a, b]);
+        assert_eq!(tree.book().unwatched_volume_count(), 1);
+        tree.rescan_unwatched();
+        assert_eq!(looks(&tree.take_events(), LookCause::Rescan).len(), 1);
+    }
+
+    #[test]
+    fn a_new_inode_under_a_volume_is_rearmed_once_and_the_old_watch_removed() {
+        let a = key("u", "a");
+        let (_dir, mut tree) = tree_with(std::slice::from_ref(&a), FakeKernel::default());
+        tree.arm_root().unwrap();
+        tree.discover_all();
+        tree.take_events();
+        let watches = tree.book().watch_count();
+        let old = *tree.book().wd_of(&Node::Volume(a.clone())).unwrap();
+
+        tree.check_remounts();
+        assert!(
+            tree.take_events().is_empty(),
+            "same inode: nothing to report"
+        );
+
+        let path = Node::Volume(a.clone()).path(tree.pods_dir());
+        // Move the old dir away (a kernel watch would pin its inode the same way), so the
+        // new dir is surely another inode.
+        std::fs::rename(&path, tree.pods_dir().join("..parked")).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        tree.check_remounts();
+        let events = tree.take_events();
+        assert_eq!(
+            events,
+            vec![WatchEvent::Look {
+                key: a.clone(),
+                cause: LookCause::Remounted
+            }]
+        );
+        assert!(tree.api.removed.contains(&old));
+        assert_eq!(tree.book().watch_count(), watches);
+    }
+
+    #[test]
+    fn at_the_limit_volumes_are_discovered_counted_and_retried() {
+        let keys = [key("u", "a"), key("u", "b"), key("u", "c")];
+        // root, pod, volumes, plugin dir and one volume fit.
+        let kernel = FakeKernel {
+            limit: Some(5),
+            ..Default::default()
+        };
+        let (_dir, mut tree) = tree_with(&keys, kernel);
+        tree.arm_root().unwrap();
+        tree.discover_all();
+        assert_eq!(
+            looks(&tree.take_events(), LookCause::Discovered),
+            keys.to_vec()
+        );
+        assert_eq!(tree.book().unwatched_volume_count(), 2);
+        assert_eq!(tree.watch_limit_errors(), 2);
+
+        tree.rescan_unwatched();
+        assert_eq!(looks(&tree.take_events(), LookCause::Rescan).len(), 2);
+        assert_eq!(
+            tree.watch_limit_errors(),
+            4,
+            "every refused retry is counted"
+        );
+
+        tree.api.limit = None;
+        tree.rescan_unwatched();
+        assert_eq!(
+            looks(&tree.take_events(), LookCause::Rescan).len(),
+            2,
+            "one last look after arming"
+        );
+        assert_eq!(tree.book().unwatched_volume_count(), 0);
+        tree.rescan_unwatched();
+        assert!(tree.take_events().is_empty());
+    }
+}
