@@ -30,6 +30,7 @@ esac
 "$root/hack/install-manifest-tools.sh" >/dev/null 2>&1 || "$root/hack/install-manifest-tools.sh"
 export PATH="$root/.tools/bin:$root/.tools/venv/bin:$PATH"
 py="$root/.tools/venv/bin/python"
+export PYTHONDONTWRITEBYTECODE=1
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+sys.dont_write_bytecode = True  # keep hack/ free of __pycache__
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from manifest_checks import (  # noqa: E402
