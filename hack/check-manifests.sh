@@ -67,9 +67,10 @@ render "$out/chart-full.yaml" helm template reloadlet "$chart" "${full_values[@]
 
 step "helm lint --strict (defaults)" helm lint --strict "$chart"
 step "helm lint --strict (serviceMonitor, privileged)" helm lint --strict "$chart" "${full_values[@]}"
-step "helm lint rejects an unknown value (values.schema.json)" \
-  bash -c '! helm lint --strict "$1" --set no.such.value=1' _ "$chart"
+rejects_unknown_value() { ! helm lint --strict "$chart" --set no.such.value=1; }
+step "helm lint rejects an unknown value (values.schema.json)" rejects_unknown_value
 step "hadolint Dockerfile" hadolint "$root/Dockerfile"
+step "shellcheck hack/*.sh" shellcheck "$root"/hack/*.sh
 
 # kubernetes-validate only warns about kinds it has no schema for; that is
 # expected for Prometheus Operator kinds (check_manifests.py covers them) and

