@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Renders and checks reloadlet's install manifests, offline:
-#   1. kubectl kustomize deploy/ and deploy/monitoring/
+#   1. kubectl kustomize deploy/, deploy/overlays/* and deploy/monitoring/
 #   2. helm lint --strict and helm template of deploy/chart/reloadlet, with the
-#      defaults and with serviceMonitor.enabled=true,privileged=true
+#      defaults and with serviceMonitor.enabled=true, privileged=true and the
+#      microk8s kubeletRoot ("chart-full")
 #   3. kubernetes-validate --strict against the schemas of Kubernetes
 #      $KUBE_VERSIONS (the oldest the chart allows, and the API the agent is built on)
 #   4. hack/check_manifests.py: RBAC, security context, mounts, probes, and
@@ -49,7 +50,10 @@ step() {
 }
 
 chart="$deploy_dir/chart/reloadlet"
-full_values=(--set serviceMonitor.enabled=true --set privileged=true)
+full_kubelet_root=/var/snap/microk8s/common/var/lib/kubelet
+full_values=(--set serviceMonitor.enabled=true --set privileged=true --set kubeletRoot="$full_kubelet_root")
+# Overlays and the kubelet root each must use (the same table as docs/install.md).
+declare -A overlay_roots=([k0s]=/var/lib/k0s/kubelet [microk8s]=/var/snap/microk8s/common/var/lib/kubelet)
 
 render() { # render OUTFILE CMD...: the render must succeed for anything else to mean something
   local dest="$1"
@@ -62,6 +66,14 @@ render() { # render OUTFILE CMD...: the render must succeed for anything else to
 }
 render "$out/kustomize.yaml" kubectl kustomize "$deploy_dir"
 render "$out/monitoring.yaml" kubectl kustomize "$deploy_dir/monitoring"
+overlay_args=() overlay_renders=()
+for o in "$deploy_dir"/overlays/*/; do
+  o="$(basename "$o")"
+  [[ -n "${overlay_roots[$o]:-}" ]] || { echo "FAIL  overlay $o: no expected kubelet root in $0"; exit 1; }
+  render "$out/overlay-$o.yaml" kubectl kustomize "$deploy_dir/overlays/$o"
+  overlay_args+=(--overlay "$o=$out/overlay-$o.yaml=${overlay_roots[$o]}")
+  overlay_renders+=("overlay-$o")
+done
 render "$out/chart-default.yaml" helm template reloadlet "$chart"
 render "$out/chart-full.yaml" helm template reloadlet "$chart" "${full_values[@]}"
 
@@ -81,13 +93,14 @@ validate() {
   if grep "Couldn't find schema" <<<"$log" | grep -v 'monitoring.coreos.com/'; then return 1; fi
 }
 for v in $KUBE_VERSIONS; do
-  for r in kustomize chart-default chart-full monitoring; do
+  for r in kustomize chart-default chart-full monitoring "${overlay_renders[@]}"; do
     step "kubernetes-validate --strict -k $v ($r)" validate "$v" "$out/$r.yaml"
   done
 done
 
 args=(--kustomize "$out/kustomize.yaml" --chart-default "$out/chart-default.yaml"
-  --chart-full "$out/chart-full.yaml" --monitoring "$out/monitoring.yaml" --repo "$root")
+  --chart-full "$out/chart-full.yaml" --chart-full-kubelet-root "$full_kubelet_root"
+  --monitoring "$out/monitoring.yaml" --repo "$root" "${overlay_args[@]}")
 
 if ! $self_test; then
   exec "$py" "$root/hack/check_manifests.py" "${args[@]}" --steps "$steps"
@@ -117,10 +130,10 @@ widened_run() { # widened_run DESCRIPTION EXPECTED-FAIL-LINE EDIT-COMMAND
 }
 run_widened() { if widened_run "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi; }
 run_widened "kustomize base grants secrets get" "kustomize: rbac: no ConfigMap or Secret access" \
-  "printf '  - apiGroups: [\"\"]\n    resources: [\"secrets\"]\n    verbs: [\"get\"]\n' >>clusterrole.yaml"
+  "printf '  - apiGroups: [\"\"]\n    resources: [\"secrets\"]\n    verbs: [\"get\"]\n' >>base/clusterrole.yaml"
 run_widened "chart privileged by default" "chart-default: container: privileged only when asked for" \
   "sed -i 's/^privileged: false/privileged: true/' chart/reloadlet/values.yaml"
 run_widened "a misspelt field in the DaemonSet" "step: kubernetes-validate --strict -k" \
-  "sed -i 's/hostPID: true/hostPid: true/' daemonset.yaml"
+  "sed -i 's/hostPID: true/hostPid: true/' base/daemonset.yaml"
 echo "self-test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -2,10 +2,12 @@
 """Asserts on reloadlet's rendered manifests; run by hack/check-manifests.sh.
 
     check_manifests.py --kustomize K.yaml --chart-default D.yaml --chart-full F.yaml \
+        [--chart-full-kubelet-root DIR] [--overlay NAME=FILE=KUBELET_ROOT ...] \
         [--monitoring M.yaml] [--repo DIR] [--steps STEPS.tsv] [--self-test]
 
---chart-full is the chart rendered with serviceMonitor.enabled=true and
-privileged=true. --steps adds the results of earlier steps (helm lint,
+--chart-full is the chart rendered with serviceMonitor.enabled=true,
+privileged=true and kubeletRoot=--chart-full-kubelet-root. --overlay adds a
+kustomize overlay's render, whose kubelet root must be KUBELET_ROOT. --steps adds the results of earlier steps (helm lint,
 kubernetes-validate) to the tally: lines "PASS|FAIL<TAB>name<TAB>detail".
 Prints one line per check, then "manifests: N passed, M failed"; exits 1 on
 any failure. --self-test instead proves that every check can fail: each
@@ -136,6 +138,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--kustomize", required=True)
     p.add_argument("--chart-default", required=True)
     p.add_argument("--chart-full", required=True)
+    p.add_argument("--chart-full-kubelet-root", default="/var/lib/kubelet")
+    p.add_argument("--overlay", action="append", default=[], metavar="NAME=FILE=KUBELET_ROOT")
     p.add_argument("--monitoring")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent))
     p.add_argument("--steps")
@@ -146,8 +150,15 @@ def main(argv: list[str]) -> int:
         renders = {
             "kustomize": Render("kustomize", load_docs(args.kustomize)),
             "chart-default": Render("chart-default", load_docs(args.chart_default)),
-            "chart-full": Render("chart-full", load_docs(args.chart_full), privileged=True, service_monitor=True),
+            "chart-full": Render("chart-full", load_docs(args.chart_full), privileged=True, service_monitor=True,
+                                 kubelet_root=args.chart_full_kubelet_root),
         }
+        for spec in args.overlay:
+            parts = spec.split("=")
+            if len(parts) != 3:
+                raise InputError(f"--overlay {spec!r}: want NAME=FILE=KUBELET_ROOT")
+            name, path, kubelet_root = parts
+            renders[f"overlay-{name}"] = Render(f"overlay-{name}", load_docs(path), kubelet_root=kubelet_root)
         for r in renders.values():
             _one(r.docs, "DaemonSet")
         ctx = Context(

@@ -70,6 +70,7 @@ class Render:
     docs: list[dict]
     privileged: bool = False
     service_monitor: bool = False
+    kubelet_root: str = "/var/lib/kubelet"
 
 
 @dataclass
@@ -265,6 +266,17 @@ def _host_paths(r: Render) -> tuple[bool, str]:
         if m.get("mountPropagation") == "Bidirectional"
     ]
     return not problems, "; ".join(problems)
+
+
+@render_check("kubelet root: RELOADLET_KUBELET_ROOT, hostPath and mount agree")
+def _kubelet_root(r: Render) -> tuple[bool, str]:
+    pod, c = _pod(r.docs), _container(r.docs)
+    env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+    vol = next((v for v in pod.get("volumes") or [] if v.get("name") == "kubelet-pods"), {})
+    mount = next((m for m in c.get("volumeMounts") or [] if m.get("name") == "kubelet-pods"), {})
+    seen = (env.get("RELOADLET_KUBELET_ROOT"), _get(vol, "hostPath", "path"), mount.get("mountPath"))
+    want = (r.kubelet_root, f"{r.kubelet_root}/pods", f"{r.kubelet_root}/pods")
+    return seen == want, f"env, hostPath, mountPath {seen}, want {want}"
 
 
 @render_check("container: capabilities drop ALL, add exactly KILL and DAC_READ_SEARCH")

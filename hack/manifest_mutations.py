@@ -107,6 +107,14 @@ MUTATIONS: list[Mutation] = [
     Mutation("a hostPath of /",
              lambda c: (_pod(_docs(c, K))["volumes"].append({"name": "root", "hostPath": {"path": "/"}})),
              "pod: hostPath of the kubelet's pods read-only with HostToContainer", K),
+    Mutation("overlay moves the mount but not RELOADLET_KUBELET_ROOT",
+             lambda c: next(e for e in _container(_docs(c, "overlay-k0s"))["env"]
+                            if e["name"] == "RELOADLET_KUBELET_ROOT").update(value="/var/lib/kubelet"),
+             "kubelet root: RELOADLET_KUBELET_ROOT, hostPath and mount agree", "overlay-k0s"),
+    Mutation("chart kubeletRoot ignored by the hostPath",
+             lambda c: next(v for v in _pod(_docs(c, CF))["volumes"]
+                            if v["name"] == "kubelet-pods")["hostPath"].update(path="/var/lib/kubelet/pods"),
+             "kubelet root: RELOADLET_KUBELET_ROOT, hostPath and mount agree", CF),
     Mutation("SYS_ADMIN added",
              lambda c: _sc(c, K)["capabilities"]["add"].append("SYS_ADMIN"),
              "container: capabilities drop ALL, add exactly KILL and DAC_READ_SEARCH", K),
