@@ -3,7 +3,7 @@
 # that those places agree:
 #   Cargo.toml [package] version, reloadlet's entry in Cargo.lock,
 #   deploy/chart/reloadlet/Chart.yaml version and appVersion,
-#   deploy/kustomization.yaml images newTag.
+#   deploy/base/kustomization.yaml images newTag.
 #
 #   hack/bump-version.sh 0.2.0     set the version
 #   hack/bump-version.sh --check   exit 1 unless every place holds the same version
@@ -28,7 +28,7 @@ PLACES = [
     ("Cargo.lock", r'(?m)(^name = "reloadlet"\nversion = ")([^"]+)(")', "Cargo.lock reloadlet"),
     ("deploy/chart/reloadlet/Chart.yaml", r"(?m)(^version: )(\S+)()$", "Chart.yaml version"),
     ("deploy/chart/reloadlet/Chart.yaml", r'(?m)(^appVersion: ")([^"]+)(")', "Chart.yaml appVersion"),
-    ("deploy/kustomization.yaml", r"(?m)(^    newTag: )(\S+)()$", "kustomization.yaml newTag"),
+    ("deploy/base/kustomization.yaml", r"(?m)(^    newTag: )(\S+)()$", "kustomization.yaml newTag"),
 ]
 
 def find(text, pattern, what):
