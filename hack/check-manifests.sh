@@ -23,7 +23,7 @@ self_test=false
 deploy_dir="$root/deploy"
 case "${1:-}" in
   --self-test) self_test=true ;;
-  --deploy-dir) deploy_dir="$2" ;; # used by --self-test on a widened copy
+  --deploy-dir) deploy_dir="${2:?--deploy-dir needs a directory}" ;; # used by --self-test
   "") ;;
   *) echo "usage: $0 [--self-test]" >&2; exit 2 ;;
 esac
@@ -38,7 +38,7 @@ trap 'rm -rf "$out"' EXIT
 steps="$out/steps.tsv"
 : >"$steps"
 
-# step NAME CMD...: runs CMD, records PASS/FAIL with its last output line.
+# step NAME CMD...: runs CMD, records PASS/FAIL and, on failure, its last lines.
 step() {
   local name="$1" log="$out/step.log"
   shift
@@ -83,6 +83,7 @@ rejects_unknown_value() { ! helm lint --strict "$chart" --set no.such.value=1; }
 step "helm lint rejects an unknown value (values.schema.json)" rejects_unknown_value
 step "hadolint Dockerfile" hadolint "$root/Dockerfile"
 step "shellcheck hack/*.sh" shellcheck "$root"/hack/*.sh
+step "hack/bump-version.sh --check (Cargo.toml, Cargo.lock, Chart.yaml, image tag)" "$root/hack/bump-version.sh" --check
 
 # kubernetes-validate only warns about kinds it has no schema for; that is
 # expected for Prometheus Operator kinds (check_manifests.py covers them) and
