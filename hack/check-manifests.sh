@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Renders and checks reloadlet's install manifests, offline:
+#   1. kubectl kustomize deploy/, deploy/overlays/* and deploy/monitoring/
+#   2. helm lint --strict and helm template of deploy/chart/reloadlet, with the
+#      defaults and with serviceMonitor.enabled=true, privileged=true and the
+#      microk8s kubeletRoot ("chart-full")
+#   3. kubernetes-validate --strict against the schemas of Kubernetes
+#      $KUBE_VERSIONS (the oldest the chart allows, and the API the agent is built on)
+#   4. hack/check_manifests.py: RBAC, security context, mounts, probes, and
+#      agreement of the kustomize base with the chart's default render
+# Prints one line per check and "manifests: N passed, M failed"; exits 1 on any
+# failure. Tools come from hack/install-manifest-tools.sh (run first, idempotent).
+#
+#   hack/check-manifests.sh              check the manifests
+#   hack/check-manifests.sh --self-test  prove every check can fail: run the
+#        checker on mutated renders, then on a widened copy of deploy/ (a Secrets
+#        rule, a privileged chart default) through this very pipeline
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+KUBE_VERSIONS="${KUBE_VERSIONS:-1.27.0 1.33.0}"
+self_test=false
+deploy_dir="$root/deploy"
+case "${1:-}" in
+  --self-test) self_test=true ;;
+  --deploy-dir) deploy_dir="${2:?--deploy-dir needs a directory}" ;; # used by --self-test
+  "") ;;
+  *) echo "usage: $0 [--self-test]" >&2; exit 2 ;;
+esac
+
+"$root/hack/install-manifest-tools.sh" >/dev/null 2>&1 || "$root/hack/install-manifest-tools.sh"
+export PATH="$root/.tools/bin:$root/.tools/venv/bin:$PATH"
+py="$root/.tools/venv/bin/python"
+export PYTHONDONTWRITEBYTECODE=1
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+steps="$out/steps.tsv"
+: >"$steps"
+
+# step NAME CMD...: runs CMD, records PASS/FAIL and, on failure, its last lines.
+step() {
+  local name="$1" log="$out/step.log"
+  shift
+  if "$@" >"$log" 2>&1; then
+    printf 'PASS\t%s\t\n' "$name" >>"$steps"
+  else
+    printf 'FAIL\t%s\t%s\n' "$name" "$(grep -v '^\s*$' "$log" | grep -iv '^INFO' | tail -n 3 | tr '\n\t' '  ')" >>"$steps"
+  fi
+}
+
+chart="$deploy_dir/chart/reloadlet"
+full_kubelet_root=/var/snap/microk8s/common/var/lib/kubelet
+full_values=(--set serviceMonitor.enabled=true --set privileged=true --set kubeletRoot="$full_kubelet_root")
+# Overlays and the kubelet root each must use (the same table as docs/install.md).
+declare -A overlay_roots=([k0s]=/var/lib/k0s/kubelet [microk8s]=/var/snap/microk8s/common/var/lib/kubelet)
+
+render() { # render OUTFILE CMD...: the render must succeed for anything else to mean something
+  local dest="$1"
+  shift
+  "$@" >"$dest" 2>"$out/render.err" || {
+    echo "FAIL  render: $* -- $(tail -n 3 "$out/render.err" | tr '\n' ' ')"
+    echo "manifests: 0 passed, 1 failed"
+    exit 1
+  }
+}
+render "$out/kustomize.yaml" kubectl kustomize "$deploy_dir"
+render "$out/monitoring.yaml" kubectl kustomize "$deploy_dir/monitoring"
+overlay_args=() overlay_renders=()
+for o in "$deploy_dir"/overlays/*/; do
+  o="$(basename "$o")"
+  [[ -n "${overlay_roots[$o]:-}" ]] || { echo "FAIL  overlay $o: no expected kubelet root in $0"; exit 1; }
+  render "$out/overlay-$o.yaml" kubectl kustomize "$deploy_dir/overlays/$o"
+  overlay_args+=(--overlay "$o=$out/overlay-$o.yaml=${overlay_roots[$o]}")
+  overlay_renders+=("overlay-$o")
+done
+render "$out/chart-default.yaml" helm template reloadlet "$chart"
+render "$out/chart-full.yaml" helm template reloadlet "$chart" "${full_values[@]}"
+
+step "helm lint --strict (defaults)" helm lint --strict "$chart"
+step "helm lint --strict (serviceMonitor, privileged)" helm lint --strict "$chart" "${full_values[@]}"
+rejects_unknown_value() { ! helm lint --strict "$chart" --set no.such.value=1; }
+step "helm lint rejects an unknown value (values.schema.json)" rejects_unknown_value
+step "hadolint Dockerfile" hadolint "$root/Dockerfile"
+step "shellcheck hack/*.sh" shellcheck "$root"/hack/*.sh
+step "hack/bump-version.sh --check (Cargo.toml, Cargo.lock, Chart.yaml, image tag)" "$root/hack/bump-version.sh" --check
+
+# kubernetes-validate only warns about kinds it has no schema for; that is
+# expected for Prometheus Operator kinds (check_manifests.py covers them) and
+# a failure for anything else.
+validate() {
+  local version="$1" file="$2" log
+  log="$(kubernetes-validate --strict -k "$version" "$file" 2>&1)" || { echo "$log"; return 1; }
+  if grep "Couldn't find schema" <<<"$log" | grep -v 'monitoring.coreos.com/'; then return 1; fi
+}
+for v in $KUBE_VERSIONS; do
+  for r in kustomize chart-default chart-full monitoring "${overlay_renders[@]}"; do
+    step "kubernetes-validate --strict -k $v ($r)" validate "$v" "$out/$r.yaml"
+  done
+done
+
+args=(--kustomize "$out/kustomize.yaml" --chart-default "$out/chart-default.yaml"
+  --chart-full "$out/chart-full.yaml" --chart-full-kubelet-root "$full_kubelet_root"
+  --monitoring "$out/monitoring.yaml" --repo "$root" "${overlay_args[@]}")
+
+if ! $self_test; then
+  exec "$py" "$root/hack/check_manifests.py" "${args[@]}" --steps "$steps"
+fi
+
+# --- self-test ---------------------------------------------------------------
+"$py" "$root/hack/check_manifests.py" "${args[@]}" --self-test | tee "$out/self-test.log" | grep -v '^self-test: [0-9]' || true
+read -r passed failed < <(sed -n 's/^self-test: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out/self-test.log")
+[[ -n "${passed:-}" ]] || { echo "FAIL  self-test: check_manifests.py printed no tally"; passed=0 failed=1; }
+
+# End to end: widened copies of deploy/ must make this script fail, on the
+# named check.
+widened_run() { # widened_run DESCRIPTION EXPECTED-FAIL-LINE EDIT-COMMAND
+  local desc="$1" want="$2" edit="$3" copy="$out/widened" log="$out/widened.log"
+  rm -rf "$copy" && cp -r "$root/deploy" "$copy"
+  (cd "$copy" && eval "$edit")
+  if "$0" --deploy-dir "$copy" >"$log" 2>&1; then
+    echo "FAIL  self-test: $desc -- the checks passed"
+    return 1
+  elif grep -q -- "^FAIL  $want" "$log"; then
+    echo "PASS  self-test: $desc -> caught by '$want'"
+  else
+    echo "FAIL  self-test: $desc -- failed, but not on '$want':"
+    grep '^FAIL' "$log" | head -n 5
+    return 1
+  fi
+}
+run_widened() { if widened_run "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi; }
+run_widened "kustomize base grants secrets get" "kustomize: rbac: no ConfigMap or Secret access" \
+  "printf '  - apiGroups: [\"\"]\n    resources: [\"secrets\"]\n    verbs: [\"get\"]\n' >>base/clusterrole.yaml"
+run_widened "chart privileged by default" "chart-default: container: privileged only when asked for" \
+  "sed -i 's/^privileged: false/privileged: true/' chart/reloadlet/values.yaml"
+run_widened "a misspelt field in the DaemonSet" "step: kubernetes-validate --strict -k" \
+  "sed -i 's/hostPID: true/hostPid: true/' base/daemonset.yaml"
+echo "self-test: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]

