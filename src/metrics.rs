@@ -147,6 +147,11 @@ impl Metrics {
             m.watched_volumes.clone(),
         );
         r.register(
+            "volumes_tracked",
+            "Volumes whose current content hash is known (a later change is detected)",
+            m.volumes_tracked.clone(),
+        );
+        r.register(
             "inotify_watches",
             "inotify watches held",
             m.inotify_watches.clone(),

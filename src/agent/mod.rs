@@ -208,7 +208,9 @@ impl Agent {
                 return;
             }
         };
-        match self.detector.observe(key, hash) {
+        let observation = self.detector.observe(key, hash);
+        tracing::debug!(volume = %key, ?cause, ?observation, "looked at volume");
+        match observation {
             Observation::Changed => {
                 tracing::debug!(volume = %key, ?cause, "volume content changed");
                 self.debouncer.add(&key.pod_uid, &key.volume, now);

@@ -213,12 +213,15 @@ impl Node {
 
     /// Waits until reloadlet knows the content of at least `n` volumes.
     pub async fn wait_tracked(&self, n: usize) {
-        eventually(
-            &format!("reloadlet tracks {n} volumes"),
-            Duration::from_secs(10),
-            || (self.metric("reloadlet_volumes_tracked") >= n as f64).then_some(()),
-        )
-        .await
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.metric("reloadlet_volumes_tracked") < n as f64 {
+            assert!(
+                Instant::now() < deadline,
+                "reloadlet does not track {n} volumes; /metrics:\n{}",
+                self.scrape()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn events(&self, namespace: &str, pod: &str, reason: &str) -> Vec<RecordedEvent> {
