@@ -18,7 +18,7 @@ fn nginx_conf(port: u16, run_dir: &Path, body: &str) -> String {
 master_process on;
 worker_processes 1;
 pid {run}/nginx.pid;
-error_log {run}/error.log;
+error_log {run}/error.log notice;
 events {{ worker_connections 64; }}
 http {{
     access_log off;
