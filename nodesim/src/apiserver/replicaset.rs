@@ -135,6 +135,8 @@ impl State {
                     };
                     let mut pod = rs.new_pod(name);
                     self.stamp_new(&mut pod.metadata);
+                    crate::projection::inject_kube_api_access(&mut pod);
+
                     self.commit_pod(pod);
                 }
             } else if count > rs.replicas {
