@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite, as root (the simulated node makes cgroups, tmpfs mounts and PID
+# namespaces): formatting and lints, every Rust test (unit, simulated-node integration,
+# parser fuzzing on stable), and the rendered-manifest checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "hack/test.sh: run as root (sudo hack/test.sh): the tests create cgroups, mounts and namespaces" >&2
+    exit 2
+fi
+
+hack/install-test-deps.sh
+hack/install-manifest-tools.sh
+
+echo "== cargo fmt / clippy" >&2
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== cargo test" >&2
+cargo test --workspace
+
+echo "== rendered manifests" >&2
+hack/check-manifests.sh
+hack/check-manifests.sh --self-test
