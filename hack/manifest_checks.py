@@ -29,7 +29,13 @@ FORBIDDEN_RESOURCES = ("configmaps", "secrets")
 # Metric families the agent exports (the contract the dashboard and alerts rely on).
 KNOWN_METRICS = frozenset(
     [
-        "reloadlet_swaps_total",
+        "reloadlet_volume_swaps_total",
+        "reloadlet_volume_swaps_unchanged_total",
+        "reloadlet_volumes_tracked",
+        "reloadlet_unwatched_volumes",
+        "reloadlet_inotify_watch_limit_errors_total",
+        "reloadlet_events_dropped_total",
+        "reloadlet_state_write_errors_total",
         "reloadlet_actions_total",
         "reloadlet_action_latency_seconds_bucket",
         "reloadlet_action_latency_seconds_sum",

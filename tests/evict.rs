@@ -74,7 +74,12 @@ async fn replicas(
     }
     node.wait_tracked(2 * replicas as usize).await;
     eventually("replicas Ready", Duration::from_secs(10), || {
-        let ready = node.api.pods_of_replicaset(NS, "web").iter().filter(|p| is_ready(p)).count();
+        let ready = node
+            .api
+            .pods_of_replicaset(NS, "web")
+            .iter()
+            .filter(|p| is_ready(p))
+            .count();
         (ready == replicas as usize).then_some(())
     })
     .await;
@@ -84,7 +89,6 @@ async fn replicas(
 fn is_ready(p: &Pod) -> bool {
     let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
     conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-
 }
 
 fn evicted_uids(node: &Node) -> Vec<String> {
