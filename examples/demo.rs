@@ -311,6 +311,7 @@ async fn demo() -> Result<(), String> {
         violations.len(),
         api.pods_of_replicaset("demo", "web")
             .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter_map(|p| p.metadata.name.clone())
             .collect::<Vec<_>>()
     );
