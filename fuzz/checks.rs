@@ -90,3 +90,90 @@ pub fn container_id(data: &[u8]) {
     }
     cgroup_path(&text);
 }
+
+/// Pod annotations (user input): one `key=value` pair per line. Parsing never panics; an
+/// accepted policy is well formed; and the decision built on it never targets a container
+/// the pod does not have, never a classic init container, and only allowed signals.
+pub fn annotations(data: &[u8]) {
+    use reloadlet::model::{
+        ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef, VolumeMount,
+        VolumeSpec,
+    };
+    use reloadlet::policy::{decide, Decision};
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let text = String::from_utf8_lossy(data);
+    let annotations: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    if let Ok(Some(policy)) = reloadlet::annotations::parse(&annotations) {
+        for list in [&policy.containers, &policy.configmaps, &policy.secrets]
+            .into_iter()
+            .flatten()
+        {
+            assert!(!list.is_empty());
+            assert!(list
+                .iter()
+                .all(|i| !i.is_empty() && !i.contains(',') && !i.contains(' ')));
+        }
+    }
+    let container = |name: &str, kind, volume: &str, sub_path| ContainerInfo {
+        name: name.into(),
+        kind,
+        mounts: vec![VolumeMount {
+            volume: volume.into(),
+            sub_path,
+        }],
+        container_id: None,
+        running: true,
+    };
+    let pod = PodInfo {
+        uid: "u".into(),
+        namespace: "ns".into(),
+        name: "p".into(),
+        annotations,
+        volumes: vec![
+            VolumeSpec {
+                name: "conf".into(),
+                sources: vec![SourceRef {
+                    kind: SourceKind::ConfigMap,
+                    name: "nginx-conf".into(),
+                }],
+                service_account_token: false,
+            },
+            VolumeSpec {
+                name: "tls".into(),
+                sources: vec![SourceRef {
+                    kind: SourceKind::Secret,
+                    name: "tls".into(),
+                }],
+                service_account_token: false,
+            },
+        ],
+        containers: vec![
+            container("init", ContainerKind::Init, "conf", false),
+            container("proxy", ContainerKind::SidecarInit, "tls", false),
+            container("nginx", ContainerKind::Regular, "conf", false),
+            container("sub", ContainerKind::Regular, "conf", true),
+        ],
+        has_controller: true,
+        ..Default::default()
+    };
+    let changed: BTreeSet<String> = ["conf".to_string(), "tls".to_string()].into();
+    if let Decision::Signal {
+        signal, targets, ..
+    } = decide(&pod, &changed)
+    {
+        assert!(ReloadSignal::ALL.contains(&signal));
+        assert!(!targets.is_empty());
+        for t in targets {
+            assert!(
+                ["proxy", "nginx"].contains(&t.container.as_str()),
+                "target {}",
+                t.container
+            );
+        }
+    }
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes reloadlet's cgroup parsers.
+# Fuzzes reloadlet's parsers of user and kernel input: cgroup paths, container IDs, annotations.
 #
 #   hack/fuzz.sh [seconds-per-target]     (default 60)
 #
@@ -17,7 +17,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
-targets=(cgroup_paths container_id)
+targets=(cgroup_paths container_id annotations)
 
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
     echo "no nightly toolchain: running the stable property search instead" >&2

@@ -146,6 +146,11 @@ fn cgroup_paths_properties_hold() {
 }
 
 #[test]
+fn annotation_properties_hold() {
+    run("annotations", checks::annotations);
+}
+
+#[test]
 fn container_id_properties_hold() {
     run("container_id", checks::container_id);
 }
