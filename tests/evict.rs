@@ -206,6 +206,9 @@ async fn a_budget_that_can_never_allow_it_is_retried_at_a_bounded_rate_until_rel
     assert!(evicted_uids(&node).is_empty());
     assert!(node.metric("reloadlet_evictions_pending") >= 2.0);
 
+    // A second change while the evictions are pending does not queue more of them.
+    node.api
+        .apply_configmap(configmap(NS, "app-conf", &[("k", "v3")]));
     node.api.update_pdb(pdb("web", json!({"minAvailable": 1})));
     eventually(
         "both originals evicted once the budget allows it",
@@ -221,6 +224,41 @@ async fn a_budget_that_can_never_allow_it_is_retried_at_a_bounded_rate_until_rel
         "{:?}",
         node.api.invariant_violations()
     );
+    never(
+        "a replacement evicted, or an original twice",
+        Duration::from_secs(2),
+        || evicted_uids(&node).len() != originals.len(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pending_eviction_survives_a_restart_of_reloadlet() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.create_pdb(pdb("web", json!({"minAvailable": 1})));
+    let originals = replicas(&mut node, 1, 0, &[]).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-conf", &[("k", "v2")]));
+    eventually("blocked", Duration::from_secs(10), || {
+        node.all_events()
+            .into_iter()
+            .find(|e| e.reason == "EvictionBlocked")
+    })
+    .await;
+    assert!(node.stop_agent().await.success());
+    let state = std::fs::read_to_string(node.path("state/state.json")).unwrap();
+    assert!(
+        state.contains("pending_evictions") && state.contains("configmap app-conf changed"),
+        "{state}"
+    );
+    node.api.update_pdb(pdb("web", json!({"minAvailable": 0})));
+    node.start_agent(&FAST).await;
+    eventually(
+        "the eviction resumes and completes",
+        Duration::from_secs(15),
+        || (evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == originals).then_some(()),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -333,3 +333,54 @@ async fn restartable_init_containers_are_signalled_too() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_without_its_process_gets_retries_then_a_signal_failed_warning() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&[]).await;
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "1")]));
+    let out = node.path("app.sig");
+    node.api.create_pod(
+        pod(NS, "gone")
+            .signal()
+            .configmap_volume("conf", "c")
+            .recorder("app", &out, &[("conf", "/c")])
+            .build(),
+    );
+    let handles = node.wait_running(NS, "gone").await;
+    node.wait_tracked(2).await;
+    // The container's process dies and nothing restarts it (the status still says running).
+    let main = handles.container("app").unwrap().main_pid;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(main),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually("the process is gone", WAIT, || (!alive(main)).then_some(())).await;
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
+    let ev = eventually(
+        "SignalFailed after the retries",
+        Duration::from_secs(20),
+        || node.events(NS, "gone", "SignalFailed").into_iter().next(),
+    )
+    .await;
+    assert_eq!(ev.type_, "Warning");
+    assert!(
+        ev.note
+            .starts_with("could not send SIGHUP to container app after 5 attempts"),
+        "{}",
+        ev.note
+    );
+    assert!(ev.note.ends_with("configmap c changed"), "{}", ev.note);
+    assert_eq!(
+        node.agent_log()
+            .matches("signal failed; will retry")
+            .count(),
+        4
+    );
+    assert_eq!(
+        node.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signal_failed\"}"),
+        1.0
+    );
+    assert!(node.events(NS, "gone", "Signaled").is_empty());
+}
