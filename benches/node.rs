@@ -221,7 +221,7 @@ async fn signal_bench(pods: usize, vols: usize, updates: usize) {
                 .unwrap(),
             );
             volumes.push(json!({"name": format!("conf{j}"), "configMap": {"name": cm}}));
-            mounts.push(json!({"name": format!("conf{j}"), "mountPath": format!("/conf{j}")}));
+            mounts.push(json!({"name": format!("conf{j}"), "mountPath": rec_dir.join(format!("mnt/conf{j}")).display().to_string()}));
         }
         let pod = json!({
             "metadata": {"name": format!("p{i}"), "namespace": "bench", "annotations": {"reloadlet.io/action": "signal"}},
@@ -321,7 +321,7 @@ async fn evict_bench(pods: usize) {
     let mut s = setup(Some(Duration::from_millis(20))).await;
     let template = serde_json::from_value(json!({
         "metadata": {"labels": {"app": "burst"}, "annotations": {"reloadlet.io/action": "evict"}},
-        "spec": {"containers": [{"name": "app", "image": "x", "volumeMounts": [{"name": "conf", "mountPath": "/conf"}]}],
+        "spec": {"containers": [{"name": "app", "image": "x", "volumeMounts": [{"name": "conf", "mountPath": s.root.parent().unwrap().join("mnt/conf").display().to_string()}]}],
                  "volumes": [{"name": "conf", "configMap": {"name": "burst"}}]}
     }))
     .unwrap();

@@ -250,7 +250,7 @@ async fn demo() -> Result<(), String> {
     );
     let template = serde_json::from_value(json!({
         "metadata": {"labels": {"app": "web"}, "annotations": {"reloadlet.io/action": "evict", "nodesim.reloadlet.io/ready-delay-ms": "1500"}},
-        "spec": {"containers": [{"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": "/conf"}]}],
+        "spec": {"containers": [{"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": dir.path().join("mnt/conf").display().to_string()}]}],
                  "volumes": [{"name": "conf", "configMap": {"name": "web-conf"}}]}
     })).unwrap();
     api.create_replicaset("demo", "web", 3, template, NODE);

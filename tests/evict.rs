@@ -20,7 +20,7 @@ const FAST: [&str; 4] = [
     "1s",
 ];
 
-fn template(ready_delay_ms: u64) -> PodTemplateSpec {
+fn template(ready_delay_ms: u64, mount: &str) -> PodTemplateSpec {
     serde_json::from_value(json!({
         "metadata": {
             "labels": {"app": "web"},
@@ -30,7 +30,7 @@ fn template(ready_delay_ms: u64) -> PodTemplateSpec {
             }
         },
         "spec": {
-            "containers": [{"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": "/conf"}]}],
+            "containers": [{"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": mount}]}],
             "volumes": [{"name": "conf", "configMap": {"name": "app-conf"}}]
         }
     }))
@@ -61,8 +61,13 @@ async fn replicas(
     node.start_agent(&all).await;
     node.api
         .apply_configmap(configmap(NS, "app-conf", &[("k", "v1")]));
-    node.api
-        .create_replicaset(NS, "web", replicas, template(ready_delay_ms), NODE);
+    node.api.create_replicaset(
+        NS,
+        "web",
+        replicas,
+        template(ready_delay_ms, &node.path("mnt/conf").display().to_string()),
+        NODE,
+    );
     let pods = eventually("replicas exist", Duration::from_secs(10), || {
         let pods = node.api.pods_of_replicaset(NS, "web");
         (pods.len() == replicas as usize).then_some(pods)
@@ -323,7 +328,7 @@ async fn unowned_pods_are_refused_unless_they_allow_it() {
         if allow {
             b = b.annotate("reloadlet.io/evict-unowned", "true");
         }
-        node.api.create_pod(b.container(json!({"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": "/conf"}]})).build());
+        node.api.create_pod(b.container(json!({"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": node.path("mnt/conf").display().to_string()}]})).build());
         node.wait_running(NS, name).await;
     }
     node.wait_tracked(4).await;

@@ -40,6 +40,17 @@ fn meta(namespace: &str, name: &str) -> k8s_openapi::apimachinery::pkg::apis::me
 
 pub struct PodBuilder {
     value: Value,
+    /// The test's directory: absolute mount paths are placed under `<base>/mnt` so that
+    /// no test creates directories on the host outside its own temp dir.
+    base: Option<std::path::PathBuf>,
+}
+
+/// Where a container's `mountPath` lands: inside the test's temp dir, never on the host root.
+pub fn sandboxed(base: &Path, mount_path: &str) -> String {
+    base.join("mnt")
+        .join(mount_path.trim_start_matches('/'))
+        .display()
+        .to_string()
 }
 
 pub fn pod(namespace: &str, name: &str) -> PodBuilder {
@@ -50,6 +61,7 @@ pub fn pod(namespace: &str, name: &str) -> PodBuilder {
             "metadata": {"name": name, "namespace": namespace, "annotations": {}, "labels": {"app": name}},
             "spec": {"nodeName": super::NODE, "containers": [], "volumes": []}
         }),
+        base: None,
     }
 }
 
@@ -85,19 +97,23 @@ impl PodBuilder {
     }
 
     /// A `sigrecorder` container writing to `out`; `mounts` are (volume, mountPath[, subPath]).
-    pub fn recorder(self, name: &str, out: &Path, mounts: &[(&str, &str)]) -> Self {
+    pub fn recorder(mut self, name: &str, out: &Path, mounts: &[(&str, &str)]) -> Self {
+        self.base
+            .get_or_insert_with(|| out.parent().unwrap().to_path_buf());
         let c = recorder_container(name, out, mounts, false);
         self.container(c)
     }
 
     /// Same, plus a forked child process (a decoy that must never be signalled).
     pub fn recorder_with_child(
-        self,
+        mut self,
         name: &str,
         out: &Path,
         child_out: &Path,
         mounts: &[(&str, &str)],
     ) -> Self {
+        self.base
+            .get_or_insert_with(|| out.parent().unwrap().to_path_buf());
         let mut c = recorder_container(name, out, mounts, false);
         c["command"]
             .as_array_mut()
@@ -113,6 +129,10 @@ impl PodBuilder {
         path: &str,
         sub_path: &str,
     ) -> Self {
+        let path = sandboxed(
+            self.base.as_deref().expect("a recorder container first"),
+            path,
+        );
         for c in self.value["spec"]["containers"].as_array_mut().unwrap() {
             if c["name"] == container {
                 c["volumeMounts"]
@@ -182,7 +202,10 @@ pub fn recorder_container(
         "name": name,
         "image": "sigrecorder",
         "command": [super::sigrecorder(), out.display().to_string()],
-        "volumeMounts": mounts.iter().map(|(v, p)| json!({"name": v, "mountPath": p})).collect::<Vec<_>>()
+        "volumeMounts": mounts
+            .iter()
+            .map(|(v, p)| json!({"name": v, "mountPath": sandboxed(out.parent().unwrap(), p)}))
+            .collect::<Vec<_>>()
     });
     if restart_always {
         c["restartPolicy"] = json!("Always");
