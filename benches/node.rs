@@ -112,7 +112,7 @@ impl Setup {
             .arg("--state-dir")
             .arg(dir.join("state"))
             .env("KUBECONFIG", dir.join("kubeconfig"))
-            .env("RUST_LOG", "warn,reloadlet::agent=info")
+            .env("RUST_LOG", "warn,reloadlet=info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&self.log).unwrap())
             .spawn()

@@ -21,7 +21,7 @@ use crate::volume_hash::{hash_volume, VolumeHash};
 use crate::watch::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
 use evictions::{EvictJob, EvictionSettings, Evictions};
 use signals::{SignalJob, SignalResult};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -57,6 +57,8 @@ pub struct Agent {
     state_dirty: bool,
     synced: bool,
     last_stats: WatchStats,
+    /// Containers whose main process was looked up ahead of any change.
+    warmed: HashSet<(String, String)>,
 }
 
 impl Agent {
@@ -107,6 +109,7 @@ impl Agent {
             state_dirty: false,
             synced: false,
             last_stats: WatchStats::default(),
+            warmed: HashSet::new(),
         }
     }
 
@@ -134,6 +137,10 @@ impl Agent {
                 batch = watcher.next_batch() => {
                     let batch = batch.map_err(|e| anyhow::anyhow!("volume watcher failed: {e}"))?;
                     self.on_watch(&watcher, batch);
+                    if self.settings.debounce.is_zero() {
+                        // No window: act in this turn rather than after a timer tick.
+                        self.fire_due();
+                    }
                 }
                 Some(update) = pods.recv() => self.on_pod(update),
                 _ = sleep_until(deadline), if deadline.is_some() => self.fire_due(),
@@ -225,10 +232,43 @@ impl Agent {
         }
     }
 
+    /// Looks up, in one pass over /proc, the main processes of the containers a signal
+    /// could target, so that a later change costs two small reads instead of a scan.
+    fn warm<'a>(&mut self, pods: impl IntoIterator<Item = &'a PodInfo>) {
+        let mut targets = Vec::new();
+        for pod in pods {
+            let signals = matches!(
+                policy::validated_policy(pod),
+                Ok(Some(p)) if matches!(p.action, crate::annotations::Action::Signal(_))
+            );
+            if !signals || pod.terminating {
+                continue;
+            }
+            for c in pod.containers.iter().filter(|c| c.running) {
+                let Some(id) = &c.container_id else { continue };
+                if self.warmed.insert((pod.uid.clone(), id.id.clone())) {
+                    targets.push((pod.uid.clone(), id.clone()));
+                }
+            }
+        }
+        if !targets.is_empty() {
+            let processes = self.deps.processes.clone();
+            tokio::task::spawn_blocking(move || {
+                let found = processes.warm(&targets);
+                tracing::debug!(
+                    containers = targets.len(),
+                    found,
+                    "main processes looked up ahead"
+                );
+            });
+        }
+    }
+
     fn on_pod(&mut self, update: PodUpdate) {
         match update {
             PodUpdate::Apply(pod) => {
                 self.validate(&pod);
+                self.warm([&pod]);
                 let change = self
                     .index
                     .write()
@@ -249,6 +289,7 @@ impl Agent {
                 for pod in &list {
                     self.validate(pod);
                 }
+                self.warm(&list);
                 let gone = self
                     .index
                     .write()
@@ -288,6 +329,8 @@ impl Agent {
         }
         self.retries.retain(|(_, j)| j.pod_uid != uid);
         self.warned.remove(uid);
+        self.warmed.retain(|(pod, _)| pod != uid);
+        self.deps.processes.forget_pod(uid);
         self.detector.settle_pod(uid);
     }
 

@@ -136,6 +136,36 @@ impl ProcFs {
 }
 
 impl ContainerProcesses for ProcFs {
+    fn warm(&self, targets: &[(String, ContainerId)]) -> usize {
+        let wanted: std::collections::HashSet<(String, String)> = targets
+            .iter()
+            .filter_map(|(uid, c)| Some((normalize_pod_uid(uid)?, c.id.clone())))
+            .collect();
+        if wanted.is_empty() {
+            return 0;
+        }
+        self.scans.fetch_add(1, Ordering::Relaxed);
+        let Ok(found) = scan::members_of_many(&self.proc_root, &wanted) else {
+            return 0;
+        };
+        let mut cache = self.lock_cache();
+        if cache.len() + found.len() >= CACHE_CAPACITY {
+            cache.clear();
+        }
+        let mut n = 0;
+        for (key, members) in found {
+            if let Some(main) = scan::choose_main(&members) {
+                cache.insert(key, main);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn forget_pod(&self, pod_uid: &str) {
+        ProcFs::forget_pod(self, pod_uid)
+    }
+
     fn find_main_process(
         &self,
         pod_uid: &str,

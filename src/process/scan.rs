@@ -84,6 +84,35 @@ pub(crate) fn members(
     Ok(found)
 }
 
+/// One pass over the proc root for many containers at once: `(pod uid, container id)` →
+/// its processes. `wanted` holds normalised pod UIDs and bare container IDs.
+pub(crate) fn members_of_many(
+    proc_root: &Path,
+    wanted: &std::collections::HashSet<(String, String)>,
+) -> ProcResult<std::collections::HashMap<(String, String), Vec<Member>>> {
+    let mut found: std::collections::HashMap<(String, String), Vec<Member>> = Default::default();
+    for process in procfs::process::all_processes_with_root(proc_root)? {
+        let Ok(process) = process else { continue };
+        let Ok(CgroupText(text)) = process.read::<_, CgroupText>("cgroup") else {
+            continue;
+        };
+        let key = cgroup::parse_proc_cgroup(&text).iter().find_map(|line| {
+            let c = cgroup::container_of(&line.path)?;
+            let key = (c.pod_uid, c.container_id);
+            (!c.conmon && wanted.contains(&key)).then_some(key)
+        });
+        let Some(key) = key else { continue };
+        let Ok(stat) = process.stat() else { continue };
+        found.entry(key).or_default().push(Member {
+            pid: process.pid,
+            ppid: stat.ppid,
+            start_time: stat.starttime,
+            dead: matches!(stat.state, 'Z' | 'X'),
+        });
+    }
+    Ok(found)
+}
+
 fn member(process: &Process, pod_uid: &str, container: &ContainerId) -> ProcResult<Option<Member>> {
     // The cgroup first: most processes are not in the container and need no stat read.
     if !in_container(process, pod_uid, container)? {
