@@ -98,7 +98,9 @@ impl Setup {
     fn start_agent(&mut self) -> Duration {
         let dir = self.root.parent().unwrap().to_path_buf();
         let t0 = Instant::now();
-        let child = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        let bin = std::env::var("RELOADLET_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_reloadlet").to_owned());
+        let child = Command::new(bin)
             .args([
                 "--node-name",
                 NODE,
@@ -148,6 +150,17 @@ impl Setup {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn memory(&self) -> String {
+        let kib = |f| self.rss_kib(f) as f64 / 1024.0;
+        format!(
+            "RSS {:.1} MiB ({:.1} MiB heap and stacks, {:.1} MiB mapped binary), peak {:.1} MiB",
+            kib("VmRSS:"),
+            kib("RssAnon:"),
+            kib("RssFile:"),
+            kib("VmHWM:")
+        )
     }
 
     fn rss_kib(&self, field: &str) -> u64 {
@@ -250,6 +263,7 @@ async fn signal_bench(pods: usize, vols: usize, updates: usize) {
         .find(|l| l.contains("volume watches armed"))
         .unwrap_or("")
         .to_owned();
+    let memory_ready = s.memory();
 
     let mut lat_ms = Vec::with_capacity(updates);
     for k in 0..updates {
@@ -283,8 +297,7 @@ async fn signal_bench(pods: usize, vols: usize, updates: usize) {
         lat_ms.push((ns - t0) as f64 / 1e6);
     }
     lat_ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let rss = s.rss_kib("VmRSS:");
-    let hwm = s.rss_kib("VmHWM:");
+    let memory_end = s.memory();
     println!(
         "== signal: {pods} pods, {} ConfigMap volumes + {pods} token volumes ({watched} watched)",
         pods * vols
@@ -306,11 +319,8 @@ async fn signal_bench(pods: usize, vols: usize, updates: usize) {
         lat_ms[lat_ms.len() - 1],
         lat_ms.iter().sum::<f64>() / lat_ms.len() as f64
     );
-    println!(
-        "reloadlet RSS: {:.1} MiB now, {:.1} MiB peak",
-        rss as f64 / 1024.0,
-        hwm as f64 / 1024.0
-    );
+    println!("reloadlet after the pod list: {memory_ready}");
+    println!("reloadlet after the updates: {memory_end}");
     println!(
         "signals counted by reloadlet: {}",
         s.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}")

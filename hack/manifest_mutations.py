@@ -190,7 +190,7 @@ MUTATIONS: list[Mutation] = [
              lambda c: _rule(c, "ReloadletInotifyOverflow").update(expr="sum(increase(reloadlet_inotify_overflows_total[10m]) > 0"),
              "monitoring: every PromQL expression parses", "monitoring"),
     Mutation("dashboard on a misspelt metric",
-             lambda c: _dashboard_edit(c, lambda d: _set_panel_expr(d, "Volume swaps", "reloadlet_volume_swaps_total", "reloadlet_volume_swaps_total")),
+             lambda c: _dashboard_edit(c, lambda d: _set_panel_expr(d, "Volume swaps", "reloadlet_volume_swaps_total", "reloadlet_volume_swap_total")),
              "monitoring: only the agent's metric names", "monitoring"),
     Mutation("dashboard without the inotify watches panel",
              lambda c: _dashboard_edit(c, lambda d: d.update(panels=[p for p in d["panels"] if "inotify watches" not in p["title"]])),
