@@ -62,6 +62,11 @@ async fn signals_only_the_main_process_of_the_container_that_mounts_the_changed_
         alive(handles.sandbox.main_pid),
         "the pause process must never be signalled"
     );
+    assert_eq!(
+        stand_in_signals(&handles.sandbox),
+        Vec::<String>::new(),
+        "the pause process got a signal"
+    );
     assert_eq!(signals_in(&app), ["SIGHUP"], "exactly one signal");
     assert_eq!(
         node.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}"),

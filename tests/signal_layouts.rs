@@ -75,6 +75,11 @@ async fn scenario(runtime: Runtime, driver: CgroupDriver, cgroup_version: Cgroup
         alive(handles.sandbox.main_pid),
         "pause process must be untouched"
     );
+    assert_eq!(
+        stand_in_signals(&handles.sandbox),
+        Vec::<String>::new(),
+        "the pause process got a signal"
+    );
     for pid in handles.conmon_pids() {
         assert!(alive(pid), "conmon {pid} must be untouched");
     }

@@ -217,7 +217,7 @@ impl PodState {
             .collect();
         if argv.is_empty() {
             // image entrypoints do not exist here: a stand-in that runs until stopped
-            argv = vec!["sleep".into(), "infinity".into()];
+            argv = crate::runtime::stand_in_argv();
         }
         let mut env = Vec::new();
         for var in c.env.iter().flatten() {

@@ -204,7 +204,7 @@ impl SimRuntime {
         let pod_cgroup = Cgroup::create(&self.mounts, self.cfg.cgroup_version, &pod_rel)?;
         let pause = ContainerSpec {
             name: "POD".into(),
-            argv: vec!["sleep".into(), "infinity".into()],
+            argv: stand_in_argv(),
             ..Default::default()
         };
         let ns = if spec.host_pid {
@@ -802,4 +802,16 @@ mod tests {
         );
         assert_eq!(parent_of(-1), None);
     }
+}
+
+/// The pause process, and the stand-in for a container without a command (image
+/// entrypoints do not exist here). Like the real pause it exits on SIGTERM/SIGINT; unlike
+/// it, it logs every other signal it receives (`received SIGHUP` in its log), so a test can
+/// prove nobody signalled it — as PID 1 of its namespace a plain `sleep` would silently
+/// ignore them.
+pub fn stand_in_argv() -> Vec<String> {
+    let script = "trap 'exit 0' TERM INT; \
+        for s in HUP QUIT USR1 USR2 WINCH ALRM; do trap \"echo received SIG$s\" $s; done; \
+        while :; do sleep 3600 & wait $!; done";
+    vec!["/bin/sh".into(), "-c".into(), script.into()]
 }

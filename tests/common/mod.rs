@@ -351,3 +351,12 @@ pub fn sigrecorder() -> String {
     );
     path.display().to_string()
 }
+
+/// Signals a stand-in process (the pause process, or a container without a command) logged.
+pub fn stand_in_signals(handle: &nodesim::runtime::ContainerHandle) -> Vec<String> {
+    std::fs::read_to_string(&handle.log_path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("received ").map(str::to_owned))
+        .collect()
+}
