@@ -269,20 +269,13 @@ impl Agent {
             PodUpdate::Apply(pod) => {
                 self.validate(&pod);
                 self.warm([&pod]);
-                let change = self
-                    .index
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .apply(pod);
+                let change = self.index_mut().apply(pod);
                 if change == IndexChange::Added {
                     tracing::debug!("pod added to the index");
                 }
             }
             PodUpdate::Delete { uid } => {
-                self.index
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .delete(&uid);
+                self.index_mut().delete(&uid);
                 self.forget_pod(&uid);
             }
             PodUpdate::Resync(list) => {
@@ -290,11 +283,7 @@ impl Agent {
                     self.validate(pod);
                 }
                 self.warm(&list);
-                let gone = self
-                    .index
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .reset(list);
+                let gone = self.index_mut().reset(list);
                 for uid in gone {
                     self.forget_pod(&uid);
                 }
@@ -315,8 +304,21 @@ impl Agent {
         self.metrics.watched_pods.set(self.index_len() as i64);
     }
 
+    fn index(&self) -> std::sync::RwLockReadGuard<'_, PodIndex> {
+        // A panic while holding the lock cannot leave the index half-updated: keep using it.
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, PodIndex> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pod(&self, uid: &str) -> Option<PodInfo> {
+        self.index().get(uid).cloned()
+    }
+
     fn index_len(&self) -> usize {
-        self.index.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.index().len()
     }
 
     /// A pod left the API view: a change still in its debounce window is dropped.
@@ -380,26 +382,16 @@ impl Agent {
     fn fire_due(&mut self) {
         let now = Instant::now();
         for (uid, change) in self.debouncer.take_due(now) {
-            let pod = self
-                .index
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&uid)
-                .cloned();
-            match pod {
-                Some(pod) => {
-                    self.act(&pod, &change);
-                    self.detector.settle_pod(&uid);
-                    self.state_dirty = true;
-                }
-                None if change.attempts < UNKNOWN_POD_ATTEMPTS => {
-                    self.debouncer
-                        .requeue(&uid, change, now + Duration::from_secs(1));
-                }
-                None => {
-                    tracing::warn!(pod_uid = %uid, volumes = ?change.volumes, "volume changed for a pod the API server does not show on this node; no action");
-                    self.detector.settle_pod(&uid);
-                }
+            if self.act_on(&uid, &change) {
+                continue;
+            }
+            if change.attempts < UNKNOWN_POD_ATTEMPTS {
+                // The API view may lag the kubelet: wait for the pod a little.
+                self.debouncer
+                    .requeue(&uid, change, now + Duration::from_secs(1));
+            } else {
+                tracing::warn!(pod_uid = %uid, volumes = ?change.volumes, "volume changed for a pod the API server does not show on this node; no action");
+                self.detector.settle_pod(&uid);
             }
         }
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retries)
@@ -409,6 +401,18 @@ impl Agent {
         for (_, job) in due {
             self.start_signal(job);
         }
+    }
+
+    /// Decides and acts on a pod's change, then records its content as handled. `false`
+    /// when the pod is not (yet) in the index.
+    fn act_on(&mut self, uid: &str, change: &PendingChange) -> bool {
+        let Some(pod) = self.pod(uid) else {
+            return false;
+        };
+        self.act(&pod, change);
+        self.detector.settle_pod(uid);
+        self.state_dirty = true;
+        true
     }
 
     fn act(&mut self, pod: &PodInfo, change: &PendingChange) {
@@ -485,12 +489,7 @@ impl Agent {
     }
 
     fn start_signal(&mut self, job: SignalJob) {
-        let pod = self
-            .index
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&job.pod_uid)
-            .cloned();
+        let pod = self.pod(&job.pod_uid);
         let Some(pod) = pod else {
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
             return;
@@ -516,12 +515,7 @@ impl Agent {
 
     fn on_signal_result(&mut self, result: SignalResult) {
         let SignalResult { mut job, outcome } = result;
-        let pod = self
-            .index
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&job.pod_uid)
-            .cloned();
+        let pod = self.pod(&job.pod_uid);
         let Some(pod) = pod else { return };
         match outcome {
             Ok(pid) => {
@@ -564,12 +558,7 @@ impl Agent {
     fn resume_evictions(&mut self) {
         let pending = std::mem::take(&mut self.saved.pending_evictions);
         for p in pending {
-            let known = self
-                .index
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&p.uid)
-                .is_some();
+            let known = self.index().get(&p.uid).is_some();
             if known {
                 tracing::info!(pod = %format!("{}/{}", p.namespace, p.name), cause = %p.cause, "resuming an eviction pending before the restart");
                 self.evictions.request(EvictJob {
@@ -626,16 +615,7 @@ impl Agent {
             .debouncer
             .take_due(Instant::now() + Duration::from_secs(86400 * 365));
         for (uid, change) in pending {
-            let pod = self
-                .index
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&uid)
-                .cloned();
-            if let Some(pod) = pod {
-                self.act(&pod, &change);
-                self.detector.settle_pod(&uid);
-            }
+            self.act_on(&uid, &change);
         }
         while self.signals_in_flight > 0 && Instant::now() < deadline {
             match tokio::time::timeout_at(deadline.into(), self.results_rx.recv()).await {
