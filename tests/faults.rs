@@ -11,24 +11,7 @@ const NS: &str = "f";
 const WAIT: Duration = Duration::from_secs(15);
 
 async fn node_with_pod(args: &[&str]) -> (Node, std::path::PathBuf) {
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.start_agent(args).await;
-    node.api.apply_configmap(configmap(NS, "c", &[("k", "1")]));
-    let out = node.path("app.sig");
-    node.api.create_pod(
-        pod(NS, "web")
-            .signal()
-            .configmap_volume("conf", "c")
-            .recorder("app", &out, &[("conf", "/c")])
-            .build(),
-    );
-    node.wait_running(NS, "web").await;
-    eventually("recorder ready", WAIT, || {
-        recorder_ready(&out).then_some(())
-    })
-    .await;
-    node.wait_tracked(2).await;
-    (node, out)
+    Node::with_signal_pod(args, NS, "web").await
 }
 
 fn hups(out: &std::path::Path) -> usize {

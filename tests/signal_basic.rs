@@ -243,19 +243,7 @@ async fn sub_path_only_mounts_get_a_warning_instead_of_a_useless_signal() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_deleted_during_the_debounce_window_is_not_signalled() {
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.start_agent(&["--debounce", "2s"]).await;
-    node.api.apply_configmap(configmap(NS, "c", &[("k", "1")]));
-    let out = node.path("app.sig");
-    node.api.create_pod(
-        pod(NS, "short")
-            .signal()
-            .configmap_volume("conf", "c")
-            .recorder("app", &out, &[("conf", "/c")])
-            .build(),
-    );
-    node.wait_running(NS, "short").await;
-    node.wait_tracked(2).await;
+    let (node, out) = Node::with_signal_pod(&["--debounce", "2s"], NS, "short").await;
     node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
     eventually("the change was seen", WAIT, || {
         node.agent_log()
@@ -341,19 +329,8 @@ async fn restartable_init_containers_are_signalled_too() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_without_its_process_gets_retries_then_a_signal_failed_warning() {
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.start_agent(&[]).await;
-    node.api.apply_configmap(configmap(NS, "c", &[("k", "1")]));
-    let out = node.path("app.sig");
-    node.api.create_pod(
-        pod(NS, "gone")
-            .signal()
-            .configmap_volume("conf", "c")
-            .recorder("app", &out, &[("conf", "/c")])
-            .build(),
-    );
+    let (node, _out) = Node::with_signal_pod(&[], NS, "gone").await;
     let handles = node.wait_running(NS, "gone").await;
-    node.wait_tracked(2).await;
     // The container's process dies and nothing restarts it (the status still says running).
     let main = handles.container("app").unwrap().main_pid;
     nix::sys::signal::kill(

@@ -360,3 +360,31 @@ pub fn stand_in_signals(handle: &nodesim::runtime::ContainerHandle) -> Vec<Strin
         .filter_map(|l| l.strip_prefix("received ").map(str::to_owned))
         .collect()
 }
+
+impl Node {
+    /// The common scene: reloadlet started with `args`, ConfigMap `c` (`k=1`) in `namespace`,
+    /// and a pod `name` with `reloadlet.io/action: signal` whose `sigrecorder` container
+    /// `app` mounts it; returns once reloadlet knows both of the pod's volumes. The second
+    /// value is the recorder's output file.
+    pub async fn with_signal_pod(args: &[&str], namespace: &str, name: &str) -> (Node, PathBuf) {
+        let mut node = Node::start(NodeOptions::default()).await;
+        node.start_agent(args).await;
+        node.api
+            .apply_configmap(fixtures::configmap(namespace, "c", &[("k", "1")]));
+        let out = node.path(&format!("{name}.sig"));
+        node.api.create_pod(
+            fixtures::pod(namespace, name)
+                .signal()
+                .configmap_volume("conf", "c")
+                .recorder("app", &out, &[("conf", "/c")])
+                .build(),
+        );
+        node.wait_running(namespace, name).await;
+        eventually("recorder ready", Duration::from_secs(10), || {
+            recorder_ready(&out).then_some(())
+        })
+        .await;
+        node.wait_tracked(2).await;
+        (node, out)
+    }
+}
