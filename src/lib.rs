@@ -15,6 +15,7 @@ pub mod explain;
 pub mod filters;
 pub mod http;
 pub mod k8s;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod pod_index;

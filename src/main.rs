@@ -25,7 +25,7 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    limit_malloc_arenas();
+    reloadlet::memory::limit_malloc_arenas();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // Signals and /proc scans run here; a node agent never needs many at once.
@@ -61,16 +61,6 @@ fn main() -> ExitCode {
             init_tracing(settings.log_format);
             runtime.block_on(run(settings))
         }
-    }
-}
-
-/// glibc gives each thread its own malloc arena; for a small agent that only inflates RSS.
-/// (The release image is a static musl build, whose allocator has no arenas.)
-fn limit_malloc_arenas() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt is called once, before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
     }
 }
 

@@ -287,6 +287,8 @@ impl Agent {
                 for uid in gone {
                     self.forget_pod(&uid);
                 }
+                // Decoding a full pod list is the agent's largest allocation: hand it back.
+                crate::memory::release_free_heap();
                 if self.synced {
                     self.metrics.api_watch_restarts.inc();
                 } else {
