@@ -775,6 +775,18 @@ fn cleanup(mut running: Running, grace: Duration, in_use: &[PathBuf]) {
     remove_created_targets(&created_targets, in_use);
 }
 
+/// The pause process, and the stand-in for a container without a command (image
+/// entrypoints do not exist here). Like the real pause it exits on SIGTERM/SIGINT; unlike
+/// it, it logs every other signal it receives (`received SIGHUP` in its log), so a test can
+/// prove nobody signalled it — as PID 1 of its namespace a plain `sleep` would silently
+/// ignore them.
+pub fn stand_in_argv() -> Vec<String> {
+    let script = "trap 'exit 0' TERM INT; \
+        for s in HUP QUIT USR1 USR2 WINCH ALRM; do trap \"echo received SIG$s\" $s; done; \
+        while :; do sleep 3600 & wait $!; done";
+    vec!["/bin/sh".into(), "-c".into(), script.into()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -802,16 +814,4 @@ mod tests {
         );
         assert_eq!(parent_of(-1), None);
     }
-}
-
-/// The pause process, and the stand-in for a container without a command (image
-/// entrypoints do not exist here). Like the real pause it exits on SIGTERM/SIGINT; unlike
-/// it, it logs every other signal it receives (`received SIGHUP` in its log), so a test can
-/// prove nobody signalled it — as PID 1 of its namespace a plain `sleep` would silently
-/// ignore them.
-pub fn stand_in_argv() -> Vec<String> {
-    let script = "trap 'exit 0' TERM INT; \
-        for s in HUP QUIT USR1 USR2 WINCH ALRM; do trap \"echo received SIG$s\" $s; done; \
-        while :; do sleep 3600 & wait $!; done";
-    vec!["/bin/sh".into(), "-c".into(), script.into()]
 }
