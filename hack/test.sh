@@ -18,8 +18,16 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== cargo test" >&2
-cargo test --workspace
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace 2>&1 | tee "$log"
+passed=$(grep -E '^test result:' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -E '^test result:' "$log" | awk '{s += $6} END {print s + 0}')
 
 echo "== rendered manifests" >&2
 hack/check-manifests.sh
 hack/check-manifests.sh --self-test
+
+# One plain closing line (also kept for .ci/run, which prints it last).
+mkdir -p target
+echo "tests: $passed passed, $failed failed" | tee target/test-summary.txt
