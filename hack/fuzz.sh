@@ -36,6 +36,13 @@ trap 'rm -rf "$scratch"' EXIT
 for target in "${targets[@]}"; do
     mkdir -p "$scratch/$target"
     echo "== fuzzing $target for ${secs}s" >&2
-    cargo +nightly fuzz run --fuzz-dir fuzz --sanitizer none "$target" "$scratch/$target" "fuzz/corpus/$target" \
-        -- -max_total_time="$secs" -max_len=4096
+    # libFuzzer reports every new input; keep its log and show only the verdict (all of it
+    # on a failure).
+    if ! cargo +nightly fuzz run --fuzz-dir fuzz --sanitizer none "$target" "$scratch/$target" "fuzz/corpus/$target" \
+        -- -max_total_time="$secs" -max_len=4096 >"$scratch/$target.log" 2>&1; then
+        cat "$scratch/$target.log" >&2
+        echo "fuzz: $target failed (input saved under fuzz/artifacts/$target/)" >&2
+        exit 1
+    fi
+    grep -E '^Done [0-9]+ runs' "$scratch/$target.log" | sed "s/^/fuzz $target: /" >&2
 done
