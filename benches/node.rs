@@ -11,6 +11,7 @@
 
 use nodesim::apiserver::ApiServer;
 use nodesim::kubelet::{KubeletOptions, SimKubelet};
+use nodesim::probe::http_get;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -390,19 +391,4 @@ async fn evict_bench(pods: usize) {
         (last_swap - first).as_secs_f64() * 1e3,
         last_sent.saturating_duration_since(last_swap).as_secs_f64() * 1e3
     );
-}
-
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        code,
-        buf.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default(),
-    ))
 }

@@ -7,7 +7,6 @@ use nodesim::apiserver::ApiServer;
 use nodesim::kubelet::{KubeletOptions, SimKubelet};
 use serde_json::json;
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -45,15 +44,6 @@ fn nginx_conf(port: u16, run: &Path, body: &str) -> String {
          fastcgi_temp_path {run}/fastcgi;\n  uwsgi_temp_path {run}/uwsgi;\n  scgi_temp_path {run}/scgi;\n  \
          server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"{body}\\n\"; }} }}\n}}\n"
     )
-}
-
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    buf.split_once("\r\n\r\n").map(|(_, b)| b.trim().to_owned())
 }
 
 fn wait_for<T>(
@@ -330,4 +320,9 @@ async fn demo() -> Result<(), String> {
     drop(agent);
     drop(kubelet);
     Ok(())
+}
+
+/// The body of a successful GET, trimmed.
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    nodesim::probe::http_get(addr, path).map(|(_, body)| body.trim().to_owned())
 }

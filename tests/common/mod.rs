@@ -7,6 +7,7 @@ pub mod fixtures;
 use nodesim::apiserver::{ApiServer, RecordedEvent};
 pub use nodesim::flavor::{CgroupDriver, CgroupVersion, Runtime};
 use nodesim::kubelet::{KubeletOptions, PodHandles, SimKubelet};
+pub use nodesim::probe::http_get;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -294,22 +295,6 @@ impl Drop for Node {
         }
         // The kubelet (dropped after this) stops every process and removes mounts and cgroups.
     }
-}
-
-/// A tiny HTTP/1.0 GET against loopback: (status, body).
-pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
 }
 
 pub fn metric_value(text: &str, series: &str) -> f64 {
