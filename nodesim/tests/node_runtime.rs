@@ -46,6 +46,35 @@ fn mounts_mentioning(path: &Path) -> usize {
         .count()
 }
 
+/// A runtime of the given flavour logging under `dir/logs`.
+fn runtime_in(
+    dir: &Path,
+    runtime: Runtime,
+    driver: CgroupDriver,
+    version: CgroupVersion,
+) -> SimRuntime {
+    SimRuntime::new(RuntimeConfig {
+        runtime,
+        driver,
+        cgroup_version: version,
+        log_dir: dir.join("logs"),
+    })
+    .unwrap()
+}
+
+/// Starts a BestEffort sandbox with its own PID namespace; returns the pod UID.
+fn plain_sandbox(rt: &mut SimRuntime) -> String {
+    let pod_uid = uid();
+    rt.start_sandbox(&SandboxSpec {
+        pod_uid: pod_uid.clone(),
+        qos: BestEffort,
+        share_process_namespace: false,
+        host_pid: false,
+    })
+    .unwrap();
+    pod_uid
+}
+
 fn check(runtime: Runtime, driver: CgroupDriver, version: CgroupVersion, qos: QosClass) {
     let tmp = tempfile::tempdir().unwrap();
     let volume = tmp.path().join("volume");
@@ -53,13 +82,7 @@ fn check(runtime: Runtime, driver: CgroupDriver, version: CgroupVersion, qos: Qo
     std::fs::write(volume.join("app.conf"), "hello").unwrap();
     let mount_path = tmp.path().join("rootfs-like/etc/app");
 
-    let cfg = RuntimeConfig {
-        runtime,
-        driver,
-        cgroup_version: version,
-        log_dir: tmp.path().join("logs"),
-    };
-    let mut rt = SimRuntime::new(cfg).unwrap();
+    let mut rt = runtime_in(tmp.path(), runtime, driver, version);
     let pod_uid = uid();
     let sandbox = rt
         .start_sandbox(&SandboxSpec {
@@ -198,13 +221,7 @@ matrix! {
 #[test]
 fn shared_process_namespace_makes_pause_pid_1() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = RuntimeConfig {
-        runtime: Containerd,
-        driver: Systemd,
-        cgroup_version: V2,
-        log_dir: tmp.path().join("logs"),
-    };
-    let mut rt = SimRuntime::new(cfg).unwrap();
+    let mut rt = runtime_in(tmp.path(), Containerd, Systemd, V2);
     let pod_uid = uid();
     let sandbox = rt
         .start_sandbox(&SandboxSpec {
@@ -236,21 +253,8 @@ fn shared_process_namespace_makes_pause_pid_1() {
 #[test]
 fn init_container_runs_to_completion_and_reports_exit_code() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = RuntimeConfig {
-        runtime: CriO,
-        driver: Cgroupfs,
-        cgroup_version: V1,
-        log_dir: tmp.path().join("logs"),
-    };
-    let mut rt = SimRuntime::new(cfg).unwrap();
-    let pod_uid = uid();
-    rt.start_sandbox(&SandboxSpec {
-        pod_uid: pod_uid.clone(),
-        qos: BestEffort,
-        share_process_namespace: false,
-        host_pid: false,
-    })
-    .unwrap();
+    let mut rt = runtime_in(tmp.path(), CriO, Cgroupfs, V1);
+    let pod_uid = plain_sandbox(&mut rt);
     let ok = ContainerSpec {
         name: "init".into(),
         argv: vec!["sh".into(), "-c".into(), "echo done".into()],
@@ -299,21 +303,8 @@ fn init_container_runs_to_completion_and_reports_exit_code() {
 #[test]
 fn a_command_that_cannot_start_is_an_error_with_its_log() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = RuntimeConfig {
-        runtime: Docker,
-        driver: Systemd,
-        cgroup_version: V2,
-        log_dir: tmp.path().join("logs"),
-    };
-    let mut rt = SimRuntime::new(cfg).unwrap();
-    let pod_uid = uid();
-    rt.start_sandbox(&SandboxSpec {
-        pod_uid: pod_uid.clone(),
-        qos: BestEffort,
-        share_process_namespace: false,
-        host_pid: false,
-    })
-    .unwrap();
+    let mut rt = runtime_in(tmp.path(), Docker, Systemd, V2);
+    let pod_uid = plain_sandbox(&mut rt);
     let spec = ContainerSpec {
         name: "bad".into(),
         argv: vec!["/nonexistent/binary".into()],
