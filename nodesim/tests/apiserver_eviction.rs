@@ -53,6 +53,16 @@ fn expect_api_err(r: Result<kube::core::Status, kube::Error>) -> kube::core::Sta
     }
 }
 
+/// Evicts through kube-rs and returns the success Status's code (panics on an error).
+async fn evicted(api: &Api<Pod>, name: &str) -> u16 {
+    api.evict(name, &EvictParams::default()).await.unwrap().code
+}
+
+/// Evicts through kube-rs, expecting the API server to refuse: its Status.
+async fn refused(api: &Api<Pod>, name: &str) -> kube::core::Status {
+    expect_api_err(api.evict(name, &EvictParams::default()).await)
+}
+
 /// POST an eviction with a raw body; returns (status, Retry-After header).
 async fn raw_evict(
     client: &Client,
@@ -154,7 +164,7 @@ async fn allowed_eviction_answers_201_and_the_pod_terminates_then_is_replaced() 
 async fn spent_budget_is_429_with_the_exact_cause_and_no_retry_after() {
     let (server, api, client) = setup(ApiServerOptions::default(), 2, 2).await;
     let victim = names(&server)[0].clone();
-    let st = expect_api_err(api.evict(&victim, &EvictParams::default()).await);
+    let st = refused(&api, &victim).await;
     assert_eq!(st.code, 429);
     assert_eq!(st.reason, "TooManyRequests");
     assert_eq!(
@@ -196,7 +206,7 @@ async fn unobserved_generation_is_429_with_retry_after_10_until_the_controller_c
     .await;
     let victim = names(&server)[0].clone();
 
-    let st = expect_api_err(api.evict(&victim, &EvictParams::default()).await);
+    let st = refused(&api, &victim).await;
     assert_eq!(st.code, 429);
     let details = st.details.unwrap();
     assert_eq!(details.retry_after_seconds, 10);
@@ -216,13 +226,7 @@ async fn unobserved_generation_is_429_with_retry_after_10_until_the_controller_c
         pdb_status().observed_generation == Some(1)
     })
     .await;
-    assert_eq!(
-        api.evict(&victim, &EvictParams::default())
-            .await
-            .unwrap()
-            .code,
-        201
-    );
+    assert_eq!(evicted(&api, &victim).await, 201);
 
     // Updating the PDB bumps its generation: 429 + Retry-After again.
     let mut p = server.get_pdb(NS, "web-pdb").unwrap();
@@ -261,7 +265,7 @@ async fn two_pdbs_answer_500() {
         Some(IntOrString::String("50%".into())),
     ));
     let victim = names(&server)[0].clone();
-    let st = expect_api_err(api.evict(&victim, &EvictParams::default()).await);
+    let st = refused(&api, &victim).await;
     assert_eq!(st.code, 500);
     assert_eq!(st.message, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.");
     assert!(server
@@ -275,7 +279,7 @@ async fn two_pdbs_answer_500() {
 #[tokio::test]
 async fn missing_pod_is_404() {
     let (_server, api, _) = setup(ApiServerOptions::default(), 1, 1).await;
-    let st = expect_api_err(api.evict("ghost", &EvictParams::default()).await);
+    let st = refused(&api, "ghost").await;
     assert_eq!((st.code, st.reason.as_str()), (404, "NotFound"));
     assert_eq!(st.message, "pods \"ghost\" not found");
 }
@@ -350,13 +354,7 @@ async fn unready_pods_follow_the_unhealthy_pod_eviction_policy() {
     let (server, api, _) = setup(ApiServerOptions::default(), 3, 2).await;
     let all = names(&server);
     server.set_pod_status(NS, &all[2], running(false));
-    assert_eq!(
-        api.evict(&all[2], &EvictParams::default())
-            .await
-            .unwrap()
-            .code,
-        201
-    );
+    assert_eq!(evicted(&api, &all[2]).await, 201);
     assert!(server.invariant_violations().is_empty());
 
     // minAvailable 3 with 2 healthy: the unready pod is blocked under IfHealthyBudget…
@@ -368,7 +366,7 @@ async fn unready_pods_follow_the_unhealthy_pod_eviction_policy() {
     let mut p = pdb(NS, "web-pdb", &[("app", "web")], min(3), None);
     server.create_pdb(p.clone());
     let api: Api<Pod> = Api::namespaced(client(&server), NS);
-    let st = expect_api_err(api.evict(&all[0], &EvictParams::default()).await);
+    let st = refused(&api, &all[0]).await;
     assert_eq!(
         st.details.unwrap().causes[0].message,
         "The disruption budget web-pdb needs 3 healthy pods and has 2 currently"
@@ -377,14 +375,8 @@ async fn unready_pods_follow_the_unhealthy_pod_eviction_policy() {
     // …and allowed under AlwaysAllow, without touching the budget of the Ready ones.
     p.spec.as_mut().unwrap().unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
     server.update_pdb(p);
-    assert_eq!(
-        api.evict(&all[0], &EvictParams::default())
-            .await
-            .unwrap()
-            .code,
-        201
-    );
-    let st = expect_api_err(api.evict(&all[1], &EvictParams::default()).await);
+    assert_eq!(evicted(&api, &all[0]).await, 201);
+    let st = refused(&api, &all[1]).await;
     assert_eq!(st.code, 429);
 }
 
@@ -393,23 +385,11 @@ async fn pending_pods_and_pods_without_pdb_are_evicted_without_a_check() {
     let (server, api, _) = setup(ApiServerOptions::default(), 2, 2).await;
     // A new pod matching the PDB, still Pending (no status from a kubelet yet).
     server.create_pod(pod(NS, "fresh", "node-a", &[("app", "web")]));
-    assert_eq!(
-        api.evict("fresh", &EvictParams::default())
-            .await
-            .unwrap()
-            .code,
-        201
-    );
+    assert_eq!(evicted(&api, "fresh").await, 201);
     // A Ready pod no PDB selects.
     server.create_pod(pod(NS, "lonely", "node-a", &[("app", "batch")]));
     server.set_pod_status(NS, "lonely", running(true));
-    assert_eq!(
-        api.evict("lonely", &EvictParams::default())
-            .await
-            .unwrap()
-            .code,
-        201
-    );
+    assert_eq!(evicted(&api, "lonely").await, 201);
     // Nothing recreates an unowned pod.
     server.finalize_pod(NS, "lonely");
     assert!(server.get_pod(NS, "lonely").is_none());
@@ -434,14 +414,8 @@ async fn percentage_budgets_use_the_replicaset_scale() {
     );
     let api: Api<Pod> = Api::namespaced(client(&server), NS);
     let all = names(&server);
-    assert_eq!(
-        api.evict(&all[0], &EvictParams::default())
-            .await
-            .unwrap()
-            .code,
-        201
-    );
-    let st = expect_api_err(api.evict(&all[1], &EvictParams::default()).await);
+    assert_eq!(evicted(&api, &all[0]).await, 201);
+    let st = refused(&api, &all[1]).await;
     assert_eq!(
         st.details.unwrap().causes[0].message,
         "The disruption budget web-pdb needs 3 healthy pods and has 3 currently"
@@ -510,7 +484,7 @@ async fn pinned_statuses_give_403s_and_a_stale_budget_shows_as_a_violation() {
         ..base.clone()
     };
     assert!(server.pin_pdb_status(NS, "web-pdb", Some(negative)));
-    let st = expect_api_err(api.evict(&victim, &EvictParams::default()).await);
+    let st = refused(&api, &victim).await;
     assert_eq!((st.code, st.reason.as_str()), (403, "Forbidden"));
     assert_eq!(
         st.message,
@@ -533,7 +507,7 @@ async fn pinned_statuses_give_403s_and_a_stale_budget_shows_as_a_violation() {
         ..base.clone()
     };
     server.pin_pdb_status(NS, "web-pdb", Some(crowded));
-    let st = expect_api_err(api.evict(&victim, &EvictParams::default()).await);
+    let st = refused(&api, &victim).await;
     assert_eq!(st.code, 403);
     assert!(st.message.ends_with(
         "DisruptedPods map too big - too many evictions not confirmed by PDB controller"
@@ -547,13 +521,7 @@ async fn pinned_statuses_give_403s_and_a_stale_budget_shows_as_a_violation() {
     };
     server.pin_pdb_status(NS, "web-pdb", Some(stale));
     assert!(server.invariant_violations().is_empty());
-    assert_eq!(
-        api.evict(&victim, &EvictParams::default())
-            .await
-            .unwrap()
-            .code,
-        201
-    );
+    assert_eq!(evicted(&api, &victim).await, 201);
     let v = server.invariant_violations();
     assert_eq!(v.len(), 1, "{v:?}");
     assert!(
