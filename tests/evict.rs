@@ -96,6 +96,21 @@ fn is_ready(p: &Pod) -> bool {
     conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Waits until exactly `uids` have been evicted (201, not dry-run).
+async fn wait_evicted(node: &Node, uids: &BTreeSet<String>, what: &str, timeout: Duration) {
+    eventually(what, timeout, || {
+        let evicted: BTreeSet<String> = evicted_uids(node).into_iter().collect();
+        (evicted == *uids).then_some(())
+    })
+    .await
+}
+
+/// No accepted eviction ever brought a PDB below its minimum.
+fn assert_budgets_held(node: &Node) {
+    let violations = node.api.invariant_violations();
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
 fn evicted_uids(node: &Node) -> Vec<String> {
     node.api
         .evictions()
@@ -123,13 +138,11 @@ async fn three_replicas_behind_max_unavailable_1_are_replaced_one_at_a_time() {
     node.api
         .apply_configmap(configmap(NS, "app-conf", &[("k", "v2")]));
 
-    eventually(
+    wait_evicted(
+        &node,
+        &originals,
         "all three originals evicted",
         Duration::from_secs(40),
-        || {
-            let evicted: BTreeSet<String> = evicted_uids(&node).into_iter().collect();
-            (evicted == originals).then_some(())
-        },
     )
     .await;
     let running = eventually("three fresh replicas run", Duration::from_secs(20), || {
@@ -144,11 +157,7 @@ async fn three_replicas_behind_max_unavailable_1_are_replaced_one_at_a_time() {
         || evicted_uids(&node).iter().any(|u| !originals.contains(u)),
     )
     .await;
-    assert!(
-        node.api.invariant_violations().is_empty(),
-        "{:?}",
-        node.api.invariant_violations()
-    );
+    assert_budgets_held(&node);
     let log = node.api.invariant_log();
     assert_eq!(log.len(), 3, "each eviction used the budget once: {log:?}");
     // One at a time: every accepted eviction left at least desiredHealthy ready pods.
@@ -215,20 +224,14 @@ async fn a_budget_that_can_never_allow_it_is_retried_at_a_bounded_rate_until_rel
     node.api
         .apply_configmap(configmap(NS, "app-conf", &[("k", "v3")]));
     node.api.update_pdb(pdb("web", json!({"minAvailable": 1})));
-    eventually(
+    wait_evicted(
+        &node,
+        &originals,
         "both originals evicted once the budget allows it",
         Duration::from_secs(40),
-        || {
-            let evicted: BTreeSet<String> = evicted_uids(&node).into_iter().collect();
-            (evicted == originals).then_some(())
-        },
     )
     .await;
-    assert!(
-        node.api.invariant_violations().is_empty(),
-        "{:?}",
-        node.api.invariant_violations()
-    );
+    assert_budgets_held(&node);
     never(
         "a replacement evicted, or an original twice",
         Duration::from_secs(2),
@@ -258,10 +261,11 @@ async fn a_pending_eviction_survives_a_restart_of_reloadlet() {
     );
     node.api.update_pdb(pdb("web", json!({"minAvailable": 0})));
     node.start_agent(&FAST).await;
-    eventually(
+    wait_evicted(
+        &node,
+        &originals,
         "the eviction resumes and completes",
         Duration::from_secs(15),
-        || (evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == originals).then_some(()),
     )
     .await;
 }
@@ -272,10 +276,7 @@ async fn without_a_budget_the_pod_is_evicted_at_once() {
     let originals = replicas(&mut node, 1, 0, &[]).await;
     node.api
         .apply_configmap(configmap(NS, "app-conf", &[("k", "v2")]));
-    eventually("evicted", Duration::from_secs(10), || {
-        (evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == originals).then_some(())
-    })
-    .await;
+    wait_evicted(&node, &originals, "evicted", Duration::from_secs(10)).await;
     assert_eq!(eviction_requests(&node), 1);
     assert_eq!(
         node.metric("reloadlet_actions_total{action=\"evict\",outcome=\"evicted\"}"),
