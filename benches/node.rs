@@ -9,8 +9,7 @@
 //!
 //! Figures are medians/percentiles over many runs of one machine: compare, don't assert.
 
-use nodesim::apiserver::ApiServer;
-use nodesim::kubelet::{KubeletOptions, SimKubelet};
+use nodesim::node::SimNode;
 use nodesim::probe::http_get;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -44,14 +43,19 @@ fn monotonic_ns() -> i128 {
     t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128
 }
 
+/// The simulated node (reached through `Deref`) and the reloadlet process under test.
 struct Setup {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    api: ApiServer,
-    kubelet: SimKubelet,
     agent: Option<Child>,
+    node: SimNode,
     listen: String,
     log: PathBuf,
+}
+
+impl std::ops::Deref for Setup {
+    type Target = SimNode;
+    fn deref(&self) -> &SimNode {
+        &self.node
+    }
 }
 
 impl Drop for Setup {
@@ -64,32 +68,18 @@ impl Drop for Setup {
 }
 
 async fn setup(delay: Option<Duration>) -> Setup {
-    let dir = tempfile::Builder::new()
-        .prefix("reloadlet-bench-")
-        .tempdir()
+    let node = SimNode::start(NODE, "reloadlet-bench-", |_| {})
+        .await
         .unwrap();
-    let api = ApiServer::start().await.unwrap();
-    api.set_response_delay(delay);
-    api.write_kubeconfig(&dir.path().join("kubeconfig"))
-        .unwrap();
-    let root = dir.path().join("kubelet");
-    std::fs::create_dir_all(root.join("pods")).unwrap();
-    let kubelet = SimKubelet::start(
-        api.clone(),
-        KubeletOptions::new(&root, dir.path().join("work"), NODE),
-    )
-    .unwrap();
+    node.api.set_response_delay(delay);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     Setup {
-        log: dir.path().join("reloadlet.log"),
-        _dir: dir,
-        root,
-        api,
-        kubelet,
+        log: node.path("reloadlet.log"),
+        node,
         agent: None,
         listen: format!("127.0.0.1:{port}"),
     }
@@ -97,7 +87,6 @@ async fn setup(delay: Option<Duration>) -> Setup {
 
 impl Setup {
     fn start_agent(&mut self) -> Duration {
-        let dir = self.root.parent().unwrap().to_path_buf();
         let t0 = Instant::now();
         let bin = std::env::var("RELOADLET_BIN")
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_reloadlet").to_owned());
@@ -111,10 +100,10 @@ impl Setup {
                 &self.listen,
             ])
             .arg("--kubelet-root")
-            .arg(&self.root)
+            .arg(self.kubelet_root())
             .arg("--state-dir")
-            .arg(dir.join("state"))
-            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .arg(self.path("state"))
+            .env("KUBECONFIG", self.kubeconfig())
             .env("RUST_LOG", "warn,reloadlet=info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&self.log).unwrap())
@@ -177,7 +166,7 @@ impl Setup {
     }
 
     fn volume_dir(&self, uid: &str, volume: &str) -> PathBuf {
-        self.root
+        self.kubelet_root()
             .join("pods")
             .join(uid)
             .join("volumes/kubernetes.io~configmap")
@@ -218,7 +207,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 async fn signal_bench(pods: usize, vols: usize, updates: usize) {
     let mut s = setup(None).await;
-    let rec_dir = s.root.parent().unwrap().join("rec");
+    let rec_dir = s.path("rec");
     std::fs::create_dir_all(&rec_dir).unwrap();
     let recorder = sigrecorder();
     let t_pods = Instant::now();
@@ -332,7 +321,7 @@ async fn evict_bench(pods: usize) {
     let mut s = setup(Some(Duration::from_millis(20))).await;
     let template = serde_json::from_value(json!({
         "metadata": {"labels": {"app": "burst"}, "annotations": {"reloadlet.io/action": "evict"}},
-        "spec": {"containers": [{"name": "app", "image": "x", "volumeMounts": [{"name": "conf", "mountPath": s.root.parent().unwrap().join("mnt/conf").display().to_string()}]}],
+        "spec": {"containers": [{"name": "app", "image": "x", "volumeMounts": [{"name": "conf", "mountPath": s.path("mnt/conf").display().to_string()}]}],
                  "volumes": [{"name": "conf", "configMap": {"name": "burst"}}]}
     }))
     .unwrap();

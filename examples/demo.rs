@@ -3,8 +3,7 @@
 //! time through the Eviction API. Run it through `hack/demo.sh` (as root).
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use nodesim::apiserver::ApiServer;
-use nodesim::kubelet::{KubeletOptions, SimKubelet};
+use nodesim::node::SimNode;
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -95,20 +94,10 @@ async fn demo() -> Result<(), String> {
         .into_iter()
         .find(|p| Path::new(p).exists())
         .ok_or("nginx is not installed (hack/demo.sh installs it)")?;
-    let dir = tempfile::Builder::new()
-        .prefix("reloadlet-demo-")
-        .tempdir()
+    let node = SimNode::start(NODE, "reloadlet-demo-", |_| {})
+        .await
         .map_err(|e| e.to_string())?;
-    let root = dir.path().join("kubelet");
-    std::fs::create_dir_all(root.join("pods")).map_err(|e| e.to_string())?;
-    let api = ApiServer::start().await.map_err(|e| e.to_string())?;
-    api.write_kubeconfig(&dir.path().join("kubeconfig"))
-        .map_err(|e| e.to_string())?;
-    let kubelet = SimKubelet::start(
-        api.clone(),
-        KubeletOptions::new(&root, dir.path().join("work"), NODE),
-    )
-    .map_err(|e| e.to_string())?;
+    let (api, kubelet, root) = (&node.api, &node.kubelet, node.kubelet_root());
     say(&format!("simulated node {NODE}: API server {}, kubelet root {}, containerd + systemd cgroup driver, cgroup v2", api.url(), root.display()));
 
     // --- scene 1: nginx reloads in place ---
@@ -117,9 +106,9 @@ async fn demo() -> Result<(), String> {
         .local_addr()
         .unwrap()
         .port();
-    let run = dir.path().join("nginx-run");
+    let run = node.path("nginx-run");
     std::fs::create_dir_all(&run).map_err(|e| e.to_string())?;
-    let conf_dir = dir.path().join("etc-nginx");
+    let conf_dir = node.path("etc-nginx");
     api.apply_configmap(cm(
         "nginx-conf",
         "nginx.conf",
@@ -161,7 +150,7 @@ async fn demo() -> Result<(), String> {
             .unwrap()
             .port()
     );
-    let log = dir.path().join("reloadlet.log");
+    let log = node.path("reloadlet.log");
     let agent = Agent(
         Command::new(reloadlet_binary())
             .args([
@@ -179,8 +168,8 @@ async fn demo() -> Result<(), String> {
             .arg("--kubelet-root")
             .arg(&root)
             .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .env("KUBECONFIG", dir.path().join("kubeconfig"))
+            .arg(node.path("state"))
+            .env("KUBECONFIG", node.kubeconfig())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
@@ -240,7 +229,7 @@ async fn demo() -> Result<(), String> {
     );
     let template = serde_json::from_value(json!({
         "metadata": {"labels": {"app": "web"}, "annotations": {"reloadlet.io/action": "evict", "nodesim.reloadlet.io/ready-delay-ms": "1500"}},
-        "spec": {"containers": [{"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": dir.path().join("mnt/conf").display().to_string()}]}],
+        "spec": {"containers": [{"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": node.path("mnt/conf").display().to_string()}]}],
                  "volumes": [{"name": "conf", "configMap": {"name": "web-conf"}}]}
     })).unwrap();
     api.create_replicaset("demo", "web", 3, template, NODE);
@@ -318,7 +307,7 @@ async fn demo() -> Result<(), String> {
     println!("    Events: {requested} EvictionRequested, {blocked} EvictionBlocked");
     say("done; cleaning up the simulated node");
     drop(agent);
-    drop(kubelet);
+    drop(node);
     Ok(())
 }
 

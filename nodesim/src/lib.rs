@@ -15,6 +15,7 @@ pub mod clock;
 pub mod flavor;
 pub mod kubelet;
 mod kubelet_pod;
+pub mod node;
 pub mod probe;
 pub mod projection;
 pub mod qos;

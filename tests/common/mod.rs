@@ -4,15 +4,15 @@
 
 pub mod fixtures;
 
-use nodesim::apiserver::{ApiServer, RecordedEvent};
+use nodesim::apiserver::RecordedEvent;
 pub use nodesim::flavor::{CgroupDriver, CgroupVersion, Runtime};
-use nodesim::kubelet::{KubeletOptions, PodHandles, SimKubelet};
+use nodesim::kubelet::PodHandles;
+use nodesim::node::SimNode;
 pub use nodesim::probe::http_get;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-use tempfile::TempDir;
 
 pub const NODE: &str = "node-a";
 
@@ -58,11 +58,18 @@ impl Default for NodeOptions {
     }
 }
 
+/// The simulated node (API server, kubelet; reached through `Deref`) and the reloadlet
+/// process running against it.
 pub struct Node {
-    pub api: ApiServer,
-    pub kubelet: SimKubelet,
-    pub dir: TempDir,
     pub agent: Option<AgentProcess>,
+    pub sim: SimNode,
+}
+
+impl std::ops::Deref for Node {
+    type Target = SimNode;
+    fn deref(&self) -> &SimNode {
+        &self.sim
+    }
 }
 
 pub struct AgentProcess {
@@ -73,36 +80,15 @@ pub struct AgentProcess {
 
 impl Node {
     pub async fn start(opts: NodeOptions) -> Node {
-        let dir = tempfile::Builder::new()
-            .prefix("reloadlet-it-")
-            .tempdir()
-            .expect("tempdir");
-        let api = ApiServer::start().await.expect("api server");
-        api.write_kubeconfig(&dir.path().join("kubeconfig"))
-            .expect("kubeconfig");
-        std::fs::create_dir_all(dir.path().join("kubelet/pods")).unwrap();
-        std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        let mut kopts =
-            KubeletOptions::new(dir.path().join("kubelet"), dir.path().join("work"), NODE);
-        kopts.runtime = opts.runtime;
-        kopts.driver = opts.driver;
-        kopts.cgroup_version = opts.cgroup_version;
-        kopts.tmpfs_mount_delay = opts.tmpfs_mount_delay;
-        let kubelet = SimKubelet::start(api.clone(), kopts).expect("kubelet");
-        Node {
-            api,
-            kubelet,
-            dir,
-            agent: None,
-        }
-    }
-
-    pub fn kubelet_root(&self) -> PathBuf {
-        self.dir.path().join("kubelet")
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        let sim = SimNode::start(NODE, "reloadlet-it-", |k| {
+            k.runtime = opts.runtime;
+            k.driver = opts.driver;
+            k.cgroup_version = opts.cgroup_version;
+            k.tmpfs_mount_delay = opts.tmpfs_mount_delay;
+        })
+        .await
+        .expect("simulated node");
+        Node { agent: None, sim }
     }
 
     /// Starts reloadlet (`--debounce 0s` unless `args` say otherwise) and waits for /readyz.
@@ -141,7 +127,7 @@ impl Node {
         all.extend(args.iter().map(|s| s.to_string()));
         let child = cmd
             .args(&all)
-            .env("KUBECONFIG", self.path("kubeconfig"))
+            .env("KUBECONFIG", self.kubeconfig())
             .env("RUST_LOG", "reloadlet=debug,info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -293,7 +279,7 @@ impl Drop for Node {
                 );
             }
         }
-        // The kubelet (dropped after this) stops every process and removes mounts and cgroups.
+        // `sim` (dropped after this) stops every process and removes mounts and cgroups.
     }
 }
 

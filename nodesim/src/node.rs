@@ -1,0 +1,49 @@
+//! A whole simulated node in a temp dir: the API server (with a kubeconfig for it), the
+//! kubelet root, and the simulated kubelet. Used by the tests, the demo and the benchmark.
+
+use crate::apiserver::ApiServer;
+use crate::kubelet::{KubeletOptions, SimKubelet};
+use std::path::PathBuf;
+
+pub struct SimNode {
+    // Dropped in this order: the kubelet stops every process and removes mounts and
+    // cgroups before the temp dir goes.
+    pub kubelet: SimKubelet,
+    pub api: ApiServer,
+    pub dir: tempfile::TempDir,
+}
+
+impl SimNode {
+    /// Starts a node named `node_name` in a new temp dir whose name starts with `prefix`;
+    /// `configure` may change the kubelet's options (runtime, cgroup driver and version…).
+    pub async fn start(
+        node_name: &str,
+        prefix: &str,
+        configure: impl FnOnce(&mut KubeletOptions),
+    ) -> anyhow::Result<SimNode> {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir()?;
+        let api = ApiServer::start().await?;
+        api.write_kubeconfig(&dir.path().join("kubeconfig"))?;
+        let root = dir.path().join("kubelet");
+        std::fs::create_dir_all(root.join("pods"))?;
+        let mut opts = KubeletOptions::new(&root, dir.path().join("work"), node_name);
+        configure(&mut opts);
+        let kubelet = SimKubelet::start(api.clone(), opts)?;
+        Ok(SimNode { kubelet, api, dir })
+    }
+
+    /// A path inside the node's temp dir.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The kubelet root (`<dir>/kubelet`), what reloadlet's `--kubelet-root` points at.
+    pub fn kubelet_root(&self) -> PathBuf {
+        self.path("kubelet")
+    }
+
+    /// A kubeconfig for the API server (what `KUBECONFIG` points at).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.path("kubeconfig")
+    }
+}
