@@ -1,5 +1,5 @@
 //! `/healthz` (the event loop turns), `/readyz` (first pod list synced, watches armed),
-//! `/metrics` (Prometheus text format).
+//! `/metrics` (OpenMetrics 1.0 text, with its own content type: [`crate::metrics::CONTENT_TYPE`]).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -77,13 +77,17 @@ async fn readyz(State(s): State<AppState>) -> (StatusCode, &'static str) {
     }
 }
 
+/// The body is OpenMetrics text whatever the request's `Accept` says, labelled as such:
+/// Prometheus (2.5 and later) picks its parser by the response's content type and parses
+/// OpenMetrics whether or not it asked for it first; labelling this body as Prometheus 0.0.4
+/// text would make it read every `_total` sample as untyped.
 async fn metrics(
     State(s): State<AppState>,
 ) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics::CONTENT_TYPE,
         )],
         crate::metrics::encode(&s.registry),
     )

@@ -1,25 +1,33 @@
 //! Prometheus metrics (`reloadlet_*`). Labels are bounded enums: never pod names.
+//!
+//! Every label combination of the outcome counters is created at 0 when the registry is
+//! built, so the first failure shows in `increase()` / `rate()` (a series born at 1 has no
+//! earlier sample to increase from). The combinations come from iterating the label enums,
+//! so a new variant is exported without further edits.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use strum::IntoEnumIterator;
+
+use crate::model::VolumePlugin;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabels {
     pub plugin: &'static str,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::EnumIter)]
 pub enum ActionKind {
     Signal,
     Evict,
     None,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::EnumIter)]
 pub enum Outcome {
     Signaled,
     SignalFailed,
@@ -62,7 +70,30 @@ impl Outcome {
             Self::DryRun => "dry_run",
         }
     }
+
+    /// The `action` labels this outcome is recorded with (the series pre-created at 0).
+    pub fn actions(self) -> &'static [ActionKind] {
+        use ActionKind::{Evict, None, Signal};
+        match self {
+            Self::Signaled | Self::SignalFailed | Self::SubPathNotUpdated => &[Signal],
+            Self::Evicted | Self::EvictionBlocked | Self::EvictionFailed | Self::Refused => {
+                &[Evict]
+            }
+            Self::InvalidAnnotation => &[None],
+            Self::DryRun => &[Signal, Evict],
+        }
+    }
 }
+
+/// Upper bounds (seconds) of `reloadlet_action_latency_seconds`. The latency runs from the
+/// first swap to the signal / accepted eviction, so it includes the debounce (default 1 s):
+/// fine steps between 0.5 s and 2 s tell "debounce plus a few ms" from "debounce plus a
+/// retry"; 0.001–0.25 s covers `--debounce 0s`; minutes to an hour cover evictions that
+/// waited for a PodDisruptionBudget.
+pub const LATENCY_BUCKETS: [f64; 24] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.25, 1.5,
+    2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LatencyLabels {
@@ -95,9 +126,7 @@ impl Metrics {
             swaps: Family::default(),
             swaps_unchanged: Family::default(),
             actions: Family::default(),
-            latency: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.0001, 4.0, 10))
-            }),
+            latency: Family::new_with_constructor(|| Histogram::new(LATENCY_BUCKETS)),
             evictions_pending: Gauge::default(),
             watched_pods: Gauge::default(),
             watched_volumes: Gauge::default(),
@@ -186,7 +215,32 @@ impl Metrics {
             "Failed writes of the state file",
             m.state_write_errors.clone(),
         );
+        m.precreate();
         m
+    }
+
+    /// Creates every known label combination at 0 (see the module docs).
+    fn precreate(&self) {
+        for outcome in Outcome::iter() {
+            for action in outcome.actions() {
+                let _ = self.actions.get_or_create(&ActionLabels {
+                    action: action.as_str(),
+                    outcome: outcome.as_str(),
+                });
+            }
+        }
+        for action in ActionKind::iter().filter(|a| *a != ActionKind::None) {
+            let _ = self.latency.get_or_create(&LatencyLabels {
+                action: action.as_str(),
+            });
+        }
+        for plugin in VolumePlugin::ALL {
+            let labels = PluginLabels {
+                plugin: plugin.as_str(),
+            };
+            let _ = self.swaps.get_or_create(&labels);
+            let _ = self.swaps_unchanged.get_or_create(&labels);
+        }
     }
 
     pub fn action(&self, action: ActionKind, outcome: Outcome) {
@@ -207,6 +261,13 @@ impl Metrics {
     }
 }
 
+/// Content type of [`encode`]'s output: OpenMetrics 1.0 text (what prometheus-client
+/// writes: `# TYPE x counter` with `x_total` samples, `# EOF`). Served whatever the
+/// `Accept` header says: Prometheus parses the body by this header, and the Prometheus 0.0.4
+/// text type on this body makes it mistype every counter.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The registry in the OpenMetrics text format ([`CONTENT_TYPE`]).
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
     // Writing to a String cannot fail.
@@ -246,5 +307,54 @@ mod tests {
             let name = line.split(['{', ' ']).next().unwrap();
             assert!(name.starts_with("reloadlet_"), "{line}");
         }
+    }
+
+    fn line_value(text: &str, series: &str) -> Option<String> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
+    }
+
+    #[test]
+    fn every_outcome_series_exists_at_zero_before_anything_happens() {
+        let mut reg = Registry::with_prefix("reloadlet");
+        let _m = Metrics::new(&mut reg);
+        let text = encode(&reg);
+        for outcome in Outcome::iter() {
+            assert!(!outcome.actions().is_empty(), "{outcome:?} has no action");
+            for action in outcome.actions() {
+                let series = format!(
+                    "reloadlet_actions_total{{action=\"{}\",outcome=\"{}\"}}",
+                    action.as_str(),
+                    outcome.as_str()
+                );
+                assert_eq!(
+                    line_value(&text, &series).as_deref(),
+                    Some("0"),
+                    "{series}\n{text}"
+                );
+            }
+        }
+        for plugin in VolumePlugin::ALL {
+            for family in ["volume_swaps_total", "volume_swaps_unchanged_total"] {
+                let series = format!("reloadlet_{family}{{plugin=\"{}\"}}", plugin.as_str());
+                assert_eq!(line_value(&text, &series).as_deref(), Some("0"), "{series}");
+            }
+        }
+        for action in ["signal", "evict"] {
+            let series = format!("reloadlet_action_latency_seconds_count{{action=\"{action}\"}}");
+            assert_eq!(line_value(&text, &series).as_deref(), Some("0"), "{series}");
+        }
+    }
+
+    #[test]
+    fn latency_buckets_resolve_the_default_debounce() {
+        // A signal sent right after the default 1 s debounce and one sent after a 200 ms
+        // retry must land in different buckets, and both apart from 2 s.
+        let bucket = |v: f64| LATENCY_BUCKETS.iter().position(|b| v <= *b);
+        assert_ne!(bucket(1.003), bucket(1.2));
+        assert_ne!(bucket(1.2), bucket(1.9));
+        assert_ne!(bucket(0.6), bucket(1.003));
+        assert!(LATENCY_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+        assert!(*LATENCY_BUCKETS.last().unwrap() >= 3600.0);
     }
 }

@@ -75,3 +75,66 @@ fn monitoring_and_docs_use_real_metric_names() {
         );
     }
 }
+
+/// GET /metrics from the agent's real router on loopback, with an optional Accept header;
+/// returns (content type, body).
+async fn scrape(accept: Option<&str>) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut reg = Registry::with_prefix("reloadlet");
+    let _m = Metrics::new(&mut reg);
+    let health = std::sync::Arc::new(reloadlet::http::Health::default());
+    let app = reloadlet::http::router(health, std::sync::Arc::new(reg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{accept}Connection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        s.read_to_string(&mut response),
+    )
+    .await
+    .expect("no response within 10 s")
+    .unwrap();
+    server.abort();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let ctype = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    (ctype, body.to_owned())
+}
+
+/// Prometheus picks its parser by the response's content type (prometheus/prometheus,
+/// model/textparse/interface.go, `New`): the body prometheus-client writes is OpenMetrics
+/// (`# TYPE reloadlet_actions counter` over `reloadlet_actions_total` samples, `# EOF`), so
+/// the header must say OpenMetrics, whatever the scraper's Accept header asked for.
+#[tokio::test]
+async fn metrics_content_type_matches_the_openmetrics_body() {
+    for accept in [
+        None,
+        Some("text/plain;version=0.0.4;q=0.9,*/*;q=0.1"),
+        Some("application/openmetrics-text;version=1.0.0;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+    ] {
+        let (ctype, body) = scrape(accept).await;
+        assert_eq!(
+            ctype, "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "Accept {accept:?}"
+        );
+        assert!(body.ends_with("# EOF\n"), "not OpenMetrics: {body}");
+        assert!(body.contains("# TYPE reloadlet_actions counter\n"), "{body}");
+        // Pre-created: the first failure is an increase from 0, visible to increase().
+        assert!(
+            body.contains("reloadlet_actions_total{action=\"signal\",outcome=\"signal_failed\"} 0\n"),
+            "{body}"
+        );
+    }
+}
