@@ -1,10 +1,13 @@
 # syntax=docker/dockerfile:1
-# reloadlet image: a static (musl) binary on distroless/static.
-#   docker buildx build --platform linux/amd64,linux/arm64 -t IMAGE:TAG .
+# reloadlet image: a static (musl) binary on an empty base (scratch).
+#   docker buildx build --platform linux/amd64,linux/arm64 \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" -t IMAGE:TAG .
 # The builder runs on the target platform (emulated for a foreign one), so
 # each architecture's musl toolchain is native; see docs/install.md.
+# Base images are pinned to version tags (hack/check-manifests.sh checks it);
+# bump the Rust one with the toolchain. Release pipelines may add a digest.
 
-FROM rust:1-bookworm AS builder
+FROM rust:1.95.0-bookworm AS builder
 # Set by BuildKit; the build script falls back to uname -m without it.
 ARG TARGETARCH
 # musl-tools: musl-gcc for ring's C code. Debian's version is fine unpinned.
@@ -24,9 +27,21 @@ RUN hack/build-release.sh --arch "${TARGETARCH:-$(uname -m)}" --deps-only
 COPY . .
 RUN hack/build-release.sh --arch "${TARGETARCH:-$(uname -m)}" --out /out
 
-# Pin by digest in release pipelines (gcr.io/distroless/static-debian12@sha256:...).
-# hadolint ignore=DL3007
-FROM gcr.io/distroless/static-debian12:latest
+# The binary is static and needs nothing from a base image: no libc, no shell,
+# no passwd entry (numeric USER below). distroless/static, the usual choice,
+# publishes no version tags (only latest/nonroot/debug and digests), so the
+# runtime stage starts empty. The CA bundle is only for a kubeconfig outside
+# the cluster: in a pod the agent trusts the service account's ca.crt.
+FROM scratch
+ARG VERSION=dev
+ARG REVISION=""
+LABEL org.opencontainers.image.title="reloadlet" \
+      org.opencontainers.image.description="Node agent that reloads Kubernetes pods in place (a signal to the main process) or evicts them when their projected ConfigMaps and Secrets change" \
+      org.opencontainers.image.source="https://github.com/reloadlet/reloadlet" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
+COPY --from=builder /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=builder /out/reloadlet /reloadlet
 # UID 0 on purpose, with every capability dropped but KILL and DAC_READ_SEARCH
 # by the DaemonSet: Kubernetes grants added capabilities to root only (no

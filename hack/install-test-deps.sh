@@ -1,20 +1,36 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine (idempotent):
-# nginx (the real workload the tests reload), util-linux's unshare/nsenter, iproute-free.
+# nginx (the real workload the tests reload) and util-linux's unshare/nsenter; checks
+# that cargo is on the PATH (the Rust toolchain is the one prerequisite).
+#
+# It touches nothing it did not start: the tests and the demo run their own nginx
+# instances (own config, pid file and error log under a temporary directory, on a free
+# loopback port), so an nginx already running on the host is left alone, and the nginx
+# service Debian's package would start on install is not started (hack/install-lib.sh).
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=hack/install-lib.sh
+source "$here/install-lib.sh"
+
+if ! command -v cargo >/dev/null 2>&1; then
+  msg="install-test-deps: cargo is not on the PATH"
+  if [[ -n "${SUDO_USER:-}" ]]; then
+    # sudo resets PATH (secure_path) and HOME: pass the invoking user's toolchain on.
+    msg+=$'\n  under sudo, keep your toolchain: sudo env "PATH=$PATH" "RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}" "CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}" hack/demo.sh   (or hack/test.sh)'
+  else
+    msg+=$'\n  install Rust: https://rustup.rs'
+  fi
+  echo "$msg" >&2
+  exit 1
+fi
 
 need=()
-command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need+=(nginx-light)
-command -v unshare >/dev/null 2>&1 || need+=(util-linux)
-command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need+=(nginx)
+command -v unshare >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 if ((${#need[@]})); then
-    echo "install-test-deps: apt-get install ${need[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt_install "${need[@]}"
+  if [[ " ${need[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1; then
+    echo "install-test-deps: installed nginx without starting its service; Debian enables it at boot" \
+      "(to keep it off: systemctl disable nginx)" >&2
+  fi
 fi
-# Debian starts nginx as a service on install: the tests run their own instances.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet nginx 2>/dev/null; then
-    systemctl stop nginx || true
-fi
-pkill -x nginx 2>/dev/null || true

@@ -20,10 +20,37 @@ NAME = "reloadlet"
 ALLOWED_RULES = frozenset(
     [("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch")]
     + [("", "pods/eviction", "create")]
+    + [("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch")]
     + [("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")]
 )
 ALLOWED_CAPS = frozenset(["KILL", "DAC_READ_SEARCH"])
-EXPECTED_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"}
+EXPECTED_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"}
+# Kinds of the optional monitoring objects, and the suffix of the dashboard ConfigMap's name.
+MONITORING_KINDS = {"PrometheusRule", "ConfigMap"}
+DASHBOARD_SUFFIX = "-grafana-dashboard"
+LINUX_SELECTOR = {"kubernetes.io/os": "linux"}
+# What the "chart-knobs" render sets (hack/check-manifests.sh passes the same values).
+KNOBS = {
+    "fullnameOverride": "knobs-agent",
+    "extraEnv": {"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
+    "seLinuxType": "spc_t",
+    "serviceAccountAnnotation": ("eks.amazonaws.com/role-arn", "arn:aws:iam::111122223333:role/reloadlet"),
+    "livenessPeriodSeconds": 30,
+    "readinessTimeoutSeconds": 5,
+}
+
+
+def knobs_values() -> dict[str, Any]:
+    """The chart values that produce KNOBS (hack/check-manifests.sh renders "chart-knobs")."""
+    k, v = KNOBS["serviceAccountAnnotation"]
+    return {
+        "fullnameOverride": KNOBS["fullnameOverride"],
+        "extraEnv": [KNOBS["extraEnv"]],
+        "containerSecurityContext": {"seLinuxOptions": {"type": KNOBS["seLinuxType"]}},
+        "serviceAccount": {"annotations": {k: v}},
+        "livenessProbe": {"periodSeconds": KNOBS["livenessPeriodSeconds"]},
+        "readinessProbe": {"timeoutSeconds": KNOBS["readinessTimeoutSeconds"]},
+    }
 FORBIDDEN_RESOURCES = ("configmaps", "secrets")
 
 # Metric families the agent exports (the contract the dashboard and alerts rely on).
@@ -77,6 +104,15 @@ class Render:
     privileged: bool = False
     service_monitor: bool = False
     kubelet_root: str = "/var/lib/kubelet"
+    # The names the install must use: its objects' name and namespace.
+    fullname: str = NAME
+    namespace: str = NAMESPACE
+    # Renders the Namespace object itself (kustomize; the chart only when asked).
+    owns_namespace: bool = False
+    # Renders the PrometheusRule and the dashboard ConfigMap (the chart when asked).
+    monitoring: bool = False
+    # Rendered with the KNOBS values.
+    knobs: bool = False
 
 
 @dataclass
@@ -85,7 +121,14 @@ class Context:
 
     renders: dict[str, Render] = field(default_factory=dict)
     monitoring: list[dict] | None = None
+    # The chart render whose PrometheusRule and dashboard the kustomize monitoring folder
+    # must equal (release "reloadlet" in reloadlet-system), and the kustomize render whose
+    # Service the monitoring folder's ServiceMonitor must scrape.
+    monitoring_twin: str | None = None
+    monitoring_install: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    # Text of repository files some checks read (Dockerfile, hack/*.sh), by path.
+    files: dict[str, str] = field(default_factory=dict)
     # Renders that must agree on every security-relevant field.
     agree: tuple[str, str] | None = None
 
@@ -162,19 +205,30 @@ def render_check(name: str):
 @render_check("objects: exactly the expected kinds and names")
 def _objects(r: Render) -> tuple[bool, str]:
     kinds = sorted(d.get("kind", "?") for d in r.docs)
-    want = sorted(EXPECTED_KINDS | ({"ServiceMonitor"} if r.service_monitor else set()))
+    want = sorted(
+        list(EXPECTED_KINDS)
+        + (["Namespace"] if r.owns_namespace else [])
+        + (["ServiceMonitor"] if r.service_monitor else [])
+        + (sorted(MONITORING_KINDS) if r.monitoring else [])
+    )
     if kinds != want:
         return False, f"kinds {kinds}, want {want}"
+
+    def want_name(kind: str) -> str:
+        if kind == "Namespace":
+            return r.namespace
+        return r.fullname + (DASHBOARD_SUFFIX if kind == "ConfigMap" else "")
+
     bad = [
-        f"{d['kind']}/{_get(d, 'metadata', 'name')}"
+        f"{d['kind']}/{_get(d, 'metadata', 'name')} (want {want_name(d['kind'])})"
         for d in r.docs
-        if _get(d, "metadata", "name") != (NAMESPACE if d["kind"] == "Namespace" else NAME)
+        if _get(d, "metadata", "name") != want_name(d["kind"])
     ]
     bad += [
         f"{d['kind']}/{_get(d, 'metadata', 'name')} in {_get(d, 'metadata', 'namespace')!r}"
         for d in r.docs
         if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")
-        and _get(d, "metadata", "namespace") != NAMESPACE
+        and _get(d, "metadata", "namespace") != r.namespace
     ]
     return not bad, ", ".join(bad)
 
@@ -227,7 +281,7 @@ def _binding(r: Render) -> tuple[bool, str]:
     role = _one(r.docs, "ClusterRole")
     sa = _one(r.docs, "ServiceAccount")
     pod = _pod(r.docs)
-    want_subject = [{"kind": "ServiceAccount", "name": _get(sa, "metadata", "name"), "namespace": NAMESPACE}]
+    want_subject = [{"kind": "ServiceAccount", "name": _get(sa, "metadata", "name"), "namespace": r.namespace}]
     problems = []
     if crb.get("subjects") != want_subject:
         problems.append(f"subjects {crb.get('subjects')}")
@@ -400,11 +454,43 @@ def _service(r: Render) -> tuple[bool, str]:
     return not problems, "; ".join(problems)
 
 
-@render_check("namespace: Pod Security level privileged")
+@render_check("namespace: owned only when asked for, Pod Security level privileged")
 def _namespace(r: Render) -> tuple[bool, str]:
+    # A chart that renders the Namespace owns it: `helm uninstall` deletes it with whatever
+    # else lives there. Only on request (createNamespace); kustomize's base does own it.
+    namespaces = _of_kind(r.docs, "Namespace")
+    if not r.owns_namespace:
+        return not namespaces, f"renders {[_get(n, 'metadata', 'name') for n in namespaces]}" if namespaces else ""
     labels = _get(_one(r.docs, "Namespace"), "metadata", "labels", default={})
     v = labels.get("pod-security.kubernetes.io/enforce")
     return v == "privileged", f"enforce label {v!r}"
+
+
+@render_check("pod: Linux nodes only (nodeSelector kubernetes.io/os: linux)")
+def _linux_only(r: Render) -> tuple[bool, str]:
+    sel = _pod(r.docs).get("nodeSelector") or {}
+    ok = all(sel.get(k) == v for k, v in LINUX_SELECTOR.items())
+    return ok, "" if ok else f"nodeSelector {sel}"
+
+
+@render_check("chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes")
+def _knobs(r: Render) -> tuple[bool, str]:
+    c, sa = _container(r.docs), _one(r.docs, "ServiceAccount")
+    seen = {
+        "fullnameOverride": _get(_one(r.docs, "DaemonSet"), "metadata", "name"),
+        "extraEnv": next((e for e in c.get("env") or [] if e.get("name") == KNOBS["extraEnv"]["name"]), None),
+        "seLinuxType": _get(c, "securityContext", "seLinuxOptions", "type"),
+        "serviceAccountAnnotation": next(
+            ((k, v) for k, v in (_get(sa, "metadata", "annotations", default={}) or {}).items()
+             if k == KNOBS["serviceAccountAnnotation"][0]), None),
+        "livenessPeriodSeconds": _get(c, "livenessProbe", "periodSeconds"),
+        "readinessTimeoutSeconds": _get(c, "readinessProbe", "timeoutSeconds"),
+    }
+    if r.knobs:
+        bad = {k: v for k, v in seen.items() if v != KNOBS[k]}
+    else:  # the knobs' values must not leak into any other render
+        bad = {k: v for k, v in seen.items() if v == KNOBS[k]}
+    return not bad, f"{'unexpected' if r.knobs else 'leaked'}: {bad}" if bad else ""
 
 
 @render_check("servicemonitor: scrapes port metrics of the Service")
@@ -436,20 +522,17 @@ def check_renders(ctx: Context) -> Iterator[Result]:
 def security_view(docs: list[dict]) -> dict[str, Any]:
     """The fields of an install that decide what it may do, keyed by a readable path."""
     pod, c = _pod(docs), _container(docs)
-    ns = _one(docs, "Namespace")
     crb = _one(docs, "ClusterRoleBinding")
     svc = _one(docs, "Service")
     ds = _one(docs, "DaemonSet")
     env = sorted(json.dumps(e, sort_keys=True) for e in c.get("env") or [])
     view = {
+        # The Namespace differs by design: kustomize's base owns it, the chart by default not.
         "objects": sorted(
             f"{d.get('kind')}/{_get(d, 'metadata', 'namespace', default='')}/{_get(d, 'metadata', 'name')}"
             for d in docs
-            if d.get("kind") != "ServiceMonitor"
+            if d.get("kind") not in ("ServiceMonitor", "Namespace")
         ),
-        "namespace.labels.pod-security": {
-            k: v for k, v in _get(ns, "metadata", "labels", default={}).items() if k.startswith("pod-security.")
-        },
         "rbac.rules": sorted(t for rule in _rbac_rules(docs) for t in _rule_triples(rule)),
         "rbac.binding": {"roleRef": crb.get("roleRef"), "subjects": crb.get("subjects")},
         "daemonset.updateStrategy": _get(ds, "spec", "updateStrategy"),
@@ -500,20 +583,32 @@ def check_versions(ctx: Context) -> Iterator[Result]:
 METRIC_RE = re.compile(r"\breloadlet_[a-z0-9_]+")
 
 
-def _exprs(ctx: Context) -> list[tuple[str, str]]:
+def _rules(docs: list[dict]) -> dict[str, dict]:
+    return {
+        rule.get("alert") or rule.get("record"): rule
+        for doc in docs
+        if doc.get("kind") == "PrometheusRule"
+        for group in _get(doc, "spec", "groups", default=[])
+        for rule in group.get("rules") or []
+    }
+
+
+def _dashboards(docs: list[dict]) -> list[dict]:
+    return [
+        json.loads(text)
+        for doc in docs
+        if doc.get("kind") == "ConfigMap"
+        for text in (doc.get("data") or {}).values()
+    ]
+
+
+def _exprs(docs: list[dict]) -> list[tuple[str, str]]:
     """(where, PromQL) for every alert rule and dashboard target."""
-    out = []
-    for doc in ctx.monitoring or []:
-        if doc.get("kind") == "PrometheusRule":
-            for group in _get(doc, "spec", "groups", default=[]):
-                for rule in group.get("rules") or []:
-                    out.append((f"rule {rule.get('alert') or rule.get('record')}", str(rule.get("expr", ""))))
-        elif doc.get("kind") == "ConfigMap":
-            for key, text in (doc.get("data") or {}).items():
-                dash = json.loads(text)
-                for panel in dash.get("panels") or []:
-                    for t in panel.get("targets") or []:
-                        out.append((f"panel {panel.get('title')!r}", t.get("expr", "")))
+    out = [(f"rule {name}", str(rule.get("expr", ""))) for name, rule in _rules(docs).items()]
+    for dash in _dashboards(docs):
+        for panel in dash.get("panels") or []:
+            for t in panel.get("targets") or []:
+                out.append((f"panel {panel.get('title')!r}", t.get("expr", "")))
     return out
 
 
@@ -522,17 +617,84 @@ def _grafana_to_promql(expr: str) -> str:
     return re.sub(r"\$\{?[A-Za-z_]+\}?", "x", expr)
 
 
-def check_monitoring(ctx: Context) -> Iterator[Result]:
-    """The alerts and the dashboard: present, parseable, on the agent's metric names."""
-    if ctx.monitoring is None:
-        return
-    rules = {
-        rule.get("alert"): rule
-        for doc in ctx.monitoring
-        if doc.get("kind") == "PrometheusRule"
-        for group in _get(doc, "spec", "groups", default=[])
-        for rule in group.get("rules") or []
+def _monitoring_sets(ctx: Context) -> list[tuple[str, list[dict], list[dict]]]:
+    """(subject, monitoring objects, the install they watch): the kustomize monitoring
+    folder with the kustomize install, and every chart render that ships monitoring."""
+    sets = []
+    if ctx.monitoring is not None:
+        install = ctx.renders.get(ctx.monitoring_install or "")
+        sets.append(("monitoring", ctx.monitoring, install.docs if install else []))
+    sets += [(r.name, r.docs, r.docs) for r in ctx.renders.values() if r.monitoring]
+    return sets
+
+
+SELECTOR_RE = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")
+MATCHER_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"')
+
+
+def _alert_scope_problems(docs: list[dict], install: list[dict]) -> list[str]:
+    """The alerts must select the series of the install they ship with: job = the
+    Service's name (what a ServiceMonitor without jobLabel gives them), namespace = the
+    install's, daemonset = the agent DaemonSet's name (kube-state-metrics)."""
+    svc, ds = _one(install, "Service"), _one(install, "DaemonSet")
+    want = {
+        "job": _get(svc, "metadata", "name"),
+        "namespace": _get(ds, "metadata", "namespace"),
+        "daemonset": _get(ds, "metadata", "name"),
     }
+    problems = []
+    for sm in _of_kind(docs + install, "ServiceMonitor"):
+        if _get(sm, "spec", "jobLabel"):
+            problems.append(f"ServiceMonitor jobLabel {_get(sm, 'spec', 'jobLabel')!r} changes the job label")
+    for name, rule in _rules(docs).items():
+        expr = str(rule.get("expr", ""))
+        selectors = SELECTOR_RE.findall(expr)
+        if not selectors:
+            problems.append(f"{name}: no label selector")
+        for metric, body in selectors:
+            matchers = {k: (op, v) for k, op, v in MATCHER_RE.findall(body)}
+            keys = ["namespace", "daemonset"] if metric.startswith("kube_daemonset_") else ["job", "namespace"]
+            for k in keys:
+                if matchers.get(k) != ("=", want[k]):
+                    problems.append(f"{name}: {metric} has {k}{''.join(matchers.get(k, ('', 'unset')))}, want {k}={want[k]!r}")
+    return problems
+
+
+def _servicemonitor_problems(docs: list[dict], install: list[dict]) -> list[str]:
+    """A ServiceMonitor (in the monitoring objects or the install) scrapes the install's
+    agent Service on port metrics, in its namespace."""
+    svc = _one(install, "Service")
+    labels, ns = _get(svc, "metadata", "labels", default={}), _get(svc, "metadata", "namespace")
+    found = []
+    for sm in _of_kind(docs + install if docs is not install else docs, "ServiceMonitor"):
+        match = _get(sm, "spec", "selector", "matchLabels", default={})
+        names = _get(sm, "spec", "namespaceSelector", "matchNames", default=[_get(sm, "metadata", "namespace")])
+        ports = [e.get("port") for e in _get(sm, "spec", "endpoints", default=[])]
+        if match and all(labels.get(k) == v for k, v in match.items()) and ns in names and "metrics" in ports:
+            found.append(sm)
+    return [] if len(found) == 1 else [f"{len(found)} ServiceMonitors scrape Service {ns}/{_get(svc, 'metadata', 'name')}"]
+
+
+def check_monitoring(ctx: Context) -> Iterator[Result]:
+    """The alerts and the dashboard: present, parseable, on the agent's metric names, on
+    the names of the install they ship with; the kustomize copies equal the chart's."""
+    for subject, docs, install in _monitoring_sets(ctx):
+        yield from _check_monitoring_set(subject, docs, install)
+    if ctx.monitoring is not None and ctx.monitoring_twin:
+        twin = ctx.renders[ctx.monitoring_twin].docs
+        problems = []
+        for kind in ("PrometheusRule",):
+            a, b = _of_kind(ctx.monitoring, kind), _of_kind(twin, kind)
+            if [d.get("spec") for d in a] != [d.get("spec") for d in b]:
+                problems.append(f"{kind} spec differs")
+        if _dashboards(ctx.monitoring) != _dashboards(twin):
+            problems.append("dashboard JSON differs")
+        yield Result("monitoring: deploy/monitoring equals the chart's rules and dashboard", f"monitoring vs {ctx.monitoring_twin}",
+                     not problems, "; ".join(problems))
+
+
+def _check_monitoring_set(subject: str, docs: list[dict], install: list[dict]) -> Iterator[Result]:
+    rules = _rules(docs)
     problems = []
     for alert, (needles, for_) in REQUIRED_ALERTS.items():
         rule = rules.get(alert)
@@ -543,9 +705,21 @@ def check_monitoring(ctx: Context) -> Iterator[Result]:
         problems += [f"{alert}: expr lacks {n!r}" for n in needles if n not in expr]
         if for_ and rule.get("for") != for_:
             problems.append(f"{alert}: for {rule.get('for')!r}, want {for_}")
-    yield Result("monitoring: required alerts", "monitoring", not problems, "; ".join(problems))
+    yield Result("monitoring: required alerts", subject, not problems, "; ".join(problems))
 
-    exprs = _exprs(ctx)
+    try:
+        scope = _alert_scope_problems(docs, install)
+    except CheckError as e:
+        scope = [str(e)]
+    yield Result("monitoring: alerts select the install's job, namespace and DaemonSet", subject, not scope, "; ".join(scope))
+
+    try:
+        sm = _servicemonitor_problems(docs, install)
+    except CheckError as e:
+        sm = [str(e)]
+    yield Result("monitoring: a ServiceMonitor scrapes the Service the alerts select", subject, not sm, "; ".join(sm))
+
+    exprs = _exprs(docs)
     try:
         import promql_parser  # type: ignore[import-not-found]
     except ImportError:
@@ -561,18 +735,13 @@ def check_monitoring(ctx: Context) -> Iterator[Result]:
                 bad.append(f"{where}: {e}")
     if promql_parser is None:
         bad.append("promql_parser not installed (hack/install-manifest-tools.sh)")
-    yield Result("monitoring: every PromQL expression parses", "monitoring", not bad and bool(exprs),
+    yield Result("monitoring: every PromQL expression parses", subject, not bad and bool(exprs),
                  "; ".join(bad) or ("no expressions" if not exprs else ""))
 
     unknown = sorted({m for _, e in exprs for m in METRIC_RE.findall(e)} - KNOWN_METRICS)
-    yield Result("monitoring: only the agent's metric names", "monitoring", not unknown, f"unknown {unknown}")
+    yield Result("monitoring: only the agent's metric names", subject, not unknown, f"unknown {unknown}")
 
-    dashboards = [
-        json.loads(text)
-        for doc in ctx.monitoring
-        if doc.get("kind") == "ConfigMap"
-        for text in (doc.get("data") or {}).values()
-    ]
+    dashboards = _dashboards(docs)
     dproblems = []
     if len(dashboards) != 1:
         dproblems.append(f"{len(dashboards)} dashboards")
@@ -584,10 +753,63 @@ def check_monitoring(ctx: Context) -> Iterator[Result]:
         dproblems += [f"panel {p.get('title')!r} has no query" for p in panels if not p.get("targets")]
         used = {m for p in panels for t in p.get("targets") or [] for m in METRIC_RE.findall(t.get("expr", ""))}
         dproblems += [f"no panel shows {m}" for m in sorted(KNOWN_METRICS - used) if not m.endswith(("_sum", "_count"))]
-    yield Result("monitoring: dashboard covers every metric", "monitoring", not dproblems, "; ".join(dproblems))
+    yield Result("monitoring: dashboard covers every metric", subject, not dproblems, "; ".join(dproblems))
+
+    # Signal latency is ~ the debounce; eviction latency includes PDB waits of minutes:
+    # one quantile over both hides either. Every latency query names one action.
+    lproblems = []
+    actions: set[str] = set()
+    for dash in dashboards:
+        for p in dash.get("panels") or []:
+            for t in p.get("targets") or []:
+                expr = t.get("expr", "")
+                if "reloadlet_action_latency_seconds" not in expr:
+                    continue
+                m = re.search(r'action\s*=\s*"([a-z]+)"', expr)
+                if not m:
+                    lproblems.append(f"panel {p.get('title')!r} mixes the actions")
+                else:
+                    actions.add(m.group(1))
+    lproblems += [f"no latency panel for action={a!r}" for a in ("signal", "evict") if a not in actions]
+    yield Result("monitoring: dashboard shows signal and evict latency apart", subject, not lproblems, "; ".join(lproblems))
 
 
-ALL_CHECKS: list[CheckFn] = [check_renders, check_agreement, check_versions, check_monitoring]
+OCI_LABELS = ("org.opencontainers.image.source", "org.opencontainers.image.version",
+              "org.opencontainers.image.licenses", "org.opencontainers.image.title",
+              "org.opencontainers.image.description")
+# Commands that stop or kill processes by name or service: never in a script a developer
+# runs on their own machine (the tests and the demo stop only what they started).
+HOST_TOUCHING = re.compile(r"^[^#\n]*\b(pkill|killall|systemctl\s+(stop|kill|restart)|service\s+\S+\s+(stop|restart)|invoke-rc\.d\s+\S+\s+stop)\b", re.M)
+
+
+def check_repo(ctx: Context) -> Iterator[Result]:
+    """The Dockerfile and the set-up scripts."""
+    if "Dockerfile" in ctx.files:
+        text = ctx.files["Dockerfile"]
+        problems = []
+        froms = re.findall(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", text, re.M | re.I)
+        stages = set(re.findall(r"^FROM\s+.*\s+AS\s+(\S+)", text, re.M | re.I))
+        for image in froms:
+            if image in stages or image == "scratch":  # a build stage, or the empty image
+                continue
+            ref = image.split("@", 1)[0]
+            tag = ref.rsplit("/", 1)[-1].split(":", 1)[1] if ":" in ref.rsplit("/", 1)[-1] else ""
+            # A version tag names a release: digits and dots (rust:1.85.0-bookworm,
+            # static-debian12:nonroot is not one, neither is latest).
+            if not re.match(r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-_.][A-Za-z0-9.]+)*$", tag):
+                problems.append(f"FROM {image}: not pinned to a version tag")
+        if not froms:
+            problems.append("no FROM")
+        labels = set(re.findall(r"(org\.opencontainers\.image\.[a-z.]+)=", text))
+        problems += [f"label {lbl} missing" for lbl in OCI_LABELS if lbl not in labels]
+        yield Result("dockerfile: base images pinned to version tags, OCI labels", "repo", not problems, "; ".join(problems))
+    scripts = {k: v for k, v in ctx.files.items() if k.startswith("hack/") and k.endswith(".sh")}
+    if scripts:
+        bad = [f"{path}: {m.group(0).strip()}" for path, text in sorted(scripts.items()) for m in HOST_TOUCHING.finditer(text)]
+        yield Result("hack: no script stops or kills processes it did not start", "repo", not bad, "; ".join(bad))
+
+
+ALL_CHECKS: list[CheckFn] = [check_renders, check_agreement, check_versions, check_monitoring, check_repo]
 
 
 def run_all(ctx: Context) -> list[Result]:
