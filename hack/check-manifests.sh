@@ -162,6 +162,9 @@ widened_run() { # widened_run DESCRIPTION EXPECTED-FAIL-LINE EDIT-COMMAND
     return 1
   fi
 }
+literal_replace() { # literal_replace FILE OLD NEW: OLD must occur in FILE
+  "$py" -c 'import sys; p, old, new = sys.argv[1:]; s = open(p).read(); assert old in s, old; open(p, "w").write(s.replace(old, new))' "$@"
+}
 run_widened() { if widened_run "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi; }
 run_widened "kustomize base grants secrets get" "kustomize: rbac: no ConfigMap or Secret access" \
   "printf '  - apiGroups: [\"\"]\n    resources: [\"secrets\"]\n    verbs: [\"get\"]\n' >>base/clusterrole.yaml"
@@ -169,5 +172,11 @@ run_widened "chart privileged by default" "chart-default: container: privileged 
   "sed -i 's/^privileged: false/privileged: true/' chart/reloadlet/values.yaml"
 run_widened "a misspelt field in the DaemonSet" "step: kubernetes-validate --strict -k" \
   "sed -i 's/hostPID: true/hostPid: true/' base/daemonset.yaml"
+run_widened "values.schema.json takes any SI-looking quantity (24mi)" "step: values.schema.json rejects the quantity '24mi'" \
+  "literal_replace chart/reloadlet/values.schema.json '[numkMGTPE]|[KMGTPE]i' '[mkMGTPE]i?|[KMGTPE]i'"
+run_widened "debounce pattern without fractions" "step: values.schema.json accepts the debounce '1.5s'" \
+  "literal_replace chart/reloadlet/values.schema.json '(\\\\.[0-9]+)?\\\\s*(nanos' '\\\\s*(nanos'"
+run_widened "chart namespace hard-coded" "chart-release: objects: exactly the expected kinds and names" \
+  "sed -i 's/{{- .Release.Namespace -}}/reloadlet-system/' chart/reloadlet/templates/_helpers.tpl"
 echo "self-test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

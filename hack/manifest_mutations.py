@@ -13,7 +13,7 @@ from typing import Callable
 
 from manifest_checks import Context, _container, _of_kind, _one, _pod
 
-K, CD, CF = "kustomize", "chart-default", "chart-full"
+K, CD, CF, CR, CK, M = "kustomize", "chart-default", "chart-full", "chart-release", "chart-knobs", "monitoring"
 
 
 @dataclass
@@ -42,10 +42,11 @@ def _kubelet_mount(ctx: Context, render: str) -> dict:
     return next(m for m in _container(_docs(ctx, render))["volumeMounts"] if m["mountPath"].endswith("/pods"))
 
 
-def _rule(ctx: Context, alert: str) -> dict:
+def _rule(ctx: Context, alert: str, render: str | None = None) -> dict:
+    docs = ctx.monitoring if render is None else _docs(ctx, render)
     return next(
         r
-        for d in ctx.monitoring or []
+        for d in docs or []
         if d.get("kind") == "PrometheusRule"
         for g in d["spec"]["groups"]
         for r in g["rules"]
@@ -53,10 +54,11 @@ def _rule(ctx: Context, alert: str) -> dict:
     )
 
 
-def _dashboard_edit(ctx: Context, edit: Callable[[dict], None]) -> None:
+def _dashboard_edit(ctx: Context, edit: Callable[[dict], None], render: str | None = None) -> None:
     import json
 
-    cm = next(d for d in ctx.monitoring or [] if d.get("kind") == "ConfigMap")
+    docs = ctx.monitoring if render is None else _docs(ctx, render)
+    cm = next(d for d in docs or [] if d.get("kind") == "ConfigMap")
     key = next(iter(cm["data"]))
     dash = json.loads(cm["data"][key])
     edit(dash)
@@ -166,7 +168,46 @@ MUTATIONS: list[Mutation] = [
              "service: headless, port metrics, selects the agent pods", K),
     Mutation("namespace enforcing baseline",
              lambda c: _one(_docs(c, K), "Namespace")["metadata"]["labels"].update({"pod-security.kubernetes.io/enforce": "baseline"}),
-             "namespace: Pod Security level privileged", K),
+             "namespace: owned only when asked for, Pod Security level privileged", K),
+    Mutation("chart owns its namespace by default (helm uninstall would delete it)",
+             lambda c: _docs(c, CD).append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "reloadlet-system"}}),
+             "namespace: owned only when asked for, Pod Security level privileged", CD),
+    Mutation("release 'prod' in apps-prod still names its DaemonSet 'reloadlet'",
+             lambda c: _one(_docs(c, CR), "DaemonSet")["metadata"].update(name="reloadlet"),
+             "objects: exactly the expected kinds and names", CR),
+    Mutation("chart ignores helm install -n (Service in reloadlet-system)",
+             lambda c: _one(_docs(c, CR), "Service")["metadata"].update(namespace="reloadlet-system"),
+             "objects: exactly the expected kinds and names", CR),
+    Mutation("binding names the ServiceAccount in another namespace",
+             lambda c: _one(_docs(c, CR), "ClusterRoleBinding")["subjects"][0].update(namespace="reloadlet-system"),
+             "rbac: the role is bound to the agent's ServiceAccount only", CR),
+    Mutation("no OS node selector (pods land on Windows nodes)",
+             lambda c: _pod(_docs(c, K)).pop("nodeSelector"),
+             "pod: Linux nodes only (nodeSelector kubernetes.io/os: linux)", K),
+    Mutation("chart nodeSelector replaced instead of merged",
+             lambda c: _pod(_docs(c, CK)).update(nodeSelector={"pool": "a"}),
+             "pod: Linux nodes only (nodeSelector kubernetes.io/os: linux)", CK),
+    Mutation("no PodDisruptionBudget read access",
+             lambda c: _role(c, K).update(rules=[r for r in _role(c, K)["rules"] if "poddisruptionbudgets" not in r["resources"]]),
+             "rbac: exactly the allowed rules", K),
+    Mutation("extraEnv ignored",
+             lambda c: _container(_docs(c, CK)).update(env=[e for e in _container(_docs(c, CK))["env"] if e["name"] != "HTTPS_PROXY"]),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+    Mutation("containerSecurityContext override ignored",
+             lambda c: _sc(c, CK).pop("seLinuxOptions"),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+    Mutation("probe override ignored",
+             lambda c: _container(_docs(c, CK))["livenessProbe"].update(periodSeconds=10),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+    Mutation("serviceAccount annotations ignored",
+             lambda c: _one(_docs(c, CK), "ServiceAccount")["metadata"].pop("annotations"),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+    Mutation("fullnameOverride ignored by the DaemonSet",
+             lambda c: _one(_docs(c, CK), "DaemonSet")["metadata"].update(name="knobs-reloadlet"),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+    Mutation("a knob's value set by default",
+             lambda c: _sc(c, CD).update(seLinuxOptions={"type": "spc_t"}),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CD),
     Mutation("ServiceMonitor on the wrong port",
              lambda c: _of_kind(_docs(c, CF), "ServiceMonitor")[0]["spec"]["endpoints"][0].update(port="http"),
              "servicemonitor: scrapes port metrics of the Service", CF),
@@ -192,6 +233,54 @@ MUTATIONS: list[Mutation] = [
     Mutation("dashboard on a misspelt metric",
              lambda c: _dashboard_edit(c, lambda d: _set_panel_expr(d, "Volume swaps", "reloadlet_volume_swaps_total", "reloadlet_volume_swap_total")),
              "monitoring: only the agent's metric names", "monitoring"),
+    Mutation("release 'prod' alerts on job=\"reloadlet\" (never fires)",
+             lambda c: _rule(c, "ReloadletSignalFailed", CR).update(
+                 expr=_rule(c, "ReloadletSignalFailed", CR)["expr"].replace('job="prod-reloadlet"', 'job="reloadlet"')),
+             "monitoring: alerts select the install's job, namespace and DaemonSet", CR),
+    Mutation("release 'prod' absent-alert on the namespace reloadlet-system (fires forever)",
+             lambda c: _rule(c, "ReloadletAgentAbsent", CR).update(
+                 expr=_rule(c, "ReloadletAgentAbsent", CR)["expr"].replace('namespace="apps-prod"', 'namespace="reloadlet-system"')),
+             "monitoring: alerts select the install's job, namespace and DaemonSet", CR),
+    Mutation("kube-state-metrics alert on another DaemonSet name",
+             lambda c: _rule(c, "ReloadletAgentNotReady").update(
+                 expr=_rule(c, "ReloadletAgentNotReady")["expr"].replace('daemonset="reloadlet"', 'daemonset="reloadlet-agent"')),
+             "monitoring: alerts select the install's job, namespace and DaemonSet", "monitoring"),
+    Mutation("an alert without a job matcher",
+             lambda c: _rule(c, "ReloadletAgentDown").update(expr='up{namespace="reloadlet-system"} == 0'),
+             "monitoring: alerts select the install's job, namespace and DaemonSet", "monitoring"),
+    Mutation("kustomize monitoring without its ServiceMonitor",
+             lambda c: c.monitoring.remove(next(d for d in c.monitoring if d["kind"] == "ServiceMonitor")),
+             "monitoring: a ServiceMonitor scrapes the Service the alerts select", "monitoring"),
+    Mutation("chart ServiceMonitor selects another Service",
+             lambda c: _of_kind(_docs(c, CR), "ServiceMonitor")[0]["spec"]["selector"]["matchLabels"].update({"app.kubernetes.io/instance": "reloadlet"}),
+             "monitoring: a ServiceMonitor scrapes the Service the alerts select", CR),
+    Mutation("kustomize rules drift from the chart's",
+             lambda c: _rule(c, "ReloadletInotifyOverflow")["labels"].update(severity="warning"),
+             "monitoring: deploy/monitoring equals the chart's rules and dashboard", f"{M} vs {CF}"),
+    Mutation("kustomize dashboard drifts from the chart's",
+             lambda c: _dashboard_edit(c, lambda d: d.update(title="reloadlet (old)")),
+             "monitoring: deploy/monitoring equals the chart's rules and dashboard", f"{M} vs {CF}"),
+    Mutation("one latency panel for both actions",
+             lambda c: _dashboard_edit(c, lambda d: _set_panel_expr(d, "Swap to signal latency", ', action="signal"', "")),
+             "monitoring: dashboard shows signal and evict latency apart", "monitoring"),
+    Mutation("no eviction latency panel in the chart's dashboard",
+             lambda c: _dashboard_edit(c, lambda d: d.update(panels=[p for p in d["panels"] if "eviction latency" not in p["title"]]), CR),
+             "monitoring: dashboard shows signal and evict latency apart", CR),
+    Mutation("Dockerfile on a floating base tag",
+             lambda c: c.files.update(Dockerfile=c.files["Dockerfile"].replace("rust:1.95.0-bookworm", "rust:1-bookworm")),
+             "dockerfile: base images pinned to version tags, OCI labels", "repo"),
+    Mutation("Dockerfile on distroless:latest",
+             lambda c: c.files.update(Dockerfile=c.files["Dockerfile"].replace("FROM scratch", "FROM gcr.io/distroless/static-debian12:latest")),
+             "dockerfile: base images pinned to version tags, OCI labels", "repo"),
+    Mutation("Dockerfile without the OCI source label",
+             lambda c: c.files.update(Dockerfile=c.files["Dockerfile"].replace("org.opencontainers.image.source=", "source=")),
+             "dockerfile: base images pinned to version tags, OCI labels", "repo"),
+    Mutation("install script pkills every nginx on the host",
+             lambda c: c.files.update({"hack/install-test-deps.sh": c.files["hack/install-test-deps.sh"] + "pkill -x nginx 2>/dev/null || true\n"}),
+             "hack: no script stops or kills processes it did not start", "repo"),
+    Mutation("install script stops the host's nginx service",
+             lambda c: c.files.update({"hack/install-test-deps.sh": c.files["hack/install-test-deps.sh"] + "  systemctl stop nginx || true\n"}),
+             "hack: no script stops or kills processes it did not start", "repo"),
     Mutation("dashboard without the inotify watches panel",
              lambda c: _dashboard_edit(c, lambda d: d.update(panels=[p for p in d["panels"] if "inotify watches" not in p["title"]])),
              "monitoring: dashboard covers every metric", "monitoring"),
