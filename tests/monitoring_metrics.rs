@@ -63,7 +63,10 @@ fn monitoring_and_docs_use_real_metric_names() {
     for file in [
         "deploy/monitoring/grafana-dashboard.json",
         "deploy/monitoring/prometheusrule.yaml",
+        "deploy/chart/reloadlet/templates/prometheusrule.yaml",
+        "deploy/chart/reloadlet/dashboards/reloadlet.json",
         "docs/install.md",
+        "docs/monitoring.md",
     ] {
         let text = std::fs::read_to_string(file).unwrap();
         let names = referenced(&text);
