@@ -181,6 +181,23 @@ async fn nobody_listening_is_retried_then_given_up() {
     cancel.cancel();
 }
 
+#[tokio::test]
+async fn an_https_webhook_is_only_spoken_to_over_tls() {
+    // A plain-HTTP server behind an https:// URL: the TLS handshake fails, every attempt
+    // is a connection error, and no request ever reaches the server in clear text.
+    let svc = Service::start([]).await;
+    let url = svc.url().replacen("http://", "https://", 1);
+    let (notifier, m, cancel) = start(&settings(&[url], Format::Raw));
+    notifier.notify(&failure("web-0", "app-config"));
+    until("giving up", Duration::from_secs(10), || {
+        m.failed_for("connect") == 1
+    })
+    .await;
+    assert_eq!(m.retries.get(), 3);
+    assert!(svc.seen().is_empty());
+    cancel.cancel();
+}
+
 // ---------------------------------------------------------------- pacing (paused clock)
 
 fn paced(jitter: bool) -> NotifySettings {

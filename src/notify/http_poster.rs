@@ -41,17 +41,38 @@ pub enum HttpPosterError {
 }
 
 impl HttpPoster {
+    /// The poster for `settings`: the system's CA certificates are loaded (and must be
+    /// found) only when a webhook is `https://`. `SSL_CERT_FILE` / `SSL_CERT_DIR` point
+    /// rustls-native-certs at a private CA bundle.
+    pub fn for_settings(settings: &super::NotifySettings) -> Result<Self, HttpPosterError> {
+        let https = settings.urls.iter().any(SecretUrl::is_https);
+        Self::build(settings.proxy.as_ref(), settings.timeout, https)
+    }
+
     /// `connect_timeout` bounds the TCP connect only; the sender bounds each attempt.
     pub fn new(
         proxy: Option<&SecretUrl>,
         connect_timeout: Duration,
     ) -> Result<Self, HttpPosterError> {
+        Self::build(proxy, connect_timeout, true)
+    }
+
+    fn build(
+        proxy: Option<&SecretUrl>,
+        connect_timeout: Duration,
+        system_roots: bool,
+    ) -> Result<Self, HttpPosterError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_native_roots()
-            .map_err(HttpPosterError::Roots)?
-            .with_no_client_auth();
+        let versions = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?;
+        let tls = if system_roots {
+            versions
+                .with_native_roots()
+                .map_err(HttpPosterError::Roots)?
+        } else {
+            versions.with_root_certificates(rustls::RootCertStore::empty())
+        }
+        .with_no_client_auth();
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(connect_timeout));

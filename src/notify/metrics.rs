@@ -59,3 +59,34 @@ impl NotifyMetrics {
         m
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_exported_with_bounded_labels() {
+        let mut registry = Registry::with_prefix("reloadlet");
+        let m = NotifyMetrics::new(&mut registry);
+        m.sent.inc();
+        m.dropped.inc();
+        m.deduped.inc();
+        m.retries.inc();
+        m.failed
+            .get_or_create(&FailureLabels {
+                reason: "status_4xx",
+            })
+            .inc();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "reloadlet_notifications_sent_total 1",
+            "reloadlet_notifications_failed_total{reason=\"status_4xx\"} 1",
+            "reloadlet_notifications_retries_total 1",
+            "reloadlet_notifications_dropped_total 1",
+            "reloadlet_notifications_deduped_total 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+    }
+}

@@ -157,7 +157,7 @@ pub fn settings(urls: &[String], format: Format) -> NotifySettings {
 pub fn start(s: &NotifySettings) -> (Notifier, NotifyMetrics, CancellationToken) {
     let metrics = NotifyMetrics::default();
     let cancel = CancellationToken::new();
-    let poster = HttpPoster::new(s.proxy.as_ref(), s.timeout).unwrap();
+    let poster = HttpPoster::for_settings(s).unwrap();
     let n = Notifier::start(s, poster, metrics.clone(), cancel.clone());
     (n, metrics, cancel)
 }
