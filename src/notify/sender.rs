@@ -74,7 +74,8 @@ impl Notifier {
     }
 
     /// Spawns one sending task per webhook on the current tokio runtime; they stop when
-    /// `cancel` fires (a request in flight is abandoned; queued ones are dropped).
+    /// `cancel` fires (a request in flight is abandoned; queued ones are dropped). Must be
+    /// called inside a tokio runtime; [`Notifier::notify`] may then be called from anywhere.
     pub fn start<P: Poster>(
         settings: &NotifySettings,
         poster: P,
