@@ -18,6 +18,7 @@ pub mod k8s;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod pod_index;
 pub mod policy;
 pub mod process;
