@@ -751,4 +751,26 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn legacy_hash_is_what_version_0_1_saved() {
+        // The value reloadlet 0.1's `hash_volume` gave for this tree (checked against that code).
+        let dir = tempfile::tempdir().unwrap();
+        let ts = dir.path().join("..2026_11_22_06_00_00.1");
+        fs::create_dir_all(ts.join("conf.d/x")).unwrap();
+        fs::write(ts.join("a.conf"), "x=1").unwrap();
+        fs::write(ts.join("conf.d/x/b"), "nested").unwrap();
+        for f in ["a.conf", "conf.d/x/b"] {
+            fs::set_permissions(ts.join(f), fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        for d in ["conf.d", "conf.d/x"] {
+            fs::set_permissions(ts.join(d), fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        symlink("/etc/passwd", ts.join("l")).unwrap();
+        symlink("..2026_11_22_06_00_00.1", dir.path().join(DATA_LINK)).unwrap();
+        assert_eq!(
+            hex::encode(legacy_sha256(dir.path(), 1 << 20).unwrap().unwrap()),
+            "3494ce5fe4874eb7802c9b2c9bd2afa9cf434dd068bb7e5056548b61ab3a92d3"
+        );
+    }
 }

@@ -237,6 +237,13 @@ mod tests {
                         {"configMap": {"name": "kube-root-ca.crt"}},
                         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}
                     ]}},
+                    {"name": "mixed", "projected": {"sources": [
+                        {"serviceAccountToken": {"audience": "vault", "path": "vault/token"}},
+                        {"configMap": {"name": "app-config"}},
+                        {"secret": {"name": "db", "items": [{"key": "u", "path": "db/user"}, {"key": "p", "path": "db/password"}]}},
+                        {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                        {"clusterTrustBundle": {"signerName": "example.com/x", "path": "bundle.pem"}}
+                    ]}},
                     {"name": "scratch", "emptyDir": {}}
                 ]
             },
@@ -280,6 +287,33 @@ mod tests {
         );
         let token = info.volume("kube-api-access-abcde").unwrap();
         assert!(token.service_account_token);
+        // kube-root-ca.crt without `items`: its one key.
+        assert_eq!(
+            token.source_paths,
+            [(
+                SourceRef {
+                    kind: SourceKind::ConfigMap,
+                    name: "kube-root-ca.crt".into()
+                },
+                vec!["ca.crt".to_owned()]
+            )]
+        );
+        assert_eq!(token.other_paths, ["token", "namespace"]);
+        let mixed = info.volume("mixed").unwrap();
+        assert_eq!(mixed.other_paths, ["vault/token", "labels", "bundle.pem"]);
+        assert_eq!(
+            mixed.source_paths,
+            [(
+                SourceRef {
+                    kind: SourceKind::Secret,
+                    name: "db".into()
+                },
+                vec!["db/user".to_owned(), "db/password".to_owned()]
+            )]
+        );
+        assert_eq!(mixed.sources.len(), 2);
+        // A plain configMap volume: its items are all its own; nothing to tell apart.
+        assert!(info.volume("conf").unwrap().source_paths.is_empty());
         assert_eq!(info.volume("both").unwrap().sources.len(), 2);
         assert!(info.volume("scratch").unwrap().sources.is_empty());
     }
