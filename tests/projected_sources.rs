@@ -213,3 +213,67 @@ async fn while_the_agent_is_down_a_label_edit_is_nothing_and_a_configmap_change_
     .await;
     never("a second signal", QUIET, || signals_in(&out).len() > 1).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cause_names_only_the_source_whose_files_changed() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&[]).await;
+    node.api
+        .apply_configmap(configmap(NS, "base", &[("base.conf", "v1")]));
+    node.api
+        .apply_configmap(configmap(NS, "overrides", &[("o", "v1"), ("unused", "x")]));
+    node.api
+        .apply_secret(common::fixtures::secret(NS, "db", &[("password", "p1")]));
+    let out = node.path("app.sig");
+    node.api.create_pod(
+        pod(NS, "web")
+            .signal()
+            .volume(json!({"name": "all", "projected": {"sources": [
+                {"configMap": {"name": "base"}},
+                {"configMap": {"name": "overrides", "items": [{"key": "o", "path": "conf.d/overrides.conf"}]}},
+                {"secret": {"name": "db", "items": [{"key": "password", "path": "db/password"}]}}
+            ]}}))
+            .recorder("app", &out, &[("all", "/etc/app")])
+            .build(),
+    );
+    node.wait_running(NS, "web").await;
+    eventually("recorder ready", WAIT, || {
+        recorder_ready(&out).then_some(())
+    })
+    .await;
+    node.wait_tracked(2).await;
+
+    node.api
+        .apply_configmap(configmap(NS, "overrides", &[("o", "v2"), ("unused", "x")]));
+    let event = node.wait_event(NS, "web", "Signaled").await;
+    assert!(
+        event.note.ends_with(": configmap overrides changed"),
+        "{}",
+        event.note
+    );
+    eventually("one signal", WAIT, || {
+        (signals_in(&out) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+
+    node.api
+        .apply_secret(common::fixtures::secret(NS, "db", &[("password", "p2")]));
+    eventually("the Secret change signals", WAIT, || {
+        (signals_in(&out).len() == 2).then_some(())
+    })
+    .await;
+    // (The Events recorder folds a repeated reason into a series: read the log's cause.)
+    let log = node.agent_log();
+    let causes: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("signal sent"))
+        .filter_map(|l| l.split("cause=").nth(1))
+        .collect();
+    assert_eq!(causes.len(), 2, "{log}");
+    assert!(
+        causes[0].starts_with("configmap overrides changed"),
+        "{causes:?}"
+    );
+    assert!(causes[1].starts_with("secret db changed"), "{causes:?}");
+    assert!(!log.contains("configmap base"), "{log}");
+}
