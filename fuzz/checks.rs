@@ -142,6 +142,7 @@ pub fn annotations(data: &[u8]) {
                     name: "nginx-conf".into(),
                 }],
                 service_account_token: false,
+                ..Default::default()
             },
             VolumeSpec {
                 name: "tls".into(),
@@ -150,6 +151,7 @@ pub fn annotations(data: &[u8]) {
                     name: "tls".into(),
                 }],
                 service_account_token: false,
+                ..Default::default()
             },
         ],
         containers: vec![

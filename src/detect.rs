@@ -65,6 +65,21 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         self.seen.get(key)
     }
 
+    /// Makes `hash` the known content of a volume never seen (a migrated state file): the
+    /// next look compares against it.
+    pub fn seed(&mut self, key: &VolumeKey, hash: H) {
+        self.seen.entry(key.clone()).or_insert(hash);
+    }
+
+    /// A change of the pod's volume `volume` not acted on yet: (content acted on last,
+    /// content now).
+    pub fn pending_change(&self, pod_uid: &str, volume: &str) -> Option<(&H, &H)> {
+        self.unsettled
+            .iter()
+            .find(|(k, _)| k.pod_uid == pod_uid && k.volume == volume)
+            .and_then(|(k, before)| Some((before, self.seen.get(k)?)))
+    }
+
     /// The pod's changes were acted on (or deliberately not): persist their new hashes.
     pub fn settle_pod(&mut self, pod_uid: &str) {
         self.unsettled.retain(|k, _| k.pod_uid != pod_uid);
@@ -158,6 +173,22 @@ mod tests {
         assert_eq!(d.snapshot(), vec![(a.clone(), 1)]);
         d.settle_pod("p1");
         assert_eq!(d.snapshot(), vec![(a, 3)]);
+    }
+
+    #[test]
+    fn a_pending_change_shows_the_content_acted_on_and_the_content_now() {
+        let mut d = ChangeDetector::default();
+        let a = key("p1", "a");
+        d.observe(&a, Some(1u8));
+        assert_eq!(d.pending_change("p1", "a"), None);
+        d.observe(&a, Some(2));
+        d.observe(&a, Some(3));
+        assert_eq!(d.pending_change("p1", "a"), Some((&1, &3)));
+        d.settle_pod("p1");
+        assert_eq!(d.pending_change("p1", "a"), None);
+        // A seeded volume compares against the seed.
+        d.seed(&key("p2", "a"), 7);
+        assert_eq!(d.observe(&key("p2", "a"), Some(8)), Observation::Changed);
     }
 
     #[test]

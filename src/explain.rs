@@ -135,6 +135,7 @@ mod tests {
                         name: "nginx-conf".into(),
                     }],
                     service_account_token: false,
+                    ..Default::default()
                 },
                 VolumeSpec {
                     name: "kube-api-access-1".into(),
@@ -143,6 +144,7 @@ mod tests {
                         name: "kube-root-ca.crt".into(),
                     }],
                     service_account_token: true,
+                    ..Default::default()
                 },
             ],
             containers: vec![ContainerInfo {

@@ -86,6 +86,14 @@ impl fmt::Display for SourceRef {
     }
 }
 
+/// The ConfigMap the root-CA publisher keeps in every namespace, projected into every pod by
+/// the injected `kube-api-access-*` volume. A cluster CA rotation changes it in every pod at
+/// once, so it never triggers unless the pod names it in `reloadlet.io/configmaps`.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+/// The only key the root-CA publisher writes into [`ROOT_CA_CONFIGMAP`]
+/// (kubernetes `pkg/controller/certificates/rootcacertpublisher/publisher.go`, `syncNamespace`).
+pub const ROOT_CA_KEY: &str = "ca.crt";
+
 /// A pod volume as declared in the pod spec (only what reloadlet needs).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct VolumeSpec {
@@ -93,8 +101,14 @@ pub struct VolumeSpec {
     /// ConfigMap/Secret sources; empty for other volume types.
     pub sources: Vec<SourceRef>,
     /// A projected volume with a `serviceAccountToken` source (e.g. `kube-api-access-*`).
-    /// Its `..data` swaps every ~48 minutes; it never triggers anything.
     pub service_account_token: bool,
+    /// The files a ConfigMap/Secret source writes when the spec says so (`items[].path`);
+    /// a source missing here writes every key of its object (names unknown from the spec).
+    pub source_paths: Vec<(SourceRef, Vec<String>)>,
+    /// Files of a projected volume that no ConfigMap/Secret writes: downwardAPI `items[].path`,
+    /// serviceAccountToken `path`, clusterTrustBundle `path`. They change on a pod label edit or
+    /// a token refresh and are left out of the content hash.
+    pub other_paths: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,8 +1,10 @@
 //! The decision: given a pod and the volumes whose content changed, what to do (pure).
 
 use crate::annotations::{self, Action, PodPolicy};
-use crate::model::{ContainerId, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef};
-use std::collections::BTreeSet;
+use crate::model::{
+    ContainerId, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef, ROOT_CA_CONFIGMAP,
+};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Why an action happens: the sources whose content changed.
@@ -110,8 +112,19 @@ pub fn validated_policy(pod: &PodInfo) -> Result<Option<PodPolicy>, String> {
     Ok(Some(policy))
 }
 
-/// Decides what to do for `pod` now that the volumes named in `changed` have new content.
+/// The volumes whose content changed, each with the sources whose files changed (`None`: any
+/// of its sources may have).
+pub type ChangedVolumes = BTreeMap<String, Option<BTreeSet<SourceRef>>>;
+
+/// Decides what to do for `pod` now that the volumes named in `changed` have new content
+/// (in any of their sources).
 pub fn decide(pod: &PodInfo, changed: &BTreeSet<String>) -> Decision {
+    decide_changes(pod, &changed.iter().map(|v| (v.clone(), None)).collect())
+}
+
+/// Decides what to do for `pod` given which sources of which volumes changed. The cause names
+/// only those sources (and only those that count for the pod).
+pub fn decide_changes(pod: &PodInfo, changed: &ChangedVolumes) -> Decision {
     let policy = match validated_policy(pod) {
         Ok(None) => return Decision::NotOptedIn,
         Ok(Some(p)) => p,
@@ -221,24 +234,24 @@ fn decide_signal(
     }
 }
 
-/// The changed volumes that count, with their counting sources.
+/// The changed volumes that count, with their counting sources that changed. A projected
+/// volume with a serviceAccountToken or downwardAPI source counts like any other: those files
+/// are not hashed, so a change means a ConfigMap/Secret file changed.
 fn triggering_volumes<'a>(
     pod: &'a PodInfo,
     policy: &PodPolicy,
-    changed: &'a BTreeSet<String>,
+    changed: &'a ChangedVolumes,
 ) -> Vec<(&'a str, Vec<SourceRef>)> {
     let mut out = Vec::new();
-    for name in changed {
+    for (name, sources) in changed {
         let Some(spec) = pod.volume(name) else {
             continue;
         };
-        if spec.service_account_token {
-            continue;
-        }
         let counted: Vec<SourceRef> = spec
             .sources
             .iter()
             .filter(|s| counts(policy, s))
+            .filter(|s| sources.as_ref().is_none_or(|changed| changed.contains(*s)))
             .cloned()
             .collect();
         if !counted.is_empty() {
@@ -249,6 +262,12 @@ fn triggering_volumes<'a>(
 }
 
 fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
+    let named =
+        |list: &Option<Vec<String>>| list.as_ref().is_some_and(|l| l.contains(&source.name));
+    if source.kind == SourceKind::ConfigMap && source.name == ROOT_CA_CONFIGMAP {
+        // A cluster CA rotation changes it in every pod at once: only when asked for by name.
+        return named(&policy.configmaps);
+    }
     if !policy.narrowed() {
         return true;
     }
@@ -256,7 +275,7 @@ fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
     };
-    list.as_ref().is_some_and(|l| l.contains(&source.name))
+    named(list)
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ impl Fixture {
         self.0.volumes.push(VolumeSpec {
             name: name.into(),
             sources,
-            service_account_token: false,
+            ..Default::default()
         });
         self
     }
@@ -47,6 +47,8 @@ impl Fixture {
             name: name.into(),
             sources: vec![cm("kube-root-ca.crt")],
             service_account_token: true,
+            source_paths: vec![(cm("kube-root-ca.crt"), vec!["ca.crt".into()])],
+            other_paths: vec!["token".into(), "namespace".into()],
         });
         self
     }
@@ -128,6 +130,68 @@ fn pods_without_the_annotation_are_never_touched() {
         .volume("conf", vec![cm("c")])
         .container("app", &["conf"]);
     assert_eq!(decide(&p.0, &changed(&["conf"])), Decision::NotOptedIn);
+}
+
+fn changes(list: &[(&str, Option<Vec<SourceRef>>)]) -> crate::policy::ChangedVolumes {
+    list.iter()
+        .map(|(v, s)| (v.to_string(), s.clone().map(|s| s.into_iter().collect())))
+        .collect()
+}
+
+#[test]
+fn a_projected_volume_with_a_token_triggers_on_its_configmap_and_names_only_what_changed() {
+    // `[serviceAccountToken(audience: vault), configMap app-config, secret db]`.
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("mixed", vec![cm("app-config"), secret("db")])
+        .container("app", &["mixed"]);
+    let mut p = p;
+    p.0.volumes[0].service_account_token = true;
+    p.0.volumes[0].other_paths = vec!["vault-token".into()];
+    let Decision::Signal { cause, .. } =
+        decide_changes(&p.0, &changes(&[("mixed", Some(vec![cm("app-config")]))]))
+    else {
+        panic!("a ConfigMap change in a token volume must signal");
+    };
+    assert_eq!(cause.to_string(), "configmap app-config changed");
+    // Nothing of it changed (e.g. parts that cancel out): nothing to do.
+    assert!(matches!(
+        decide_changes(&p.0, &changes(&[("mixed", Some(vec![]))])),
+        Decision::NothingToDo { .. }
+    ));
+}
+
+#[test]
+fn kube_root_ca_never_triggers_unless_named() {
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("mixed", vec![cm("app-config"), cm("kube-root-ca.crt")])
+        .token_volume("kube-api-access-x1y2z")
+        .container("app", &["mixed", "kube-api-access-x1y2z"]);
+    let ca_only = changes(&[
+        ("mixed", Some(vec![cm("kube-root-ca.crt")])),
+        ("kube-api-access-x1y2z", Some(vec![cm("kube-root-ca.crt")])),
+    ]);
+    let d = decide_changes(&p.0, &ca_only);
+    assert!(matches!(d, Decision::NothingToDo { .. }), "{d:?}");
+    // Both changed: the CA is not named in the cause.
+    let Decision::Signal { cause, .. } = decide_changes(
+        &p.0,
+        &changes(&[(
+            "mixed",
+            Some(vec![cm("app-config"), cm("kube-root-ca.crt")]),
+        )]),
+    ) else {
+        panic!("expected a signal");
+    };
+    assert_eq!(cause.to_string(), "configmap app-config changed");
+    // Named: it counts.
+    let named = p.annotate("reloadlet.io/configmaps", "kube-root-ca.crt");
+    let Decision::Signal { cause, targets, .. } = decide_changes(&named.0, &ca_only) else {
+        panic!("a named kube-root-ca.crt must signal");
+    };
+    assert_eq!(cause.to_string(), "configmap kube-root-ca.crt changed");
+    assert_eq!(targets.len(), 1);
 }
 
 #[test]

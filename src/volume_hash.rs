@@ -1,14 +1,26 @@
-//! A content hash of a kubelet volume as the container sees it: the tree behind `..data`.
+//! A keyed content hash of a kubelet volume as the container sees it: the tree behind `..data`.
 //!
 //! The kubelet swaps `..data` on every change of the payload, but also re-creates a
 //! volume whose content is unchanged (after a restart, or when a source is rewritten
-//! with the same data). Comparing hashes tells a real change from a no-op.
+//! with the same data), and re-projects a `projected` volume on every pod sync (a label
+//! change rewrites its downwardAPI files, a token refresh its serviceAccountToken file).
+//! Comparing hashes of the files that ConfigMaps and Secrets write tells a real change from
+//! a no-op.
+//!
+//! A [`VolumeDigest`] holds one HMAC-SHA256 per *part* of the volume: a projected source whose
+//! files the pod spec names (`items`) is a part of its own, every other ConfigMap/Secret file
+//! belongs to the [`REST`] part, and files of other sources (see [`Layout`]) are not hashed.
+//! The HMAC key is a random per-node [`HashKey`], so a saved digest says nothing about the
+//! content to whoever reads the state file without the key (no offline dictionary attack on a
+//! short Secret). Digests have no `Display`; their `Debug` shows no bytes: a content hash never
+//! reaches a log, an Event or a metric.
 //!
 //! Safety rules: `..data` must be a symlink to a `..<timestamp>` directory directly inside
 //! the volume dir; no other symlink is ever followed (a symlink is hashed as its target
 //! string); at most `max_bytes` are read; anything that cannot be hashed is an error,
 //! never skipped. Contents are never logged.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -16,33 +28,151 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+
+use crate::model::{SourceRef, VolumeSpec};
 
 /// The name of the kubelet's atomic-swap symlink.
 pub const DATA_LINK: &str = "..data";
 
-/// A SHA-256 over a volume's files: relative paths, types, modes and contents.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct VolumeHash(pub [u8; 32]);
+/// The part holding every ConfigMap/Secret file the pod spec does not attribute to one source.
+pub const REST: &str = "";
 
-impl VolumeHash {
-    /// All 64 hex digits.
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+/// The per-node secret key of the content hashes (32 random bytes).
+#[derive(Clone, PartialEq, Eq)]
+pub struct HashKey([u8; 32]);
+
+impl HashKey {
+    pub const LEN: usize = 32;
+
+    /// A fresh key from the kernel's CSPRNG (`getrandom(2)`).
+    pub fn generate() -> io::Result<Self> {
+        let mut bytes = [0u8; Self::LEN];
+        getrandom::fill(&mut bytes).map_err(io::Error::other)?;
+        Ok(Self(bytes))
+    }
+
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes a key of any length")
+    }
+
+    /// A short public name of the key (an HMAC of a fixed label, not of any content): tells
+    /// whether saved digests were made with this key.
+    pub fn id(&self) -> String {
+        let mut mac = self.mac();
+        mac.update(b"reloadlet state key id");
+        hex::encode(&mac.finalize().into_bytes()[..8])
     }
 }
 
-/// The first 16 hex digits: enough to tell versions apart in logs and Events.
-impl fmt::Display for VolumeHash {
+/// Never shows the key.
+impl fmt::Debug for HashKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0[..8].iter().try_for_each(|b| write!(f, "{b:02x}"))
+        f.write_str("HashKey(..)")
     }
 }
 
-impl fmt::Debug for VolumeHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "VolumeHash({})", self.to_hex())
+/// The keyed hashes of a volume's parts (part name → HMAC-SHA256). A part with no file is
+/// absent, so a volume without ConfigMap/Secret files has an empty digest.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct VolumeDigest(pub BTreeMap<String, [u8; 32]>);
+
+impl VolumeDigest {
+    /// The parts whose content differs between `before` and `self` (added or gone included).
+    pub fn changed_parts(&self, before: &VolumeDigest) -> BTreeSet<String> {
+        let names: BTreeSet<&String> = self.0.keys().chain(before.0.keys()).collect();
+        names
+            .into_iter()
+            .filter(|n| self.0.get(*n) != before.0.get(*n))
+            .cloned()
+            .collect()
     }
+}
+
+/// Shows the part names, never the hashes.
+impl fmt::Debug for VolumeDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+/// The part of a ConfigMap/Secret source whose files the spec names.
+pub fn part_name(source: &SourceRef) -> String {
+    format!("{}/{}", source.kind.as_str(), source.name)
+}
+
+/// Which file of a volume goes into which part, from the pod spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Written by downwardAPI, serviceAccountToken or clusterTrustBundle sources: not hashed.
+    excluded: HashSet<String>,
+    /// Written by a ConfigMap/Secret source with `items`: path → part.
+    claimed: HashMap<String, String>,
+}
+
+impl Layout {
+    /// Every file in [`REST`]: a configMap or secret volume (one source), or a projected
+    /// volume whose spec names no path.
+    pub fn whole() -> Self {
+        Self::default()
+    }
+
+    /// The layout of a projected volume (`spec` from the pod's spec).
+    pub fn of(spec: &VolumeSpec) -> Self {
+        let mut layout = Self::default();
+        for (source, paths) in &spec.source_paths {
+            for path in paths {
+                layout
+                    .claimed
+                    .insert(normalize(path).to_owned(), part_name(source));
+            }
+        }
+        for path in &spec.other_paths {
+            layout.excluded.insert(normalize(path).to_owned());
+        }
+        layout
+    }
+
+    /// The part of the file at `rel` (relative to `..data`), `None` when it is not hashed.
+    fn part_of(&self, rel: &str) -> Option<&str> {
+        if self.excluded.contains(rel) {
+            return None;
+        }
+        Some(self.claimed.get(rel).map_or(REST, String::as_str))
+    }
+
+    /// The sources a changed part stands for.
+    pub fn sources_of(spec: &VolumeSpec, part: &str) -> Vec<SourceRef> {
+        if part == REST {
+            spec.sources
+                .iter()
+                .filter(|s| !spec.source_paths.iter().any(|(c, _)| c == *s))
+                .cloned()
+                .collect()
+        } else {
+            spec.sources
+                .iter()
+                .filter(|s| part_name(s) == part)
+                .cloned()
+                .collect()
+        }
+    }
+}
+
+/// The kubelet cleans item paths (`filepath.Clean` in `AtomicWriter.validatePayload`); the spec
+/// may say `./a` or `a/`.
+fn normalize(path: &str) -> &str {
+    let path = path.trim_end_matches('/');
+    path.strip_prefix("./").unwrap_or(path)
 }
 
 /// Why a volume could not be hashed.
@@ -64,15 +194,64 @@ pub enum HashError {
     Unsupported { path: PathBuf },
 }
 
-/// Hashes the tree `volume_dir/..data` points to. `Ok(None)` when `..data` does not
-/// exist yet (the kubelet has not written the volume).
+/// Hashes the tree `volume_dir/..data` points to, part by part (see [`Layout`]). `Ok(None)`
+/// when `..data` does not exist yet (the kubelet has not written the volume).
 ///
 /// Paths, file types, permission bits (including a mode change) and contents all count;
 /// the name of the timestamped dir does not, so the same content rewritten into a new
-/// `..<timestamp>` dir hashes the same. At most `max_bytes` of contents, names and
-/// symlink targets are read, else [`HashError::TooLarge`]. A walk that races the
-/// kubelet removing the old timestamped dir fails with [`HashError::Io`]; hash again.
-pub fn hash_volume(volume_dir: &Path, max_bytes: u64) -> Result<Option<VolumeHash>, HashError> {
+/// `..<timestamp>` dir hashes the same. Excluded files are not read. At most `max_bytes` of
+/// contents, names and symlink targets are read, else [`HashError::TooLarge`]. A walk that
+/// races the kubelet removing the old timestamped dir fails with [`HashError::Io`]; hash again.
+pub fn hash_volume(
+    volume_dir: &Path,
+    max_bytes: u64,
+    key: &HashKey,
+    layout: &Layout,
+) -> Result<Option<VolumeDigest>, HashError> {
+    let Some(root) = data_dir(volume_dir)? else {
+        return Ok(None);
+    };
+    let mut walker = Walker::new(max_bytes);
+    let mut macs: BTreeMap<String, Hmac<Sha256>> = BTreeMap::new();
+    walker.walk(&root, |rel| {
+        layout.part_of(&rel.to_string_lossy()).is_some()
+    })?;
+    for e in &walker.entries {
+        if e.kind == DIR {
+            // Directories come from the files below them (the writer creates them 0755).
+            continue;
+        }
+        let rel = Path::new(std::ffi::OsStr::from_bytes(&e.rel)).to_string_lossy();
+        let Some(part) = layout.part_of(&rel) else {
+            continue;
+        };
+        let mac = macs.entry(part.to_owned()).or_insert_with(|| key.mac());
+        e.feed(|bytes| mac.update(bytes));
+    }
+    Ok(Some(VolumeDigest(
+        macs.into_iter()
+            .map(|(part, mac)| (part, mac.finalize().into_bytes().into()))
+            .collect(),
+    )))
+}
+
+/// The unkeyed SHA-256 of the whole tree that reloadlet 0.1 saved (state file version 1), for
+/// the one comparison a migration makes. Same stream as 0.1: every entry, directories included.
+pub fn legacy_sha256(volume_dir: &Path, max_bytes: u64) -> Result<Option<[u8; 32]>, HashError> {
+    let Some(root) = data_dir(volume_dir)? else {
+        return Ok(None);
+    };
+    let mut walker = Walker::new(max_bytes);
+    walker.walk(&root, |_| true)?;
+    let mut hasher = Sha256::new();
+    for e in &walker.entries {
+        e.feed(|bytes| hasher.update(bytes));
+    }
+    Ok(Some(hasher.finalize().into()))
+}
+
+/// The `..<timestamp>` dir `..data` points to; `None` before the first write.
+fn data_dir(volume_dir: &Path) -> Result<Option<PathBuf>, HashError> {
     let link = volume_dir.join(DATA_LINK);
     let meta = match fs::symlink_metadata(&link) {
         Ok(meta) => meta,
@@ -91,19 +270,12 @@ pub fn hash_volume(volume_dir: &Path, max_bytes: u64) -> Result<Option<VolumeHas
     }
     let root = volume_dir.join(&target);
     match fs::symlink_metadata(&root) {
-        Ok(meta) if meta.is_dir() => {}
+        Ok(meta) if meta.is_dir() => Ok(Some(root)),
         // The kubelet removed the old dir between our readlink and now: a newer
         // `..data` exists, and its own event will follow.
-        Ok(_) => return Err(HashError::DataTarget { path: link, target }),
-        Err(source) => return Err(HashError::Io { path: root, source }),
+        Ok(_) => Err(HashError::DataTarget { path: link, target }),
+        Err(source) => Err(HashError::Io { path: root, source }),
     }
-    let mut walker = Walker {
-        budget: max_bytes,
-        limit: max_bytes,
-        hasher: Sha256::new(),
-    };
-    walker.walk(&root)?;
-    Ok(Some(VolumeHash(walker.hasher.finalize().into())))
 }
 
 /// A single path component `..<something>` other than `..` itself, e.g.
@@ -116,10 +288,31 @@ fn is_timestamp_dir_name(target: &Path) -> bool {
         && name != DATA_LINK.as_bytes()
 }
 
+/// One entry of the tree: its type, path, mode and content (a file's SHA-256, a symlink's
+/// target string, nothing for a directory).
+struct Entry {
+    kind: u8,
+    rel: Vec<u8>,
+    mode: u32,
+    content: Vec<u8>,
+}
+
+impl Entry {
+    /// Length-prefixed, so no two trees share a stream.
+    fn feed(&self, mut update: impl FnMut(&[u8])) {
+        update(&[self.kind]);
+        update(&(self.rel.len() as u64).to_le_bytes());
+        update(&self.rel);
+        update(&self.mode.to_le_bytes());
+        update(&(self.content.len() as u64).to_le_bytes());
+        update(&self.content);
+    }
+}
+
 struct Walker {
     budget: u64,
     limit: u64,
-    hasher: Sha256,
+    entries: Vec<Entry>,
 }
 
 /// Type tags in the hashed stream.
@@ -128,8 +321,17 @@ const DIR: u8 = b'd';
 const SYMLINK: u8 = b'l';
 
 impl Walker {
-    /// Hashes every entry below `root`, in byte order of their relative paths.
-    fn walk(&mut self, root: &Path) -> Result<(), HashError> {
+    fn new(max_bytes: u64) -> Self {
+        Self {
+            budget: max_bytes,
+            limit: max_bytes,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Lists every entry below `root` for which `wanted` holds (directories always), in byte
+    /// order of their relative paths; only wanted files are read.
+    fn walk(&mut self, root: &Path, wanted: impl Fn(&Path) -> bool) -> Result<(), HashError> {
         // Depth-first with an explicit stack; children are pushed in reverse order so
         // they pop in sorted order, giving a pre-order sorted walk.
         let mut stack: Vec<PathBuf> = self.children(root, Path::new(""))?;
@@ -141,26 +343,34 @@ impl Walker {
             })?;
             let kind = meta.file_type();
             let mode = meta.permissions().mode() & 0o7777;
-            let rel_bytes = rel.as_os_str().as_bytes();
+            if !kind.is_dir() && !wanted(&rel) {
+                continue;
+            }
+            let rel_bytes = rel.as_os_str().as_bytes().to_vec();
             self.spend(rel_bytes.len() as u64)?;
-            if kind.is_dir() {
-                self.entry(DIR, rel_bytes, mode, &[]);
+            let (tag, content) = if kind.is_dir() {
                 stack.extend(self.children(&path, &rel)?);
+                (DIR, Vec::new())
             } else if kind.is_symlink() {
                 let target = fs::read_link(&path).map_err(|source| HashError::Io {
                     path: path.clone(),
                     source,
                 })?;
-                let target = target.as_os_str().as_bytes();
+                let target = target.as_os_str().as_bytes().to_vec();
                 self.spend(target.len() as u64)?;
-                self.entry(SYMLINK, rel_bytes, mode, target);
+                (SYMLINK, target)
             } else if kind.is_file() {
-                let digest = self.file_digest(&path)?;
-                self.entry(FILE, rel_bytes, mode, &digest);
+                (FILE, self.file_digest(&path)?.to_vec())
             } else {
                 // FIFOs, sockets, devices: never opened (a FIFO would block).
                 return Err(HashError::Unsupported { path });
-            }
+            };
+            self.entries.push(Entry {
+                kind: tag,
+                rel: rel_bytes,
+                mode,
+                content,
+            });
         }
         Ok(())
     }
@@ -231,16 +441,6 @@ impl Walker {
             .ok_or(HashError::TooLarge { limit: self.limit })?;
         Ok(())
     }
-
-    /// One entry, length-prefixed so no two trees share a stream.
-    fn entry(&mut self, kind: u8, rel: &[u8], mode: u32, content: &[u8]) {
-        self.hasher.update([kind]);
-        self.hasher.update((rel.len() as u64).to_le_bytes());
-        self.hasher.update(rel);
-        self.hasher.update(mode.to_le_bytes());
-        self.hasher.update((content.len() as u64).to_le_bytes());
-        self.hasher.update(content);
-    }
 }
 
 #[cfg(test)]
@@ -268,8 +468,17 @@ mod tests {
         }
     }
 
-    fn hash(dir: &Path) -> VolumeHash {
-        hash_volume(dir, 1 << 20).unwrap().expect("..data exists")
+    fn key() -> HashKey {
+        HashKey::from_bytes([42; 32])
+    }
+
+    /// The whole volume as one part, with a fixed key.
+    fn hv(dir: &Path, max: u64) -> Result<Option<VolumeDigest>, HashError> {
+        hash_volume(dir, max, &key(), &Layout::whole())
+    }
+
+    fn hash(dir: &Path) -> VolumeDigest {
+        hv(dir, 1 << 20).unwrap().expect("..data exists")
     }
 
     const TS1: &str = "..2026_11_22_06_00_00.3209346735";
@@ -278,10 +487,10 @@ mod tests {
     #[test]
     fn no_data_link_yet_is_none() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(hash_volume(dir.path(), 1024).unwrap().is_none());
+        assert!(hv(dir.path(), 1024).unwrap().is_none());
         // A half-written volume: the timestamped dir exists, `..data` not yet.
         fs::create_dir(dir.path().join(TS1)).unwrap();
-        assert!(hash_volume(dir.path(), 1024).unwrap().is_none());
+        assert!(hv(dir.path(), 1024).unwrap().is_none());
     }
 
     #[test]
@@ -314,7 +523,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_volume(dir.path(), TS1, &base);
         let before = hash(dir.path());
-        let mut seen = vec![before];
+        let mut seen = vec![before.clone()];
         for (i, files) in variants.iter().enumerate() {
             let dir = tempfile::tempdir().unwrap();
             write_volume(dir.path(), TS1, files);
@@ -342,7 +551,7 @@ mod tests {
         assert_eq!(hash(other.path()), with_passwd);
         // A 1-byte budget for the whole tree would be blown by /etc/passwd if it were read:
         // `a` (1) + names `a`, `leak` (5) + the target string (11) = 17 bytes.
-        assert!(hash_volume(dir.path(), 17).unwrap().is_some());
+        assert!(hv(dir.path(), 17).unwrap().is_some());
         // Another target string changes the hash.
         fs::remove_file(dir.path().join(TS1).join("leak")).unwrap();
         symlink("/etc/shadow", dir.path().join(TS1).join("leak")).unwrap();
@@ -362,7 +571,7 @@ mod tests {
         ] {
             let dir = tempfile::tempdir().unwrap();
             symlink(&target, dir.path().join(DATA_LINK)).unwrap();
-            let err = hash_volume(dir.path(), 1024).unwrap_err();
+            let err = hv(dir.path(), 1024).unwrap_err();
             assert!(
                 matches!(err, HashError::DataTarget { .. }),
                 "{target}: {err}"
@@ -372,7 +581,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir(dir.path().join(DATA_LINK)).unwrap();
         assert!(matches!(
-            hash_volume(dir.path(), 1024),
+            hv(dir.path(), 1024),
             Err(HashError::DataNotSymlink { .. })
         ));
         // `..data` pointing at a symlink rather than the dir itself.
@@ -380,7 +589,7 @@ mod tests {
         symlink(outside.path(), dir.path().join(TS1)).unwrap();
         symlink(TS1, dir.path().join(DATA_LINK)).unwrap();
         assert!(matches!(
-            hash_volume(dir.path(), 1024),
+            hv(dir.path(), 1024),
             Err(HashError::DataTarget { .. })
         ));
     }
@@ -391,16 +600,13 @@ mod tests {
         let big = "x".repeat(10_000);
         write_volume(dir.path(), TS1, &[("a", &big, 0o644), ("b", &big, 0o644)]);
         let names = 2;
-        assert!(hash_volume(dir.path(), 20_000 + names).unwrap().is_some());
-        let err = hash_volume(dir.path(), 20_000 + names - 1).unwrap_err();
+        assert!(hv(dir.path(), 20_000 + names).unwrap().is_some());
+        let err = hv(dir.path(), 20_000 + names - 1).unwrap_err();
         assert!(
             matches!(err, HashError::TooLarge { limit } if limit == 20_001),
             "{err}"
         );
-        assert!(matches!(
-            hash_volume(dir.path(), 0),
-            Err(HashError::TooLarge { .. })
-        ));
+        assert!(matches!(hv(dir.path(), 0), Err(HashError::TooLarge { .. })));
     }
 
     #[test]
@@ -410,20 +616,161 @@ mod tests {
         let fifo = dir.path().join(TS1).join("pipe");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         assert!(matches!(
-            hash_volume(dir.path(), 1024),
+            hv(dir.path(), 1024),
             Err(HashError::Unsupported { .. })
         ));
     }
 
+    /// `[configMap app (items a.conf, conf.d/b.conf), secret s (all keys), downwardAPI labels,
+    /// serviceAccountToken token]`, as the kubelet writes it.
+    fn mixed_spec() -> VolumeSpec {
+        let app = SourceRef {
+            kind: crate::model::SourceKind::ConfigMap,
+            name: "app".into(),
+        };
+        let s = SourceRef {
+            kind: crate::model::SourceKind::Secret,
+            name: "s".into(),
+        };
+        VolumeSpec {
+            name: "mixed".into(),
+            sources: vec![app.clone(), s],
+            service_account_token: true,
+            source_paths: vec![(app, vec!["a.conf".into(), "./conf.d/b.conf".into()])],
+            other_paths: vec!["labels".into(), "token".into(), "meta/annotations".into()],
+        }
+    }
+
+    fn mixed_files<'a>(
+        app: &'a str,
+        secret: &'a str,
+        labels: &'a str,
+        token: &'a str,
+    ) -> [(&'a str, &'a str, u32); 6] {
+        [
+            ("a.conf", app, 0o644),
+            ("conf.d/b.conf", "b", 0o644),
+            ("password", secret, 0o644),
+            ("labels", labels, 0o644),
+            ("token", token, 0o644),
+            ("meta/annotations", labels, 0o644),
+        ]
+    }
+
+    fn mixed_hash(files: &[(&str, &str, u32)]) -> VolumeDigest {
+        let dir = tempfile::tempdir().unwrap();
+        write_volume(dir.path(), TS1, files);
+        hash_volume(dir.path(), 1 << 20, &key(), &Layout::of(&mixed_spec()))
+            .unwrap()
+            .unwrap()
+    }
+
     #[test]
-    fn display_is_short_hex() {
-        let mut bytes = [0u8; 32];
-        bytes[0] = 0xab;
-        bytes[7] = 0x01;
-        bytes[31] = 0xff;
-        let h = VolumeHash(bytes);
-        assert_eq!(h.to_string(), "ab00000000000001");
-        assert_eq!(h.to_hex().len(), 64);
-        assert!(h.to_hex().ends_with("ff"));
+    fn downward_api_and_token_files_are_not_hashed_configmap_and_secret_parts_are() {
+        let base = mixed_hash(&mixed_files("x=1", "pw", "app=\"web\"", "jwt1"));
+        assert_eq!(
+            base.0.keys().map(String::as_str).collect::<Vec<_>>(),
+            [REST, "configmap/app"]
+        );
+        // A label edit (downwardAPI files) and a token refresh: nothing hashed changes.
+        let relabelled = mixed_hash(&mixed_files("x=1", "pw", "app=\"web\"\ntier=\"1\"", "jwt2"));
+        assert_eq!(relabelled, base);
+        // The ConfigMap with items: only its part.
+        let app = mixed_hash(&mixed_files("x=2", "pw", "app=\"web\"", "jwt1"));
+        assert_eq!(
+            app.changed_parts(&base),
+            BTreeSet::from(["configmap/app".to_owned()])
+        );
+        // The Secret without items: the rest.
+        let secret = mixed_hash(&mixed_files("x=1", "pw2", "app=\"web\"", "jwt1"));
+        assert_eq!(
+            secret.changed_parts(&base),
+            BTreeSet::from([REST.to_owned()])
+        );
+        let spec = mixed_spec();
+        assert_eq!(
+            Layout::sources_of(&spec, REST)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["secret s"]
+        );
+        assert_eq!(
+            Layout::sources_of(&spec, "configmap/app")
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["configmap app"]
+        );
+    }
+
+    #[test]
+    fn a_volume_of_only_token_and_downward_api_files_has_an_empty_digest() {
+        let spec = VolumeSpec {
+            other_paths: vec!["token".into(), "labels".into()],
+            service_account_token: true,
+            ..VolumeSpec::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_volume(
+            dir.path(),
+            TS1,
+            &[("token", "t", 0o644), ("labels", "l", 0o644)],
+        );
+        let digest = hash_volume(dir.path(), 1 << 20, &key(), &Layout::of(&spec))
+            .unwrap()
+            .unwrap();
+        assert!(digest.0.is_empty());
+        // Excluded files are not even read: a budget too small for them is enough.
+        assert!(hash_volume(dir.path(), 0, &key(), &Layout::of(&spec)).is_ok());
+    }
+
+    #[test]
+    fn the_same_content_under_two_keys_hashes_apart_and_debug_shows_no_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        write_volume(dir.path(), TS1, &[("password", "hunter2", 0o644)]);
+        let k1 = HashKey::generate().unwrap();
+        let k2 = HashKey::generate().unwrap();
+        assert_ne!(k1, k2);
+        assert_ne!(k1.id(), k2.id());
+        let a = hash_volume(dir.path(), 1024, &k1, &Layout::whole())
+            .unwrap()
+            .unwrap();
+        let b = hash_volume(dir.path(), 1024, &k2, &Layout::whole())
+            .unwrap()
+            .unwrap();
+        assert_ne!(a, b);
+        // Neither is the plain SHA-256 a dictionary attack would compute.
+        let legacy = legacy_sha256(dir.path(), 1024).unwrap().unwrap();
+        assert_ne!(a.0[REST], legacy);
+        for shown in [format!("{a:?}"), format!("{k1:?}")] {
+            assert!(!shown.contains(&hex::encode(&a.0[REST][..4])), "{shown}");
+            assert!(
+                !shown.contains(&hex::encode(&k1.as_bytes()[..4])),
+                "{shown}"
+            );
+        }
+    }
+
+    #[test]
+    fn legacy_hash_is_what_version_0_1_saved() {
+        // The value reloadlet 0.1's `hash_volume` gave for this tree (checked against that code).
+        let dir = tempfile::tempdir().unwrap();
+        let ts = dir.path().join("..2026_11_22_06_00_00.1");
+        fs::create_dir_all(ts.join("conf.d/x")).unwrap();
+        fs::write(ts.join("a.conf"), "x=1").unwrap();
+        fs::write(ts.join("conf.d/x/b"), "nested").unwrap();
+        for f in ["a.conf", "conf.d/x/b"] {
+            fs::set_permissions(ts.join(f), fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        for d in ["conf.d", "conf.d/x"] {
+            fs::set_permissions(ts.join(d), fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        symlink("/etc/passwd", ts.join("l")).unwrap();
+        symlink("..2026_11_22_06_00_00.1", dir.path().join(DATA_LINK)).unwrap();
+        assert_eq!(
+            hex::encode(legacy_sha256(dir.path(), 1 << 20).unwrap().unwrap()),
+            "3494ce5fe4874eb7802c9b2c9bd2afa9cf434dd068bb7e5056548b61ab3a92d3"
+        );
     }
 }

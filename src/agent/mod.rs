@@ -12,16 +12,17 @@ use crate::k8s::events::{EventSink, PodEvent, PodRef};
 use crate::k8s::eviction::Evictor;
 use crate::k8s::pod_watch::PodUpdate;
 use crate::metrics::{ActionKind, Metrics, Outcome, PluginLabels};
-use crate::model::{PodInfo, VolumeKey};
+use crate::model::{PodInfo, VolumeKey, VolumePlugin};
 use crate::pod_index::{IndexChange, PodIndex};
-use crate::policy::{self, Decision};
+use crate::policy::{self, ChangedVolumes, Decision};
 use crate::process::ContainerProcesses;
 use crate::state::{SavedState, StateStore};
-use crate::volume_hash::{hash_volume, VolumeHash};
+use crate::volume_hash::{hash_volume, legacy_sha256, HashKey, Layout, VolumeDigest};
 use crate::watch::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
 use evictions::{EvictJob, EvictionSettings, Evictions};
 use signals::{SignalJob, SignalResult};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -43,7 +44,15 @@ pub struct Agent {
     metrics: Metrics,
     health: Arc<Health>,
     index: Arc<RwLock<PodIndex>>,
-    detector: ChangeDetector<VolumeHash>,
+    detector: ChangeDetector<VolumeDigest>,
+    /// The node's key for content digests (from the state dir, or random when not persisted).
+    hash_key: HashKey,
+    /// Unkeyed whole-volume hashes of a version-1 state file, used once per volume to tell a
+    /// change made while reloadlet was down from none.
+    legacy: HashMap<VolumeKey, [u8; 32]>,
+    /// Projected volumes seen before their pod: which files count depends on the pod spec, so
+    /// they are hashed once the pod is known (nothing is decided about them before).
+    deferred: HashMap<VolumeKey, (PathBuf, LookCause)>,
     debouncer: Debouncer,
     retries: Vec<(Instant, SignalJob)>,
     results_tx: mpsc::UnboundedSender<SignalResult>,
@@ -74,12 +83,12 @@ impl Agent {
         stop_evictions: CancellationToken,
     ) -> Self {
         let saved = store.as_ref().map(StateStore::load).unwrap_or_default();
-        let detector = ChangeDetector::with_saved(
-            saved
-                .volume_hashes()
-                .into_iter()
-                .map(|(k, h)| (k, VolumeHash(h))),
-        );
+        let detector = ChangeDetector::with_saved(saved.volume_digests());
+        let legacy = saved.legacy_hashes().into_iter().collect();
+        let hash_key = match &store {
+            Some(store) => store.key().clone(),
+            None => HashKey::generate().expect("the kernel's random source (getrandom)"),
+        };
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(
             eviction,
@@ -98,6 +107,9 @@ impl Agent {
             health,
             index,
             detector,
+            hash_key,
+            legacy,
+            deferred: HashMap::new(),
             retries: Vec::new(),
             results_tx,
             results_rx,
@@ -165,10 +177,12 @@ impl Agent {
             match event {
                 WatchEvent::Look { key, cause } => self.look(watcher, &key, cause, now),
                 WatchEvent::VolumeGone(key) => {
+                    self.deferred.remove(&key);
                     self.detector.forget_volume(&key);
                     self.state_dirty = true;
                 }
                 WatchEvent::PodGone { pod_uid } => {
+                    self.deferred.retain(|k, _| k.pod_uid != pod_uid);
                     self.detector.forget_pod(&pod_uid);
                     self.debouncer.remove_pod(&pod_uid);
                     self.retries.retain(|(_, j)| j.pod_uid != pod_uid);
@@ -208,7 +222,62 @@ impl Agent {
         if cause == LookCause::Swap {
             self.metrics.swaps.get_or_create(&plugin).inc();
         }
-        let hash = match hash_volume(&watcher.volume_dir(key), self.settings.max_volume_bytes) {
+        self.look_at(key, watcher.volume_dir(key), cause, now);
+    }
+
+    /// Which files of the volume count. A configMap/secret volume: all. A projected volume:
+    /// those of its ConfigMap/Secret sources, known from the pod spec; `None` until the pod is
+    /// known (the volume is then looked at again, see [`Self::look_deferred`]).
+    fn layout(&self, key: &VolumeKey) -> Option<Layout> {
+        if key.plugin != VolumePlugin::Projected {
+            return Some(Layout::whole());
+        }
+        let index = self.index();
+        let pod = index.get(&key.pod_uid)?;
+        Some(
+            pod.volume(&key.volume)
+                .map_or_else(Layout::whole, Layout::of),
+        )
+    }
+
+    /// Projected volumes that waited for their pod: looked at now that it is known. A change
+    /// they went through meanwhile shows against the saved digest like any other.
+    fn look_deferred(&mut self) {
+        let known: Vec<VolumeKey> = {
+            let index = self.index();
+            self.deferred
+                .keys()
+                .filter(|k| index.get(&k.pod_uid).is_some())
+                .cloned()
+                .collect()
+        };
+        for key in known {
+            if let Some((dir, cause)) = self.deferred.remove(&key) {
+                self.look_at(&key, dir, cause, Instant::now());
+            }
+        }
+    }
+
+    fn look_at(&mut self, key: &VolumeKey, dir: PathBuf, cause: LookCause, now: Instant) {
+        let plugin = PluginLabels {
+            plugin: key.plugin.as_str(),
+        };
+        let Some(layout) = self.layout(key) else {
+            tracing::debug!(volume = %key, ?cause, "projected volume of a pod not known yet; looked at when the pod is");
+            self.deferred.insert(key.clone(), (dir, cause));
+            return;
+        };
+        if self.detector.last(key).is_none() {
+            if let Some(old) = self.legacy.remove(key) {
+                self.migrate(key, &dir, old);
+            }
+        }
+        let hash = match hash_volume(
+            &dir,
+            self.settings.max_volume_bytes,
+            &self.hash_key,
+            &layout,
+        ) {
             Ok(h) => h,
             Err(e) => {
                 tracing::warn!(volume = %key, error = %e, "cannot hash volume; change ignored");
@@ -230,6 +299,55 @@ impl Agent {
             }
             Observation::Unchanged | Observation::NotWritten => {}
         }
+    }
+
+    /// First look at a volume saved by reloadlet 0.1 (an unkeyed SHA-256 of the whole tree). The
+    /// same whole-tree hash now means nothing changed while reloadlet was down: the look is a
+    /// baseline. Another one in a volume whose every file comes from ConfigMaps/Secrets is a
+    /// real change: acted on like any (all its sources named). In a projected volume with
+    /// downwardAPI/token files it cannot be told from a label edit or token refresh: a
+    /// baseline, logged (the one window in which a change is not acted on).
+    fn migrate(&mut self, key: &VolumeKey, dir: &std::path::Path, old: [u8; 32]) {
+        let whole = match legacy_sha256(dir, self.settings.max_volume_bytes) {
+            Ok(Some(h)) => h,
+            Ok(None) | Err(_) => return,
+        };
+        if whole == old {
+            return;
+        }
+        let only_sources = key.plugin != VolumePlugin::Projected
+            || self
+                .index()
+                .get(&key.pod_uid)
+                .and_then(|p| p.volume(&key.volume))
+                .is_some_and(|v| v.other_paths.is_empty());
+        if only_sources {
+            tracing::info!(volume = %key, "volume changed while reloadlet was down (migrated state)");
+            self.detector.seed(key, VolumeDigest::default());
+        } else {
+            tracing::info!(volume = %key, "migrated state: cannot tell a ConfigMap/Secret change made while reloadlet was down from a downwardAPI/token update in this projected volume; taken as the new baseline");
+        }
+    }
+
+    /// Which sources of each changed volume of the pod changed since the last action.
+    fn changed_sources(&self, pod: &PodInfo, change: &PendingChange) -> ChangedVolumes {
+        change
+            .volumes
+            .iter()
+            .map(|volume| {
+                let sources = self
+                    .detector
+                    .pending_change(&pod.uid, volume)
+                    .zip(pod.volume(volume))
+                    .map(|((before, now), spec)| {
+                        now.changed_parts(before)
+                            .iter()
+                            .flat_map(|part| Layout::sources_of(spec, part))
+                            .collect::<BTreeSet<_>>()
+                    });
+                (volume.clone(), sources)
+            })
+            .collect()
     }
 
     /// Looks up, in one pass over /proc, the main processes of the containers a signal
@@ -272,6 +390,7 @@ impl Agent {
                 let change = self.index_mut().apply(pod);
                 if change == IndexChange::Added {
                     tracing::debug!("pod added to the index");
+                    self.look_deferred();
                 }
             }
             PodUpdate::Delete { uid } => {
@@ -287,6 +406,7 @@ impl Agent {
                 for uid in gone {
                     self.forget_pod(&uid);
                 }
+                self.look_deferred();
                 // Decoding a full pod list is the agent's largest allocation: hand it back.
                 crate::memory::release_free_heap();
                 if self.synced {
@@ -423,7 +543,7 @@ impl Agent {
             return;
         }
         let volumes: Vec<&str> = change.volumes.iter().map(String::as_str).collect();
-        let decision = policy::decide(pod, &change.volumes);
+        let decision = policy::decide_changes(pod, &self.changed_sources(pod, change));
         match decision {
             Decision::NotOptedIn => {
                 tracing::debug!(pod = %pod.full_name(), ?volumes, "not opted in; no action");
@@ -598,8 +718,7 @@ impl Agent {
         if self.synced {
             self.saved.pending_evictions = self.evictions.pending();
         }
-        self.saved
-            .set_volumes(self.detector.snapshot().into_iter().map(|(k, h)| (k, h.0)));
+        self.saved.set_volumes(self.detector.snapshot());
         match store.save(&self.saved) {
             Ok(()) => self.state_dirty = false,
             Err(e) => {

@@ -3,9 +3,9 @@
 
 use crate::model::{
     ContainerId, ContainerInfo, ContainerKind, PodInfo, SourceKind, SourceRef, VolumeMount,
-    VolumeSpec,
+    VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
 };
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, Volume};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, KeyToPath, Pod, Volume};
 
 pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
     let meta = &pod.metadata;
@@ -127,9 +127,21 @@ fn container_info(
     }
 }
 
+/// What reloadlet keeps of a volume. For a projected volume, also which files each source
+/// writes, as the kubelet's projected plugin lays them out (kubernetes
+/// `pkg/volume/projected/projected.go`, `collectData`): a configMap/secret source writes
+/// `items[].path` for each item, or every key of its object when `items` is empty
+/// (`configmap.MakePayload`/`secret.MakePayload`); a downwardAPI source writes `items[].path`
+/// (`downwardapi.CollectData`); a serviceAccountToken source writes `path`; a
+/// clusterTrustBundle source writes `path`. The API server rejects two sources writing the same
+/// path (`validateProjectionSources` in `pkg/apis/core/validation/validation.go`, "conflicting
+/// duplicate paths"), so a path named in the spec belongs to exactly one source. Paths may
+/// nest (`a/b.conf`); they are relative to the volume's `..data`.
 fn volume_spec(v: &Volume) -> VolumeSpec {
-    let mut sources = Vec::new();
-    let mut token = false;
+    let mut spec = VolumeSpec {
+        name: v.name.clone(),
+        ..VolumeSpec::default()
+    };
     let cm = |name: &str| SourceRef {
         kind: SourceKind::ConfigMap,
         name: name.to_owned(),
@@ -138,30 +150,57 @@ fn volume_spec(v: &Volume) -> VolumeSpec {
         kind: SourceKind::Secret,
         name: name.to_owned(),
     };
+    let item_paths = |items: Option<&Vec<KeyToPath>>| -> Option<Vec<String>> {
+        let paths: Vec<String> = items
+            .into_iter()
+            .flatten()
+            .map(|i| i.path.clone())
+            .collect();
+        (!paths.is_empty()).then_some(paths)
+    };
     if let Some(c) = &v.config_map {
-        sources.push(cm(&c.name));
+        spec.sources.push(cm(&c.name));
     }
     if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
-        sources.push(secret(s));
+        spec.sources.push(secret(s));
     }
-    if let Some(p) = &v.projected {
-        for src in p.sources.iter().flatten() {
-            if let Some(c) = &src.config_map {
-                sources.push(cm(&c.name));
+    let Some(p) = &v.projected else {
+        // A configMap/secret volume has one source: every file is its own.
+        return spec;
+    };
+    for src in p.sources.iter().flatten() {
+        if let Some(c) = &src.config_map {
+            let source = cm(&c.name);
+            let paths = item_paths(c.items.as_ref()).or_else(|| {
+                // Without `items` the files are the object's keys, unknown from the spec, except
+                // for the root CA, whose publisher writes one key only.
+                (c.name == ROOT_CA_CONFIGMAP).then(|| vec![ROOT_CA_KEY.to_owned()])
+            });
+            if let Some(paths) = paths {
+                spec.source_paths.push((source.clone(), paths));
             }
-            if let Some(s) = &src.secret {
-                sources.push(secret(&s.name));
+            spec.sources.push(source);
+        }
+        if let Some(s) = &src.secret {
+            let source = secret(&s.name);
+            if let Some(paths) = item_paths(s.items.as_ref()) {
+                spec.source_paths.push((source.clone(), paths));
             }
-            if src.service_account_token.is_some() {
-                token = true;
-            }
+            spec.sources.push(source);
+        }
+        if let Some(d) = &src.downward_api {
+            spec.other_paths
+                .extend(d.items.iter().flatten().map(|i| i.path.clone()));
+        }
+        if let Some(t) = &src.service_account_token {
+            spec.service_account_token = true;
+            spec.other_paths.push(t.path.clone());
+        }
+        if let Some(b) = &src.cluster_trust_bundle {
+            spec.other_paths.push(b.path.clone());
         }
     }
-    VolumeSpec {
-        name: v.name.clone(),
-        sources,
-        service_account_token: token,
-    }
+    spec
 }
 
 #[cfg(test)]
@@ -197,6 +236,13 @@ mod tests {
                         {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
                         {"configMap": {"name": "kube-root-ca.crt"}},
                         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}
+                    ]}},
+                    {"name": "mixed", "projected": {"sources": [
+                        {"serviceAccountToken": {"audience": "vault", "path": "vault/token"}},
+                        {"configMap": {"name": "app-config"}},
+                        {"secret": {"name": "db", "items": [{"key": "u", "path": "db/user"}, {"key": "p", "path": "db/password"}]}},
+                        {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                        {"clusterTrustBundle": {"signerName": "example.com/x", "path": "bundle.pem"}}
                     ]}},
                     {"name": "scratch", "emptyDir": {}}
                 ]
@@ -241,6 +287,33 @@ mod tests {
         );
         let token = info.volume("kube-api-access-abcde").unwrap();
         assert!(token.service_account_token);
+        // kube-root-ca.crt without `items`: its one key.
+        assert_eq!(
+            token.source_paths,
+            [(
+                SourceRef {
+                    kind: SourceKind::ConfigMap,
+                    name: "kube-root-ca.crt".into()
+                },
+                vec!["ca.crt".to_owned()]
+            )]
+        );
+        assert_eq!(token.other_paths, ["token", "namespace"]);
+        let mixed = info.volume("mixed").unwrap();
+        assert_eq!(mixed.other_paths, ["vault/token", "labels", "bundle.pem"]);
+        assert_eq!(
+            mixed.source_paths,
+            [(
+                SourceRef {
+                    kind: SourceKind::Secret,
+                    name: "db".into()
+                },
+                vec!["db/user".to_owned(), "db/password".to_owned()]
+            )]
+        );
+        assert_eq!(mixed.sources.len(), 2);
+        // A plain configMap volume: its items are all its own; nothing to tell apart.
+        assert!(info.volume("conf").unwrap().source_paths.is_empty());
         assert_eq!(info.volume("both").unwrap().sources.len(), 2);
         assert!(info.volume("scratch").unwrap().sources.is_empty());
     }
