@@ -22,6 +22,10 @@ pub enum ActionKind {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Outcome {
     Signaled,
+    /// Sent, but the process has no handler and does not block it (Warning `SignalNotHandled`).
+    SignalNotHandled,
+    /// Not sent: the process ignores it or would be killed by it (Warning `SignalNotHandled`).
+    SignalWithheld,
     SignalFailed,
     Evicted,
     EvictionBlocked,
@@ -52,6 +56,8 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Signaled => "signaled",
+            Self::SignalNotHandled => "signal_not_handled",
+            Self::SignalWithheld => "signal_withheld",
             Self::SignalFailed => "signal_failed",
             Self::Evicted => "evicted",
             Self::EvictionBlocked => "eviction_blocked",
