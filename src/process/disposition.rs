@@ -35,7 +35,8 @@ use std::fmt;
 ///   `wait_and_forward_signal` and `kill`s the child with what it got. Debian installs
 ///   `/usr/bin/tini` and `/usr/bin/tini-static`; Docker's `--init` ships it as `docker-init`.
 /// - dumb-init (Yelp/dumb-init, `dumb-init.c` `main`): `sigprocmask(SIG_BLOCK)` of a full
-///   set, then `sigwait` in a loop and `handle_signal` forwards to the child's session.
+///   set and a no-op handler bound to every signal (so it shows as "caught" anyway), then
+///   `sigwait` in a loop; `handle_signal` forwards to the child's process group.
 /// - catatonit (openSUSE/catatonit, `catatonit.c` `init_signalfd`): a `signalfd` on a full,
 ///   blocked set; it shows as "blocked" anyway, listed for completeness (podman's `--init`).
 ///
