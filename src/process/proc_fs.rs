@@ -20,8 +20,8 @@ const CACHE_CAPACITY: usize = 4096;
 
 /// [`ContainerProcesses`] over a procfs mount (normally `/proc`; tests use a fake tree).
 ///
-/// Signalling a container whose main process is cached costs a `pidfd_open`, two small
-/// reads (`stat`, `cgroup`) and the signal; a full scan of the proc root happens only on
+/// Signalling a container whose main process is cached costs a `pidfd_open`, three small
+/// reads (`stat`, `cgroup`, `status`) and the signal; a full scan of the proc root happens only on
 /// a cache miss, or once when the cached process has gone.
 ///
 /// The proc root must belong to the agent's PID namespace (see the [module docs](super)).
