@@ -305,3 +305,38 @@ async fn signal_forwarding_inits_pass_the_signal_to_their_child() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_logs_what_the_check_would_decide_and_sends_nothing() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&["--dry-run"]).await;
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "1")]));
+    let base = node.path("x").parent().unwrap().to_path_buf();
+    node.api.create_pod(
+        pod(NS, "shared")
+            .signal()
+            .share_process_namespace()
+            .configmap_volume("conf", "c")
+            .container(plain(&base, "app", &["sleep", "3600"]))
+            .build(),
+    );
+    let handles = node.wait_running(NS, "shared").await;
+    let pid = handles.container("app").unwrap().main_pid;
+    node.wait_tracked(2).await;
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
+    let line = eventually("the dry-run line", WAIT, || {
+        node.agent_log()
+            .lines()
+            .find(|l| l.contains("dry-run: would NOT send signal"))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(
+        line.contains(&format!(
+            "process sleep (pid {pid}) has no handler for SIGHUP"
+        )),
+        "{line}"
+    );
+    assert!(alive(pid));
+    assert!(node.all_events().is_empty(), "{:?}", node.all_events());
+}

@@ -482,13 +482,38 @@ impl Agent {
                     };
                     if self.settings.dry_run {
                         self.metrics.action(ActionKind::Signal, Outcome::DryRun);
-                        tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %signal, cause = %job.cause, action = "signal", outcome = "dry_run", "dry-run: would send signal");
+                        self.dry_run_signal(pod, job);
                     } else {
                         self.start_signal(job);
                     }
                 }
             }
         }
+    }
+
+    /// `--dry-run`: logs what the signal would do to the main process (the same check as a
+    /// real signal, read from /proc off the event loop), and sends nothing.
+    fn dry_run_signal(&self, pod: &PodInfo, job: SignalJob) {
+        let name = pod.full_name();
+        let container_id = signals::running_container_id(pod, &job.container);
+        let processes = self.deps.processes.clone();
+        let uid = pod.uid.clone();
+        tokio::task::spawn_blocking(move || {
+            let seen = container_id.and_then(|id| {
+                let (main, status) = processes.inspect(&uid, &id).map_err(|e| e.to_string())?;
+                let verdict = crate::process::decide(&status, job.signal, job.check);
+                let what = crate::process::describe(&status, main.pid, job.signal, verdict);
+                Ok((verdict.sends(), what))
+            });
+            let (sends, what) =
+                seen.unwrap_or_else(|e| (true, format!("main process not found now: {e}")));
+            let message = if sends {
+                "dry-run: would send signal"
+            } else {
+                "dry-run: would NOT send signal (SignalNotHandled)"
+            };
+            tracing::info!(pod = %name, container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = "dry_run", check = %what, "{message}");
+        });
     }
 
     fn start_signal(&mut self, job: SignalJob) {
