@@ -179,3 +179,25 @@ pub fn annotations(data: &[u8]) {
         }
     }
 }
+
+/// `/proc/<pid>/status` text: never panics; a parsed status gives every signal a verdict
+/// that follows the masks (a handler or a mask always sends, `SIG_IGN` alone never does).
+pub fn proc_status(data: &[u8]) {
+    use reloadlet::model::ReloadSignal;
+    use reloadlet::process::{decide, describe, SignalCheck, SignalStatus, Verdict};
+    let text = String::from_utf8_lossy(data);
+    let Some(status) = SignalStatus::parse(&text) else {
+        return;
+    };
+    for signal in ReloadSignal::ALL {
+        let bit = 1u64 << (signal.number() - 1);
+        let verdict = decide(&status, signal, SignalCheck::On);
+        if (status.caught | status.blocked) & bit != 0 {
+            assert!(matches!(verdict, Verdict::Send(_)), "{status:?} {signal}");
+        } else if status.ignored & bit != 0 {
+            assert!(!verdict.sends(), "{status:?} {signal}");
+        }
+        assert!(decide(&status, signal, SignalCheck::Off).sends());
+        assert!(!describe(&status, 1, signal, verdict).is_empty());
+    }
+}

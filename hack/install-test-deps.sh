@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine (idempotent):
-# nginx (the real workload the tests reload) and util-linux's unshare/nsenter; checks
+# nginx (the real workload the tests reload), util-linux's unshare/nsenter, tini, dumb-init
+# and catatonit (real signal-forwarding inits); checks
 # that cargo is on the PATH (the Rust toolchain is the one prerequisite).
 #
 # It touches nothing it did not start: the tests and the demo run their own nginx
@@ -27,6 +28,10 @@ fi
 need=()
 command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need+=(nginx)
 command -v unshare >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+# Signal-forwarding inits the signal tests run as PID 1 (tests/signal_handling.rs).
+for init in tini dumb-init catatonit; do
+  command -v "$init" >/dev/null 2>&1 || need+=("$init")
+done
 if ((${#need[@]})); then
   apt_install "${need[@]}"
   if [[ " ${need[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1; then

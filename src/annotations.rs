@@ -12,14 +12,17 @@ pub const CONTAINERS: &str = "reloadlet.io/containers";
 pub const CONFIGMAPS: &str = "reloadlet.io/configmaps";
 pub const SECRETS: &str = "reloadlet.io/secrets";
 pub const EVICT_UNOWNED: &str = "reloadlet.io/evict-unowned";
+/// `"off"`: signal without first checking that the process handles the signal.
+pub const SIGNAL_CHECK: &str = "reloadlet.io/signal-check";
 
-const KNOWN: [&str; 6] = [
+const KNOWN: [&str; 7] = [
     ACTION,
     SIGNAL,
     CONTAINERS,
     CONFIGMAPS,
     SECRETS,
     EVICT_UNOWNED,
+    SIGNAL_CHECK,
 ];
 /// Kubernetes object names are at most 253 characters; a list longer than this is not a typo.
 const MAX_LIST_ITEMS: usize = 64;
@@ -66,7 +69,9 @@ pub enum AnnotationError {
     TooManyItems(&'static str),
     #[error("{EVICT_UNOWNED}: {0:?} is not a boolean; use \"true\" or \"false\"")]
     InvalidBool(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned")]
+    #[error("{SIGNAL_CHECK}: {0:?} is not valid; use \"on\" (the default) or \"off\"")]
+    InvalidSignalCheck(String),
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check")]
     UnknownKey(String),
 }
 
@@ -95,12 +100,26 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         },
         _ => return Err(AnnotationError::UnknownAction(action.clone())),
     };
+    signal_check(annotations)?;
     Ok(Some(PodPolicy {
         action,
         containers: parse_list(annotations, CONTAINERS, "container", is_dns_label)?,
         configmaps: parse_list(annotations, CONFIGMAPS, "ConfigMap", is_dns_subdomain)?,
         secrets: parse_list(annotations, SECRETS, "Secret", is_dns_subdomain)?,
     }))
+}
+
+/// `reloadlet.io/signal-check`: `true` (the default, `"on"`) when reloadlet reads the
+/// target's signal masks before signalling; `false` (`"off"`) to signal regardless.
+pub fn signal_check(annotations: &BTreeMap<String, String>) -> Result<bool, AnnotationError> {
+    match annotations.get(SIGNAL_CHECK) {
+        None => Ok(true),
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            _ => Err(AnnotationError::InvalidSignalCheck(v.clone())),
+        },
+    }
 }
 
 fn parse_bool(value: Option<&String>) -> Result<bool, AnnotationError> {
@@ -285,6 +304,14 @@ mod tests {
                 Err(AnnotationError::InvalidBool("yes".into())),
             ),
             (
+                vec![(ACTION, "signal"), (SIGNAL_CHECK, " OFF ")],
+                Ok(Some(signal(ReloadSignal::Hup))),
+            ),
+            (
+                vec![(ACTION, "signal"), (SIGNAL_CHECK, "no")],
+                Err(AnnotationError::InvalidSignalCheck("no".into())),
+            ),
+            (
                 vec![(ACTION, "signal"), ("reloadlet.io/singal", "HUP")],
                 Err(AnnotationError::UnknownKey("reloadlet.io/singal".into())),
             ),
@@ -292,6 +319,19 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(parse(&ann(&input)), want, "{input:?}");
         }
+    }
+
+    #[test]
+    fn signal_check_is_on_unless_turned_off() {
+        assert_eq!(signal_check(&ann(&[])), Ok(true));
+        assert_eq!(signal_check(&ann(&[(SIGNAL_CHECK, "on")])), Ok(true));
+        assert_eq!(signal_check(&ann(&[(SIGNAL_CHECK, "Off")])), Ok(false));
+        assert_eq!(
+            signal_check(&ann(&[(SIGNAL_CHECK, "false")]))
+                .unwrap_err()
+                .to_string(),
+            "reloadlet.io/signal-check: \"false\" is not valid; use \"on\" (the default) or \"off\""
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 
 use crate::annotations::Action;
 use crate::filters::NamespaceFilter;
-use crate::model::{ContainerKind, PodInfo, SourceRef};
+use crate::model::{ContainerKind, PodInfo, ReloadSignal, SourceRef};
 use crate::policy::{self, Decision};
+use crate::process::{decide, describe, SignalCheck, SignalStatus, Verdict};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -14,7 +15,7 @@ pub fn report(
     pod: &PodInfo,
     filter: &NamespaceFilter,
     env_only: &[SourceRef],
-    main_pid: &dyn Fn(&str) -> Result<i32, String>,
+    main_pid: &dyn Fn(&str) -> Result<MainProcessView, String>,
 ) -> String {
     let mut out = String::new();
     let w = &mut out;
@@ -102,7 +103,11 @@ pub fn report(
         .filter(|c| c.kind != ContainerKind::Init)
     {
         let pid = match main_pid(&c.name) {
-            Ok(pid) => format!("main pid {pid}"),
+            Ok(main) => format!(
+                "main pid {}{}",
+                main.pid,
+                signal_check_note(pod, &policy.action, &main)
+            ),
             Err(e) => format!("main process not found: {e}"),
         };
         let id = c
@@ -113,6 +118,39 @@ pub fn report(
         let _ = writeln!(w, "    {} ({id}): {pid}", c.name);
     }
     out
+}
+
+/// What `explain` could learn about a container's main process.
+#[derive(Clone, Debug)]
+pub struct MainProcessView {
+    pub pid: i32,
+    /// Its `/proc/<pid>/status` signal masks, or why they could not be read.
+    pub status: Result<SignalStatus, String>,
+}
+
+/// The signal-check part of a container's line: what a signal sent now would do, decided
+/// exactly as the agent decides it before signalling. Empty unless the action is `signal`.
+pub fn signal_check_note(pod: &PodInfo, action: &Action, main: &MainProcessView) -> String {
+    let Action::Signal(signal) = action else {
+        return String::new();
+    };
+    let signal: ReloadSignal = *signal;
+    let check = match crate::annotations::signal_check(&pod.annotations) {
+        Ok(false) => SignalCheck::Off,
+        _ => SignalCheck::On,
+    };
+    let status = match &main.status {
+        Ok(status) => status,
+        Err(e) => return format!("\n      {signal}: cannot tell whether it is handled: {e}"),
+    };
+    let verdict = decide(status, signal, check);
+    let what = describe(status, main.pid, signal, verdict);
+    let fate = match verdict {
+        Verdict::Send(_) => "sent, Event Signaled",
+        Verdict::SendUnhandled(_) => "sent, Warning SignalNotHandled",
+        Verdict::Withhold(_) => "NOT sent, Warning SignalNotHandled",
+    };
+    format!("\n      on a change: {signal} {fate}: {what}")
 }
 
 #[cfg(test)]
@@ -164,7 +202,19 @@ mod tests {
             kind: SourceKind::Secret,
             name: "db".into(),
         }];
-        let text = report(&pod, &NamespaceFilter::default(), &env, &|_| Ok(4242));
+        let handler = SignalStatus {
+            name: "nginx".into(),
+            caught: 1,
+            ns_pid: Some(1),
+            ..Default::default()
+        };
+        let view = |status: &SignalStatus| MainProcessView {
+            pid: 4242,
+            status: Ok(status.clone()),
+        };
+        let text = report(&pod, &NamespaceFilter::default(), &env, &|_| {
+            Ok(view(&handler))
+        });
         assert!(text.contains("action: signal SIGHUP"), "{text}");
         assert!(
             text.contains("conf [configmap nginx-conf]: triggers SIGHUP to nginx"),
@@ -179,10 +229,26 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("main pid 4242"), "{text}");
+        assert!(
+            text.contains("on a change: SIGHUP sent, Event Signaled: pid 1 (nginx) (host pid 4242) has a handler for SIGHUP"),
+            "{text}"
+        );
+        let shared_sleep = SignalStatus {
+            name: "sleep".into(),
+            ns_pid: Some(7),
+            ..Default::default()
+        };
+        let text = report(&pod, &NamespaceFilter::default(), &[], &|_| {
+            Ok(view(&shared_sleep))
+        });
+        assert!(
+            text.contains("on a change: SIGHUP NOT sent, Warning SignalNotHandled: process sleep (pid 4242) has no handler for SIGHUP and is not PID 1 of its PID namespace: SIGHUP would terminate the process"),
+            "{text}"
+        );
         let excluded = NamespaceFilter {
             exclude: ["web".to_string()].into(),
             ..Default::default()
         };
-        assert!(report(&pod, &excluded, &[], &|_| Ok(1)).contains("not acted on"));
+        assert!(report(&pod, &excluded, &[], &|_| Ok(view(&handler))).contains("not acted on"));
     }
 }

@@ -217,17 +217,26 @@ async fn explain(
         return fail(&format!("pod {namespace}/{name} has no uid or spec"));
     };
     let processes = ProcFs::new(proc_root);
-    let main_pid = |container: &str| -> Result<i32, String> {
+    let main_pid = |container: &str| -> Result<reloadlet::explain::MainProcessView, String> {
         let c = info
             .containers
             .iter()
             .find(|c| c.name == container)
             .ok_or("unknown container")?;
         let id = c.container_id.as_ref().ok_or("no container id yet")?;
-        processes
-            .find_main_process(&info.uid, id)
-            .map(|p| p.pid)
-            .map_err(|e| e.to_string())
+        match processes.inspect(&info.uid, id) {
+            Ok((main, status)) => Ok(reloadlet::explain::MainProcessView {
+                pid: main.pid,
+                status: Ok(status),
+            }),
+            Err(e) => processes
+                .find_main_process(&info.uid, id)
+                .map(|main| reloadlet::explain::MainProcessView {
+                    pid: main.pid,
+                    status: Err(e.to_string()),
+                })
+                .map_err(|e| e.to_string()),
+        }
     };
     print!(
         "{}",

@@ -30,6 +30,10 @@ pub enum ActionKind {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::EnumIter)]
 pub enum Outcome {
     Signaled,
+    /// Sent, but the process has no handler and does not block it (Warning `SignalNotHandled`).
+    SignalNotHandled,
+    /// Not sent: the process ignores it or would be killed by it (Warning `SignalNotHandled`).
+    SignalWithheld,
     SignalFailed,
     Evicted,
     EvictionBlocked,
@@ -60,6 +64,8 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Signaled => "signaled",
+            Self::SignalNotHandled => "signal_not_handled",
+            Self::SignalWithheld => "signal_withheld",
             Self::SignalFailed => "signal_failed",
             Self::Evicted => "evicted",
             Self::EvictionBlocked => "eviction_blocked",
@@ -75,7 +81,11 @@ impl Outcome {
     pub fn actions(self) -> &'static [ActionKind] {
         use ActionKind::{Evict, None, Signal};
         match self {
-            Self::Signaled | Self::SignalFailed | Self::SubPathNotUpdated => &[Signal],
+            Self::Signaled
+            | Self::SignalFailed
+            | Self::SignalNotHandled
+            | Self::SignalWithheld
+            | Self::SubPathNotUpdated => &[Signal],
             Self::Evicted | Self::EvictionBlocked | Self::EvictionFailed | Self::Refused => {
                 &[Evict]
             }

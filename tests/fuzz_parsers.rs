@@ -156,6 +156,11 @@ fn container_id_properties_hold() {
 }
 
 #[test]
+fn proc_status_properties_hold() {
+    run("proc_status", checks::proc_status);
+}
+
+#[test]
 fn the_search_reaches_containers_and_conmon() {
     // Guard against a search that never exercises the interesting branch.
     let seeds = corpus("cgroup_paths");

@@ -250,6 +250,63 @@ fn shared_process_namespace_makes_pause_pid_1() {
     assert!(!alive(c.main_pid) && !alive(sandbox.main_pid));
 }
 
+/// The kernel facts reloadlet's signal check relies on, on the simulated runtime: a `sleep`
+/// (no handler) that is PID 1 of its container survives SIGHUP (the kernel drops it:
+/// `sig_task_ignored`, `SIGNAL_UNKILLABLE`); the same `sleep` under a shared PID namespace
+/// dies of it. Both report no handler and no mask in `/proc/<pid>/status`.
+#[test]
+fn an_unhandled_sighup_is_dropped_for_pid_1_and_kills_a_process_that_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rt = runtime_in(tmp.path(), Containerd, Systemd, V2);
+    let sleep = ContainerSpec {
+        name: "app".into(),
+        argv: vec!["sleep".into(), "3602".into()],
+        ..Default::default()
+    };
+    let mut mains = Vec::new();
+    for shared in [false, true] {
+        let pod_uid = uid();
+        rt.start_sandbox(&SandboxSpec {
+            pod_uid: pod_uid.clone(),
+            qos: BestEffort,
+            share_process_namespace: shared,
+            host_pid: false,
+        })
+        .unwrap();
+        let c = rt.start_container(&pod_uid, &sleep).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", c.main_pid)).unwrap();
+        for mask in ["SigBlk", "SigCgt"] {
+            let line = status.lines().find(|l| l.starts_with(mask)).unwrap();
+            assert!(line.ends_with("0000000000000000"), "{line}");
+        }
+        assert_eq!(nspids(c.main_pid).last() == Some(&1), !shared);
+        mains.push((pod_uid, c.main_pid));
+    }
+    for (_, pid) in &mains {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap();
+    }
+    let (pid1, not_pid1) = (mains[0].1, mains[1].1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while alive(not_pid1) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !alive(not_pid1),
+        "SIGHUP's default action kills a process that is not PID 1"
+    );
+    assert!(
+        alive(pid1),
+        "the kernel drops an unhandled SIGHUP sent to PID 1"
+    );
+    for (pod_uid, _) in mains {
+        rt.stop_sandbox(&pod_uid, Duration::ZERO).unwrap();
+    }
+}
+
 #[test]
 fn init_container_runs_to_completion_and_reports_exit_code() {
     let tmp = tempfile::tempdir().unwrap();

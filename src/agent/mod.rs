@@ -598,16 +598,42 @@ impl Agent {
                         cause: cause.to_string(),
                         first_seen: change.first_seen,
                         attempt: 1,
+                        check: signals::signal_check(pod),
                     };
                     if self.settings.dry_run {
                         self.metrics.action(ActionKind::Signal, Outcome::DryRun);
-                        tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %signal, cause = %job.cause, action = "signal", outcome = "dry_run", "dry-run: would send signal");
+                        self.dry_run_signal(pod, job);
                     } else {
                         self.start_signal(job);
                     }
                 }
             }
         }
+    }
+
+    /// `--dry-run`: logs what the signal would do to the main process (the same check as a
+    /// real signal, read from /proc off the event loop), and sends nothing.
+    fn dry_run_signal(&self, pod: &PodInfo, job: SignalJob) {
+        let name = pod.full_name();
+        let container_id = signals::running_container_id(pod, &job.container);
+        let processes = self.deps.processes.clone();
+        let uid = pod.uid.clone();
+        tokio::task::spawn_blocking(move || {
+            let seen = container_id.and_then(|id| {
+                let (main, status) = processes.inspect(&uid, &id).map_err(|e| e.to_string())?;
+                let verdict = crate::process::decide(&status, job.signal, job.check);
+                let what = crate::process::describe(&status, main.pid, job.signal, verdict);
+                Ok((verdict.sends(), what))
+            });
+            let (sends, what) =
+                seen.unwrap_or_else(|e| (true, format!("main process not found now: {e}")));
+            let message = if sends {
+                "dry-run: would send signal"
+            } else {
+                "dry-run: would NOT send signal (SignalNotHandled)"
+            };
+            tracing::info!(pod = %name, container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = "dry_run", check = %what, "{message}");
+        });
     }
 
     fn start_signal(&mut self, job: SignalJob) {
@@ -627,7 +653,7 @@ impl Agent {
                 self.signals_in_flight += 1;
                 tokio::task::spawn_blocking(move || {
                     let outcome = processes
-                        .signal_container(&job.pod_uid, &container_id, job.signal)
+                        .deliver(&job.pod_uid, &container_id, job.signal, job.check)
                         .map_err(|e| e.to_string());
                     let _ = tx.send(SignalResult { job, outcome });
                 });
@@ -640,19 +666,25 @@ impl Agent {
         let pod = self.pod(&job.pod_uid);
         let Some(pod) = pod else { return };
         match outcome {
-            Ok(pid) => {
+            Ok(delivery) => {
+                let report = signals::report(&job, &delivery);
+                let pid = delivery.pid;
+                let process = delivery.status.name.as_str();
+                let verdict = format!("{:?}", delivery.verdict);
+                let what = delivery.describe(job.signal);
                 let latency = job.first_seen.elapsed();
-                self.metrics.action(ActionKind::Signal, Outcome::Signaled);
-                self.metrics
-                    .observe_latency(ActionKind::Signal, latency.as_secs_f64());
-                tracing::info!(pod = %pod.full_name(), container = %job.container, pid, signal = %job.signal, cause = %job.cause, action = "signal", outcome = "signaled", latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
-                self.publish(
-                    &pod,
-                    false,
-                    "Signaled",
-                    "Signal",
-                    signals::signaled_note(&job, pid),
-                );
+                self.metrics.action(ActionKind::Signal, report.outcome);
+                if delivery.sent() {
+                    self.metrics
+                        .observe_latency(ActionKind::Signal, latency.as_secs_f64());
+                }
+                let outcome = report.outcome.as_str();
+                if report.warning {
+                    tracing::warn!(pod = %pod.full_name(), container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome, "{what}");
+                } else {
+                    tracing::info!(pod = %pod.full_name(), container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
+                }
+                self.publish(&pod, report.warning, report.reason, "Signal", report.note);
             }
             Err(e) if job.attempt < signals::MAX_ATTEMPTS => {
                 let delay = job.retry_delay();

@@ -1,6 +1,8 @@
 //! Signal jobs: one container of one pod, retried with backoff while the container restarts.
 
+use crate::metrics::Outcome;
 use crate::model::{ContainerId, PodInfo, ReloadSignal};
+use crate::process::{Delivery, SignalCheck};
 use std::time::{Duration, Instant};
 
 /// Total attempts before `SignalFailed` is final (the delays are 0.5 s, 1 s, 2 s, 4 s).
@@ -15,6 +17,8 @@ pub struct SignalJob {
     pub cause: String,
     pub first_seen: Instant,
     pub attempt: u32,
+    /// `reloadlet.io/signal-check` of the pod.
+    pub check: SignalCheck,
 }
 
 impl SignalJob {
@@ -26,7 +30,16 @@ impl SignalJob {
 #[derive(Debug)]
 pub struct SignalResult {
     pub job: SignalJob,
-    pub outcome: Result<i32, String>,
+    pub outcome: Result<Delivery, String>,
+}
+
+/// The pod's `reloadlet.io/signal-check` (an invalid value never gets this far: the pod's
+/// annotation is then invalid as a whole).
+pub fn signal_check(pod: &PodInfo) -> SignalCheck {
+    match crate::annotations::signal_check(&pod.annotations) {
+        Ok(false) => SignalCheck::Off,
+        _ => SignalCheck::On,
+    }
 }
 
 /// The container's current runtime ID, or why it cannot be signalled now.
@@ -39,6 +52,43 @@ pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerI
     match (&c.container_id, c.running) {
         (Some(id), true) => Ok(id.clone()),
         _ => Err(format!("container {container} is not running")),
+    }
+}
+
+/// How a delivery ends up: the metric outcome, the Event reason and note, and whether it is a
+/// warning.
+pub struct Report {
+    pub outcome: Outcome,
+    pub reason: &'static str,
+    pub warning: bool,
+    pub note: String,
+}
+
+pub fn report(job: &SignalJob, delivery: &Delivery) -> Report {
+    let (signal, container, cause) = (job.signal, &job.container, &job.cause);
+    if delivery.verdict.handled() {
+        return Report {
+            outcome: Outcome::Signaled,
+            reason: "Signaled",
+            warning: false,
+            note: signaled_note(job, delivery.pid),
+        };
+    }
+    let what = delivery.describe(signal);
+    if delivery.sent() {
+        Report {
+            outcome: Outcome::SignalNotHandled,
+            reason: "SignalNotHandled",
+            warning: true,
+            note: format!("sent {signal} to container {container}, but {what}: {cause}"),
+        }
+    } else {
+        Report {
+            outcome: Outcome::SignalWithheld,
+            reason: "SignalNotHandled",
+            warning: true,
+            note: format!("did not send {signal} to container {container}: {what}: {cause}"),
+        }
     }
 }
 
@@ -59,17 +109,23 @@ pub fn failed_note(job: &SignalJob, error: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::{decide, SignalStatus};
 
-    #[test]
-    fn retry_delays_double() {
-        let mut job = SignalJob {
+    fn job() -> SignalJob {
+        SignalJob {
             pod_uid: "u".into(),
             container: "nginx".into(),
             signal: ReloadSignal::Hup,
             cause: "configmap nginx-conf changed".into(),
             first_seen: Instant::now(),
             attempt: 1,
-        };
+            check: SignalCheck::On,
+        }
+    }
+
+    #[test]
+    fn retry_delays_double() {
+        let mut job = job();
         let delays: Vec<u128> = (1..MAX_ATTEMPTS)
             .map(|a| {
                 job.attempt = a;
@@ -80,6 +136,43 @@ mod tests {
         assert_eq!(
             signaled_note(&job, 4242),
             "sent SIGHUP to container nginx (pid 4242): configmap nginx-conf changed"
+        );
+    }
+
+    fn delivery(name: &str, caught: u64, ns_pid: i32) -> Delivery {
+        let status = SignalStatus {
+            name: name.into(),
+            caught,
+            ns_pid: Some(ns_pid),
+            ..Default::default()
+        };
+        Delivery {
+            pid: 4242,
+            verdict: decide(&status, ReloadSignal::Hup, SignalCheck::On),
+            status,
+            by_kill: false,
+        }
+    }
+
+    #[test]
+    fn each_verdict_has_its_event() {
+        let handled = report(&job(), &delivery("nginx", 1, 1));
+        assert_eq!((handled.reason, handled.warning), ("Signaled", false));
+        assert_eq!(handled.outcome, Outcome::Signaled);
+
+        let pid1 = report(&job(), &delivery("sleep", 0, 1));
+        assert_eq!((pid1.reason, pid1.warning), ("SignalNotHandled", true));
+        assert_eq!(pid1.outcome, Outcome::SignalNotHandled);
+        assert_eq!(
+            pid1.note,
+            "sent SIGHUP to container nginx, but pid 1 (sleep) has no handler for SIGHUP: the kernel drops it unless the process waits for it (host pid 4242): configmap nginx-conf changed"
+        );
+
+        let shared = report(&job(), &delivery("sleep", 0, 7));
+        assert_eq!(shared.outcome, Outcome::SignalWithheld);
+        assert_eq!(
+            shared.note,
+            "did not send SIGHUP to container nginx: process sleep (pid 4242) has no handler for SIGHUP and is not PID 1 of its PID namespace: SIGHUP would terminate the process: configmap nginx-conf changed"
         );
     }
 }

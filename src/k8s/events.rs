@@ -31,7 +31,8 @@ impl From<&PodInfo> for PodRef {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodEvent {
     pub warning: bool,
-    /// `Signaled`, `InvalidAnnotation`, `SubPathNotUpdated`, `SignalFailed`, `EvictionRequested`, …
+    /// `Signaled`, `SignalNotHandled`, `InvalidAnnotation`, `SubPathNotUpdated`, `SignalFailed`,
+    /// `EvictionRequested`, …
     pub reason: &'static str,
     /// Short PascalCase verb: `Signal`, `Evict`, `Validate`.
     pub action: &'static str,

@@ -38,6 +38,20 @@ pub enum ProcessError {
         source: io::Error,
     },
 
+    /// `/proc/<pid>/status` of the main process could not be read or parsed: nothing is
+    /// sent without knowing what the process does with the signal.
+    #[error("cannot read the signal masks of process {pid} from {path}: {why}")]
+    Status {
+        pid: i32,
+        path: PathBuf,
+        why: String,
+    },
+
+    /// The process would not handle the signal (ignored, or its default action would kill
+    /// it); nothing was sent.
+    #[error("{reason}")]
+    Withheld { reason: String },
+
     /// `pidfd_open` or `pidfd_send_signal` failed for a reason other than the process
     /// being gone (e.g. EPERM, or ENOSYS before Linux 5.3).
     #[error("cannot send {signal} to process {pid}: {source}")]

@@ -9,6 +9,7 @@
 //! procfs of that namespace: run the agent with `hostPID: true` and use `/proc` (a host
 //! `/proc` bind-mounted into a non-hostPID container would name the wrong processes).
 
+mod disposition;
 mod error;
 mod pidfd;
 mod proc_fs;
@@ -16,6 +17,10 @@ mod scan;
 #[cfg(test)]
 mod tests;
 
+pub use disposition::{
+    decide, describe, Handled, SignalCheck, SignalStatus, Unhandled, Verdict, Withheld,
+    KNOWN_FORWARDING_INITS,
+};
 pub use error::ProcessError;
 pub use proc_fs::ProcFs;
 
@@ -29,6 +34,30 @@ pub struct MainProcess {
     /// `/proc/<pid>/stat` field 22 (clock ticks after boot): with the PID, it names
     /// one process for good, even after the PID is reused.
     pub start_time: u64,
+}
+
+/// What became of one signal: the process it was meant for, what that process does with it
+/// (read from `/proc/<pid>/status` just before), and whether it was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// The main process, in the agent's PID namespace.
+    pub pid: i32,
+    pub status: SignalStatus,
+    pub verdict: Verdict,
+    /// `kill(2)` was used because the node refuses pidfds.
+    pub by_kill: bool,
+}
+
+impl Delivery {
+    /// The signal left reloadlet.
+    pub fn sent(&self) -> bool {
+        self.verdict.sends()
+    }
+
+    /// One line on what happens to `signal` at this process.
+    pub fn describe(&self, signal: ReloadSignal) -> String {
+        describe(&self.status, self.pid, signal, self.verdict)
+    }
 }
 
 /// Finds and signals the main process of a pod's container.
@@ -46,14 +75,42 @@ pub trait ContainerProcesses: Send + Sync {
 
     /// Finds (or takes from a cache) the main process, opens a pidfd on it, re-verifies
     /// through /proc that the pidfd's process still is that container's main process (same
-    /// start time, cgroup still names the container), then `pidfd_send_signal`. Returns the
-    /// PID signalled.
+    /// start time, cgroup still names the container), reads what it does with `signal`
+    /// ([`decide`], unless `check` is off), and sends it with `pidfd_send_signal` when the
+    /// verdict says so (`kill(2)` after a fresh re-check where pidfds are refused).
+    fn deliver(
+        &self,
+        pod_uid: &str,
+        container: &ContainerId,
+        signal: ReloadSignal,
+        check: SignalCheck,
+    ) -> Result<Delivery, ProcessError>;
+
+    /// [`deliver`](Self::deliver) with the check on; the PID signalled, or
+    /// [`ProcessError::Withheld`] when the process would not handle it.
     fn signal_container(
         &self,
         pod_uid: &str,
         container: &ContainerId,
         signal: ReloadSignal,
-    ) -> Result<i32, ProcessError>;
+    ) -> Result<i32, ProcessError> {
+        let delivery = self.deliver(pod_uid, container, signal, SignalCheck::On)?;
+        if delivery.sent() {
+            Ok(delivery.pid)
+        } else {
+            Err(ProcessError::Withheld {
+                reason: delivery.describe(signal),
+            })
+        }
+    }
+
+    /// The main process and what `/proc/<pid>/status` says about its signals (for
+    /// `explain`: the decision a signal would get now).
+    fn inspect(
+        &self,
+        pod_uid: &str,
+        container: &ContainerId,
+    ) -> Result<(MainProcess, SignalStatus), ProcessError>;
 
     /// Finds the main processes of many containers in one pass over the proc root and
     /// remembers them, so that the signal for a later change costs two small reads instead

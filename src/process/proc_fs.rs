@@ -8,8 +8,9 @@ use std::sync::Mutex;
 
 use procfs::ProcError;
 
+use super::disposition::{self, SignalCheck, SignalStatus};
 use super::pidfd::{Pidfds, Pinned, Pinner};
-use super::{scan, ContainerProcesses, MainProcess, ProcessError};
+use super::{scan, ContainerProcesses, Delivery, MainProcess, ProcessError};
 use crate::cgroup::normalize_pod_uid;
 use crate::model::{ContainerId, ReloadSignal};
 
@@ -19,8 +20,8 @@ const CACHE_CAPACITY: usize = 4096;
 
 /// [`ContainerProcesses`] over a procfs mount (normally `/proc`; tests use a fake tree).
 ///
-/// Signalling a container whose main process is cached costs a `pidfd_open`, two small
-/// reads (`stat`, `cgroup`) and the signal; a full scan of the proc root happens only on
+/// Signalling a container whose main process is cached costs a `pidfd_open`, three small
+/// reads (`stat`, `cgroup`, `status`) and the signal; a full scan of the proc root happens only on
 /// a cache miss, or once when the cached process has gone.
 ///
 /// The proc root must belong to the agent's PID namespace (see the [module docs](super)).
@@ -31,16 +32,17 @@ pub struct ProcFs {
     scans: AtomicU64,
 }
 
-/// A cached or freshly found process that turned out not to be the main process any more.
+/// The outcome of one try at a cached or freshly found process.
 enum Attempt {
-    Signalled(i32),
+    Done(Delivery),
+    /// It turned out not to be the main process any more.
     Stale,
 }
 
 impl ProcFs {
     /// A `ProcFs` reading `proc_root` (e.g. `/proc`) and signalling through pidfds.
     pub fn new(proc_root: impl Into<PathBuf>) -> Self {
-        Self::with_pinner(proc_root, Box::new(Pidfds))
+        Self::with_pinner(proc_root, Box::new(Pidfds::default()))
     }
 
     pub(crate) fn with_pinner(proc_root: impl Into<PathBuf>, pinner: Box<dyn Pinner>) -> Self {
@@ -98,20 +100,55 @@ impl ProcFs {
         Ok(main)
     }
 
-    /// Pins `main`, checks it still is the container's main process, signals it.
+    /// `main` still is the container's main process: same start time, alive, in the
+    /// container's cgroup. Any read error counts as "no".
+    fn still_main(&self, main: MainProcess, uid: &str, container: &ContainerId) -> bool {
+        match scan::observe(&self.proc_root, main.pid, uid, container) {
+            Ok(seen) => seen.start_time == main.start_time && !seen.dead && seen.in_container,
+            Err(ProcError::NotFound(_)) => false,
+            Err(err) => {
+                tracing::debug!(pid = main.pid, %err, "cannot re-check process");
+                false
+            }
+        }
+    }
+
+    /// What `/proc/<pid>/status` says about the process's signals. `Ok(None)`: it is gone.
+    fn signal_status(&self, pid: i32) -> Result<Option<SignalStatus>, ProcessError> {
+        let path = self.proc_root.join(pid.to_string()).join("status");
+        match scan::status_text(&self.proc_root, pid) {
+            Ok(text) => SignalStatus::parse(&text)
+                .map(Some)
+                .ok_or_else(|| ProcessError::Status {
+                    pid,
+                    path,
+                    why: "no SigBlk/SigIgn/SigCgt lines".into(),
+                }),
+            Err(ProcError::NotFound(_)) => Ok(None),
+            Err(err) => Err(ProcessError::Status {
+                pid,
+                path,
+                why: err.to_string(),
+            }),
+        }
+    }
+
+    /// Pins `main`, checks it still is the container's main process, reads its signal
+    /// masks, and signals it when the verdict says so.
     fn try_signal(
         &self,
         main: MainProcess,
         uid: &str,
         container: &ContainerId,
         signal: ReloadSignal,
+        check: SignalCheck,
     ) -> Result<Attempt, ProcessError> {
         let signal_error = |source| ProcessError::Signal {
             pid: main.pid,
             signal,
             source,
         };
-        let pinned: Box<dyn Pinned> = match self.pinner.pin(main.pid) {
+        let mut pinned: Box<dyn Pinned> = match self.pinner.pin(main.pid) {
             Ok(pinned) => pinned,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Attempt::Stale),
             Err(err) => return Err(signal_error(err)),
@@ -119,19 +156,47 @@ impl ProcFs {
         // Pinned before these reads: if they still show the same process (same start
         // time), the pidfd refers to it, since a PID is only reused after its process is
         // gone, and a process never comes back.
-        match scan::observe(&self.proc_root, main.pid, uid, container) {
-            Ok(seen) if seen.start_time == main.start_time && !seen.dead && seen.in_container => {}
-            Ok(_) | Err(ProcError::NotFound(_)) => return Ok(Attempt::Stale),
-            Err(err) => {
-                tracing::debug!(pid = main.pid, %err, "cannot re-check process");
+        if !self.still_main(main, uid, container) {
+            return Ok(Attempt::Stale);
+        }
+        let Some(status) = self.signal_status(main.pid)? else {
+            return Ok(Attempt::Stale);
+        };
+        let verdict = disposition::decide(&status, signal, check);
+        let mut delivery = Delivery {
+            pid: main.pid,
+            status,
+            verdict,
+            by_kill: !pinned.exact(),
+        };
+        if !verdict.sends() {
+            return Ok(Attempt::Done(delivery));
+        }
+        // Twice at most: a pidfd refused at send time is followed by one `kill` pin.
+        for _ in 0..2 {
+            // Not pinned by a pidfd (kill fallback): check again right before the kill.
+            if !pinned.exact() && !self.still_main(main, uid, container) {
                 return Ok(Attempt::Stale);
             }
+            delivery.by_kill = !pinned.exact();
+            match pinned.signal(signal) {
+                Ok(()) => return Ok(Attempt::Done(delivery)),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Attempt::Stale),
+                Err(err) if err.kind() == io::ErrorKind::Unsupported => {
+                    pinned = match self.pinner.pin(main.pid) {
+                        Ok(p) => p,
+                        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                            return Ok(Attempt::Stale)
+                        }
+                        Err(err) => return Err(signal_error(err)),
+                    };
+                }
+                Err(err) => return Err(signal_error(err)),
+            }
         }
-        match pinned.signal(signal) {
-            Ok(()) => Ok(Attempt::Signalled(main.pid)),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(Attempt::Stale),
-            Err(err) => Err(signal_error(err)),
-        }
+        Err(signal_error(io::Error::other(
+            "neither a pidfd nor kill(2) could signal it",
+        )))
     }
 }
 
@@ -175,24 +240,42 @@ impl ContainerProcesses for ProcFs {
         self.scan(&uid, container)
     }
 
-    fn signal_container(
+    fn inspect(
+        &self,
+        pod_uid: &str,
+        container: &ContainerId,
+    ) -> Result<(MainProcess, SignalStatus), ProcessError> {
+        let uid = checked_uid(pod_uid)?;
+        let main = self.scan(&uid, container)?;
+        match self.signal_status(main.pid)? {
+            Some(status) => Ok((main, status)),
+            None => Err(ProcessError::Vanished {
+                pod_uid: uid,
+                container: container.clone(),
+                pid: main.pid,
+            }),
+        }
+    }
+
+    fn deliver(
         &self,
         pod_uid: &str,
         container: &ContainerId,
         signal: ReloadSignal,
-    ) -> Result<i32, ProcessError> {
+        check: SignalCheck,
+    ) -> Result<Delivery, ProcessError> {
         let uid = checked_uid(pod_uid)?;
         let key = (uid.clone(), container.id.clone());
         let cached = self.lock_cache().get(&key).copied();
         if let Some(main) = cached {
-            if let Attempt::Signalled(pid) = self.try_signal(main, &uid, container, signal)? {
-                return Ok(pid);
+            if let Attempt::Done(d) = self.try_signal(main, &uid, container, signal, check)? {
+                return Ok(d);
             }
             self.lock_cache().remove(&key);
         }
         let main = self.scan(&uid, container)?;
-        match self.try_signal(main, &uid, container, signal)? {
-            Attempt::Signalled(pid) => Ok(pid),
+        match self.try_signal(main, &uid, container, signal, check)? {
+            Attempt::Done(d) => Ok(d),
             Attempt::Stale => {
                 self.lock_cache().remove(&key);
                 Err(ProcessError::Vanished {

@@ -21,6 +21,24 @@ impl FromRead for CgroupText {
     }
 }
 
+/// The raw text of `/proc/<pid>/status`.
+struct StatusText(String);
+
+impl FromRead for StatusText {
+    fn from_read<R: Read>(mut r: R) -> ProcResult<Self> {
+        let mut text = String::new();
+        r.read_to_string(&mut text)?;
+        Ok(StatusText(text))
+    }
+}
+
+/// The text of `<proc_root>/<pid>/status`.
+pub(crate) fn status_text(proc_root: &Path, pid: i32) -> ProcResult<String> {
+    let process = Process::new_with_root(proc_root.join(pid.to_string()))?;
+    let StatusText(text) = process.read("status")?;
+    Ok(text)
+}
+
 /// What a scan keeps of one process of the container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Member {

@@ -12,6 +12,10 @@ use crate::model::{ContainerId, ContainerRuntime, ReloadSignal};
 
 const POD: &str = "0c5e6a8e-3b1f-4d7a-9e2c-8f4b1a6d3e57";
 const OTHER_POD: &str = "0c5e6a8e-3b1f-4d7a-9e2c-8f4b1a6d3e58";
+/// HUP INT QUIT USR1 USR2 TERM WINCH.
+const ALL_RELOAD_SIGNALS: u64 =
+    (1 << 0) | (1 << 1) | (1 << 2) | (1 << 9) | (1 << 11) | (1 << 14) | (1 << 27);
+const HUP: u64 = 1;
 
 /// A proc tree in a temp dir: `<pid>/stat`, `<pid>/cgroup`, `<pid>/status`.
 struct FakeProc {
@@ -44,8 +48,18 @@ impl FakeProc {
         }
         fs::write(dir.join("stat"), fields.join(" ") + "\n").expect("stat");
         fs::write(dir.join("cgroup"), cgroup).expect("cgroup");
-        let status =
-            format!("Name:\tx\nState:\t{state}\nPid:\t{pid}\nPPid:\t{ppid}\nNSpid:\t{pid}\t1\n");
+        // A process with a handler for every signal reloadlet sends.
+        self.status(pid, "x", 0, 0, ALL_RELOAD_SIGNALS, 1);
+    }
+
+    /// Rewrites `<pid>/status`: name, SigBlk, SigIgn, SigCgt, and the PID in its namespace.
+    fn status(&self, pid: i32, name: &str, blk: u64, ign: u64, cgt: u64, ns_pid: i32) {
+        let status = format!(
+            "Name:\t{name}\nState:\tS (sleeping)\nPid:\t{pid}\nNSpid:\t{pid}\t{ns_pid}\n\
+             SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\n\
+             SigBlk:\t{blk:016x}\nSigIgn:\t{ign:016x}\nSigCgt:\t{cgt:016x}\n"
+        );
+        let dir = self.dir.path().join(pid.to_string());
         fs::write(dir.join("status"), status).expect("status");
     }
 
@@ -455,4 +469,157 @@ fn a_main_process_that_keeps_vanishing_fails_cleanly() {
         Some(main)
     );
     assert_eq!(procs.scan_count(), 2);
+}
+
+// ------------------------------------------------------------ disposition and fallback
+
+use super::pidfd::fake::FakeCalls;
+use super::pidfd::Pidfds;
+use super::{SignalCheck, Verdict, Withheld};
+
+#[test]
+fn a_process_that_would_not_handle_the_signal_is_never_sent_it() {
+    let fake = FakeProc::new();
+    let (container, main) = populate(
+        &fake,
+        ContainerRuntime::Containerd,
+        Driver::Systemd,
+        Qos::Burstable,
+        Hierarchy::V2,
+    );
+    let pinner = FakePinner::default();
+    let procs = fake.procfs(&pinner);
+    let deliver = |check| {
+        procs
+            .deliver(POD, &container, ReloadSignal::Hup, check)
+            .unwrap()
+    };
+
+    // Not PID 1 of its namespace, no handler, not blocked: SIGHUP would kill it.
+    fake.status(main, "sleep", 0, 0, 0, 7);
+    let d = deliver(SignalCheck::On);
+    assert_eq!(d.verdict, Verdict::Withhold(Withheld::WouldTerminate));
+    assert_eq!(
+        (d.pid, d.status.name.as_str(), d.sent()),
+        (main, "sleep", false)
+    );
+    // Ignored.
+    fake.status(main, "app", 0, HUP, 0, 1);
+    assert_eq!(
+        deliver(SignalCheck::On).verdict,
+        Verdict::Withhold(Withheld::Ignored)
+    );
+    assert!(pinner.sent().is_empty(), "{:?}", pinner.sent());
+    assert!(matches!(
+        procs.signal_container(POD, &container, ReloadSignal::Hup),
+        Err(ProcessError::Withheld { .. })
+    ));
+    assert!(pinner.sent().is_empty());
+
+    // signal-check off sends regardless; PID 1 without a handler is sent (harmless).
+    assert!(deliver(SignalCheck::Off).sent());
+    fake.status(main, "sleep", 0, 0, 0, 1);
+    assert!(deliver(SignalCheck::On).sent());
+    // A process whose status cannot be parsed is not signalled.
+    fs::write(
+        fake.dir.path().join(main.to_string()).join("status"),
+        "Name:\tx\n",
+    )
+    .unwrap();
+    assert!(matches!(
+        procs.deliver(POD, &container, ReloadSignal::Hup, SignalCheck::On),
+        Err(ProcessError::Status { .. })
+    ));
+    assert_eq!(
+        pinner.sent(),
+        vec![(main, ReloadSignal::Hup), (main, ReloadSignal::Hup)]
+    );
+}
+
+fn procfs_with_calls(fake: &FakeProc, calls: &FakeCalls) -> ProcFs {
+    ProcFs::with_pinner(fake.dir.path(), Box::new(Pidfds::with_calls(calls.clone())))
+}
+
+#[test]
+fn refused_pidfds_fall_back_to_kill_after_the_same_re_check() {
+    for (open_errno, send_errno) in [
+        (libc::ENOSYS, 0),
+        (libc::EPERM, 0),
+        (0, libc::EPERM),
+        (0, libc::ENOSYS),
+    ] {
+        let fake = FakeProc::new();
+        let (container, main) = populate(
+            &fake,
+            ContainerRuntime::CriO,
+            Driver::Cgroupfs,
+            Qos::Guaranteed,
+            Hierarchy::V2,
+        );
+        let calls = FakeCalls {
+            open_errno,
+            send_errno,
+            ..Default::default()
+        };
+        let procs = procfs_with_calls(&fake, &calls);
+        let d = procs
+            .deliver(POD, &container, ReloadSignal::Usr1, SignalCheck::On)
+            .unwrap();
+        assert!(d.sent() && d.by_kill, "{open_errno} {send_errno}: {d:?}");
+        assert_eq!(
+            calls.log().last().map(String::as_str),
+            Some(format!("kill {main} SIGUSR1").as_str())
+        );
+        // Later signals go straight to kill, without trying pidfds again.
+        let before = calls.log().len();
+        procs
+            .deliver(POD, &container, ReloadSignal::Hup, SignalCheck::On)
+            .unwrap();
+        assert_eq!(calls.log()[before..], [format!("kill {main} SIGHUP")]);
+
+        // The PID is reused by a process outside the container: never killed.
+        fake.remove(main);
+        fake.process(
+            main,
+            1,
+            9999,
+            'S',
+            &cgroup_file(Hierarchy::V2, "/system.slice/cron.service"),
+        );
+        let before = calls.log().len();
+        let _ = procs.deliver(POD, &container, ReloadSignal::Hup, SignalCheck::On);
+        assert!(
+            calls.log()[before..]
+                .iter()
+                .all(|c| c != &format!("kill {main} SIGHUP")),
+            "{:?}",
+            calls.log()
+        );
+    }
+}
+
+#[test]
+fn other_pidfd_errors_do_not_fall_back() {
+    let fake = FakeProc::new();
+    let (container, _) = populate(
+        &fake,
+        ContainerRuntime::Containerd,
+        Driver::Systemd,
+        Qos::Guaranteed,
+        Hierarchy::V2,
+    );
+    let calls = FakeCalls {
+        send_errno: libc::EINVAL,
+        ..Default::default()
+    };
+    let procs = procfs_with_calls(&fake, &calls);
+    assert!(matches!(
+        procs.deliver(POD, &container, ReloadSignal::Hup, SignalCheck::On),
+        Err(ProcessError::Signal { .. })
+    ));
+    assert!(
+        calls.log().iter().all(|c| !c.starts_with("kill")),
+        "{:?}",
+        calls.log()
+    );
 }

@@ -122,6 +122,31 @@ impl PodBuilder {
         self.container(c)
     }
 
+    /// A `sigrecorder` container that takes signals the way `mode` says (`signalfd`,
+    /// `sigwait`, `handler`, `ignore`).
+    pub fn recorder_mode(
+        mut self,
+        name: &str,
+        out: &Path,
+        mounts: &[(&str, &str)],
+        mode: &str,
+    ) -> Self {
+        self.base
+            .get_or_insert_with(|| out.parent().unwrap().to_path_buf());
+        let mut c = recorder_container(name, out, mounts, false);
+        c["command"]
+            .as_array_mut()
+            .unwrap()
+            .extend([json!("--mode"), json!(mode)]);
+        self.container(c)
+    }
+
+    /// `shareProcessNamespace: true`: the pause process is PID 1, the containers are not.
+    pub fn share_process_namespace(mut self) -> Self {
+        self.value["spec"]["shareProcessNamespace"] = json!(true);
+        self
+    }
+
     pub fn sub_path_mount(
         mut self,
         container: &str,
