@@ -12,6 +12,7 @@ mod disruption;
 mod events;
 mod eviction;
 mod http_objects;
+mod model;
 mod objects;
 mod pdb_store;
 mod records;
@@ -26,6 +27,7 @@ mod watch;
 
 pub use disruption::{compute_status, expected_and_desired, scaled_value, BudgetError};
 pub use events::merge_patch;
+pub use model::ApiChange;
 pub use records::{EvictionRecord, InvariantRecord, RecordedEvent, RequestRecord};
 pub use status::ApiStatus;
 
@@ -41,19 +43,6 @@ use std::time::Duration;
 use store::{Key, State};
 use tokio::sync::{broadcast, watch as tokio_watch};
 use tokio::task::JoinHandle;
-
-/// A change the simulated kubelet (and tests) can follow without polling.
-#[derive(Clone, Debug)]
-pub enum ApiChange {
-    /// A pod was created or changed (including getting a deletionTimestamp).
-    PodUpserted(Box<Pod>),
-    /// A pod was removed for good.
-    PodDeleted(Box<Pod>),
-    /// A ConfigMap was created or replaced.
-    ConfigMapChanged { namespace: String, name: String },
-    /// A Secret was created or replaced.
-    SecretChanged { namespace: String, name: String },
-}
 
 /// How the server behaves; `Default` is what [`ApiServer::start`] uses.
 #[derive(Clone, Debug)]

@@ -12,11 +12,11 @@
 //!   the stored one, it returns the stored object without writing to etcd).
 
 use super::events::merge_patch;
+use super::model::ApiChange;
 use super::status::ApiStatus;
 use super::store::{
     key_of, random_suffix, ChangeKind, Key, ObjEvent, Recorded, Resource, State, WatchSignal,
 };
-use super::ApiChange;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
