@@ -434,3 +434,48 @@ async fn lease_watch_sees_updates() {
         .unwrap();
     assert_eq!(got.metadata.name.as_deref(), Some("l"));
 }
+
+#[tokio::test]
+async fn metadata_watches_have_bookmarks_and_expire_like_pod_watches() {
+    let server = ApiServer::start_with(nodesim::apiserver::ApiServerOptions {
+        bookmark_interval: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    server.apply_configmap(cm("a", "c", "1"));
+    let old = server.resource_version().to_string();
+    let api: Api<ConfigMap> = Api::namespaced(client(&server), "a");
+    let mut events = api
+        .watch_metadata(&WatchParams::default(), &old)
+        .await
+        .unwrap()
+        .boxed();
+    server.apply_configmap(cm("a", "c", "2"));
+    let mut modified = false;
+    let mut bookmark = false;
+    while !(modified && bookmark) {
+        match tokio::time::timeout(Duration::from_secs(10), events.try_next()).await {
+            Ok(Ok(Some(WatchEvent::Modified(m)))) => {
+                assert_eq!(m.metadata.name.as_deref(), Some("c"));
+                modified = true;
+            }
+            Ok(Ok(Some(WatchEvent::Bookmark(b)))) => {
+                assert!(!b.metadata.resource_version.is_empty());
+                bookmark = true;
+            }
+            other => panic!("unexpected: {other:?}"),
+        }
+    }
+    // After compaction, watching from the old version answers 410 Gone.
+    server.compact();
+    let mut stale = api
+        .watch_metadata(&WatchParams::default(), &old)
+        .await
+        .unwrap()
+        .boxed();
+    match tokio::time::timeout(Duration::from_secs(10), stale.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Error(e)))) => assert_eq!(e.code, 410),
+        other => panic!("expected 410: {other:?}"),
+    }
+}
