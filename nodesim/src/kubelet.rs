@@ -270,6 +270,8 @@ enum Timer {
     MarkReady(String),
     /// [`SyncMode::Faithful`]: the pod's periodic sync.
     Sync(String),
+    /// [`SyncMode::Faithful`]: the sync right after a phase transition.
+    PhaseSync(String),
 }
 
 /// Everything runs on this thread.
@@ -369,6 +371,7 @@ impl Worker {
                 Timer::Reproject(kind, ns, name) => self.reproject(kind, &ns, &name),
                 Timer::MarkReady(uid) => self.mark_ready(&uid),
                 Timer::Sync(uid) => self.sync_pod(&uid, SyncReason::Periodic),
+                Timer::PhaseSync(uid) => self.sync_pod(&uid, SyncReason::PhaseTransition),
             }
         }
     }
@@ -488,7 +491,20 @@ impl Worker {
         }
         if first {
             self.record_sync(uid, SyncReason::Start);
-            self.schedule_periodic(uid);
+            let running = self
+                .pods
+                .get(uid)
+                .is_some_and(|s| s.stage == Stage::Running);
+            if running && matches!(self.opts.sync_mode, SyncMode::Faithful { .. }) {
+                // Pending → Running is a phase transition: completeWork re-enqueues the
+                // pod with no delay, so it syncs again on the next tick.
+                self.timers.push((
+                    next_tick(self.started, Instant::now()),
+                    Timer::PhaseSync(uid.to_owned()),
+                ));
+            } else {
+                self.schedule_periodic(uid);
+            }
         }
     }
 
@@ -510,7 +526,7 @@ impl Worker {
             return;
         };
         self.timers
-            .retain(|(_, t)| !matches!(t, Timer::Sync(u) if u == uid));
+            .retain(|(_, t)| !matches!(t, Timer::Sync(u) | Timer::PhaseSync(u) if u == uid));
         let due = Instant::now()
             + kubelet_sync::jitter(sync_frequency, kubelet_sync::RESYNC_JITTER_FACTOR);
         self.timers
@@ -661,7 +677,7 @@ impl Worker {
             return;
         };
         self.timers
-            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) | Timer::Sync(u) if u == uid));
+            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) | Timer::Sync(u) | Timer::PhaseSync(u) if u == uid));
         let grace = stop_grace(&state.pod, self.opts.max_stop_grace);
         if let Err(e) = self.runtime.stop_sandbox(uid, grace) {
             tracing::warn!(pod_uid = %uid, error = %e, "stopping the pod failed");

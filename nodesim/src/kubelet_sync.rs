@@ -7,7 +7,8 @@
 //!   workerResyncIntervalJitterFactor)` — `resyncInterval` is `syncFrequency` (default
 //!   1 m), the jitter factor 0.5, so the next periodic sync comes 1–1.5 × syncFrequency
 //!   after the LAST sync, whatever triggered it (the timer restarts after an immediate
-//!   sync too).
+//!   sync too). After a sync that changed the pod's phase (Pending → Running) it is
+//!   re-enqueued with no delay (`case phaseTransition: Enqueue(podUID, 0)`).
 //! - `pkg/kubelet/kubelet.go` `syncLoop`: a 1 s `syncTicker`; `syncLoopIteration` takes
 //!   the pods whose work-queue time has come (`getPodsToSync`) and `HandlePodSyncs` them,
 //!   so a due sync waits for the next tick.
@@ -74,6 +75,8 @@ pub enum SyncReason {
     PodUpdate,
     /// The periodic resync came due.
     Periodic,
+    /// The sync right after the pod's phase changed (Pending → Running).
+    PhaseTransition,
     /// [`crate::kubelet::SimKubelet::resync_all`].
     Forced,
     /// [`SyncMode::ProjectOnChange`]: a ConfigMap/Secret changed (test shortcut).

@@ -89,6 +89,14 @@ impl Running {
         node.kubelet
             .wait_for_pod(&uid, Duration::from_secs(20))
             .expect("the pod runs");
+        // The sync right after Pending → Running (pod_workers.go completeWork).
+        wait_until("the phase-transition sync", Duration::from_secs(10), || {
+            node.kubelet
+                .syncs(&uid)
+                .iter()
+                .any(|s| s.reason == SyncReason::PhaseTransition)
+                .then_some(())
+        });
         let file = node.kubelet_root().join(format!(
             "pods/{uid}/volumes/kubernetes.io~configmap/config/app.conf"
         ));
@@ -199,10 +207,12 @@ async fn without_a_pod_change_the_periodic_sync_projects_it() {
     );
     // The timer restarts after every sync and waits at least syncFrequency.
     wait_until("a second periodic sync", Duration::from_secs(15), || {
-        (r.node.kubelet.syncs(&r.uid).len() >= 3).then_some(())
+        (r.node.kubelet.syncs(&r.uid).len() >= 4).then_some(())
     });
     let syncs = r.node.kubelet.syncs(&r.uid);
-    for pair in syncs.windows(2) {
+    assert_eq!(syncs[0].reason, SyncReason::Start);
+    assert_eq!(syncs[1].reason, SyncReason::PhaseTransition);
+    for pair in syncs[1..].windows(2) {
         assert!(pair[1].at.duration_since(pair[0].at) >= freq, "{syncs:?}");
     }
 }
