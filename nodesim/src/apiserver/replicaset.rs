@@ -1,20 +1,10 @@
 //! ReplicaSet emulation: keeps `replicas` non-terminating pods per ReplicaSet, on one node.
 
 use super::disruption::{pod_is_ready, pod_is_terminating};
-use super::store::{new_uid, random_suffix, Key, State};
+use super::model::{new_uid, random_suffix, Key, ReplicaSetSim};
+use super::store::State;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-
-/// A simulated ReplicaSet.
-#[derive(Clone, Debug)]
-pub(crate) struct ReplicaSetSim {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub replicas: i32,
-    pub template: PodTemplateSpec,
-    pub node_name: String,
-}
 
 impl ReplicaSetSim {
     /// Whether the pod's controller reference points at this ReplicaSet.

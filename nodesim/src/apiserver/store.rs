@@ -1,74 +1,37 @@
-//! The server's objects, its one resourceVersion counter and the retained pod history.
+//! The server's objects, its one resourceVersion counter and the retained history of
+//! changes (pods, ConfigMaps, Secrets, Leases).
 //!
-//! Every mutation goes through [`State`] under one mutex; pod changes are appended to
+//! Every mutation goes through [`State`] under one mutex; changes are appended to
 //! the history and broadcast to open watches while that lock is held, so a watch that
 //! subscribes under the lock never misses or duplicates a change.
 
+use super::model::ApiChange;
+pub(crate) use super::model::{
+    key_of, new_uid, now_ts, random_suffix, ChangeKind, Key, ObjEvent, PdbEntry, PodEvent,
+    Recorded, ReplicaSetSim, Resource, WatchSignal,
+};
 use super::records::{EvictionRecord, InvariantRecord, RequestRecord};
-use super::replicaset::ReplicaSetSim;
-use super::ApiChange;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod, PodStatus, Secret};
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
-use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::broadcast;
-
-/// `(namespace, name)`
-pub(crate) type Key = (String, String);
-
-/// The type of a watch event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ChangeKind {
-    Added,
-    Modified,
-    Deleted,
-}
-
-/// One pod change, as retained in history and sent to watches.
-#[derive(Clone, Debug)]
-pub(crate) struct PodEvent {
-    pub rv: u64,
-    pub kind: ChangeKind,
-    /// The pod before the change (for Modified), to tell a watcher it left its selector.
-    pub old: Option<Pod>,
-    /// The pod after the change (its last state for Deleted).
-    pub new: Pod,
-}
-
-/// What open watches receive.
-#[derive(Clone, Debug)]
-pub(crate) enum WatchSignal {
-    Pod(Box<PodEvent>),
-    /// History was compacted by `compact()`: every open watch ends with 410 Expired.
-    Compacted {
-        rv: u64,
-    },
-}
-
-/// A PDB and when the disruption controller may observe its current generation.
-#[derive(Clone, Debug)]
-pub(crate) struct PdbEntry {
-    pub pdb: PodDisruptionBudget,
-    /// Until this instant the controller has not seen the latest generation (lag).
-    pub observe_after: Option<Instant>,
-    /// A test pinned the status: the controller leaves it alone.
-    pub frozen: bool,
-}
 
 /// All server state.
 pub(crate) struct State {
     pub rv: u64,
     pub pods: BTreeMap<Key, Pod>,
-    pub history: VecDeque<PodEvent>,
+    pub history: VecDeque<Recorded>,
     pub history_len: usize,
     /// Watching from a resourceVersion below this one answers 410.
     pub compacted_rv: u64,
     pub configmaps: BTreeMap<Key, ConfigMap>,
     pub secrets: BTreeMap<Key, Secret>,
+    pub leases: BTreeMap<Key, Lease>,
+    /// Server-side apply's field ownership, per object: leaf path → field manager.
+    pub managers: BTreeMap<(Resource, Key), BTreeMap<String, String>>,
     pub events_v1: BTreeMap<Key, EventsV1Event>,
     pub events_core: BTreeMap<Key, CoreEvent>,
     pub pdbs: BTreeMap<Key, PdbEntry>,
@@ -80,39 +43,6 @@ pub(crate) struct State {
     pub controller_lag: Duration,
     pub watch_tx: broadcast::Sender<WatchSignal>,
     pub change_tx: broadcast::Sender<ApiChange>,
-}
-
-/// A random RFC 4122 version-4 UID.
-pub(crate) fn new_uid() -> String {
-    let mut b: [u8; 16] = rand::rng().random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-/// `n` random characters of `[a-z0-9]`.
-pub(crate) fn random_suffix(n: usize) -> String {
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    (0..n)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// `(namespace, name)` of an object's metadata ("default" namespace when missing).
-pub(crate) fn key_of(meta: &ObjectMeta) -> Key {
-    (
-        meta.namespace.clone().unwrap_or_else(|| "default".into()),
-        meta.name.clone().unwrap_or_default(),
-    )
 }
 
 impl State {
@@ -131,6 +61,8 @@ impl State {
             compacted_rv: 0,
             configmaps: BTreeMap::new(),
             secrets: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            managers: BTreeMap::new(),
             events_v1: BTreeMap::new(),
             events_core: BTreeMap::new(),
             pdbs: BTreeMap::new(),
@@ -176,13 +108,18 @@ impl State {
 
     // ---- pods: low-level commits (history + broadcast), no controllers ----
 
-    fn record(&mut self, ev: PodEvent) {
-        self.history.push_back(ev.clone());
+    /// Appends to the retained history, dropping the oldest beyond `history_len`.
+    pub(crate) fn retain(&mut self, ev: Recorded) {
+        self.history.push_back(ev);
         while self.history.len() > self.history_len {
             if let Some(old) = self.history.pop_front() {
-                self.compacted_rv = old.rv;
+                self.compacted_rv = old.rv();
             }
         }
+    }
+
+    fn record(&mut self, ev: PodEvent) {
+        self.retain(Recorded::Pod(Box::new(ev.clone())));
         let change = match ev.kind {
             ChangeKind::Deleted => ApiChange::PodDeleted(Box::new(ev.new.clone())),
             _ => ApiChange::PodUpserted(Box::new(ev.new.clone())),
@@ -331,48 +268,4 @@ impl State {
         self.reconcile_replicasets();
         self.recompute_pdbs();
     }
-
-    // ---- configmaps / secrets ----
-
-    /// Creates or replaces a ConfigMap.
-    pub fn apply_configmap(&mut self, mut cm: ConfigMap) -> Key {
-        let key = key_of(&cm.metadata);
-        if let Some(old) = self.configmaps.get(&key) {
-            cm.metadata.uid = old.metadata.uid.clone();
-            cm.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
-        }
-        self.stamp_new(&mut cm.metadata);
-        self.configmaps.insert(key.clone(), cm);
-        let _ = self.change_tx.send(ApiChange::ConfigMapChanged {
-            namespace: key.0.clone(),
-            name: key.1.clone(),
-        });
-        key
-    }
-
-    /// Creates or replaces a Secret.
-    pub fn apply_secret(&mut self, mut secret: Secret) -> Key {
-        let key = key_of(&secret.metadata);
-        if let Some(old) = self.secrets.get(&key) {
-            secret.metadata.uid = old.metadata.uid.clone();
-            secret.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
-        }
-        self.stamp_new(&mut secret.metadata);
-        self.secrets.insert(key.clone(), secret);
-        let _ = self.change_tx.send(ApiChange::SecretChanged {
-            namespace: key.0.clone(),
-            name: key.1.clone(),
-        });
-        key
-    }
-}
-
-/// The current time as a Kubernetes timestamp.
-pub(crate) fn now_ts() -> Timestamp {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-    let nanos = i32::try_from(d.subsec_nanos()).unwrap_or(0);
-    Timestamp::new(secs, nanos).unwrap_or(Timestamp::UNIX_EPOCH)
 }
