@@ -1,5 +1,6 @@
 //! A stateful Kubernetes API server on loopback that the real kube client talks to:
-//! pods (list/watch/get/delete), the eviction subresource with PodDisruptionBudgets,
+//! pods (list/watch/get/delete), the eviction subresource with PodDisruptionBudgets
+//! (list/watch across namespaces),
 //! Events of both APIs, ConfigMaps and Secrets, ReplicaSet emulation, fault injection and
 //! logs of what was asked (see `shared/reference/eviction-facts.md`).
 //!
@@ -10,6 +11,7 @@ mod disruption;
 mod events;
 mod eviction;
 mod pdb_store;
+mod pdb_watch;
 mod records;
 mod replicaset;
 pub mod selectors;

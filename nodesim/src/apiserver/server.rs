@@ -59,6 +59,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/namespaces/{ns}/secrets", get(list_secrets))
         .route("/api/v1/namespaces/{ns}/secrets/{name}", get(get_secret))
         .route(
+            "/apis/policy/v1/poddisruptionbudgets",
+            get(super::pdb_watch::list_or_watch_all),
+        )
+        .route(
             "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
             get(list_pdbs),
         )
