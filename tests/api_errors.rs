@@ -26,7 +26,8 @@ async fn a_forbidden_pod_list_backs_off_is_named_once_and_makes_the_agent_unread
     node.spawn_agent(&[]);
     let listen = node.agent().listen.clone();
     let body = eventually("/readyz 503 naming RBAC", Duration::from_secs(10), || {
-        http_get(&listen, "/readyz").and_then(|(code, body)| (code == 503 && body.contains("RBAC")).then_some(body))
+        http_get(&listen, "/readyz")
+            .and_then(|(code, body)| (code == 503 && body.contains("RBAC")).then_some(body))
     })
     .await;
     assert!(
@@ -35,9 +36,11 @@ async fn a_forbidden_pod_list_backs_off_is_named_once_and_makes_the_agent_unread
     );
     // kube's default backoff, reset by the watcher's Init before each relist, lists about
     // once a second (6+ in 8 s). Backing off from 1 s: at most 4 (0, 1-2, 3-6, 7-14 s).
-    never("more than 4 pod lists within 8 s", Duration::from_secs(8), || {
-        pod_lists(&node) > 4
-    })
+    never(
+        "more than 4 pod lists within 8 s",
+        Duration::from_secs(8),
+        || pod_lists(&node) > 4,
+    )
     .await;
     let log = node.agent_log();
     let named = log
@@ -62,7 +65,10 @@ async fn a_forbidden_pod_list_backs_off_is_named_once_and_makes_the_agent_unread
         http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(()))
     })
     .await;
-    assert_eq!(node.metric("reloadlet_api_consecutive_failures{resource=\"pods\"}"), 0.0);
+    assert_eq!(
+        node.metric("reloadlet_api_consecutive_failures{resource=\"pods\"}"),
+        0.0
+    );
     node.stop_agent().await;
 }
 
@@ -89,17 +95,25 @@ async fn an_evict_pod_no_budget_selects_gets_one_warning() {
     node.start_agent(&[]).await;
     let ev = node.wait_event("shop", "web", "NoDisruptionBudget").await;
     assert_eq!(ev.type_, "Warning");
-    assert!(ev.note.contains("no PodDisruptionBudget selects this pod"), "{}", ev.note);
+    assert!(
+        ev.note.contains("no PodDisruptionBudget selects this pod"),
+        "{}",
+        ev.note
+    );
     // A PDB created later is seen through the watch: a new pod it selects is not warned about.
     node.api.create_pdb(pdb("late", "late"));
     node.api.create_pod(evict("late"));
     node.api.create_pod(evict("other"));
     node.wait_event("shop", "other", "NoDisruptionBudget").await;
-    never("warnings for protected pods, or twice for one", Duration::from_secs(2), || {
-        !node.events("shop", "api", "NoDisruptionBudget").is_empty()
-            || !node.events("shop", "late", "NoDisruptionBudget").is_empty()
-            || node.events("shop", "web", "NoDisruptionBudget")[0].count > 1
-    })
+    never(
+        "warnings for protected pods, or twice for one",
+        Duration::from_secs(2),
+        || {
+            !node.events("shop", "api", "NoDisruptionBudget").is_empty()
+                || !node.events("shop", "late", "NoDisruptionBudget").is_empty()
+                || node.events("shop", "web", "NoDisruptionBudget")[0].count > 1
+        },
+    )
     .await;
     node.stop_agent().await;
 }
