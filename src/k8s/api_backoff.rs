@@ -237,7 +237,7 @@ mod tests {
         futures::stream::iter(std::iter::repeat_n([Ok("init"), Err("403")], 10_000).flatten())
     }
 
-    async fn attempts_within(window: Duration, backoff: impl Backoff + Unpin) -> usize {
+    async fn attempts_within(window: Duration, backoff: impl Backoff) -> usize {
         let stream = refused_forever().backoff(backoff);
         futures::pin_mut!(stream);
         let start = tokio::time::Instant::now();
