@@ -92,8 +92,12 @@ pub async fn run(client: Client, budgets: SharedBudgets, metrics: api_backoff::A
             }
             Err(e) => {
                 let code = api_backoff::status_code(&e);
+                if code == Some(410) {
+                    continue;
+                }
                 let failure = failures.on_error(code, &e.to_string());
-                if failure.count == 1 {
+                let hopeless = matches!(code, Some(400 | 401 | 403 | 404));
+                if (failure.count == 1 && hopeless) || (failure.count == 3 && !hopeless) {
                     tracing::error!(
                         code,
                         resource = "poddisruptionbudgets",

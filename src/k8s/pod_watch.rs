@@ -88,21 +88,43 @@ pub async fn run(
             },
             Err(e) => {
                 let code = api_backoff::status_code(&e);
-                let failure = failures.on_error(code, &e.to_string());
-                if failure.count == 1 {
-                    tracing::error!(code, resource = "pods", "{}", failure.explanation);
+                if code == Some(410) {
+                    // Compaction: the watcher relists; nothing is wrong with the API.
+                    tracing::debug!(error = %e, "pod watch expired (410); relisting");
+                    PodUpdate::WatchError(e.to_string())
                 } else {
-                    tracing::debug!(code, failures = failure.count, error = %e, "pod watch still failing");
+                    let failure = failures.on_error(code, &e.to_string());
+                    let hopeless = matches!(code, Some(400 | 401 | 403 | 404));
+                    // One error when it cannot heal by itself (or once a transient error has
+                    // repeated three times); the retries are paced and not logged above debug.
+                    if (failure.count == 1 && hopeless) || (failure.count == 3 && !hopeless) {
+                        tracing::error!(
+                            code,
+                            resource = "pods",
+                            failures = failure.count,
+                            "{}",
+                            failure.explanation
+                        );
+                    } else if failure.count == 1 {
+                        tracing::warn!(
+                            code,
+                            resource = "pods",
+                            "{}; retrying with backoff",
+                            failure.explanation
+                        );
+                    } else {
+                        tracing::debug!(code, failures = failure.count, error = %e, "pod watch still failing");
+                    }
+                    // A refusal that cannot heal by itself, or any error that repeats, makes the
+                    // agent unready, with the reason in /readyz's body.
+                    if failure.count >= 2 || hopeless {
+                        report.health.set_problem(Some(format!(
+                            "pod watch failing ({} consecutive failures): {}",
+                            failure.count, failure.explanation
+                        )));
+                    }
+                    PodUpdate::WatchError(failure.explanation)
                 }
-                // A refusal that cannot heal by itself, or any error that repeats, makes the
-                // agent unready, with the reason in /readyz's body.
-                if failure.count >= 2 || matches!(code, Some(400 | 401 | 403 | 404)) {
-                    report.health.set_problem(Some(format!(
-                        "pod watch failing ({} consecutive failures): {}",
-                        failure.count, failure.explanation
-                    )));
-                }
-                PodUpdate::WatchError(failure.explanation)
             }
         };
         if tx.send(update).await.is_err() {
