@@ -26,9 +26,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print what reloadlet would do for a pod, and why. Run it inside the agent's pod
-    /// (`kubectl exec ds/reloadlet -- reloadlet explain --pod NS/NAME`): it reads the same
-    /// RELOADLET_* environment as the agent, so it applies the same filters.
+    /// Print what reloadlet would do for a pod, and why.
+    ///
+    /// Run it inside the agent's pod (`kubectl exec ds/reloadlet -- reloadlet explain --pod
+    /// NS/NAME`): it reads the same RELOADLET_* environment as the agent, so it applies the
+    /// same filters.
     Explain(ExplainArgs),
 }
 

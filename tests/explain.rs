@@ -109,7 +109,9 @@ async fn explain_applies_the_agents_filters_nodes_and_budgets() {
         }))
         .unwrap(),
     );
-    let text = explain(kc, "shop/web-0", &[]);
+    // The manifests set RELOADLET_DRY_RUN="false": that is off.
+    let text = explain(kc, "shop/web-0", &[("RELOADLET_DRY_RUN", "false")]);
+    assert!(!text.contains("DRY-RUN"), "{text}");
     assert!(
         text.contains("protected by PodDisruptionBudget web"),
         "{text}"
