@@ -111,3 +111,23 @@ async fn metrics(
         crate::metrics::encode(&s.registry),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_watch_makes_a_synced_agent_unready_with_its_reason() {
+        let h = Health::default();
+        assert_eq!(h.readiness(), Err("pod list not synced yet".into()));
+        h.set_ready(true);
+        assert!(h.is_ready());
+        h.set_problem(Some(
+            "pod watch failing (2 consecutive failures): RBAC: …".into(),
+        ));
+        assert!(!h.is_ready());
+        assert!(h.readiness().unwrap_err().starts_with("pod watch failing"));
+        h.set_problem(None);
+        assert!(h.is_ready());
+    }
+}
