@@ -1,6 +1,7 @@
 //! Command line and environment, parsed once into [`Settings`] and passed explicitly.
 
-use crate::filters::NamespaceFilter;
+use crate::filters::{NamespaceFilter, Scope};
+use crate::label_selector::LabelSelector;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,6 +17,9 @@ use std::time::Duration;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Log format; fatal startup errors follow it too (json: one JSON object per line).
+    #[arg(long, env = "RELOADLET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -23,25 +27,73 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print what reloadlet would do for a pod, and why.
-    Explain {
-        /// The pod, as NAMESPACE/NAME.
-        #[arg(long, value_parser = parse_pod_ref)]
-        pod: (String, String),
-        #[arg(long, env = "RELOADLET_PROC_ROOT", default_value = "/proc")]
-        proc_root: PathBuf,
-        #[arg(
-            long = "namespaces",
-            env = "RELOADLET_NAMESPACES",
-            value_delimiter = ','
-        )]
-        namespaces: Vec<String>,
-        #[arg(
-            long = "exclude-namespaces",
-            env = "RELOADLET_EXCLUDE_NAMESPACES",
-            value_delimiter = ','
-        )]
-        exclude_namespaces: Vec<String>,
-    },
+    ///
+    /// Run it inside the agent's pod (`kubectl exec ds/reloadlet -- reloadlet explain --pod
+    /// NS/NAME`): it reads the same RELOADLET_* environment as the agent, so it applies the
+    /// same filters.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The pod, as NAMESPACE/NAME.
+    #[arg(long, value_parser = parse_pod_ref)]
+    pub pod: (String, String),
+    /// The node this agent serves (from the downward API: spec.nodeName); a pod on another
+    /// node is explained with the command that reaches that node's agent.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Where the host's /proc is (the agent needs hostPID).
+    #[arg(long, env = "RELOADLET_PROC_ROOT", default_value = "/proc")]
+    pub proc_root: PathBuf,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// Which pods the agent acts on, and whether it acts at all: shared by the agent and
+/// `explain`, so both read the same flags and environment.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ScopeArgs {
+    /// Only act on pods in these namespaces (comma-separated; default: all).
+    #[arg(long, env = "RELOADLET_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Never act on pods in these namespaces (comma-separated; wins over --namespaces).
+    #[arg(long, env = "RELOADLET_EXCLUDE_NAMESPACES", value_delimiter = ',')]
+    pub exclude_namespaces: Vec<String>,
+    /// Only act on pods matching this label selector (kubectl -l syntax, e.g. `app in (web,api),tier!=db`).
+    #[arg(long, env = "RELOADLET_POD_SELECTOR")]
+    pub pod_selector: Option<String>,
+    /// Decide and log, act on nothing (evictions are sent with dryRun=All).
+    #[arg(long, env = "RELOADLET_DRY_RUN")]
+    pub dry_run: bool,
+}
+
+impl ScopeArgs {
+    /// Validates the selector and builds the filters (one-line error).
+    pub fn scope(&self) -> Result<Scope, String> {
+        let selector = match &self.pod_selector {
+            None => None,
+            Some(sel) if sel.trim().is_empty() => return Err("--pod-selector is empty".into()),
+            Some(sel) => Some(LabelSelector::parse(sel).map_err(|e| {
+                format!("--pod-selector {sel:?} is not a valid label selector: {e}")
+            })?),
+        };
+        let clean = |v: &[String]| -> std::collections::BTreeSet<String> {
+            v.iter()
+                .map(|s| s.trim())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        Ok(Scope {
+            namespaces: NamespaceFilter {
+                include: clean(&self.namespaces),
+                exclude: clean(&self.exclude_namespaces),
+            },
+            selector,
+            dry_run: self.dry_run,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -71,20 +123,8 @@ pub struct RunArgs {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "RELOADLET_LISTEN", default_value = "0.0.0.0:9102")]
     pub listen: SocketAddr,
-    /// Decide and log, act on nothing (evictions are sent with dryRun=All).
-    #[arg(long, env = "RELOADLET_DRY_RUN")]
-    pub dry_run: bool,
-    #[arg(long, env = "RELOADLET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-    /// Only act on pods in these namespaces (comma-separated; default: all).
-    #[arg(long, env = "RELOADLET_NAMESPACES", value_delimiter = ',')]
-    pub namespaces: Vec<String>,
-    /// Never act on pods in these namespaces (wins over --namespaces).
-    #[arg(long, env = "RELOADLET_EXCLUDE_NAMESPACES", value_delimiter = ',')]
-    pub exclude_namespaces: Vec<String>,
-    /// Only act on pods matching this label selector (e.g. `app in (web,api),tier!=db`).
-    #[arg(long, env = "RELOADLET_POD_SELECTOR")]
-    pub pod_selector: Option<String>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
     /// Where the last content hash per volume and pending evictions are kept across restarts.
     #[arg(
         long,
@@ -92,11 +132,11 @@ pub struct RunArgs {
         default_value = "/var/lib/reloadlet"
     )]
     pub state_dir: PathBuf,
-    /// At most this many eviction requests in flight at once.
+    /// At most this many eviction requests in flight at once (1-1000).
     #[arg(long, env = "RELOADLET_MAX_EVICTIONS_IN_FLIGHT", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_evictions_in_flight: u32,
-    /// Never hash more than this many bytes of one volume.
-    #[arg(long, env = "RELOADLET_MAX_VOLUME_BYTES", default_value_t = 64 << 20)]
+    /// Never hash more than this many bytes of one volume (a byte count or a Kubernetes quantity: 64Mi, 1Gi, 500k).
+    #[arg(long, env = "RELOADLET_MAX_VOLUME_BYTES", default_value = "64Mi", value_parser = parse_byte_quantity)]
     pub max_volume_bytes: u64,
     /// How often volumes that could not get an inotify watch are rescanned.
     #[arg(long, env = "RELOADLET_RESCAN_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -123,7 +163,8 @@ pub struct Settings {
     pub dry_run: bool,
     pub log_format: LogFormat,
     pub namespaces: NamespaceFilter,
-    pub pod_selector: Option<String>,
+    /// `--pod-selector`, parsed; applied by the API server on the pod watch.
+    pub pod_selector: Option<LabelSelector>,
     pub state_dir: PathBuf,
     pub max_evictions_in_flight: usize,
     pub max_volume_bytes: u64,
@@ -134,7 +175,9 @@ pub struct Settings {
 }
 
 impl RunArgs {
-    pub fn settings(self) -> Result<Settings, String> {
+    /// `log_format`: from [`Cli::log_format`].
+    pub fn settings(self, log_format: LogFormat) -> Result<Settings, String> {
+        let scope = self.scope.scope()?;
         let node_name = self
             .node_name
             .filter(|n| !n.is_empty())
@@ -157,32 +200,16 @@ impl RunArgs {
                 self.proc_root.display()
             ));
         }
-        if let Some(sel) = &self.pod_selector {
-            if sel.trim().is_empty() {
-                return Err("--pod-selector is empty".into());
-            }
-        }
         Ok(Settings {
             node_name,
             kubelet_root: self.kubelet_root,
             proc_root: self.proc_root,
             debounce: self.debounce,
             listen: self.listen,
-            dry_run: self.dry_run,
-            log_format: self.log_format,
-            namespaces: NamespaceFilter {
-                include: self
-                    .namespaces
-                    .into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect(),
-                exclude: self
-                    .exclude_namespaces
-                    .into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect(),
-            },
-            pod_selector: self.pod_selector,
+            dry_run: scope.dry_run,
+            log_format,
+            namespaces: scope.namespaces,
+            pod_selector: scope.selector,
             state_dir: self.state_dir,
             max_evictions_in_flight: self.max_evictions_in_flight as usize,
             max_volume_bytes: self.max_volume_bytes,
@@ -201,6 +228,100 @@ fn parse_pod_ref(s: &str) -> Result<(String, String), String> {
         }
         _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
     }
+}
+
+/// A byte count written as a Kubernetes quantity, read like apimachinery's
+/// `resource.ParseQuantity` (kubernetes/kubernetes,
+/// staging/src/k8s.io/apimachinery/pkg/api/resource/quantity.go): a decimal number and one
+/// suffix, binary (`Ki Mi Gi Ti Pi Ei`), decimal (`k M G T P E`, `m` = 1/1000) or an exponent
+/// (`e3`, `E3`). Suffixes are case-sensitive (`24mi` is refused, as the API server does). A
+/// fraction of a byte rounds up, like `Quantity.Value()`.
+pub fn parse_byte_quantity(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
+        .unwrap_or(t.len());
+    let (number, suffix) = t.split_at(split);
+    let number = number.strip_prefix('+').unwrap_or(number);
+    if t.starts_with('-') {
+        return Err(format!("{s:?}: a byte count cannot be negative"));
+    }
+    let valid_number = !number.is_empty()
+        && number.chars().filter(|c| *c == '.').count() <= 1
+        && number.chars().any(|c| c.is_ascii_digit());
+    if !valid_number {
+        return Err(format!(
+            "{s:?} is not a quantity (expected a number and an optional suffix, e.g. 64Mi, 1Gi, 500k, 1048576)"
+        ));
+    }
+    // value = mantissa * num / den
+    let (num, den): (u128, u128) = match suffix {
+        "" => (1, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        "Ei" => (1 << 60, 1),
+        "m" => (1, 1000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000, 1),
+        e if (e.starts_with('e') || e.starts_with('E'))
+            && e.len() > 1
+            && e[1..].chars().all(|c| c.is_ascii_digit()) =>
+        {
+            let exp: u32 = e[1..]
+                .parse()
+                .map_err(|_| format!("{s:?}: exponent too large"))?;
+            (
+                10u128
+                    .checked_pow(exp)
+                    .ok_or(format!("{s:?}: exponent too large"))?,
+                1,
+            )
+        }
+        other => {
+            let hint = match other.to_ascii_lowercase().as_str() {
+                "ki" => " (did you mean Ki?)",
+                "mi" => " (did you mean Mi?)",
+                "gi" => " (did you mean Gi?)",
+                "ti" => " (did you mean Ti?)",
+                "kb" | "kib" => " (did you mean Ki or k?)",
+                "mb" | "mib" => " (did you mean Mi or M?)",
+                "gb" | "gib" => " (did you mean Gi or G?)",
+                _ => "",
+            };
+            return Err(format!(
+                "{s:?}: unknown suffix {other:?}{hint}; quantity suffixes are case-sensitive: Ki Mi Gi Ti Pi Ei (powers of 1024) or k M G T P E (powers of 1000)"
+            ));
+        }
+    };
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    let digits = format!("{int}{frac}");
+    let mantissa: u128 = digits
+        .trim_start_matches('0')
+        .parse()
+        .or_else(|e| {
+            if digits.chars().all(|c| c == '0') {
+                Ok(0)
+            } else {
+                Err(e)
+            }
+        })
+        .map_err(|_| format!("{s:?} is too large"))?;
+    let scale = 10u128
+        .checked_pow(frac.len() as u32)
+        .ok_or(format!("{s:?} has too many decimals"))?;
+    let total_num = mantissa
+        .checked_mul(num)
+        .ok_or(format!("{s:?} is too large"))?;
+    let total_den = scale * den;
+    let value = total_num.div_ceil(total_den);
+    u64::try_from(value).map_err(|_| format!("{s:?} is too large"))
 }
 
 #[cfg(test)]
@@ -224,7 +345,7 @@ mod tests {
         .unwrap();
         assert_eq!(cli.run.debounce, Duration::ZERO);
         assert_eq!(cli.run.listen.port(), 9102);
-        assert_eq!(cli.run.namespaces, ["a", "b"]);
+        assert_eq!(cli.run.scope.namespaces, ["a", "b"]);
         assert_eq!(cli.run.kubelet_root, PathBuf::from("/var/lib/kubelet"));
         let cli = parse(&["--node-name", "n1"]).unwrap();
         assert_eq!(cli.run.debounce, Duration::from_secs(1));
@@ -238,7 +359,7 @@ mod tests {
         assert!(parse(&["explain", "--pod", "no-namespace"]).is_err());
         let cli = parse(&["explain", "--pod", "ns/web-0"]).unwrap();
         assert!(
-            matches!(cli.command, Some(Command::Explain { pod, .. }) if pod == ("ns".into(), "web-0".into()))
+            matches!(cli.command, Some(Command::Explain(ExplainArgs { pod, .. })) if pod == ("ns".into(), "web-0".into()))
         );
     }
 
@@ -251,11 +372,77 @@ mod tests {
             "/nonexistent/kubelet",
         ])
         .unwrap();
-        let err = cli.run.settings().unwrap_err();
+        let err = cli.run.settings(LogFormat::Text).unwrap_err();
         assert!(
             err.starts_with("kubelet root /nonexistent/kubelet is not usable"),
             "{err}"
         );
         assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn a_malformed_pod_selector_is_refused_at_startup_in_one_line() {
+        let cli = parse(&["--node-name", "n1", "--pod-selector", "app in ("]).unwrap();
+        let err = cli.run.settings(LogFormat::Text).unwrap_err();
+        assert!(
+            err.starts_with("--pod-selector \"app in (\" is not a valid label selector"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn byte_quantities_read_like_kubernetes_quantities() {
+        for (text, bytes) in [
+            ("64Mi", 64 << 20),
+            ("1Gi", 1 << 30),
+            ("500k", 500_000),
+            ("1048576", 1 << 20),
+            ("1.5Ki", 1536),
+            ("2M", 2_000_000),
+            ("1e3", 1000),
+            ("1500m", 2),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_byte_quantity(text), Ok(bytes), "{text}");
+        }
+        let err = parse_byte_quantity("24mi").unwrap_err();
+        assert!(
+            err.contains("did you mean Mi?") && err.contains("case-sensitive"),
+            "{err}"
+        );
+        for bad in ["", "Mi", "-1Gi", "1.2.3", "12 parsecs", "99999999999999Ei"] {
+            assert!(parse_byte_quantity(bad).is_err(), "{bad}");
+        }
+        let cli = parse(&["--node-name", "n1", "--max-volume-bytes", "64Mi"]).unwrap();
+        assert_eq!(cli.run.max_volume_bytes, 64 << 20);
+        assert!(parse(&["--node-name", "n1", "--max-volume-bytes", "24mi"]).is_err());
+    }
+
+    #[test]
+    fn every_flag_has_help_and_every_agent_flag_an_environment_variable() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let explain = cmd.find_subcommand("explain").unwrap().clone();
+        for c in [&cmd, &explain] {
+            for arg in c.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                assert!(
+                    arg.get_help().is_some(),
+                    "--{id} of {} has no help",
+                    c.get_name()
+                );
+                if c.get_name() == "reloadlet" || id != "pod" {
+                    assert!(
+                        arg.get_env().is_some(),
+                        "--{id} of {} has no env",
+                        c.get_name()
+                    );
+                }
+            }
+        }
     }
 }

@@ -1,28 +1,95 @@
 //! `reloadlet explain --pod NS/NAME`: what reloadlet would do for a pod, and why (pure report;
-//! the caller supplies the main PIDs it could find).
+//! the caller supplies the main PIDs it could find, the node, and the PDBs).
 
 use crate::annotations::Action;
-use crate::filters::NamespaceFilter;
+use crate::filters::Scope;
 use crate::model::{ContainerKind, PodInfo, ReloadSignal, SourceRef};
 use crate::policy::{self, Decision};
 use crate::process::{decide, describe, SignalCheck, SignalStatus, Verdict};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
+
+/// What `explain` knows beyond the pod itself.
+pub struct Context<'a> {
+    /// The agent's filters and `--dry-run`, read from the same flags/environment as the agent.
+    pub scope: &'a Scope,
+    /// `spec.nodeName` of the pod.
+    pub pod_node: Option<&'a str>,
+    /// Set when the pod runs on another node than this agent's.
+    pub other_node: Option<OtherNode>,
+    /// Names of the PodDisruptionBudgets that select the pod, or why they could not be read;
+    /// `None`: not looked up.
+    pub budgets: Option<Result<Vec<String>, String>>,
+}
+
+impl<'a> Context<'a> {
+    /// Nothing known but the filters.
+    pub fn new(scope: &'a Scope) -> Self {
+        Self {
+            scope,
+            pod_node: None,
+            other_node: None,
+            budgets: None,
+        }
+    }
+}
+
+/// The pod is on `node`; `command` reaches that node's agent.
+#[derive(Clone, Debug)]
+pub struct OtherNode {
+    pub node: String,
+    pub command: String,
+}
+
+/// The commands that find and ask the agent of `node` (`labels`: the agent pods' labels).
+pub fn reach_agent_command(
+    agent_namespace: &str,
+    labels: &BTreeMap<String, String>,
+    node: &str,
+    pod: &str,
+) -> String {
+    let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let get = format!(
+        "kubectl -n {agent_namespace} get pod -l {} --field-selector spec.nodeName={node}",
+        selector.join(",")
+    );
+    format!("{get}\n      kubectl -n {agent_namespace} exec $({get} -o name) -- reloadlet explain --pod {pod}")
+}
 
 /// `env_only`: ConfigMaps/Secrets the pod uses only through env vars (they never reload).
 /// `main_pid(container)`: the container's main process, or why it was not found.
 pub fn report(
     pod: &PodInfo,
-    filter: &NamespaceFilter,
+    ctx: &Context<'_>,
     env_only: &[SourceRef],
     main_pid: &dyn Fn(&str) -> Result<MainProcessView, String>,
 ) -> String {
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(w, "pod {} (uid {})", pod.full_name(), pod.uid);
-    if let Some(reason) = filter.check(&pod.namespace) {
-        let _ = writeln!(w, "  not acted on: {reason}");
+    if let Some(reason) = ctx.scope.check(&pod.namespace, &pod.labels) {
+        let _ = writeln!(
+            w,
+            "  not acted on: {reason}; reloadlet never touches this pod"
+        );
         return out;
+    }
+    if let Some(other) = &ctx.other_node {
+        let _ = writeln!(
+            w,
+            "  runs on node {}, not on this agent's node: its containers are not visible here; the agent of node {} acts on it. Ask it:\n      {}",
+            other.node, other.node, other.command
+        );
+    } else if let Some(node) = ctx.pod_node {
+        let _ = writeln!(w, "  node: {node}");
+    } else {
+        let _ = writeln!(w, "  node: not scheduled yet");
+    }
+    if ctx.scope.dry_run {
+        let _ = writeln!(
+            w,
+            "  DRY-RUN (--dry-run / RELOADLET_DRY_RUN): reloadlet only logs what it would do; no signal is sent, evictions are sent with dryRun=All"
+        );
     }
     let policy = match policy::validated_policy(pod) {
         Ok(None) => {
@@ -54,6 +121,22 @@ pub fn report(
             );
             if !pod.has_controller && !allow_unowned {
                 let _ = writeln!(w, "  WARNING: the pod has no controller; evictions will be refused (set reloadlet.io/evict-unowned: \"true\")");
+            }
+            match &ctx.budgets {
+                Some(Ok(names)) if names.is_empty() => {
+                    let _ = writeln!(
+                        w,
+                        "  WARNING (NoDisruptionBudget): {}",
+                        crate::disruption_budgets::no_budget_note()
+                    );
+                }
+                Some(Ok(names)) => {
+                    let _ = writeln!(w, "  protected by PodDisruptionBudget {}", names.join(", "));
+                }
+                Some(Err(e)) => {
+                    let _ = writeln!(w, "  PodDisruptionBudgets could not be read: {e}");
+                }
+                None => {}
             }
         }
     }
@@ -97,6 +180,20 @@ pub fn report(
         );
     }
     let _ = writeln!(w, "  containers:");
+    if let Some(other) = &ctx.other_node {
+        for c in pod
+            .containers
+            .iter()
+            .filter(|c| c.kind != ContainerKind::Init)
+        {
+            let _ = writeln!(
+                w,
+                "    {}: on node {}; run explain in that node's agent to see its main process",
+                c.name, other.node
+            );
+        }
+        return out;
+    }
     for c in pod
         .containers
         .iter()
@@ -212,9 +309,9 @@ mod tests {
             pid: 4242,
             status: Ok(status.clone()),
         };
-        let text = report(&pod, &NamespaceFilter::default(), &env, &|_| {
-            Ok(view(&handler))
-        });
+        let scope = Scope::default();
+        let ctx = Context::new(&scope);
+        let text = report(&pod, &ctx, &env, &|_| Ok(view(&handler)));
         assert!(text.contains("action: signal SIGHUP"), "{text}");
         assert!(
             text.contains("conf [configmap nginx-conf]: triggers SIGHUP to nginx"),
@@ -238,17 +335,19 @@ mod tests {
             ns_pid: Some(7),
             ..Default::default()
         };
-        let text = report(&pod, &NamespaceFilter::default(), &[], &|_| {
-            Ok(view(&shared_sleep))
-        });
+        let text = report(&pod, &ctx, &[], &|_| Ok(view(&shared_sleep)));
         assert!(
             text.contains("on a change: SIGHUP NOT sent, Warning SignalNotHandled: process sleep (pid 4242) has no handler for SIGHUP and is not PID 1 of its PID namespace: SIGHUP would terminate the process"),
             "{text}"
         );
-        let excluded = NamespaceFilter {
-            exclude: ["web".to_string()].into(),
+        let excluded = Scope {
+            namespaces: crate::filters::NamespaceFilter {
+                exclude: ["web".to_string()].into(),
+                ..Default::default()
+            },
             ..Default::default()
         };
-        assert!(report(&pod, &excluded, &[], &|_| Ok(view(&handler))).contains("not acted on"));
+        let ctx = Context::new(&excluded);
+        assert!(report(&pod, &ctx, &[], &|_| Ok(view(&handler))).contains("not acted on"));
     }
 }

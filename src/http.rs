@@ -7,7 +7,7 @@ use axum::routing::get;
 use axum::Router;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What the HTTP server sees of the agent.
@@ -16,6 +16,8 @@ pub struct Health {
     ready: AtomicBool,
     /// Unix millis of the event loop's last turn.
     heartbeat_ms: AtomicU64,
+    /// Why the agent is not ready although it may have synced (the pod watch keeps failing).
+    problem: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -30,8 +32,30 @@ impl Health {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
+    /// `Some(reason)`: `/readyz` answers 503 with it; `None` clears it.
+    pub fn set_problem(&self, problem: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = problem;
+    }
+
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.readiness().is_ok()
+    }
+
+    /// `Err(reason)` while not ready.
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some(p) = self
+            .problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(p);
+        }
+        if self.ready.load(Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err("pod list not synced yet".into())
+        }
     }
 
     pub fn is_live(&self) -> bool {
@@ -69,11 +93,10 @@ async fn healthz(State(s): State<AppState>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn readyz(State(s): State<AppState>) -> (StatusCode, &'static str) {
-    if s.health.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "pod list not synced yet\n")
+async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
+    match s.health.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n".into()),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
     }
 }
 
@@ -91,4 +114,24 @@ async fn metrics(
         )],
         crate::metrics::encode(&s.registry),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_watch_makes_a_synced_agent_unready_with_its_reason() {
+        let h = Health::default();
+        assert_eq!(h.readiness(), Err("pod list not synced yet".into()));
+        h.set_ready(true);
+        assert!(h.is_ready());
+        h.set_problem(Some(
+            "pod watch failing (2 consecutive failures): RBAC: …".into(),
+        ));
+        assert!(!h.is_ready());
+        assert!(h.readiness().unwrap_err().starts_with("pod watch failing"));
+        h.set_problem(None);
+        assert!(h.is_ready());
+    }
 }

@@ -5,18 +5,21 @@ use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::registry::Registry;
 use reloadlet::agent::evictions::EvictionSettings;
 use reloadlet::agent::{Agent, Deps};
-use reloadlet::config::{Cli, Command, LogFormat, Settings};
-use reloadlet::filters::NamespaceFilter;
+use reloadlet::config::{Cli, Command, ExplainArgs, LogFormat, Settings};
+use reloadlet::explain;
 use reloadlet::http::{self, Health};
+use reloadlet::k8s::api_backoff::ApiMetrics;
 use reloadlet::k8s::client::Clients;
 use reloadlet::k8s::events::QueuedRecorder;
 use reloadlet::k8s::eviction::KubeEvictor;
+use reloadlet::k8s::pdb_watch::{self, SharedBudgets};
 use reloadlet::k8s::pod_convert;
-use reloadlet::k8s::pod_watch::{self, PodWatchConfig};
+use reloadlet::k8s::pod_watch::{self, PodWatchConfig, PodWatchReport};
 use reloadlet::metrics::Metrics;
 use reloadlet::process::{ContainerProcesses, ProcFs};
 use reloadlet::state::StateStore;
 use reloadlet::watch::{VolumeWatcher, WatcherOptions};
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -24,7 +27,12 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let format = cli.log_format;
+    init_tracing(format);
     reloadlet::memory::limit_malloc_arenas();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -34,39 +42,60 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
+        Err(e) => return fail(format, &format!("cannot start the async runtime: {e}")),
     };
     match cli.command {
-        Some(Command::Explain {
-            pod,
-            proc_root,
-            namespaces,
-            exclude_namespaces,
-        }) => {
-            init_tracing(LogFormat::Text);
-            let filter = NamespaceFilter {
-                include: namespaces.into_iter().filter(|s| !s.is_empty()).collect(),
-                exclude: exclude_namespaces
-                    .into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect(),
-            };
-            runtime.block_on(explain(pod, proc_root, filter))
-        }
+        Some(Command::Explain(args)) => runtime.block_on(explain(args, format)),
         None => {
-            let settings = match cli.run.settings() {
+            let settings = match cli.run.settings(format) {
                 Ok(s) => s,
-                Err(e) => return fail(&e),
+                Err(e) => return fail(format, &e),
             };
-            init_tracing(settings.log_format);
             runtime.block_on(run(settings))
         }
     }
 }
 
-fn fail(reason: &str) -> ExitCode {
-    eprintln!("reloadlet: {reason}");
+/// A fatal startup error: one line on stderr (a JSON object with `--log-format json`),
+/// exit status 2.
+fn fail(format: LogFormat, reason: &str) -> ExitCode {
+    match format {
+        LogFormat::Json => tracing::error!(exit_code = 2, "{reason}"),
+        LogFormat::Text => eprintln!("reloadlet: {reason}"),
+    }
     ExitCode::from(2)
+}
+
+/// A command line clap refused: its own text, or one JSON line when JSON logs were asked for
+/// (the flag or RELOADLET_LOG_FORMAT), so log pipelines see it.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let json = std::env::var("RELOADLET_LOG_FORMAT").is_ok_and(|v| v == "json")
+        || args
+            .windows(2)
+            .any(|w| w[0] == "--log-format" && w[1] == "json")
+        || args.iter().any(|a| a == "--log-format=json");
+    if !json {
+        e.exit();
+    }
+    init_tracing(LogFormat::Json);
+    let text = e.kind().to_string();
+    let detail = e
+        .to_string()
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .map(|l| l.trim_start_matches("error:").trim().to_string())
+        .unwrap_or(text);
+    fail(LogFormat::Json, &detail)
 }
 
 fn init_tracing(format: LogFormat) {
@@ -76,13 +105,15 @@ fn init_tracing(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
 }
 
 async fn run(settings: Settings) -> ExitCode {
+    let format = settings.log_format;
+    let fail = |reason: &str| fail(format, reason);
     let store = match StateStore::open(&settings.state_dir) {
         Ok(s) => Some(s),
         Err(e) => return fail(&format!("{e} (set --state-dir to a writable directory)")),
@@ -120,6 +151,7 @@ async fn run(settings: Settings) -> ExitCode {
     };
     let mut registry = Registry::with_prefix("reloadlet");
     let metrics = Metrics::new(&mut registry);
+    let api_metrics = ApiMetrics::new(&mut registry);
     let health = Arc::new(Health::default());
     health.beat();
     let listener = match tokio::net::TcpListener::bind(settings.listen).await {
@@ -141,6 +173,16 @@ async fn run(settings: Settings) -> ExitCode {
             label_selector: settings.pod_selector.clone(),
         },
         pod_tx,
+        PodWatchReport {
+            metrics: api_metrics.clone(),
+            health: health.clone(),
+        },
+    ));
+    let budgets = SharedBudgets::default();
+    tokio::spawn(pdb_watch::run(
+        clients.main.clone(),
+        budgets.clone(),
+        api_metrics,
     ));
     let deps = Deps {
         events: Arc::new(QueuedRecorder::spawn(
@@ -168,7 +210,8 @@ async fn run(settings: Settings) -> ExitCode {
         health,
         store,
         shutdown.child_token(),
-    );
+    )
+    .with_budgets(budgets);
     match agent.run(watcher, pod_rx, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -194,12 +237,13 @@ async fn shutdown_on_signal(token: CancellationToken) {
     token.cancel();
 }
 
-async fn explain(
-    pod_ref: (String, String),
-    proc_root: std::path::PathBuf,
-    filter: NamespaceFilter,
-) -> ExitCode {
-    let (namespace, name) = pod_ref;
+async fn explain(args: ExplainArgs, format: LogFormat) -> ExitCode {
+    let fail = |reason: &str| fail(format, reason);
+    let scope = match args.scope.scope() {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    let (namespace, name) = args.pod;
     let clients = match Clients::infer().await {
         Ok(c) => c,
         Err(e) => {
@@ -208,7 +252,7 @@ async fn explain(
             ))
         }
     };
-    let api: kube::Api<Pod> = kube::Api::namespaced(clients.main, &namespace);
+    let api: kube::Api<Pod> = kube::Api::namespaced(clients.main.clone(), &namespace);
     let pod = match api.get(&name).await {
         Ok(p) => p,
         Err(e) => return fail(&format!("cannot get pod {namespace}/{name}: {e}")),
@@ -216,7 +260,32 @@ async fn explain(
     let Some(info) = pod_convert::pod_info(&pod) else {
         return fail(&format!("pod {namespace}/{name} has no uid or spec"));
     };
-    let processes = ProcFs::new(proc_root);
+    let pod_node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let this_node = args.node_name.filter(|n| !n.is_empty());
+    let elsewhere = match (&pod_node, &this_node) {
+        (Some(p), Some(t)) if p != t => Some(p.clone()),
+        _ => None,
+    };
+    let other_node = match &elsewhere {
+        Some(node) => {
+            let (agent_ns, agent_labels) = own_pod_identity(clients.main.clone()).await;
+            Some(explain::OtherNode {
+                node: node.clone(),
+                command: explain::reach_agent_command(
+                    &agent_ns,
+                    &agent_labels,
+                    node,
+                    &info.full_name(),
+                ),
+            })
+        }
+        None => None,
+    };
+    let budgets = pdb_watch::list_namespace(clients.main.clone(), &namespace)
+        .await
+        .map(|idx| idx.selecting(&namespace, &info.labels))
+        .map_err(|e| e.to_string());
+    let processes = ProcFs::new(args.proc_root);
     let main_pid = |container: &str| -> Result<reloadlet::explain::MainProcessView, String> {
         let c = info
             .containers
@@ -238,14 +307,59 @@ async fn explain(
                 .map_err(|e| e.to_string()),
         }
     };
+    let ctx = explain::Context {
+        scope: &scope,
+        pod_node: pod_node.as_deref(),
+        other_node,
+        budgets: Some(budgets),
+    };
     print!(
         "{}",
-        reloadlet::explain::report(
-            &info,
-            &filter,
-            &pod_convert::env_only_sources(&pod),
-            &main_pid
-        )
+        explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid)
     );
     ExitCode::SUCCESS
+}
+
+/// The namespace and identifying labels of the pod `explain` runs in (to name the agent on
+/// another node): POD_NAMESPACE (else the ServiceAccount's namespace file) and POD_NAME (else
+/// HOSTNAME), read from the API; per-revision labels are left out. Falls back to the labels
+/// the manifests set.
+async fn own_pod_identity(client: kube::Client) -> (String, BTreeMap<String, String>) {
+    let namespace = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "reloadlet".into());
+    let fallback: BTreeMap<String, String> = [(
+        "app.kubernetes.io/name".to_string(),
+        "reloadlet".to_string(),
+    )]
+    .into();
+    let name = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_default();
+    if name.is_empty() {
+        return (namespace, fallback);
+    }
+    let api: kube::Api<Pod> = kube::Api::namespaced(client, &namespace);
+    let labels = match api.get(&name).await {
+        Ok(p) => p
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "controller-revision-hash" | "pod-template-generation" | "pod-template-hash"
+                )
+            })
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    };
+    (namespace, if labels.is_empty() { fallback } else { labels })
 }

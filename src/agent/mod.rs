@@ -1,6 +1,7 @@
 //! The event loop: watch events and pod updates in, decisions out. Single owner of the
 //! detection state; effects (signals, evictions, events) go through the traits in [`Deps`].
 
+pub mod budget_warnings;
 pub mod evictions;
 pub mod signals;
 
@@ -68,6 +69,8 @@ pub struct Agent {
     last_stats: WatchStats,
     /// Containers whose main process was looked up ahead of any change.
     warmed: HashSet<(String, String)>,
+    /// Warning `NoDisruptionBudget` for evict pods (off without [`Agent::with_budgets`]).
+    budget_warnings: budget_warnings::BudgetWarnings,
 }
 
 impl Agent {
@@ -122,7 +125,17 @@ impl Agent {
             synced: false,
             last_stats: WatchStats::default(),
             warmed: HashSet::new(),
+            budget_warnings: Default::default(),
         }
+    }
+
+    /// Warns about evict pods that no PodDisruptionBudget in `budgets` selects.
+    pub fn with_budgets(
+        mut self,
+        budgets: Arc<RwLock<crate::disruption_budgets::BudgetIndex>>,
+    ) -> Self {
+        self.budget_warnings = budget_warnings::BudgetWarnings::new(budgets);
+        self
     }
 
     /// Runs until `shutdown` is cancelled, then finishes in-flight work (within
@@ -420,10 +433,15 @@ impl Agent {
             }
             PodUpdate::WatchError(e) => {
                 self.metrics.api_watch_restarts.inc();
-                tracing::warn!(error = %e, "pod watch failed; retrying with backoff (signals keep working from the cached pods)");
+                if self.synced {
+                    tracing::warn!(error = %e, cached_pods = self.index_len(), "pod watch failed; retrying with backoff (signals keep working from the cached pods)");
+                } else {
+                    tracing::warn!(error = %e, "pod watch failed before the first pod list; retrying with backoff; no pod is known yet, so volume changes cannot be acted on until a pod list arrives");
+                }
             }
         }
         self.metrics.watched_pods.set(self.index_len() as i64);
+        self.budget_warnings.pods_changed();
     }
 
     fn index(&self) -> std::sync::RwLockReadGuard<'_, PodIndex> {
@@ -453,6 +471,7 @@ impl Agent {
         }
         self.retries.retain(|(_, j)| j.pod_uid != uid);
         self.warned.remove(uid);
+        self.budget_warnings.forget(uid);
         self.warmed.retain(|(pod, _)| pod != uid);
         self.deps.processes.forget_pod(uid);
         self.detector.settle_pod(uid);
@@ -730,6 +749,7 @@ impl Agent {
 
     fn housekeeping(&mut self, watcher: &VolumeWatcher) {
         self.update_watch_gauges(watcher);
+        self.warn_unprotected_evictions();
         let dropped = self.deps.events.dropped();
         let counted = self.metrics.events_dropped.get();
         self.metrics
@@ -737,6 +757,20 @@ impl Agent {
             .inc_by(dropped.saturating_sub(counted));
         if self.state_dirty || self.evictions_changed() {
             self.save_state();
+        }
+    }
+
+    fn warn_unprotected_evictions(&mut self) {
+        let index = self.index.clone();
+        let index = index.read().unwrap_or_else(|e| e.into_inner());
+        let due = self
+            .budget_warnings
+            .due(index.iter(), &self.settings.namespaces);
+        drop(index);
+        for pod in due {
+            let note = crate::disruption_budgets::no_budget_note();
+            tracing::warn!(pod = %pod.full_name(), action = "evict", outcome = "no_disruption_budget", "{note}");
+            self.publish(&pod, true, "NoDisruptionBudget", "Evict", note);
         }
     }
 

@@ -1,13 +1,19 @@
 //! Follows the pods of this node (`spec.nodeName=<node>`) with kube's runtime watcher and
 //! sends [`PodUpdate`]s to the agent. Relists (410, reconnects) become one `Resync`.
+//! Failures back off up to 5 minutes (see [`super::api_backoff`]), are logged once with what
+//! is missing, counted, and shown by `/readyz`.
 
+use super::api_backoff::{self, FailureTracker, Progress, WatchBackoff};
 use super::pod_convert::pod_info;
+use crate::http::Health;
+use crate::label_selector::LabelSelector;
 use crate::model::PodInfo;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 #[derive(Debug)]
@@ -24,20 +30,44 @@ pub enum PodUpdate {
 
 pub struct PodWatchConfig {
     pub node_name: String,
-    pub label_selector: Option<String>,
+    pub label_selector: Option<LabelSelector>,
 }
 
-/// Runs until `tx` is closed. Errors are reported and retried with kube's default backoff.
-pub async fn run(client: Client, cfg: PodWatchConfig, tx: mpsc::Sender<PodUpdate>) {
+/// Where failures are reported.
+pub struct PodWatchReport {
+    pub metrics: api_backoff::ApiMetrics,
+    pub health: Arc<Health>,
+}
+
+/// Runs until `tx` is closed.
+pub async fn run(
+    client: Client,
+    cfg: PodWatchConfig,
+    tx: mpsc::Sender<PodUpdate>,
+    report: PodWatchReport,
+) {
     let api: Api<Pod> = Api::all(client);
     let mut wc = watcher::Config::default().fields(&format!("spec.nodeName={}", cfg.node_name));
-    if let Some(sel) = &cfg.label_selector {
-        wc = wc.labels(sel);
+    if let Some(sel) = cfg.label_selector.as_ref().filter(|s| !s.is_empty()) {
+        wc = wc.labels(&sel.to_string());
     }
-    let stream = watcher::watcher(api, wc).default_backoff();
+    let progress = Progress::default();
+    let stream = watcher::watcher(api, wc).backoff(WatchBackoff::new(progress.clone()));
     futures::pin_mut!(stream);
+    let mut failures = FailureTracker::new(api_backoff::PODS, report.metrics);
     let mut relist: Vec<PodInfo> = Vec::new();
     while let Some(item) = stream.next().await {
+        if matches!(
+            item,
+            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_))
+        ) {
+            progress.made();
+            let after = failures.on_success();
+            if after > 0 {
+                tracing::info!(failures = after, "pod watch works again");
+                report.health.set_problem(None);
+            }
+        }
         let update = match item {
             Ok(Event::Init) => {
                 relist.clear();
@@ -56,7 +86,46 @@ pub async fn run(client: Client, cfg: PodWatchConfig, tx: mpsc::Sender<PodUpdate
                 Some(uid) => PodUpdate::Delete { uid },
                 None => continue,
             },
-            Err(e) => PodUpdate::WatchError(e.to_string()),
+            Err(e) => {
+                let code = api_backoff::status_code(&e);
+                if code == Some(410) {
+                    // Compaction: the watcher relists; nothing is wrong with the API.
+                    tracing::debug!(error = %e, "pod watch expired (410); relisting");
+                    PodUpdate::WatchError(e.to_string())
+                } else {
+                    let failure = failures.on_error(code, &e.to_string());
+                    let hopeless = matches!(code, Some(400 | 401 | 403 | 404));
+                    // One error when it cannot heal by itself (or once a transient error has
+                    // repeated three times); the retries are paced and not logged above debug.
+                    if (failure.count == 1 && hopeless) || (failure.count == 3 && !hopeless) {
+                        tracing::error!(
+                            code,
+                            resource = "pods",
+                            failures = failure.count,
+                            "{}",
+                            failure.explanation
+                        );
+                    } else if failure.count == 1 {
+                        tracing::warn!(
+                            code,
+                            resource = "pods",
+                            "{}; retrying with backoff",
+                            failure.explanation
+                        );
+                    } else {
+                        tracing::debug!(code, failures = failure.count, error = %e, "pod watch still failing");
+                    }
+                    // A refusal that cannot heal by itself, or any error that repeats, makes the
+                    // agent unready, with the reason in /readyz's body.
+                    if failure.count >= 2 || hopeless {
+                        report.health.set_problem(Some(format!(
+                            "pod watch failing ({} consecutive failures): {}",
+                            failure.count, failure.explanation
+                        )));
+                    }
+                    PodUpdate::WatchError(failure.explanation)
+                }
+            }
         };
         if tx.send(update).await.is_err() {
             return;

@@ -1,6 +1,6 @@
 //! A stateful Kubernetes API server on loopback that the real kube client talks to:
 //! pods (list/watch/get/patch/delete), the eviction subresource with
-//! PodDisruptionBudgets, Events of both APIs, ConfigMaps, Secrets and
+//! PodDisruptionBudgets (list/watch across namespaces), Events of both APIs, ConfigMaps, Secrets and
 //! coordination.k8s.io Leases (list/watch/get/create/update/patch/delete), whole or as
 //! `PartialObjectMetadata`, ReplicaSet emulation, fault injection and logs of what was
 //! asked (see `shared/reference/eviction-facts.md`).
@@ -15,6 +15,7 @@ mod http_objects;
 mod model;
 mod objects;
 mod pdb_store;
+mod pdb_watch;
 mod records;
 mod render;
 mod replicaset;

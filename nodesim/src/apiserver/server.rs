@@ -55,6 +55,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         )
         .merge(http_objects::router())
         .route(
+            "/apis/policy/v1/poddisruptionbudgets",
+            get(super::pdb_watch::list_or_watch_all),
+        )
+        .route(
             "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
             get(list_pdbs),
         )
