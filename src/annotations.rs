@@ -12,14 +12,20 @@ pub const CONTAINERS: &str = "reloadlet.io/containers";
 pub const CONFIGMAPS: &str = "reloadlet.io/configmaps";
 pub const SECRETS: &str = "reloadlet.io/secrets";
 pub const EVICT_UNOWNED: &str = "reloadlet.io/evict-unowned";
+/// `"false"` opts a pod out of the controller's projection nudges (fast projection).
+pub const FAST_PROJECTION: &str = "reloadlet.io/fast-projection";
+/// Written by `reloadlet controller` only (never by users): `configmap/<name>@<rv>[#n]`.
+pub const PROJECTION_NUDGE: &str = "reloadlet.io/projection-nudge";
 
-const KNOWN: [&str; 6] = [
+const KNOWN: [&str; 8] = [
     ACTION,
     SIGNAL,
     CONTAINERS,
     CONFIGMAPS,
     SECRETS,
     EVICT_UNOWNED,
+    FAST_PROJECTION,
+    PROJECTION_NUDGE,
 ];
 /// Kubernetes object names are at most 253 characters; a list longer than this is not a typo.
 const MAX_LIST_ITEMS: usize = 64;
@@ -66,7 +72,9 @@ pub enum AnnotationError {
     TooManyItems(&'static str),
     #[error("{EVICT_UNOWNED}: {0:?} is not a boolean; use \"true\" or \"false\"")]
     InvalidBool(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned")]
+    #[error("{FAST_PROJECTION}: {0:?} is not a boolean; use \"true\" or \"false\"")]
+    InvalidFastProjection(String),
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, fast-projection, projection-nudge")]
     UnknownKey(String),
 }
 
@@ -95,12 +103,26 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         },
         _ => return Err(AnnotationError::UnknownAction(action.clone())),
     };
+    fast_projection(annotations)?;
     Ok(Some(PodPolicy {
         action,
         containers: parse_list(annotations, CONTAINERS, "container", is_dns_label)?,
         configmaps: parse_list(annotations, CONFIGMAPS, "ConfigMap", is_dns_subdomain)?,
         secrets: parse_list(annotations, SECRETS, "Secret", is_dns_subdomain)?,
     }))
+}
+
+/// `reloadlet.io/fast-projection`: may the controller nudge the kubelet for this pod?
+/// Absent means yes.
+pub fn fast_projection(annotations: &BTreeMap<String, String>) -> Result<bool, AnnotationError> {
+    match annotations.get(FAST_PROJECTION) {
+        None => Ok(true),
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(AnnotationError::InvalidFastProjection(v.clone())),
+        },
+    }
 }
 
 fn parse_bool(value: Option<&String>) -> Result<bool, AnnotationError> {
@@ -283,6 +305,18 @@ mod tests {
             (
                 vec![(ACTION, "evict"), (EVICT_UNOWNED, "yes")],
                 Err(AnnotationError::InvalidBool("yes".into())),
+            ),
+            (
+                vec![
+                    (ACTION, "signal"),
+                    (FAST_PROJECTION, "False"),
+                    (PROJECTION_NUDGE, "configmap/a@1#2"),
+                ],
+                Ok(Some(signal(ReloadSignal::Hup))),
+            ),
+            (
+                vec![(ACTION, "signal"), (FAST_PROJECTION, "no")],
+                Err(AnnotationError::InvalidFastProjection("no".into())),
             ),
             (
                 vec![(ACTION, "signal"), ("reloadlet.io/singal", "HUP")],

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod annotations;
 pub mod cgroup;
 pub mod config;
+pub mod controller;
 pub mod debounce;
 pub mod detect;
 pub mod explain;
