@@ -22,6 +22,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Fast projection: nudge the kubelet to re-project a changed ConfigMap/Secret at once
+    /// (one small Deployment per cluster; see docs/controller.md).
+    Controller(crate::controller::settings::ControllerArgs),
     /// Print what reloadlet would do for a pod, and why.
     Explain {
         /// The pod, as NAMESPACE/NAME.

@@ -53,6 +53,24 @@ fn main() -> ExitCode {
             };
             runtime.block_on(explain(pod, proc_root, filter))
         }
+        Some(Command::Controller(args)) => {
+            let hostname = nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok());
+            let settings = match args.settings(hostname) {
+                Ok(s) => s,
+                Err(e) => return fail(&e),
+            };
+            init_tracing(settings.log_format);
+            runtime.block_on(async {
+                let shutdown = CancellationToken::new();
+                tokio::spawn(shutdown_on_signal(shutdown.clone()));
+                match reloadlet::k8s::controller_serve::serve(settings, shutdown).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(&e),
+                }
+            })
+        }
         None => {
             let settings = match cli.run.settings() {
                 Ok(s) => s,

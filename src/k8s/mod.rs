@@ -1,6 +1,8 @@
 //! The Kubernetes API edge: the only place (with `main`) that imports `kube` / `k8s_openapi`.
 
 pub mod client;
+pub mod controller;
+pub mod controller_serve;
 pub mod events;
 pub mod eviction;
 pub mod pod_convert;
