@@ -590,7 +590,7 @@ impl KubeletApi for ApiServer {
         ApiServer::finalize_pod(self, namespace, name);
     }
     fn apply_configmap(&self, cm: ConfigMap) {
-        ApiServer::apply_configmap(self, cm)
+        ApiServer::apply_configmap(self, cm);
     }
     fn lookup(&self) -> &dyn SourceLookup {
         self

@@ -29,15 +29,6 @@ pub trait SourceLookup {
     fn secret(&self, namespace: &str, name: &str) -> Option<Secret>;
 }
 
-impl SourceLookup for crate::apiserver::ApiServer {
-    fn configmap(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
-        self.get_configmap(namespace, name)
-    }
-    fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        self.get_secret(namespace, name)
-    }
-}
-
 /// Why a volume cannot be set up (the kubelet would keep the pod waiting).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProjectionError {

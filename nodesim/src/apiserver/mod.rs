@@ -1,7 +1,9 @@
 //! A stateful Kubernetes API server on loopback that the real kube client talks to:
-//! pods (list/watch/get/delete), the eviction subresource with PodDisruptionBudgets,
-//! Events of both APIs, ConfigMaps and Secrets, ReplicaSet emulation, fault injection and
-//! logs of what was asked (see `shared/reference/eviction-facts.md`).
+//! pods (list/watch/get/patch/delete), the eviction subresource with
+//! PodDisruptionBudgets, Events of both APIs, ConfigMaps, Secrets and
+//! coordination.k8s.io Leases (list/watch/get/create/update/patch/delete), whole or as
+//! `PartialObjectMetadata`, ReplicaSet emulation, fault injection and logs of what was
+//! asked (see `shared/reference/eviction-facts.md`).
 //!
 //! Tests and the simulated kubelet drive it in-process through [`ApiServer`]; reloadlet
 //! reaches it over HTTP through the kubeconfig from [`ApiServer::write_kubeconfig`].
@@ -9,8 +11,11 @@
 mod disruption;
 mod events;
 mod eviction;
+mod http_objects;
+mod objects;
 mod pdb_store;
 mod records;
+mod render;
 mod replicaset;
 pub mod selectors;
 mod server;
@@ -24,6 +29,8 @@ pub use events::merge_patch;
 pub use records::{EvictionRecord, InvariantRecord, RecordedEvent, RequestRecord};
 pub use status::ApiStatus;
 
+use crate::projection::SourceLookup;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, PodTemplateSpec, Secret};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use shared::Shared;
@@ -244,21 +251,71 @@ impl ApiServer {
 
     // ---- configmaps, secrets ----
 
-    /// Creates or replaces a ConfigMap.
-    pub fn apply_configmap(&self, cm: ConfigMap) {
-        self.state().apply_configmap(cm);
+    /// Creates or replaces a ConfigMap as `kubectl apply` would, through the same path as
+    /// HTTP writes: a new resourceVersion and a watch event, unless nothing changed
+    /// (then neither, as the real server). Returns the stored object.
+    pub fn apply_configmap(&self, cm: ConfigMap) -> ConfigMap {
+        self.state().apply_object(cm)
     }
     /// One ConfigMap.
     pub fn get_configmap(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
         self.state().configmaps.get(&key(namespace, name)).cloned()
     }
-    /// Creates or replaces a Secret.
-    pub fn apply_secret(&self, secret: Secret) {
-        self.state().apply_secret(secret);
+    /// Creates or replaces a Secret (as [`ApiServer::apply_configmap`]).
+    pub fn apply_secret(&self, secret: Secret) -> Secret {
+        self.state().apply_object(secret)
     }
     /// One Secret.
     pub fn get_secret(&self, namespace: &str, name: &str) -> Option<Secret> {
         self.state().secrets.get(&key(namespace, name)).cloned()
+    }
+
+    /// Removes a ConfigMap (a DELETED watch event).
+    pub fn delete_configmap(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+        self.state().delete_object(&key(namespace, name)).ok()
+    }
+
+    // ---- leases ----
+
+    /// Creates or replaces a Lease (as [`ApiServer::apply_configmap`]).
+    pub fn apply_lease(&self, lease: Lease) -> Lease {
+        self.state().apply_object(lease)
+    }
+    /// One Lease.
+    pub fn get_lease(&self, namespace: &str, name: &str) -> Option<Lease> {
+        self.state().leases.get(&key(namespace, name)).cloned()
+    }
+
+    // ---- writes as a client makes them ----
+
+    /// A JSON merge patch of a pod, exactly as `PATCH` with
+    /// `application/merge-patch+json` does it (a no-op when nothing changes; 409 on a
+    /// stale `metadata.resourceVersion`; 404 when missing).
+    pub fn merge_patch_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Pod, ApiStatus> {
+        let body = serde_json::to_vec(patch).unwrap_or_default();
+        self.state()
+            .patch_pod(&key(namespace, name), objects::PatchType::Merge, &body)
+    }
+    /// A JSON merge patch of a ConfigMap, as `PATCH` does it.
+    pub fn merge_patch_configmap(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<ConfigMap, ApiStatus> {
+        let body = serde_json::to_vec(patch).unwrap_or_default();
+        self.state().patch_object(
+            &key(namespace, name),
+            objects::PatchType::Merge,
+            &body,
+            "",
+            false,
+        )
     }
 
     // ---- ReplicaSets ----
@@ -373,7 +430,8 @@ impl ApiServer {
             })
             .collect()
     }
-    /// Every HTTP request answered.
+    /// Every HTTP request answered (method, path, query, `Accept`, `Content-Type` and
+    /// the body of writes), e.g. to assert "no per-object GETs" or count patches.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.state().requests.clone()
     }
@@ -390,5 +448,14 @@ impl ApiServer {
             .delay
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = delay;
+    }
+}
+
+impl SourceLookup for ApiServer {
+    fn configmap(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
+        self.get_configmap(namespace, name)
+    }
+    fn secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+        self.get_secret(namespace, name)
     }
 }

@@ -18,6 +18,21 @@ pub struct RequestRecord {
     /// For eviction requests: how many were being served when this one arrived, itself
     /// included (0 for other requests).
     pub in_flight: usize,
+    /// The `Accept` header ("" when none), e.g. `…;as=PartialObjectMetadataList;…`.
+    pub accept: String,
+    /// The `Content-Type` header ("" when none), e.g. `application/merge-patch+json`.
+    pub content_type: String,
+    /// The body of a POST, PUT or PATCH ("" for other methods).
+    pub body: String,
+}
+
+impl RequestRecord {
+    /// Whether this was a watch (`watch=true` or `watch=1`).
+    pub fn is_watch(&self) -> bool {
+        self.query
+            .split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1")
+    }
 }
 
 /// One eviction request and its answer.

@@ -1,12 +1,14 @@
 //! HTTP routing: the request log / outage / delay gate, and the handlers.
 
 use super::events::EventApi;
+use super::http_objects;
 use super::records::RequestRecord;
-use super::selectors::{FieldQuery, LabelQuery};
+use super::render;
 use super::shared::Shared;
 use super::status::ApiStatus;
 use super::store::Key;
-use super::watch::{start_watch, PodFilter, WatchRequest};
+use super::store::Resource;
+use super::watch::start_watch;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -19,7 +21,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 type Shr = State<Arc<Shared>>;
 type Params = Query<HashMap<String, String>>;
@@ -32,7 +34,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/namespaces/{ns}/pods", get(list_ns_pods))
         .route(
             "/api/v1/namespaces/{ns}/pods/{name}",
-            get(get_pod).delete(delete_pod),
+            get(get_pod).delete(delete_pod).patch(patch_pod),
         )
         .route("/api/v1/namespaces/{ns}/pods/{name}/eviction", post(evict))
         .route(
@@ -51,13 +53,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             "/api/v1/namespaces/{ns}/events/{name}",
             get(get_event_core).patch(patch_event_core),
         )
-        .route("/api/v1/namespaces/{ns}/configmaps", get(list_configmaps))
-        .route(
-            "/api/v1/namespaces/{ns}/configmaps/{name}",
-            get(get_configmap),
-        )
-        .route("/api/v1/namespaces/{ns}/secrets", get(list_secrets))
-        .route("/api/v1/namespaces/{ns}/secrets/{name}", get(get_secret))
+        .merge(http_objects::router())
         .route(
             "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
             get(list_pdbs),
@@ -77,6 +73,29 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
+    let header_text = |headers: &HeaderMap, name: header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let accept = header_text(req.headers(), header::ACCEPT);
+    let content_type = header_text(req.headers(), header::CONTENT_TYPE);
+    // Writes are small: keep their body for the log and hand it on.
+    let (req, body) = if matches!(method.as_str(), "POST" | "PUT" | "PATCH") {
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, 16 << 20)
+            .await
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        (
+            Request::from_parts(parts, axum::body::Body::from(bytes)),
+            text,
+        )
+    } else {
+        (req, String::new())
+    };
     let eviction = path.ends_with("/eviction");
     let in_flight = if eviction {
         shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1
@@ -101,6 +120,9 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
         status: resp.status().as_u16(),
         at,
         in_flight,
+        accept,
+        content_type,
+        body,
     });
     resp
 }
@@ -121,107 +143,78 @@ fn json_response<T: Serialize>(code: StatusCode, body: &T) -> Response {
         .into_response()
 }
 
-fn truthy(p: &HashMap<String, String>, k: &str) -> bool {
-    p.get(k).is_some_and(|v| v == "true" || v == "1")
-}
-
 fn bad(e: impl std::fmt::Display) -> ApiStatus {
     ApiStatus::bad_request(e.to_string())
 }
 
 // ---- pods ----
 
-async fn list_all_pods(State(s): Shr, Query(p): Params) -> Answer {
-    list_or_watch(s, None, p)
+async fn list_all_pods(State(s): Shr, headers: HeaderMap, Query(p): Params) -> Answer {
+    list_or_watch(s, None, p, &headers)
 }
 
-async fn list_ns_pods(State(s): Shr, Path(ns): Path<String>, Query(p): Params) -> Answer {
-    list_or_watch(s, Some(ns), p)
+async fn list_ns_pods(
+    State(s): Shr,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+    Query(p): Params,
+) -> Answer {
+    list_or_watch(s, Some(ns), p, &headers)
 }
 
-fn list_or_watch(shared: Arc<Shared>, ns: Option<String>, p: HashMap<String, String>) -> Answer {
-    let filter = PodFilter {
-        namespace: ns,
-        fields: FieldQuery::parse(p.get("fieldSelector").map_or("", |s| s)).map_err(bad)?,
-        labels: LabelQuery::parse(p.get("labelSelector").map_or("", |s| s)).map_err(bad)?,
-    };
-    if truthy(&p, "watch") {
-        let timeout = match p.get("timeoutSeconds") {
-            Some(t) => Duration::from_secs(t.parse().map_err(|_| bad("invalid timeoutSeconds"))?),
-            None => shared.default_watch_timeout,
-        };
-        return start_watch(
-            shared,
-            WatchRequest {
-                filter,
-                resource_version: p.get("resourceVersion").cloned(),
-                timeout,
-                bookmarks: truthy(&p, "allowWatchBookmarks"),
-                send_initial_events: truthy(&p, "sendInitialEvents"),
-            },
-        );
+fn list_or_watch(
+    shared: Arc<Shared>,
+    ns: Option<String>,
+    p: HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Answer {
+    let how = render::from_headers(headers)?;
+    let filter = http_objects::filter_of(Resource::Pods, ns, &p)?;
+    if let Some(req) = http_objects::watch_of(&shared, filter.clone(), &p, how)? {
+        return start_watch(shared, req);
     }
-    list_pods(&shared, &filter, &p)
-}
-
-fn list_pods(shared: &Shared, filter: &PodFilter, p: &HashMap<String, String>) -> Answer {
+    let how = render::for_list(how)?;
     let state = shared.lock();
-    let rv_match = p.get("resourceVersionMatch").map(String::as_str);
-    if let Some(rv) = p.get("resourceVersion").filter(|r| !r.is_empty()) {
-        let n: u64 = rv
-            .parse()
-            .map_err(|_| bad(format!("invalid resource version: {rv}")))?;
-        if matches!(rv_match, Some("Exact" | "NotOlderThan")) && n != 0 && n < state.compacted_rv {
-            return Err(ApiStatus::expired(
-                "The resourceVersion for the provided list is too old.",
-            ));
-        }
-    }
-    let mut offset = 0usize;
-    if let Some(token) = p.get("continue").filter(|c| !c.is_empty()) {
-        let (rv, off) = token
-            .split_once(':')
-            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<usize>().ok()?)))
-            .ok_or_else(|| bad("continue key is not valid"))?;
-        if rv < state.compacted_rv {
-            return Err(ApiStatus::expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-            ));
-        }
-        offset = off;
-    }
     let matching: Vec<Value> = state
         .pods
         .values()
         .filter(|pod| filter.matches(pod))
         .map(|pod| serde_json::to_value(pod).unwrap_or(Value::Null))
         .collect();
-    let limit = p
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let end = limit.map_or(matching.len(), |l| (offset + l).min(matching.len()));
-    let items: Vec<Value> = matching
-        .get(offset.min(end)..end)
-        .unwrap_or_default()
-        .to_vec();
-    let mut meta = json!({"resourceVersion": state.rv.to_string()});
-    if end < matching.len() {
-        meta["continue"] = Value::String(format!("{}:{end}", state.rv));
-        meta["remainingItemCount"] = json!(matching.len() - end);
-    }
-    Ok(
-        Json(json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}))
-            .into_response(),
-    )
+    let (items, meta) = http_objects::paginate(&state, matching, &p)?;
+    Ok(Json(render::list(Resource::Pods, meta, items, how)).into_response())
 }
 
-async fn get_pod(State(s): Shr, Path((ns, name)): Path<(String, String)>) -> Answer {
-    let state = s.lock();
-    match state.pods.get(&(ns, name.clone())) {
-        Some(pod) => Ok(json_response(StatusCode::OK, pod)),
+async fn get_pod(
+    State(s): Shr,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Answer {
+    let pod = s.lock().pods.get(&(ns, name.clone())).cloned();
+    match pod {
+        Some(pod) => http_objects::one(
+            StatusCode::OK,
+            serde_json::to_value(&pod).unwrap_or(Value::Null),
+            &headers,
+        ),
         None => Err(ApiStatus::not_found("", "pods", &name)),
     }
+}
+
+/// PATCH of a pod: merge and strategic-merge (see [`super::objects`]).
+async fn patch_pod(
+    State(s): Shr,
+    Path(key): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let how = http_objects::patch_type(&headers)?;
+    let pod = s.lock().patch_pod(&key, how, &body)?;
+    http_objects::one(
+        StatusCode::OK,
+        serde_json::to_value(&pod).unwrap_or(Value::Null),
+        &headers,
+    )
 }
 
 async fn delete_pod(
@@ -343,7 +336,7 @@ async fn patch_event_core(
     patch_event(&s, EventApi::Core, key, &headers, &body)
 }
 
-// ---- configmaps, secrets, PDBs (read only over HTTP) ----
+// ---- PDBs (read only over HTTP) ----
 
 fn list_body<T: Serialize>(kind: &str, api_version: &str, rv: u64, items: Vec<&T>) -> Response {
     Json(json!({
@@ -353,44 +346,6 @@ fn list_body<T: Serialize>(kind: &str, api_version: &str, rv: u64, items: Vec<&T
         "items": items.iter().map(|i| serde_json::to_value(i).unwrap_or(Value::Null)).collect::<Vec<_>>(),
     }))
     .into_response()
-}
-
-async fn list_configmaps(State(s): Shr, Path(ns): Path<String>) -> Response {
-    let st = s.lock();
-    let items = st
-        .configmaps
-        .iter()
-        .filter(|(k, _)| k.0 == ns)
-        .map(|(_, v)| v)
-        .collect();
-    list_body("ConfigMapList", "v1", st.rv, items)
-}
-
-async fn get_configmap(State(s): Shr, Path(key): Path<(String, String)>) -> Answer {
-    let st = s.lock();
-    st.configmaps
-        .get(&key)
-        .map(|c| json_response(StatusCode::OK, c))
-        .ok_or_else(|| ApiStatus::not_found("", "configmaps", &key.1))
-}
-
-async fn list_secrets(State(s): Shr, Path(ns): Path<String>) -> Response {
-    let st = s.lock();
-    let items = st
-        .secrets
-        .iter()
-        .filter(|(k, _)| k.0 == ns)
-        .map(|(_, v)| v)
-        .collect();
-    list_body("SecretList", "v1", st.rv, items)
-}
-
-async fn get_secret(State(s): Shr, Path(key): Path<(String, String)>) -> Answer {
-    let st = s.lock();
-    st.secrets
-        .get(&key)
-        .map(|c| json_response(StatusCode::OK, c))
-        .ok_or_else(|| ApiStatus::not_found("", "secrets", &key.1))
 }
 
 async fn list_pdbs(State(s): Shr, Path(ns): Path<String>) -> Response {

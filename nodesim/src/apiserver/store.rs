@@ -7,6 +7,7 @@
 use super::records::{EvictionRecord, InvariantRecord, RequestRecord};
 use super::replicaset::ReplicaSetSim;
 use super::ApiChange;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod, PodStatus, Secret};
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -39,10 +40,50 @@ pub(crate) struct PodEvent {
     pub new: Pod,
 }
 
+/// The kinds of object the server keeps, each with its own list/watch endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Resource {
+    Pods,
+    ConfigMaps,
+    Secrets,
+    Leases,
+}
+
+/// One change of a ConfigMap, Secret or Lease, as retained in history and sent to
+/// watches (the objects as JSON: watches only serialize them).
+#[derive(Clone, Debug)]
+pub(crate) struct ObjEvent {
+    pub rv: u64,
+    pub kind: ChangeKind,
+    pub resource: Resource,
+    /// The object before the change (for Modified).
+    pub old: Option<serde_json::Value>,
+    /// The object after the change (its last state for Deleted).
+    pub new: serde_json::Value,
+}
+
+/// One retained change of any resource; one history and one resourceVersion counter
+/// for all of them, as etcd has.
+#[derive(Clone, Debug)]
+pub(crate) enum Recorded {
+    Pod(PodEvent),
+    Object(ObjEvent),
+}
+
+impl Recorded {
+    pub fn rv(&self) -> u64 {
+        match self {
+            Recorded::Pod(e) => e.rv,
+            Recorded::Object(e) => e.rv,
+        }
+    }
+}
+
 /// What open watches receive.
 #[derive(Clone, Debug)]
 pub(crate) enum WatchSignal {
     Pod(Box<PodEvent>),
+    Object(Box<ObjEvent>),
     /// History was compacted by `compact()`: every open watch ends with 410 Expired.
     Compacted {
         rv: u64,
@@ -63,12 +104,15 @@ pub(crate) struct PdbEntry {
 pub(crate) struct State {
     pub rv: u64,
     pub pods: BTreeMap<Key, Pod>,
-    pub history: VecDeque<PodEvent>,
+    pub history: VecDeque<Recorded>,
     pub history_len: usize,
     /// Watching from a resourceVersion below this one answers 410.
     pub compacted_rv: u64,
     pub configmaps: BTreeMap<Key, ConfigMap>,
     pub secrets: BTreeMap<Key, Secret>,
+    pub leases: BTreeMap<Key, Lease>,
+    /// Server-side apply's field ownership, per object: leaf path → field manager.
+    pub managers: BTreeMap<(Resource, Key), BTreeMap<String, String>>,
     pub events_v1: BTreeMap<Key, EventsV1Event>,
     pub events_core: BTreeMap<Key, CoreEvent>,
     pub pdbs: BTreeMap<Key, PdbEntry>,
@@ -131,6 +175,8 @@ impl State {
             compacted_rv: 0,
             configmaps: BTreeMap::new(),
             secrets: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            managers: BTreeMap::new(),
             events_v1: BTreeMap::new(),
             events_core: BTreeMap::new(),
             pdbs: BTreeMap::new(),
@@ -176,13 +222,18 @@ impl State {
 
     // ---- pods: low-level commits (history + broadcast), no controllers ----
 
-    fn record(&mut self, ev: PodEvent) {
-        self.history.push_back(ev.clone());
+    /// Appends to the retained history, dropping the oldest beyond `history_len`.
+    pub(crate) fn retain(&mut self, ev: Recorded) {
+        self.history.push_back(ev);
         while self.history.len() > self.history_len {
             if let Some(old) = self.history.pop_front() {
-                self.compacted_rv = old.rv;
+                self.compacted_rv = old.rv();
             }
         }
+    }
+
+    fn record(&mut self, ev: PodEvent) {
+        self.retain(Recorded::Pod(ev.clone()));
         let change = match ev.kind {
             ChangeKind::Deleted => ApiChange::PodDeleted(Box::new(ev.new.clone())),
             _ => ApiChange::PodUpserted(Box::new(ev.new.clone())),
@@ -330,40 +381,6 @@ impl State {
     pub fn settle(&mut self) {
         self.reconcile_replicasets();
         self.recompute_pdbs();
-    }
-
-    // ---- configmaps / secrets ----
-
-    /// Creates or replaces a ConfigMap.
-    pub fn apply_configmap(&mut self, mut cm: ConfigMap) -> Key {
-        let key = key_of(&cm.metadata);
-        if let Some(old) = self.configmaps.get(&key) {
-            cm.metadata.uid = old.metadata.uid.clone();
-            cm.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
-        }
-        self.stamp_new(&mut cm.metadata);
-        self.configmaps.insert(key.clone(), cm);
-        let _ = self.change_tx.send(ApiChange::ConfigMapChanged {
-            namespace: key.0.clone(),
-            name: key.1.clone(),
-        });
-        key
-    }
-
-    /// Creates or replaces a Secret.
-    pub fn apply_secret(&mut self, mut secret: Secret) -> Key {
-        let key = key_of(&secret.metadata);
-        if let Some(old) = self.secrets.get(&key) {
-            secret.metadata.uid = old.metadata.uid.clone();
-            secret.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
-        }
-        self.stamp_new(&mut secret.metadata);
-        self.secrets.insert(key.clone(), secret);
-        let _ = self.change_tx.send(ApiChange::SecretChanged {
-            namespace: key.0.clone(),
-            name: key.1.clone(),
-        });
-        key
     }
 }
 

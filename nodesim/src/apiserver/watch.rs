@@ -1,9 +1,12 @@
-//! Pod watches: newline-delimited JSON watch events over a chunked response.
+//! Watches of pods, ConfigMaps, Secrets and Leases: newline-delimited JSON watch events
+//! over a chunked response, each object rendered whole or as `PartialObjectMetadata`
+//! (see [`super::render`]).
 
+use super::render::{self, Render};
 use super::selectors::{FieldQuery, LabelQuery};
 use super::shared::Shared;
 use super::status::ApiStatus;
-use super::store::{ChangeKind, PodEvent, State, WatchSignal};
+use super::store::{ChangeKind, ObjEvent, PodEvent, Recorded, Resource, State, WatchSignal};
 use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,15 +19,37 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-/// Which pods a list or watch covers.
-#[derive(Clone, Debug, Default)]
+/// Which objects a list or watch covers.
+#[derive(Clone, Debug)]
 pub(crate) struct PodFilter {
+    pub resource: Resource,
     pub namespace: Option<String>,
     pub fields: FieldQuery,
     pub labels: LabelQuery,
 }
 
 impl PodFilter {
+    /// Whether a ConfigMap/Secret/Lease (as JSON) is covered: namespace, labels, and the
+    /// `metadata.name` / `metadata.namespace` fields every resource supports.
+    pub fn matches_value(&self, v: &Value) -> bool {
+        let meta = &v["metadata"];
+        let text = |k: &str| meta[k].as_str().unwrap_or_default().to_string();
+        let labels: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(meta["labels"].clone()).unwrap_or_default();
+        self.namespace
+            .as_ref()
+            .is_none_or(|ns| text("namespace") == *ns)
+            && self.fields.0.iter().all(|r| {
+                let actual = match r.field.as_str() {
+                    "metadata.name" => text("name"),
+                    "metadata.namespace" => text("namespace"),
+                    _ => String::new(),
+                };
+                (actual == r.value) != r.negated
+            })
+            && self.labels.matches(&labels)
+    }
+
     pub fn matches(&self, pod: &Pod) -> bool {
         self.namespace
             .as_ref()
@@ -44,6 +69,8 @@ pub(crate) struct WatchRequest {
     pub timeout: Duration,
     pub bookmarks: bool,
     pub send_initial_events: bool,
+    /// Whole objects or `PartialObjectMetadata` (the `Accept` header's `as=`).
+    pub render: Render,
 }
 
 fn line(type_: &str, object: Value) -> Bytes {
@@ -52,18 +79,32 @@ fn line(type_: &str, object: Value) -> Bytes {
     Bytes::from(s)
 }
 
-fn pod_line(type_: &str, pod: &Pod) -> Bytes {
-    line(type_, serde_json::to_value(pod).unwrap_or(Value::Null))
+fn pod_line(type_: &str, pod: &Pod, how: Render) -> Bytes {
+    line(
+        type_,
+        render::object(serde_json::to_value(pod).unwrap_or(Value::Null), how),
+    )
 }
 
-fn bookmark_line(rv: u64, initial_events_end: bool) -> Bytes {
+fn value_line(type_: &str, v: &Value, how: Render) -> Bytes {
+    line(type_, render::object(v.clone(), how))
+}
+
+/// A BOOKMARK carries an empty object of the watched kind with only its
+/// resourceVersion (apiserver `cacheWatcher` bookmark events), transformed like every
+/// other object of the watch (`watchEmbeddedEncoder` → `doTransformObject`).
+fn bookmark_line(resource: Resource, rv: u64, initial_events_end: bool, how: Render) -> Bytes {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if initial_events_end {
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
+    let (kind, api_version) = render::kind_of(resource);
     line(
         "BOOKMARK",
-        json!({"kind": "Pod", "apiVersion": "v1", "metadata": meta}),
+        render::object(
+            json!({"kind": kind, "apiVersion": api_version, "metadata": meta}),
+            how,
+        ),
     )
 }
 
@@ -71,21 +112,25 @@ fn expired_line(message: String) -> Bytes {
     line("ERROR", ApiStatus::expired(message).body)
 }
 
-/// What a watcher with `filter` sees of a change (a pod leaving the selector is DELETED).
-fn convert(filter: &PodFilter, ev: &PodEvent) -> Option<Bytes> {
+/// What a watcher with `filter` sees of a pod change (a pod leaving the selector is
+/// DELETED).
+fn convert(filter: &PodFilter, ev: &PodEvent, how: Render) -> Option<Bytes> {
+    if filter.resource != Resource::Pods {
+        return None;
+    }
     let new_m = filter.matches(&ev.new);
     match ev.kind {
-        ChangeKind::Added => new_m.then(|| pod_line("ADDED", &ev.new)),
-        ChangeKind::Deleted => new_m.then(|| pod_line("DELETED", &ev.new)),
+        ChangeKind::Added => new_m.then(|| pod_line("ADDED", &ev.new, how)),
+        ChangeKind::Deleted => new_m.then(|| pod_line("DELETED", &ev.new, how)),
         ChangeKind::Modified => {
             let old_m = ev.old.as_ref().is_some_and(|o| filter.matches(o));
             match (old_m, new_m) {
-                (true, true) => Some(pod_line("MODIFIED", &ev.new)),
-                (false, true) => Some(pod_line("ADDED", &ev.new)),
+                (true, true) => Some(pod_line("MODIFIED", &ev.new, how)),
+                (false, true) => Some(pod_line("ADDED", &ev.new, how)),
                 (true, false) => {
                     let mut last = ev.old.clone()?;
                     last.metadata.resource_version = Some(ev.rv.to_string());
-                    Some(pod_line("DELETED", &last))
+                    Some(pod_line("DELETED", &last, how))
                 }
                 (false, false) => None,
             }
@@ -93,9 +138,42 @@ fn convert(filter: &PodFilter, ev: &PodEvent) -> Option<Bytes> {
     }
 }
 
+/// The same for a ConfigMap, Secret or Lease change.
+fn convert_object(filter: &PodFilter, ev: &ObjEvent, how: Render) -> Option<Bytes> {
+    if filter.resource != ev.resource {
+        return None;
+    }
+    let new_m = filter.matches_value(&ev.new);
+    match ev.kind {
+        ChangeKind::Added => new_m.then(|| value_line("ADDED", &ev.new, how)),
+        ChangeKind::Deleted => new_m.then(|| value_line("DELETED", &ev.new, how)),
+        ChangeKind::Modified => {
+            let old_m = ev.old.as_ref().is_some_and(|o| filter.matches_value(o));
+            match (old_m, new_m) {
+                (true, true) => Some(value_line("MODIFIED", &ev.new, how)),
+                (false, true) => Some(value_line("ADDED", &ev.new, how)),
+                (true, false) => {
+                    let mut last = ev.old.clone()?;
+                    last["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
+                    Some(value_line("DELETED", &last, how))
+                }
+                (false, false) => None,
+            }
+        }
+    }
+}
+
+fn convert_recorded(filter: &PodFilter, ev: &Recorded, how: Render) -> Option<Bytes> {
+    match ev {
+        Recorded::Pod(e) => convert(filter, e, how),
+        Recorded::Object(e) => convert_object(filter, e, how),
+    }
+}
+
 /// Per-stream bookkeeping.
 struct Cursor {
     filter: PodFilter,
+    render: Render,
     last_rv: u64,
 }
 
@@ -108,7 +186,24 @@ impl Cursor {
                     return (vec![], false);
                 }
                 self.last_rv = ev.rv;
-                (convert(&self.filter, &ev).into_iter().collect(), false)
+                (
+                    convert(&self.filter, &ev, self.render)
+                        .into_iter()
+                        .collect(),
+                    false,
+                )
+            }
+            Ok(WatchSignal::Object(ev)) => {
+                if ev.rv <= self.last_rv {
+                    return (vec![], false);
+                }
+                self.last_rv = ev.rv;
+                (
+                    convert_object(&self.filter, &ev, self.render)
+                        .into_iter()
+                        .collect(),
+                    false,
+                )
             }
             Ok(WatchSignal::Compacted { rv }) => (
                 vec![expired_line(format!(
@@ -150,12 +245,17 @@ impl Cursor {
             }
         }
         self.last_rv = self.last_rv.max(state.rv);
-        out.push(bookmark_line(self.last_rv, false));
+        out.push(bookmark_line(
+            self.filter.resource,
+            self.last_rv,
+            false,
+            self.render,
+        ));
         (out, false)
     }
 }
 
-/// Starts a watch: replays history after the given resourceVersion (or the current pods
+/// Starts a watch: replays history after the given resourceVersion (or the current objects
 /// as ADDED for "", "0" and sendInitialEvents), then streams changes.
 pub(crate) fn start_watch(shared: Arc<Shared>, req: WatchRequest) -> Result<Response, ApiStatus> {
     let mut initial = Vec::new();
@@ -164,11 +264,24 @@ pub(crate) fn start_watch(shared: Arc<Shared>, req: WatchRequest) -> Result<Resp
         let rv_text = req.resource_version.clone().unwrap_or_default();
         let from_current = rv_text.is_empty() || rv_text == "0" || req.send_initial_events;
         if from_current {
-            for pod in state.pods.values().filter(|p| req.filter.matches(p)) {
-                initial.push(pod_line("ADDED", pod));
+            if req.filter.resource == Resource::Pods {
+                for pod in state.pods.values().filter(|p| req.filter.matches(p)) {
+                    initial.push(pod_line("ADDED", pod, req.render));
+                }
+            } else {
+                for v in state.object_values(req.filter.resource) {
+                    if req.filter.matches_value(&v) {
+                        initial.push(value_line("ADDED", &v, req.render));
+                    }
+                }
             }
             if req.send_initial_events && req.bookmarks {
-                initial.push(bookmark_line(state.rv, true));
+                initial.push(bookmark_line(
+                    req.filter.resource,
+                    state.rv,
+                    true,
+                    req.render,
+                ));
             }
         } else {
             let from: u64 = rv_text.parse().map_err(|_| {
@@ -181,8 +294,8 @@ pub(crate) fn start_watch(shared: Arc<Shared>, req: WatchRequest) -> Result<Resp
                 )));
                 return Ok(stream_response(close_after(initial)));
             }
-            for ev in state.history.iter().filter(|e| e.rv > from) {
-                initial.extend(convert(&req.filter, ev));
+            for ev in state.history.iter().filter(|e| e.rv() > from) {
+                initial.extend(convert_recorded(&req.filter, ev, req.render));
             }
         }
         (shared.watch_tx.subscribe(), state.rv)
@@ -224,6 +337,7 @@ async fn run_watch(
     }
     let mut cursor = Cursor {
         filter: req.filter.clone(),
+        render: req.render,
         last_rv,
     };
     let deadline = tokio::time::Instant::now() + req.timeout;
