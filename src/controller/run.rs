@@ -30,6 +30,9 @@ pub struct Controller<P: PodPatcher> {
     by_namespace: HashMap<String, BTreeSet<String>>,
     metrics: ControllerMetrics,
     health: Arc<Health>,
+    /// Object inputs that arrived before the first pod list: replayed after it, so a change
+    /// seen meanwhile still finds its pods.
+    held: Vec<Input>,
     /// A 403 is logged once until a patch succeeds again.
     forbidden_reported: bool,
     dropped_seen: (u64, u64),
@@ -64,6 +67,7 @@ impl<P: PodPatcher> Controller<P> {
             by_namespace: HashMap::new(),
             metrics,
             health,
+            held: Vec::new(),
             forbidden_reported: false,
             dropped_seen: (0, 0),
         }
@@ -89,6 +93,14 @@ impl<P: PodPatcher> Controller<P> {
 
     fn handle(&mut self, input: Input) {
         let now = Instant::now().into_std();
+        let object_input = matches!(
+            input,
+            Input::Object { .. } | Input::ObjectDeleted(_) | Input::ObjectsListed { .. }
+        );
+        if object_input && !self.pods_listed {
+            self.held.push(input);
+            return;
+        }
         match input {
             Input::Object {
                 key,
@@ -134,6 +146,9 @@ impl<P: PodPatcher> Controller<P> {
                     self.put_pod(pod);
                 }
                 self.pods_listed = true;
+                for held in std::mem::take(&mut self.held) {
+                    self.handle(held);
+                }
                 self.update_ready();
             }
             Input::Leader(leader) => {

@@ -280,3 +280,22 @@ async fn a_pod_that_stops_qualifying_loses_its_pending_nudges() {
     assert_eq!(h.values(), ["web=configmap/cfg@2"]);
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_change_seen_before_the_pod_list_still_finds_its_pods() {
+    let h = start(true, vec![pod("web", false)], FakePatcher::default());
+    // ConfigMaps list and change before the pods are listed.
+    h.send(Input::ObjectsListed {
+        kind: SourceKind::ConfigMap,
+        objects: vec![(cm_key("cfg"), "1".into())],
+    })
+    .await;
+    h.update("cfg", "2").await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert!(!h.health.is_ready());
+    h.send(Input::PodsListed(vec![pod("web", false)])).await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert!(h.health.is_ready());
+    assert_eq!(h.values(), ["web=configmap/cfg@2"]);
+    h.stop().await;
+}
