@@ -19,6 +19,7 @@ pub mod k8s;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod nudge_delay;
 pub mod pod_index;
 pub mod policy;
 pub mod process;

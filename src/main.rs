@@ -256,5 +256,6 @@ async fn explain(
             &main_pid
         )
     );
+    print!("{}", reloadlet::controller::qualify::explain(&info));
     ExitCode::SUCCESS
 }
