@@ -7,19 +7,19 @@
 
 use crate::apiserver::{ApiChange, ApiServer};
 use crate::flavor::{CgroupDriver, CgroupVersion, Runtime};
-use crate::kubelet_pod::{self, PodState, Stage};
-use crate::projection::{self, SourceLookup};
+pub use crate::kubelet_api::{KubeletApi, READY_DELAY_ANNOTATION};
+use crate::kubelet_pod::{PodState, Stage};
+use crate::kubelet_sync::{self, next_tick, SyncRecord};
+pub use crate::kubelet_sync::{SyncMode, SyncReason};
+use crate::projection;
 use crate::runtime::{ContainerHandle, RuntimeConfig, RuntimeError, SimRuntime};
 use crate::volumes::SourceKind;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Pod annotation: milliseconds after start before the pod reports Ready=True.
-pub const READY_DELAY_ANNOTATION: &str = "nodesim.reloadlet.io/ready-delay-ms";
 
 /// How the simulated node is set up.
 #[derive(Clone, Debug)]
@@ -30,8 +30,12 @@ pub struct KubeletOptions {
     pub runtime: Runtime,
     pub driver: CgroupDriver,
     pub cgroup_version: CgroupVersion,
-    /// Delay between a ConfigMap/Secret change and the re-projection (the kubelet's sync
-    /// period and cache; 0 = at once).
+    /// When volumes are re-projected: [`SyncMode::ProjectOnChange`] (the test shortcut,
+    /// the default of [`KubeletOptions::new`]) or the kubelet's real timing
+    /// ([`SyncMode::Faithful`], see [`crate::kubelet_sync`]).
+    pub sync_mode: SyncMode,
+    /// [`SyncMode::ProjectOnChange`] only: delay between a ConfigMap/Secret change and
+    /// the re-projection (0 = at once).
     pub sync_delay: Duration,
     /// Mount the tmpfs of secret/projected volumes this long after the volume dirs are
     /// created (the pod's containers start after it). `None`: at once.
@@ -43,7 +47,9 @@ pub struct KubeletOptions {
 }
 
 impl KubeletOptions {
-    /// containerd, systemd driver, cgroup v2, no delays, 2 s stop grace at most.
+    /// containerd, systemd driver, cgroup v2, no delays, 2 s stop grace at most, and the
+    /// [`SyncMode::ProjectOnChange`] test shortcut (use [`KubeletOptions::faithful`] for
+    /// the kubelet's real sync timing).
     pub fn new(
         root: impl Into<PathBuf>,
         work_dir: impl Into<PathBuf>,
@@ -55,11 +61,20 @@ impl KubeletOptions {
             runtime: Runtime::Containerd,
             driver: CgroupDriver::Systemd,
             cgroup_version: CgroupVersion::V2,
+            sync_mode: SyncMode::ProjectOnChange,
             sync_delay: Duration::ZERO,
             tmpfs_mount_delay: None,
             work_dir: work_dir.into(),
             max_stop_grace: Duration::from_secs(2),
         }
+    }
+}
+
+impl KubeletOptions {
+    /// The kubelet's real sync timing with this `syncFrequency` (60 s on a real node).
+    pub fn faithful(mut self, sync_frequency: Duration) -> Self {
+        self.sync_mode = SyncMode::Faithful { sync_frequency };
+        self
     }
 }
 
@@ -103,6 +118,8 @@ enum Msg {
     Resync(mpsc::Sender<()>),
     RotateTokens(mpsc::Sender<()>),
     Handles(String, mpsc::Sender<Option<PodHandles>>),
+    Syncs(String, mpsc::Sender<Vec<SyncRecord>>),
+    Observed(String, mpsc::Sender<Option<String>>),
     Shutdown(mpsc::Sender<()>),
 }
 
@@ -153,6 +170,8 @@ impl SimKubelet {
             runtime,
             pods: HashMap::new(),
             timers: Vec::new(),
+            started: Instant::now(),
+            syncs: HashMap::new(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("kubelet-{node_name}"))
@@ -196,6 +215,20 @@ impl SimKubelet {
             .flatten()
     }
 
+    /// Every sync of the pod so far, oldest first (volumes are re-projected at each).
+    pub fn syncs(&self, pod_uid: &str) -> Vec<SyncRecord> {
+        self.ask(|reply| Msg::Syncs(pod_uid.to_owned(), reply))
+            .unwrap_or_default()
+    }
+
+    /// The resourceVersion of the pod object the kubelet has last seen (also for
+    /// changes that did not sync it). Changes reach the kubelet in the API's order, so
+    /// once this shows a version, every earlier change (of any object) was handled.
+    pub fn observed_resource_version(&self, pod_uid: &str) -> Option<String> {
+        self.ask(|reply| Msg::Observed(pod_uid.to_owned(), reply))
+            .flatten()
+    }
+
     /// Waits (polling, up to `timeout`) until the pod's containers run.
     pub fn wait_for_pod(&self, pod_uid: &str, timeout: Duration) -> Option<PodHandles> {
         let deadline = Instant::now() + timeout;
@@ -235,6 +268,8 @@ enum Timer {
     FinishStart(String),
     Reproject(SourceKind, String, String),
     MarkReady(String),
+    /// [`SyncMode::Faithful`]: the pod's periodic sync.
+    Sync(String),
 }
 
 /// Everything runs on this thread.
@@ -244,6 +279,10 @@ struct Worker {
     runtime: SimRuntime,
     pods: HashMap<String, PodState>,
     timers: Vec<(Instant, Timer)>,
+    /// When the sync loop's 1 s ticker started.
+    started: Instant,
+    /// Every sync of every pod, for tests.
+    syncs: HashMap<String, Vec<SyncRecord>>,
 }
 
 /// `terminationGracePeriodSeconds`, capped.
@@ -290,6 +329,16 @@ impl Worker {
                     self.resync_volumes();
                     let _ = reply.send(());
                 }
+                Msg::Syncs(uid, reply) => {
+                    let _ = reply.send(self.syncs.get(&uid).cloned().unwrap_or_default());
+                }
+                Msg::Observed(uid, reply) => {
+                    let rv = self
+                        .pods
+                        .get(&uid)
+                        .and_then(|s| s.pod.metadata.resource_version.clone());
+                    let _ = reply.send(rv);
+                }
                 Msg::RotateTokens(reply) => {
                     self.rotate_tokens();
                     let _ = reply.send(());
@@ -319,6 +368,7 @@ impl Worker {
                 Timer::FinishStart(uid) => self.finish_start(&uid),
                 Timer::Reproject(kind, ns, name) => self.reproject(kind, &ns, &name),
                 Timer::MarkReady(uid) => self.mark_ready(&uid),
+                Timer::Sync(uid) => self.sync_pod(&uid, SyncReason::Periodic),
             }
         }
     }
@@ -336,10 +386,10 @@ impl Worker {
                 }
             }
             ApiChange::ConfigMapChanged { namespace, name } => {
-                self.schedule_reproject(SourceKind::ConfigMap, namespace, name)
+                self.on_source_change(SourceKind::ConfigMap, namespace, name)
             }
             ApiChange::SecretChanged { namespace, name } => {
-                self.schedule_reproject(SourceKind::Secret, namespace, name)
+                self.on_source_change(SourceKind::Secret, namespace, name)
             }
         }
     }
@@ -360,13 +410,13 @@ impl Worker {
         match self.pods.get_mut(&uid) {
             None => self.start_pod(pod),
             Some(state) => {
-                // spec, labels or annotations changed: the kubelet syncs the pod at once
-                let differs = kubelet_pod::differs_semantically(&state.pod, &pod);
+                // spec, labels, annotations or deletion fields changed: the kubelet
+                // syncs the pod at once (HandlePodUpdates); status only: it just keeps
+                // the new copy (config.go checkAndUpdatePod)
+                let differs = kubelet_sync::differs_semantically(&state.pod, &pod);
                 state.pod = pod;
-                if differs && state.stage == Stage::Running {
-                    self.sync_volumes(&uid);
-                } else if differs && state.stage == Stage::VolumesPending {
-                    self.finish_start(&uid);
+                if differs {
+                    self.sync_pod(&uid, SyncReason::PodUpdate);
                 }
             }
         }
@@ -426,6 +476,7 @@ impl Worker {
         let Some(state) = self.pods.get_mut(uid) else {
             return;
         };
+        let first = state.stage == Stage::Created;
         match state.start(&mut self.runtime, self.api.as_ref()) {
             Ok(ready_delay) => {
                 if let Some(d) = ready_delay {
@@ -434,6 +485,70 @@ impl Worker {
                 }
             }
             Err(e) => tracing::warn!(pod_uid = %uid, error = %e, "pod not started"),
+        }
+        if first {
+            self.record_sync(uid, SyncReason::Start);
+            self.schedule_periodic(uid);
+        }
+    }
+
+    /// Notes a sync of the pod for tests.
+    fn record_sync(&mut self, uid: &str, reason: SyncReason) {
+        self.syncs
+            .entry(uid.to_owned())
+            .or_default()
+            .push(SyncRecord {
+                reason,
+                at: Instant::now(),
+            });
+    }
+
+    /// [`SyncMode::Faithful`]: the next periodic sync, `wait.Jitter(syncFrequency, 0.5)`
+    /// after this one, on the sync loop's next tick (pod_workers.go `completeWork`).
+    fn schedule_periodic(&mut self, uid: &str) {
+        let SyncMode::Faithful { sync_frequency } = self.opts.sync_mode else {
+            return;
+        };
+        self.timers
+            .retain(|(_, t)| !matches!(t, Timer::Sync(u) if u == uid));
+        let due = Instant::now()
+            + kubelet_sync::jitter(sync_frequency, kubelet_sync::RESYNC_JITTER_FACTOR);
+        self.timers
+            .push((next_tick(self.started, due), Timer::Sync(uid.to_owned())));
+    }
+
+    /// One `SyncPod`: every volume re-projected from the API's current objects (a no-op
+    /// where nothing changed); a pod still waiting for its volumes is retried. Then the
+    /// periodic timer restarts.
+    fn sync_pod(&mut self, uid: &str, reason: SyncReason) {
+        match self.pods.get(uid).map(|s| s.stage) {
+            Some(Stage::Running) => self.sync_volumes(uid),
+            Some(Stage::VolumesPending) => self.finish_start(uid),
+            Some(Stage::Failed) => {}
+            // not started yet (tmpfs mount delay): its start is its first sync
+            Some(Stage::Created) | None => return,
+        }
+        self.record_sync(uid, reason);
+        self.schedule_periodic(uid);
+    }
+
+    /// A ConfigMap/Secret changed. The test shortcut projects it at once; the real
+    /// kubelet syncs no pod for it (the next sync will see it), but the volume manager's
+    /// reconciler keeps retrying mounts that failed, so a pod waiting for a missing
+    /// source starts once it appears.
+    fn on_source_change(&mut self, kind: SourceKind, ns: String, name: String) {
+        if self.opts.sync_mode == SyncMode::ProjectOnChange {
+            self.schedule_reproject(kind, ns, name);
+            return;
+        }
+        let pending: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, s)| s.stage == Stage::VolumesPending && s.namespace() == ns)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in pending {
+            self.finish_start(&uid);
         }
     }
 
@@ -466,7 +581,18 @@ impl Worker {
                 continue;
             }
             match state.stage {
-                Stage::Running => state.project_referencing(kind, name, self.api.lookup()),
+                Stage::Running => {
+                    let uses = state
+                        .pod
+                        .spec
+                        .iter()
+                        .flat_map(|s| s.volumes.iter().flatten())
+                        .any(|v| crate::volumes::volume_references(v, kind, name));
+                    state.project_referencing(kind, name, self.api.lookup());
+                    if uses {
+                        self.record_sync(&uid, SyncReason::SourceChanged);
+                    }
+                }
                 Stage::VolumesPending => self.finish_start(&uid),
                 _ => {}
             }
@@ -482,11 +608,7 @@ impl Worker {
     fn resync_volumes(&mut self) {
         let uids: Vec<String> = self.pods.keys().cloned().collect();
         for uid in uids {
-            match self.pods.get(&uid).map(|s| s.stage) {
-                Some(Stage::Running) => self.sync_volumes(&uid),
-                Some(Stage::VolumesPending) => self.finish_start(&uid),
-                _ => {}
-            }
+            self.sync_pod(&uid, SyncReason::Forced);
         }
     }
 
@@ -539,7 +661,7 @@ impl Worker {
             return;
         };
         self.timers
-            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) if u == uid));
+            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) | Timer::Sync(u) if u == uid));
         let grace = stop_grace(&state.pod, self.opts.max_stop_grace);
         if let Err(e) = self.runtime.stop_sandbox(uid, grace) {
             tracing::warn!(pod_uid = %uid, error = %e, "stopping the pod failed");
@@ -559,40 +681,5 @@ impl Worker {
         }
         self.runtime.shutdown();
         self.timers.clear();
-    }
-}
-
-/// What the kubelet needs from the API server (implemented by [`ApiServer`]; tests may
-/// use a fake).
-pub trait KubeletApi: Send + 'static {
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ApiChange>;
-    fn list_pods(&self) -> Vec<Pod>;
-    fn set_pod_status(&self, namespace: &str, name: &str, status: PodStatus);
-    /// Removes a terminating pod once the kubelet has stopped it.
-    fn finalize_pod(&self, namespace: &str, name: &str);
-    /// The root-CA publisher puts `kube-root-ca.crt` in namespaces through this.
-    fn apply_configmap(&self, cm: ConfigMap);
-    /// ConfigMaps and Secrets.
-    fn lookup(&self) -> &dyn SourceLookup;
-}
-
-impl KubeletApi for ApiServer {
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ApiChange> {
-        ApiServer::subscribe(self)
-    }
-    fn list_pods(&self) -> Vec<Pod> {
-        ApiServer::list_pods(self)
-    }
-    fn set_pod_status(&self, namespace: &str, name: &str, status: PodStatus) {
-        ApiServer::set_pod_status(self, namespace, name, status)
-    }
-    fn finalize_pod(&self, namespace: &str, name: &str) {
-        ApiServer::finalize_pod(self, namespace, name);
-    }
-    fn apply_configmap(&self, cm: ConfigMap) {
-        ApiServer::apply_configmap(self, cm);
-    }
-    fn lookup(&self) -> &dyn SourceLookup {
-        self
     }
 }

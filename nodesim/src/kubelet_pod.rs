@@ -1,7 +1,7 @@
 //! One pod as the simulated kubelet runs it: volumes, sandbox and containers, and the
 //! status it reports.
 
-use crate::kubelet::{KubeletApi, READY_DELAY_ANNOTATION};
+use crate::kubelet_api::{KubeletApi, READY_DELAY_ANNOTATION};
 use crate::projection::{self, SourceLookup};
 use crate::qos::qos_class;
 use crate::runtime::{BindMount, ContainerSpec, RuntimeError, SandboxSpec, SimRuntime};
@@ -64,13 +64,6 @@ pub struct PodState {
     started: Vec<Started>,
     start_time: Option<Time>,
     message: Option<String>,
-}
-
-/// The kubelet's `podsDifferSemantically` minus status: spec, labels or annotations.
-pub fn differs_semantically(old: &Pod, new: &Pod) -> bool {
-    old.spec != new.spec
-        || old.metadata.labels != new.metadata.labels
-        || old.metadata.annotations != new.metadata.annotations
 }
 
 impl PodState {
