@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 /// A nudge older than this is not what made a later swap happen (the kubelet's periodic
 /// sync, 60–90 s, would have answered it anyway).
 pub const MAX_WAIT: Duration = Duration::from_secs(120);
+/// The kubelet and the agent learn of a nudge from their own pod watches; the kubelet can
+/// sync and swap before the agent's watch delivers the pod update. A new nudge seen this
+/// soon after an unexplained swap was answered before the agent saw it: counted as 0.
+pub const EARLY_WINDOW: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Default)]
 struct PodNudges {
@@ -15,6 +19,8 @@ struct PodNudges {
     last_base: Option<String>,
     /// The nudge waiting for a swap, and when it was first seen.
     pending: Option<Instant>,
+    /// A changed swap no nudge was waiting for.
+    unexplained_swap: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -25,23 +31,31 @@ pub struct NudgeDelays {
 impl NudgeDelays {
     /// The pod's current annotation value. The first sight of a pod is a baseline (its nudge
     /// may be old); re-nudges (`#2`, `#3`) of the same change keep the first one's time.
-    pub fn on_pod(&mut self, uid: &str, nudge: Option<&str>, now: Instant) {
+    /// Returns a delay to record when the swap came first (see [`EARLY_WINDOW`]).
+    pub fn on_pod(&mut self, uid: &str, nudge: Option<&str>, now: Instant) -> Option<Duration> {
         let base = nudge.map(|v| v.split('#').next().unwrap_or(v).to_owned());
-        match self.pods.get_mut(uid) {
-            None => {
-                self.pods.insert(
-                    uid.to_owned(),
-                    PodNudges {
-                        last_base: base,
-                        pending: None,
-                    },
-                );
+        let Some(p) = self.pods.get_mut(uid) else {
+            self.pods.insert(
+                uid.to_owned(),
+                PodNudges {
+                    last_base: base,
+                    ..PodNudges::default()
+                },
+            );
+            return None;
+        };
+        if base.is_none() || p.last_base == base {
+            return None;
+        }
+        p.last_base = base;
+        match p.unexplained_swap.take() {
+            Some(at) if now.saturating_duration_since(at) <= EARLY_WINDOW => {
+                p.pending = None;
+                Some(Duration::ZERO)
             }
-            Some(p) => {
-                if base.is_some() && p.last_base != base {
-                    p.last_base = base;
-                    p.pending = Some(now);
-                }
+            _ => {
+                p.pending = Some(now);
+                None
             }
         }
     }
@@ -49,7 +63,10 @@ impl NudgeDelays {
     /// A volume of the pod changed content: the delay since the nudge it answers, if any.
     pub fn on_swap(&mut self, uid: &str, now: Instant) -> Option<Duration> {
         let p = self.pods.get_mut(uid)?;
-        let since = p.pending.take()?;
+        let Some(since) = p.pending.take() else {
+            p.unexplained_swap = Some(now);
+            return None;
+        };
         let delay = now.saturating_duration_since(since);
         (delay <= MAX_WAIT).then_some(delay)
     }
@@ -69,8 +86,9 @@ mod tests {
         let ms = Duration::from_millis;
         let mut d = NudgeDelays::default();
         // First sight: a baseline, even with a nudge on it.
-        d.on_pod("u", Some("configmap/a@1"), t0);
+        assert_eq!(d.on_pod("u", Some("configmap/a@1"), t0), None);
         assert_eq!(d.on_swap("u", t0 + ms(10)), None);
+        let t0 = t0 + EARLY_WINDOW + ms(100);
         // A new nudge, its re-nudge, then the swap: timed from the first.
         d.on_pod("u", Some("configmap/a@2"), t0 + ms(100));
         d.on_pod("u", Some("configmap/a@2#2"), t0 + ms(1100));
@@ -84,7 +102,24 @@ mod tests {
         assert_eq!(d.on_swap("u", t0 + ms(6000)), None);
         // A nudge never answered by a swap is not blamed for a much later one.
         d.on_pod("u", Some("configmap/a@3"), t0 + ms(7000));
-        assert_eq!(d.on_swap("u", t0 + ms(7000) + MAX_WAIT + ms(1)), None);
+        let late = t0 + ms(7000) + MAX_WAIT + ms(1);
+        assert_eq!(d.on_swap("u", late), None);
+        // The kubelet swapped before the agent's watch showed the nudge: counted as 0.
+        assert_eq!(d.on_swap("u", late + ms(500)), None);
+        assert_eq!(
+            d.on_pod("u", Some("configmap/a@4"), late + ms(600)),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(d.on_swap("u", late + ms(700)), None);
+        // …but not a swap long before it.
+        assert_eq!(
+            d.on_pod(
+                "u",
+                Some("configmap/a@5"),
+                late + ms(700) + EARLY_WINDOW + ms(1)
+            ),
+            None
+        );
         d.forget("u");
         assert_eq!(d.on_swap("u", t0), None);
     }

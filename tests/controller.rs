@@ -369,3 +369,94 @@ async fn of_two_controllers_only_the_leader_nudges_and_the_standby_takes_over() 
     .await;
     b.stop().await;
 }
+
+/// The kubelet's real sync timing with a 60 s syncFrequency: without a nudge a ConfigMap
+/// change reaches the pod after 60–90 s.
+async fn faithful_node() -> Node {
+    let sim = nodesim::node::SimNode::start(NODE, "reloadlet-it-", |k| {
+        *k = k.clone().faithful(Duration::from_secs(60));
+    })
+    .await
+    .expect("simulated node");
+    Node { agent: None, sim }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_kubelets_real_sync_timing_the_nudged_pod_reloads_in_seconds_and_the_opted_out_one_waits(
+) {
+    let mut node = faithful_node().await;
+    // Both components at their default flags (the agent's --debounce included).
+    node.start_agent(&["--debounce", "1s"]).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v1")]));
+    let (fast, slow) = (node.path("fast.sig"), node.path("slow.sig"));
+    node.api.create_pod(
+        pod(NS, "fast")
+            .signal()
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &fast, &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.api.create_pod(
+        pod(NS, "slow")
+            .signal()
+            .annotate("reloadlet.io/fast-projection", "false")
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &slow, &[("conf", "/etc/app")])
+            .build(),
+    );
+    for p in ["fast", "slow"] {
+        node.wait_running(NS, p).await;
+    }
+    eventually("recorders ready", WAIT, || {
+        (recorder_ready(&fast) && recorder_ready(&slow)).then_some(())
+    })
+    .await;
+    eventually("pods Running in the API", WAIT, || {
+        ["fast", "slow"]
+            .iter()
+            .all(|p| {
+                node.api
+                    .get_pod(NS, p)
+                    .and_then(|p| p.status?.phase)
+                    .as_deref()
+                    == Some("Running")
+            })
+            .then_some(())
+    })
+    .await;
+    node.wait_tracked(4).await;
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+
+    let applied = Instant::now();
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
+    eventually("the nudged pod got SIGHUP", Duration::from_secs(20), || {
+        (signals_in(&fast) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    eprintln!(
+        "ConfigMap apply -> SIGHUP observed: {:?} (kubelet syncFrequency 60 s, agent --debounce 1s)",
+        applied.elapsed()
+    );
+    let content = std::fs::read_to_string(
+        node.kubelet_root()
+            .join("pods")
+            .join(node.uid(NS, "fast"))
+            .join("volumes/kubernetes.io~configmap/conf/app.conf"),
+    )
+    .unwrap();
+    assert_eq!(content, "v2");
+    // The opted-out pod waits for its periodic sync (≥ 60 s after its last one).
+    never(
+        "the opted-out pod reloaded early",
+        Duration::from_secs(5),
+        || !signals_in(&slow).is_empty(),
+    )
+    .await;
+    // The re-nudges re-project identical bytes: no second signal.
+    assert_eq!(signals_in(&fast), ["SIGHUP"]);
+    let delay = node.metric("reloadlet_projection_delay_seconds_count");
+    assert_eq!(delay, 1.0, "{}", node.scrape());
+    controller.stop().await;
+}

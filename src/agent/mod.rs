@@ -339,8 +339,12 @@ impl Agent {
             .annotations
             .get(crate::annotations::PROJECTION_NUDGE)
             .map(String::as_str);
-        self.nudges
-            .on_pod(&pod.uid, nudge, std::time::Instant::now());
+        if let Some(delay) = self
+            .nudges
+            .on_pod(&pod.uid, nudge, std::time::Instant::now())
+        {
+            self.metrics.projection_delay.observe(delay.as_secs_f64());
+        }
     }
 
     fn forget_pod(&mut self, uid: &str) {
