@@ -88,9 +88,7 @@ pub fn qualifies(pod: &PodInfo, object: &SourceRef) -> Result<(), NotQualified> 
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
     };
-    let named = listed
-        .as_ref()
-        .is_some_and(|l| l.iter().any(|n| *n == object.name));
+    let named = listed.as_ref().is_some_and(|l| l.contains(&object.name));
     let root_ca = object.kind == SourceKind::ConfigMap && object.name == KUBE_ROOT_CA;
     if (policy.narrowed() || root_ca) && !named {
         return Err(NotQualified::NotListed);

@@ -245,10 +245,8 @@ pub fn now_rfc3339() -> String {
 }
 
 impl LeaseStore for KubeLeaseStore {
-    fn get(
-        &self,
-    ) -> impl Future<Output = Result<Option<(LeaseRecord, String)>, LeaseError>> + Send {
-        async move {
+    async fn get(&self) -> Result<Option<(LeaseRecord, String)>, LeaseError> {
+        {
             let Some(lease) = self.api.get_opt(&self.name).await.map_err(lease_error)? else {
                 return Ok(None);
             };
