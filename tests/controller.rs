@@ -460,3 +460,118 @@ async fn with_the_kubelets_real_sync_timing_the_nudged_pod_reloads_in_seconds_an
     assert_eq!(delay, 1.0, "{}", node.scrape());
     controller.stop().await;
 }
+
+/// Not a pass/fail test: ConfigMap apply → SIGHUP with the kubelet's real sync timing, for
+/// choosing the agent's `--debounce`. `cargo test --test controller -- --ignored --nocapture`
+/// (`RELOADLET_MEASURE_DEBOUNCE`, default 1s; `RELOADLET_MEASURE_SAMPLES`, default 10).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn measure_apply_to_sighup() {
+    let debounce = std::env::var("RELOADLET_MEASURE_DEBOUNCE").unwrap_or_else(|_| "1s".into());
+    let samples: usize = std::env::var("RELOADLET_MEASURE_SAMPLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let mut node = faithful_node().await;
+    node.start_agent(&["--debounce", &debounce]).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v0")]));
+    let out = node.path("m.sig");
+    node.api.create_pod(
+        pod(NS, "m")
+            .signal()
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out, &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.wait_running(NS, "m").await;
+    eventually("recorder ready", WAIT, || recorder_ready(&out).then_some(())).await;
+    eventually("Running in the API", WAIT, || {
+        (node.api.get_pod(NS, "m").and_then(|p| p.status?.phase).as_deref() == Some("Running"))
+            .then_some(())
+    })
+    .await;
+    node.wait_tracked(2).await;
+    let controller = Controller::start(&node, &[], &[("POD_NAMESPACE", "reloadlet-system"), ("POD_NAME", "m")]).await;
+    eventually("leader", WAIT, || {
+        (controller.metric("reloadlet_controller_leader") == 1.0).then_some(())
+    })
+    .await;
+    let mut took = Vec::new();
+    for i in 1..=samples {
+        let before = signals_in(&out).len();
+        let t = Instant::now();
+        node.api
+            .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", &format!("v{i}"))]));
+        eventually("SIGHUP", Duration::from_secs(100), || {
+            (signals_in(&out).len() > before).then_some(())
+        })
+        .await;
+        took.push(t.elapsed());
+        // Past the re-nudges (1 s, 3 s) before the next change.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    }
+    took.sort();
+    let pct = |p: f64| took[((took.len() as f64 * p).ceil() as usize).clamp(1, took.len()) - 1];
+    eprintln!(
+        "debounce {debounce}: {} samples, apply -> SIGHUP p50 {:?} p99 {:?} max {:?}",
+        took.len(),
+        pct(0.5),
+        pct(0.99),
+        took.last().unwrap()
+    );
+    controller.stop().await;
+}
+
+/// Not a pass/fail test: the controller's memory with 5,000 pods and 2,000 ConfigMaps, and
+/// its requests (one list + watch per kind, no per-object GETs on a change).
+/// `cargo test --release --test controller -- --ignored --nocapture measure_scale`
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn measure_scale() {
+    let node = Node::start(NodeOptions::default()).await;
+    for i in 0..2000 {
+        node.api
+            .apply_configmap(configmap(NS, &format!("cm-{i}"), &[("k", "v")]));
+    }
+    for i in 0..5000 {
+        let mut p = pod(NS, &format!("p-{i}"))
+            .signal()
+            .configmap_volume("conf", &format!("cm-{}", i % 2000))
+            .container(json!({"name": "app", "image": "x", "volumeMounts": [{"name": "conf", "mountPath": "/c"}]}))
+            .build();
+        // Another node: the simulated kubelet leaves them alone.
+        p.spec.as_mut().unwrap().node_name = Some("elsewhere".into());
+        node.api.create_pod(p);
+    }
+    let started = Instant::now();
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+    let ready = started.elapsed();
+    let rss = |pid: u32| -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let before = node.api.requests().len();
+    node.api
+        .apply_configmap(configmap(NS, "cm-7", &[("k", "v2")]));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after: Vec<_> = node.api.requests().into_iter().skip(before).collect();
+    eprintln!(
+        "5,000 pods / 2,000 ConfigMaps: ready after {ready:?}; {}; requests after one change: {:?}",
+        rss(controller.child.id()),
+        after.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>()
+    );
+    let lists: Vec<_> = node
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && (r.path.ends_with("/pods") || r.path.ends_with("/configmaps")))
+        .map(|r| format!("{}?{}", r.path, r.query))
+        .collect();
+    eprintln!("lists/watches: {lists:?}");
+    controller.stop().await;
+}
