@@ -485,14 +485,27 @@ async fn measure_apply_to_sighup() {
             .build(),
     );
     node.wait_running(NS, "m").await;
-    eventually("recorder ready", WAIT, || recorder_ready(&out).then_some(())).await;
+    eventually("recorder ready", WAIT, || {
+        recorder_ready(&out).then_some(())
+    })
+    .await;
     eventually("Running in the API", WAIT, || {
-        (node.api.get_pod(NS, "m").and_then(|p| p.status?.phase).as_deref() == Some("Running"))
-            .then_some(())
+        (node
+            .api
+            .get_pod(NS, "m")
+            .and_then(|p| p.status?.phase)
+            .as_deref()
+            == Some("Running"))
+        .then_some(())
     })
     .await;
     node.wait_tracked(2).await;
-    let controller = Controller::start(&node, &[], &[("POD_NAMESPACE", "reloadlet-system"), ("POD_NAME", "m")]).await;
+    let controller = Controller::start(
+        &node,
+        &[],
+        &[("POD_NAMESPACE", "reloadlet-system"), ("POD_NAME", "m")],
+    )
+    .await;
     eventually("leader", WAIT, || {
         (controller.metric("reloadlet_controller_leader") == 1.0).then_some(())
     })
@@ -563,13 +576,18 @@ async fn measure_scale() {
     eprintln!(
         "5,000 pods / 2,000 ConfigMaps: ready after {ready:?}; {}; requests after one change: {:?}",
         rss(controller.child.id()),
-        after.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>()
+        after
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect::<Vec<_>>()
     );
     let lists: Vec<_> = node
         .api
         .requests()
         .into_iter()
-        .filter(|r| r.method == "GET" && (r.path.ends_with("/pods") || r.path.ends_with("/configmaps")))
+        .filter(|r| {
+            r.method == "GET" && (r.path.ends_with("/pods") || r.path.ends_with("/configmaps"))
+        })
         .map(|r| format!("{}?{}", r.path, r.query))
         .collect();
     eprintln!("lists/watches: {lists:?}");

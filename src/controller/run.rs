@@ -149,6 +149,8 @@ impl<P: PodPatcher> Controller<P> {
                 for held in std::mem::take(&mut self.held) {
                     self.handle(held);
                 }
+                // Decoding a full pod list is the largest allocation: hand it back.
+                crate::memory::release_free_heap();
                 self.update_ready();
             }
             Input::Leader(leader) => {
