@@ -593,3 +593,69 @@ async fn measure_scale() {
     eprintln!("lists/watches: {lists:?}");
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_are_watched_metadata_only_and_only_with_the_secrets_flag() {
+    let node = Node::start(NodeOptions::default()).await;
+    node.api
+        .apply_secret(common::fixtures::secret(NS, "tls", &[("key", "s1")]));
+    let out = node.path("s.sig");
+    node.api.create_pod(
+        pod(NS, "web")
+            .signal()
+            .secret_volume("certs", "tls")
+            .recorder("app", &out, &[("certs", "/etc/tls")])
+            .build(),
+    );
+    node.wait_running(NS, "web").await;
+    eventually("Running in the API", WAIT, || {
+        (node
+            .api
+            .get_pod(NS, "web")
+            .and_then(|p| p.status?.phase)
+            .as_deref()
+            == Some("Running"))
+        .then_some(())
+    })
+    .await;
+    let secret_requests = || {
+        node.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/secrets"))
+            .collect::<Vec<_>>()
+    };
+
+    // Default: Secrets are not even listed.
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+    node.api
+        .apply_secret(common::fixtures::secret(NS, "tls", &[("key", "s2")]));
+    never(
+        "a nudge for a Secret without --secrets",
+        Duration::from_secs(2),
+        || nudge_of(&node, "web").is_some(),
+    )
+    .await;
+    assert!(secret_requests().is_empty());
+    controller.stop().await;
+
+    let controller = Controller::start(&node, &["--leader-elect=false", "--secrets"], &[]).await;
+    let rv = node
+        .api
+        .apply_secret(common::fixtures::secret(NS, "tls", &[("key", "s3")]))
+        .metadata
+        .resource_version
+        .unwrap();
+    let want = format!("secret/tls@{rv}");
+    eventually("web nudged for the Secret", WAIT, || {
+        (nudge_of(&node, "web").as_deref() == Some(want.as_str())).then_some(())
+    })
+    .await;
+    let reads = secret_requests();
+    assert!(!reads.is_empty());
+    assert!(reads
+        .iter()
+        .all(|r| r.method == "GET" && r.accept.contains("as=PartialObjectMetadata")));
+    assert!(!controller.log().contains("s3"), "Secret data in the log");
+    controller.stop().await;
+}
