@@ -15,7 +15,12 @@ pub const EVICT_UNOWNED: &str = "reloadlet.io/evict-unowned";
 /// `"off"`: signal without first checking that the process handles the signal.
 pub const SIGNAL_CHECK: &str = "reloadlet.io/signal-check";
 
-const KNOWN: [&str; 7] = [
+/// `"false"` opts a pod out of the controller's projection nudges (fast projection).
+pub const FAST_PROJECTION: &str = "reloadlet.io/fast-projection";
+/// Written by `reloadlet controller` only (never by users): `configmap/<name>@<rv>[#n]`.
+pub const PROJECTION_NUDGE: &str = "reloadlet.io/projection-nudge";
+
+const KNOWN: [&str; 9] = [
     ACTION,
     SIGNAL,
     CONTAINERS,
@@ -23,6 +28,8 @@ const KNOWN: [&str; 7] = [
     SECRETS,
     EVICT_UNOWNED,
     SIGNAL_CHECK,
+    FAST_PROJECTION,
+    PROJECTION_NUDGE,
 ];
 /// Kubernetes object names are at most 253 characters; a list longer than this is not a typo.
 const MAX_LIST_ITEMS: usize = 64;
@@ -71,7 +78,9 @@ pub enum AnnotationError {
     InvalidBool(String),
     #[error("{SIGNAL_CHECK}: {0:?} is not valid; use \"on\" (the default) or \"off\"")]
     InvalidSignalCheck(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check")]
+    #[error("{FAST_PROJECTION}: {0:?} is not a boolean; use \"true\" or \"false\"")]
+    InvalidFastProjection(String),
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, fast-projection, projection-nudge")]
     UnknownKey(String),
 }
 
@@ -101,6 +110,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         _ => return Err(AnnotationError::UnknownAction(action.clone())),
     };
     signal_check(annotations)?;
+    fast_projection(annotations)?;
     Ok(Some(PodPolicy {
         action,
         containers: parse_list(annotations, CONTAINERS, "container", is_dns_label)?,
@@ -118,6 +128,19 @@ pub fn signal_check(annotations: &BTreeMap<String, String>) -> Result<bool, Anno
             "on" => Ok(true),
             "off" => Ok(false),
             _ => Err(AnnotationError::InvalidSignalCheck(v.clone())),
+        },
+    }
+}
+
+/// `reloadlet.io/fast-projection`: may the controller nudge the kubelet for this pod?
+/// Absent means yes.
+pub fn fast_projection(annotations: &BTreeMap<String, String>) -> Result<bool, AnnotationError> {
+    match annotations.get(FAST_PROJECTION) {
+        None => Ok(true),
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(AnnotationError::InvalidFastProjection(v.clone())),
         },
     }
 }
@@ -310,6 +333,18 @@ mod tests {
             (
                 vec![(ACTION, "signal"), (SIGNAL_CHECK, "no")],
                 Err(AnnotationError::InvalidSignalCheck("no".into())),
+            ),
+            (
+                vec![
+                    (ACTION, "signal"),
+                    (FAST_PROJECTION, "False"),
+                    (PROJECTION_NUDGE, "configmap/a@1#2"),
+                ],
+                Ok(Some(signal(ReloadSignal::Hup))),
+            ),
+            (
+                vec![(ACTION, "signal"), (FAST_PROJECTION, "no")],
+                Err(AnnotationError::InvalidFastProjection("no".into())),
             ),
             (
                 vec![(ACTION, "signal"), ("reloadlet.io/singal", "HUP")],

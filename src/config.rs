@@ -26,6 +26,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Fast projection: nudge the kubelet to re-project a changed ConfigMap/Secret at once
+    /// (one small Deployment per cluster; see docs/controller.md).
+    Controller(crate::controller::settings::ControllerArgs),
     /// Print what reloadlet would do for a pod, and why.
     ///
     /// Run it inside the agent's pod (`kubectl exec ds/reloadlet -- reloadlet explain --pod

@@ -46,6 +46,25 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Some(Command::Explain(args)) => runtime.block_on(explain(args, format)),
+        Some(Command::Controller(args)) => {
+            let hostname = nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok());
+            let settings = match args.settings(hostname) {
+                Ok(s) => s,
+                Err(e) => return fail(format, &e),
+            };
+            let settings_format = settings.log_format;
+            init_tracing(settings_format);
+            runtime.block_on(async {
+                let shutdown = CancellationToken::new();
+                tokio::spawn(shutdown_on_signal(shutdown.clone()));
+                match reloadlet::k8s::controller_serve::serve(settings, shutdown).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(settings_format, &e),
+                }
+            })
+        }
         None => {
             let settings = match cli.run.settings(format) {
                 Ok(s) => s,
@@ -317,6 +336,7 @@ async fn explain(args: ExplainArgs, format: LogFormat) -> ExitCode {
         "{}",
         explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid)
     );
+    print!("{}", reloadlet::controller::qualify::explain(&info));
     ExitCode::SUCCESS
 }
 

@@ -9,7 +9,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use strum::IntoEnumIterator;
 
@@ -128,6 +128,8 @@ pub struct Metrics {
     pub api_watch_restarts: Counter,
     pub events_dropped: Counter,
     pub state_write_errors: Counter,
+    /// From a new `reloadlet.io/projection-nudge` on a pod to its next changed swap.
+    pub projection_delay: Histogram,
 }
 
 impl Metrics {
@@ -148,6 +150,7 @@ impl Metrics {
             api_watch_restarts: Counter::default(),
             events_dropped: Counter::default(),
             state_write_errors: Counter::default(),
+            projection_delay: Histogram::new(exponential_buckets(0.05, 2.0, 10)),
         };
         let r = registry;
         r.register(
@@ -169,6 +172,11 @@ impl Metrics {
             "action_latency_seconds",
             "Time from seeing the volume swap to the action (signal sent / eviction accepted)",
             m.latency.clone(),
+        );
+        r.register(
+            "projection_delay_seconds",
+            "Time from seeing a new reloadlet.io/projection-nudge on a pod to its next changed volume swap (how fast kubelets answer the controller)",
+            m.projection_delay.clone(),
         );
         r.register(
             "evictions_pending",

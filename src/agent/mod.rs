@@ -71,6 +71,8 @@ pub struct Agent {
     warmed: HashSet<(String, String)>,
     /// Warning `NoDisruptionBudget` for evict pods (off without [`Agent::with_budgets`]).
     budget_warnings: budget_warnings::BudgetWarnings,
+    /// Fast projection: when each pod's latest nudge was seen.
+    nudges: crate::nudge_delay::NudgeDelays,
 }
 
 impl Agent {
@@ -126,6 +128,7 @@ impl Agent {
             last_stats: WatchStats::default(),
             warmed: HashSet::new(),
             budget_warnings: Default::default(),
+            nudges: Default::default(),
         }
     }
 
@@ -302,6 +305,10 @@ impl Agent {
         match observation {
             Observation::Changed => {
                 tracing::debug!(volume = %key, ?cause, "volume content changed");
+                if let Some(delay) = self.nudges.on_swap(&key.pod_uid, std::time::Instant::now()) {
+                    self.metrics.projection_delay.observe(delay.as_secs_f64());
+                    tracing::debug!(volume = %key, delay_ms = delay.as_secs_f64() * 1e3, "projection nudge answered");
+                }
                 self.debouncer.add(&key.pod_uid, &key.volume, now);
                 self.state_dirty = true;
             }
@@ -399,6 +406,7 @@ impl Agent {
         match update {
             PodUpdate::Apply(pod) => {
                 self.validate(&pod);
+                self.see_nudge(&pod);
                 self.warm([&pod]);
                 let change = self.index_mut().apply(pod);
                 if change == IndexChange::Added {
@@ -413,6 +421,7 @@ impl Agent {
             PodUpdate::Resync(list) => {
                 for pod in &list {
                     self.validate(pod);
+                    self.see_nudge(pod);
                 }
                 self.warm(&list);
                 let gone = self.index_mut().reset(list);
@@ -462,7 +471,22 @@ impl Agent {
     }
 
     /// A pod left the API view: a change still in its debounce window is dropped.
+    /// Fast projection: note when a new `reloadlet.io/projection-nudge` value shows up.
+    fn see_nudge(&mut self, pod: &PodInfo) {
+        let nudge = pod
+            .annotations
+            .get(crate::annotations::PROJECTION_NUDGE)
+            .map(String::as_str);
+        if let Some(delay) = self
+            .nudges
+            .on_pod(&pod.uid, nudge, std::time::Instant::now())
+        {
+            self.metrics.projection_delay.observe(delay.as_secs_f64());
+        }
+    }
+
     fn forget_pod(&mut self, uid: &str) {
+        self.nudges.forget(uid);
         if self.debouncer.remove_pod(uid) {
             tracing::info!(
                 pod_uid = uid,

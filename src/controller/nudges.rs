@@ -1,0 +1,446 @@
+//! When to write which nudge (pure): baselines of object versions, the re-nudge schedule,
+//! per-pod coalescing and the rate cap. Time is passed in; nothing here sleeps.
+
+use crate::model::SourceKind;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// A ConfigMap or Secret, by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub kind: SourceKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What a newly seen resourceVersion means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// First sight (start, restart, failover, a new object): never nudges.
+    Baseline,
+    Unchanged,
+    /// The object changed after the controller first saw it.
+    Changed,
+}
+
+/// The last resourceVersion seen per object.
+#[derive(Debug, Default)]
+pub struct Baselines {
+    versions: HashMap<ObjectKey, String>,
+}
+
+impl Baselines {
+    pub fn observe(&mut self, key: &ObjectKey, resource_version: &str) -> Seen {
+        match self.versions.get_mut(key) {
+            None => {
+                self.versions
+                    .insert(key.clone(), resource_version.to_owned());
+                Seen::Baseline
+            }
+            Some(old) if old == resource_version => Seen::Unchanged,
+            Some(old) => {
+                *old = resource_version.to_owned();
+                Seen::Changed
+            }
+        }
+    }
+
+    pub fn forget(&mut self, key: &ObjectKey) {
+        self.versions.remove(key);
+    }
+
+    /// After a relist of `kind`: objects not in it are gone.
+    pub fn retain_listed(&mut self, kind: SourceKind, listed: &[ObjectKey]) {
+        let keep: std::collections::HashSet<&ObjectKey> = listed.iter().collect();
+        self.versions
+            .retain(|k, _| k.kind != kind || keep.contains(k));
+    }
+
+    pub fn len(&self) -> usize {
+        self.versions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.versions.is_empty()
+    }
+}
+
+/// One change to project: `configmap/app-cfg@1234`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub kind: SourceKind,
+    pub name: String,
+    pub resource_version: String,
+}
+
+impl Change {
+    /// The annotation value of attempt `attempt` (1-based). A merge patch that sets the value
+    /// already there is a no-op in the API server (no new resourceVersion, no kubelet sync),
+    /// so re-nudges carry `#2`, `#3`.
+    pub fn value(&self, attempt: u8) -> String {
+        let base = format!(
+            "{}/{}@{}",
+            self.kind.as_str(),
+            self.name,
+            self.resource_version
+        );
+        if attempt <= 1 {
+            base
+        } else {
+            format!("{base}#{attempt}")
+        }
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.value(1))
+    }
+}
+
+/// After the first nudge, the kubelet's own watch of the object may still lag the
+/// controller's: nudge again this long after the change.
+pub const RENUDGE_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(3)];
+/// At most one patch per pod per this interval.
+pub const POD_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A pod, by namespace/name (what the patch addresses) and uid (what identifies it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodKey {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// A patch to send now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nudge {
+    pub pod: PodKey,
+    pub change: Change,
+    pub attempt: u8,
+}
+
+impl Nudge {
+    pub fn value(&self) -> String {
+        self.change.value(self.attempt)
+    }
+}
+
+#[derive(Debug)]
+struct Attempt {
+    due: Instant,
+    change: Change,
+    attempt: u8,
+}
+
+#[derive(Debug, Default)]
+struct PodQueue {
+    attempts: Vec<Attempt>,
+    /// No patch to this pod before this instant.
+    next_allowed: Option<Instant>,
+}
+
+/// Nudges dropped by the rate cap, by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub configmap: u64,
+    pub secret: u64,
+}
+
+/// Schedules nudges per pod: attempt 1 at once, 2 and 3 after [`RENUDGE_AFTER`]; at most one
+/// patch per pod per [`POD_INTERVAL`] (due attempts coalesce into the newest); at most
+/// `max_per_second` patches in total (a token bucket; what exceeds it is dropped and counted —
+/// the kubelet's periodic sync stays the fallback).
+#[derive(Debug)]
+pub struct Scheduler {
+    pods: BTreeMap<PodKey, PodQueue>,
+    max_per_second: u32,
+    tokens: f64,
+    refilled: Option<Instant>,
+    dropped: Dropped,
+}
+
+impl Scheduler {
+    pub fn new(max_per_second: u32) -> Self {
+        let max_per_second = max_per_second.max(1);
+        Self {
+            pods: BTreeMap::new(),
+            max_per_second,
+            tokens: f64::from(max_per_second),
+            refilled: None,
+            dropped: Dropped::default(),
+        }
+    }
+
+    /// `change` should nudge `pod`: three attempts from `now`.
+    pub fn schedule(&mut self, pod: PodKey, change: Change, now: Instant) {
+        let queue = self.pods.entry(pod).or_default();
+        queue.attempts.push(Attempt {
+            due: now,
+            change: change.clone(),
+            attempt: 1,
+        });
+        for (i, after) in RENUDGE_AFTER.iter().enumerate() {
+            queue.attempts.push(Attempt {
+                due: now + *after,
+                change: change.clone(),
+                attempt: i as u8 + 2,
+            });
+        }
+    }
+
+    /// The pod is gone or no longer qualifies (or a patch failed for good): nothing more for it.
+    pub fn cancel(&mut self, pod: &PodKey) {
+        self.pods.remove(pod);
+    }
+
+    /// Leadership lost: forget everything pending.
+    pub fn clear(&mut self) {
+        self.pods.clear();
+    }
+
+    /// Pods with attempts still to send.
+    pub fn depth(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn dropped(&self) -> &Dropped {
+        &self.dropped
+    }
+
+    /// When [`Scheduler::due`] will next have something (`None`: nothing pending).
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        self.pods
+            .values()
+            .filter_map(|q| {
+                let first = q.attempts.iter().map(|a| a.due).min()?;
+                Some(q.next_allowed.map_or(first, |n| first.max(n)))
+            })
+            .min()
+    }
+
+    /// The patches to send now: per pod, the newest of its due attempts (older due ones are
+    /// covered by it: any annotation change makes the kubelet re-project every volume).
+    pub fn due(&mut self, now: Instant) -> Vec<Nudge> {
+        self.refill(now);
+        let mut out = Vec::new();
+        let mut emptied = Vec::new();
+        for (pod, queue) in self.pods.iter_mut() {
+            if queue.next_allowed.is_some_and(|n| n > now) {
+                continue;
+            }
+            let (due, later): (Vec<Attempt>, Vec<Attempt>) = std::mem::take(&mut queue.attempts)
+                .into_iter()
+                .partition(|a| a.due <= now);
+            queue.attempts = later;
+            if queue.attempts.is_empty() {
+                emptied.push(pod.clone());
+            }
+            // The newest change (by schedule), then the highest attempt of it.
+            let Some(pick) = due
+                .into_iter()
+                .max_by_key(|a| (a.due - a.attempt_offset(), a.attempt))
+            else {
+                continue;
+            };
+            if self.tokens < 1.0 {
+                match pick.change.kind {
+                    SourceKind::ConfigMap => self.dropped.configmap += 1,
+                    SourceKind::Secret => self.dropped.secret += 1,
+                }
+                continue;
+            }
+            self.tokens -= 1.0;
+            queue.next_allowed = Some(now + POD_INTERVAL);
+            out.push(Nudge {
+                pod: pod.clone(),
+                change: pick.change,
+                attempt: pick.attempt,
+            });
+        }
+        for pod in emptied {
+            self.pods.remove(&pod);
+        }
+        out
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let cap = f64::from(self.max_per_second);
+        if let Some(last) = self.refilled {
+            let elapsed = now.saturating_duration_since(last).as_secs_f64();
+            self.tokens = (self.tokens + elapsed * cap).min(cap);
+        }
+        self.refilled = Some(now);
+    }
+}
+
+impl Attempt {
+    /// How long after the change this attempt was scheduled.
+    fn attempt_offset(&self) -> Duration {
+        match self.attempt {
+            0 | 1 => Duration::ZERO,
+            n => RENUDGE_AFTER[usize::from(n - 2).min(RENUDGE_AFTER.len() - 1)],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            kind: SourceKind::ConfigMap,
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+    fn pod(name: &str) -> PodKey {
+        PodKey {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+    fn change(name: &str, rv: &str) -> Change {
+        Change {
+            kind: SourceKind::ConfigMap,
+            name: name.into(),
+            resource_version: rv.into(),
+        }
+    }
+    fn values(nudges: &[Nudge]) -> Vec<(String, String)> {
+        nudges
+            .iter()
+            .map(|n| (n.pod.name.clone(), n.value()))
+            .collect()
+    }
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn first_sight_is_a_baseline() {
+        let mut b = Baselines::default();
+        assert_eq!(b.observe(&key("a"), "1"), Seen::Baseline);
+        assert_eq!(b.observe(&key("a"), "1"), Seen::Unchanged);
+        assert_eq!(b.observe(&key("a"), "2"), Seen::Changed);
+        assert_eq!(b.observe(&key("b"), "2"), Seen::Baseline);
+        b.forget(&key("a"));
+        assert_eq!(b.observe(&key("a"), "3"), Seen::Baseline);
+        b.retain_listed(SourceKind::ConfigMap, &[key("a")]);
+        assert_eq!(
+            b.observe(&key("b"), "2"),
+            Seen::Baseline,
+            "b was not relisted"
+        );
+        let secret = ObjectKey {
+            kind: SourceKind::Secret,
+            ..key("a")
+        };
+        assert_eq!(b.observe(&secret, "3"), Seen::Baseline, "kinds are apart");
+    }
+
+    #[test]
+    fn values_name_kind_object_version_and_attempt() {
+        let c = change("app-cfg", "1234");
+        assert_eq!(c.value(1), "configmap/app-cfg@1234");
+        assert_eq!(c.value(2), "configmap/app-cfg@1234#2");
+        assert_eq!(c.value(3), "configmap/app-cfg@1234#3");
+        let s = Change {
+            kind: SourceKind::Secret,
+            ..c
+        };
+        assert_eq!(s.value(1), "secret/app-cfg@1234");
+    }
+
+    #[test]
+    fn one_change_nudges_at_once_then_after_1s_and_3s() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(20);
+        s.schedule(pod("web"), change("app-cfg", "7"), t0);
+        assert_eq!(s.next_wakeup(), Some(t0));
+        assert_eq!(
+            values(&s.due(t0)),
+            [("web".into(), "configmap/app-cfg@7".into())]
+        );
+        assert_eq!(s.next_wakeup(), Some(t0 + ms(1000)));
+        assert!(s.due(t0 + ms(999)).is_empty());
+        assert_eq!(
+            values(&s.due(t0 + ms(1000))),
+            [("web".into(), "configmap/app-cfg@7#2".into())]
+        );
+        assert_eq!(s.next_wakeup(), Some(t0 + ms(3000)));
+        assert!(s.due(t0 + ms(2000)).is_empty());
+        assert_eq!(
+            values(&s.due(t0 + ms(3000))),
+            [("web".into(), "configmap/app-cfg@7#3".into())]
+        );
+        assert_eq!(s.next_wakeup(), None);
+        assert_eq!(s.depth(), 0);
+    }
+
+    #[test]
+    fn one_patch_per_pod_per_second_and_the_newest_change_wins() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(20);
+        s.schedule(pod("web"), change("a", "1"), t0);
+        assert_eq!(s.due(t0).len(), 1);
+        // A second object of the same pod changes 200 ms later: held until 1 s after the last
+        // patch, then sent once (covering a#2, which was due at the same time).
+        s.schedule(pod("web"), change("b", "5"), t0 + ms(200));
+        assert!(s.due(t0 + ms(200)).is_empty());
+        assert_eq!(s.next_wakeup(), Some(t0 + ms(1000)));
+        assert_eq!(
+            values(&s.due(t0 + ms(1000))),
+            [("web".into(), "configmap/b@5".into())]
+        );
+        // b#2 (due 1.2 s) waits for 2.0 s.
+        assert!(s.due(t0 + ms(1200)).is_empty());
+        assert_eq!(
+            values(&s.due(t0 + ms(2000))),
+            [("web".into(), "configmap/b@5#2".into())]
+        );
+        assert_eq!(
+            values(&s.due(t0 + ms(3000))),
+            [("web".into(), "configmap/a@1#3".into())]
+        );
+        assert_eq!(
+            values(&s.due(t0 + ms(4000))),
+            [("web".into(), "configmap/b@5#3".into())]
+        );
+        assert_eq!(s.depth(), 0);
+    }
+
+    #[test]
+    fn the_rate_cap_drops_and_counts() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(2);
+        for p in ["a", "b", "c", "d"] {
+            s.schedule(pod(p), change("cfg", "9"), t0);
+        }
+        assert_eq!(s.due(t0).len(), 2);
+        assert_eq!(s.dropped().configmap, 2);
+        assert_eq!(s.dropped().secret, 0);
+        // Tokens refill at 2/s: the re-nudges of a and b at 1 s get through, c and d had theirs
+        // dropped but still get attempt 2.
+        let second = s.due(t0 + ms(1000));
+        assert_eq!(second.len(), 2);
+        assert_eq!(s.dropped().configmap, 4);
+        assert_eq!(s.depth(), 4);
+    }
+
+    #[test]
+    fn cancel_and_clear_forget_pending_attempts() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(20);
+        s.schedule(pod("a"), change("cfg", "1"), t0);
+        s.schedule(pod("b"), change("cfg", "1"), t0);
+        s.cancel(&pod("a"));
+        assert_eq!(values(&s.due(t0)), [("b".into(), "configmap/cfg@1".into())]);
+        s.clear();
+        assert_eq!(s.next_wakeup(), None);
+        assert!(s.due(t0 + ms(5000)).is_empty());
+    }
+}

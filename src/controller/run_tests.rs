@@ -1,0 +1,303 @@
+//! The controller loop with a fake API and a paused clock.
+
+use super::*;
+use crate::controller::api::fake::FakePatcher;
+use crate::model::{ContainerInfo, ContainerKind, VolumeMount, VolumeSpec};
+use prometheus_client::registry::Registry;
+
+const NS: &str = "ns";
+
+fn cm_key(name: &str) -> ObjectKey {
+    ObjectKey {
+        kind: SourceKind::ConfigMap,
+        namespace: NS.into(),
+        name: name.into(),
+    }
+}
+
+/// An opted-in running pod mounting configMap `cfg` in volume `v` (through subPath if asked).
+fn pod(name: &str, sub_path: bool) -> PodInfo {
+    PodInfo {
+        uid: format!("uid-{name}"),
+        namespace: NS.into(),
+        name: name.into(),
+        annotations: [("reloadlet.io/action".to_string(), "signal".to_string())].into(),
+        volumes: vec![VolumeSpec {
+            name: "v".into(),
+            sources: vec![SourceRef {
+                kind: SourceKind::ConfigMap,
+                name: "cfg".into(),
+            }],
+            service_account_token: false,
+            source_paths: Vec::new(),
+            other_paths: Vec::new(),
+        }],
+        containers: vec![ContainerInfo {
+            name: "app".into(),
+            kind: ContainerKind::Regular,
+            mounts: vec![VolumeMount {
+                volume: "v".into(),
+                sub_path,
+            }],
+            container_id: None,
+            running: true,
+        }],
+        phase: "Running".into(),
+        ..PodInfo::default()
+    }
+}
+
+/// A pod that uses `cfg` only through env (no volume).
+fn env_only_pod(name: &str) -> PodInfo {
+    PodInfo {
+        volumes: vec![],
+        containers: vec![ContainerInfo {
+            mounts: vec![],
+            ..pod(name, false).containers[0].clone()
+        }],
+        ..pod(name, false)
+    }
+}
+
+struct Harness {
+    tx: mpsc::Sender<Input>,
+    patcher: FakePatcher,
+    metrics: ControllerMetrics,
+    health: Arc<Health>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(leader: bool, pods: Vec<PodInfo>, patcher: FakePatcher) -> Harness {
+    for p in &pods {
+        patcher.put(p.clone());
+    }
+    let metrics = ControllerMetrics::new(&mut Registry::default());
+    let health = Arc::new(Health::default());
+    let controller = Controller::new(
+        Arc::new(patcher.clone()),
+        NamespaceFilter::default(),
+        false,
+        20,
+        leader,
+        metrics.clone(),
+        health.clone(),
+    );
+    let (tx, rx) = mpsc::channel(64);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(controller.run(rx, stop.clone()));
+    Harness {
+        tx,
+        patcher,
+        metrics,
+        health,
+        stop,
+        task,
+    }
+}
+
+impl Harness {
+    async fn send(&self, input: Input) {
+        self.tx.send(input).await.unwrap();
+    }
+    async fn list(&self, pods: Vec<PodInfo>, cfg_rv: &str) {
+        self.send(Input::PodsListed(pods)).await;
+        self.send(Input::ObjectsListed {
+            kind: SourceKind::ConfigMap,
+            objects: vec![
+                (cm_key("cfg"), cfg_rv.into()),
+                (cm_key("other"), "1".into()),
+            ],
+        })
+        .await;
+    }
+    async fn update(&self, name: &str, rv: &str) {
+        self.send(Input::Object {
+            key: cm_key(name),
+            resource_version: rv.into(),
+        })
+        .await;
+    }
+    fn values(&self) -> Vec<String> {
+        self.patcher
+            .patches()
+            .into_iter()
+            .map(|(_, n, v)| format!("{n}={v}"))
+            .collect()
+    }
+    /// Lets the loop run for `d` of virtual time.
+    async fn run_for(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_nudges_only_qualifying_pods_at_once_then_after_1s_and_3s() {
+    let pods = vec![pod("web", false), pod("subpath", true), env_only_pod("env")];
+    let h = start(true, pods.clone(), FakePatcher::default());
+    h.list(pods, "10").await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert!(h.health.is_ready());
+    assert_eq!(
+        h.values(),
+        Vec::<String>::new(),
+        "first sight is a baseline"
+    );
+
+    h.update("cfg", "11").await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert_eq!(h.values(), ["web=configmap/cfg@11"]);
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(
+        h.values(),
+        [
+            "web=configmap/cfg@11",
+            "web=configmap/cfg@11#2",
+            "web=configmap/cfg@11#3"
+        ]
+    );
+    assert_eq!(
+        h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Patched),
+        3
+    );
+    // The same version again (a resync) and an unrelated object: nothing.
+    h.update("cfg", "11").await;
+    h.update("unrelated", "5").await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.values().len(), 3);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn restart_and_failover_nudge_nothing_by_themselves() {
+    let patcher = FakePatcher::default();
+    // A follower sees a change: it only moves its baseline.
+    let h = start(false, vec![pod("web", false)], patcher.clone());
+    h.list(vec![pod("web", false)], "10").await;
+    h.update("cfg", "11").await;
+    h.run_for(Duration::from_secs(5)).await;
+    // Becoming the leader does not replay it.
+    h.send(Input::Leader(true)).await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.values(), Vec::<String>::new());
+    assert_eq!(h.metrics.leader.get(), 1);
+    // The next change is nudged.
+    h.update("cfg", "12").await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert_eq!(h.values(), ["web=configmap/cfg@12"]);
+    // Losing leadership drops the pending re-nudges.
+    h.send(Input::Leader(false)).await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.values(), ["web=configmap/cfg@12"]);
+    h.stop().await;
+
+    // A restarted controller lists a version it never saw: a baseline.
+    let h = start(true, vec![pod("web", false)], patcher);
+    h.list(vec![pod("web", false)], "13").await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.values(), ["web=configmap/cfg@12"]);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn forbidden_is_one_request_per_pod_and_no_retries() {
+    let patcher = FakePatcher::default();
+    patcher.fail_always(PatchError::Forbidden("pods is forbidden".into()));
+    let pods = vec![pod("a", false), pod("b", false)];
+    let h = start(true, pods.clone(), patcher);
+    h.list(pods, "1").await;
+    h.update("cfg", "2").await;
+    h.run_for(Duration::from_secs(30)).await;
+    assert_eq!(h.patcher.patches().len(), 2, "{:?}", h.values());
+    assert_eq!(h.patcher.gets(), 0);
+    assert_eq!(
+        h.metrics
+            .get(SourceKind::ConfigMap, NudgeOutcome::Forbidden),
+        2
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_found_and_conflict_are_re_read_and_retried_once() {
+    let patcher = FakePatcher::default();
+    let h = start(
+        true,
+        vec![pod("web", false), pod("gone", false)],
+        patcher.clone(),
+    );
+    h.list(vec![pod("web", false), pod("gone", false)], "1")
+        .await;
+    h.run_for(Duration::from_millis(10)).await;
+    // "gone" was deleted from the API before the watch said so; "web" conflicts once.
+    patcher.remove(NS, "gone");
+    patcher.fail_next([PatchError::NotFound, PatchError::Conflict("busy".into())]);
+    h.update("cfg", "2").await;
+    h.run_for(Duration::from_secs(10)).await;
+    let gone: Vec<_> = h
+        .values()
+        .into_iter()
+        .filter(|v| v.starts_with("gone="))
+        .collect();
+    let web: Vec<_> = h
+        .values()
+        .into_iter()
+        .filter(|v| v.starts_with("web="))
+        .collect();
+    // "gone" (first in order) got the 404: re-read, absent, never tried again.
+    assert_eq!(gone, ["gone=configmap/cfg@2"]);
+    // "web" got the 409: re-read, retried at once, then its re-nudges.
+    assert_eq!(
+        web,
+        [
+            "web=configmap/cfg@2",
+            "web=configmap/cfg@2",
+            "web=configmap/cfg@2#2",
+            "web=configmap/cfg@2#3"
+        ]
+    );
+    assert_eq!(h.patcher.gets(), 2);
+    assert_eq!(h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Gone), 1);
+    assert_eq!(
+        h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Patched),
+        3
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_that_stops_qualifying_loses_its_pending_nudges() {
+    let h = start(true, vec![pod("web", false)], FakePatcher::default());
+    h.list(vec![pod("web", false)], "1").await;
+    h.update("cfg", "2").await;
+    h.run_for(Duration::from_millis(10)).await;
+    let mut terminating = pod("web", false);
+    terminating.terminating = true;
+    h.send(Input::PodApplied(terminating)).await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.values(), ["web=configmap/cfg@2"]);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_seen_before_the_pod_list_still_finds_its_pods() {
+    let h = start(true, vec![pod("web", false)], FakePatcher::default());
+    // ConfigMaps list and change before the pods are listed.
+    h.send(Input::ObjectsListed {
+        kind: SourceKind::ConfigMap,
+        objects: vec![(cm_key("cfg"), "1".into())],
+    })
+    .await;
+    h.update("cfg", "2").await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert!(!h.health.is_ready());
+    h.send(Input::PodsListed(vec![pod("web", false)])).await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert!(h.health.is_ready());
+    assert_eq!(h.values(), ["web=configmap/cfg@2"]);
+    h.stop().await;
+}

@@ -1,0 +1,306 @@
+//! The kube edges of `reloadlet controller`: metadata-only watches of ConfigMaps/Secrets, the
+//! pod watch, the nudge patch and the Lease. Everything is converted to the kube-free types of
+//! [`crate::controller::api`] here.
+
+use super::pod_convert::pod_info;
+use crate::annotations::PROJECTION_NUDGE;
+use crate::controller::api::{Input, LeaseError, LeaseStore, PatchError, PodPatcher};
+use crate::controller::lease::LeaseRecord;
+use crate::controller::nudges::ObjectKey;
+use crate::model::{PodInfo, SourceKind};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use std::future::Future;
+use tokio::sync::mpsc;
+
+/// Follows one kind with kube's `metadata_watcher`: the API server answers with
+/// `PartialObjectMetadata` (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`),
+/// so the controller never receives (or holds) ConfigMap data or Secret values.
+pub async fn watch_objects(client: Client, kind: SourceKind, tx: mpsc::Sender<Input>) {
+    match kind {
+        SourceKind::ConfigMap => {
+            watch_meta(Api::<PartialObjectMeta<ConfigMap>>::all(client), kind, tx).await
+        }
+        SourceKind::Secret => {
+            watch_meta(Api::<PartialObjectMeta<Secret>>::all(client), kind, tx).await
+        }
+    }
+}
+
+async fn watch_meta<K>(api: Api<PartialObjectMeta<K>>, kind: SourceKind, tx: mpsc::Sender<Input>)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let what = match kind {
+        SourceKind::ConfigMap => "configmaps",
+        SourceKind::Secret => "secrets",
+    };
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    let mut listed: Vec<(ObjectKey, String)> = Vec::new();
+    let key = |meta: &ObjectMeta| -> Option<(ObjectKey, String)> {
+        Some((
+            ObjectKey {
+                kind,
+                namespace: meta.namespace.clone()?,
+                name: meta.name.clone()?,
+            },
+            meta.resource_version.clone()?,
+        ))
+    };
+    while let Some(item) = stream.next().await {
+        let input = match item {
+            Ok(Event::Init) => {
+                listed.clear();
+                continue;
+            }
+            Ok(Event::InitApply(o)) => {
+                listed.extend(key(&o.metadata));
+                continue;
+            }
+            Ok(Event::InitDone) => Input::ObjectsListed {
+                kind,
+                objects: std::mem::take(&mut listed),
+            },
+            Ok(Event::Apply(o)) => match key(&o.metadata) {
+                Some((key, resource_version)) => Input::Object {
+                    key,
+                    resource_version,
+                },
+                None => continue,
+            },
+            Ok(Event::Delete(o)) => match key(&o.metadata) {
+                Some((key, _)) => Input::ObjectDeleted(key),
+                None => continue,
+            },
+            Err(e) => Input::WatchError {
+                what,
+                error: e.to_string(),
+            },
+        };
+        if tx.send(input).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Pods in all namespaces (label selector applied by the API server).
+pub async fn watch_pods(client: Client, label_selector: Option<String>, tx: mpsc::Sender<Input>) {
+    let api: Api<Pod> = Api::all(client);
+    let mut wc = watcher::Config::default();
+    if let Some(sel) = &label_selector {
+        wc = wc.labels(sel);
+    }
+    let stream = watcher::watcher(api, wc).default_backoff();
+    futures::pin_mut!(stream);
+    let mut listed: Vec<PodInfo> = Vec::new();
+    while let Some(item) = stream.next().await {
+        let input = match item {
+            Ok(Event::Init) => {
+                listed.clear();
+                continue;
+            }
+            Ok(Event::InitApply(pod)) => {
+                listed.extend(pod_info(&pod));
+                continue;
+            }
+            Ok(Event::InitDone) => Input::PodsListed(std::mem::take(&mut listed)),
+            Ok(Event::Apply(pod)) => match pod_info(&pod) {
+                Some(info) => Input::PodApplied(info),
+                None => continue,
+            },
+            Ok(Event::Delete(pod)) => match pod.metadata.uid {
+                Some(uid) => Input::PodDeleted { uid },
+                None => continue,
+            },
+            Err(e) => Input::WatchError {
+                what: "pods",
+                error: e.to_string(),
+            },
+        };
+        if tx.send(input).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The field manager of the nudge patch (visible in the pod's managedFields).
+pub const FIELD_MANAGER: &str = "reloadlet-controller";
+
+pub struct KubePatcher {
+    client: Client,
+}
+
+impl KubePatcher {
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+/// The whole patch body: exactly one annotation.
+pub fn nudge_patch(value: &str) -> serde_json::Value {
+    serde_json::json!({ "metadata": { "annotations": { PROJECTION_NUDGE: value } } })
+}
+
+fn patch_error(e: kube::Error) -> PatchError {
+    match e {
+        kube::Error::Api(s) if s.code == 404 => PatchError::NotFound,
+        kube::Error::Api(s) if s.code == 409 => PatchError::Conflict(s.message),
+        kube::Error::Api(s) if s.code == 403 => PatchError::Forbidden(s.message),
+        other => PatchError::Other(other.to_string()),
+    }
+}
+
+impl PodPatcher for KubePatcher {
+    fn patch_nudge(
+        &self,
+        namespace: &str,
+        name: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), PatchError>> + Send {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let (name, body) = (name.to_owned(), nudge_patch(value));
+        async move {
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            api.patch(&name, &params, &Patch::Merge(&body))
+                .await
+                .map(|_| ())
+                .map_err(patch_error)
+        }
+    }
+
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<PodInfo>, PatchError>> + Send {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let name = name.to_owned();
+        async move {
+            match api.get_opt(&name).await {
+                Ok(pod) => Ok(pod.as_ref().and_then(pod_info)),
+                Err(e) => Err(patch_error(e)),
+            }
+        }
+    }
+}
+
+pub struct KubeLeaseStore {
+    api: Api<Lease>,
+    name: String,
+}
+
+impl KubeLeaseStore {
+    pub fn new(client: Client, namespace: &str, name: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+        }
+    }
+
+    fn lease(&self, record: &LeaseRecord, resource_version: Option<&str>) -> Lease {
+        let time = |s: &Option<String>| {
+            s.as_deref()
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .map(MicroTime)
+        };
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                resource_version: resource_version.map(str::to_owned),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: record.holder.clone(),
+                lease_duration_seconds: Some(record.lease_duration_seconds),
+                acquire_time: time(&record.acquire_time),
+                renew_time: time(&record.renew_time),
+                lease_transitions: Some(record.transitions),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+}
+
+fn lease_error(e: kube::Error) -> LeaseError {
+    match e {
+        kube::Error::Api(s) if s.code == 409 => LeaseError::Conflict,
+        other => LeaseError::Other(other.to_string()),
+    }
+}
+
+/// The wall clock in the Lease's micro-time format.
+pub fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+impl LeaseStore for KubeLeaseStore {
+    async fn get(&self) -> Result<Option<(LeaseRecord, String)>, LeaseError> {
+        {
+            let Some(lease) = self.api.get_opt(&self.name).await.map_err(lease_error)? else {
+                return Ok(None);
+            };
+            let spec = lease.spec.unwrap_or_default();
+            let record = LeaseRecord {
+                holder: spec.holder_identity,
+                lease_duration_seconds: spec.lease_duration_seconds.unwrap_or(15),
+                renew_time: spec.renew_time.map(|t| t.0.to_string()),
+                acquire_time: spec.acquire_time.map(|t| t.0.to_string()),
+                transitions: spec.lease_transitions.unwrap_or(0),
+            };
+            Ok(Some((
+                record,
+                lease.metadata.resource_version.unwrap_or_default(),
+            )))
+        }
+    }
+
+    fn create(&self, record: &LeaseRecord) -> impl Future<Output = Result<(), LeaseError>> + Send {
+        let lease = self.lease(record, None);
+        async move {
+            self.api
+                .create(&PostParams::default(), &lease)
+                .await
+                .map(|_| ())
+                .map_err(lease_error)
+        }
+    }
+
+    fn replace(
+        &self,
+        record: &LeaseRecord,
+        resource_version: &str,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send {
+        let lease = self.lease(record, Some(resource_version));
+        async move {
+            self.api
+                .replace(&self.name, &PostParams::default(), &lease)
+                .await
+                .map(|_| ())
+                .map_err(lease_error)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_patch_writes_exactly_one_annotation() {
+        assert_eq!(
+            nudge_patch("configmap/app-cfg@12#2").to_string(),
+            r#"{"metadata":{"annotations":{"reloadlet.io/projection-nudge":"configmap/app-cfg@12#2"}}}"#
+        );
+    }
+}

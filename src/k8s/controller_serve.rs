@@ -1,0 +1,109 @@
+//! `reloadlet controller`: wiring of settings, kube edges, election, HTTP and the loop.
+
+use super::client::Clients;
+use super::controller::{now_rfc3339, watch_objects, watch_pods, KubeLeaseStore, KubePatcher};
+use crate::controller::api::Input;
+use crate::controller::elect::{self, ElectionSettings};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::run::Controller;
+use crate::controller::settings::ControllerSettings;
+use crate::http::{self, Health};
+use crate::model::SourceKind;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Runs until `shutdown`. `Err`: a reason to print before exiting with a failure.
+pub async fn serve(
+    settings: ControllerSettings,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let clients = Clients::infer()
+        .await
+        .map_err(|e| format!("no Kubernetes configuration (in-cluster or KUBECONFIG): {e}"))?;
+    let mut registry = Registry::with_prefix("reloadlet");
+    let metrics = ControllerMetrics::new(&mut registry);
+    let health = Arc::new(Health::default());
+    health.beat();
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    let app = http::router(health.clone(), Arc::new(registry));
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    });
+
+    let (tx, rx) = mpsc::channel::<Input>(1024);
+    tokio::spawn(watch_pods(
+        clients.main.clone(),
+        settings.pod_selector.clone(),
+        tx.clone(),
+    ));
+    tokio::spawn(watch_objects(
+        clients.main.clone(),
+        SourceKind::ConfigMap,
+        tx.clone(),
+    ));
+    if settings.secrets {
+        tokio::spawn(watch_objects(
+            clients.main.clone(),
+            SourceKind::Secret,
+            tx.clone(),
+        ));
+    }
+
+    let mut election_task = None;
+    if let Some(target) = &settings.election {
+        let (leader_tx, mut leader_rx) = watch::channel(false);
+        let store = KubeLeaseStore::new(clients.main.clone(), &target.namespace, &target.name);
+        let election = ElectionSettings {
+            identity: target.identity.clone(),
+            lease_duration: target.lease_duration,
+            renew_deadline: target.renew_deadline,
+            retry_period: target.retry_period,
+        };
+        election_task = Some(tokio::spawn(elect::run(
+            store,
+            election,
+            leader_tx,
+            shutdown.clone(),
+            now_rfc3339,
+        )));
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while leader_rx.changed().await.is_ok() {
+                let leader = *leader_rx.borrow_and_update();
+                if tx.send(Input::Leader(leader)).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(tx);
+    tracing::info!(
+        secrets = settings.secrets,
+        max_nudges_per_second = settings.max_nudges_per_second,
+        leader_elect = settings.election.is_some(),
+        identity = settings.election.as_ref().map(|e| e.identity.as_str()).unwrap_or(""),
+        listen = %settings.listen,
+        "reloadlet controller started"
+    );
+    let controller = Controller::new(
+        Arc::new(KubePatcher::new(clients.main.clone())),
+        settings.filter.clone(),
+        settings.secrets,
+        settings.max_nudges_per_second,
+        settings.election.is_none(),
+        metrics,
+        health,
+    );
+    controller.run(rx, shutdown.clone()).await;
+    if let Some(task) = election_task {
+        // Releases the Lease so a standby takes over at once.
+        let _ = task.await;
+    }
+    Ok(())
+}

@@ -1,0 +1,661 @@
+//! `reloadlet controller` (fast projection) against the simulated API server and node: what
+//! an operator sees on the pods, and everything that must not happen.
+
+mod common;
+
+use common::fixtures::{configmap, pod};
+use common::*;
+use nodesim::apiserver::RequestRecord;
+use serde_json::json;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NS: &str = "shop";
+const NUDGE: &str = "reloadlet.io/projection-nudge";
+const WAIT: Duration = Duration::from_secs(15);
+/// Long enough for the re-nudges at 1 s and 3 s.
+const QUIET: Duration = Duration::from_secs(5);
+
+struct Controller {
+    child: Child,
+    listen: String,
+    log: PathBuf,
+}
+
+impl Controller {
+    /// Spawns `reloadlet controller` with `args` and waits for /readyz.
+    async fn start(node: &Node, args: &[&str], env: &[(&str, &str)]) -> Controller {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let log = node.path(&format!("controller-{port}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_reloadlet"));
+        cmd.arg("controller")
+            .args(["--listen", &listen])
+            .args(args)
+            .env("KUBECONFIG", node.kubeconfig())
+            .env("RUST_LOG", "reloadlet=debug,info")
+            .env_remove("POD_NAMESPACE")
+            .env_remove("POD_NAME")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut c = Controller {
+            child: cmd.spawn().expect("spawn reloadlet controller"),
+            listen,
+            log,
+        };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if http_get(&c.listen, "/readyz").is_some_and(|(code, _)| code == 200) {
+                return c;
+            }
+            if let Ok(Some(status)) = c.child.try_wait() {
+                panic!("controller exited with {status}:\n{}", c.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "controller not ready:\n{}",
+                c.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn metric(&self, series: &str) -> f64 {
+        let body = http_get(&self.listen, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        metric_value(&body, series)
+    }
+
+    /// SIGTERM, then waits (SIGKILL after 15 s).
+    async fn stop(mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn pod_patches(node: &Node) -> Vec<RequestRecord> {
+    node.api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains("/pods/"))
+        .collect()
+}
+
+fn nudge_of(node: &Node, name: &str) -> Option<String> {
+    node.api
+        .get_pod(NS, name)?
+        .metadata
+        .annotations?
+        .get(NUDGE)
+        .cloned()
+}
+
+/// ConfigMap `app-cfg`, and pods that use it in every way: `web` (volume, opted in),
+/// `subpath` (only through subPath), `env` (only through envFrom), `optout`
+/// (`reloadlet.io/fast-projection: "false"`) and `plain` (volume, no reloadlet.io/action).
+async fn scene() -> Node {
+    let node = Node::start(NodeOptions::default()).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v1")]));
+    let out = |n: &str| node.path(&format!("{n}.sig"));
+    node.api.create_pod(
+        pod(NS, "web")
+            .signal()
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out("web"), &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.api.create_pod(
+        pod(NS, "subpath")
+            .signal()
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out("subpath"), &[])
+            .sub_path_mount("app", "conf", "/etc/app.conf", "app.conf")
+            .build(),
+    );
+    let mut env_pod = pod(NS, "env")
+        .signal()
+        .recorder("app", &out("env"), &[])
+        .build();
+    env_pod.spec.as_mut().unwrap().containers[0].env_from = Some(vec![serde_json::from_value(
+        json!({"configMapRef": {"name": "app-cfg"}}),
+    )
+    .unwrap()]);
+    node.api.create_pod(env_pod);
+    node.api.create_pod(
+        pod(NS, "optout")
+            .signal()
+            .annotate("reloadlet.io/fast-projection", "false")
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out("optout"), &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.api.create_pod(
+        pod(NS, "plain")
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out("plain"), &[("conf", "/etc/app")])
+            .build(),
+    );
+    for p in ["web", "subpath", "env", "optout", "plain"] {
+        node.wait_running(NS, p).await;
+    }
+    // The kubelet reports Running through the API; the controller only nudges running pods.
+    eventually("pods Running in the API", WAIT, || {
+        ["web", "subpath", "env", "optout", "plain"]
+            .iter()
+            .all(|p| {
+                node.api
+                    .get_pod(NS, p)
+                    .and_then(|p| p.status?.phase)
+                    .as_deref()
+                    == Some("Running")
+            })
+            .then_some(())
+    })
+    .await;
+    node
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_configmap_update_writes_exactly_one_annotation_on_exactly_the_pods_that_project_it() {
+    let node = scene().await;
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+    let before = node.api.get_pod(NS, "web").unwrap();
+    never("a nudge at startup", Duration::from_secs(2), || {
+        !pod_patches(&node).is_empty()
+    })
+    .await;
+
+    let rv = node
+        .api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]))
+        .metadata
+        .resource_version
+        .unwrap();
+    let first = format!("configmap/app-cfg@{rv}");
+    eventually("web nudged", WAIT, || {
+        (nudge_of(&node, "web").as_deref() == Some(first.as_str())).then_some(())
+    })
+    .await;
+    let third = format!("{first}#3");
+    eventually("web re-nudged (#3)", WAIT, || {
+        (nudge_of(&node, "web").as_deref() == Some(third.as_str())).then_some(())
+    })
+    .await;
+    never("anything more", Duration::from_secs(2), || {
+        pod_patches(&node).len() > 3
+    })
+    .await;
+
+    // Three patches, each of exactly one annotation, to web only.
+    let patches = pod_patches(&node);
+    let bodies: Vec<(String, serde_json::Value)> = patches
+        .iter()
+        .map(|r| (r.path.clone(), serde_json::from_str(&r.body).unwrap()))
+        .collect();
+    let want = |v: &str| json!({"metadata": {"annotations": {NUDGE: v}}});
+    let path = format!("/api/v1/namespaces/{NS}/pods/web");
+    assert_eq!(
+        bodies,
+        vec![
+            (path.clone(), want(&first)),
+            (path.clone(), want(&format!("{first}#2"))),
+            (path, want(&third)),
+        ]
+    );
+    assert!(patches
+        .iter()
+        .all(|r| r.content_type.starts_with("application/merge-patch+json")));
+    // Nothing else on the pod changed.
+    let after = node.api.get_pod(NS, "web").unwrap();
+    let mut ann = after.metadata.annotations.clone().unwrap();
+    ann.remove(NUDGE);
+    assert_eq!(Some(ann), before.metadata.annotations);
+    assert_eq!(after.metadata.labels, before.metadata.labels);
+    assert_eq!(after.spec, before.spec);
+    for p in ["subpath", "env", "optout", "plain"] {
+        assert_eq!(nudge_of(&node, p), None, "{p} must never be nudged");
+    }
+    assert_eq!(
+        controller.metric("reloadlet_nudges_total{kind=\"configmap\",outcome=\"patched\"}"),
+        3.0
+    );
+    // Metadata-only: the controller never asked for ConfigMap data.
+    let cm_reads: Vec<RequestRecord> = node
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/configmaps"))
+        .collect();
+    assert!(!cm_reads.is_empty());
+    assert!(
+        cm_reads
+            .iter()
+            .all(|r| r.accept.contains("as=PartialObjectMetadata")),
+        "{:?}",
+        cm_reads.iter().map(|r| &r.accept).collect::<Vec<_>>()
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_controller_nudges_nothing_by_itself() {
+    let node = scene().await;
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
+    eventually("web nudged", WAIT, || nudge_of(&node, "web")).await;
+    controller.stop().await;
+    // Changed while no controller ran: the restarted one takes it as its baseline.
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v3")]));
+    let patches = pod_patches(&node).len();
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+    never("a nudge after the restart", QUIET, || {
+        pod_patches(&node).len() > patches
+    })
+    .await;
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn of_two_controllers_only_the_leader_nudges_and_the_standby_takes_over() {
+    let node = scene().await;
+    let lease_ns = "reloadlet-system";
+    let args = [
+        "--retry-period",
+        "200ms",
+        "--renew-deadline",
+        "1s",
+        "--lease-duration",
+        "2s",
+    ];
+    let a = Controller::start(
+        &node,
+        &args,
+        &[("POD_NAMESPACE", lease_ns), ("POD_NAME", "ctl-a")],
+    )
+    .await;
+    let holder = || {
+        node.api
+            .get_lease(lease_ns, "reloadlet-controller")
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    eventually("ctl-a holds the Lease", WAIT, || {
+        (holder().as_deref() == Some("ctl-a")).then_some(())
+    })
+    .await;
+    let b = Controller::start(
+        &node,
+        &args,
+        &[("POD_NAMESPACE", lease_ns), ("POD_NAME", "ctl-b")],
+    )
+    .await;
+    assert_eq!(b.metric("reloadlet_controller_leader"), 0.0);
+    assert_eq!(a.metric("reloadlet_controller_leader"), 1.0);
+
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
+    eventually("web nudged #3", WAIT, || {
+        nudge_of(&node, "web").filter(|v| v.ends_with("#3"))
+    })
+    .await;
+    never("more than three patches", Duration::from_secs(1), || {
+        pod_patches(&node).len() > 3
+    })
+    .await;
+    let patched = "reloadlet_nudges_total{kind=\"configmap\",outcome=\"patched\"}";
+    assert_eq!(a.metric(patched), 3.0);
+    assert_eq!(b.metric(patched), 0.0);
+
+    // The leader stops (and releases the Lease): the standby leads, without nudging by itself.
+    a.stop().await;
+    eventually("ctl-b holds the Lease", WAIT, || {
+        (holder().as_deref() == Some("ctl-b")).then_some(())
+    })
+    .await;
+    eventually("ctl-b reports leadership", WAIT, || {
+        (b.metric("reloadlet_controller_leader") == 1.0).then_some(())
+    })
+    .await;
+    never("a nudge on failover", Duration::from_secs(2), || {
+        pod_patches(&node).len() > 3
+    })
+    .await;
+    let rv = node
+        .api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v3")]))
+        .metadata
+        .resource_version
+        .unwrap();
+    let want = format!("configmap/app-cfg@{rv}");
+    eventually("ctl-b nudges the next change", WAIT, || {
+        (nudge_of(&node, "web").as_deref() == Some(want.as_str())).then_some(())
+    })
+    .await;
+    b.stop().await;
+}
+
+/// The kubelet's real sync timing with a 60 s syncFrequency: without a nudge a ConfigMap
+/// change reaches the pod after 60–90 s.
+async fn faithful_node() -> Node {
+    let sim = nodesim::node::SimNode::start(NODE, "reloadlet-it-", |k| {
+        *k = k.clone().faithful(Duration::from_secs(60));
+    })
+    .await
+    .expect("simulated node");
+    Node { agent: None, sim }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_kubelets_real_sync_timing_the_nudged_pod_reloads_in_seconds_and_the_opted_out_one_waits(
+) {
+    let mut node = faithful_node().await;
+    // Both components at their default flags (the agent's --debounce included).
+    node.start_agent(&["--debounce", "1s"]).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v1")]));
+    let (fast, slow) = (node.path("fast.sig"), node.path("slow.sig"));
+    node.api.create_pod(
+        pod(NS, "fast")
+            .signal()
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &fast, &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.api.create_pod(
+        pod(NS, "slow")
+            .signal()
+            .annotate("reloadlet.io/fast-projection", "false")
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &slow, &[("conf", "/etc/app")])
+            .build(),
+    );
+    for p in ["fast", "slow"] {
+        node.wait_running(NS, p).await;
+    }
+    eventually("recorders ready", WAIT, || {
+        (recorder_ready(&fast) && recorder_ready(&slow)).then_some(())
+    })
+    .await;
+    eventually("pods Running in the API", WAIT, || {
+        ["fast", "slow"]
+            .iter()
+            .all(|p| {
+                node.api
+                    .get_pod(NS, p)
+                    .and_then(|p| p.status?.phase)
+                    .as_deref()
+                    == Some("Running")
+            })
+            .then_some(())
+    })
+    .await;
+    node.wait_tracked(4).await;
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+
+    let applied = Instant::now();
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
+    eventually("the nudged pod got SIGHUP", Duration::from_secs(20), || {
+        (signals_in(&fast) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    eprintln!(
+        "ConfigMap apply -> SIGHUP observed: {:?} (kubelet syncFrequency 60 s, agent --debounce 1s)",
+        applied.elapsed()
+    );
+    let content = std::fs::read_to_string(
+        node.kubelet_root()
+            .join("pods")
+            .join(node.uid(NS, "fast"))
+            .join("volumes/kubernetes.io~configmap/conf/app.conf"),
+    )
+    .unwrap();
+    assert_eq!(content, "v2");
+    // The opted-out pod waits for its periodic sync (≥ 60 s after its last one).
+    never(
+        "the opted-out pod reloaded early",
+        Duration::from_secs(5),
+        || !signals_in(&slow).is_empty(),
+    )
+    .await;
+    // The re-nudges re-project identical bytes: no second signal.
+    assert_eq!(signals_in(&fast), ["SIGHUP"]);
+    let delay = node.metric("reloadlet_projection_delay_seconds_count");
+    assert_eq!(delay, 1.0, "{}", node.scrape());
+    controller.stop().await;
+}
+
+/// Not a pass/fail test: ConfigMap apply → SIGHUP with the kubelet's real sync timing, for
+/// choosing the agent's `--debounce`. `cargo test --test controller -- --ignored --nocapture`
+/// (`RELOADLET_MEASURE_DEBOUNCE`, default 1s; `RELOADLET_MEASURE_SAMPLES`, default 10).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn measure_apply_to_sighup() {
+    let debounce = std::env::var("RELOADLET_MEASURE_DEBOUNCE").unwrap_or_else(|_| "1s".into());
+    let samples: usize = std::env::var("RELOADLET_MEASURE_SAMPLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let mut node = faithful_node().await;
+    node.start_agent(&["--debounce", &debounce]).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v0")]));
+    let out = node.path("m.sig");
+    node.api.create_pod(
+        pod(NS, "m")
+            .signal()
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out, &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.wait_running(NS, "m").await;
+    eventually("recorder ready", WAIT, || {
+        recorder_ready(&out).then_some(())
+    })
+    .await;
+    eventually("Running in the API", WAIT, || {
+        (node
+            .api
+            .get_pod(NS, "m")
+            .and_then(|p| p.status?.phase)
+            .as_deref()
+            == Some("Running"))
+        .then_some(())
+    })
+    .await;
+    node.wait_tracked(2).await;
+    let controller = Controller::start(
+        &node,
+        &[],
+        &[("POD_NAMESPACE", "reloadlet-system"), ("POD_NAME", "m")],
+    )
+    .await;
+    eventually("leader", WAIT, || {
+        (controller.metric("reloadlet_controller_leader") == 1.0).then_some(())
+    })
+    .await;
+    let mut took = Vec::new();
+    for i in 1..=samples {
+        let before = signals_in(&out).len();
+        let t = Instant::now();
+        node.api
+            .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", &format!("v{i}"))]));
+        eventually("SIGHUP", Duration::from_secs(100), || {
+            (signals_in(&out).len() > before).then_some(())
+        })
+        .await;
+        took.push(t.elapsed());
+        // Past the re-nudges (1 s, 3 s) before the next change.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    }
+    took.sort();
+    let pct = |p: f64| took[((took.len() as f64 * p).ceil() as usize).clamp(1, took.len()) - 1];
+    eprintln!(
+        "debounce {debounce}: {} samples, apply -> SIGHUP p50 {:?} p99 {:?} max {:?}",
+        took.len(),
+        pct(0.5),
+        pct(0.99),
+        took.last().unwrap()
+    );
+    controller.stop().await;
+}
+
+/// Not a pass/fail test: the controller's memory with 5,000 pods and 2,000 ConfigMaps, and
+/// its requests (one list + watch per kind, no per-object GETs on a change).
+/// `cargo test --release --test controller -- --ignored --nocapture measure_scale`
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn measure_scale() {
+    let node = Node::start(NodeOptions::default()).await;
+    for i in 0..2000 {
+        node.api
+            .apply_configmap(configmap(NS, &format!("cm-{i}"), &[("k", "v")]));
+    }
+    for i in 0..5000 {
+        let mut p = pod(NS, &format!("p-{i}"))
+            .signal()
+            .configmap_volume("conf", &format!("cm-{}", i % 2000))
+            .container(json!({"name": "app", "image": "x", "volumeMounts": [{"name": "conf", "mountPath": "/c"}]}))
+            .build();
+        // Another node: the simulated kubelet leaves them alone.
+        p.spec.as_mut().unwrap().node_name = Some("elsewhere".into());
+        node.api.create_pod(p);
+    }
+    let started = Instant::now();
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+    let ready = started.elapsed();
+    let rss = |pid: u32| -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let before = node.api.requests().len();
+    node.api
+        .apply_configmap(configmap(NS, "cm-7", &[("k", "v2")]));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after: Vec<_> = node.api.requests().into_iter().skip(before).collect();
+    eprintln!(
+        "5,000 pods / 2,000 ConfigMaps: ready after {ready:?}; {}; requests after one change: {:?}",
+        rss(controller.child.id()),
+        after
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect::<Vec<_>>()
+    );
+    let lists: Vec<_> = node
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "GET" && (r.path.ends_with("/pods") || r.path.ends_with("/configmaps"))
+        })
+        .map(|r| format!("{}?{}", r.path, r.query))
+        .collect();
+    eprintln!("lists/watches: {lists:?}");
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_are_watched_metadata_only_and_only_with_the_secrets_flag() {
+    let node = Node::start(NodeOptions::default()).await;
+    node.api
+        .apply_secret(common::fixtures::secret(NS, "tls", &[("key", "s1")]));
+    let out = node.path("s.sig");
+    node.api.create_pod(
+        pod(NS, "web")
+            .signal()
+            .secret_volume("certs", "tls")
+            .recorder("app", &out, &[("certs", "/etc/tls")])
+            .build(),
+    );
+    node.wait_running(NS, "web").await;
+    eventually("Running in the API", WAIT, || {
+        (node
+            .api
+            .get_pod(NS, "web")
+            .and_then(|p| p.status?.phase)
+            .as_deref()
+            == Some("Running"))
+        .then_some(())
+    })
+    .await;
+    let secret_requests = || {
+        node.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/secrets"))
+            .collect::<Vec<_>>()
+    };
+
+    // Default: Secrets are not even listed.
+    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
+    node.api
+        .apply_secret(common::fixtures::secret(NS, "tls", &[("key", "s2")]));
+    never(
+        "a nudge for a Secret without --secrets",
+        Duration::from_secs(2),
+        || nudge_of(&node, "web").is_some(),
+    )
+    .await;
+    assert!(secret_requests().is_empty());
+    controller.stop().await;
+
+    let controller = Controller::start(&node, &["--leader-elect=false", "--secrets"], &[]).await;
+    let rv = node
+        .api
+        .apply_secret(common::fixtures::secret(NS, "tls", &[("key", "s3")]))
+        .metadata
+        .resource_version
+        .unwrap();
+    let want = format!("secret/tls@{rv}");
+    eventually("web nudged for the Secret", WAIT, || {
+        (nudge_of(&node, "web").as_deref() == Some(want.as_str())).then_some(())
+    })
+    .await;
+    let reads = secret_requests();
+    assert!(!reads.is_empty());
+    assert!(reads
+        .iter()
+        .all(|r| r.method == "GET" && r.accept.contains("as=PartialObjectMetadata")));
+    assert!(!controller.log().contains("s3"), "Secret data in the log");
+    controller.stop().await;
+}
