@@ -120,8 +120,12 @@ pub struct RunArgs {
     /// Where the host's /proc is (the agent needs hostPID).
     #[arg(long, env = "RELOADLET_PROC_ROOT", default_value = "/proc")]
     pub proc_root: PathBuf,
-    /// Coalesce the swaps of one pod within this window into one action (e.g. 1s, 500ms, 0s).
-    #[arg(long, env = "RELOADLET_DEBOUNCE", default_value = "1s", value_parser = humantime::parse_duration)]
+    /// Coalesce the swaps of one pod within this window into one action (e.g. 250ms, 1s, 0s).
+    /// The default covers one kubelet sync: it marks every configMap/secret/projected volume
+    /// of the pod for remount in one pass, and the volume reconciler (a 100 ms loop,
+    /// pkg/kubelet/volumemanager/reconciler) mounts them all in its next pass, each in its own
+    /// goroutine, so one sync's `..data` swaps land within about 100-200 ms of each other.
+    #[arg(long, env = "RELOADLET_DEBOUNCE", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub debounce: Duration,
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "RELOADLET_LISTEN", default_value = "0.0.0.0:9102")]
@@ -351,7 +355,7 @@ mod tests {
         assert_eq!(cli.run.scope.namespaces, ["a", "b"]);
         assert_eq!(cli.run.kubelet_root, PathBuf::from("/var/lib/kubelet"));
         let cli = parse(&["--node-name", "n1"]).unwrap();
-        assert_eq!(cli.run.debounce, Duration::from_secs(1));
+        assert_eq!(cli.run.debounce, Duration::from_millis(250));
     }
 
     #[test]

@@ -96,13 +96,14 @@ impl Outcome {
 }
 
 /// Upper bounds (seconds) of `reloadlet_action_latency_seconds`. The latency runs from the
-/// first swap to the signal / accepted eviction, so it includes the debounce (default 1 s):
-/// fine steps between 0.5 s and 2 s tell "debounce plus a few ms" from "debounce plus a
-/// retry"; 0.001–0.25 s covers `--debounce 0s`; minutes to an hour cover evictions that
-/// waited for a PodDisruptionBudget.
-pub const LATENCY_BUCKETS: [f64; 24] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.25, 1.5,
-    2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
+/// first swap to the signal / accepted eviction, so it includes the debounce (default 250 ms):
+/// fine steps between 0.25 s and 0.5 s tell "debounce plus a few ms" from "debounce plus a
+/// retry" or "a second swap restarted the window"; the same around 1 s for those who set
+/// `--debounce 1s`; 0.001–0.1 s covers `--debounce 0s`; minutes to an hour cover evictions
+/// that waited for a PodDisruptionBudget.
+pub const LATENCY_BUCKETS: [f64; 26] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.255, 0.275, 0.3, 0.4, 0.5, 0.75, 1.0,
+    1.05, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -366,9 +367,13 @@ mod tests {
 
     #[test]
     fn latency_buckets_resolve_the_default_debounce() {
-        // A signal sent right after the default 1 s debounce and one sent after a 200 ms
-        // retry must land in different buckets, and both apart from 2 s.
+        // A signal sent right after the default 250 ms debounce, one after a 200 ms retry
+        // and one after a second swap restarted the window land in different buckets; the
+        // same around a 1 s debounce, and both apart from 2 s.
         let bucket = |v: f64| LATENCY_BUCKETS.iter().position(|b| v <= *b);
+        assert_ne!(bucket(0.252), bucket(0.45));
+        assert_ne!(bucket(0.252), bucket(0.29));
+        assert_ne!(bucket(0.252), bucket(0.1));
         assert_ne!(bucket(1.003), bucket(1.2));
         assert_ne!(bucket(1.2), bucket(1.9));
         assert_ne!(bucket(0.6), bucket(1.003));

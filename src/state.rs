@@ -266,7 +266,7 @@ fn load_or_create_key(dir: &Path) -> io::Result<HashKey> {
     match placed {
         Ok(()) => {
             File::open(dir)?.sync_all()?;
-            tracing::info!(path = %path.display(), "created the node's hash key for saved state");
+            tracing::debug!(path = %path.display(), "created the node's hash key for saved state");
             Ok(key)
         }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => load_or_create_key(dir),

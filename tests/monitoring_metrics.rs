@@ -65,7 +65,6 @@ fn monitoring_and_docs_use_real_metric_names() {
         "deploy/monitoring/prometheusrule.yaml",
         "deploy/chart/reloadlet/templates/prometheusrule.yaml",
         "deploy/chart/reloadlet/dashboards/reloadlet.json",
-        "docs/install.md",
         "docs/monitoring.md",
     ] {
         let text = std::fs::read_to_string(file).unwrap();
