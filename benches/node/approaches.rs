@@ -174,7 +174,7 @@ pub struct Agent {
 
 impl Agent {
     /// Starts reloadlet with `--debounce 0s` and waits for /readyz.
-    pub fn start(node: &SimNode, log: &Path) -> Agent {
+    pub fn start(node: &SimNode, log: &Path, state_dir: &Path) -> Agent {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -189,7 +189,7 @@ impl Agent {
             .arg("--kubelet-root")
             .arg(node.kubelet_root())
             .arg("--state-dir")
-            .arg(node.path("state"))
+            .arg(state_dir)
             .env("KUBECONFIG", node.kubeconfig())
             .env("RUST_LOG", "warn,reloadlet=info")
             .stdout(Stdio::null())
@@ -230,6 +230,17 @@ impl Agent {
                     .and_then(|(_, v)| v.parse().ok())
             })
             .unwrap_or(0.0)
+    }
+
+    /// Every sample of a metric family, on one line.
+    pub fn series(&self, family: &str) -> String {
+        let text = http_get(&self.listen, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(family))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn wait_metric(&self, series: &str, at_least: f64) {

@@ -10,7 +10,9 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 pub async fn evict_bench(pods: usize) {
-    let s = SimNode::start(NODE, "reloadlet-bench-", |_| {}).await.unwrap();
+    let s = SimNode::start(NODE, "reloadlet-bench-", |_| {})
+        .await
+        .unwrap();
     s.api.set_response_delay(Some(Duration::from_millis(20)));
     let template = serde_json::from_value(json!({
         "metadata": {"labels": {"app": "burst"}, "annotations": {"reloadlet.io/action": "evict"}},
@@ -38,7 +40,7 @@ pub async fn evict_bench(pods: usize) {
             .expect("pod runs");
     }
     s.api.set_response_delay(None);
-    let agent = Agent::start(&s, &s.path("reloadlet.log"));
+    let agent = Agent::start(&s, &s.path("reloadlet.log"), &s.path("state"));
     agent.wait_metric("reloadlet_volumes_tracked", (2 * pods) as f64);
     s.api.set_response_delay(Some(Duration::from_millis(20)));
     // The kubelet re-projects the ConfigMap into every pod: all swaps land within a burst.

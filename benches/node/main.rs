@@ -92,9 +92,15 @@ struct BenchPod {
 }
 
 /// Creates pods `range` (each with `vols` ConfigMap volumes) and waits until they run.
-fn add_pods(node: &SimNode, rec_dir: &std::path::Path, range: std::ops::Range<usize>, vols: usize) -> Vec<BenchPod> {
+fn add_pods(
+    node: &SimNode,
+    rec_dir: &std::path::Path,
+    range: std::ops::Range<usize>,
+    vols: usize,
+) -> Vec<BenchPod> {
     let recorder = approaches::example("sigrecorder");
     let mut uids = Vec::new();
+    let (first, end) = (range.start, range.end);
     for i in range {
         let mut volumes = Vec::new();
         let mut mounts = Vec::new();
@@ -119,6 +125,32 @@ fn add_pods(node: &SimNode, rec_dir: &std::path::Path, range: std::ops::Range<us
         });
         let created = node.api.create_pod(serde_json::from_value(pod).unwrap());
         uids.push(created.metadata.uid.unwrap());
+    }
+    // reloadlet maps a container to its process through the pod's status: wait until the
+    // kubelet has reported every container running.
+    let t0 = Instant::now();
+    for i in first..end {
+        while !node
+            .api
+            .get_pod("bench", &format!("p{i}"))
+            .is_some_and(|p| {
+                p.status
+                    .and_then(|s| s.container_statuses)
+                    .is_some_and(|cs| {
+                        !cs.is_empty()
+                            && cs.iter().all(|c| {
+                                c.container_id.is_some()
+                                    && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                            })
+                    })
+            })
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "pod p{i} never reported running"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     uids.iter()
         .map(|uid| {
@@ -243,33 +275,45 @@ async fn signal_bench(k: &Knobs) {
             } else {
                 half..k.swaps
             };
-            let last_turn = turn == order.len() - 1;
+            let second_half = turn >= kinds.len();
             let m = &mut measured.iter_mut().find(|(x, _)| x == kind).unwrap().1;
             match kind {
                 Kind::Floor => {
                     let floor = Floor::start(&tg);
-                    let swaps = swaps::run(&tg, ks, k.rate);
-                    m.outcome.add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                    let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
+                    m.outcome
+                        .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
                     m.memory = m.memory.max(Memory::of(&floor.pids()));
                 }
                 Kind::Sidecar => match Sidecars::start(&tg, &node.path("sidecars")) {
                     Ok(fleet) => {
-                        let swaps = swaps::run(&tg, ks, k.rate);
-                        m.outcome.add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                        let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
+                        m.outcome
+                            .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
                         m.memory = m.memory.max(Memory::of(&fleet.pids()));
                     }
                     Err(e) => m.note = e,
                 },
                 Kind::Reloadlet => {
                     let log = node.path(&format!("reloadlet-{n}-{turn}.log"));
-                    let agent = Agent::start(&node, &log);
+                    // A fresh state dir: a first start, no catch-up for swaps made while
+                    // the other approaches ran.
+                    let state = node.path(&format!("state-{n}-{turn}"));
+                    let agent = Agent::start(&node, &log, &state);
                     agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
                     let ready = agent.ready_after;
                     let before = agent.metric(SIGNALED);
-                    let swaps = swaps::run(&tg, ks, k.rate);
-                    m.outcome.add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                    let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
+                    m.outcome
+                        .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
                     m.memory = m.memory.max(Memory::of(&[agent.pid()]));
                     let counted = agent.metric(SIGNALED) - before;
+                    if m.outcome.misses > 0 {
+                        println!(
+                            "   reloadlet missed swaps; its actions: {}",
+                            agent.series("reloadlet_actions_total")
+                        );
+                    }
                     let armed = std::fs::read_to_string(&log)
                         .unwrap_or_default()
                         .lines()
@@ -282,7 +326,7 @@ async fn signal_bench(k: &Knobs) {
                         ready.as_secs_f64() * 1e3,
                         procs::peak_rss_mib(agent.pid())
                     );
-                    if si == sizes.len() - 1 && last_turn && !k.idle.is_zero() {
+                    if si == sizes.len() - 1 && second_half && !k.idle.is_zero() {
                         summary.idle = Some(idle_wakeups(&agent, k.idle));
                     }
                 }
@@ -332,11 +376,12 @@ fn sidecar_plan(n: usize) -> Result<Option<usize>, String> {
     Ok((need > limit).then_some(need))
 }
 
-/// Wakeups of every reloadlet thread over `window` with no swap, no pod change: after a
-/// second to let the last signals' follow-up work (Events, state) finish.
-fn idle_wakeups(agent: &Agent, window: Duration) -> (u64, Duration) {
+/// Wakeups of every reloadlet thread over `window` with no swap, no pod change (after a
+/// second to let the last signals' follow-up work finish), and how many threads ended.
+fn idle_wakeups(agent: &Agent, window: Duration) -> (u64, usize, Duration) {
     std::thread::sleep(Duration::from_secs(1)); // settle before the idle window
     let before = procs::wakeups(agent.pid());
     std::thread::sleep(window); // the idle window itself
-    (procs::wakeups(agent.pid()) - before, window)
+    let (woke, ended) = procs::wakeups_between(&before, &procs::wakeups(agent.pid()));
+    (woke, ended, window)
 }

@@ -56,22 +56,37 @@ pub fn peak_rss_mib(pid: i32) -> f64 {
     kib(&format!("/proc/{pid}/status"), "VmHWM:").unwrap_or(0) as f64 / 1024.0
 }
 
-/// Times any thread of `pid` went to sleep and was woken: the sum of
-/// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` over `/proc/<pid>/task/*`.
-/// Over a window with no input, each one is a timer (or a spurious) wakeup.
-pub fn wakeups(pid: i32) -> u64 {
+/// Per thread of `pid`, the times it went to sleep and was woken: the sum of
+/// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` in `/proc/<pid>/task/<tid>`.
+pub fn wakeups(pid: i32) -> std::collections::HashMap<String, u64> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
+        return Default::default();
     };
     tasks
         .flatten()
         .map(|t| {
             let status = t.path().join("status");
             let status = status.to_string_lossy();
-            kib(&status, "voluntary_ctxt_switches:").unwrap_or(0)
-                + kib(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0)
+            let n = kib(&status, "voluntary_ctxt_switches:").unwrap_or(0)
+                + kib(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
+            (t.file_name().to_string_lossy().into_owned(), n)
         })
-        .sum()
+        .collect()
+}
+
+/// Wakeups between two [`wakeups`] samples: the growth of each thread seen in both, all of
+/// a thread that started in between. A thread that ended in between is not counted (its
+/// last wakeups are lost), but reported in the second value.
+pub fn wakeups_between(
+    before: &std::collections::HashMap<String, u64>,
+    after: &std::collections::HashMap<String, u64>,
+) -> (u64, usize) {
+    let woke = after
+        .iter()
+        .map(|(tid, n)| n.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum();
+    let ended = before.keys().filter(|t| !after.contains_key(*t)).count();
+    (woke, ended)
 }
 
 /// Every process whose process group is one of `pgids`.
@@ -104,7 +119,11 @@ pub fn root_inotify_fds() -> usize {
     };
     procs
         .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
         .filter(|e| {
             use std::os::unix::fs::MetadataExt;
             e.metadata().is_ok_and(|m| m.uid() == 0)

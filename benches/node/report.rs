@@ -13,7 +13,7 @@ pub struct Row {
 pub struct Summary {
     pub rows: Vec<Row>,
     /// reloadlet's wakeups over an idle window.
-    pub idle: Option<(u64, Duration)>,
+    pub idle: Option<(u64, usize, Duration)>,
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -35,7 +35,17 @@ impl Summary {
     pub fn print(&self, k: &Knobs) {
         println!(
             "{:>7}  {:<9} {:>5} {:>8} {:>8} {:>8} {:>6} {:>5} {:>9} {:>9} {:>5}",
-            "volumes", "approach", "swaps", "p50 ms", "p99 ms", "max ms", "misses", "extra", "RSS MiB", "PSS MiB", "procs"
+            "volumes",
+            "approach",
+            "swaps",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "misses",
+            "extra",
+            "RSS MiB",
+            "PSS MiB",
+            "procs"
         );
         for r in &self.rows {
             let m = &r.measured;
@@ -67,15 +77,16 @@ impl Summary {
             let o = self.get(size, other)?;
             Some(r.outcome.percentile(p) / o.outcome.percentile(p))
         };
-        let line = |what: String, value: Option<f64>, unit: &str, bar: &str, ok: fn(f64) -> bool| {
-            match value {
-                Some(v) => println!(
-                    "{what:<44} {v:>8.2}{unit:<4} bar {bar:<10} {}",
-                    verdict(ok(v))
-                ),
-                None => println!("{what:<44} {:>8}     bar {bar:<10} n/a", "-"),
-            }
-        };
+        let line =
+            |what: String, value: Option<f64>, unit: &str, bar: &str, ok: fn(f64) -> bool| {
+                match value {
+                    Some(v) => println!(
+                        "{what:<44} {v:>8.2}{unit:<4} bar {bar:<10} {}",
+                        verdict(ok(v))
+                    ),
+                    None => println!("{what:<44} {:>8}     bar {bar:<10} n/a", "-"),
+                }
+            };
         for size in [s, l] {
             line(
                 format!("p50 / floor p50 at {size} volumes"),
@@ -114,13 +125,18 @@ impl Summary {
             .filter_map(|n| self.get(*n, "reloadlet"))
             .map(|m| m.memory.rss_mib())
             .reduce(f64::max);
-        line("RSS (largest)".into(), rss, "MiB", "<= 16 MiB", |v| v <= 16.0);
+        line("RSS (largest)".into(), rss, "MiB", "<= 16 MiB", |v| {
+            v <= 16.0
+        });
         line(
             match self.idle {
-                Some((_, w)) => format!("wakeups while idle for {} s", w.as_secs()),
+                Some((_, 0, w)) => format!("wakeups while idle for {} s", w.as_secs()),
+                Some((_, ended, w)) => {
+                    format!("wakeups idle {} s ({ended} threads ended)", w.as_secs())
+                }
                 None => "wakeups while idle".into(),
             },
-            self.idle.map(|(n, _)| n as f64),
+            self.idle.map(|(n, _, _)| n as f64),
             "",
             "0",
             |v| v == 0.0,
@@ -138,12 +154,24 @@ impl Summary {
             None => println!("{what:<44} {:>8}", "-"),
         };
         for size in [s, l] {
-            info(format!("p99 / floor p99 at {size} volumes"), ratio(size, "floor", 0.99));
+            info(
+                format!("p99 / floor p99 at {size} volumes"),
+                ratio(size, "floor", 0.99),
+            );
         }
-        info(format!("p99 / sidecar p99 at {s} volumes"), ratio(s, "sidecar", 0.99));
+        info(
+            format!("p99 / sidecar p99 at {s} volumes"),
+            ratio(s, "sidecar", 0.99),
+        );
         for size in [s, l] {
-            info(format!("RSS / floor RSS at {size} volumes"), mem(size, "floor"));
+            info(
+                format!("RSS / floor RSS at {size} volumes"),
+                mem(size, "floor"),
+            );
         }
-        info(format!("RSS / sidecar fleet RSS at {s} volumes"), mem(s, "sidecar"));
+        info(
+            format!("RSS / sidecar fleet RSS at {s} volumes"),
+            mem(s, "sidecar"),
+        );
     }
 }

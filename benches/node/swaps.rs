@@ -6,7 +6,7 @@
 //! targets are ordered so that consecutive swaps hit different pods; a pod is swapped again
 //! only after `pods / rate` seconds.
 //!
-//! Each target process (`examples/sigrecorder.rs`) appends `HUP <CLOCK_MONOTONIC ns>` when it
+//! Each target process (`examples/sigrecorder.rs`) appends `SIGHUP <CLOCK_MONOTONIC ns>` when it
 //! receives SIGHUP. Latency of swap `k` on pod `p` = the first SIGHUP of `p` at or after the
 //! swap and before both the miss deadline and `p`'s next swap, minus the swap's clock. No such
 //! SIGHUP: a miss. A SIGHUP matched to no swap: an extra signal.
@@ -22,8 +22,10 @@ pub struct Swap {
     pub at_ns: i128,
 }
 
-/// Swaps `targets[k % len]` for `k` in `ks`, at `rate` per second.
-pub fn run(targets: &[Target], ks: std::ops::Range<usize>, rate: f64) -> Vec<Swap> {
+/// Swaps `targets[k % len]` for `k` in `ks`, at `rate` per second. `tag` makes the bytes
+/// differ from every earlier turn's: the kubelet never swaps unchanged content, and
+/// reloadlet rightly ignores a swap that leaves the bytes as they were.
+pub fn run(targets: &[Target], ks: std::ops::Range<usize>, rate: f64, tag: &str) -> Vec<Swap> {
     let start = Instant::now();
     let first = ks.start;
     ks.map(|k| {
@@ -32,7 +34,7 @@ pub fn run(targets: &[Target], ks: std::ops::Range<usize>, rate: f64) -> Vec<Swa
             std::thread::sleep(wait); // pacing the open-loop schedule
         }
         let t = &targets[k % targets.len()];
-        let at_ns = timed_update(&t.dir, "k", format!("v{k}").as_bytes()).unwrap();
+        let at_ns = timed_update(&t.dir, "k", format!("{tag}-{k}").as_bytes()).unwrap();
         Swap { pod: t.pod, at_ns }
     })
     .collect()
@@ -72,7 +74,7 @@ fn hups(file: &PathBuf, since_ns: i128) -> Vec<i128> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
         .lines()
-        .filter_map(|l| l.strip_prefix("HUP "))
+        .filter_map(|l| l.strip_prefix("SIGHUP "))
         .filter_map(|ns| ns.trim().parse().ok())
         .filter(|ns| *ns >= since_ns)
         .collect()

@@ -130,7 +130,9 @@ mod tests {
         let before = monotonic_ns();
         let t0 = timed_update(&b, "k", b"v1").unwrap();
         let by_bench = events(&mut ino);
-        assert!(by_writer.iter().any(|e| e.contains("MOVED_TO") && e.ends_with(" ..data")));
+        assert!(by_writer
+            .iter()
+            .any(|e| e.contains("MOVED_TO") && e.ends_with(" ..data")));
         assert_eq!(by_bench, by_writer);
         assert!(before <= t0 && t0 <= monotonic_ns());
         assert_eq!(fs::read_to_string(b.join("k")).unwrap(), "v1");
