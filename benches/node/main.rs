@@ -359,6 +359,9 @@ const SIGNALED: &str = "reloadlet_actions_total{action=\"signal\",outcome=\"sign
 /// Whether a fleet of `n` sidecars can run here: `Ok(None)` as is, `Ok(Some(limit))` after
 /// raising `fs.inotify.max_user_instances` to `limit` for the time of the fleet, `Err(why)`
 /// when it cannot (or would need more than `BENCH_SIDECAR_MAX`, default 200, instances).
+/// The limit is per user: linux `fs/notify/inotify/inotify_user.c` backs the
+/// `max_user_instances` sysctl with `ucount_max[UCOUNT_INOTIFY_INSTANCES]` (128 from
+/// `inotify_user_setup`), charged per UID of a user namespace when an instance is created.
 fn sidecar_plan(n: usize) -> Result<Option<usize>, String> {
     if !Sidecars::available() {
         return Err("inotifywait not installed (Debian: inotify-tools)".into());
