@@ -10,6 +10,7 @@
 
 pub mod apiserver;
 pub mod atomic_writer;
+pub mod bench_support;
 pub mod cgroups;
 pub mod clock;
 pub mod flavor;

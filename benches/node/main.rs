@@ -1,0 +1,390 @@
+//! `cargo bench --bench node` (or `hack/bench.sh`): reloadlet against two references on one
+//! simulated node, as root.
+//!
+//! 1. signal: pods running `examples/sigrecorder.rs`, each with `BENCH_VOLS_PER_POD`
+//!    ConfigMap volumes (+ its kube-api-access token volume). At `BENCH_SMALL` (100) and then
+//!    `BENCH_LARGE` (1,000) ConfigMap volumes, three approaches take turns on the same node
+//!    and the same swaps (kubelet AtomicWriter updates, open loop at `BENCH_RATE` 50/s,
+//!    `BENCH_SWAPS` per approach and size):
+//!    - floor: `examples/floor.rs`, one process blocked in `read(2)` on one inotify fd;
+//!    - sidecar: an `inotifywait` + `kill` shell loop per volume (small size only: a fleet
+//!      of 1,000 needs 1,000 inotify instances, over `fs.inotify.max_user_instances`);
+//!    - reloadlet with `--debounce 0s`.
+//!
+//!    Each approach runs twice (order floor, sidecar, reloadlet, then reversed) with half the
+//!    swaps each time, so drift in the machine's load hits all alike. Latency = the target's
+//!    CLOCK_MONOTONIC at SIGHUP receipt − the clock just before `rename(..data_tmp, ..data)`;
+//!    a miss = no SIGHUP within `BENCH_DEADLINE_MS` (and before the pod's next swap). Memory
+//!    is summed over every process of an approach. Then reloadlet's wakeups over
+//!    `BENCH_IDLE_SECS` with nothing happening. Ratios are printed next to issue 14's bar.
+//! 2. evict: 100 annotated pods without a PDB swap at once; time from the last swap to the
+//!    last eviction request, and the most requests in flight (the API answers in 20 ms).
+//!
+//! The machine is shared: compare figures within one run, never assert on them.
+
+mod approaches;
+mod evict;
+mod procs;
+mod report;
+mod swaps;
+
+use approaches::{Agent, Floor, Sidecars, Target};
+use nodesim::node::SimNode;
+use procs::Memory;
+use report::{Row, Summary};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use swaps::Outcome;
+
+pub const NODE: &str = "bench-node";
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The benchmark's knobs (environment variables).
+#[derive(Clone, Debug)]
+pub struct Knobs {
+    pub small: usize,
+    pub large: usize,
+    pub vols_per_pod: usize,
+    pub swaps: usize,
+    pub rate: f64,
+    pub deadline: Duration,
+    pub idle: Duration,
+}
+
+impl Knobs {
+    fn from_env() -> Knobs {
+        Knobs {
+            small: env("BENCH_SMALL", 100),
+            large: env("BENCH_LARGE", 1000),
+            vols_per_pod: env("BENCH_VOLS_PER_POD", 4).max(1),
+            swaps: env("BENCH_SWAPS", 400).max(2),
+            rate: env("BENCH_RATE", 50).max(1) as f64,
+            deadline: Duration::from_millis(env("BENCH_DEADLINE_MS", 1000) as u64),
+            idle: Duration::from_secs(env("BENCH_IDLE_SECS", 10) as u64),
+        }
+    }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let knobs = Knobs::from_env();
+    rt.block_on(async {
+        signal_bench(&knobs).await;
+        evict::evict_bench(100).await;
+    });
+}
+
+/// One pod of the signal benchmark.
+struct BenchPod {
+    pid: i32,
+    volume_dirs: Vec<PathBuf>,
+}
+
+/// Creates pods `range` (each with `vols` ConfigMap volumes) and waits until they run.
+fn add_pods(
+    node: &SimNode,
+    rec_dir: &std::path::Path,
+    range: std::ops::Range<usize>,
+    vols: usize,
+) -> Vec<BenchPod> {
+    let recorder = approaches::example("sigrecorder");
+    let mut uids = Vec::new();
+    let (first, end) = (range.start, range.end);
+    for i in range {
+        let mut volumes = Vec::new();
+        let mut mounts = Vec::new();
+        for j in 0..vols {
+            let cm = format!("p{i}-c{j}");
+            node.api.apply_configmap(
+                serde_json::from_value(
+                    json!({"metadata": {"name": cm, "namespace": "bench"}, "data": {"k": "v0"}}),
+                )
+                .unwrap(),
+            );
+            volumes.push(json!({"name": format!("conf{j}"), "configMap": {"name": cm}}));
+            mounts.push(json!({"name": format!("conf{j}"), "mountPath": rec_dir.join(format!("mnt/conf{j}")).display().to_string()}));
+        }
+        let pod = json!({
+            "metadata": {"name": format!("p{i}"), "namespace": "bench", "annotations": {"reloadlet.io/action": "signal"}},
+            "spec": {"nodeName": NODE, "volumes": volumes, "containers": [{
+                "name": "app", "image": "x",
+                "command": [recorder.display().to_string(), rec_dir.join(format!("p{i}")).display().to_string()],
+                "volumeMounts": mounts
+            }]}
+        });
+        let created = node.api.create_pod(serde_json::from_value(pod).unwrap());
+        uids.push(created.metadata.uid.unwrap());
+    }
+    // reloadlet maps a container to its process through the pod's status: wait until the
+    // kubelet has reported every container running.
+    let t0 = Instant::now();
+    for i in first..end {
+        while !node
+            .api
+            .get_pod("bench", &format!("p{i}"))
+            .is_some_and(|p| {
+                p.status
+                    .and_then(|s| s.container_statuses)
+                    .is_some_and(|cs| {
+                        !cs.is_empty()
+                            && cs.iter().all(|c| {
+                                c.container_id.is_some()
+                                    && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                            })
+                    })
+            })
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "pod p{i} never reported running"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    uids.iter()
+        .map(|uid| {
+            let handles = node
+                .kubelet
+                .wait_for_pod(uid, Duration::from_secs(120))
+                .expect("pod runs");
+            let dir = node
+                .kubelet_root()
+                .join("pods")
+                .join(uid)
+                .join("volumes/kubernetes.io~configmap");
+            BenchPod {
+                pid: handles.container("app").expect("app container").main_pid,
+                volume_dirs: (0..vols).map(|j| dir.join(format!("conf{j}"))).collect(),
+            }
+        })
+        .collect()
+}
+
+/// The first `n` volumes, ordered so that consecutive ones belong to different pods.
+fn targets(pods: &[BenchPod], n: usize, vols: usize) -> Vec<Target> {
+    let npods = n.div_ceil(vols);
+    assert!(pods.len() >= npods);
+    (0..vols)
+        .flat_map(|j| {
+            pods[..npods].iter().enumerate().map(move |(i, p)| Target {
+                dir: p.volume_dirs[j].clone(),
+                pid: p.pid,
+                pod: i,
+            })
+        })
+        .take(n)
+        .collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Floor,
+    Sidecar,
+    Reloadlet,
+}
+
+/// Everything measured for one approach at one size.
+#[derive(Default)]
+pub struct Measured {
+    pub outcome: Outcome,
+    pub memory: Memory,
+    pub note: String,
+}
+
+async fn signal_bench(k: &Knobs) {
+    let node = SimNode::start(NODE, "reloadlet-bench-", |_| {})
+        .await
+        .unwrap();
+    let rec_dir = node.path("rec");
+    std::fs::create_dir_all(&rec_dir).unwrap();
+    let vpp = k.vols_per_pod;
+    let sizes = [k.small, k.large];
+    let mut pods: Vec<BenchPod> = Vec::new();
+    let mut summary = Summary::default();
+    println!(
+        "== signal: kubelet AtomicWriter swaps at {}/s (open loop), {} per approach and size; {vpp} ConfigMap volumes per pod",
+        k.rate, k.swaps
+    );
+    for (si, &n) in sizes.iter().enumerate() {
+        let npods = n.div_ceil(vpp);
+        if pods.len() < npods {
+            let t = Instant::now();
+            let from = pods.len();
+            pods.extend(add_pods(&node, &rec_dir, from..npods, vpp));
+            println!(
+                "-- {n} volumes: {} pods started by the simulated kubelet in {:.1} s",
+                npods - from,
+                t.elapsed().as_secs_f64()
+            );
+        }
+        let records: Vec<PathBuf> = (0..pods.len())
+            .map(|i| rec_dir.join(format!("p{i}")))
+            .collect();
+        let tg = targets(&pods, n, vpp);
+        // Every pod's token volume is watched by reloadlet too.
+        let tracked = pods.len() * (vpp + 1);
+        let gap = Duration::from_secs_f64(npods as f64 / k.rate);
+        if gap < k.deadline {
+            println!(
+                "   note: a pod is swapped again after {:.0} ms: misses are counted at {:.0} ms, not {:.0} ms",
+                gap.as_secs_f64() * 1e3,
+                gap.as_secs_f64() * 1e3,
+                k.deadline.as_secs_f64() * 1e3
+            );
+        }
+        let sidecar = sidecar_plan(n);
+        let mut kinds = vec![Kind::Floor];
+        if sidecar.is_ok() {
+            kinds.push(Kind::Sidecar);
+        }
+        kinds.push(Kind::Reloadlet);
+        let order: Vec<Kind> = kinds.iter().chain(kinds.iter().rev()).copied().collect();
+        let raised = match &sidecar {
+            Ok(Some(to)) => match procs::Raised::to(procs::MAX_USER_INSTANCES, *to) {
+                Ok(r) => {
+                    println!(
+                        "   fs.inotify.max_user_instances raised {} -> {to} for the sidecar fleet (restored after)",
+                        r.original()
+                    );
+                    Some(r)
+                }
+                Err(e) => {
+                    println!("   cannot raise fs.inotify.max_user_instances: {e}");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let mut measured: Vec<(Kind, Measured)> =
+            kinds.iter().map(|k| (*k, Measured::default())).collect();
+        let half = k.swaps / 2;
+        for (turn, kind) in order.iter().enumerate() {
+            let ks = if turn < kinds.len() {
+                0..half
+            } else {
+                half..k.swaps
+            };
+            let second_half = turn >= kinds.len();
+            let m = &mut measured.iter_mut().find(|(x, _)| x == kind).unwrap().1;
+            match kind {
+                Kind::Floor => {
+                    let floor = Floor::start(&tg);
+                    let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
+                    m.outcome
+                        .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                    m.memory = m.memory.max(Memory::of(&floor.pids()));
+                }
+                Kind::Sidecar => match Sidecars::start(&tg, &node.path("sidecars")) {
+                    Ok(fleet) => {
+                        let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
+                        m.outcome
+                            .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                        m.memory = m.memory.max(Memory::of(&fleet.pids()));
+                    }
+                    Err(e) => m.note = e,
+                },
+                Kind::Reloadlet => {
+                    let log = node.path(&format!("reloadlet-{n}-{turn}.log"));
+                    // A fresh state dir: a first start, no catch-up for swaps made while
+                    // the other approaches ran.
+                    let state = node.path(&format!("state-{n}-{turn}"));
+                    let agent = Agent::start(&node, &log, &state);
+                    agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
+                    let ready = agent.ready_after;
+                    let before = agent.metric(SIGNALED);
+                    let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
+                    m.outcome
+                        .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                    m.memory = m.memory.max(Memory::of(&[agent.pid()]));
+                    let counted = agent.metric(SIGNALED) - before;
+                    if m.outcome.misses > 0 {
+                        println!(
+                            "   reloadlet missed swaps; its actions: {}",
+                            agent.series("reloadlet_actions_total")
+                        );
+                    }
+                    let armed = std::fs::read_to_string(&log)
+                        .unwrap_or_default()
+                        .lines()
+                        .find(|l| l.contains("volume watches armed"))
+                        .unwrap_or("")
+                        .trim()
+                        .to_owned();
+                    println!(
+                        "   reloadlet start -> /readyz {:.0} ms, {counted} signals counted, peak RSS {:.1} MiB; {armed}",
+                        ready.as_secs_f64() * 1e3,
+                        procs::peak_rss_mib(agent.pid())
+                    );
+                    if si == sizes.len() - 1 && second_half && !k.idle.is_zero() {
+                        summary.idle = Some(idle_wakeups(&agent, k.idle));
+                    }
+                }
+            }
+        }
+        drop(raised);
+        for (kind, m) in measured {
+            summary.rows.push(Row {
+                volumes: n,
+                kind: format!("{kind:?}").to_lowercase(),
+                measured: m,
+            });
+        }
+        if let Err(why) = sidecar {
+            summary.rows.push(Row {
+                volumes: n,
+                kind: "sidecar".into(),
+                measured: Measured {
+                    note: why,
+                    ..Measured::default()
+                },
+            });
+        }
+    }
+    summary.print(k);
+}
+
+const SIGNALED: &str = "reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}";
+
+/// Whether a fleet of `n` sidecars can run here: `Ok(None)` as is, `Ok(Some(limit))` after
+/// raising `fs.inotify.max_user_instances` to `limit` for the time of the fleet, `Err(why)`
+/// when it cannot (or would need more than `BENCH_SIDECAR_MAX`, default 200, instances).
+/// The limit is per user: linux `fs/notify/inotify/inotify_user.c` backs the
+/// `max_user_instances` sysctl with `ucount_max[UCOUNT_INOTIFY_INSTANCES]` (128 from
+/// `inotify_user_setup`), charged per UID of a user namespace when an instance is created.
+fn sidecar_plan(n: usize) -> Result<Option<usize>, String> {
+    if !Sidecars::available() {
+        return Err("inotifywait not installed (Debian: inotify-tools)".into());
+    }
+    let limit = procs::max_user_instances();
+    let in_use = procs::root_inotify_fds();
+    let max = env("BENCH_SIDECAR_MAX", 200);
+    if n > max {
+        return Err(format!(
+            "impossible: {n} sidecars hold {n} inotify instances; fs.inotify.max_user_instances is {limit} per user ({in_use} in use by root now)"
+        ));
+    }
+    // reloadlet and the floor run in between and hold one each; a margin for other users.
+    let need = in_use + n + 8;
+    Ok((need > limit).then_some(need))
+}
+
+/// Wakeups of every reloadlet thread over `window` with no swap, no pod change (after a
+/// second to let the last signals' follow-up work finish), and how many threads ended.
+fn idle_wakeups(agent: &Agent, window: Duration) -> (u64, usize, Duration) {
+    std::thread::sleep(Duration::from_secs(1)); // settle before the idle window
+    let before = procs::wakeups(agent.pid());
+    std::thread::sleep(window); // the idle window itself
+    let (woke, ended) = procs::wakeups_between(&before, &procs::wakeups(agent.pid()));
+    (woke, ended, window)
+}

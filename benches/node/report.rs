@@ -1,0 +1,177 @@
+//! The signal benchmark's table and its comparison with issue 14's bar.
+
+use crate::{Knobs, Measured};
+use std::time::Duration;
+
+pub struct Row {
+    pub volumes: usize,
+    pub kind: String,
+    pub measured: Measured,
+}
+
+#[derive(Default)]
+pub struct Summary {
+    pub rows: Vec<Row>,
+    /// reloadlet's wakeups over an idle window.
+    pub idle: Option<(u64, usize, Duration)>,
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
+impl Summary {
+    fn get(&self, volumes: usize, kind: &str) -> Option<&Measured> {
+        self.rows
+            .iter()
+            .find(|r| r.volumes == volumes && r.kind == kind && r.measured.note.is_empty())
+            .map(|r| &r.measured)
+    }
+
+    pub fn print(&self, k: &Knobs) {
+        println!(
+            "{:>7}  {:<9} {:>5} {:>8} {:>8} {:>8} {:>6} {:>5} {:>9} {:>9} {:>5}",
+            "volumes",
+            "approach",
+            "swaps",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "misses",
+            "extra",
+            "RSS MiB",
+            "PSS MiB",
+            "procs"
+        );
+        for r in &self.rows {
+            let m = &r.measured;
+            if !m.note.is_empty() {
+                println!("{:>7}  {:<9} {}", r.volumes, r.kind, m.note);
+                continue;
+            }
+            let o = &m.outcome;
+            println!(
+                "{:>7}  {:<9} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>6} {:>5} {:>9.1} {:>9.1} {:>5}",
+                r.volumes,
+                r.kind,
+                o.lat_ms.len() + o.misses,
+                o.percentile(0.5),
+                o.percentile(0.99),
+                o.max(),
+                o.misses,
+                o.extra,
+                m.memory.rss_mib(),
+                m.memory.pss_mib(),
+                m.memory.procs
+            );
+        }
+        println!("   (RSS: summed over every process of the approach; PSS: shared pages split among them)");
+        println!("== reloadlet against the bar (issue 14)");
+        let (s, l) = (k.small, k.large);
+        let ratio = |size: usize, other: &str, p: f64| -> Option<f64> {
+            let r = self.get(size, "reloadlet")?;
+            let o = self.get(size, other)?;
+            Some(r.outcome.percentile(p) / o.outcome.percentile(p))
+        };
+        let line =
+            |what: String, value: Option<f64>, unit: &str, bar: &str, ok: fn(f64) -> bool| {
+                match value {
+                    Some(v) => println!(
+                        "{what:<44} {v:>8.2}{unit:<4} bar {bar:<10} {}",
+                        verdict(ok(v))
+                    ),
+                    None => println!("{what:<44} {:>8}     bar {bar:<10} n/a", "-"),
+                }
+            };
+        for size in [s, l] {
+            line(
+                format!("p50 / floor p50 at {size} volumes"),
+                ratio(size, "floor", 0.5),
+                "x",
+                "<= 1.5x",
+                |v| v <= 1.5,
+            );
+        }
+        line(
+            format!("p50 / sidecar p50 at {s} volumes"),
+            ratio(s, "sidecar", 0.5),
+            "x",
+            "<= 0.5x",
+            |v| v <= 0.5,
+        );
+        line(
+            format!("p99 at {l} volumes"),
+            self.get(l, "reloadlet").map(|m| m.outcome.percentile(0.99)),
+            "ms",
+            "<= 1 ms",
+            |v| v <= 1.0,
+        );
+        for size in [s, l] {
+            line(
+                format!("misses at {size} volumes"),
+                self.get(size, "reloadlet")
+                    .map(|m| (m.outcome.misses + m.outcome.extra) as f64),
+                "",
+                "0",
+                |v| v == 0.0,
+            );
+        }
+        let rss = [s, l]
+            .iter()
+            .filter_map(|n| self.get(*n, "reloadlet"))
+            .map(|m| m.memory.rss_mib())
+            .reduce(f64::max);
+        line("RSS (largest)".into(), rss, "MiB", "<= 16 MiB", |v| {
+            v <= 16.0
+        });
+        line(
+            match self.idle {
+                Some((_, 0, w)) => format!("wakeups while idle for {} s", w.as_secs()),
+                Some((_, ended, w)) => {
+                    format!("wakeups idle {} s ({ended} threads ended)", w.as_secs())
+                }
+                None => "wakeups while idle".into(),
+            },
+            self.idle.map(|(n, _, _)| n as f64),
+            "",
+            "0",
+            |v| v == 0.0,
+        );
+        println!("   (misses counts swaps with no SIGHUP in time plus SIGHUPs matched to no swap)");
+        println!("== more ratios (no bar)");
+        let mem = |size: usize, other: &str| -> Option<f64> {
+            Some(
+                self.get(size, "reloadlet")?.memory.rss_mib()
+                    / self.get(size, other)?.memory.rss_mib(),
+            )
+        };
+        let info = |what: String, v: Option<f64>| match v {
+            Some(v) => println!("{what:<44} {v:>8.2}x"),
+            None => println!("{what:<44} {:>8}", "-"),
+        };
+        for size in [s, l] {
+            info(
+                format!("p99 / floor p99 at {size} volumes"),
+                ratio(size, "floor", 0.99),
+            );
+        }
+        info(
+            format!("p99 / sidecar p99 at {s} volumes"),
+            ratio(s, "sidecar", 0.99),
+        );
+        for size in [s, l] {
+            info(
+                format!("RSS / floor RSS at {size} volumes"),
+                mem(size, "floor"),
+            );
+        }
+        info(
+            format!("RSS / sidecar fleet RSS at {s} volumes"),
+            mem(s, "sidecar"),
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! The update pattern and the latency measurement shared by every approach.
+//!
+//! Swaps run open loop at a fixed rate (swap `k` is due at `start + k / rate`, whether or not
+//! earlier ones were answered), each a kubelet AtomicWriter update of one volume
+//! ([`nodesim::bench_support::timed_update`], clock read just before the rename). The
+//! targets are ordered so that consecutive swaps hit different pods; a pod is swapped again
+//! only after `pods / rate` seconds.
+//!
+//! Each target process (`examples/sigrecorder.rs`) appends `SIGHUP <CLOCK_MONOTONIC ns>` when it
+//! receives SIGHUP. Latency of swap `k` on pod `p` = the first SIGHUP of `p` at or after the
+//! swap and before both the miss deadline and `p`'s next swap, minus the swap's clock. No such
+//! SIGHUP: a miss. A SIGHUP matched to no swap: an extra signal.
+
+use crate::approaches::Target;
+use nodesim::bench_support::{monotonic_ns, timed_update};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug)]
+pub struct Swap {
+    pub pod: usize,
+    pub at_ns: i128,
+}
+
+/// Swaps `targets[k % len]` for `k` in `ks`, at `rate` per second. `tag` makes the bytes
+/// differ from every earlier turn's: the kubelet never swaps unchanged content, and
+/// reloadlet rightly ignores a swap that leaves the bytes as they were.
+pub fn run(targets: &[Target], ks: std::ops::Range<usize>, rate: f64, tag: &str) -> Vec<Swap> {
+    let start = Instant::now();
+    let first = ks.start;
+    ks.map(|k| {
+        let due = start + Duration::from_secs_f64((k - first) as f64 / rate);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait); // pacing the open-loop schedule
+        }
+        let t = &targets[k % targets.len()];
+        let at_ns = timed_update(&t.dir, "k", format!("{tag}-{k}").as_bytes()).unwrap();
+        Swap { pod: t.pod, at_ns }
+    })
+    .collect()
+}
+
+/// What one approach did with one batch of swaps.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub lat_ms: Vec<f64>,
+    pub misses: usize,
+    pub extra: usize,
+}
+
+impl Outcome {
+    pub fn add(&mut self, other: Outcome) {
+        self.lat_ms.extend(other.lat_ms);
+        self.misses += other.misses;
+        self.extra += other.extra;
+    }
+
+    pub fn percentile(&self, p: f64) -> f64 {
+        let mut v = self.lat_ms.clone();
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v.sort_by(f64::total_cmp);
+        v[((v.len() as f64 - 1.0) * p).round() as usize]
+    }
+
+    pub fn max(&self) -> f64 {
+        self.lat_ms.iter().copied().fold(f64::NAN, f64::max)
+    }
+}
+
+/// SIGHUP receipt times recorded in `file` at or after `since_ns`.
+fn hups(file: &PathBuf, since_ns: i128) -> Vec<i128> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("SIGHUP "))
+        .filter_map(|ns| ns.trim().parse().ok())
+        .filter(|ns| *ns >= since_ns)
+        .collect()
+}
+
+/// Waits (polling) until every swap has a SIGHUP or its window has closed, then matches.
+/// `records[p]` is pod `p`'s record file; `deadline` the miss deadline.
+pub fn collect(swaps: &[Swap], records: &[PathBuf], deadline: Duration) -> Outcome {
+    let Some(first) = swaps.iter().map(|s| s.at_ns).min() else {
+        return Outcome::default();
+    };
+    let last = swaps.iter().map(|s| s.at_ns).max().unwrap();
+    let dl = deadline.as_nanos() as i128;
+    let mut expected = vec![0usize; records.len()];
+    for s in swaps {
+        expected[s.pod] += 1;
+    }
+    loop {
+        let complete = expected
+            .iter()
+            .enumerate()
+            .all(|(p, n)| *n == 0 || hups(&records[p], first).len() >= *n);
+        if complete || monotonic_ns() > last + dl {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut out = Outcome::default();
+    let mut by_pod: Vec<Vec<(usize, i128)>> = vec![Vec::new(); records.len()];
+    for (k, s) in swaps.iter().enumerate() {
+        by_pod[s.pod].push((k, s.at_ns));
+    }
+    for (p, pod_swaps) in by_pod.iter().enumerate() {
+        if pod_swaps.is_empty() {
+            continue;
+        }
+        let got = hups(&records[p], first);
+        let mut used = vec![false; got.len()];
+        for (n, (_, at)) in pod_swaps.iter().enumerate() {
+            let end = pod_swaps
+                .get(n + 1)
+                .map_or(at + dl, |(_, next)| (*next).min(at + dl));
+            match got
+                .iter()
+                .enumerate()
+                .find(|(i, ns)| !used[*i] && **ns >= *at && **ns < end)
+            {
+                Some((i, ns)) => {
+                    used[i] = true;
+                    out.lat_ms.push((ns - at) as f64 / 1e6);
+                }
+                None => out.misses += 1,
+            }
+        }
+        out.extra += used.iter().filter(|u| !**u).count();
+    }
+    out
+}
