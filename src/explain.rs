@@ -163,13 +163,28 @@ pub fn report(
             Decision::SubPathOnly { .. } => {
                 "WARNING: mounted only through subPath, never updated by the kubelet".into()
             }
-            Decision::NothingToDo { .. } if v.service_account_token => {
-                "service-account token volume: never triggers".into()
-            }
             Decision::NothingToDo { reason } => format!("does not trigger: {reason}"),
             other => format!("{other:?}"),
         };
         let _ = writeln!(w, "    {} [{}]: {verdict}", v.name, sources.join(", "));
+        for source in &v.sources {
+            if source.kind == crate::model::SourceKind::ConfigMap
+                && source.name == crate::model::ROOT_CA_CONFIGMAP
+                && !policy::source_counts(pod, source)
+            {
+                let _ = writeln!(
+                    w,
+                    "      {source}: never triggers (a cluster CA rotation would reload every pod at once); name it in reloadlet.io/configmaps to count it"
+                );
+            }
+        }
+        if !v.other_paths.is_empty() {
+            let _ = writeln!(
+                w,
+                "      not hashed (downwardAPI / serviceAccountToken / clusterTrustBundle files, rewritten on a label edit or token refresh): {}",
+                v.other_paths.join(", ")
+            );
+        }
     }
     if !env_only.is_empty() {
         let names: Vec<String> = env_only.iter().map(ToString::to_string).collect();
@@ -279,6 +294,7 @@ mod tests {
                         name: "kube-root-ca.crt".into(),
                     }],
                     service_account_token: true,
+                    other_paths: vec!["token".into(), "namespace".into()],
                     ..Default::default()
                 },
             ],
@@ -318,7 +334,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("service-account token volume: never triggers"),
+            text.contains("configmap kube-root-ca.crt: never triggers (a cluster CA rotation"),
+            "{text}"
+        );
+        assert!(
+            text.contains("not hashed (downwardAPI / serviceAccountToken / clusterTrustBundle files, rewritten on a label edit or token refresh): token, namespace"),
             "{text}"
         );
         assert!(

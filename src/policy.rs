@@ -261,6 +261,12 @@ fn triggering_volumes<'a>(
     out
 }
 
+/// Whether a change of `source` can trigger the pod's action (its annotations name it, or
+/// name nothing; `kube-root-ca.crt` only by name). `false` when the pod has no valid policy.
+pub fn source_counts(pod: &PodInfo, source: &SourceRef) -> bool {
+    matches!(validated_policy(pod), Ok(Some(p)) if counts(&p, source))
+}
+
 fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
     let named =
         |list: &Option<Vec<String>>| list.as_ref().is_some_and(|l| l.contains(&source.name));
