@@ -47,9 +47,10 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Explain(args)) => runtime.block_on(explain(args, format)),
         Some(Command::Controller(args)) => {
-            let hostname = nix::unistd::gethostname()
+            // The UTS namespace's hostname, as gethostname(2) returns it.
+            let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .ok()
-                .and_then(|h| h.into_string().ok());
+                .map(|h| h.trim_end().to_owned());
             let settings = match args.settings(hostname) {
                 Ok(s) => s,
                 Err(e) => return fail(format, &e),

@@ -614,7 +614,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_volume(dir.path(), TS1, &[("a", "1", 0o644)]);
         let fifo = dir.path().join(TS1).join("pipe");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
         assert!(matches!(
             hv(dir.path(), 1024),
             Err(HashError::Unsupported { .. })

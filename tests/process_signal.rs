@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
-use rand::Rng;
 use reloadlet::model::{ContainerId, ContainerRuntime, ReloadSignal};
 use reloadlet::process::{ContainerProcesses, ProcFs, ProcessError};
 
@@ -60,10 +59,11 @@ fn is_root() -> bool {
 }
 
 fn random_hex(len: usize) -> String {
-    let mut rng = rand::rng();
-    (0..len)
-        .map(|_| char::from_digit(rng.random_range(0..16), 16).unwrap())
-        .collect()
+    let mut bytes = vec![0u8; len.div_ceil(2)];
+    getrandom::fill(&mut bytes).unwrap();
+    let mut hex = hex::encode(bytes);
+    hex.truncate(len);
+    hex
 }
 
 fn random_pod_uid() -> String {

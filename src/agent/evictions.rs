@@ -6,7 +6,7 @@ use crate::k8s::eviction::{EvictOutcome, EvictRequest, Evictor};
 use crate::metrics::{ActionKind, Metrics, Outcome};
 use crate::pod_index::PodIndex;
 use crate::state::PendingEviction;
-use rand::Rng;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -22,6 +22,9 @@ pub struct EvictionSettings {
     pub max_backoff: Duration,
     /// `EvictionBlocked` / `EvictionFailed` are repeated at most this often per pod.
     pub warn_every: Duration,
+    /// One eviction call may take this long (it holds one of `max_in_flight` permits
+    /// meanwhile); then it counts as failed and is retried.
+    pub call_timeout: Duration,
 }
 
 impl Default for EvictionSettings {
@@ -32,6 +35,7 @@ impl Default for EvictionSettings {
             initial_backoff: Duration::from_secs(5),
             max_backoff: Duration::from_secs(120),
             warn_every: Duration::from_secs(300),
+            call_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -161,7 +165,7 @@ impl Inner {
             uid: pod.uid.clone(),
             dry_run: self.settings.dry_run,
         };
-        let mut backoff = self.settings.initial_backoff;
+        let mut delays = self.delays_from(self.settings.initial_backoff);
         let mut last_warning: Option<Instant> = None;
         let mut attempts = 0u32;
         loop {
@@ -174,7 +178,16 @@ impl Inner {
                     return;
                 };
                 attempts += 1;
-                self.evictor.evict(&req).await
+                let timeout = self.settings.call_timeout;
+                tokio::time::timeout(timeout, self.evictor.evict(&req))
+                    .await
+                    .unwrap_or_else(|_| EvictOutcome::Failed {
+                        code: None,
+                        message: format!(
+                            "no answer from the API server within {}",
+                            humantime::format_duration(timeout)
+                        ),
+                    })
             };
             let warn_now = last_warning.is_none_or(|t| t.elapsed() >= self.settings.warn_every);
             let delay = match outcome {
@@ -205,7 +218,8 @@ impl Inner {
                             },
                         );
                     }
-                    retry_after.unwrap_or(backoff)
+                    let next = delays.next().unwrap_or(self.settings.max_backoff);
+                    retry_after.unwrap_or(next)
                 }
                 EvictOutcome::Failed { code, message } => {
                     self.metrics
@@ -226,14 +240,25 @@ impl Inner {
                             },
                         );
                     }
-                    // Errors other than a PDB refusal will not clear soon: retry at the cap.
-                    backoff = self.settings.max_backoff;
-                    backoff
+                    // Errors other than a PDB refusal will not clear soon: retry at the cap,
+                    // and stay there.
+                    delays = self.delays_from(self.settings.max_backoff);
+                    delays.next().unwrap_or(self.settings.max_backoff)
                 }
             };
             tokio::time::sleep(jitter(delay)).await;
-            backoff = (backoff * 2).min(self.settings.max_backoff);
         }
+    }
+
+    /// Delays doubling from `first` up to `--eviction-backoff-max` (jitter is added by
+    /// [`jitter`]: ±20 %, where backon's own would only lengthen them, by up to 100 %).
+    fn delays_from(&self, first: Duration) -> impl Iterator<Item = Duration> {
+        ExponentialBuilder::default()
+            .with_min_delay(first)
+            .with_max_delay(self.settings.max_backoff)
+            .with_factor(2.0)
+            .without_max_times()
+            .build()
     }
 
     fn evicted(&self, job: &EvictJob, attempts: u32) {
@@ -264,6 +289,94 @@ impl Inner {
 
 /// ±20 % so that pods (and nodes) refused together do not retry in lock step.
 fn jitter(d: Duration) -> Duration {
-    let factor = rand::rng().random_range(0.8..1.2);
+    // Without the kernel's random source (it cannot fail on Linux ≥ 3.17) no jitter.
+    let r = getrandom::u32().unwrap_or(u32::MAX / 2);
+    let factor = 0.8 + 0.4 * (f64::from(r) / f64::from(u32::MAX));
     d.mul_f64(factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PodInfo;
+    use futures::future::BoxFuture;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The first call never answers; later ones evict.
+    #[derive(Default)]
+    struct HangsOnce(AtomicUsize);
+
+    impl Evictor for HangsOnce {
+        fn evict(&self, _: &EvictRequest) -> BoxFuture<'_, EvictOutcome> {
+            let n = self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                if n == 0 {
+                    std::future::pending::<()>().await;
+                }
+                EvictOutcome::Evicted
+            })
+        }
+    }
+
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<PodEvent>>);
+
+    impl EventSink for Recorded {
+        fn publish(&self, _: &PodRef, event: PodEvent) {
+            self.0.lock().unwrap().push(event);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
+        let pod = PodInfo {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            ..Default::default()
+        };
+        let mut index = PodIndex::default();
+        index.apply(pod.clone());
+        let evictor = Arc::new(HangsOnce::default());
+        let events = Arc::new(Recorded::default());
+        let evictions = Evictions::new(
+            EvictionSettings {
+                max_in_flight: 1,
+                ..EvictionSettings::default()
+            },
+            evictor.clone(),
+            events.clone(),
+            Metrics::new(&mut prometheus_client::registry::Registry::default()),
+            Arc::new(RwLock::new(index)),
+            CancellationToken::new(),
+        );
+        evictions.request(EvictJob {
+            pod: PodRef::from(&pod),
+            cause: "configmap app changed".into(),
+            first_seen: None,
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+        while evictions.is_pending("u1") && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert!(
+            !evictions.is_pending("u1"),
+            "the hung call was never given up"
+        );
+        assert_eq!(evictor.0.load(Ordering::SeqCst), 2);
+        let reasons: Vec<_> = events.0.lock().unwrap().iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["EvictionFailed", "EvictionRequested"]);
+    }
+
+    #[test]
+    fn jitter_stays_within_twenty_percent() {
+        let d = Duration::from_secs(10);
+        for _ in 0..1000 {
+            let j = jitter(d);
+            assert!(
+                j >= Duration::from_secs(8) && j <= Duration::from_secs(12),
+                "{j:?}"
+            );
+        }
+    }
 }

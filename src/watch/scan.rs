@@ -9,7 +9,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use inotify::{EventMask, WatchMask};
-use nix::errno::Errno;
 use tracing::{debug, error, warn};
 
 use super::node::Node;
@@ -301,7 +300,7 @@ impl<A: WatchApi> Tree<A> {
     }
 
     fn add_failed(&mut self, node: &Node, path: &Path, e: &io::Error) {
-        if e.raw_os_error() == Some(Errno::ENOSPC as i32) {
+        if e.raw_os_error() == Some(libc::ENOSPC) {
             self.watch_limit_errors += 1;
             if !self.limit_logged {
                 self.limit_logged = true;
@@ -371,7 +370,7 @@ impl<A: WatchApi> Tree<A> {
 /// The directory (or a parent) no longer exists, or is no longer a directory.
 fn is_missing(e: &io::Error) -> bool {
     let code = e.raw_os_error();
-    code == Some(Errno::ENOENT as i32) || code == Some(Errno::ENOTDIR as i32)
+    code == Some(libc::ENOENT) || code == Some(libc::ENOTDIR)
 }
 
 #[cfg(test)]
@@ -407,7 +406,7 @@ mod tests {
                 return Ok(*wd);
             }
             if self.limit.is_some_and(|l| self.by_inode.len() >= l) {
-                return Err(io::Error::from_raw_os_error(Errno::ENOSPC as i32));
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
             self.next += 1;
             self.by_inode.insert(inode, self.next);
