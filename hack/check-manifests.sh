@@ -218,5 +218,14 @@ run_widened "debounce pattern without fractions" "step: values.schema.json accep
   "literal_replace chart/reloadlet/values.schema.json '(\\\\.[0-9]+)?\\\\s*(nanos' '\\\\s*(nanos'"
 run_widened "chart namespace hard-coded" "chart-release: objects: exactly the expected kinds and names" \
   "sed -i 's/{{- .Release.Namespace -}}/reloadlet-system/' chart/reloadlet/templates/_helpers.tpl"
+run_widened "kustomize base without the cluster-scoped transformer (kustomize#6051)" \
+  "kustomize: objects: cluster-scoped objects carry no metadata.namespace" \
+  "sed -i '/^transformers:/,/cluster-scoped.yaml/d' base/kustomization.yaml"
+run_widened "chart default controller.secrets: true" \
+  "chart-default: controller: Secrets list/watch and --secrets only with controller.secrets" \
+  "sed -i 's/^  secrets: false/  secrets: true/' chart/reloadlet/values.yaml"
+run_widened "chart renders the admission policy on Kubernetes 1.29" \
+  "step: chart refuses the admission policy below Kubernetes 1.30" \
+  "literal_replace chart/reloadlet/templates/controller-admission-policy.yaml '<1.30.0-0' '<1.20.0-0'"
 echo "self-test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -267,11 +267,11 @@ def _rbac_rules(docs: list[dict]) -> list[dict]:
 
 
 CheckFn = Callable[[Context], Iterator[Result]]
-RENDER_CHECKS: list[tuple[str, Callable[[Render], tuple[bool, str]]]] = []
+RENDER_CHECKS: list[tuple[str, Callable[[Render], tuple[bool, str] | None]]] = []
 
 
 def render_check(name: str):
-    """Registers a per-render assertion; it returns (ok, detail)."""
+    """Registers a per-render assertion; it returns (ok, detail), or None where it does not apply."""
 
     def register(fn: Callable[[Render], tuple[bool, str]]):
         RENDER_CHECKS.append((name, fn))
@@ -608,8 +608,8 @@ def _service_monitor(r: Render) -> tuple[bool, str]:
 
 
 # --- reloadlet controller (fast projection) -----------------------------------------
-# Each returns (True, "controller off") on renders without the controller; the objects
-# check above proves that none of its objects is there.
+# Each returns None (no result) on renders without the controller (or its policy): the
+# objects check above proves that none of its objects is there.
 
 
 def _controller_sa(r: Render) -> list[dict]:
@@ -619,7 +619,7 @@ def _controller_sa(r: Render) -> list[dict]:
 @render_check("controller rbac: ClusterRole exactly configmaps list/watch and pods get/list/watch/patch (+ secrets list/watch with controller.secrets)")
 def _controller_rules(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     name = r.fullname + CONTROLLER_SUFFIX
     problems = []
     bound = sorted(_role_id(d) for d in _bound_roles(r.docs, name, r.namespace))
@@ -645,7 +645,7 @@ def _controller_rules(r: Render) -> tuple[bool, str]:
 @render_check("controller: Secrets list/watch and --secrets only with controller.secrets")
 def _controller_secrets(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     name = r.fullname + CONTROLLER_SUFFIX
     rules = [rule for d in _bound_roles(r.docs, name, r.namespace) for rule in d.get("rules") or []]
     grants = sorted({t for rule in rules for t in _rule_triples(rule) if t[1].split("/")[0] in ("secrets", "*")})
@@ -663,7 +663,7 @@ def _controller_secrets(r: Render) -> tuple[bool, str]:
 @render_check("controller rbac: leases create, get/update on its own Lease, through a Role in its namespace")
 def _controller_lease(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     name = r.fullname + CONTROLLER_SUFFIX
     problems = []
     role = _named(r.docs, "Role", name)
@@ -691,7 +691,7 @@ def _controller_lease(r: Render) -> tuple[bool, str]:
 @render_check("controller rbac: bound to the controller's ServiceAccount only")
 def _controller_binding(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     name = r.fullname + CONTROLLER_SUFFIX
     crb = _named(r.docs, "ClusterRoleBinding", name)
     problems = []
@@ -717,7 +717,7 @@ def _controller_binding(r: Render) -> tuple[bool, str]:
 @render_check("controller pod: non-root, read-only root fs, no privilege escalation, no added capabilities, seccomp RuntimeDefault")
 def _controller_sc(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     pod, c = _cpod(r), _ccontainer(r)
     psc, csc = pod.get("securityContext") or {}, c.get("securityContext") or {}
     problems = []
@@ -741,7 +741,7 @@ def _controller_sc(r: Render) -> tuple[bool, str]:
 @render_check("controller pod: no hostPID, hostNetwork, hostIPC or hostPath")
 def _controller_host(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     pod = _cpod(r)
     problems = [f"{k} {pod.get(k)!r}" for k in ("hostPID", "hostNetwork", "hostIPC") if pod.get(k)]
     problems += [f"hostPath volume {v.get('name')}" for v in pod.get("volumes") or [] if "hostPath" in v]
@@ -751,7 +751,7 @@ def _controller_host(r: Render) -> tuple[bool, str]:
 @render_check("controller pod: POD_NAME and POD_NAMESPACE from the downward API")
 def _controller_downward(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     env = _ccontainer(r).get("env") or []
     problems = []
     for var, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
@@ -764,7 +764,7 @@ def _controller_downward(r: Render) -> tuple[bool, str]:
 @render_check("controller pod: liveness /healthz and readiness /readyz on port metrics")
 def _controller_probes(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     c = _ccontainer(r)
     ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
     problems = [] if ports.get("metrics") else [f"ports {ports}"]
@@ -778,7 +778,7 @@ def _controller_probes(r: Render) -> tuple[bool, str]:
 @render_check("controller pod: CPU and memory requests, a memory limit")
 def _controller_resources(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     res = _ccontainer(r).get("resources") or {}
     ok = bool(_get(res, "requests", "cpu")) and bool(_get(res, "requests", "memory")) and bool(_get(res, "limits", "memory"))
     return ok, "" if ok else f"resources {res}"
@@ -787,7 +787,7 @@ def _controller_resources(r: Render) -> tuple[bool, str]:
 @render_check("controller pod: Linux nodes only (nodeSelector kubernetes.io/os: linux)")
 def _controller_linux(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     sel = _cpod(r).get("nodeSelector") or {}
     ok = all(sel.get(k) == v for k, v in LINUX_SELECTOR.items())
     return ok, "" if ok else f"nodeSelector {sel}"
@@ -796,7 +796,7 @@ def _controller_linux(r: Render) -> tuple[bool, str]:
 @render_check("controller pod: agent and controller selectors never match each other's pods")
 def _controller_selectors(r: Render) -> tuple[bool, str]:
     if not r.controller:
-        return True, ""
+        return None
     dep = _named(r.docs, "Deployment", r.fullname + CONTROLLER_SUFFIX)
     ds, svc = _one(r.docs, "DaemonSet"), _one(r.docs, "Service")
     ctrl_labels = _get(dep, "spec", "template", "metadata", "labels", default={})
@@ -827,7 +827,7 @@ def _policy(r: Render) -> tuple[dict, dict]:
 @render_check("admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs")
 def _policy_binding(r: Render) -> tuple[bool, str]:
     if not r.admission_policy:
-        return True, ""
+        return None
     vap, vapb = _policy(r)
     spec, bspec = vap.get("spec") or {}, vapb.get("spec") or {}
     problems = []
@@ -952,7 +952,7 @@ POLICY_CASES = [
 @render_check("admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected")
 def _policy_cel(r: Render) -> tuple[bool, str]:
     if not r.admission_policy:
-        return True, ""
+        return None
     vap, _ = _policy(r)
     try:
         policy = _Policy(vap)
@@ -981,7 +981,7 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
 @render_check("admission policy: applies to the controller's ServiceAccount (system:serviceaccount:<ns>:<name>) only")
 def _policy_user(r: Render) -> tuple[bool, str]:
     if not r.admission_policy:
-        return True, ""
+        return None
     vap, _ = _policy(r)
     try:
         policy = _Policy(vap)
@@ -1018,7 +1018,10 @@ def check_renders(ctx: Context) -> Iterator[Result]:
     for r in ctx.renders.values():
         for name, fn in RENDER_CHECKS:
             try:
-                ok, detail = fn(r)
+                got = fn(r)
+                if got is None:
+                    continue
+                ok, detail = got
             except CheckError as e:
                 ok, detail = False, str(e)
             yield Result(name, r.name, ok, "" if ok else detail)
