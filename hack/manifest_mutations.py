@@ -515,7 +515,7 @@ MUTATIONS += [
              lambda c: _vap(c, K)["spec"]["matchConditions"][0].update(
                  expression="request.userInfo.username.startsWith('system:serviceaccount:')"),
              P_USER, K),
-    Mutation("chart controller drops allowPrivilegeEscalation: false and kustomize does not",
+    Mutation("chart controller privileged, kustomize's not",
              lambda c: _csc(c, CD).update(privileged=True),
              AGREE, f"{K} vs {CD}"),
     Mutation("chart admission policy message drifts from kustomize's",
