@@ -9,8 +9,15 @@
 #      the knobs of manifest_checks.KNOBS ("chart-knobs"); and values.schema.json
 #      accepting/rejecting quantities and durations as the API server and the
 #      agent do
+#      The controller's variants: the chart with controller.secrets=true,
+#      controller.admissionPolicy=false, controller.enabled=false; deploy/ with
+#      the admission-policy line, and with both controller lines, deleted from
+#      deploy/base/kustomization.yaml (the documented way to turn them off); and
+#      the chart must refuse its admission policy below Kubernetes 1.30
 #   3. kubernetes-validate --strict against the schemas of Kubernetes
-#      $KUBE_VERSIONS (the oldest the chart allows, and the API the agent is built on)
+#      $KUBE_VERSIONS (1.30: the first with admissionregistration.k8s.io/v1
+#      ValidatingAdmissionPolicy; and the API the agent is built on), and the
+#      renders without the policy also against $OLDEST_KUBE (the oldest supported)
 #   4. hack/check_manifests.py: RBAC, security context, mounts, probes, and
 #      agreement of the kustomize base with the chart's default render
 # Prints one line per check and "manifests: N passed, M failed"; exits 1 on any
@@ -23,7 +30,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-KUBE_VERSIONS="${KUBE_VERSIONS:-1.27.0 1.33.0}"
+KUBE_VERSIONS="${KUBE_VERSIONS:-1.30.0 1.33.0}"
+OLDEST_KUBE="${OLDEST_KUBE:-1.27.0}" # docs/install.md, Chart.yaml kubeVersion
 self_test=false
 deploy_dir="$root/deploy"
 case "${1:-}" in
@@ -86,8 +94,32 @@ render "$out/chart-release.yaml" helm template prod "$chart" -n apps-prod "${mon
 "$py" -c 'import json, sys; sys.path.insert(0, sys.argv[1]); import manifest_checks; print(json.dumps(manifest_checks.knobs_values()))' \
   "$root/hack" >"$out/knobs-values.json"
 render "$out/chart-knobs.yaml" helm template knobs "$chart" -n knobs-ns -f "$out/knobs-values.json"
+render "$out/chart-secrets.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.secrets=true
+render "$out/chart-no-policy.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.admissionPolicy=false \
+  --kube-version "$OLDEST_KUBE"
+render "$out/chart-no-controller.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.enabled=false \
+  --kube-version "$OLDEST_KUBE"
+# kustomize without the policy / the controller: the one-line deletions docs/install.md describes.
+without_lines() { # without_lines DEST PATTERN...: deploy/ with the matching lines of base/kustomization.yaml deleted
+  local dest="$1" copy="$out/deploy-copy"
+  shift
+  rm -rf "$copy" && cp -r "$deploy_dir" "$copy"
+  for pat in "$@"; do
+    grep -q -- "$pat" "$copy/base/kustomization.yaml" || { echo "FAIL  render: no line '$pat' in base/kustomization.yaml"; exit 1; }
+    sed -i "\|$pat|d" "$copy/base/kustomization.yaml"
+  done
+  render "$dest" kubectl kustomize "$copy"
+}
+without_lines "$out/kustomize-no-policy.yaml" '^  - ../components/controller-admission-policy$'
+without_lines "$out/kustomize-no-controller.yaml" '^  - ../components/controller-admission-policy$' '^  - ../components/controller$'
 
 step "helm lint --strict (defaults)" helm lint --strict "$chart"
+refuses_policy_below_1_30() {
+  local log
+  if log="$(helm template reloadlet "$chart" -n reloadlet-system --kube-version 1.29.0 2>&1)"; then return 1; fi
+  grep -q 'set controller.admissionPolicy=false' <<<"$log"
+}
+step "chart refuses the admission policy below Kubernetes 1.30, naming controller.admissionPolicy=false" refuses_policy_below_1_30
 step "helm lint --strict (monitoring, createNamespace, privileged)" helm lint --strict "$chart" "${full_values[@]}"
 rejects_unknown_value() { ! helm lint --strict "$chart" --set no.such.value=1; }
 step "helm lint rejects an unknown value (values.schema.json)" rejects_unknown_value
@@ -126,15 +158,23 @@ validate() {
   if grep "Couldn't find schema" <<<"$log" | grep -v 'monitoring.coreos.com/'; then return 1; fi
 }
 for v in $KUBE_VERSIONS; do
-  for r in kustomize chart-default chart-full chart-release chart-knobs monitoring "${overlay_renders[@]}"; do
+  for r in kustomize chart-default chart-full chart-release chart-knobs chart-secrets monitoring "${overlay_renders[@]}" \
+    chart-no-policy chart-no-controller kustomize-no-policy kustomize-no-controller; do
     step "kubernetes-validate --strict -k $v ($r)" validate "$v" "$out/$r.yaml"
   done
+done
+# Without the ValidatingAdmissionPolicy the install must fit the oldest supported Kubernetes.
+for r in chart-no-policy chart-no-controller kustomize-no-policy kustomize-no-controller; do
+  step "kubernetes-validate --strict -k $OLDEST_KUBE ($r)" validate "$OLDEST_KUBE" "$out/$r.yaml"
 done
 
 args=(--kustomize "$out/kustomize.yaml" --chart-default "$out/chart-default.yaml"
   --chart-full "$out/chart-full.yaml" --chart-full-kubelet-root "$full_kubelet_root"
   --chart-release "$out/chart-release.yaml" --chart-knobs "$out/chart-knobs.yaml"
-  --monitoring "$out/monitoring.yaml" --repo "$root" "${overlay_args[@]}")
+  --monitoring "$out/monitoring.yaml" --repo "$root" "${overlay_args[@]}"
+  --chart-secrets "$out/chart-secrets.yaml" --chart-no-policy "$out/chart-no-policy.yaml"
+  --chart-no-controller "$out/chart-no-controller.yaml" --kustomize-no-policy "$out/kustomize-no-policy.yaml"
+  --kustomize-no-controller "$out/kustomize-no-controller.yaml")
 
 if ! $self_test; then
   exec "$py" "$root/hack/check_manifests.py" "${args[@]}" --steps "$steps"
@@ -178,5 +218,14 @@ run_widened "debounce pattern without fractions" "step: values.schema.json accep
   "literal_replace chart/reloadlet/values.schema.json '(\\\\.[0-9]+)?\\\\s*(nanos' '\\\\s*(nanos'"
 run_widened "chart namespace hard-coded" "chart-release: objects: exactly the expected kinds and names" \
   "sed -i 's/{{- .Release.Namespace -}}/reloadlet-system/' chart/reloadlet/templates/_helpers.tpl"
+run_widened "kustomize base without the cluster-scoped transformer (kustomize#6051)" \
+  "kustomize: objects: cluster-scoped objects carry no metadata.namespace" \
+  "sed -i '/^transformers:/,/cluster-scoped.yaml/d' base/kustomization.yaml"
+run_widened "chart default controller.secrets: true" \
+  "chart-default: controller: Secrets list/watch and --secrets only with controller.secrets" \
+  "sed -i 's/^  secrets: false/  secrets: true/' chart/reloadlet/values.yaml"
+run_widened "chart renders the admission policy on Kubernetes 1.29" \
+  "step: chart refuses the admission policy below Kubernetes 1.30" \
+  "literal_replace chart/reloadlet/templates/controller-admission-policy.yaml '<1.30.0-0' '<1.20.0-0'"
 echo "self-test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -3,7 +3,8 @@
 
     check_manifests.py --kustomize K.yaml --chart-default D.yaml --chart-full F.yaml \
         [--chart-full-kubelet-root DIR] [--chart-release R.yaml] [--chart-knobs K.yaml] \
-        [--overlay NAME=FILE=KUBELET_ROOT ...] \
+        [--overlay NAME=FILE=KUBELET_ROOT ...] [--chart-secrets S.yaml] [--chart-no-policy P.yaml] \
+        [--chart-no-controller C.yaml] [--kustomize-no-policy P.yaml] [--kustomize-no-controller C.yaml] \
         [--monitoring M.yaml] [--repo DIR] [--steps STEPS.tsv] [--self-test]
 
 --chart-default is the chart's defaults as release "reloadlet" in reloadlet-system;
@@ -11,7 +12,10 @@
 grafanaDashboard and privileged on and kubeletRoot=--chart-full-kubelet-root;
 --chart-release a release "prod" in "apps-prod" with the monitoring on; --chart-knobs
 a release "knobs" in "knobs-ns" with manifest_checks.KNOBS set. --overlay adds a
-kustomize overlay's render, whose kubelet root must be KUBELET_ROOT. --steps adds the results of earlier steps (helm lint,
+kustomize overlay's render, whose kubelet root must be KUBELET_ROOT. The controller
+variants: the chart's defaults with controller.secrets=true, controller.admissionPolicy=false,
+controller.enabled=false; deploy/ with the admission-policy component line, and with
+both controller lines, deleted from deploy/base/kustomization.yaml. --steps adds the results of earlier steps (helm lint,
 kubernetes-validate) to the tally: lines "PASS|FAIL<TAB>name<TAB>detail".
 Prints one line per check, then "manifests: N passed, M failed"; exits 1 on
 any failure. --self-test instead proves that every check can fail: each
@@ -155,6 +159,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--chart-release")
     p.add_argument("--chart-knobs")
     p.add_argument("--overlay", action="append", default=[], metavar="NAME=FILE=KUBELET_ROOT")
+    p.add_argument("--chart-secrets")
+    p.add_argument("--chart-no-policy")
+    p.add_argument("--chart-no-controller")
+    p.add_argument("--kustomize-no-policy")
+    p.add_argument("--kustomize-no-controller")
     p.add_argument("--monitoring")
     p.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent))
     p.add_argument("--steps")
@@ -174,6 +183,19 @@ def main(argv: list[str]) -> int:
         if args.chart_knobs:
             renders["chart-knobs"] = Render("chart-knobs", load_docs(args.chart_knobs), knobs=True,
                                             fullname="knobs-agent", namespace="knobs-ns")
+        if args.chart_secrets:
+            renders["chart-secrets"] = Render("chart-secrets", load_docs(args.chart_secrets), controller_secrets=True)
+        if args.chart_no_policy:
+            renders["chart-no-policy"] = Render("chart-no-policy", load_docs(args.chart_no_policy), admission_policy=False)
+        if args.chart_no_controller:
+            renders["chart-no-controller"] = Render("chart-no-controller", load_docs(args.chart_no_controller),
+                                                    controller=False, admission_policy=False)
+        if args.kustomize_no_policy:
+            renders["kustomize-no-policy"] = Render("kustomize-no-policy", load_docs(args.kustomize_no_policy),
+                                                    owns_namespace=True, admission_policy=False)
+        if args.kustomize_no_controller:
+            renders["kustomize-no-controller"] = Render("kustomize-no-controller", load_docs(args.kustomize_no_controller),
+                                                        owns_namespace=True, controller=False, admission_policy=False)
         for spec in args.overlay:
             parts = spec.split("=")
             if len(parts) != 3:

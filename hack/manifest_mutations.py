@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from manifest_checks import Context, _container, _of_kind, _one, _pod
+from manifest_checks import Context, _container, _named, _of_kind, _one, _pod
 
 K, CD, CF, CR, CK, M = "kustomize", "chart-default", "chart-full", "chart-release", "chart-knobs", "monitoring"
 
@@ -35,7 +35,12 @@ def _sc(ctx: Context, render: str) -> dict:
 
 
 def _role(ctx: Context, render: str) -> dict:
-    return _one(_docs(ctx, render), "ClusterRole")
+    """The agent's ClusterRole."""
+    return _named(_docs(ctx, render), "ClusterRole", ctx.renders[render].fullname)
+
+
+def _agent(ctx: Context, render: str, kind: str) -> dict:
+    return _named(_docs(ctx, render), kind, ctx.renders[render].fullname)
 
 
 def _kubelet_mount(ctx: Context, render: str) -> dict:
@@ -98,7 +103,7 @@ MUTATIONS: list[Mutation] = [
              lambda c: _role(c, CD)["rules"][1].update(resources=["pods"], verbs=["delete"]),
              "rbac: exactly the allowed rules", CD),
     Mutation("binding to the default ServiceAccount",
-             lambda c: _one(_docs(c, K), "ClusterRoleBinding")["subjects"][0].update(name="default"),
+             lambda c: _agent(c, K, "ClusterRoleBinding")["subjects"][0].update(name="default"),
              "rbac: the role is bound to the agent's ServiceAccount only", K),
     Mutation("kubelet pods mounted read-write",
              lambda c: _kubelet_mount(c, K).update(readOnly=False),
@@ -179,7 +184,7 @@ MUTATIONS: list[Mutation] = [
              lambda c: _one(_docs(c, CR), "Service")["metadata"].update(namespace="reloadlet-system"),
              "objects: exactly the expected kinds and names", CR),
     Mutation("binding names the ServiceAccount in another namespace",
-             lambda c: _one(_docs(c, CR), "ClusterRoleBinding")["subjects"][0].update(namespace="reloadlet-system"),
+             lambda c: _agent(c, CR, "ClusterRoleBinding")["subjects"][0].update(namespace="reloadlet-system"),
              "rbac: the role is bound to the agent's ServiceAccount only", CR),
     Mutation("no OS node selector (pods land on Windows nodes)",
              lambda c: _pod(_docs(c, K)).pop("nodeSelector"),
@@ -200,7 +205,7 @@ MUTATIONS: list[Mutation] = [
              lambda c: _container(_docs(c, CK))["livenessProbe"].update(periodSeconds=10),
              "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
     Mutation("serviceAccount annotations ignored",
-             lambda c: _one(_docs(c, CK), "ServiceAccount")["metadata"].pop("annotations"),
+             lambda c: _agent(c, CK, "ServiceAccount")["metadata"].pop("annotations"),
              "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
     Mutation("fullnameOverride ignored by the DaemonSet",
              lambda c: _one(_docs(c, CK), "DaemonSet")["metadata"].update(name="knobs-reloadlet"),
@@ -212,7 +217,7 @@ MUTATIONS: list[Mutation] = [
              lambda c: _of_kind(_docs(c, CF), "ServiceMonitor")[0]["spec"]["endpoints"][0].update(port="http"),
              "servicemonitor: scrapes port metrics of the Service", CF),
     Mutation("chart passes --dry-run by default",
-             lambda c: _container(_docs(c, CD))["args"].append("--dry-run"),
+             lambda c: _container(_docs(c, CD)).setdefault("args", []).append("--dry-run"),
              "agree: security-relevant fields identical", f"{K} vs {CD}"),
     Mutation("chart mounts the state dir elsewhere",
              lambda c: next(m for m in _container(_docs(c, CD))["volumeMounts"] if m["name"] == "state").update(mountPath="/state"),
@@ -291,3 +296,229 @@ def _strip_none(env: list[dict]) -> None:
     for e in env:
         for k in [k for k, v in e.items() if v is None]:
             del e[k]
+
+
+# --- reloadlet controller and its admission policy ----------------------------------
+CS, CNP, CNC, KNP = "chart-secrets", "chart-no-policy", "chart-no-controller", "kustomize-no-policy"
+OBJECTS = "objects: exactly the expected kinds and names"
+CLUSTER_SCOPED = "objects: cluster-scoped objects carry no metadata.namespace"
+C_RULES = ("controller rbac: ClusterRole exactly configmaps list/watch and pods get/list/watch/patch"
+           " (+ secrets list/watch with controller.secrets)")
+C_SECRETS = "controller: Secrets list/watch and --secrets only with controller.secrets"
+C_LEASE = "controller rbac: leases create, get/update on its own Lease, through a Role in its namespace"
+C_BINDING = "controller rbac: bound to the controller's ServiceAccount only"
+C_SC = "controller pod: non-root, read-only root fs, no privilege escalation, no added capabilities, seccomp RuntimeDefault"
+C_HOST = "controller pod: no hostPID, hostNetwork, hostIPC or hostPath"
+C_DOWNWARD = "controller pod: POD_NAME and POD_NAMESPACE from the downward API"
+C_PROBES = "controller pod: liveness /healthz and readiness /readyz on port metrics"
+C_RESOURCES = "controller pod: CPU and memory requests, a memory limit"
+C_LINUX = "controller pod: Linux nodes only (nodeSelector kubernetes.io/os: linux)"
+C_SELECTORS = "controller pod: agent and controller selectors never match each other's pods"
+P_BINDING = "admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs"
+P_CEL = "admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected"
+P_USER = "admission policy: applies to the controller's ServiceAccount (system:serviceaccount:<ns>:<name>) only"
+AGREE = "agree: security-relevant fields identical"
+
+
+def _c(ctx: Context, render: str, kind: str) -> dict:
+    """The controller's object of this kind."""
+    return _named(_docs(ctx, render), kind, ctx.renders[render].fullname + "-controller")
+
+
+def _cpod_of(ctx: Context, render: str) -> dict:
+    return _c(ctx, render, "Deployment")["spec"]["template"]["spec"]
+
+
+def _cc(ctx: Context, render: str) -> dict:
+    return _cpod_of(ctx, render)["containers"][0]
+
+
+def _csc(ctx: Context, render: str) -> dict:
+    return _cc(ctx, render).setdefault("securityContext", {})
+
+
+def _env(ctx: Context, render: str, name: str) -> dict:
+    return next(e for e in _cc(ctx, render)["env"] if e["name"] == name)
+
+
+def _vap(ctx: Context, render: str, kind: str = "ValidatingAdmissionPolicy") -> dict:
+    return _named(_docs(ctx, render), kind, ctx.renders[render].fullname + "-controller-nudge-only")
+
+
+def _validation(ctx: Context, render: str, needle: str) -> dict:
+    return next(v for v in _vap(ctx, render)["spec"]["validations"] if needle in v["expression"])
+
+
+def _replace_in(obj: dict, key: str, old: str, new: str) -> None:
+    assert old in obj[key], old
+    obj[key] = obj[key].replace(old, new)
+
+
+def _rm_rule(role: dict, resource: str) -> None:
+    role["rules"] = [r for r in role["rules"] if resource not in r["resources"]]
+
+
+def _drop_args(c: dict, arg: str) -> None:
+    assert arg in c["args"], arg
+    c["args"] = [a for a in c["args"] if a != arg]
+
+
+def _bind_controller_role_to_agent(ctx: Context) -> None:
+    _docs(ctx, K).append({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "reloadlet-extra"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reloadlet-controller"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reloadlet", "namespace": "reloadlet-system"}],
+    })
+
+
+MUTATIONS += [
+    Mutation("the ValidatingAdmissionPolicy keeps kustomize's namespace",
+             lambda c: _vap(c, K)["metadata"].update(namespace="reloadlet-system"),
+             CLUSTER_SCOPED, K),
+    Mutation("the policy binding of release 'prod' in apps-prod",
+             lambda c: _vap(c, CR, "ValidatingAdmissionPolicyBinding")["metadata"].update(namespace="apps-prod"),
+             CLUSTER_SCOPED, CR),
+    Mutation("the admission policy rendered although controller.admissionPolicy=false",
+             lambda c: _docs(c, CNP).append(_vap(c, CD)),
+             OBJECTS, CNP),
+    Mutation("a controller Deployment although controller.enabled=false",
+             lambda c: _docs(c, CNC).append(_c(c, CD, "Deployment")),
+             OBJECTS, CNC),
+    Mutation("controller Deployment named like the agent",
+             lambda c: _c(c, K, "Deployment")["metadata"].update(name="reloadlet"),
+             OBJECTS, K),
+    Mutation("the controller's ClusterRole also bound to the agent's ServiceAccount",
+             _bind_controller_role_to_agent,
+             "rbac: no ConfigMap or Secret access", K),
+    Mutation("the agent's ServiceAccount added to the controller's binding",
+             lambda c: _c(c, CD, "ClusterRoleBinding")["subjects"].append(
+                 {"kind": "ServiceAccount", "name": "reloadlet", "namespace": "reloadlet-system"}),
+             "rbac: the role is bound to the agent's ServiceAccount only", CD),
+    Mutation("controller ClusterRole records Events it never sends",
+             lambda c: _c(c, CD, "ClusterRole")["rules"].append(
+                 {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
+             C_RULES, CD),
+    Mutation("controller may delete pods",
+             lambda c: _c(c, K, "ClusterRole")["rules"].append({"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}),
+             C_RULES, K),
+    Mutation("controller cannot re-read a pod after a 404/409 (no pods get)",
+             lambda c: next(r for r in _c(c, CR, "ClusterRole")["rules"] if "pods" in r["resources"])["verbs"].remove("get"),
+             C_RULES, CR),
+    Mutation("controller reads ConfigMaps with get (their data, one by one)",
+             lambda c: next(r for r in _c(c, K, "ClusterRole")["rules"] if "configmaps" in r["resources"])["verbs"].append("get"),
+             C_RULES, K),
+    Mutation("leases granted cluster-wide",
+             lambda c: _c(c, CD, "ClusterRole")["rules"].append(
+                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}),
+             C_LEASE, CD),
+    Mutation("secrets list/watch without controller.secrets",
+             lambda c: _c(c, K, "ClusterRole")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}),
+             C_SECRETS, K),
+    Mutation("--secrets passed without controller.secrets",
+             lambda c: _cc(c, CD)["args"].append("--secrets"),
+             C_SECRETS, CD),
+    Mutation("controller.secrets=true without the --secrets flag",
+             lambda c: _drop_args(_cc(c, CS), "--secrets"),
+             C_SECRETS, CS),
+    Mutation("controller.secrets=true without the secrets rule",
+             lambda c: _rm_rule(_c(c, CS, "ClusterRole"), "secrets"),
+             C_SECRETS, CS),
+    Mutation("Lease get/update on any Lease of the namespace",
+             lambda c: next(r for r in _c(c, K, "Role")["rules"] if r.get("resourceNames")).pop("resourceNames"),
+             C_LEASE, K),
+    Mutation("Lease delete",
+             lambda c: _c(c, CD, "Role")["rules"][0]["verbs"].append("delete"),
+             C_LEASE, CD),
+    Mutation("the Lease RoleBinding in reloadlet-system for release 'prod' in apps-prod",
+             lambda c: _c(c, CR, "RoleBinding")["subjects"][0].update(namespace="reloadlet-system"),
+             C_LEASE, CR),
+    Mutation("controller binding to the default ServiceAccount",
+             lambda c: _c(c, K, "ClusterRoleBinding")["subjects"][0].update(name="default"),
+             C_BINDING, K),
+    Mutation("controller pods run as the agent's ServiceAccount",
+             lambda c: _cpod_of(c, CD).update(serviceAccountName="reloadlet"),
+             C_BINDING, CD),
+    Mutation("controller runs as root",
+             lambda c: _cpod_of(c, K)["securityContext"].update(runAsNonRoot=False, runAsUser=0),
+             C_SC, K),
+    Mutation("controller with a writable root filesystem",
+             lambda c: _csc(c, CD).update(readOnlyRootFilesystem=False),
+             C_SC, CD),
+    Mutation("controller adds NET_ADMIN",
+             lambda c: _csc(c, CR)["capabilities"].update(add=["NET_ADMIN"]),
+             C_SC, CR),
+    Mutation("controller allows privilege escalation",
+             lambda c: _csc(c, K).pop("allowPrivilegeEscalation"),
+             C_SC, K),
+    Mutation("controller on the host network",
+             lambda c: _cpod_of(c, K).update(hostNetwork=True),
+             C_HOST, K),
+    Mutation("controller mounts a hostPath",
+             lambda c: _cpod_of(c, CD).update(volumes=[{"name": "run", "hostPath": {"path": "/var/run"}}]),
+             C_HOST, CD),
+    Mutation("POD_NAMESPACE as a literal (the Lease would follow a renamed namespace nowhere)",
+             lambda c: (_env(c, K, "POD_NAMESPACE").pop("valueFrom"), _env(c, K, "POD_NAMESPACE").update(value="reloadlet-system")),
+             C_DOWNWARD, K),
+    Mutation("no POD_NAME (two replicas would share the hostname-less identity)",
+             lambda c: _cc(c, CD).update(env=[e for e in _cc(c, CD)["env"] if e["name"] != "POD_NAME"]),
+             C_DOWNWARD, CD),
+    Mutation("controller liveness on /metrics",
+             lambda c: _cc(c, K)["livenessProbe"]["httpGet"].update(path="/metrics"),
+             C_PROBES, K),
+    Mutation("controller without a readiness probe",
+             lambda c: _cc(c, CD).pop("readinessProbe"),
+             C_PROBES, CD),
+    Mutation("controller without a memory limit",
+             lambda c: _cc(c, K)["resources"].pop("limits"),
+             C_RESOURCES, K),
+    Mutation("controller may land on Windows nodes",
+             lambda c: _cpod_of(c, K).pop("nodeSelector"),
+             C_LINUX, K),
+    Mutation("controller pods labelled app.kubernetes.io/name: reloadlet (the agent's Service scrapes them)",
+             lambda c: _c(c, K, "Deployment")["spec"]["template"]["metadata"]["labels"].update({"app.kubernetes.io/name": "reloadlet"}),
+             C_SELECTORS, K),
+    Mutation("policy binding only warns",
+             lambda c: _vap(c, K, "ValidatingAdmissionPolicyBinding")["spec"].update(validationActions=["Warn"]),
+             P_BINDING, K),
+    Mutation("policy failurePolicy Ignore",
+             lambda c: _vap(c, CD)["spec"].update(failurePolicy="Ignore"),
+             P_BINDING, CD),
+    Mutation("binding names another policy",
+             lambda c: _vap(c, CR, "ValidatingAdmissionPolicyBinding")["spec"].update(policyName="reloadlet-controller-nudge-only"),
+             P_BINDING, CR),
+    Mutation("policy ignores label changes",
+             lambda c: _replace_in(_validation(c, K, "labels"), "expression",
+                                   "object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) &&", ""),
+             P_CEL, K),
+    Mutation("policy compares annotation keys only, not values",
+             lambda c: _replace_in(_validation(c, CR, "variables.oldAnnotations.all"), "expression",
+                                   "&& variables.oldAnnotations[k] == variables.newAnnotations[k]", ""),
+             P_CEL, CR),
+    Mutation("policy lets the spec change",
+             lambda c: _replace_in(_validation(c, CD, "object.spec"), "expression", "object.spec == oldObject.spec &&", ""),
+             P_CEL, CD),
+    Mutation("policy without the subresource rule",
+             lambda c: _vap(c, K)["spec"].update(validations=[v for v in _vap(c, K)["spec"]["validations"]
+                                                              if "subResource" not in v["expression"]]),
+             P_CEL, K),
+    Mutation("a CEL syntax error",
+             lambda c: _replace_in(_validation(c, CD, "matches"), "expression", "matches(", "matches(("),
+             P_CEL, CD),
+    Mutation("a CEL field that requests do not have (request.subresource)",
+             lambda c: _replace_in(_validation(c, K, "subResource"), "expression", "request.subResource", "request.subresource"),
+             P_CEL, K),
+    Mutation("release 'prod' in apps-prod: the policy matches reloadlet-system's ServiceAccount",
+             lambda c: _replace_in(_vap(c, CR)["spec"]["matchConditions"][0], "expression", ":apps-prod:", ":reloadlet-system:"),
+             P_USER, CR),
+    Mutation("policy matches every ServiceAccount",
+             lambda c: _vap(c, K)["spec"]["matchConditions"][0].update(
+                 expression="request.userInfo.username.startsWith('system:serviceaccount:')"),
+             P_USER, K),
+    Mutation("chart controller privileged, kustomize's not",
+             lambda c: _csc(c, CD).update(privileged=True),
+             AGREE, f"{K} vs {CD}"),
+    Mutation("chart admission policy message drifts from kustomize's",
+             lambda c: _vap(c, CD)["spec"]["validations"][0].update(message="no"),
+             AGREE, f"{K} vs {CD}"),
+]
