@@ -173,8 +173,7 @@ impl Nginx<'_> {
             {
                 on_disk = Some(now);
             }
-            if signaled.is_none() && metric(agent, SIGNALED).is_some_and(|n| n > signaled_before)
-            {
+            if signaled.is_none() && metric(agent, SIGNALED).is_some_and(|n| n > signaled_before) {
                 signaled = Some(now);
             }
             if serving.is_none() && http_get(&self.addr, "/").is_some_and(|b| b == body) {
@@ -265,8 +264,8 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     let real_window = periodic_window(DEFAULT_SYNC_FREQUENCY);
     println!(
         "    the kubelet keeps its real timing: it re-projects a pod's ConfigMap volumes only when it\n    \
-         syncs the pod, on a pod update or periodically {window} after the pod's last sync\n    \
-         (syncFrequency {} × jitter 0.5{})",
+         syncs the pod: at once on a pod update, else periodically {window} after the pod's last\n    \
+         sync, on the sync loop's next 1 s tick (syncFrequency {} × jitter 0.5{})",
         secs(sync_frequency),
         if sync_frequency == DEFAULT_SYNC_FREQUENCY {
             ", the kubelet's default".to_owned()
@@ -430,9 +429,11 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
             .check_alive("reloadlet controller", &c_log)
             .and(Err(e))
     })?;
-    wait_for("reloadlet controller /readyz", Duration::from_secs(20), || {
-        nodesim::probe::http_get(&c_listen, "/readyz").filter(|(code, _)| *code == 200)
-    })
+    wait_for(
+        "reloadlet controller /readyz",
+        Duration::from_secs(20),
+        || nodesim::probe::http_get(&c_listen, "/readyz").filter(|(code, _)| *code == 200),
+    )
     .await?;
     say(&format!(
         "2. reloadlet controller (pid {}) running, default flags, leader of Lease reloadlet-system/reloadlet-controller: kubectl edit configmap nginx-conf (return \"v3\")",
