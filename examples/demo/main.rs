@@ -5,14 +5,16 @@
 //! time through the Eviction API. Run it through `hack/demo.sh` (as root);
 //! `hack/demo.sh --sync-frequency 60s` shows a real kubelet's default wait.
 
+mod evictions;
+mod nginx;
 mod support;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use nginx::{nginx_conf, Nginx};
 use nodesim::kubelet_sync::{SyncMode, SyncReason, DEFAULT_SYNC_FREQUENCY, RESYNC_JITTER_FACTOR};
 use nodesim::node::SimNode;
 use serde_json::json;
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
@@ -82,20 +84,6 @@ fn cm(name: &str, key: &str, value: &str) -> ConfigMap {
     .unwrap()
 }
 
-fn nginx_conf(port: u16, run: &Path, body: &str) -> String {
-    let run = run.display();
-    format!(
-        "daemon off;\nworker_processes 1;\npid {run}/nginx.pid;\nerror_log {run}/error.log;\nevents {{}}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {run}/body;\n  proxy_temp_path {run}/proxy;\n  \
-         fastcgi_temp_path {run}/fastcgi;\n  uwsgi_temp_path {run}/uwsgi;\n  scgi_temp_path {run}/scgi;\n  \
-         server {{ listen 127.0.0.1:{port}; location / {{ return 200 \"{body}\\n\"; }} }}\n}}\n"
-    )
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.0} s", d.as_secs_f64())
-}
-
 /// "20–30 s": the window of a periodic sync after the pod's last one.
 fn periodic_window(sync_frequency: Duration) -> String {
     format!(
@@ -103,143 +91,6 @@ fn periodic_window(sync_frequency: Duration) -> String {
         sync_frequency.as_secs_f64().round(),
         secs(sync_frequency.mul_f64(1.0 + RESYNC_JITTER_FACTOR))
     )
-}
-
-/// The nginx pod and what the scenes observe of it.
-struct Nginx<'a> {
-    node: &'a SimNode,
-    uid: String,
-    port: u16,
-    run: PathBuf,
-    addr: String,
-    /// nginx.conf in the pod's configMap volume, as the kubelet projects it.
-    projected: PathBuf,
-}
-
-/// When each step of one ConfigMap change was first seen.
-struct Observed {
-    timeline: Timeline,
-    nudge: Option<(Instant, String)>,
-    on_disk: Instant,
-    sync_reason: Option<SyncReason>,
-    signaled: Instant,
-    serving: Instant,
-}
-
-impl Nginx<'_> {
-    fn nudge(&self) -> Option<String> {
-        self.node
-            .api
-            .get_pod("demo", "nginx-0")?
-            .metadata
-            .annotations?
-            .get(NUDGE)
-            .cloned()
-    }
-
-    /// `kubectl apply` of nginx.conf returning `body`, then polls every 10 ms until nginx
-    /// serves it, noting when the nudge, the new file, the SIGHUP and the new content
-    /// appeared. With `progress`, a line every 5 s while it waits.
-    async fn change(
-        &self,
-        agent: &str,
-        old: &str,
-        body: &str,
-        timeout: Duration,
-        progress: bool,
-    ) -> Result<Observed, String> {
-        let api = &self.node.api;
-        let want = nginx_conf(self.port, &self.run, body);
-        let nudge_before = self.nudge();
-        let signaled_before = metric(agent, SIGNALED).ok_or("reloadlet /metrics")?;
-        let timeline = Timeline::start();
-        api.apply_configmap(cm("nginx-conf", "nginx.conf", &want));
-        timeline.line(
-            timeline.t0,
-            &format!("kubectl apply: ConfigMap nginx-conf now returns {body:?}"),
-        );
-        let (mut nudge, mut on_disk, mut signaled, mut serving) = (None, None, None, None);
-        let mut next_progress = timeline.t0 + Duration::from_secs(5);
-        loop {
-            let now = Instant::now();
-            if nudge.is_none() {
-                nudge = self
-                    .nudge()
-                    .filter(|v| Some(v) != nudge_before.as_ref())
-                    .map(|v| (now, v));
-            }
-            if on_disk.is_none()
-                && std::fs::read_to_string(&self.projected).is_ok_and(|t| t == want)
-            {
-                on_disk = Some(now);
-            }
-            if signaled.is_none() && metric(agent, SIGNALED).is_some_and(|n| n > signaled_before) {
-                signaled = Some(now);
-            }
-            if serving.is_none() && http_get(&self.addr, "/").is_some_and(|b| b == body) {
-                serving = Some(now);
-            }
-            if let (Some(on_disk), Some(signaled), Some(serving)) = (on_disk, signaled, serving) {
-                let sync_reason = self
-                    .node
-                    .kubelet
-                    .syncs(&self.uid)
-                    .into_iter()
-                    .find(|s| s.at >= timeline.t0)
-                    .map(|s| s.reason);
-                return Ok(Observed {
-                    timeline,
-                    nudge,
-                    on_disk,
-                    sync_reason,
-                    signaled,
-                    serving,
-                });
-            }
-            if now > timeline.t0 + timeout {
-                return Err(format!("nginx did not serve {body:?} within {timeout:?}"));
-            }
-            if progress && now >= next_progress {
-                println!(
-                    "      … t+{} nginx still serves {old:?}: the kubelet has not synced the pod yet",
-                    secs(timeline.since(now))
-                );
-                next_progress += Duration::from_secs(5);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Observed {
-    fn print(&self, body: &str) {
-        let tl = &self.timeline;
-        if let Some((at, v)) = &self.nudge {
-            tl.line(
-                *at,
-                &format!("reloadlet controller patches nginx-0: {NUDGE}: {v:?}"),
-            );
-        }
-        let why = match self.sync_reason {
-            Some(SyncReason::Periodic) => "its periodic sync".to_owned(),
-            Some(SyncReason::PodUpdate) => "a pod update: the nudge".to_owned(),
-            Some(r) => format!("{r:?} sync"),
-            None => "a sync".to_owned(),
-        };
-        tl.line(
-            self.on_disk,
-            &format!("kubelet syncs nginx-0 ({why}) and writes the new nginx.conf"),
-        );
-        tl.line(
-            self.signaled,
-            "reloadlet sends SIGHUP to the nginx master (after its 250 ms --debounce)",
-        );
-        tl.line(self.serving, &format!("nginx serves {body:?}"));
-    }
-
-    fn took(&self) -> Duration {
-        self.timeline.since(self.serving)
-    }
 }
 
 async fn demo(sync_frequency: Duration) -> Result<(), String> {
@@ -457,108 +308,11 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     }
 
     // --- 3. evictions paced by a PodDisruptionBudget (controller on) ---
-    say("3. 3 replicas of demo/web with reloadlet.io/action: evict, PDB maxUnavailable: 1");
-    api.apply_configmap(cm("web-conf", "app.conf", "v1"));
-    api.create_pdb(
-        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "demo"},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
-        .unwrap(),
-    );
-    let template = serde_json::from_value(json!({
-        "metadata": {"labels": {"app": "web"}, "annotations": {"reloadlet.io/action": "evict", "nodesim.reloadlet.io/ready-delay-ms": "1500"}},
-        "spec": {"containers": [{"name": "app", "image": "app", "volumeMounts": [{"name": "conf", "mountPath": node.path("mnt/conf").display().to_string()}]}],
-                 "volumes": [{"name": "conf", "configMap": {"name": "web-conf"}}]}
-    })).unwrap();
-    let tracked_before = metric(&listen, "reloadlet_volumes_tracked").unwrap_or(0.0);
-    api.create_replicaset("demo", "web", 3, template, NODE);
-    let originals: BTreeSet<String> = api
-        .pods_of_replicaset("demo", "web")
-        .into_iter()
-        .filter_map(|p| p.metadata.uid)
-        .collect();
-    for u in &originals {
-        kubelet
-            .wait_for_pod(u, Duration::from_secs(30))
-            .ok_or("replica did not start")?;
-    }
-    wait_for("replicas Ready", Duration::from_secs(10), || {
-        let pdb = api.get_pdb("demo", "web")?;
-        (pdb.status?.current_healthy == 3).then_some(())
-    })
-    .await?;
-    wait_for(
-        "reloadlet to know the replicas' volumes",
-        Duration::from_secs(10),
-        || {
-            metric(&listen, "reloadlet_volumes_tracked")
-                .filter(|n| *n >= tracked_before + originals.len() as f64)
-        },
-    )
-    .await?;
-    say("kubectl edit configmap web-conf");
-    let timeline = Timeline::start();
-    api.apply_configmap(cm("web-conf", "app.conf", "v2"));
-    let mut seen = 0;
-    loop {
-        let ev = api.evictions();
-        for e in ev.iter().skip(seen) {
-            let pdb = api.get_pdb("demo", "web").and_then(|p| p.status);
-            let verdict = match e.code {
-                201 => "evicted",
-                429 => "refused by the PDB (429)",
-                _ => "error",
-            };
-            timeline.line(
-                Instant::now(),
-                &format!(
-                    "eviction of {} -> {verdict}; PDB healthy {}/{} desired",
-                    e.pod,
-                    pdb.as_ref().map(|s| s.current_healthy).unwrap_or(0),
-                    pdb.as_ref().map(|s| s.desired_healthy).unwrap_or(0)
-                ),
-            );
-        }
-        seen = ev.len();
-        let evicted: BTreeSet<String> = ev
-            .iter()
-            .filter(|e| e.code == 201)
-            .filter_map(|e| e.uid.clone())
-            .collect();
-        if evicted == originals {
-            break;
-        }
-        if timeline.since(Instant::now()) > Duration::from_secs(60) {
-            return Err("evictions did not complete".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let replaced = timeline.since(Instant::now());
-    let violations = api.invariant_violations();
-    println!(
-        "    all 3 replaced one at a time in {:.1} s; PDB violations: {}; replicas now: {:?}",
-        replaced.as_secs_f64(),
-        violations.len(),
-        api.pods_of_replicaset("demo", "web")
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| p.metadata.name.clone())
-            .collect::<Vec<_>>()
-    );
-    let count = |reason: &str| {
-        api.events()
-            .into_iter()
-            .filter(|e| e.reason == reason)
-            .count()
-    };
-    println!(
-        "    Events: {} EvictionRequested, {} EvictionBlocked",
-        count("EvictionRequested"),
-        count("EvictionBlocked")
-    );
+    let (replaced, violations) = evictions::scene(&node, &listen).await?;
 
     say("summary: kubectl apply -> nginx serves the new config");
     println!(
-        "    controller off: {:>7.3} s  (the kubelet's periodic sync: {window} after the pod's last sync here,\n                               {real_window} with the default syncFrequency {})",
+        "    controller off: {:>7.3} s  (the kubelet's periodic sync, due {window} after the pod's last sync\n                               here, on the next 1 s tick; {real_window} with the default syncFrequency {})",
         off.took().as_secs_f64(),
         secs(DEFAULT_SYNC_FREQUENCY)
     );
@@ -569,7 +323,7 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     println!(
         "    web replicas replaced behind the PDB in {:.1} s, {} PDB violations; demo ran {:.0} s",
         replaced.as_secs_f64(),
-        violations.len(),
+        violations,
         started.elapsed().as_secs_f64()
     );
     say("done; cleaning up the simulated node");

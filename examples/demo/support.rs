@@ -99,6 +99,11 @@ pub fn metric(addr: &str, series: &str) -> Option<f64> {
         .and_then(|(_, v)| v.parse().ok())
 }
 
+/// Whole seconds: "20 s".
+pub fn secs(d: Duration) -> String {
+    format!("{:.0} s", d.as_secs_f64())
+}
+
 /// A free loopback address.
 pub fn free_addr() -> Result<String, String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
