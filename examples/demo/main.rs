@@ -156,7 +156,12 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     let uid = pod.metadata.uid.clone().unwrap();
     let handles = kubelet
         .wait_for_pod(&uid, Duration::from_secs(30))
-        .ok_or("nginx pod did not start")?;
+        .ok_or_else(|| {
+            format!(
+                "nginx pod did not start within 30 s (RUST_LOG=nodesim=debug shows the kubelet's work); its status: {:?}",
+                api.get_pod("demo", "nginx-0").and_then(|p| p.status)
+            )
+        })?;
     let master = handles
         .container("nginx")
         .map(|c| c.main_pid)
