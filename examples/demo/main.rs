@@ -116,7 +116,7 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     println!(
         "    the kubelet keeps its real timing: it re-projects a pod's ConfigMap volumes only when it\n    \
          syncs the pod: at once on a pod update, else periodically {window} after the pod's last\n    \
-         sync, on the sync loop's next 1 s tick (syncFrequency {} × jitter 0.5{})",
+         sync, on the sync loop's next 1 s tick\n    (syncFrequency {} × jitter 0.5{})",
         secs(sync_frequency),
         if sync_frequency == DEFAULT_SYNC_FREQUENCY {
             ", the kubelet's default".to_owned()
