@@ -3,9 +3,9 @@
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::registry::Registry;
-use reloadlet::agent::evictions::EvictionSettings;
 use reloadlet::agent::{Agent, Deps};
 use reloadlet::config::{Cli, Command, ExplainArgs, LogFormat, Settings};
+use reloadlet::execute::evict::EvictionSettings;
 use reloadlet::explain;
 use reloadlet::http::{self, Health};
 use reloadlet::k8s::api_backoff::ApiMetrics;
@@ -213,7 +213,6 @@ async fn run(settings: Settings) -> ExitCode {
         evictor: Arc::new(KubeEvictor::new(clients.eviction.clone())),
     };
     let eviction = EvictionSettings {
-        dry_run: settings.dry_run,
         max_in_flight: settings.max_evictions_in_flight,
         initial_backoff: settings.eviction_backoff,
         max_backoff: settings.eviction_backoff_max,

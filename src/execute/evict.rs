@@ -1,10 +1,10 @@
 //! Eviction jobs: one at most per pod, paced retries while a PodDisruptionBudget says no,
 //! bounded concurrency, Events that tell the operator what is going on.
 
-use crate::k8s::events::{EventSink, PodEvent, PodRef};
-use crate::k8s::eviction::{EvictOutcome, EvictRequest, Evictor};
-use crate::metrics::{ActionKind, Metrics, Outcome};
+use super::report::Reporter;
+use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::PodIndex;
+use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
 use crate::state::PendingEviction;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::collections::HashMap;
@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
 pub struct EvictionSettings {
-    pub dry_run: bool,
     pub max_in_flight: usize,
     /// First retry delay after a refusal (doubles with jitter up to `max_backoff`).
     pub initial_backoff: Duration,
@@ -30,7 +29,6 @@ pub struct EvictionSettings {
 impl Default for EvictionSettings {
     fn default() -> Self {
         Self {
-            dry_run: false,
             max_in_flight: 10,
             initial_backoff: Duration::from_secs(5),
             max_backoff: Duration::from_secs(120),
@@ -56,8 +54,7 @@ pub struct Evictions {
 struct Inner {
     settings: EvictionSettings,
     evictor: Arc<dyn Evictor>,
-    events: Arc<dyn EventSink>,
-    metrics: Metrics,
+    report: Reporter,
     index: Arc<RwLock<PodIndex>>,
     permits: Semaphore,
     cancel: CancellationToken,
@@ -69,8 +66,7 @@ impl Evictions {
     pub fn new(
         settings: EvictionSettings,
         evictor: Arc<dyn Evictor>,
-        events: Arc<dyn EventSink>,
-        metrics: Metrics,
+        report: Reporter,
         index: Arc<RwLock<PodIndex>>,
         cancel: CancellationToken,
     ) -> Self {
@@ -79,8 +75,7 @@ impl Evictions {
             inner: Arc::new(Inner {
                 settings,
                 evictor,
-                events,
-                metrics,
+                report,
                 index,
                 permits,
                 cancel,
@@ -99,7 +94,11 @@ impl Evictions {
                 return false;
             }
             jobs.insert(job.pod.uid.clone(), job.clone());
-            self.inner.metrics.evictions_pending.set(jobs.len() as i64);
+            self.inner
+                .report
+                .metrics()
+                .evictions_pending
+                .set(jobs.len() as i64);
         }
         let inner = self.inner.clone();
         tokio::spawn(async move {
@@ -113,7 +112,11 @@ impl Evictions {
             }
             let mut jobs = inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
             jobs.remove(&uid);
-            inner.metrics.evictions_pending.set(jobs.len() as i64);
+            inner
+                .report
+                .metrics()
+                .evictions_pending
+                .set(jobs.len() as i64);
         });
         true
     }
@@ -163,7 +166,7 @@ impl Inner {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
-            dry_run: self.settings.dry_run,
+            dry_run: self.report.dry_run(),
         };
         let mut delays = self.delays_from(self.settings.initial_backoff);
         let mut last_warning: Option<Instant> = None;
@@ -200,45 +203,26 @@ impl Inner {
                     return;
                 }
                 EvictOutcome::Blocked { cause, retry_after } => {
-                    self.metrics
-                        .action(ActionKind::Evict, Outcome::EvictionBlocked);
-                    tracing::info!(pod = %full(pod), action = "evict", outcome = "eviction_blocked", cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
-                    if warn_now && !self.settings.dry_run {
+                    let outcome = Outcome::EvictionBlocked;
+                    self.report.count(ActionKind::Evict, outcome);
+                    tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
+                    if warn_now {
                         last_warning = Some(Instant::now());
-                        self.events.publish(
-                            pod,
-                            PodEvent {
-                                warning: true,
-                                reason: "EvictionBlocked",
-                                action: "Evict",
-                                note: format!(
-                                    "eviction refused, will retry: {cause} ({})",
-                                    job.cause
-                                ),
-                            },
-                        );
+                        let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
+                        self.report.publish(pod, ActionKind::Evict, outcome, note);
                     }
                     let next = delays.next().unwrap_or(self.settings.max_backoff);
                     retry_after.unwrap_or(next)
                 }
                 EvictOutcome::Failed { code, message } => {
-                    self.metrics
-                        .action(ActionKind::Evict, Outcome::EvictionFailed);
-                    tracing::warn!(pod = %full(pod), action = "evict", outcome = "eviction_failed", code, error = %message, attempts, "eviction failed; will retry");
-                    if warn_now && !self.settings.dry_run {
+                    let outcome = Outcome::EvictionFailed;
+                    self.report.count(ActionKind::Evict, outcome);
+                    tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), code, error = %message, attempts, "eviction failed; will retry");
+                    if warn_now {
                         last_warning = Some(Instant::now());
-                        self.events.publish(
-                            pod,
-                            PodEvent {
-                                warning: true,
-                                reason: "EvictionFailed",
-                                action: "Evict",
-                                note: format!(
-                                    "eviction failed, will retry: {message} ({})",
-                                    job.cause
-                                ),
-                            },
-                        );
+                        let note =
+                            format!("eviction failed, will retry: {message} ({})", job.cause);
+                        self.report.publish(pod, ActionKind::Evict, outcome, note);
                     }
                     // Errors other than a PDB refusal will not clear soon: retry at the cap,
                     // and stay there.
@@ -263,27 +247,20 @@ impl Inner {
 
     fn evicted(&self, job: &EvictJob, attempts: u32) {
         let pod = &job.pod;
-        if self.settings.dry_run {
-            self.metrics.action(ActionKind::Evict, Outcome::DryRun);
-            tracing::info!(pod = %full(pod), action = "evict", outcome = "dry_run", cause = %job.cause, "dry-run: the API server would allow this eviction");
+        if self.report.dry_run() {
+            let outcome = Outcome::DryRun;
+            self.report.count(ActionKind::Evict, outcome);
+            tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %job.cause, "dry-run: the API server would allow this eviction");
             return;
         }
-        self.metrics.action(ActionKind::Evict, Outcome::Evicted);
+        let outcome = Outcome::Evicted;
         let latency = job.first_seen.map(|t| t.elapsed());
         if let Some(l) = latency {
-            self.metrics
-                .observe_latency(ActionKind::Evict, l.as_secs_f64());
+            self.report.latency(ActionKind::Evict, l);
         }
-        tracing::info!(pod = %full(pod), action = "evict", outcome = "evicted", cause = %job.cause, attempts, latency_ms = latency.map(|l| l.as_secs_f64() * 1e3), "evicted through the Eviction API");
-        self.events.publish(
-            pod,
-            PodEvent {
-                warning: false,
-                reason: "EvictionRequested",
-                action: "Evict",
-                note: format!("evicted through the Eviction API: {}", job.cause),
-            },
-        );
+        tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %job.cause, attempts, latency_ms = latency.map(|l| l.as_secs_f64() * 1e3), "evicted through the Eviction API");
+        let note = format!("evicted through the Eviction API: {}", job.cause);
+        self.report.record(pod, ActionKind::Evict, outcome, note);
     }
 }
 
@@ -298,34 +275,9 @@ fn jitter(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Metrics;
     use crate::model::PodInfo;
-    use futures::future::BoxFuture;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// The first call never answers; later ones evict.
-    #[derive(Default)]
-    struct HangsOnce(AtomicUsize);
-
-    impl Evictor for HangsOnce {
-        fn evict(&self, _: &EvictRequest) -> BoxFuture<'_, EvictOutcome> {
-            let n = self.0.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move {
-                if n == 0 {
-                    std::future::pending::<()>().await;
-                }
-                EvictOutcome::Evicted
-            })
-        }
-    }
-
-    #[derive(Default)]
-    struct Recorded(Mutex<Vec<PodEvent>>);
-
-    impl EventSink for Recorded {
-        fn publish(&self, _: &PodRef, event: PodEvent) {
-            self.0.lock().unwrap().push(event);
-        }
-    }
+    use crate::ports::fake;
 
     #[tokio::test(start_paused = true)]
     async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
@@ -337,16 +289,17 @@ mod tests {
         };
         let mut index = PodIndex::default();
         index.apply(pod.clone());
-        let evictor = Arc::new(HangsOnce::default());
-        let events = Arc::new(Recorded::default());
+        // The first call never answers; the next evicts.
+        let evictor = Arc::new(fake::Evictor::answering([None]));
+        let events = Arc::new(fake::Events::default());
+        let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
         let evictions = Evictions::new(
             EvictionSettings {
                 max_in_flight: 1,
                 ..EvictionSettings::default()
             },
             evictor.clone(),
-            events.clone(),
-            Metrics::new(&mut prometheus_client::registry::Registry::default()),
+            Reporter::new(events.clone(), metrics, false),
             Arc::new(RwLock::new(index)),
             CancellationToken::new(),
         );
@@ -363,9 +316,8 @@ mod tests {
             !evictions.is_pending("u1"),
             "the hung call was never given up"
         );
-        assert_eq!(evictor.0.load(Ordering::SeqCst), 2);
-        let reasons: Vec<_> = events.0.lock().unwrap().iter().map(|e| e.reason).collect();
-        assert_eq!(reasons, ["EvictionFailed", "EvictionRequested"]);
+        assert_eq!(evictor.calls(), 2);
+        assert_eq!(events.reasons(), ["EvictionFailed", "EvictionRequested"]);
     }
 
     #[test]
