@@ -218,3 +218,148 @@ impl Inner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ContainerId, ContainerInfo, ContainerKind, ReloadSignal};
+    use crate::ports::fake;
+    use crate::process::SignalCheck;
+    use std::time::Duration;
+
+    struct World {
+        exec: Executor,
+        events: Arc<fake::Events>,
+        processes: Arc<fake::Processes>,
+        registry: prometheus_client::registry::Registry,
+        stop: CancellationToken,
+    }
+
+    fn pod() -> PodInfo {
+        PodInfo {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            containers: vec![ContainerInfo {
+                name: "app".into(),
+                kind: ContainerKind::Regular,
+                mounts: vec![],
+                container_id: ContainerId::parse("containerd://abc"),
+                running: true,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn world(dry_run: bool, failures: u32) -> World {
+        let mut index = PodIndex::default();
+        index.apply(pod());
+        let events = Arc::new(fake::Events::default());
+        let processes = Arc::new(fake::Processes::with("abc", 4242));
+        *processes.fail.lock().unwrap() = failures;
+        let mut registry = prometheus_client::registry::Registry::with_prefix("reloadlet");
+        let metrics = Metrics::new(&mut registry);
+        let stop = CancellationToken::new();
+        let deps = Deps {
+            events: events.clone(),
+            processes: processes.clone(),
+            evictor: Arc::new(fake::Evictor::default()),
+        };
+        let exec = Executor::new(
+            dry_run,
+            EvictionSettings::default(),
+            &deps,
+            metrics.clone(),
+            Arc::new(RwLock::new(index)),
+            stop.clone(),
+        );
+        World {
+            exec,
+            events,
+            processes,
+            registry,
+            stop,
+        }
+    }
+
+    fn job() -> SignalJob {
+        SignalJob {
+            pod_uid: "u1".into(),
+            container: "app".into(),
+            signal: ReloadSignal::Hup,
+            cause: "configmap app changed".into(),
+            first_seen: Instant::now(),
+            attempt: 1,
+            check: SignalCheck::On,
+        }
+    }
+
+    impl World {
+        fn count(&self, action: &str, outcome: &str) -> String {
+            let text = crate::metrics::encode(&self.registry);
+            let series =
+                format!("reloadlet_actions_total{{action=\"{action}\",outcome=\"{outcome}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .unwrap_or("missing")
+                .to_owned()
+        }
+
+        async fn settle(&self) {
+            self.exec
+                .drain(Instant::now() + Duration::from_secs(3600))
+                .await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_signal_is_retried_while_the_container_restarts_then_sent_once() {
+        let w = world(false, 3);
+        w.exec.signal(job());
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 1);
+        assert_eq!(w.events.reasons(), ["Signaled"]);
+        assert_eq!(w.count("signal", "signaled"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_signal_that_keeps_failing_ends_in_one_signal_failed_after_five_attempts() {
+        let w = world(false, 100);
+        w.exec.signal(job());
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 0);
+        assert_eq!(
+            *w.processes.fail.lock().unwrap(),
+            100 - signal::MAX_ATTEMPTS
+        );
+        assert_eq!(w.events.reasons(), ["SignalFailed"]);
+        assert_eq!(w.count("signal", "signal_failed"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_shutdown_a_failure_is_final_and_no_retry_is_waited_for() {
+        let w = world(false, 100);
+        w.stop.cancel();
+        w.exec.signal(job());
+        w.settle().await;
+        assert_eq!(*w.processes.fail.lock().unwrap(), 99, "one attempt only");
+        assert_eq!(w.events.reasons(), ["SignalFailed"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dry_run_sends_nothing_publishes_nothing_and_counts_dry_run() {
+        let w = world(true, 0);
+        w.exec.signal(job());
+        w.exec.report(
+            &(&pod()).into(),
+            ActionKind::None,
+            Outcome::InvalidAnnotation,
+            "bad".into(),
+        );
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 0);
+        assert!(w.events.reasons().is_empty());
+        assert_eq!(w.count("signal", "dry_run"), "1");
+        assert_eq!(w.count("none", "invalid_annotation"), "1");
+    }
+}
