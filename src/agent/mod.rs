@@ -3,6 +3,8 @@
 //! [`Executor`], whose edges are the traits in [`crate::ports`].
 
 pub mod budget_warnings;
+#[cfg(test)]
+mod tests;
 
 use crate::config::Settings;
 use crate::debounce::{Debouncer, PendingChange};
@@ -497,7 +499,12 @@ impl Agent {
     }
 
     fn fire_due(&mut self) {
-        let now = Instant::now();
+        self.fire_due_at(Instant::now());
+    }
+
+    /// Acts on the changes whose debounce window ended by `now`; a change of a pod the API
+    /// has not shown yet waits 1 s more, [`UNKNOWN_POD_ATTEMPTS`] times at most.
+    fn fire_due_at(&mut self, now: Instant) {
         for (uid, change) in self.debouncer.take_due(now) {
             if self.act_on(&uid, &change) {
                 continue;
