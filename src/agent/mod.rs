@@ -34,6 +34,20 @@ use tokio_util::sync::CancellationToken;
 /// How long a change of a pod the API has not shown us yet is kept waiting (1 s steps).
 const UNKNOWN_POD_ATTEMPTS: u32 = 30;
 
+/// Chores after a change (state write, `NoDisruptionBudget` warnings) wait this long, so a
+/// burst of changes costs one of each.
+const CHORES_DELAY: Duration = Duration::from_secs(1);
+
+/// What woke the loop.
+enum Wake {
+    Shutdown,
+    Watch(Result<Vec<WatchEvent>, crate::watch::WatchError>),
+    Pod(Option<PodUpdate>),
+    Due,
+    /// Evictions or budgets changed.
+    Changed,
+}
+
 pub struct Agent {
     settings: Settings,
     deps: Deps,
@@ -64,6 +78,8 @@ pub struct Agent {
     budget_warnings: budget_warnings::BudgetWarnings,
     /// Fast projection: when each pod's latest nudge was seen.
     nudges: crate::nudge_delay::NudgeDelays,
+    /// When [`Self::chores`] run next (`None`: nothing to do, no timer).
+    chores_at: Option<Instant>,
 }
 
 impl Agent {
@@ -115,6 +131,7 @@ impl Agent {
             warmed: HashSet::new(),
             budget_warnings: Default::default(),
             nudges: Default::default(),
+            chores_at: None,
         }
     }
 
@@ -135,26 +152,49 @@ impl Agent {
         mut pods: mpsc::Receiver<PodUpdate>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        self.housekeeping(&watcher);
+        // No timer runs while nothing happens: the loop sleeps until the kernel, the API
+        // watch, an eviction task or the budget watch has news, or a debounce window or
+        // the chores are due.
+        let evictions_changed = self.exec.evictions_changed();
+        let budgets_changed = self.budget_warnings.budgets_changed();
+        let mut pods_open = true;
+        self.update_watch_gauges(&watcher);
+        self.chores();
         loop {
-            self.health.beat();
             let deadline = self.next_deadline();
-            tokio::select! {
+            self.health.set_idle(true);
+            let wake = tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => break,
-                batch = watcher.next_batch() => {
+                _ = shutdown.cancelled() => Wake::Shutdown,
+                batch = watcher.next_batch() => Wake::Watch(batch),
+                update = pods.recv(), if pods_open => Wake::Pod(update),
+                _ = sleep_until(deadline), if deadline.is_some() => Wake::Due,
+                _ = evictions_changed.notified() => Wake::Changed,
+                _ = notified(budgets_changed.as_deref()) => Wake::Changed,
+            };
+            self.health.set_idle(false);
+            match wake {
+                Wake::Shutdown => break,
+                Wake::Watch(batch) => {
                     let batch = batch.map_err(|e| anyhow::anyhow!("volume watcher failed: {e}"))?;
                     self.on_watch(&watcher, batch);
                     if self.settings.debounce.is_zero() {
-                        // No window: act in this turn rather than after a timer tick.
+                        // No window: act in this turn rather than after a timer.
                         self.fire_due();
                     }
                 }
-                Some(update) = pods.recv() => self.on_pod(update),
-                _ = sleep_until(deadline), if deadline.is_some() => self.fire_due(),
-                _ = tick.tick() => self.housekeeping(&watcher),
+                Wake::Pod(Some(update)) => {
+                    self.on_pod(update);
+                    self.chores_soon();
+                }
+                Wake::Pod(None) => pods_open = false,
+                Wake::Due => self.fire_due(),
+                Wake::Changed => self.chores_soon(),
+            }
+            // A pod's arrival hashes the volumes that waited for it: keep the gauge current.
+            self.metrics.volumes_tracked.set(self.detector.len() as i64);
+            if self.state_dirty {
+                self.chores_soon();
             }
         }
         self.shutdown().await;
@@ -162,7 +202,15 @@ impl Agent {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.debouncer.next_deadline()
+        match (self.debouncer.next_deadline(), self.chores_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn chores_soon(&mut self) {
+        self.chores_at
+            .get_or_insert_with(|| Instant::now() + CHORES_DELAY);
     }
 
     fn on_watch(&mut self, watcher: &VolumeWatcher, batch: Vec<WatchEvent>) {
@@ -499,7 +547,12 @@ impl Agent {
     }
 
     fn fire_due(&mut self) {
-        self.fire_due_at(Instant::now());
+        let now = Instant::now();
+        self.fire_due_at(now);
+        if self.chores_at.is_some_and(|at| at <= now) {
+            self.chores_at = None;
+            self.chores();
+        }
     }
 
     /// Acts on the changes whose debounce window ended by `now`; a change of a pod the API
@@ -618,14 +671,9 @@ impl Agent {
         }
     }
 
-    fn housekeeping(&mut self, watcher: &VolumeWatcher) {
-        self.update_watch_gauges(watcher);
+    /// `NoDisruptionBudget` warnings and the state write, once after a burst of changes.
+    fn chores(&mut self) {
         self.warn_unprotected_evictions();
-        let dropped = self.exec.events_dropped();
-        let counted = self.metrics.events_dropped.get();
-        self.metrics
-            .events_dropped
-            .inc_by(dropped.saturating_sub(counted));
         if self.state_dirty || self.evictions_changed() {
             self.save_state();
         }
@@ -680,6 +728,13 @@ impl Agent {
         self.exec.drain(deadline).await;
         self.save_state();
         tracing::info!("state flushed; bye");
+    }
+}
+
+async fn notified(notify: Option<&tokio::sync::Notify>) {
+    match notify {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -60,6 +60,8 @@ struct Inner {
     cancel: CancellationToken,
     /// Pod UID → the job in progress.
     jobs: Mutex<HashMap<String, EvictJob>>,
+    /// Woken when a job starts or ends (what is persisted changed).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Evictions {
@@ -80,6 +82,7 @@ impl Evictions {
                 permits,
                 cancel,
                 jobs: Mutex::default(),
+                changed: Arc::default(),
             }),
         }
     }
@@ -100,6 +103,7 @@ impl Evictions {
                 .evictions_pending
                 .set(jobs.len() as i64);
         }
+        self.inner.changed.notify_one();
         let inner = self.inner.clone();
         tokio::spawn(async move {
             let uid = job.pod.uid.clone();
@@ -117,6 +121,8 @@ impl Evictions {
                 .metrics()
                 .evictions_pending
                 .set(jobs.len() as i64);
+            drop(jobs);
+            inner.changed.notify_one();
         });
         true
     }
@@ -134,6 +140,11 @@ impl Evictions {
             .collect();
         out.sort_by(|a, b| a.uid.cmp(&b.uid));
         out
+    }
+
+    /// Notified when an eviction starts or ends.
+    pub fn changed(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.changed.clone()
     }
 
     pub fn is_pending(&self, uid: &str) -> bool {

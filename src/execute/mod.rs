@@ -106,8 +106,10 @@ impl Executor {
         self.inner.evictions.pending()
     }
 
-    pub fn events_dropped(&self) -> u64 {
-        self.inner.report.events_dropped()
+    /// Notified when an eviction starts or ends (the pending set, which is persisted,
+    /// changed).
+    pub fn evictions_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.evictions.changed()
     }
 
     /// At shutdown (after `stop` was cancelled): waits for signals in flight until

@@ -57,6 +57,12 @@ impl Reporter {
                     note,
                 },
             );
+            // Events are dropped only here (the queue is full): count them now.
+            let dropped = self.events.dropped();
+            let counted = self.metrics.events_dropped.get();
+            self.metrics
+                .events_dropped
+                .inc_by(dropped.saturating_sub(counted));
         }
     }
 
@@ -67,10 +73,5 @@ impl Reporter {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    /// Events dropped so far (the queue was full).
-    pub fn events_dropped(&self) -> u64 {
-        self.events.dropped()
     }
 }
