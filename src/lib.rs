@@ -2,12 +2,13 @@
 //! ConfigMap or Secret content into their volumes.
 //!
 //! Data flows one way:
-//! `watch` (inotify) → `detect` (content hashes) → `pod_index` → `policy` → `execute`
-//! (signal through `process`, evict through `evict`) → Events.
+//! `watch` (inotify) → `detect` (content hashes) → `pod_index` → `policy` (decide, pure) →
+//! `execute` (signal through `process`, evict through `k8s::eviction`, Events through
+//! `k8s::events`; the edges as traits in `ports`) → `outcome` (one vocabulary for metrics,
+//! logs and Events). `agent` is the node's event loop; `controller` the cluster's.
 
 pub mod agent;
 pub mod annotations;
-pub mod cgroup;
 pub mod config;
 pub mod controller;
 pub mod debounce;
