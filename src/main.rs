@@ -171,6 +171,7 @@ async fn run(settings: Settings) -> ExitCode {
     };
     let mut registry = Registry::with_prefix("reloadlet");
     let metrics = Metrics::new(&mut registry);
+    let notify_metrics = reloadlet::notify::NotifyMetrics::new(&mut registry);
     let api_metrics = ApiMetrics::new(&mut registry);
     let health = Arc::new(Health::default());
     health.beat();
@@ -204,6 +205,18 @@ async fn run(settings: Settings) -> ExitCode {
         budgets.clone(),
         api_metrics,
     ));
+    let notifier = match reloadlet::notify::HttpPoster::for_settings(&settings.notify) {
+        Ok(poster) => reloadlet::notify::Notifier::start(
+            &settings.notify,
+            poster,
+            notify_metrics,
+            CancellationToken::new(),
+        ),
+        Err(e) => return fail(&format!("notifications: {e}")),
+    };
+    if settings.notify.enabled() {
+        tracing::info!(notify = %settings.notify.describe(), "notifications on");
+    }
     let deps = Deps {
         events: Arc::new(QueuedRecorder::spawn(
             clients.main.clone(),
@@ -211,6 +224,7 @@ async fn run(settings: Settings) -> ExitCode {
         )),
         processes: Arc::new(ProcFs::new(&settings.proc_root)),
         evictor: Arc::new(KubeEvictor::new(clients.eviction.clone())),
+        notifier,
     };
     let eviction = EvictionSettings {
         max_in_flight: settings.max_evictions_in_flight,

@@ -103,6 +103,7 @@ impl Agent {
         };
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let exec = Executor::new(
+            &settings.node_name,
             settings.dry_run,
             eviction,
             &deps,
@@ -627,6 +628,7 @@ impl Agent {
                     pod: PodRef::from(pod),
                     cause: cause.to_string(),
                     first_seen: Some(change.first_seen),
+                    sources: cause.sources,
                 });
             }
             Decision::Signal {
@@ -643,6 +645,7 @@ impl Agent {
                         first_seen: change.first_seen,
                         attempt: 1,
                         check: signal::signal_check(pod),
+                        sources: cause.sources.clone(),
                     };
                     self.exec.signal(job);
                 }
@@ -666,6 +669,7 @@ impl Agent {
                     },
                     cause: p.cause,
                     first_seen: None,
+                    sources: Vec::new(),
                 });
             }
         }

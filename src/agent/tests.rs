@@ -40,6 +40,7 @@ fn settings(dir: &Path) -> Settings {
         shutdown_grace: Duration::from_secs(5),
         eviction_backoff: Duration::from_secs(5),
         eviction_backoff_max: Duration::from_secs(120),
+        notify: Default::default(),
     }
 }
 
@@ -52,6 +53,7 @@ fn world(saved: Option<SavedState>) -> World {
         events: events.clone(),
         processes: processes.clone(),
         evictor: evictor.clone(),
+        notifier: crate::notify::Notifier::disabled(),
     };
     let store = saved.map(|saved| {
         let store = StateStore::open(&dir.path().join("state")).unwrap();

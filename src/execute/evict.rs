@@ -44,6 +44,9 @@ pub struct EvictJob {
     pub cause: String,
     /// When the swap was seen (latency metric); `None` for jobs resumed after a restart.
     pub first_seen: Option<Instant>,
+    /// The ConfigMaps/Secrets whose change it is for (empty for resumed jobs: only `cause`
+    /// is persisted).
+    pub sources: Vec<crate::model::SourceRef>,
 }
 
 #[derive(Clone)]
@@ -181,6 +184,8 @@ impl Inner {
         };
         let mut delays = self.delays_from(self.settings.initial_backoff);
         let mut last_warning: Option<Instant> = None;
+        // Since when a PodDisruptionBudget has refused it (for notifications).
+        let mut first_refusal: Option<Instant> = None;
         let mut attempts = 0u32;
         loop {
             if let Err(why) = self.still_wanted(pod) {
@@ -217,10 +222,12 @@ impl Inner {
                     let outcome = Outcome::EvictionBlocked;
                     self.report.count(ActionKind::Evict, outcome);
                     tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
+                    let since = *first_refusal.get_or_insert_with(Instant::now);
                     if warn_now {
                         last_warning = Some(Instant::now());
                         let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
-                        self.report.publish(pod, ActionKind::Evict, outcome, note);
+                        self.report
+                            .blocked(pod, note, &job.sources, since.elapsed());
                     }
                     let next = delays.next().unwrap_or(self.settings.max_backoff);
                     retry_after.unwrap_or(next)
@@ -233,7 +240,8 @@ impl Inner {
                         last_warning = Some(Instant::now());
                         let note =
                             format!("eviction failed, will retry: {message} ({})", job.cause);
-                        self.report.publish(pod, ActionKind::Evict, outcome, note);
+                        self.report
+                            .publish(pod, ActionKind::Evict, outcome, note, &job.sources);
                     }
                     // Errors other than a PDB refusal will not clear soon: retry at the cap,
                     // and stay there.
@@ -271,7 +279,8 @@ impl Inner {
         }
         tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %job.cause, attempts, latency_ms = latency.map(|l| l.as_secs_f64() * 1e3), "evicted through the Eviction API");
         let note = format!("evicted through the Eviction API: {}", job.cause);
-        self.report.record(pod, ActionKind::Evict, outcome, note);
+        self.report
+            .record(pod, ActionKind::Evict, outcome, note, &job.sources);
     }
 }
 
@@ -310,7 +319,13 @@ mod tests {
                 ..EvictionSettings::default()
             },
             evictor.clone(),
-            Reporter::new(events.clone(), metrics, false),
+            Reporter::new(
+                events.clone(),
+                crate::notify::Notifier::disabled(),
+                metrics,
+                false,
+                "node-1".into(),
+            ),
             Arc::new(RwLock::new(index)),
             CancellationToken::new(),
         );
@@ -318,6 +333,7 @@ mod tests {
             pod: PodRef::from(&pod),
             cause: "configmap app changed".into(),
             first_seen: None,
+            sources: vec![],
         });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
         while evictions.is_pending("u1") && tokio::time::Instant::now() < deadline {

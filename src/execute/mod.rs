@@ -11,7 +11,8 @@ pub mod report;
 pub mod signal;
 
 use crate::metrics::Metrics;
-use crate::model::PodInfo;
+use crate::model::{PodInfo, SourceRef};
+use crate::notify::Notifier;
 use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::PodIndex;
 use crate::ports::{ContainerProcesses, EventSink, Evictor, PodRef};
@@ -30,6 +31,8 @@ pub struct Deps {
     pub events: Arc<dyn EventSink>,
     pub processes: Arc<dyn ContainerProcesses>,
     pub evictor: Arc<dyn Evictor>,
+    /// Webhook notifications (`Notifier::disabled()` without `--notify-url`).
+    pub notifier: Notifier,
 }
 
 #[derive(Clone)]
@@ -49,7 +52,9 @@ struct Inner {
 }
 
 impl Executor {
+    /// `node`: this node's name (in notifications).
     pub fn new(
+        node: &str,
         dry_run: bool,
         eviction: EvictionSettings,
         deps: &Deps,
@@ -57,7 +62,13 @@ impl Executor {
         index: Arc<RwLock<PodIndex>>,
         stop: CancellationToken,
     ) -> Self {
-        let report = Reporter::new(deps.events.clone(), metrics, dry_run);
+        let report = Reporter::new(
+            deps.events.clone(),
+            deps.notifier.clone(),
+            metrics,
+            dry_run,
+            node.to_owned(),
+        );
         let evictions = Evictions::new(
             eviction,
             deps.evictor.clone(),
@@ -80,7 +91,10 @@ impl Executor {
     /// Counts `outcome` and publishes its Event (an outcome of no action: an invalid
     /// annotation, a refused eviction, a missing budget …).
     pub fn report(&self, pod: &PodRef, action: ActionKind, outcome: Outcome, note: String) {
-        self.inner.report.record(pod, action, outcome, note);
+        let sources: &[SourceRef] = &[];
+        self.inner
+            .report
+            .record(pod, action, outcome, note, sources);
     }
 
     /// Signals one container of a pod; retried while the container is not running or its
@@ -194,8 +208,9 @@ impl Inner {
                     } else {
                         tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
                     }
+                    let sources = &job.sources;
                     self.report
-                        .record(&pod_ref, ActionKind::Signal, outcome, note);
+                        .record(&pod_ref, ActionKind::Signal, outcome, note, sources);
                     return;
                 }
                 Err(e) => e,
@@ -205,8 +220,9 @@ impl Inner {
                 let outcome = Outcome::SignalFailed;
                 tracing::error!(pod = %name, container = %job.container, signal = %job.signal, action = "signal", outcome = outcome.as_str(), error = %error, "signal failed; giving up");
                 let note = signal::failed_note(&job, &error);
+                let sources = &job.sources;
                 self.report
-                    .record(&pod_ref, ActionKind::Signal, outcome, note);
+                    .record(&pod_ref, ActionKind::Signal, outcome, note, sources);
                 return;
             };
             tracing::warn!(pod = %name, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
@@ -254,6 +270,10 @@ mod tests {
     }
 
     fn world(dry_run: bool, failures: u32) -> World {
+        world_notifying(dry_run, failures, Notifier::disabled())
+    }
+
+    fn world_notifying(dry_run: bool, failures: u32, notifier: Notifier) -> World {
         let mut index = PodIndex::default();
         index.apply(pod());
         let events = Arc::new(fake::Events::default());
@@ -266,8 +286,10 @@ mod tests {
             events: events.clone(),
             processes: processes.clone(),
             evictor: Arc::new(fake::Evictor::default()),
+            notifier,
         };
         let exec = Executor::new(
+            "node-1",
             dry_run,
             EvictionSettings::default(),
             &deps,
@@ -293,6 +315,7 @@ mod tests {
             first_seen: Instant::now(),
             attempt: 1,
             check: SignalCheck::On,
+            sources: vec![],
         }
     }
 
@@ -363,5 +386,41 @@ mod tests {
         assert!(w.events.reasons().is_empty());
         assert_eq!(w.count("signal", "dry_run"), "1");
         assert_eq!(w.count("none", "invalid_annotation"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_signal_that_failed_for_good_is_notified_with_its_sources() {
+        use crate::model::{SourceKind, SourceRef};
+        use crate::notify::{FakePoster, NotifySettings, SecretUrl};
+        let settings = NotifySettings {
+            urls: vec![SecretUrl::parse("https://hooks.example.com/x").unwrap()],
+            ..Default::default()
+        };
+        let poster = FakePoster::default();
+        let registry = &mut prometheus_client::registry::Registry::default();
+        let notifier = Notifier::start(
+            &settings,
+            poster.clone(),
+            crate::notify::NotifyMetrics::new(registry),
+            CancellationToken::new(),
+        );
+        let w = world_notifying(false, 100, notifier);
+        let mut job = job();
+        job.sources = vec![SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: "app".into(),
+        }];
+        w.exec.signal(job);
+        w.settle().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while poster.requests().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let requests = poster.requests();
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        let body = format!("{:?}", requests[0].payload);
+        for part in ["SignalFailed", "ns/web", "app", "node-1"] {
+            assert!(body.contains(part), "{part} not in {body}");
+        }
     }
 }

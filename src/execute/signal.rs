@@ -29,6 +29,8 @@ pub struct SignalJob {
     pub attempt: u32,
     /// `reloadlet.io/signal-check` of the pod.
     pub check: SignalCheck,
+    /// The ConfigMaps/Secrets whose change it is for (`cause` names them).
+    pub sources: Vec<crate::model::SourceRef>,
 }
 
 /// The pod's `reloadlet.io/signal-check` (an invalid value never gets this far: the pod's
@@ -102,6 +104,7 @@ mod tests {
             first_seen: Instant::now(),
             attempt: 1,
             check: SignalCheck::On,
+            sources: vec![],
         }
     }
 
