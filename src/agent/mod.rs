@@ -597,7 +597,7 @@ impl Agent {
             Decision::NotOptedIn => {
                 tracing::debug!(pod = %pod.full_name(), ?volumes, "not opted in; no action");
             }
-            Decision::Filtered { reason } | Decision::NothingToDo { reason } => {
+            Decision::NothingToDo { reason } => {
                 tracing::info!(pod = %pod.full_name(), ?volumes, action = "none", reason, "volume changed; nothing to do");
             }
             Decision::AlreadyTerminating => {
