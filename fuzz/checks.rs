@@ -2,8 +2,8 @@
 //! cargo-fuzz targets (nightly, libFuzzer) and `tests/fuzz_parsers.rs` (stable, a
 //! bounded random search): each function panics when a property fails.
 
-use reloadlet::cgroup::{container_of, matches, normalize_pod_uid, parse_proc_cgroup};
 use reloadlet::model::{ContainerId, ContainerRuntime};
+use reloadlet::process::cgroup::{container_of, matches, normalize_pod_uid, parse_proc_cgroup};
 
 /// `/proc/<pid>/cgroup` text: never panics, every line kept is well formed, and every
 /// path it yields satisfies [`cgroup_path`].

@@ -157,6 +157,8 @@ pub struct RunArgs {
     /// On SIGTERM, how long in-flight work may take before state is flushed and reloadlet exits.
     #[arg(long, env = "RELOADLET_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+    #[command(flatten)]
+    pub notify: crate::notify::NotifyArgs,
 }
 
 /// Validated settings of the agent.
@@ -179,6 +181,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     pub eviction_backoff: Duration,
     pub eviction_backoff_max: Duration,
+    /// Webhook notifications (off without `--notify-url`).
+    pub notify: crate::notify::NotifySettings,
 }
 
 impl RunArgs {
@@ -207,7 +211,10 @@ impl RunArgs {
                 self.proc_root.display()
             ));
         }
+        // The ALERT_* fallbacks (Reloader's names) are read from the environment here, once.
+        let notify = self.notify.settings(&|k| std::env::var(k).ok())?;
         Ok(Settings {
+            notify,
             node_name,
             kubelet_root: self.kubelet_root,
             proc_root: self.proc_root,

@@ -16,20 +16,32 @@ pub struct BudgetIndex {
     synced: bool,
     /// Bumped on every change, so readers can tell whether to look again.
     version: u64,
+    /// Woken on every change (the agent's loop waits on it instead of polling).
+    changed: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl BudgetIndex {
+    /// Notified after every change.
+    pub fn changed(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.changed.clone()
+    }
+
+    fn bump(&mut self) {
+        self.version += 1;
+        self.changed.notify_one();
+    }
+
     pub fn apply(&mut self, namespace: &str, name: &str, selector: Option<LabelSelector>) {
         let selector = selector.filter(|s| !s.is_empty());
         self.budgets
             .insert((namespace.to_owned(), name.to_owned()), selector);
-        self.version += 1;
+        self.bump();
     }
 
     pub fn delete(&mut self, namespace: &str, name: &str) {
         self.budgets
             .remove(&(namespace.to_owned(), name.to_owned()));
-        self.version += 1;
+        self.bump();
     }
 
     /// After a (re)list: exactly these budgets exist.
@@ -40,7 +52,7 @@ impl BudgetIndex {
                 .insert((ns, name), sel.filter(|s| !s.is_empty()));
         }
         self.synced = true;
-        self.version += 1;
+        self.bump();
     }
 
     /// Whether a complete list has arrived (before that, "no budget" means "not known yet").

@@ -16,6 +16,8 @@ pub struct Health {
     ready: AtomicBool,
     /// Unix millis of the event loop's last turn.
     heartbeat_ms: AtomicU64,
+    /// The loop is waiting for work (not stuck, however long ago its last turn was).
+    idle: AtomicBool,
     /// Why the agent is not ready although it may have synced (the pod watch keeps failing).
     problem: Mutex<Option<String>>,
 }
@@ -26,6 +28,16 @@ impl Health {
 
     pub fn beat(&self) {
         self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// A loop that sleeps without a timer while nothing happens says when it waits
+    /// (`true`) and when it works (`false`, which also beats): live while waiting, and
+    /// while a turn is shorter than [`Self::STALE`].
+    pub fn set_idle(&self, idle: bool) {
+        if !idle {
+            self.beat();
+        }
+        self.idle.store(idle, Ordering::Relaxed);
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -59,8 +71,9 @@ impl Health {
     }
 
     pub fn is_live(&self) -> bool {
-        now_ms().saturating_sub(self.heartbeat_ms.load(Ordering::Relaxed))
-            < Self::STALE.as_millis() as u64
+        self.idle.load(Ordering::Relaxed)
+            || now_ms().saturating_sub(self.heartbeat_ms.load(Ordering::Relaxed))
+                < Self::STALE.as_millis() as u64
     }
 }
 
@@ -133,5 +146,20 @@ mod tests {
         assert!(h.readiness().unwrap_err().starts_with("pod watch failing"));
         h.set_problem(None);
         assert!(h.is_ready());
+    }
+}
+
+#[cfg(test)]
+mod idle_tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_waiting_for_work_is_live_however_long_ago_it_last_turned() {
+        let h = Health::default();
+        assert!(!h.is_live(), "never turned");
+        h.set_idle(true);
+        assert!(h.is_live(), "waiting without a timer");
+        h.set_idle(false);
+        assert!(h.is_live(), "just started a turn");
     }
 }

@@ -3,9 +3,9 @@
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::registry::Registry;
-use reloadlet::agent::evictions::EvictionSettings;
 use reloadlet::agent::{Agent, Deps};
 use reloadlet::config::{Cli, Command, ExplainArgs, LogFormat, Settings};
+use reloadlet::execute::evict::EvictionSettings;
 use reloadlet::explain;
 use reloadlet::http::{self, Health};
 use reloadlet::k8s::api_backoff::ApiMetrics;
@@ -171,6 +171,7 @@ async fn run(settings: Settings) -> ExitCode {
     };
     let mut registry = Registry::with_prefix("reloadlet");
     let metrics = Metrics::new(&mut registry);
+    let notify_metrics = reloadlet::notify::NotifyMetrics::new(&mut registry);
     let api_metrics = ApiMetrics::new(&mut registry);
     let health = Arc::new(Health::default());
     health.beat();
@@ -204,6 +205,18 @@ async fn run(settings: Settings) -> ExitCode {
         budgets.clone(),
         api_metrics,
     ));
+    let notifier = match reloadlet::notify::HttpPoster::for_settings(&settings.notify) {
+        Ok(poster) => reloadlet::notify::Notifier::start(
+            &settings.notify,
+            poster,
+            notify_metrics,
+            CancellationToken::new(),
+        ),
+        Err(e) => return fail(&format!("notifications: {e}")),
+    };
+    if settings.notify.enabled() {
+        tracing::info!(notify = %settings.notify.describe(), "notifications on");
+    }
     let deps = Deps {
         events: Arc::new(QueuedRecorder::spawn(
             clients.main.clone(),
@@ -211,9 +224,9 @@ async fn run(settings: Settings) -> ExitCode {
         )),
         processes: Arc::new(ProcFs::new(&settings.proc_root)),
         evictor: Arc::new(KubeEvictor::new(clients.eviction.clone())),
+        notifier,
     };
     let eviction = EvictionSettings {
-        dry_run: settings.dry_run,
         max_in_flight: settings.max_evictions_in_flight,
         initial_backoff: settings.eviction_backoff,
         max_backoff: settings.eviction_backoff_max,

@@ -14,85 +14,17 @@ use prometheus_client::registry::Registry;
 use strum::IntoEnumIterator;
 
 use crate::model::VolumePlugin;
+pub use crate::outcome::{ActionKind, Outcome};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabels {
     pub plugin: &'static str,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::EnumIter)]
-pub enum ActionKind {
-    Signal,
-    Evict,
-    None,
-}
-
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::EnumIter)]
-pub enum Outcome {
-    Signaled,
-    /// Sent, but the process has no handler and does not block it (Warning `SignalNotHandled`).
-    SignalNotHandled,
-    /// Not sent: the process ignores it or would be killed by it (Warning `SignalNotHandled`).
-    SignalWithheld,
-    SignalFailed,
-    Evicted,
-    EvictionBlocked,
-    EvictionFailed,
-    Refused,
-    InvalidAnnotation,
-    SubPathNotUpdated,
-    DryRun,
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
     pub action: &'static str,
     pub outcome: &'static str,
-}
-
-impl ActionKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Signal => "signal",
-            Self::Evict => "evict",
-            Self::None => "none",
-        }
-    }
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Signaled => "signaled",
-            Self::SignalNotHandled => "signal_not_handled",
-            Self::SignalWithheld => "signal_withheld",
-            Self::SignalFailed => "signal_failed",
-            Self::Evicted => "evicted",
-            Self::EvictionBlocked => "eviction_blocked",
-            Self::EvictionFailed => "eviction_failed",
-            Self::Refused => "refused",
-            Self::InvalidAnnotation => "invalid_annotation",
-            Self::SubPathNotUpdated => "subpath_not_updated",
-            Self::DryRun => "dry_run",
-        }
-    }
-
-    /// The `action` labels this outcome is recorded with (the series pre-created at 0).
-    pub fn actions(self) -> &'static [ActionKind] {
-        use ActionKind::{Evict, None, Signal};
-        match self {
-            Self::Signaled
-            | Self::SignalFailed
-            | Self::SignalNotHandled
-            | Self::SignalWithheld
-            | Self::SubPathNotUpdated => &[Signal],
-            Self::Evicted | Self::EvictionBlocked | Self::EvictionFailed | Self::Refused => {
-                &[Evict]
-            }
-            Self::InvalidAnnotation => &[None],
-            Self::DryRun => &[Signal, Evict],
-        }
-    }
 }
 
 /// Upper bounds (seconds) of `reloadlet_action_latency_seconds`. The latency runs from the
@@ -339,7 +271,11 @@ mod tests {
         let _m = Metrics::new(&mut reg);
         let text = encode(&reg);
         for outcome in Outcome::iter() {
-            assert!(!outcome.actions().is_empty(), "{outcome:?} has no action");
+            assert_eq!(
+                outcome.actions().is_empty(),
+                !outcome.counted(),
+                "{outcome:?}"
+            );
             for action in outcome.actions() {
                 let series = format!(
                     "reloadlet_actions_total{{action=\"{}\",outcome=\"{}\"}}",

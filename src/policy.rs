@@ -30,10 +30,6 @@ pub struct SignalTarget {
 pub enum Decision {
     /// No `reloadlet.io/action`: never touched.
     NotOptedIn,
-    /// Outside `--namespaces` / `--exclude-namespaces`: never touched.
-    Filtered {
-        reason: String,
-    },
     /// Opted in, but nothing that changed counts (token volume, narrowed away, no consumer).
     NothingToDo {
         reason: String,

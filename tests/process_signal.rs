@@ -6,6 +6,9 @@
 //! signal sent to it stays pending and shows in `/proc/<pid>/status` (`ShdPnd`): who got
 //! the signal is read back exactly, with no timing involved.
 
+#[path = "support/wait.rs"]
+mod wait;
+
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -16,6 +19,7 @@ use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
 use reloadlet::model::{ContainerId, ContainerRuntime, ReloadSignal};
 use reloadlet::process::{ContainerProcesses, ProcFs, ProcessError};
+use wait::*;
 
 const USR1_BIT: u64 = 1 << (10 - 1);
 
@@ -53,11 +57,6 @@ fn mounts() -> Mounts {
     found
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn random_hex(len: usize) -> String {
     let mut bytes = vec![0u8; len.div_ceil(2)];
     getrandom::fill(&mut bytes).unwrap();
@@ -78,15 +77,8 @@ fn random_pod_uid() -> String {
     )
 }
 
-fn poll<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+fn poll<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
+    eventually_blocking(what, Duration::from_secs(10), probe)
 }
 
 fn procs_of(leaf: &Path) -> Vec<i32> {
@@ -267,18 +259,11 @@ fn containerd(id: &str) -> ContainerId {
     }
 }
 
-macro_rules! require {
-    ($cond:expr, $why:expr) => {
-        if !$cond {
-            eprintln!("skipped: {}", $why);
-            return;
-        }
-    };
-}
-
 #[test]
 fn v2_systemd_layout_signals_the_main_process_only() {
-    require!(is_root(), "needs root");
+    if !root_or_skip() {
+        return;
+    }
     let Some(v2) = mounts().v2 else {
         eprintln!("skipped: no cgroup2 mount");
         return;
@@ -348,7 +333,9 @@ fn v2_systemd_layout_signals_the_main_process_only() {
 
 #[test]
 fn v2_pid_reuse_never_signals_a_process_outside_the_container() {
-    require!(is_root(), "needs root");
+    if !root_or_skip() {
+        return;
+    }
     let Some(v2) = mounts().v2 else {
         eprintln!("skipped: no cgroup2 mount");
         return;
@@ -431,7 +418,9 @@ fn reuse_pid(procs: &mut Processes, want: i32) -> i32 {
 
 #[test]
 fn v1_cgroupfs_layout_on_pids_and_systemd_hierarchies() {
-    require!(is_root(), "needs root");
+    if !root_or_skip() {
+        return;
+    }
     let m = mounts();
     let (Some(pids), Some(systemd)) = (m.v1_pids, m.v1_systemd) else {
         eprintln!("skipped: no v1 pids + name=systemd hierarchies");

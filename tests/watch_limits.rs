@@ -28,18 +28,11 @@ static SYSCTL_LOCK: Mutex<()> = Mutex::new(());
 const SOON: Duration = Duration::from_secs(10);
 const IN_USERNS: &str = "RELOADLET_WATCH_TEST_IN_USERNS";
 
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root");
-            return;
-        }
-    };
-}
-
 #[tokio::test]
 async fn an_overflow_rescans_the_whole_tree() {
-    require_root!();
+    if !root_or_skip() {
+        return;
+    }
     let k = Kubelet::new();
     let keys: Vec<VolumeKey> = (0..4)
         .map(|i| key(&format!("ovf-{i}"), ConfigMap, "cfg"))
@@ -137,7 +130,9 @@ fn run_in_user_namespace(test: &str) {
 #[test]
 fn at_the_watch_limit_no_volume_goes_unlooked() {
     if std::env::var_os(IN_USERNS).is_none() {
-        require_root!();
+        if !root_or_skip() {
+            return;
+        }
         run_in_user_namespace("at_the_watch_limit_no_volume_goes_unlooked");
         return;
     }

@@ -11,18 +11,11 @@ use reloadlet::model::VolumePlugin::{Projected, Secret};
 use reloadlet::watch::{LookCause, VolumeWatcher, WatchEvent, WatcherOptions};
 use watch_support::*;
 
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root");
-            return;
-        }
-    };
-}
-
 #[test]
 fn a_watch_on_the_covered_dir_alone_misses_writes_into_the_tmpfs() {
-    require_root!();
+    if !root_or_skip() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let vol = dir.path().join("vol");
     fs::create_dir(&vol).unwrap();
@@ -79,7 +72,9 @@ fn a_watch_on_the_covered_dir_alone_misses_writes_into_the_tmpfs() {
 
 #[tokio::test]
 async fn a_tmpfs_mounted_after_start_is_followed_and_its_writes_seen() {
-    require_root!();
+    if !root_or_skip() {
+        return;
+    }
     let k = Kubelet::new();
     let s = key("tmpfs-1", Secret, "creds");
     let dir = k.mkdir_volume(&s);
@@ -118,7 +113,9 @@ async fn a_tmpfs_mounted_after_start_is_followed_and_its_writes_seen() {
 
 #[tokio::test]
 async fn a_write_right_after_the_mount_is_not_lost() {
-    require_root!();
+    if !root_or_skip() {
+        return;
+    }
     let k = Kubelet::new();
     let p = key("tmpfs-2", Projected, "kube-api-access-q");
     let dir = k.mkdir_volume(&p);
@@ -136,7 +133,9 @@ async fn a_write_right_after_the_mount_is_not_lost() {
 
 #[tokio::test]
 async fn kubelet_teardown_of_a_mounted_volume_releases_every_watch() {
-    require_root!();
+    if !root_or_skip() {
+        return;
+    }
     let k = Kubelet::new();
     let keep = key("tmpfs-keep", Secret, "k");
     k.add_volume(&keep, &[("f", "1")]);
@@ -168,7 +167,9 @@ async fn kubelet_teardown_of_a_mounted_volume_releases_every_watch() {
 
 #[test]
 fn inotify_reports_unmount_on_the_tmpfs_root() {
-    require_root!();
+    if !root_or_skip() {
+        return;
+    }
     // The watcher relies on IN_UNMOUNT (besides the mount table) to notice unmounts.
     let dir = tempfile::tempdir().unwrap();
     let mut mount = TmpfsMount::mount(dir.path());

@@ -28,6 +28,12 @@ impl BudgetWarnings {
         }
     }
 
+    /// Notified when the budgets change (`None` without budgets).
+    pub fn budgets_changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        let budgets = self.budgets.as_ref()?;
+        Some(budgets.read().unwrap_or_else(|e| e.into_inner()).changed())
+    }
+
     pub fn pods_changed(&mut self) {
         self.pods_changed = true;
     }

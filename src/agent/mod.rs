@@ -1,27 +1,29 @@
 //! The event loop: watch events and pod updates in, decisions out. Single owner of the
-//! detection state; effects (signals, evictions, events) go through the traits in [`Deps`].
+//! detection state; every effect (signals, evictions, Events) goes through the
+//! [`Executor`], whose edges are the traits in [`crate::ports`].
 
 pub mod budget_warnings;
-pub mod evictions;
-pub mod signals;
+#[cfg(test)]
+mod tests;
 
 use crate::config::Settings;
 use crate::debounce::{Debouncer, PendingChange};
 use crate::detect::{ChangeDetector, Observation};
+use crate::execute::evict::{EvictJob, EvictionSettings};
+use crate::execute::signal::{self, SignalJob};
+pub use crate::execute::Deps;
+use crate::execute::Executor;
 use crate::http::Health;
-use crate::k8s::events::{EventSink, PodEvent, PodRef};
-use crate::k8s::eviction::Evictor;
 use crate::k8s::pod_watch::PodUpdate;
-use crate::metrics::{ActionKind, Metrics, Outcome, PluginLabels};
+use crate::metrics::{Metrics, PluginLabels};
 use crate::model::{PodInfo, VolumeKey, VolumePlugin};
+use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::{IndexChange, PodIndex};
 use crate::policy::{self, ChangedVolumes, Decision};
-use crate::process::ContainerProcesses;
+use crate::ports::PodRef;
 use crate::state::{SavedState, StateStore};
 use crate::volume_hash::{hash_volume, legacy_sha256, HashKey, Layout, VolumeDigest};
 use crate::watch::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
-use evictions::{EvictJob, EvictionSettings, Evictions};
-use signals::{SignalJob, SignalResult};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -32,11 +34,18 @@ use tokio_util::sync::CancellationToken;
 /// How long a change of a pod the API has not shown us yet is kept waiting (1 s steps).
 const UNKNOWN_POD_ATTEMPTS: u32 = 30;
 
-/// The effects, behind traits (fakes in tests).
-pub struct Deps {
-    pub events: Arc<dyn EventSink>,
-    pub processes: Arc<dyn ContainerProcesses>,
-    pub evictor: Arc<dyn Evictor>,
+/// Chores after a change (state write, `NoDisruptionBudget` warnings) wait this long, so a
+/// burst of changes costs one of each.
+const CHORES_DELAY: Duration = Duration::from_secs(1);
+
+/// What woke the loop.
+enum Wake {
+    Shutdown,
+    Watch(Result<Vec<WatchEvent>, crate::watch::WatchError>),
+    Pod(Option<PodUpdate>),
+    Due,
+    /// Evictions or budgets changed.
+    Changed,
 }
 
 pub struct Agent {
@@ -55,13 +64,9 @@ pub struct Agent {
     /// they are hashed once the pod is known (nothing is decided about them before).
     deferred: HashMap<VolumeKey, (PathBuf, LookCause)>,
     debouncer: Debouncer,
-    retries: Vec<(Instant, SignalJob)>,
-    results_tx: mpsc::UnboundedSender<SignalResult>,
-    results_rx: mpsc::UnboundedReceiver<SignalResult>,
-    signals_in_flight: usize,
+    exec: Executor,
     /// Pod UID → the annotation error already reported (report each error once).
     warned: HashMap<String, String>,
-    evictions: Evictions,
     store: Option<StateStore>,
     saved: SavedState,
     state_dirty: bool,
@@ -73,6 +78,8 @@ pub struct Agent {
     budget_warnings: budget_warnings::BudgetWarnings,
     /// Fast projection: when each pod's latest nudge was seen.
     nudges: crate::nudge_delay::NudgeDelays,
+    /// When [`Self::chores`] run next (`None`: nothing to do, no timer).
+    chores_at: Option<Instant>,
 }
 
 impl Agent {
@@ -95,15 +102,15 @@ impl Agent {
             None => HashKey::generate().expect("the kernel's random source (getrandom)"),
         };
         let index = Arc::new(RwLock::new(PodIndex::default()));
-        let evictions = Evictions::new(
+        let exec = Executor::new(
+            &settings.node_name,
+            settings.dry_run,
             eviction,
-            deps.evictor.clone(),
-            deps.events.clone(),
+            &deps,
             metrics.clone(),
             index.clone(),
             stop_evictions,
         );
-        let (results_tx, results_rx) = mpsc::unbounded_channel();
         Self {
             debouncer: Debouncer::new(settings.debounce),
             settings,
@@ -115,12 +122,8 @@ impl Agent {
             hash_key,
             legacy,
             deferred: HashMap::new(),
-            retries: Vec::new(),
-            results_tx,
-            results_rx,
-            signals_in_flight: 0,
+            exec,
             warned: HashMap::new(),
-            evictions,
             store,
             saved,
             state_dirty: false,
@@ -129,6 +132,7 @@ impl Agent {
             warmed: HashSet::new(),
             budget_warnings: Default::default(),
             nudges: Default::default(),
+            chores_at: None,
         }
     }
 
@@ -149,30 +153,49 @@ impl Agent {
         mut pods: mpsc::Receiver<PodUpdate>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        self.housekeeping(&watcher);
+        // No timer runs while nothing happens: the loop sleeps until the kernel, the API
+        // watch, an eviction task or the budget watch has news, or a debounce window or
+        // the chores are due.
+        let evictions_changed = self.exec.evictions_changed();
+        let budgets_changed = self.budget_warnings.budgets_changed();
+        let mut pods_open = true;
+        self.update_watch_gauges(&watcher);
+        self.chores();
         loop {
-            self.health.beat();
             let deadline = self.next_deadline();
-            tokio::select! {
+            self.health.set_idle(true);
+            let wake = tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => break,
-                Some(result) = self.results_rx.recv() => {
-                    self.signals_in_flight = self.signals_in_flight.saturating_sub(1);
-                    self.on_signal_result(result);
-                }
-                batch = watcher.next_batch() => {
+                _ = shutdown.cancelled() => Wake::Shutdown,
+                batch = watcher.next_batch() => Wake::Watch(batch),
+                update = pods.recv(), if pods_open => Wake::Pod(update),
+                _ = sleep_until(deadline), if deadline.is_some() => Wake::Due,
+                _ = evictions_changed.notified() => Wake::Changed,
+                _ = notified(budgets_changed.as_deref()) => Wake::Changed,
+            };
+            self.health.set_idle(false);
+            match wake {
+                Wake::Shutdown => break,
+                Wake::Watch(batch) => {
                     let batch = batch.map_err(|e| anyhow::anyhow!("volume watcher failed: {e}"))?;
                     self.on_watch(&watcher, batch);
                     if self.settings.debounce.is_zero() {
-                        // No window: act in this turn rather than after a timer tick.
+                        // No window: act in this turn rather than after a timer.
                         self.fire_due();
                     }
                 }
-                Some(update) = pods.recv() => self.on_pod(update),
-                _ = sleep_until(deadline), if deadline.is_some() => self.fire_due(),
-                _ = tick.tick() => self.housekeeping(&watcher),
+                Wake::Pod(Some(update)) => {
+                    self.on_pod(update);
+                    self.chores_soon();
+                }
+                Wake::Pod(None) => pods_open = false,
+                Wake::Due => self.fire_due(),
+                Wake::Changed => self.chores_soon(),
+            }
+            // A pod's arrival hashes the volumes that waited for it: keep the gauge current.
+            self.metrics.volumes_tracked.set(self.detector.len() as i64);
+            if self.state_dirty {
+                self.chores_soon();
             }
         }
         self.shutdown().await;
@@ -180,11 +203,15 @@ impl Agent {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let retry = self.retries.iter().map(|(at, _)| *at).min();
-        match (self.debouncer.next_deadline(), retry) {
+        match (self.debouncer.next_deadline(), self.chores_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    fn chores_soon(&mut self) {
+        self.chores_at
+            .get_or_insert_with(|| Instant::now() + CHORES_DELAY);
     }
 
     fn on_watch(&mut self, watcher: &VolumeWatcher, batch: Vec<WatchEvent>) {
@@ -201,7 +228,6 @@ impl Agent {
                     self.deferred.retain(|k, _| k.pod_uid != pod_uid);
                     self.detector.forget_pod(&pod_uid);
                     self.debouncer.remove_pod(&pod_uid);
-                    self.retries.retain(|(_, j)| j.pod_uid != pod_uid);
                     self.state_dirty = true;
                 }
                 WatchEvent::Overflow => {
@@ -493,7 +519,6 @@ impl Agent {
                 "pod deleted while its change was pending; no action"
             );
         }
-        self.retries.retain(|(_, j)| j.pod_uid != uid);
         self.warned.remove(uid);
         self.budget_warnings.forget(uid);
         self.warmed.retain(|(pod, _)| pod != uid);
@@ -509,10 +534,10 @@ impl Agent {
         match policy::validated_policy(pod) {
             Err(message) => {
                 if self.warned.get(&pod.uid) != Some(&message) {
-                    tracing::warn!(pod = %pod.full_name(), outcome = "invalid_annotation", error = %message, "invalid reloadlet annotation; the pod will not be reloaded");
-                    self.metrics
-                        .action(ActionKind::None, Outcome::InvalidAnnotation);
-                    self.publish(pod, true, "InvalidAnnotation", "Validate", message.clone());
+                    let outcome = Outcome::InvalidAnnotation;
+                    tracing::warn!(pod = %pod.full_name(), outcome = outcome.as_str(), error = %message, "invalid reloadlet annotation; the pod will not be reloaded");
+                    self.exec
+                        .report(&pod.into(), ActionKind::None, outcome, message.clone());
                     self.warned.insert(pod.uid.clone(), message);
                 }
             }
@@ -522,30 +547,18 @@ impl Agent {
         }
     }
 
-    fn publish(
-        &self,
-        pod: &PodInfo,
-        warning: bool,
-        reason: &'static str,
-        action: &'static str,
-        note: String,
-    ) {
-        if self.settings.dry_run {
-            return;
-        }
-        self.deps.events.publish(
-            &PodRef::from(pod),
-            PodEvent {
-                warning,
-                reason,
-                action,
-                note,
-            },
-        );
-    }
-
     fn fire_due(&mut self) {
         let now = Instant::now();
+        self.fire_due_at(now);
+        if self.chores_at.is_some_and(|at| at <= now) {
+            self.chores_at = None;
+            self.chores();
+        }
+    }
+
+    /// Acts on the changes whose debounce window ended by `now`; a change of a pod the API
+    /// has not shown yet waits 1 s more, [`UNKNOWN_POD_ATTEMPTS`] times at most.
+    fn fire_due_at(&mut self, now: Instant) {
         for (uid, change) in self.debouncer.take_due(now) {
             if self.act_on(&uid, &change) {
                 continue;
@@ -558,13 +571,6 @@ impl Agent {
                 tracing::warn!(pod_uid = %uid, volumes = ?change.volumes, "volume changed for a pod the API server does not show on this node; no action");
                 self.detector.settle_pod(&uid);
             }
-        }
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retries)
-            .into_iter()
-            .partition(|(at, _)| *at <= now);
-        self.retries = later;
-        for (_, job) in due {
-            self.start_signal(job);
         }
     }
 
@@ -591,41 +597,38 @@ impl Agent {
             Decision::NotOptedIn => {
                 tracing::debug!(pod = %pod.full_name(), ?volumes, "not opted in; no action");
             }
-            Decision::Filtered { reason } | Decision::NothingToDo { reason } => {
+            Decision::NothingToDo { reason } => {
                 tracing::info!(pod = %pod.full_name(), ?volumes, action = "none", reason, "volume changed; nothing to do");
             }
             Decision::AlreadyTerminating => {
-                tracing::info!(pod = %pod.full_name(), ?volumes, action = "evict", outcome = "skipped", "pod already terminating");
+                tracing::info!(pod = %pod.full_name(), ?volumes, action = "evict", outcome = Outcome::Skipped.as_str(), "pod already terminating");
             }
             Decision::Invalid { message } => {
-                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "none", outcome = "invalid_annotation", error = %message, "volume changed but the annotation is invalid; no action");
-                self.metrics
-                    .action(ActionKind::None, Outcome::InvalidAnnotation);
-                self.publish(
-                    pod,
-                    true,
-                    "InvalidAnnotation",
-                    "Validate",
-                    format!("volume changed, no action: {message}"),
-                );
+                let outcome = Outcome::InvalidAnnotation;
+                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "none", outcome = outcome.as_str(), error = %message, "volume changed but the annotation is invalid; no action");
+                let note = format!("volume changed, no action: {message}");
+                self.exec
+                    .report(&pod.into(), ActionKind::None, outcome, note);
             }
             Decision::SubPathOnly { message } => {
-                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "signal", outcome = "subpath_not_updated", message, "no action");
-                self.metrics
-                    .action(ActionKind::Signal, Outcome::SubPathNotUpdated);
-                self.publish(pod, true, "SubPathNotUpdated", "Signal", message);
+                let outcome = Outcome::SubPathNotUpdated;
+                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "signal", outcome = outcome.as_str(), message, "no action");
+                self.exec
+                    .report(&pod.into(), ActionKind::Signal, outcome, message);
             }
             Decision::EvictRefused { message, cause } => {
-                tracing::warn!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", outcome = "refused", message, "eviction refused");
-                self.metrics.action(ActionKind::Evict, Outcome::Refused);
-                self.publish(pod, true, "EvictionRefused", "Evict", message);
+                let outcome = Outcome::Refused;
+                tracing::warn!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", outcome = outcome.as_str(), message, "eviction refused");
+                self.exec
+                    .report(&pod.into(), ActionKind::Evict, outcome, message);
             }
             Decision::Evict { cause } => {
                 tracing::info!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", "requesting eviction");
-                self.evictions.request(EvictJob {
+                self.exec.evict(EvictJob {
                     pod: PodRef::from(pod),
                     cause: cause.to_string(),
                     first_seen: Some(change.first_seen),
+                    sources: cause.sources,
                 });
             }
             Decision::Signal {
@@ -641,111 +644,11 @@ impl Agent {
                         cause: cause.to_string(),
                         first_seen: change.first_seen,
                         attempt: 1,
-                        check: signals::signal_check(pod),
+                        check: signal::signal_check(pod),
+                        sources: cause.sources.clone(),
                     };
-                    if self.settings.dry_run {
-                        self.metrics.action(ActionKind::Signal, Outcome::DryRun);
-                        self.dry_run_signal(pod, job);
-                    } else {
-                        self.start_signal(job);
-                    }
+                    self.exec.signal(job);
                 }
-            }
-        }
-    }
-
-    /// `--dry-run`: logs what the signal would do to the main process (the same check as a
-    /// real signal, read from /proc off the event loop), and sends nothing.
-    fn dry_run_signal(&self, pod: &PodInfo, job: SignalJob) {
-        let name = pod.full_name();
-        let container_id = signals::running_container_id(pod, &job.container);
-        let processes = self.deps.processes.clone();
-        let uid = pod.uid.clone();
-        tokio::task::spawn_blocking(move || {
-            let seen = container_id.and_then(|id| {
-                let (main, status) = processes.inspect(&uid, &id).map_err(|e| e.to_string())?;
-                let verdict = crate::process::decide(&status, job.signal, job.check);
-                let what = crate::process::describe(&status, main.pid, job.signal, verdict);
-                Ok((verdict.sends(), what))
-            });
-            let (sends, what) =
-                seen.unwrap_or_else(|e| (true, format!("main process not found now: {e}")));
-            let message = if sends {
-                "dry-run: would send signal"
-            } else {
-                "dry-run: would NOT send signal (SignalNotHandled)"
-            };
-            tracing::info!(pod = %name, container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = "dry_run", check = %what, "{message}");
-        });
-    }
-
-    fn start_signal(&mut self, job: SignalJob) {
-        let pod = self.pod(&job.pod_uid);
-        let Some(pod) = pod else {
-            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
-            return;
-        };
-        match signals::running_container_id(&pod, &job.container) {
-            Err(e) => self.on_signal_result(SignalResult {
-                job,
-                outcome: Err(e),
-            }),
-            Ok(container_id) => {
-                let processes = self.deps.processes.clone();
-                let tx = self.results_tx.clone();
-                self.signals_in_flight += 1;
-                tokio::task::spawn_blocking(move || {
-                    let outcome = processes
-                        .deliver(&job.pod_uid, &container_id, job.signal, job.check)
-                        .map_err(|e| e.to_string());
-                    let _ = tx.send(SignalResult { job, outcome });
-                });
-            }
-        }
-    }
-
-    fn on_signal_result(&mut self, result: SignalResult) {
-        let SignalResult { mut job, outcome } = result;
-        let pod = self.pod(&job.pod_uid);
-        let Some(pod) = pod else { return };
-        match outcome {
-            Ok(delivery) => {
-                let report = signals::report(&job, &delivery);
-                let pid = delivery.pid;
-                let process = delivery.status.name.as_str();
-                let verdict = format!("{:?}", delivery.verdict);
-                let what = delivery.describe(job.signal);
-                let latency = job.first_seen.elapsed();
-                self.metrics.action(ActionKind::Signal, report.outcome);
-                if delivery.sent() {
-                    self.metrics
-                        .observe_latency(ActionKind::Signal, latency.as_secs_f64());
-                }
-                let outcome = report.outcome.as_str();
-                if report.warning {
-                    tracing::warn!(pod = %pod.full_name(), container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome, "{what}");
-                } else {
-                    tracing::info!(pod = %pod.full_name(), container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
-                }
-                self.publish(&pod, report.warning, report.reason, "Signal", report.note);
-            }
-            Err(e) if job.attempt < signals::MAX_ATTEMPTS => {
-                let delay = job.retry_delay();
-                tracing::warn!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, attempt = job.attempt, error = %e, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
-                job.attempt += 1;
-                self.retries.push((Instant::now() + delay, job));
-            }
-            Err(e) => {
-                tracing::error!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, action = "signal", outcome = "signal_failed", error = %e, "signal failed; giving up");
-                self.metrics
-                    .action(ActionKind::Signal, Outcome::SignalFailed);
-                self.publish(
-                    &pod,
-                    true,
-                    "SignalFailed",
-                    "Signal",
-                    signals::failed_note(&job, &e),
-                );
             }
         }
     }
@@ -758,7 +661,7 @@ impl Agent {
             let known = self.index().get(&p.uid).is_some();
             if known {
                 tracing::info!(pod = %format!("{}/{}", p.namespace, p.name), cause = %p.cause, "resuming an eviction pending before the restart");
-                self.evictions.request(EvictJob {
+                self.exec.evict(EvictJob {
                     pod: PodRef {
                         uid: p.uid,
                         namespace: p.namespace,
@@ -766,19 +669,15 @@ impl Agent {
                     },
                     cause: p.cause,
                     first_seen: None,
+                    sources: Vec::new(),
                 });
             }
         }
     }
 
-    fn housekeeping(&mut self, watcher: &VolumeWatcher) {
-        self.update_watch_gauges(watcher);
+    /// `NoDisruptionBudget` warnings and the state write, once after a burst of changes.
+    fn chores(&mut self) {
         self.warn_unprotected_evictions();
-        let dropped = self.deps.events.dropped();
-        let counted = self.metrics.events_dropped.get();
-        self.metrics
-            .events_dropped
-            .inc_by(dropped.saturating_sub(counted));
         if self.state_dirty || self.evictions_changed() {
             self.save_state();
         }
@@ -793,20 +692,22 @@ impl Agent {
         drop(index);
         for pod in due {
             let note = crate::disruption_budgets::no_budget_note();
-            tracing::warn!(pod = %pod.full_name(), action = "evict", outcome = "no_disruption_budget", "{note}");
-            self.publish(&pod, true, "NoDisruptionBudget", "Evict", note);
+            let outcome = Outcome::NoDisruptionBudget;
+            tracing::warn!(pod = %pod.full_name(), action = "evict", outcome = outcome.as_str(), "{note}");
+            self.exec
+                .report(&(&pod).into(), ActionKind::Evict, outcome, note);
         }
     }
 
     fn evictions_changed(&self) -> bool {
-        self.store.is_some() && self.evictions.pending() != self.saved.pending_evictions
+        self.store.is_some() && self.exec.pending_evictions() != self.saved.pending_evictions
     }
 
     fn save_state(&mut self) {
         let Some(store) = &self.store else { return };
         // Until the first sync, pending evictions from the last run are kept as they were.
         if self.synced {
-            self.saved.pending_evictions = self.evictions.pending();
+            self.saved.pending_evictions = self.exec.pending_evictions();
         }
         self.saved.set_volumes(self.detector.snapshot());
         match store.save(&self.saved) {
@@ -828,20 +729,16 @@ impl Agent {
         for (uid, change) in pending {
             self.act_on(&uid, &change);
         }
-        while self.signals_in_flight > 0 && Instant::now() < deadline {
-            match tokio::time::timeout_at(deadline.into(), self.results_rx.recv()).await {
-                Ok(Some(result)) => {
-                    self.signals_in_flight -= 1;
-                    let mut result = result;
-                    // No retries during shutdown.
-                    result.job.attempt = signals::MAX_ATTEMPTS;
-                    self.on_signal_result(result);
-                }
-                _ => break,
-            }
-        }
+        self.exec.drain(deadline).await;
         self.save_state();
         tracing::info!("state flushed; bye");
+    }
+}
+
+async fn notified(notify: Option<&tokio::sync::Notify>) {
+    match notify {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
     }
 }
 

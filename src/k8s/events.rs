@@ -2,7 +2,6 @@
 //! from a bounded queue: publishing never blocks an action; when the API is down and the
 //! queue is full, events are dropped and counted.
 
-use crate::model::PodInfo;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
@@ -10,43 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-/// The pod an event is about.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodRef {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl From<&PodInfo> for PodRef {
-    fn from(p: &PodInfo) -> Self {
-        Self {
-            uid: p.uid.clone(),
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodEvent {
-    pub warning: bool,
-    /// `Signaled`, `SignalNotHandled`, `InvalidAnnotation`, `SubPathNotUpdated`, `SignalFailed`,
-    /// `EvictionRequested`, …
-    pub reason: &'static str,
-    /// Short PascalCase verb: `Signal`, `Evict`, `Validate`.
-    pub action: &'static str,
-    pub note: String,
-}
-
-/// Where the agent sends events; a fake records them in tests.
-pub trait EventSink: Send + Sync {
-    fn publish(&self, pod: &PodRef, event: PodEvent);
-    /// Events dropped so far because the queue was full.
-    fn dropped(&self) -> u64 {
-        0
-    }
-}
+pub use crate::ports::{EventSink, PodEvent, PodRef};
 
 pub struct QueuedRecorder {
     tx: mpsc::Sender<(PodRef, PodEvent)>,

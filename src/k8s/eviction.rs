@@ -10,33 +10,7 @@ use kube::Client;
 use serde_json::json;
 use std::time::Duration;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EvictOutcome {
-    /// 201/200: the pod is being deleted (or would be, on dry-run).
-    Evicted,
-    /// 429: a PodDisruptionBudget does not allow it now. `cause` is the server's explanation.
-    Blocked {
-        cause: String,
-        retry_after: Option<Duration>,
-    },
-    /// 404 or 409 (UID precondition failed): the pod is gone or was replaced.
-    Gone,
-    /// Anything else (500 for several PDBs, 403, network errors): keep retrying, report it.
-    Failed { code: Option<u16>, message: String },
-}
-
-#[derive(Clone, Debug)]
-pub struct EvictRequest {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub dry_run: bool,
-}
-
-/// The effect, behind a trait so the retry logic is tested against a fake.
-pub trait Evictor: Send + Sync {
-    fn evict(&self, req: &EvictRequest) -> BoxFuture<'_, EvictOutcome>;
-}
+pub use crate::ports::{EvictOutcome, EvictRequest, Evictor};
 
 pub struct KubeEvictor {
     client: Client,

@@ -9,6 +9,7 @@
 //! procfs of that namespace: run the agent with `hostPID: true` and use `/proc` (a host
 //! `/proc` bind-mounted into a non-hostPID container would name the wrong processes).
 
+pub mod cgroup;
 mod disposition;
 mod error;
 mod pidfd;

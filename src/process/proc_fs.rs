@@ -11,8 +11,8 @@ use procfs::ProcError;
 use super::disposition::{self, SignalCheck, SignalStatus};
 use super::pidfd::{Pidfds, Pinned, Pinner};
 use super::{scan, ContainerProcesses, Delivery, MainProcess, ProcessError};
-use crate::cgroup::normalize_pod_uid;
 use crate::model::{ContainerId, ReloadSignal};
+use crate::process::cgroup::normalize_pod_uid;
 
 /// Beyond this many cached containers the cache starts over (entries of containers that
 /// are gone are otherwise only dropped by [`ProcFs::forget_pod`]).

@@ -7,8 +7,8 @@ use procfs::process::Process;
 use procfs::{FromRead, ProcError, ProcResult};
 
 use super::MainProcess;
-use crate::cgroup;
 use crate::model::ContainerId;
+use crate::process::cgroup;
 
 /// The raw text of `/proc/<pid>/cgroup`, read through the process's pinned directory.
 struct CgroupText(String);

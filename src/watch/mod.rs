@@ -8,11 +8,11 @@
 //! directory exists: a mount table change re-arms every volume whose directory became a
 //! new inode (see node-facts §1).
 
+mod book;
 mod error;
 mod mounts;
 mod node;
 mod react;
-mod scan;
 mod tree;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ pub use error::WatchError;
 use crate::model::VolumeKey;
 use mounts::{mount_change, MountTable, MOUNTINFO};
 use node::{volume_path, Node};
-use scan::Tree;
+use tree::Tree;
 
 /// Why the agent should look at a volume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

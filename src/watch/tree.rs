@@ -1,190 +1,451 @@
-//! Pure bookkeeping of watch descriptors ↔ watched directories.
-//!
-//! Generic over the descriptor type so it is table-tested without inotify. It knows which
-//! pods and volumes have been seen, which directory every descriptor watches, and which
-//! directories could not be watched (they are rescanned periodically instead).
+//! Arming watches on the kubelet tree, walking it, and turning inotify events into
+//! [`WatchEvent`]s. Synchronous; the kernel side sits behind [`WatchApi`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::fmt::Debug;
 use std::hash::Hash;
+use std::io;
+use std::path::{Path, PathBuf};
 
+use inotify::{EventMask, WatchMask};
+use tracing::{debug, error, warn};
+
+use super::book::{Recorded, WatchBook};
 use super::node::Node;
-use crate::model::VolumeKey;
+use super::react::{mask_for, react, Reaction};
+use super::{LookCause, WatchEvent};
 
-/// What recording a freshly added watch did to the books.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Recorded<W> {
-    /// The node had no watch before.
-    Fresh,
-    /// The node already had this very descriptor (same inode as before).
-    Unchanged,
-    /// The node had another descriptor (its directory is a new inode: remounted or
-    /// recreated); the caller removes the old one from the kernel.
-    Replaced(W),
-    /// The descriptor already watches another node (two paths, one inode). Nothing was
-    /// recorded; the caller treats the node as unwatched.
-    Conflict(Node),
+/// The sysctl that bounds inotify watches per user.
+pub(crate) const WATCH_LIMIT_SYSCTL: &str = "fs.inotify.max_user_watches";
+
+/// Adding and removing kernel watches.
+pub(crate) trait WatchApi {
+    type Wd: Clone + Eq + Hash + Debug;
+    fn add(&mut self, path: &Path, mask: WatchMask) -> io::Result<Self::Wd>;
+    /// Errors are ignored by callers: the kernel may have dropped the watch already.
+    fn remove(&mut self, wd: Self::Wd) -> io::Result<()>;
 }
 
-/// What forgetting a subtree released.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Forgotten<W> {
-    /// Descriptors to remove from the kernel (errors there are expected and harmless).
-    pub wds: Vec<W>,
-    /// Volumes that were known, in order.
-    pub volumes: Vec<VolumeKey>,
-    /// Pods that were known, in order.
-    pub pods: Vec<String>,
+impl WatchApi for inotify::Watches {
+    type Wd = inotify::WatchDescriptor;
+    fn add(&mut self, path: &Path, mask: WatchMask) -> io::Result<Self::Wd> {
+        inotify::Watches::add(self, path, mask)
+    }
+    fn remove(&mut self, wd: Self::Wd) -> io::Result<()> {
+        inotify::Watches::remove(self, wd)
+    }
 }
 
-/// The watcher's books.
-#[derive(Debug)]
-pub(crate) struct WatchBook<W> {
-    by_wd: HashMap<W, Node>,
-    by_node: HashMap<Node, W>,
-    unwatched: BTreeSet<Node>,
-    pods: BTreeSet<String>,
-    volumes: BTreeSet<VolumeKey>,
+/// How a walk reports what it finds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// Normal operation: new volumes are `Discovered`, re-armed ones `Remounted`.
+    Live,
+    /// A full rescan: found volumes are reported by the caller as `Rescan`.
+    Quiet,
 }
 
-impl<W> Default for WatchBook<W> {
-    fn default() -> Self {
+/// What arming one node ended with.
+#[derive(PartialEq, Eq)]
+enum Armed {
+    Watched,
+    Unwatched,
+    Missing,
+}
+
+/// The watched tree: the books plus the kernel watches and the events they produce.
+pub(crate) struct Tree<A: WatchApi> {
+    pods_dir: PathBuf,
+    api: A,
+    book: WatchBook<A::Wd>,
+    out: Vec<WatchEvent>,
+    overflows: u64,
+    watch_limit_errors: u64,
+    limit_logged: bool,
+    root_gone: bool,
+}
+
+impl<A: WatchApi> Tree<A> {
+    pub(crate) fn new(pods_dir: PathBuf, api: A) -> Self {
         Self {
-            by_wd: HashMap::new(),
-            by_node: HashMap::new(),
-            unwatched: BTreeSet::new(),
-            pods: BTreeSet::new(),
-            volumes: BTreeSet::new(),
+            pods_dir,
+            api,
+            book: WatchBook::default(),
+            out: Vec::new(),
+            overflows: 0,
+            watch_limit_errors: 0,
+            limit_logged: false,
+            root_gone: false,
         }
+    }
+
+    pub(crate) fn pods_dir(&self) -> &Path {
+        &self.pods_dir
+    }
+
+    pub(crate) fn book(&self) -> &WatchBook<A::Wd> {
+        &self.book
+    }
+
+    pub(crate) fn overflows(&self) -> u64 {
+        self.overflows
+    }
+
+    pub(crate) fn watch_limit_errors(&self) -> u64 {
+        self.watch_limit_errors
+    }
+
+    /// True once `<root>/pods` itself is gone or could not be watched again.
+    pub(crate) fn root_gone(&self) -> bool {
+        self.root_gone
+    }
+
+    /// Takes the events produced so far.
+    pub(crate) fn take_events(&mut self) -> Vec<WatchEvent> {
+        std::mem::take(&mut self.out)
+    }
+
+    pub(crate) fn has_events(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Arms the root watch. Fails if the pods directory cannot be watched at all.
+    pub(crate) fn arm_root(&mut self) -> io::Result<()> {
+        let wd = self.api.add(&self.pods_dir, mask_for(&Node::Pods))?;
+        self.book.record_armed(Node::Pods, wd);
+        Ok(())
+    }
+
+    /// Walks everything below the (armed) root, emitting `Discovered` for every volume.
+    pub(crate) fn discover_all(&mut self) {
+        let mut seen = BTreeSet::new();
+        self.scan_children(&Node::Pods, Walk::Live, &mut seen);
+    }
+
+    /// Handles one inotify event.
+    pub(crate) fn on_event(&mut self, wd: &A::Wd, mask: EventMask, name: Option<&OsStr>) {
+        match react(self.book.node_of(wd), mask, name) {
+            Reaction::Nothing => {}
+            Reaction::Swap(key) => self.out.push(WatchEvent::Look {
+                key,
+                cause: LookCause::Swap,
+            }),
+            Reaction::Overflow => self.overflow(),
+            Reaction::Dropped(node) => {
+                self.book.remove_wd(wd);
+                self.recheck(node);
+            }
+            Reaction::Recheck(node) => self.recheck(node),
+            Reaction::ChildAppeared(child) => {
+                self.arm(child, Walk::Live, &mut BTreeSet::new());
+            }
+            Reaction::ChildGone(child) => {
+                if self.book.is_known(&child) {
+                    self.forget(&child);
+                }
+            }
+        }
+    }
+
+    /// Looks again at a node whose watch may be stale (mount, deletion, move).
+    fn recheck(&mut self, node: Node) {
+        if node == Node::Pods {
+            if self.arm(Node::Pods, Walk::Live, &mut BTreeSet::new()) != Armed::Watched {
+                error!(path = %self.pods_dir.display(), "the kubelet pods directory can no longer be watched");
+                self.root_gone = true;
+            }
+            return;
+        }
+        if self.book.is_known(&node) {
+            self.arm(node, Walk::Live, &mut BTreeSet::new());
+        }
+    }
+
+    /// The mount table changed: re-arms every volume whose directory is a new inode.
+    pub(crate) fn check_remounts(&mut self) {
+        for key in self.book.watched_volumes() {
+            self.arm(Node::Volume(key), Walk::Live, &mut BTreeSet::new());
+        }
+    }
+
+    /// Periodic retry of nodes that could not be watched: arm them again (scanning their
+    /// children) and send `Look { Rescan }` for each such volume.
+    pub(crate) fn rescan_unwatched(&mut self) {
+        let nodes = self.book.unwatched();
+        let mut seen = BTreeSet::new();
+        for node in &nodes {
+            // A parent retried earlier in this pass already retried its children.
+            if self.book.is_known(node) && !seen.contains(node) {
+                self.arm(node.clone(), Walk::Live, &mut seen);
+            }
+        }
+        for node in nodes {
+            if let Node::Volume(key) = node {
+                if self.book.is_known(&Node::Volume(key.clone())) {
+                    self.out.push(WatchEvent::Look {
+                        key,
+                        cause: LookCause::Rescan,
+                    });
+                }
+            }
+        }
+    }
+
+    /// `IN_Q_OVERFLOW`: events were lost. Re-walks the whole tree (arming what is missing,
+    /// forgetting what is gone) and sends `Look { Rescan }` for every volume.
+    fn overflow(&mut self) {
+        self.overflows += 1;
+        warn!(
+            overflows = self.overflows,
+            "inotify queue overflowed; rescanning every volume"
+        );
+        self.out.push(WatchEvent::Overflow);
+        let mut seen = BTreeSet::new();
+        if self.arm(Node::Pods, Walk::Quiet, &mut seen) != Armed::Watched {
+            self.root_gone = true;
+            return;
+        }
+        let stale: Vec<Node> = self
+            .book
+            .known_nodes()
+            .into_iter()
+            .filter(|n| !seen.contains(n))
+            .collect();
+        for node in stale {
+            if self.book.is_known(&node) {
+                self.forget(&node);
+            }
+        }
+        let looks: Vec<WatchEvent> = self
+            .book
+            .volumes()
+            .map(|key| WatchEvent::Look {
+                key: key.clone(),
+                cause: LookCause::Rescan,
+            })
+            .collect();
+        self.out.extend(looks);
+    }
+
+    /// Watches `node` (watch first, then read its children, so nothing created in between
+    /// is missed) and everything below it.
+    fn arm(&mut self, node: Node, walk: Walk, seen: &mut BTreeSet<Node>) -> Armed {
+        let path = node.path(&self.pods_dir);
+        let armed = match self.api.add(&path, mask_for(&node)) {
+            Ok(wd) => self.record(node.clone(), wd, walk),
+            Err(e) if is_missing(&e) => {
+                if self.book.is_known(&node) {
+                    self.forget(&node);
+                }
+                return Armed::Missing;
+            }
+            Err(e) => {
+                self.add_failed(&node, &path, &e);
+                self.mark_unwatched(node.clone(), walk);
+                Armed::Unwatched
+            }
+        };
+        seen.insert(node.clone());
+        if node.has_children() && !self.scan_children(&node, walk, seen) {
+            return Armed::Missing;
+        }
+        armed
+    }
+
+    fn record(&mut self, node: Node, wd: A::Wd, walk: Walk) -> Armed {
+        let (outcome, first) = self.book.record_armed(node.clone(), wd);
+        match outcome {
+            Recorded::Fresh | Recorded::Unchanged => {
+                if first {
+                    self.discovered(&node, walk);
+                }
+            }
+            Recorded::Replaced(old) => {
+                let _ = self.api.remove(old);
+                if let (Node::Volume(key), Walk::Live) = (&node, walk) {
+                    debug!(volume = %key, "volume directory is a new inode; watch re-armed");
+                    self.out.push(WatchEvent::Look {
+                        key: key.clone(),
+                        cause: LookCause::Remounted,
+                    });
+                }
+            }
+            Recorded::Conflict(other) => {
+                warn!(node = ?node, other = ?other, "two watched paths share one inode; polling this one instead");
+                self.mark_unwatched(node, walk);
+                return Armed::Unwatched;
+            }
+        }
+        Armed::Watched
+    }
+
+    fn mark_unwatched(&mut self, node: Node, walk: Walk) {
+        let (old, first) = self.book.record_unwatched(node.clone());
+        if let Some(old) = old {
+            let _ = self.api.remove(old);
+        }
+        if first {
+            self.discovered(&node, walk);
+        }
+    }
+
+    fn discovered(&mut self, node: &Node, walk: Walk) {
+        if let (Node::Volume(key), Walk::Live) = (node, walk) {
+            self.out.push(WatchEvent::Look {
+                key: key.clone(),
+                cause: LookCause::Discovered,
+            });
+        }
+    }
+
+    fn add_failed(&mut self, node: &Node, path: &Path, e: &io::Error) {
+        if e.raw_os_error() == Some(libc::ENOSPC) {
+            self.watch_limit_errors += 1;
+            if !self.limit_logged {
+                self.limit_logged = true;
+                error!(
+                    path = %path.display(),
+                    sysctl = WATCH_LIMIT_SYSCTL,
+                    "inotify watch limit reached: raise {WATCH_LIMIT_SYSCTL}; volumes that cannot be watched are rescanned periodically"
+                );
+            }
+        } else {
+            warn!(path = %path.display(), node = ?node, error = %e, "cannot watch directory; it will be rescanned periodically");
+        }
+    }
+
+    /// Arms the followed children of `node`. False when `node` itself vanished.
+    fn scan_children(&mut self, node: &Node, walk: Walk, seen: &mut BTreeSet<Node>) -> bool {
+        let path = node.path(&self.pods_dir);
+        let entries = match std::fs::read_dir(&path) {
+            Ok(entries) => entries,
+            Err(e) if is_missing(&e) => {
+                if *node == Node::Pods {
+                    self.root_gone = true;
+                } else if self.book.is_known(node) {
+                    self.forget(node);
+                }
+                return false;
+            }
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "cannot list directory");
+                return true;
+            }
+        };
+        for entry in entries.flatten() {
+            let Some(child) = entry.file_name().to_str().and_then(|name| node.child(name)) else {
+                continue;
+            };
+            let is_dir = match entry.file_type() {
+                Ok(t) => t.is_dir(),
+                Err(_) => continue,
+            };
+            if is_dir {
+                self.arm(child, walk, seen);
+            }
+        }
+        true
+    }
+
+    /// Forgets a subtree: removes its watches and reports its volumes and pod as gone.
+    fn forget(&mut self, node: &Node) {
+        if *node == Node::Pods {
+            self.root_gone = true;
+        }
+        let gone = self.book.forget_subtree(node);
+        for wd in gone.wds {
+            let _ = self.api.remove(wd);
+        }
+        self.out
+            .extend(gone.volumes.into_iter().map(WatchEvent::VolumeGone));
+        self.out.extend(
+            gone.pods
+                .into_iter()
+                .map(|pod_uid| WatchEvent::PodGone { pod_uid }),
+        );
     }
 }
 
-impl<W: Clone + Eq + Hash> WatchBook<W> {
-    /// The node a descriptor watches.
-    pub(crate) fn node_of(&self, wd: &W) -> Option<&Node> {
-        self.by_wd.get(wd)
+/// The directory (or a parent) no longer exists, or is no longer a directory.
+fn is_missing(e: &io::Error) -> bool {
+    let code = e.raw_os_error();
+    code == Some(libc::ENOENT) || code == Some(libc::ENOTDIR)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use crate::model::{VolumeKey, VolumePlugin};
+
+    /// A kernel stand-in: one descriptor per inode (like inotify), an optional watch limit.
+    #[derive(Default)]
+    struct FakeKernel {
+        by_inode: HashMap<(u64, u64), u32>,
+        next: u32,
+        limit: Option<usize>,
+        /// Paths whose inode the fake pretends is another path's (a bind mount).
+        alias: HashMap<PathBuf, PathBuf>,
+        removed: Vec<u32>,
     }
 
-    /// The descriptor watching a node.
-    pub(crate) fn wd_of(&self, node: &Node) -> Option<&W> {
-        self.by_node.get(node)
-    }
-
-    /// Whether the node has been seen and not forgotten since.
-    pub(crate) fn is_known(&self, node: &Node) -> bool {
-        match node {
-            Node::Pod(uid) => self.pods.contains(uid),
-            Node::Volume(key) => self.volumes.contains(key),
-            _ => self.by_node.contains_key(node) || self.unwatched.contains(node),
-        }
-    }
-
-    /// Marks the node (and its pod) known; true when the node itself was not known before.
-    fn learn(&mut self, node: &Node) -> bool {
-        let first = !self.is_known(node);
-        if let Some(uid) = node.pod_uid() {
-            if !self.pods.contains(uid) {
-                self.pods.insert(uid.to_owned());
+    impl WatchApi for FakeKernel {
+        type Wd = u32;
+        fn add(&mut self, path: &Path, _mask: WatchMask) -> io::Result<u32> {
+            let path = self
+                .alias
+                .get(path)
+                .cloned()
+                .unwrap_or_else(|| path.to_path_buf());
+            let meta = std::fs::metadata(&path)?;
+            let inode = (meta.dev(), meta.ino());
+            if let Some(wd) = self.by_inode.get(&inode) {
+                return Ok(*wd);
             }
-        }
-        if let Node::Volume(key) = node {
-            self.volumes.insert(key.clone());
-        }
-        first
-    }
-
-    /// Records that `wd` now watches `node`. The boolean is true when the node was not
-    /// known before (a volume seen for the first time).
-    pub(crate) fn record_armed(&mut self, node: Node, wd: W) -> (Recorded<W>, bool) {
-        if let Some(other) = self.by_wd.get(&wd) {
-            if *other != node {
-                return (Recorded::Conflict(other.clone()), false);
+            if self.limit.is_some_and(|l| self.by_inode.len() >= l) {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
+            self.next += 1;
+            self.by_inode.insert(inode, self.next);
+            Ok(self.next)
         }
-        let first = self.learn(&node);
-        self.unwatched.remove(&node);
-        let outcome = match self.by_node.insert(node.clone(), wd.clone()) {
-            None => Recorded::Fresh,
-            Some(old) if old == wd => Recorded::Unchanged,
-            Some(old) => {
-                self.by_wd.remove(&old);
-                Recorded::Replaced(old)
-            }
-        };
-        self.by_wd.insert(wd, node);
-        (outcome, first)
-    }
-
-    /// Records that `node` exists but has no watch (limit reached, permission, conflict).
-    /// Returns a descriptor it had (to remove from the kernel) and whether it is new.
-    pub(crate) fn record_unwatched(&mut self, node: Node) -> (Option<W>, bool) {
-        let first = self.learn(&node);
-        let old = self.by_node.remove(&node);
-        if let Some(old) = &old {
-            self.by_wd.remove(old);
+        fn remove(&mut self, wd: u32) -> io::Result<()> {
+            self.removed.push(wd);
+            self.by_inode.retain(|_, w| *w != wd);
+            Ok(())
         }
-        self.unwatched.insert(node);
-        (old, first)
     }
 
-    /// The kernel dropped `wd` (IN_IGNORED): unbinds it, keeps the node known.
-    pub(crate) fn remove_wd(&mut self, wd: &W) -> Option<Node> {
-        let node = self.by_wd.remove(wd)?;
-        if self.by_node.get(&node) == Some(wd) {
-            self.by_node.remove(&node);
+    fn key(uid: &str, volume: &str) -> VolumeKey {
+        VolumeKey {
+            pod_uid: uid.into(),
+            plugin: VolumePlugin::ConfigMap,
+            volume: volume.into(),
         }
-        Some(node)
     }
 
-    /// Forgets `node` and everything below it.
-    pub(crate) fn forget_subtree(&mut self, node: &Node) -> Forgotten<W> {
-        let mut wds = Vec::new();
-        self.by_node.retain(|n, wd| {
-            let inside = node.contains(n);
-            if inside {
-                wds.push(wd.clone());
-            }
-            !inside
-        });
-        for wd in &wds {
-            self.by_wd.remove(wd);
+    fn tree_with(
+        volumes: &[VolumeKey],
+        kernel: FakeKernel,
+    ) -> (tempfile::TempDir, Tree<FakeKernel>) {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path().join("pods");
+        for key in volumes {
+            std::fs::create_dir_all(super::super::node::volume_path(&pods, key)).unwrap();
         }
-        self.unwatched.retain(|n| !node.contains(n));
-        let volumes = take_matching(&mut self.volumes, |k| {
-            node.contains(&Node::Volume(k.clone()))
-        });
-        let pods = match node {
-            Node::Pods => std::mem::take(&mut self.pods).into_iter().collect(),
-            Node::Pod(uid) if self.pods.remove(uid) => vec![uid.clone()],
-            _ => Vec::new(),
-        };
-        Forgotten { wds, volumes, pods }
+        std::fs::create_dir_all(&pods).unwrap();
+        let tree = Tree::new(pods, kernel);
+        (dir, tree)
     }
 
-    /// Every node the books know of (watched, unwatched, known pods and volumes).
-    pub(crate) fn known_nodes(&self) -> BTreeSet<Node> {
-        let mut all: BTreeSet<Node> = self.by_node.keys().cloned().collect();
-        all.extend(self.unwatched.iter().cloned());
-        all.extend(self.pods.iter().map(|uid| Node::Pod(uid.clone())));
-        all.extend(self.volumes.iter().map(|k| Node::Volume(k.clone())));
-        all
-    }
-
-    /// Nodes that exist but have no watch.
-    pub(crate) fn unwatched(&self) -> Vec<Node> {
-        self.unwatched.iter().cloned().collect()
-    }
-
-    pub(crate) fn has_unwatched(&self) -> bool {
-        !self.unwatched.is_empty()
-    }
-
-    /// Volumes that currently have a watch.
-    pub(crate) fn watched_volumes(&self) -> Vec<VolumeKey> {
-        let mut keys: Vec<VolumeKey> = self
-            .by_node
-            .keys()
-            .filter_map(|n| match n {
-                Node::Volume(k) => Some(k.clone()),
+    fn looks(events: &[WatchEvent], cause: LookCause) -> Vec<VolumeKey> {
+        let mut keys: Vec<VolumeKey> = events
+            .iter()
+            .filter_map(|e| match e {
+                WatchEvent::Look { key, cause: c } if *c == cause => Some(key.clone()),
                 _ => None,
             })
             .collect();
@@ -192,179 +453,94 @@ impl<W: Clone + Eq + Hash> WatchBook<W> {
         keys
     }
 
-    /// Every known volume, in order.
-    pub(crate) fn volumes(&self) -> impl Iterator<Item = &VolumeKey> {
-        self.volumes.iter()
-    }
-
-    pub(crate) fn watch_count(&self) -> usize {
-        self.by_wd.len()
-    }
-
-    pub(crate) fn pod_count(&self) -> usize {
-        self.pods.len()
-    }
-
-    pub(crate) fn volume_count(&self) -> usize {
-        self.volumes.len()
-    }
-
-    pub(crate) fn unwatched_volume_count(&self) -> usize {
-        self.unwatched
-            .iter()
-            .filter(|n| matches!(n, Node::Volume(_)))
-            .count()
-    }
-}
-
-fn take_matching(
-    set: &mut BTreeSet<VolumeKey>,
-    pred: impl Fn(&VolumeKey) -> bool,
-) -> Vec<VolumeKey> {
-    let taken: Vec<VolumeKey> = set.iter().filter(|k| pred(k)).cloned().collect();
-    for k in &taken {
-        set.remove(k);
-    }
-    taken
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::VolumePlugin;
-
-    fn key(uid: &str, name: &str) -> VolumeKey {
-        VolumeKey {
-            pod_uid: uid.into(),
-            plugin: VolumePlugin::ConfigMap,
-            volume: name.into(),
-        }
-    }
-
-    fn vol(uid: &str, name: &str) -> Node {
-        Node::Volume(key(uid, name))
-    }
-
-    /// Arms a pod with one configmap volume: pod=wd, volumes=wd+1, plugin=wd+2, volume=wd+3.
-    fn arm_pod(book: &mut WatchBook<u32>, uid: &str, wd: u32) {
-        book.record_armed(Node::Pod(uid.into()), wd);
-        book.record_armed(Node::Volumes(uid.into()), wd + 1);
-        book.record_armed(Node::Plugin(uid.into(), VolumePlugin::ConfigMap), wd + 2);
-        book.record_armed(vol(uid, "cfg"), wd + 3);
+    #[test]
+    fn two_paths_on_one_inode_leave_the_second_polled_not_deaf() {
+        let (a, b) = (key("u", "a"), key("u", "b"));
+        let (_dir, mut tree) = tree_with(&[a.clone(), b.clone()], FakeKernel::default());
+        let pods = tree.pods_dir().to_path_buf();
+        let (pa, pb) = (
+            Node::Volume(a.clone()).path(&pods),
+            Node::Volume(b.clone()).path(&pods),
+        );
+        tree.api.alias.insert(pb, pa);
+        tree.arm_root().unwrap();
+        tree.discover_all();
+        let events = tree.take_events();
+        assert_eq!(looks(&events, LookCause::Discovered), vec![a, b]);
+        assert_eq!(tree.book().unwatched_volume_count(), 1);
+        tree.rescan_unwatched();
+        assert_eq!(looks(&tree.take_events(), LookCause::Rescan).len(), 1);
     }
 
     #[test]
-    fn arming_reports_fresh_unchanged_replaced_and_conflict() {
-        let mut book = WatchBook::<u32>::default();
-        assert_eq!(book.record_armed(vol("u", "a"), 1), (Recorded::Fresh, true));
-        assert_eq!(
-            book.record_armed(vol("u", "a"), 1),
-            (Recorded::Unchanged, false)
-        );
-        assert_eq!(
-            book.record_armed(vol("u", "a"), 2),
-            (Recorded::Replaced(1), false)
-        );
-        assert_eq!(book.node_of(&1), None, "the replaced descriptor is unbound");
-        assert_eq!(book.node_of(&2), Some(&vol("u", "a")));
-        assert_eq!(
-            book.record_armed(vol("u", "b"), 2),
-            (Recorded::Conflict(vol("u", "a")), false)
-        );
-        assert!(!book.is_known(&vol("u", "b")), "a conflict records nothing");
-        assert_eq!(book.watch_count(), 1);
-        assert_eq!(book.pod_count(), 1, "arming a volume makes its pod known");
-    }
+    fn a_new_inode_under_a_volume_is_rearmed_once_and_the_old_watch_removed() {
+        let a = key("u", "a");
+        let (_dir, mut tree) = tree_with(std::slice::from_ref(&a), FakeKernel::default());
+        tree.arm_root().unwrap();
+        tree.discover_all();
+        tree.take_events();
+        let watches = tree.book().watch_count();
+        let old = *tree.book().wd_of(&Node::Volume(a.clone())).unwrap();
 
-    #[test]
-    fn unwatched_nodes_are_known_and_counted_then_cleared_by_arming() {
-        let mut book = WatchBook::<u32>::default();
-        book.record_armed(vol("u", "a"), 7);
-        assert_eq!(book.record_unwatched(vol("u", "a")), (Some(7), false));
-        assert_eq!(book.record_unwatched(vol("u", "b")), (None, true));
-        assert_eq!(
-            book.record_unwatched(Node::Plugin("u".into(), VolumePlugin::Secret)),
-            (None, true)
-        );
-        assert_eq!(book.watch_count(), 0);
-        assert_eq!(book.unwatched_volume_count(), 2);
-        assert_eq!(book.volume_count(), 2);
-        assert!(book.has_unwatched());
-        assert_eq!(
-            book.record_armed(vol("u", "b"), 9),
-            (Recorded::Fresh, false)
-        );
-        assert_eq!(book.unwatched_volume_count(), 1);
-        assert_eq!(book.watched_volumes(), vec![key("u", "b")]);
-    }
-
-    #[test]
-    fn ignored_descriptors_unbind_but_keep_the_node_known() {
-        let mut book = WatchBook::<u32>::default();
-        book.record_armed(vol("u", "a"), 3);
-        assert_eq!(book.remove_wd(&3), Some(vol("u", "a")));
-        assert_eq!(book.remove_wd(&3), None, "a stale descriptor is not ours");
-        assert_eq!(book.watch_count(), 0);
-        assert!(book.is_known(&vol("u", "a")));
-        // A descriptor replaced earlier must not unbind the node's current one.
-        book.record_armed(vol("u", "a"), 4);
-        book.record_armed(vol("u", "a"), 5);
-        assert_eq!(book.remove_wd(&4), None);
-        assert_eq!(book.wd_of(&vol("u", "a")), Some(&5));
-    }
-
-    #[test]
-    fn forgetting_a_pod_releases_exactly_its_watches() {
-        let mut book = WatchBook::<u32>::default();
-        book.record_armed(Node::Pods, 1);
-        arm_pod(&mut book, "u1", 10);
-        arm_pod(&mut book, "u2", 20);
-        book.record_unwatched(vol("u1", "late"));
-        let mut gone = book.forget_subtree(&Node::Pod("u1".into()));
-        gone.wds.sort();
-        assert_eq!(gone.wds, vec![10, 11, 12, 13]);
-        assert_eq!(gone.volumes, vec![key("u1", "cfg"), key("u1", "late")]);
-        assert_eq!(gone.pods, vec!["u1".to_string()]);
-        assert_eq!(book.watch_count(), 5);
-        assert_eq!(book.unwatched_volume_count(), 0);
-        assert_eq!(book.pod_count(), 1);
-        assert_eq!(book.node_of(&13), None);
-        assert_eq!(book.node_of(&23), Some(&vol("u2", "cfg")));
-    }
-
-    #[test]
-    fn forgetting_a_volume_keeps_its_pod() {
-        let mut book = WatchBook::<u32>::default();
-        arm_pod(&mut book, "u1", 10);
-        let gone = book.forget_subtree(&vol("u1", "cfg"));
-        assert_eq!(
-            gone,
-            Forgotten {
-                wds: vec![13],
-                volumes: vec![key("u1", "cfg")],
-                pods: vec![]
-            }
-        );
-        assert_eq!(book.pod_count(), 1);
-        let again = book.forget_subtree(&vol("u1", "cfg"));
+        tree.check_remounts();
         assert!(
-            again.wds.is_empty() && again.volumes.is_empty(),
-            "forgetting twice reports nothing"
+            tree.take_events().is_empty(),
+            "same inode: nothing to report"
         );
+
+        let path = Node::Volume(a.clone()).path(tree.pods_dir());
+        // Move the old dir away (a kernel watch would pin its inode the same way), so the
+        // new dir is surely another inode.
+        std::fs::rename(&path, tree.pods_dir().join("..parked")).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        tree.check_remounts();
+        let events = tree.take_events();
+        assert_eq!(
+            events,
+            vec![WatchEvent::Look {
+                key: a.clone(),
+                cause: LookCause::Remounted
+            }]
+        );
+        assert!(tree.api.removed.contains(&old));
+        assert_eq!(tree.book().watch_count(), watches);
     }
 
     #[test]
-    fn known_nodes_cover_watched_unwatched_pods_and_volumes() {
-        let mut book = WatchBook::<u32>::default();
-        book.record_armed(Node::Pods, 1);
-        book.record_unwatched(vol("u3", "x"));
-        let all = book.known_nodes();
-        assert!(all.contains(&Node::Pods));
-        assert!(
-            all.contains(&Node::Pod("u3".into())),
-            "a pod learnt through its volume"
+    fn at_the_limit_volumes_are_discovered_counted_and_retried() {
+        let keys = [key("u", "a"), key("u", "b"), key("u", "c")];
+        // root, pod, volumes, plugin dir and one volume fit.
+        let kernel = FakeKernel {
+            limit: Some(5),
+            ..Default::default()
+        };
+        let (_dir, mut tree) = tree_with(&keys, kernel);
+        tree.arm_root().unwrap();
+        tree.discover_all();
+        assert_eq!(
+            looks(&tree.take_events(), LookCause::Discovered),
+            keys.to_vec()
         );
-        assert!(all.contains(&vol("u3", "x")));
-        assert_eq!(all.len(), 3);
+        assert_eq!(tree.book().unwatched_volume_count(), 2);
+        assert_eq!(tree.watch_limit_errors(), 2);
+
+        tree.rescan_unwatched();
+        assert_eq!(looks(&tree.take_events(), LookCause::Rescan).len(), 2);
+        assert_eq!(
+            tree.watch_limit_errors(),
+            4,
+            "every refused retry is counted"
+        );
+
+        tree.api.limit = None;
+        tree.rescan_unwatched();
+        assert_eq!(
+            looks(&tree.take_events(), LookCause::Rescan).len(),
+            2,
+            "one last look after arming"
+        );
+        assert_eq!(tree.book().unwatched_volume_count(), 0);
+        tree.rescan_unwatched();
+        assert!(tree.take_events().is_empty());
     }
 }

@@ -3,6 +3,10 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod fixtures;
+#[path = "../support/wait.rs"]
+mod wait;
+#[allow(unused_imports)] // not every test binary waits
+pub use wait::*;
 
 use nodesim::apiserver::RecordedEvent;
 pub use nodesim::flavor::{CgroupDriver, CgroupVersion, Runtime};
@@ -15,29 +19,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 pub const NODE: &str = "node-a";
-
-/// Polls `f` every 20 ms until it returns `Some`, or panics after `timeout` naming `what`.
-pub async fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Asserts `f` stays true for the whole `window` (polled every 20 ms).
-pub async fn never(what: &str, window: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + window;
-    while Instant::now() < deadline {
-        assert!(!f(), "it happened, but must not: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[derive(Clone, Debug)]
 pub struct NodeOptions {

@@ -2,6 +2,11 @@
 //! Google Chat or a plain webhook, and small helpers.
 #![allow(dead_code)]
 
+#[path = "../support/wait.rs"]
+mod wait;
+#[allow(unused_imports)] // not every test binary waits
+pub use wait::*;
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -17,7 +22,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub const TOKEN: &str = "T000/B000/xoxbSECRETTOKEN";
@@ -160,15 +164,6 @@ pub fn start(s: &NotifySettings) -> (Notifier, NotifyMetrics, CancellationToken)
     let poster = HttpPoster::for_settings(s).unwrap();
     let n = Notifier::start(s, poster, metrics.clone(), cancel.clone());
     (n, metrics, cancel)
-}
-
-/// Polls until `done` or the (tokio) deadline; virtual time under a paused clock.
-pub async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 pub fn delivered(m: &NotifyMetrics) -> u64 {

@@ -2,6 +2,11 @@
 //! sequence of node-facts §2), event collection with deadlines, and root-only guards.
 #![allow(dead_code)]
 
+#[path = "../support/wait.rs"]
+mod wait;
+#[allow(unused_imports)] // not every test binary waits
+pub use wait::*;
+
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -135,18 +140,6 @@ pub fn count(events: &[WatchEvent], event: &WatchEvent) -> usize {
     events.iter().filter(|e| *e == event).count()
 }
 
-/// Polls `cond` until true or the deadline.
-pub async fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + within;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// A tmpfs mounted on a directory; unmounted (lazily) on drop.
 pub struct TmpfsMount {
     path: PathBuf,
@@ -214,12 +207,4 @@ impl Drop for SysctlGuard {
             eprintln!("failed to restore {}: {e}", self.path.display());
         }
     }
-}
-
-/// Whether the tests run as root (`/proc/self` belongs to the effective uid).
-pub fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
 }

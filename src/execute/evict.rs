@@ -1,10 +1,10 @@
 //! Eviction jobs: one at most per pod, paced retries while a PodDisruptionBudget says no,
 //! bounded concurrency, Events that tell the operator what is going on.
 
-use crate::k8s::events::{EventSink, PodEvent, PodRef};
-use crate::k8s::eviction::{EvictOutcome, EvictRequest, Evictor};
-use crate::metrics::{ActionKind, Metrics, Outcome};
+use super::report::Reporter;
+use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::PodIndex;
+use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
 use crate::state::PendingEviction;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::collections::HashMap;
@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
 pub struct EvictionSettings {
-    pub dry_run: bool,
     pub max_in_flight: usize,
     /// First retry delay after a refusal (doubles with jitter up to `max_backoff`).
     pub initial_backoff: Duration,
@@ -30,7 +29,6 @@ pub struct EvictionSettings {
 impl Default for EvictionSettings {
     fn default() -> Self {
         Self {
-            dry_run: false,
             max_in_flight: 10,
             initial_backoff: Duration::from_secs(5),
             max_backoff: Duration::from_secs(120),
@@ -46,6 +44,9 @@ pub struct EvictJob {
     pub cause: String,
     /// When the swap was seen (latency metric); `None` for jobs resumed after a restart.
     pub first_seen: Option<Instant>,
+    /// The ConfigMaps/Secrets whose change it is for (empty for resumed jobs: only `cause`
+    /// is persisted).
+    pub sources: Vec<crate::model::SourceRef>,
 }
 
 #[derive(Clone)]
@@ -56,21 +57,21 @@ pub struct Evictions {
 struct Inner {
     settings: EvictionSettings,
     evictor: Arc<dyn Evictor>,
-    events: Arc<dyn EventSink>,
-    metrics: Metrics,
+    report: Reporter,
     index: Arc<RwLock<PodIndex>>,
     permits: Semaphore,
     cancel: CancellationToken,
     /// Pod UID → the job in progress.
     jobs: Mutex<HashMap<String, EvictJob>>,
+    /// Woken when a job starts or ends (what is persisted changed).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Evictions {
     pub fn new(
         settings: EvictionSettings,
         evictor: Arc<dyn Evictor>,
-        events: Arc<dyn EventSink>,
-        metrics: Metrics,
+        report: Reporter,
         index: Arc<RwLock<PodIndex>>,
         cancel: CancellationToken,
     ) -> Self {
@@ -79,12 +80,12 @@ impl Evictions {
             inner: Arc::new(Inner {
                 settings,
                 evictor,
-                events,
-                metrics,
+                report,
                 index,
                 permits,
                 cancel,
                 jobs: Mutex::default(),
+                changed: Arc::default(),
             }),
         }
     }
@@ -99,8 +100,13 @@ impl Evictions {
                 return false;
             }
             jobs.insert(job.pod.uid.clone(), job.clone());
-            self.inner.metrics.evictions_pending.set(jobs.len() as i64);
+            self.inner
+                .report
+                .metrics()
+                .evictions_pending
+                .set(jobs.len() as i64);
         }
+        self.inner.changed.notify_one();
         let inner = self.inner.clone();
         tokio::spawn(async move {
             let uid = job.pod.uid.clone();
@@ -113,7 +119,13 @@ impl Evictions {
             }
             let mut jobs = inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
             jobs.remove(&uid);
-            inner.metrics.evictions_pending.set(jobs.len() as i64);
+            inner
+                .report
+                .metrics()
+                .evictions_pending
+                .set(jobs.len() as i64);
+            drop(jobs);
+            inner.changed.notify_one();
         });
         true
     }
@@ -131,6 +143,11 @@ impl Evictions {
             .collect();
         out.sort_by(|a, b| a.uid.cmp(&b.uid));
         out
+    }
+
+    /// Notified when an eviction starts or ends.
+    pub fn changed(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.changed.clone()
     }
 
     pub fn is_pending(&self, uid: &str) -> bool {
@@ -163,10 +180,12 @@ impl Inner {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
-            dry_run: self.settings.dry_run,
+            dry_run: self.report.dry_run(),
         };
         let mut delays = self.delays_from(self.settings.initial_backoff);
         let mut last_warning: Option<Instant> = None;
+        // Since when a PodDisruptionBudget has refused it (for notifications).
+        let mut first_refusal: Option<Instant> = None;
         let mut attempts = 0u32;
         loop {
             if let Err(why) = self.still_wanted(pod) {
@@ -200,45 +219,29 @@ impl Inner {
                     return;
                 }
                 EvictOutcome::Blocked { cause, retry_after } => {
-                    self.metrics
-                        .action(ActionKind::Evict, Outcome::EvictionBlocked);
-                    tracing::info!(pod = %full(pod), action = "evict", outcome = "eviction_blocked", cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
-                    if warn_now && !self.settings.dry_run {
+                    let outcome = Outcome::EvictionBlocked;
+                    self.report.count(ActionKind::Evict, outcome);
+                    tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
+                    let since = *first_refusal.get_or_insert_with(Instant::now);
+                    if warn_now {
                         last_warning = Some(Instant::now());
-                        self.events.publish(
-                            pod,
-                            PodEvent {
-                                warning: true,
-                                reason: "EvictionBlocked",
-                                action: "Evict",
-                                note: format!(
-                                    "eviction refused, will retry: {cause} ({})",
-                                    job.cause
-                                ),
-                            },
-                        );
+                        let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
+                        self.report
+                            .blocked(pod, note, &job.sources, since.elapsed());
                     }
                     let next = delays.next().unwrap_or(self.settings.max_backoff);
                     retry_after.unwrap_or(next)
                 }
                 EvictOutcome::Failed { code, message } => {
-                    self.metrics
-                        .action(ActionKind::Evict, Outcome::EvictionFailed);
-                    tracing::warn!(pod = %full(pod), action = "evict", outcome = "eviction_failed", code, error = %message, attempts, "eviction failed; will retry");
-                    if warn_now && !self.settings.dry_run {
+                    let outcome = Outcome::EvictionFailed;
+                    self.report.count(ActionKind::Evict, outcome);
+                    tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), code, error = %message, attempts, "eviction failed; will retry");
+                    if warn_now {
                         last_warning = Some(Instant::now());
-                        self.events.publish(
-                            pod,
-                            PodEvent {
-                                warning: true,
-                                reason: "EvictionFailed",
-                                action: "Evict",
-                                note: format!(
-                                    "eviction failed, will retry: {message} ({})",
-                                    job.cause
-                                ),
-                            },
-                        );
+                        let note =
+                            format!("eviction failed, will retry: {message} ({})", job.cause);
+                        self.report
+                            .publish(pod, ActionKind::Evict, outcome, note, &job.sources);
                     }
                     // Errors other than a PDB refusal will not clear soon: retry at the cap,
                     // and stay there.
@@ -263,27 +266,21 @@ impl Inner {
 
     fn evicted(&self, job: &EvictJob, attempts: u32) {
         let pod = &job.pod;
-        if self.settings.dry_run {
-            self.metrics.action(ActionKind::Evict, Outcome::DryRun);
-            tracing::info!(pod = %full(pod), action = "evict", outcome = "dry_run", cause = %job.cause, "dry-run: the API server would allow this eviction");
+        if self.report.dry_run() {
+            let outcome = Outcome::DryRun;
+            self.report.count(ActionKind::Evict, outcome);
+            tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %job.cause, "dry-run: the API server would allow this eviction");
             return;
         }
-        self.metrics.action(ActionKind::Evict, Outcome::Evicted);
+        let outcome = Outcome::Evicted;
         let latency = job.first_seen.map(|t| t.elapsed());
         if let Some(l) = latency {
-            self.metrics
-                .observe_latency(ActionKind::Evict, l.as_secs_f64());
+            self.report.latency(ActionKind::Evict, l);
         }
-        tracing::info!(pod = %full(pod), action = "evict", outcome = "evicted", cause = %job.cause, attempts, latency_ms = latency.map(|l| l.as_secs_f64() * 1e3), "evicted through the Eviction API");
-        self.events.publish(
-            pod,
-            PodEvent {
-                warning: false,
-                reason: "EvictionRequested",
-                action: "Evict",
-                note: format!("evicted through the Eviction API: {}", job.cause),
-            },
-        );
+        tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %job.cause, attempts, latency_ms = latency.map(|l| l.as_secs_f64() * 1e3), "evicted through the Eviction API");
+        let note = format!("evicted through the Eviction API: {}", job.cause);
+        self.report
+            .record(pod, ActionKind::Evict, outcome, note, &job.sources);
     }
 }
 
@@ -298,34 +295,9 @@ fn jitter(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Metrics;
     use crate::model::PodInfo;
-    use futures::future::BoxFuture;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// The first call never answers; later ones evict.
-    #[derive(Default)]
-    struct HangsOnce(AtomicUsize);
-
-    impl Evictor for HangsOnce {
-        fn evict(&self, _: &EvictRequest) -> BoxFuture<'_, EvictOutcome> {
-            let n = self.0.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move {
-                if n == 0 {
-                    std::future::pending::<()>().await;
-                }
-                EvictOutcome::Evicted
-            })
-        }
-    }
-
-    #[derive(Default)]
-    struct Recorded(Mutex<Vec<PodEvent>>);
-
-    impl EventSink for Recorded {
-        fn publish(&self, _: &PodRef, event: PodEvent) {
-            self.0.lock().unwrap().push(event);
-        }
-    }
+    use crate::ports::fake;
 
     #[tokio::test(start_paused = true)]
     async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
@@ -337,16 +309,23 @@ mod tests {
         };
         let mut index = PodIndex::default();
         index.apply(pod.clone());
-        let evictor = Arc::new(HangsOnce::default());
-        let events = Arc::new(Recorded::default());
+        // The first call never answers; the next evicts.
+        let evictor = Arc::new(fake::Evictor::answering([None]));
+        let events = Arc::new(fake::Events::default());
+        let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
         let evictions = Evictions::new(
             EvictionSettings {
                 max_in_flight: 1,
                 ..EvictionSettings::default()
             },
             evictor.clone(),
-            events.clone(),
-            Metrics::new(&mut prometheus_client::registry::Registry::default()),
+            Reporter::new(
+                events.clone(),
+                crate::notify::Notifier::disabled(),
+                metrics,
+                false,
+                "node-1".into(),
+            ),
             Arc::new(RwLock::new(index)),
             CancellationToken::new(),
         );
@@ -354,6 +333,7 @@ mod tests {
             pod: PodRef::from(&pod),
             cause: "configmap app changed".into(),
             first_seen: None,
+            sources: vec![],
         });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
         while evictions.is_pending("u1") && tokio::time::Instant::now() < deadline {
@@ -363,9 +343,8 @@ mod tests {
             !evictions.is_pending("u1"),
             "the hung call was never given up"
         );
-        assert_eq!(evictor.0.load(Ordering::SeqCst), 2);
-        let reasons: Vec<_> = events.0.lock().unwrap().iter().map(|e| e.reason).collect();
-        assert_eq!(reasons, ["EvictionFailed", "EvictionRequested"]);
+        assert_eq!(evictor.calls(), 2);
+        assert_eq!(events.reasons(), ["EvictionFailed", "EvictionRequested"]);
     }
 
     #[test]

@@ -1,12 +1,22 @@
 //! Signal jobs: one container of one pod, retried with backoff while the container restarts.
 
-use crate::metrics::Outcome;
 use crate::model::{ContainerId, PodInfo, ReloadSignal};
+use crate::outcome::Outcome;
 use crate::process::{Delivery, SignalCheck};
+use backon::{BackoffBuilder, ExponentialBuilder};
 use std::time::{Duration, Instant};
 
 /// Total attempts before `SignalFailed` is final (the delays are 0.5 s, 1 s, 2 s, 4 s).
 pub const MAX_ATTEMPTS: u32 = 5;
+
+/// The delays between attempts: 0.5 s doubling, [`MAX_ATTEMPTS`] − 1 of them.
+pub fn retry_delays() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_factor(2.0)
+        .with_max_times(MAX_ATTEMPTS as usize - 1)
+        .build()
+}
 
 #[derive(Clone, Debug)]
 pub struct SignalJob {
@@ -19,18 +29,8 @@ pub struct SignalJob {
     pub attempt: u32,
     /// `reloadlet.io/signal-check` of the pod.
     pub check: SignalCheck,
-}
-
-impl SignalJob {
-    pub fn retry_delay(&self) -> Duration {
-        Duration::from_millis(500) * 2u32.pow(self.attempt.saturating_sub(1).min(6))
-    }
-}
-
-#[derive(Debug)]
-pub struct SignalResult {
-    pub job: SignalJob,
-    pub outcome: Result<Delivery, String>,
+    /// The ConfigMaps/Secrets whose change it is for (`cause` names them).
+    pub sources: Vec<crate::model::SourceRef>,
 }
 
 /// The pod's `reloadlet.io/signal-check` (an invalid value never gets this far: the pod's
@@ -55,40 +55,24 @@ pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerI
     }
 }
 
-/// How a delivery ends up: the metric outcome, the Event reason and note, and whether it is a
-/// warning.
-pub struct Report {
-    pub outcome: Outcome,
-    pub reason: &'static str,
-    pub warning: bool,
-    pub note: String,
-}
-
-pub fn report(job: &SignalJob, delivery: &Delivery) -> Report {
+/// How a delivery ends up: its outcome (metric label, log field, Event reason) and the
+/// Event's note.
+pub fn report(job: &SignalJob, delivery: &Delivery) -> (Outcome, String) {
     let (signal, container, cause) = (job.signal, &job.container, &job.cause);
     if delivery.verdict.handled() {
-        return Report {
-            outcome: Outcome::Signaled,
-            reason: "Signaled",
-            warning: false,
-            note: signaled_note(job, delivery.pid),
-        };
+        return (Outcome::Signaled, signaled_note(job, delivery.pid));
     }
     let what = delivery.describe(signal);
     if delivery.sent() {
-        Report {
-            outcome: Outcome::SignalNotHandled,
-            reason: "SignalNotHandled",
-            warning: true,
-            note: format!("sent {signal} to container {container}, but {what}: {cause}"),
-        }
+        (
+            Outcome::SignalNotHandled,
+            format!("sent {signal} to container {container}, but {what}: {cause}"),
+        )
     } else {
-        Report {
-            outcome: Outcome::SignalWithheld,
-            reason: "SignalNotHandled",
-            warning: true,
-            note: format!("did not send {signal} to container {container}: {what}: {cause}"),
-        }
+        (
+            Outcome::SignalWithheld,
+            format!("did not send {signal} to container {container}: {what}: {cause}"),
+        )
     }
 }
 
@@ -120,18 +104,14 @@ mod tests {
             first_seen: Instant::now(),
             attempt: 1,
             check: SignalCheck::On,
+            sources: vec![],
         }
     }
 
     #[test]
     fn retry_delays_double() {
-        let mut job = job();
-        let delays: Vec<u128> = (1..MAX_ATTEMPTS)
-            .map(|a| {
-                job.attempt = a;
-                job.retry_delay().as_millis()
-            })
-            .collect();
+        let job = job();
+        let delays: Vec<u128> = retry_delays().map(|d| d.as_millis()).collect();
         assert_eq!(delays, [500, 1000, 2000, 4000]);
         assert_eq!(
             signaled_note(&job, 4242),
@@ -156,22 +136,25 @@ mod tests {
 
     #[test]
     fn each_verdict_has_its_event() {
-        let handled = report(&job(), &delivery("nginx", 1, 1));
-        assert_eq!((handled.reason, handled.warning), ("Signaled", false));
-        assert_eq!(handled.outcome, Outcome::Signaled);
+        let (handled, _) = report(&job(), &delivery("nginx", 1, 1));
+        let event = handled.event().unwrap();
+        assert_eq!((event.reason, event.warning), ("Signaled", false));
+        assert_eq!(handled, Outcome::Signaled);
 
-        let pid1 = report(&job(), &delivery("sleep", 0, 1));
-        assert_eq!((pid1.reason, pid1.warning), ("SignalNotHandled", true));
-        assert_eq!(pid1.outcome, Outcome::SignalNotHandled);
+        let (pid1, note) = report(&job(), &delivery("sleep", 0, 1));
+        let event = pid1.event().unwrap();
+        assert_eq!((event.reason, event.warning), ("SignalNotHandled", true));
+        assert_eq!(pid1, Outcome::SignalNotHandled);
         assert_eq!(
-            pid1.note,
+            note,
             "sent SIGHUP to container nginx, but pid 1 (sleep) has no handler for SIGHUP: the kernel drops it unless the process waits for it (host pid 4242): configmap nginx-conf changed"
         );
 
-        let shared = report(&job(), &delivery("sleep", 0, 7));
-        assert_eq!(shared.outcome, Outcome::SignalWithheld);
+        let (shared, note) = report(&job(), &delivery("sleep", 0, 7));
+        assert_eq!(shared, Outcome::SignalWithheld);
+        assert_eq!(shared.event().unwrap().reason, "SignalNotHandled");
         assert_eq!(
-            shared.note,
+            note,
             "did not send SIGHUP to container nginx: process sleep (pid 4242) has no handler for SIGHUP and is not PID 1 of its PID namespace: SIGHUP would terminate the process: configmap nginx-conf changed"
         );
     }

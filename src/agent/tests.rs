@@ -1,0 +1,251 @@
+//! The event loop's decisions, driven through its handlers with a fake of every edge
+//! (processes, Eviction API, Events), a real volume in a temp dir and explicit instants.
+
+use super::*;
+use crate::annotations;
+use crate::config::LogFormat;
+use crate::model::{
+    ContainerId, ContainerInfo, ContainerKind, SourceKind, SourceRef, VolumeMount, VolumeSpec,
+};
+use crate::ports::fake;
+use crate::state::PendingEviction;
+use std::path::Path;
+
+const UID: &str = "0f0e0d0c-0b0a-4900-8800-000000000001";
+
+struct World {
+    agent: Agent,
+    events: Arc<fake::Events>,
+    processes: Arc<fake::Processes>,
+    evictor: Arc<fake::Evictor>,
+    stop: CancellationToken,
+    dir: tempfile::TempDir,
+}
+
+fn settings(dir: &Path) -> Settings {
+    Settings {
+        node_name: "node-1".into(),
+        kubelet_root: dir.into(),
+        proc_root: "/proc".into(),
+        debounce: Duration::ZERO,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        dry_run: false,
+        log_format: LogFormat::Text,
+        namespaces: Default::default(),
+        pod_selector: None,
+        state_dir: dir.join("state"),
+        max_evictions_in_flight: 10,
+        max_volume_bytes: 1 << 20,
+        rescan_interval: Duration::from_secs(60),
+        shutdown_grace: Duration::from_secs(5),
+        eviction_backoff: Duration::from_secs(5),
+        eviction_backoff_max: Duration::from_secs(120),
+        notify: Default::default(),
+    }
+}
+
+fn world(saved: Option<SavedState>) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let events = Arc::new(fake::Events::default());
+    let processes = Arc::new(fake::Processes::with("abc", 4242));
+    let evictor = Arc::new(fake::Evictor::default());
+    let deps = Deps {
+        events: events.clone(),
+        processes: processes.clone(),
+        evictor: evictor.clone(),
+        notifier: crate::notify::Notifier::disabled(),
+    };
+    let store = saved.map(|saved| {
+        let store = StateStore::open(&dir.path().join("state")).unwrap();
+        store.save(&saved).unwrap();
+        store
+    });
+    let stop = CancellationToken::new();
+    let agent = Agent::new(
+        settings(dir.path()),
+        EvictionSettings::default(),
+        deps,
+        Metrics::new(&mut prometheus_client::registry::Registry::default()),
+        Arc::new(Health::default()),
+        store,
+        stop.clone(),
+    );
+    World {
+        agent,
+        events,
+        processes,
+        evictor,
+        stop,
+        dir,
+    }
+}
+
+/// An opted-in pod whose container `app` mounts configMap volume `conf`.
+fn pod(action: &str) -> PodInfo {
+    let mut pod = PodInfo {
+        uid: UID.into(),
+        namespace: "web".into(),
+        name: "web-0".into(),
+        has_controller: true,
+        phase: "Running".into(),
+        volumes: vec![VolumeSpec {
+            name: "conf".into(),
+            sources: vec![SourceRef {
+                kind: SourceKind::ConfigMap,
+                name: "app".into(),
+            }],
+            ..Default::default()
+        }],
+        containers: vec![ContainerInfo {
+            name: "app".into(),
+            kind: ContainerKind::Regular,
+            mounts: vec![VolumeMount {
+                volume: "conf".into(),
+                sub_path: false,
+            }],
+            container_id: ContainerId::parse("containerd://abc"),
+            running: true,
+        }],
+        ..Default::default()
+    };
+    pod.annotations
+        .insert(annotations::ACTION.into(), action.into());
+    pod
+}
+
+fn key() -> VolumeKey {
+    VolumeKey {
+        pod_uid: UID.into(),
+        plugin: VolumePlugin::ConfigMap,
+        volume: "conf".into(),
+    }
+}
+
+impl World {
+    fn volume_dir(&self) -> PathBuf {
+        self.dir.path().join("volume")
+    }
+
+    /// Projects `content` the way the kubelet's AtomicWriter does: a new timestamped
+    /// directory, then `..data` swapped to it.
+    fn project(&self, turn: u32, content: &str) {
+        let dir = self.volume_dir();
+        let ts = format!("..2026_01_01_00_00_0{turn}.1");
+        std::fs::create_dir_all(dir.join(&ts)).unwrap();
+        std::fs::write(dir.join(&ts).join("app.conf"), content).unwrap();
+        let tmp = dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&ts, &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join("..data")).unwrap();
+        let link = dir.join("app.conf");
+        if link.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink("..data/app.conf", link).unwrap();
+        }
+    }
+
+    /// The volume is seen (a baseline), then changes at `at`.
+    fn change_at(&mut self, at: Instant) {
+        self.project(1, "v1");
+        let dir = self.volume_dir();
+        self.agent
+            .look_at(&key(), dir.clone(), LookCause::Discovered, at);
+        self.project(2, "v2");
+        self.agent.look_at(&key(), dir, LookCause::Swap, at);
+    }
+
+    async fn settle(&self) {
+        self.agent
+            .exec
+            .drain(Instant::now() + Duration::from_secs(60))
+            .await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_of_a_pod_the_api_has_not_shown_yet_waits_for_it() {
+    let mut w = world(None);
+    let t0 = Instant::now();
+    w.change_at(t0);
+    w.agent.fire_due_at(t0);
+    assert_eq!(
+        w.agent.debouncer.next_deadline(),
+        Some(t0 + Duration::from_secs(1))
+    );
+    // The pod shows up three seconds late.
+    for s in 1..=3 {
+        w.agent.fire_due_at(t0 + Duration::from_secs(s));
+    }
+    w.agent.on_pod(PodUpdate::Apply(pod("signal")));
+    w.agent.fire_due_at(t0 + Duration::from_secs(4));
+    w.settle().await;
+    assert_eq!(w.processes.sent(), 1);
+    assert_eq!(w.events.reasons(), ["Signaled"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_of_a_pod_that_never_shows_is_given_up_without_action() {
+    let mut w = world(None);
+    let t0 = Instant::now();
+    w.change_at(t0);
+    for s in 0..=u64::from(UNKNOWN_POD_ATTEMPTS) {
+        w.agent.fire_due_at(t0 + Duration::from_secs(s));
+    }
+    assert_eq!(w.agent.debouncer.next_deadline(), None, "given up");
+    // The pod showing up later does not act on the old change.
+    w.agent.on_pod(PodUpdate::Apply(pod("signal")));
+    w.agent.fire_due_at(t0 + Duration::from_secs(3600));
+    w.settle().await;
+    assert_eq!(w.processes.sent(), 0);
+    assert!(w.events.reasons().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_acts_on_a_change_still_in_its_debounce_window() {
+    let mut w = world(None);
+    w.agent.debouncer = Debouncer::new(Duration::from_secs(3600));
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    w.change_at(Instant::now());
+    w.stop.cancel();
+    w.agent.shutdown().await;
+    assert_eq!(w.processes.sent(), 1);
+    assert_eq!(w.events.reasons(), ["Signaled"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_eviction_pending_at_the_last_stop_resumes_after_the_first_pod_list() {
+    let saved = SavedState {
+        pending_evictions: vec![
+            PendingEviction {
+                uid: UID.into(),
+                namespace: "web".into(),
+                name: "web-0".into(),
+                cause: "configmap app changed".into(),
+            },
+            PendingEviction {
+                uid: "gone".into(),
+                namespace: "web".into(),
+                name: "web-1".into(),
+                cause: "configmap app changed".into(),
+            },
+        ],
+        ..Default::default()
+    };
+    let mut w = world(Some(saved));
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("evict")]));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while w.evictor.calls() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let calls: Vec<String> = w
+        .evictor
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(calls, ["web-0"], "only the pod that still exists");
+    while w.events.reasons().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(w.events.reasons(), ["EvictionRequested"]);
+}

@@ -1,0 +1,426 @@
+//! The one executor: every effect reloadlet has on a pod goes through here. It owns
+//! signalling (with retries while a container restarts), eviction (paced retries, a
+//! timeout per call, bounded concurrency), `--dry-run` (decided here and in [`report`]
+//! only) and the reporting of each typed [`Outcome`] as a metric and an Event.
+//!
+//! The coming HTTP action gets its own file next to `signal.rs` and `evict.rs`, a job type,
+//! and an [`Executor`] method; its outcomes join [`crate::outcome::Outcome`].
+
+pub mod evict;
+pub mod report;
+pub mod signal;
+
+use crate::metrics::Metrics;
+use crate::model::{PodInfo, SourceRef};
+use crate::notify::Notifier;
+use crate::outcome::{ActionKind, Outcome};
+use crate::pod_index::PodIndex;
+use crate::ports::{ContainerProcesses, EventSink, Evictor, PodRef};
+use crate::state::PendingEviction;
+use evict::{EvictJob, EvictionSettings, Evictions};
+use report::Reporter;
+use signal::SignalJob;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The edges effects go through (real ones in `main`, fakes in tests).
+#[derive(Clone)]
+pub struct Deps {
+    pub events: Arc<dyn EventSink>,
+    pub processes: Arc<dyn ContainerProcesses>,
+    pub evictor: Arc<dyn Evictor>,
+    /// Webhook notifications (`Notifier::disabled()` without `--notify-url`).
+    pub notifier: Notifier,
+}
+
+#[derive(Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    processes: Arc<dyn ContainerProcesses>,
+    index: Arc<RwLock<PodIndex>>,
+    report: Reporter,
+    evictions: Evictions,
+    /// Signal jobs (with their retries) in flight; waited for at shutdown.
+    signals: TaskTracker,
+    /// Cancelled at shutdown: no more retries; pending evictions are left pending.
+    stop: CancellationToken,
+}
+
+impl Executor {
+    /// `node`: this node's name (in notifications).
+    pub fn new(
+        node: &str,
+        dry_run: bool,
+        eviction: EvictionSettings,
+        deps: &Deps,
+        metrics: Metrics,
+        index: Arc<RwLock<PodIndex>>,
+        stop: CancellationToken,
+    ) -> Self {
+        let report = Reporter::new(
+            deps.events.clone(),
+            deps.notifier.clone(),
+            metrics,
+            dry_run,
+            node.to_owned(),
+        );
+        let evictions = Evictions::new(
+            eviction,
+            deps.evictor.clone(),
+            report.clone(),
+            index.clone(),
+            stop.clone(),
+        );
+        Self {
+            inner: Arc::new(Inner {
+                processes: deps.processes.clone(),
+                index,
+                report,
+                evictions,
+                signals: TaskTracker::new(),
+                stop,
+            }),
+        }
+    }
+
+    /// Counts `outcome` and publishes its Event (an outcome of no action: an invalid
+    /// annotation, a refused eviction, a missing budget …).
+    pub fn report(&self, pod: &PodRef, action: ActionKind, outcome: Outcome, note: String) {
+        let sources: &[SourceRef] = &[];
+        self.inner
+            .report
+            .record(pod, action, outcome, note, sources);
+    }
+
+    /// Signals one container of a pod; retried while the container is not running or its
+    /// main process cannot be found. Under `--dry-run`, only looks at what the signal would do.
+    pub fn signal(&self, job: SignalJob) {
+        if self.inner.report.dry_run() {
+            self.inner.report.count(ActionKind::Signal, Outcome::DryRun);
+            self.dry_run_signal(job);
+            return;
+        }
+        let inner = self.inner.clone();
+        self.inner
+            .signals
+            .spawn(async move { inner.run_signal(job).await });
+    }
+
+    /// Evicts a pod (at most one eviction per pod at a time).
+    pub fn evict(&self, job: EvictJob) -> bool {
+        self.inner.evictions.request(job)
+    }
+
+    pub fn pending_evictions(&self) -> Vec<PendingEviction> {
+        self.inner.evictions.pending()
+    }
+
+    /// Notified when an eviction starts or ends (the pending set, which is persisted,
+    /// changed).
+    pub fn evictions_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.evictions.changed()
+    }
+
+    /// At shutdown (after `stop` was cancelled): waits for signals in flight until
+    /// `deadline`. Failures are then final (no retries).
+    pub async fn drain(&self, deadline: Instant) {
+        self.inner.signals.close();
+        let _ = tokio::time::timeout_at(deadline.into(), self.inner.signals.wait()).await;
+    }
+
+    /// `--dry-run`: logs what the signal would do to the main process (the same check as a
+    /// real signal, read from /proc off the event loop), and sends nothing.
+    fn dry_run_signal(&self, job: SignalJob) {
+        let Some(pod) = self.inner.pod(&job.pod_uid) else {
+            return;
+        };
+        let name = pod.full_name();
+        let container_id = signal::running_container_id(&pod, &job.container);
+        let processes = self.inner.processes.clone();
+        tokio::task::spawn_blocking(move || {
+            let seen = container_id.and_then(|id| {
+                let (main, status) = processes
+                    .inspect(&job.pod_uid, &id)
+                    .map_err(|e| e.to_string())?;
+                let verdict = crate::process::decide(&status, job.signal, job.check);
+                let what = crate::process::describe(&status, main.pid, job.signal, verdict);
+                Ok((verdict.sends(), what))
+            });
+            let (sends, what) =
+                seen.unwrap_or_else(|e| (true, format!("main process not found now: {e}")));
+            let message = if sends {
+                "dry-run: would send signal"
+            } else {
+                "dry-run: would NOT send signal (SignalNotHandled)"
+            };
+            tracing::info!(pod = %name, container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
+        });
+    }
+}
+
+impl Inner {
+    fn pod(&self, uid: &str) -> Option<PodInfo> {
+        let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+        index.get(uid).cloned()
+    }
+
+    async fn run_signal(&self, mut job: SignalJob) {
+        let mut delays = signal::retry_delays();
+        loop {
+            let Some(pod) = self.pod(&job.pod_uid) else {
+                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
+                return;
+            };
+            let result = match signal::running_container_id(&pod, &job.container) {
+                Err(e) => Err(e),
+                Ok(container_id) => {
+                    let processes = self.processes.clone();
+                    let (uid, sig, check) = (job.pod_uid.clone(), job.signal, job.check);
+                    tokio::task::spawn_blocking(move || {
+                        processes
+                            .deliver(&uid, &container_id, sig, check)
+                            .map_err(|e| e.to_string())
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+                }
+            };
+            let pod_ref = PodRef::from(&pod);
+            let name = pod.full_name();
+            let error = match result {
+                Ok(delivery) => {
+                    let (outcome, note) = signal::report(&job, &delivery);
+                    let (pid, process) = (delivery.pid, delivery.status.name.as_str());
+                    let verdict = format!("{:?}", delivery.verdict);
+                    let latency = job.first_seen.elapsed();
+                    if delivery.sent() {
+                        self.report.latency(ActionKind::Signal, latency);
+                    }
+                    let field = outcome.as_str();
+                    if outcome.event().is_some_and(|e| e.warning) {
+                        let what = delivery.describe(job.signal);
+                        tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, "{what}");
+                    } else {
+                        tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
+                    }
+                    let sources = &job.sources;
+                    self.report
+                        .record(&pod_ref, ActionKind::Signal, outcome, note, sources);
+                    return;
+                }
+                Err(e) => e,
+            };
+            let next = (!self.stop.is_cancelled()).then(|| delays.next()).flatten();
+            let Some(delay) = next else {
+                let outcome = Outcome::SignalFailed;
+                tracing::error!(pod = %name, container = %job.container, signal = %job.signal, action = "signal", outcome = outcome.as_str(), error = %error, "signal failed; giving up");
+                let note = signal::failed_note(&job, &error);
+                let sources = &job.sources;
+                self.report
+                    .record(&pod_ref, ActionKind::Signal, outcome, note, sources);
+                return;
+            };
+            tracing::warn!(pod = %name, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => job.attempt += 1,
+                _ = self.stop.cancelled() => {
+                    tracing::info!(pod = %name, container = %job.container, "shutting down: signal retry dropped");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ContainerId, ContainerInfo, ContainerKind, ReloadSignal};
+    use crate::ports::fake;
+    use crate::process::SignalCheck;
+    use std::time::Duration;
+
+    struct World {
+        exec: Executor,
+        events: Arc<fake::Events>,
+        processes: Arc<fake::Processes>,
+        registry: prometheus_client::registry::Registry,
+        stop: CancellationToken,
+    }
+
+    fn pod() -> PodInfo {
+        PodInfo {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            containers: vec![ContainerInfo {
+                name: "app".into(),
+                kind: ContainerKind::Regular,
+                mounts: vec![],
+                container_id: ContainerId::parse("containerd://abc"),
+                running: true,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn world(dry_run: bool, failures: u32) -> World {
+        world_notifying(dry_run, failures, Notifier::disabled())
+    }
+
+    fn world_notifying(dry_run: bool, failures: u32, notifier: Notifier) -> World {
+        let mut index = PodIndex::default();
+        index.apply(pod());
+        let events = Arc::new(fake::Events::default());
+        let processes = Arc::new(fake::Processes::with("abc", 4242));
+        *processes.fail.lock().unwrap() = failures;
+        let mut registry = prometheus_client::registry::Registry::with_prefix("reloadlet");
+        let metrics = Metrics::new(&mut registry);
+        let stop = CancellationToken::new();
+        let deps = Deps {
+            events: events.clone(),
+            processes: processes.clone(),
+            evictor: Arc::new(fake::Evictor::default()),
+            notifier,
+        };
+        let exec = Executor::new(
+            "node-1",
+            dry_run,
+            EvictionSettings::default(),
+            &deps,
+            metrics.clone(),
+            Arc::new(RwLock::new(index)),
+            stop.clone(),
+        );
+        World {
+            exec,
+            events,
+            processes,
+            registry,
+            stop,
+        }
+    }
+
+    fn job() -> SignalJob {
+        SignalJob {
+            pod_uid: "u1".into(),
+            container: "app".into(),
+            signal: ReloadSignal::Hup,
+            cause: "configmap app changed".into(),
+            first_seen: Instant::now(),
+            attempt: 1,
+            check: SignalCheck::On,
+            sources: vec![],
+        }
+    }
+
+    impl World {
+        fn count(&self, action: &str, outcome: &str) -> String {
+            let text = crate::metrics::encode(&self.registry);
+            let series =
+                format!("reloadlet_actions_total{{action=\"{action}\",outcome=\"{outcome}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .unwrap_or("missing")
+                .to_owned()
+        }
+
+        async fn settle(&self) {
+            self.exec
+                .drain(Instant::now() + Duration::from_secs(3600))
+                .await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_signal_is_retried_while_the_container_restarts_then_sent_once() {
+        let w = world(false, 3);
+        w.exec.signal(job());
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 1);
+        assert_eq!(w.events.reasons(), ["Signaled"]);
+        assert_eq!(w.count("signal", "signaled"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_signal_that_keeps_failing_ends_in_one_signal_failed_after_five_attempts() {
+        let w = world(false, 100);
+        w.exec.signal(job());
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 0);
+        assert_eq!(
+            *w.processes.fail.lock().unwrap(),
+            100 - signal::MAX_ATTEMPTS
+        );
+        assert_eq!(w.events.reasons(), ["SignalFailed"]);
+        assert_eq!(w.count("signal", "signal_failed"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_shutdown_a_failure_is_final_and_no_retry_is_waited_for() {
+        let w = world(false, 100);
+        w.stop.cancel();
+        w.exec.signal(job());
+        w.settle().await;
+        assert_eq!(*w.processes.fail.lock().unwrap(), 99, "one attempt only");
+        assert_eq!(w.events.reasons(), ["SignalFailed"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dry_run_sends_nothing_publishes_nothing_and_counts_dry_run() {
+        let w = world(true, 0);
+        w.exec.signal(job());
+        w.exec.report(
+            &(&pod()).into(),
+            ActionKind::None,
+            Outcome::InvalidAnnotation,
+            "bad".into(),
+        );
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 0);
+        assert!(w.events.reasons().is_empty());
+        assert_eq!(w.count("signal", "dry_run"), "1");
+        assert_eq!(w.count("none", "invalid_annotation"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_signal_that_failed_for_good_is_notified_with_its_sources() {
+        use crate::model::{SourceKind, SourceRef};
+        use crate::notify::{FakePoster, NotifySettings, SecretUrl};
+        let settings = NotifySettings {
+            urls: vec![SecretUrl::parse("https://hooks.example.com/x").unwrap()],
+            ..Default::default()
+        };
+        let poster = FakePoster::default();
+        let registry = &mut prometheus_client::registry::Registry::default();
+        let notifier = Notifier::start(
+            &settings,
+            poster.clone(),
+            crate::notify::NotifyMetrics::new(registry),
+            CancellationToken::new(),
+        );
+        let w = world_notifying(false, 100, notifier);
+        let mut job = job();
+        job.sources = vec![SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: "app".into(),
+        }];
+        w.exec.signal(job);
+        w.settle().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while poster.requests().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let requests = poster.requests();
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        let body = format!("{:?}", requests[0].payload);
+        for part in ["SignalFailed", "ns/web", "app", "node-1"] {
+            assert!(body.contains(part), "{part} not in {body}");
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! What became of an action, as one typed vocabulary: the `outcome` metric label, the
+//! `outcome` log field ([`Outcome::as_str`]), the Kubernetes Event's reason and type
+//! ([`Outcome::event`]) and the Event's action verb ([`ActionKind::event_action`]) are all
+//! derived from these values, so the three can never drift apart.
+
+/// The kind of action (the `action` metric label and log field).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::EnumIter)]
+pub enum ActionKind {
+    Signal,
+    Evict,
+    /// No action: an annotation was validated.
+    None,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Signal => "signal",
+            Self::Evict => "evict",
+            Self::None => "none",
+        }
+    }
+
+    /// The Event's `action` (a short PascalCase verb).
+    pub fn event_action(self) -> &'static str {
+        match self {
+            Self::Signal => "Signal",
+            Self::Evict => "Evict",
+            Self::None => "Validate",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, strum::EnumIter)]
+pub enum Outcome {
+    Signaled,
+    /// Sent, but the process has no handler and does not block it (Warning `SignalNotHandled`).
+    SignalNotHandled,
+    /// Not sent: the process ignores it or would be killed by it (Warning `SignalNotHandled`).
+    SignalWithheld,
+    SignalFailed,
+    Evicted,
+    EvictionBlocked,
+    EvictionFailed,
+    Refused,
+    InvalidAnnotation,
+    SubPathNotUpdated,
+    DryRun,
+    /// An evict pod that no PodDisruptionBudget selects (a warning, not counted).
+    NoDisruptionBudget,
+    /// The pod is already terminating: nothing to do (not counted, no Event).
+    Skipped,
+}
+
+/// A Kubernetes Event's reason and type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventKind {
+    pub reason: &'static str,
+    pub warning: bool,
+}
+
+impl Outcome {
+    /// The metric label and the log field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Signaled => "signaled",
+            Self::SignalNotHandled => "signal_not_handled",
+            Self::SignalWithheld => "signal_withheld",
+            Self::SignalFailed => "signal_failed",
+            Self::Evicted => "evicted",
+            Self::EvictionBlocked => "eviction_blocked",
+            Self::EvictionFailed => "eviction_failed",
+            Self::Refused => "refused",
+            Self::InvalidAnnotation => "invalid_annotation",
+            Self::SubPathNotUpdated => "subpath_not_updated",
+            Self::DryRun => "dry_run",
+            Self::NoDisruptionBudget => "no_disruption_budget",
+            Self::Skipped => "skipped",
+        }
+    }
+
+    /// The Event published for this outcome (`None`: no Event).
+    pub fn event(self) -> Option<EventKind> {
+        let (reason, warning) = match self {
+            Self::Signaled => ("Signaled", false),
+            Self::SignalNotHandled | Self::SignalWithheld => ("SignalNotHandled", true),
+            Self::SignalFailed => ("SignalFailed", true),
+            Self::Evicted => ("EvictionRequested", false),
+            Self::EvictionBlocked => ("EvictionBlocked", true),
+            Self::EvictionFailed => ("EvictionFailed", true),
+            Self::Refused => ("EvictionRefused", true),
+            Self::InvalidAnnotation => ("InvalidAnnotation", true),
+            Self::SubPathNotUpdated => ("SubPathNotUpdated", true),
+            Self::NoDisruptionBudget => ("NoDisruptionBudget", true),
+            Self::DryRun | Self::Skipped => return None,
+        };
+        Some(EventKind { reason, warning })
+    }
+
+    /// Counted in `reloadlet_actions_total`.
+    pub fn counted(self) -> bool {
+        !self.actions().is_empty()
+    }
+
+    /// The `action` labels this outcome is recorded with (the series pre-created at 0).
+    pub fn actions(self) -> &'static [ActionKind] {
+        use ActionKind::{Evict, None, Signal};
+        match self {
+            Self::Signaled
+            | Self::SignalFailed
+            | Self::SignalNotHandled
+            | Self::SignalWithheld
+            | Self::SubPathNotUpdated => &[Signal],
+            Self::Evicted | Self::EvictionBlocked | Self::EvictionFailed | Self::Refused => {
+                &[Evict]
+            }
+            Self::InvalidAnnotation => &[None],
+            Self::DryRun => &[Signal, Evict],
+            Self::NoDisruptionBudget | Self::Skipped => &[],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::IntoEnumIterator;
+
+    #[test]
+    fn every_warning_event_has_a_distinct_log_field_and_the_documented_reason() {
+        let reasons: Vec<_> = Outcome::iter()
+            .filter_map(|o| o.event().map(|e| (o.as_str(), e.reason, e.warning)))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("signaled", "Signaled", false),
+                ("signal_not_handled", "SignalNotHandled", true),
+                ("signal_withheld", "SignalNotHandled", true),
+                ("signal_failed", "SignalFailed", true),
+                ("evicted", "EvictionRequested", false),
+                ("eviction_blocked", "EvictionBlocked", true),
+                ("eviction_failed", "EvictionFailed", true),
+                ("refused", "EvictionRefused", true),
+                ("invalid_annotation", "InvalidAnnotation", true),
+                ("subpath_not_updated", "SubPathNotUpdated", true),
+                ("no_disruption_budget", "NoDisruptionBudget", true),
+            ]
+        );
+    }
+}

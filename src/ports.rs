@@ -1,0 +1,242 @@
+//! The agent's edges as small traits, with no `kube` import: what the executor needs from
+//! the Kubernetes API (Events, the Eviction API) and from the OS (finding and signalling a
+//! container's main process). The real implementations live in `k8s/` and `process/`;
+//! [`fake`] holds one fake of each for unit tests.
+
+use crate::model::PodInfo;
+use futures::future::BoxFuture;
+use std::time::Duration;
+
+pub use crate::process::ContainerProcesses;
+
+/// The pod an event or an eviction is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl PodRef {
+    /// `namespace/name`.
+    pub fn full_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+impl From<&PodInfo> for PodRef {
+    fn from(p: &PodInfo) -> Self {
+        Self {
+            uid: p.uid.clone(),
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodEvent {
+    pub warning: bool,
+    /// `Signaled`, `SignalNotHandled`, `InvalidAnnotation`, `SubPathNotUpdated`, `SignalFailed`,
+    /// `EvictionRequested`, … (from [`crate::outcome::Outcome::event`]).
+    pub reason: &'static str,
+    /// Short PascalCase verb: `Signal`, `Evict`, `Validate`.
+    pub action: &'static str,
+    pub note: String,
+}
+
+/// Where the agent sends Kubernetes Events (`k8s::events::QueuedRecorder`).
+pub trait EventSink: Send + Sync {
+    fn publish(&self, pod: &PodRef, event: PodEvent);
+    /// Events dropped so far because the queue was full.
+    fn dropped(&self) -> u64 {
+        0
+    }
+}
+
+/// What the Eviction API answered (`k8s::eviction::classify`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvictOutcome {
+    /// 201/200: the pod is being deleted (or would be, on dry-run).
+    Evicted,
+    /// 429: a PodDisruptionBudget does not allow it now. `cause` is the server's explanation.
+    Blocked {
+        cause: String,
+        retry_after: Option<Duration>,
+    },
+    /// 404 or 409 (UID precondition failed): the pod is gone or was replaced.
+    Gone,
+    /// Anything else (500 for several PDBs, 403, network errors, no answer in time): keep
+    /// retrying, report it.
+    Failed { code: Option<u16>, message: String },
+}
+
+#[derive(Clone, Debug)]
+pub struct EvictRequest {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub dry_run: bool,
+}
+
+/// The Eviction API (`k8s::eviction::KubeEvictor`).
+pub trait Evictor: Send + Sync {
+    fn evict(&self, req: &EvictRequest) -> BoxFuture<'_, EvictOutcome>;
+}
+
+/// One fake per edge, recording what was asked of it.
+#[cfg(test)]
+pub mod fake {
+    use super::*;
+    use crate::model::{ContainerId, ReloadSignal};
+    use crate::process::{decide, Delivery, MainProcess, ProcessError, SignalCheck, SignalStatus};
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    /// Records every Event.
+    #[derive(Default)]
+    pub struct Events(pub Mutex<Vec<(PodRef, PodEvent)>>);
+
+    impl Events {
+        pub fn reasons(&self) -> Vec<&'static str> {
+            self.0
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, e)| e.reason)
+                .collect()
+        }
+    }
+
+    impl EventSink for Events {
+        fn publish(&self, pod: &PodRef, event: PodEvent) {
+            self.0.lock().unwrap().push((pod.clone(), event));
+        }
+    }
+
+    /// Answers from a script (then `Evicted`); `None` in the script: the call never answers.
+    #[derive(Default)]
+    pub struct Evictor {
+        pub script: Mutex<VecDeque<Option<EvictOutcome>>>,
+        pub calls: Mutex<Vec<EvictRequest>>,
+    }
+
+    impl Evictor {
+        pub fn answering(answers: impl IntoIterator<Item = Option<EvictOutcome>>) -> Self {
+            Self {
+                script: Mutex::new(answers.into_iter().collect()),
+                ..Default::default()
+            }
+        }
+
+        pub fn calls(&self) -> usize {
+            self.calls.lock().unwrap().len()
+        }
+    }
+
+    impl super::Evictor for Evictor {
+        fn evict(&self, req: &EvictRequest) -> BoxFuture<'_, EvictOutcome> {
+            self.calls.lock().unwrap().push(req.clone());
+            let next = self
+                .script
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Some(EvictOutcome::Evicted));
+            Box::pin(async move {
+                match next {
+                    Some(outcome) => outcome,
+                    None => std::future::pending().await,
+                }
+            })
+        }
+    }
+
+    /// Containers' main processes: a process per container ID, which handles every signal;
+    /// `fail` makes the next deliveries fail (as while a container restarts).
+    #[derive(Default)]
+    pub struct Processes {
+        /// Container ID → host PID.
+        pub pids: Mutex<std::collections::HashMap<String, i32>>,
+        pub fail: Mutex<u32>,
+        /// (pod UID, container ID, signal) of every signal sent.
+        pub sent: Mutex<Vec<(String, String, ReloadSignal)>>,
+    }
+
+    impl Processes {
+        pub fn with(container_id: &str, pid: i32) -> Self {
+            let p = Self::default();
+            p.pids.lock().unwrap().insert(container_id.into(), pid);
+            p
+        }
+
+        pub fn sent(&self) -> usize {
+            self.sent.lock().unwrap().len()
+        }
+
+        fn status() -> SignalStatus {
+            SignalStatus {
+                name: "app".into(),
+                caught: u64::MAX,
+                ns_pid: Some(1),
+                ..Default::default()
+            }
+        }
+    }
+
+    impl ContainerProcesses for Processes {
+        fn find_main_process(
+            &self,
+            pod_uid: &str,
+            container: &ContainerId,
+        ) -> Result<MainProcess, ProcessError> {
+            let pid = self.pids.lock().unwrap().get(&container.id).copied();
+            pid.map(|pid| MainProcess { pid, start_time: 1 })
+                .ok_or_else(|| ProcessError::NoProcess {
+                    pod_uid: pod_uid.into(),
+                    container: container.clone(),
+                    proc_root: "/proc".into(),
+                })
+        }
+
+        fn deliver(
+            &self,
+            pod_uid: &str,
+            container: &ContainerId,
+            signal: ReloadSignal,
+            check: SignalCheck,
+        ) -> Result<Delivery, ProcessError> {
+            {
+                let mut fail = self.fail.lock().unwrap();
+                if *fail > 0 {
+                    *fail -= 1;
+                    return Err(ProcessError::NoProcess {
+                        pod_uid: pod_uid.into(),
+                        container: container.clone(),
+                        proc_root: "/proc".into(),
+                    });
+                }
+            }
+            let main = self.find_main_process(pod_uid, container)?;
+            let status = Self::status();
+            self.sent
+                .lock()
+                .unwrap()
+                .push((pod_uid.into(), container.id.clone(), signal));
+            Ok(Delivery {
+                pid: main.pid,
+                verdict: decide(&status, signal, check),
+                status,
+                by_kill: false,
+            })
+        }
+
+        fn inspect(
+            &self,
+            pod_uid: &str,
+            container: &ContainerId,
+        ) -> Result<(MainProcess, SignalStatus), ProcessError> {
+            Ok((self.find_main_process(pod_uid, container)?, Self::status()))
+        }
+    }
+}
