@@ -102,8 +102,6 @@ impl Executor {
     pub fn signal(&self, job: SignalJob) {
         if self.inner.report.dry_run() {
             self.inner.report.count(ActionKind::Signal, Outcome::DryRun);
-            self.dry_run_signal(job);
-            return;
         }
         // The first attempt goes straight to a blocking thread (one hand-off from the loop);
         // only a failed attempt starts the async retry task.
@@ -137,35 +135,6 @@ impl Executor {
         self.inner.signals.close();
         let _ = tokio::time::timeout_at(deadline.into(), self.inner.signals.wait()).await;
     }
-
-    /// `--dry-run`: logs what the signal would do to the main process (the same check as a
-    /// real signal, read from /proc off the event loop), and sends nothing.
-    fn dry_run_signal(&self, job: SignalJob) {
-        let Some(pod) = self.inner.pod(&job.pod_uid) else {
-            return;
-        };
-        let name = pod.full_name();
-        let container_id = signal::running_container_id(&pod, &job.container);
-        let processes = self.inner.processes.clone();
-        tokio::task::spawn_blocking(move || {
-            let seen = container_id.and_then(|id| {
-                let (main, status) = processes
-                    .inspect(&job.pod_uid, &id)
-                    .map_err(|e| e.to_string())?;
-                let verdict = crate::process::decide(&status, job.signal, job.check);
-                let what = crate::process::describe(&status, main.pid, job.signal, verdict);
-                Ok((verdict.sends(), what))
-            });
-            let (sends, what) =
-                seen.unwrap_or_else(|e| (true, format!("main process not found now: {e}")));
-            let message = if sends {
-                "dry-run: would send signal"
-            } else {
-                "dry-run: would NOT send signal (SignalNotHandled)"
-            };
-            tracing::info!(pod = %name, container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
-        });
-    }
 }
 
 impl Inner {
@@ -181,6 +150,9 @@ impl Inner {
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
             return None;
         };
+        if self.report.dry_run() {
+            return self.look(job, &pod);
+        }
         let delivered = signal::running_container_id(&pod, &job.container).and_then(|id| {
             self.processes
                 .deliver(&job.pod_uid, &id, job.signal, job.check)
@@ -242,11 +214,41 @@ impl Inner {
         }
     }
 
+    /// `--dry-run`'s attempt: logs what the signal would do to the main process (the same
+    /// check as a real signal, retried the same way while the container is not running),
+    /// and sends nothing.
+    fn look(&self, job: SignalJob, pod: &PodInfo) -> Option<(SignalJob, String)> {
+        let seen = signal::running_container_id(pod, &job.container).and_then(|id| {
+            let (main, status) = self
+                .processes
+                .inspect(&job.pod_uid, &id)
+                .map_err(|e| e.to_string())?;
+            let verdict = crate::process::decide(&status, job.signal, job.check);
+            let what = crate::process::describe(&status, main.pid, job.signal, verdict);
+            Ok((verdict.sends(), what))
+        });
+        let (sends, what) = match seen {
+            Ok(seen) => seen,
+            Err(e) => return Some((job, e)),
+        };
+        let message = if sends {
+            "dry-run: would send signal"
+        } else {
+            "dry-run: would NOT send signal (SignalNotHandled)"
+        };
+        tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
+        None
+    }
+
     fn give_up(&self, job: &SignalJob, error: &str) {
         let Some(pod) = self.pod(&job.pod_uid) else {
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
             return;
         };
+        if self.report.dry_run() {
+            tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), error = %error, "dry-run: would send signal, but the main process was not found");
+            return;
+        }
         let outcome = Outcome::SignalFailed;
         tracing::error!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, action = "signal", outcome = outcome.as_str(), error = %error, "signal failed; giving up");
         let note = signal::failed_note(job, error);
