@@ -205,18 +205,23 @@ async fn run(settings: Settings) -> ExitCode {
         budgets.clone(),
         api_metrics,
     ));
-    let notifier = match reloadlet::notify::HttpPoster::for_settings(&settings.notify) {
-        Ok(poster) => reloadlet::notify::Notifier::start(
-            &settings.notify,
-            poster,
-            notify_metrics,
-            CancellationToken::new(),
-        ),
-        Err(e) => return fail(&format!("notifications: {e}")),
+    // No HTTP client at all while notifications are off.
+    let notifier = if !settings.notify.enabled() {
+        reloadlet::notify::Notifier::disabled()
+    } else {
+        match reloadlet::notify::HttpPoster::for_settings(&settings.notify) {
+            Ok(poster) => {
+                tracing::info!(notify = %settings.notify.describe(), "notifications on");
+                reloadlet::notify::Notifier::start(
+                    &settings.notify,
+                    poster,
+                    notify_metrics,
+                    CancellationToken::new(),
+                )
+            }
+            Err(e) => return fail(&format!("notifications: {e}")),
+        }
     };
-    if settings.notify.enabled() {
-        tracing::info!(notify = %settings.notify.describe(), "notifications on");
-    }
     let deps = Deps {
         events: Arc::new(QueuedRecorder::spawn(
             clients.main.clone(),

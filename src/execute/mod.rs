@@ -102,13 +102,16 @@ impl Executor {
     pub fn signal(&self, job: SignalJob) {
         if self.inner.report.dry_run() {
             self.inner.report.count(ActionKind::Signal, Outcome::DryRun);
-            self.dry_run_signal(job);
-            return;
         }
+        // The first attempt goes straight to a blocking thread (one hand-off from the loop);
+        // only a failed attempt starts the async retry task.
         let inner = self.inner.clone();
-        self.inner
-            .signals
-            .spawn(async move { inner.run_signal(job).await });
+        self.inner.signals.spawn_blocking(move || {
+            if let Some((job, error)) = inner.attempt(job) {
+                let retrying = inner.clone();
+                inner.signals.spawn(retrying.retry(job, error));
+            }
+        });
     }
 
     /// Evicts a pod (at most one eviction per pod at a time).
@@ -132,35 +135,6 @@ impl Executor {
         self.inner.signals.close();
         let _ = tokio::time::timeout_at(deadline.into(), self.inner.signals.wait()).await;
     }
-
-    /// `--dry-run`: logs what the signal would do to the main process (the same check as a
-    /// real signal, read from /proc off the event loop), and sends nothing.
-    fn dry_run_signal(&self, job: SignalJob) {
-        let Some(pod) = self.inner.pod(&job.pod_uid) else {
-            return;
-        };
-        let name = pod.full_name();
-        let container_id = signal::running_container_id(&pod, &job.container);
-        let processes = self.inner.processes.clone();
-        tokio::task::spawn_blocking(move || {
-            let seen = container_id.and_then(|id| {
-                let (main, status) = processes
-                    .inspect(&job.pod_uid, &id)
-                    .map_err(|e| e.to_string())?;
-                let verdict = crate::process::decide(&status, job.signal, job.check);
-                let what = crate::process::describe(&status, main.pid, job.signal, verdict);
-                Ok((verdict.sends(), what))
-            });
-            let (sends, what) =
-                seen.unwrap_or_else(|e| (true, format!("main process not found now: {e}")));
-            let message = if sends {
-                "dry-run: would send signal"
-            } else {
-                "dry-run: would NOT send signal (SignalNotHandled)"
-            };
-            tracing::info!(pod = %name, container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
-        });
-    }
 }
 
 impl Inner {
@@ -169,71 +143,122 @@ impl Inner {
         index.get(uid).cloned()
     }
 
-    async fn run_signal(&self, mut job: SignalJob) {
+    /// One attempt, on a blocking thread: `None` when it is over (sent and reported, or the
+    /// pod is gone), else the job and the error to retry on.
+    fn attempt(&self, job: SignalJob) -> Option<(SignalJob, String)> {
+        let Some(pod) = self.pod(&job.pod_uid) else {
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
+            return None;
+        };
+        if self.report.dry_run() {
+            return self.look(job, &pod);
+        }
+        let delivered = signal::running_container_id(&pod, &job.container).and_then(|id| {
+            self.processes
+                .deliver(&job.pod_uid, &id, job.signal, job.check)
+                .map_err(|e| e.to_string())
+        });
+        let delivery = match delivered {
+            Ok(d) => d,
+            Err(e) => return Some((job, e)),
+        };
+        let name = pod.full_name();
+        let (outcome, note) = signal::report(&job, &delivery);
+        let (pid, process) = (delivery.pid, delivery.status.name.as_str());
+        let verdict = format!("{:?}", delivery.verdict);
+        let latency = job.first_seen.elapsed();
+        if delivery.sent() {
+            self.report.latency(ActionKind::Signal, latency);
+        }
+        let field = outcome.as_str();
+        if outcome.event().is_some_and(|e| e.warning) {
+            let what = delivery.describe(job.signal);
+            tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, "{what}");
+        } else {
+            tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
+        }
+        let sources = &job.sources;
+        self.report
+            .record(&(&pod).into(), ActionKind::Signal, outcome, note, sources);
+        None
+    }
+
+    /// After a failed attempt: retries (0.5 s doubling) while the container restarts, none
+    /// at shutdown; `SignalFailed` once they are used up.
+    async fn retry(self: Arc<Self>, mut job: SignalJob, mut error: String) {
         let mut delays = signal::retry_delays();
         loop {
-            let Some(pod) = self.pod(&job.pod_uid) else {
-                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
-                return;
-            };
-            let result = match signal::running_container_id(&pod, &job.container) {
-                Err(e) => Err(e),
-                Ok(container_id) => {
-                    let processes = self.processes.clone();
-                    let (uid, sig, check) = (job.pod_uid.clone(), job.signal, job.check);
-                    tokio::task::spawn_blocking(move || {
-                        processes
-                            .deliver(&uid, &container_id, sig, check)
-                            .map_err(|e| e.to_string())
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(e.to_string()))
-                }
-            };
-            let pod_ref = PodRef::from(&pod);
-            let name = pod.full_name();
-            let error = match result {
-                Ok(delivery) => {
-                    let (outcome, note) = signal::report(&job, &delivery);
-                    let (pid, process) = (delivery.pid, delivery.status.name.as_str());
-                    let verdict = format!("{:?}", delivery.verdict);
-                    let latency = job.first_seen.elapsed();
-                    if delivery.sent() {
-                        self.report.latency(ActionKind::Signal, latency);
-                    }
-                    let field = outcome.as_str();
-                    if outcome.event().is_some_and(|e| e.warning) {
-                        let what = delivery.describe(job.signal);
-                        tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, "{what}");
-                    } else {
-                        tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
-                    }
-                    let sources = &job.sources;
-                    self.report
-                        .record(&pod_ref, ActionKind::Signal, outcome, note, sources);
-                    return;
-                }
-                Err(e) => e,
-            };
             let next = (!self.stop.is_cancelled()).then(|| delays.next()).flatten();
             let Some(delay) = next else {
-                let outcome = Outcome::SignalFailed;
-                tracing::error!(pod = %name, container = %job.container, signal = %job.signal, action = "signal", outcome = outcome.as_str(), error = %error, "signal failed; giving up");
-                let note = signal::failed_note(&job, &error);
-                let sources = &job.sources;
-                self.report
-                    .record(&pod_ref, ActionKind::Signal, outcome, note, sources);
+                self.give_up(&job, &error);
                 return;
             };
-            tracing::warn!(pod = %name, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
+            tracing::warn!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
             tokio::select! {
                 _ = tokio::time::sleep(delay) => job.attempt += 1,
                 _ = self.stop.cancelled() => {
-                    tracing::info!(pod = %name, container = %job.container, "shutting down: signal retry dropped");
+                    tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: signal retry dropped");
+                    return;
+                }
+            }
+            let inner = self.clone();
+            let attempt = tokio::task::spawn_blocking(move || inner.attempt(job)).await;
+            match attempt {
+                Ok(None) => return,
+                Ok(Some((j, e))) => (job, error) = (j, e),
+                Err(e) => {
+                    tracing::error!(error = %e, "signal attempt panicked");
                     return;
                 }
             }
         }
+    }
+
+    /// `--dry-run`'s attempt: logs what the signal would do to the main process (the same
+    /// check as a real signal, retried the same way while the container is not running),
+    /// and sends nothing.
+    fn look(&self, job: SignalJob, pod: &PodInfo) -> Option<(SignalJob, String)> {
+        let seen = signal::running_container_id(pod, &job.container).and_then(|id| {
+            let (main, status) = self
+                .processes
+                .inspect(&job.pod_uid, &id)
+                .map_err(|e| e.to_string())?;
+            let verdict = crate::process::decide(&status, job.signal, job.check);
+            let what = crate::process::describe(&status, main.pid, job.signal, verdict);
+            Ok((verdict.sends(), what))
+        });
+        let (sends, what) = match seen {
+            Ok(seen) => seen,
+            Err(e) => return Some((job, e)),
+        };
+        let message = if sends {
+            "dry-run: would send signal"
+        } else {
+            "dry-run: would NOT send signal (SignalNotHandled)"
+        };
+        tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
+        None
+    }
+
+    fn give_up(&self, job: &SignalJob, error: &str) {
+        let Some(pod) = self.pod(&job.pod_uid) else {
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
+            return;
+        };
+        if self.report.dry_run() {
+            tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), error = %error, "dry-run: would send signal, but the main process was not found");
+            return;
+        }
+        let outcome = Outcome::SignalFailed;
+        tracing::error!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, action = "signal", outcome = outcome.as_str(), error = %error, "signal failed; giving up");
+        let note = signal::failed_note(job, error);
+        self.report.record(
+            &(&pod).into(),
+            ActionKind::Signal,
+            outcome,
+            note,
+            &job.sources,
+        );
     }
 }
 
