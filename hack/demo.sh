@@ -16,4 +16,4 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 hack/install-test-deps.sh
 cargo build --release --quiet --bin reloadlet --example demo
-exec target/release/examples/demo "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/examples/demo" "$@"
