@@ -77,22 +77,10 @@ impl ScopeArgs {
         let selector = match &self.pod_selector {
             None => None,
             Some(sel) if sel.trim().is_empty() => return Err("--pod-selector is empty".into()),
-            Some(sel) => Some(LabelSelector::parse(sel).map_err(|e| {
-                format!("--pod-selector {sel:?} is not a valid label selector: {e}")
-            })?),
-        };
-        let clean = |v: &[String]| -> std::collections::BTreeSet<String> {
-            v.iter()
-                .map(|s| s.trim())
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .collect()
+            Some(sel) => Some(parse_pod_selector(sel)?),
         };
         Ok(Scope {
-            namespaces: NamespaceFilter {
-                include: clean(&self.namespaces),
-                exclude: clean(&self.exclude_namespaces),
-            },
+            namespaces: namespace_filter(&self.namespaces, &self.exclude_namespaces),
             selector,
             dry_run: self.dry_run,
         })
@@ -250,6 +238,29 @@ fn parse_pod_ref(s: &str) -> Result<(String, String), String> {
 /// suffix, binary (`Ki Mi Gi Ti Pi Ei`), decimal (`k M G T P E`, `m` = 1/1000) or an exponent
 /// (`e3`, `E3`). Suffixes are case-sensitive (`24mi` is refused, as the API server does). A
 /// fraction of a byte rounds up, like `Quantity.Value()`.
+/// `--pod-selector`, parsed as the API server would (one-line error naming the flag): shared
+/// by the agent, `explain` and the controller, so a selector that cannot work stops each at
+/// startup instead of failing every list.
+pub fn parse_pod_selector(sel: &str) -> Result<LabelSelector, String> {
+    LabelSelector::parse(sel)
+        .map_err(|e| format!("--pod-selector {sel:?} is not a valid label selector: {e}"))
+}
+
+/// `--namespaces` / `--exclude-namespaces` as a filter (blank entries dropped).
+pub fn namespace_filter(include: &[String], exclude: &[String]) -> NamespaceFilter {
+    let clean = |v: &[String]| -> std::collections::BTreeSet<String> {
+        v.iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    NamespaceFilter {
+        include: clean(include),
+        exclude: clean(exclude),
+    }
+}
+
 pub fn parse_byte_quantity(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t

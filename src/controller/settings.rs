@@ -113,27 +113,18 @@ impl ControllerArgs {
         } else {
             None
         };
+        let pod_selector = self.pod_selector.clone().filter(|s| !s.is_empty());
+        if let Some(sel) = &pod_selector {
+            crate::config::parse_pod_selector(sel)?;
+        }
         Ok(ControllerSettings {
             secrets: self.secrets,
             max_nudges_per_second: self.max_nudges_per_second,
             election,
             listen: self.listen,
             log_format: self.log_format,
-            filter: NamespaceFilter {
-                include: self
-                    .namespaces
-                    .iter()
-                    .filter(|s| !s.is_empty())
-                    .cloned()
-                    .collect(),
-                exclude: self
-                    .exclude_namespaces
-                    .iter()
-                    .filter(|s| !s.is_empty())
-                    .cloned()
-                    .collect(),
-            },
-            pod_selector: self.pod_selector.clone().filter(|s| !s.is_empty()),
+            filter: crate::config::namespace_filter(&self.namespaces, &self.exclude_namespaces),
+            pod_selector,
         })
     }
 }
@@ -153,6 +144,25 @@ mod tests {
         Wrap::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))
             .unwrap()
             .args
+    }
+
+    #[test]
+    fn a_malformed_pod_selector_is_refused_at_startup() {
+        let bad = parse(&["--leader-elect=false", "--pod-selector", "app in ("]);
+        let e = bad.settings(None).unwrap_err();
+        assert!(
+            e.contains("--pod-selector") && e.contains("not a valid label selector"),
+            "{e}"
+        );
+        let good = parse(&[
+            "--leader-elect=false",
+            "--pod-selector",
+            "app in (web),tier!=db",
+        ]);
+        assert_eq!(
+            good.settings(None).unwrap().pod_selector.as_deref(),
+            Some("app in (web),tier!=db")
+        );
     }
 
     #[test]
