@@ -30,3 +30,8 @@ original=$(cat "$instances")
 trap 'echo "$original" > "$instances"' EXIT
 cargo build --release --quiet --examples
 cargo bench --bench node
+# 3. fast projection (reloadlet controller), about 2.5 minutes: ConfigMap update -> SIGHUP with
+#    and without the controller under the kubelet's real sync timing, and the controller at
+#    5,000 pods / 2,000 ConfigMaps (benches/controller/main.rs lists its knobs;
+#    BENCH_CTL_SLOW=0 skips the ~90 s wait for the kubelet's periodic sync).
+cargo bench --bench controller

@@ -425,6 +425,19 @@ impl ApiServer {
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.state().requests.clone()
     }
+    /// Watch streams open right now per kind (`Pod`, `ConfigMap`, `Secret`, `Lease`), e.g. to
+    /// assert "one watch per kind" (kinds with none open are left out).
+    pub fn open_watches(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        self.inner
+            .shared
+            .open_watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| (render::kind_of(*r).0, *n))
+            .collect()
+    }
     /// `Some(code)`: every request answers that status and open watches break; `None`
     /// restores service.
     pub fn set_outage(&self, code: Option<u16>) {

@@ -1,6 +1,8 @@
 //! What the HTTP handlers, watch tasks and the in-process handle share.
 
+use super::model::Resource;
 use super::store::{State, WatchSignal};
+use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{broadcast, watch};
@@ -21,6 +23,8 @@ pub(crate) struct Shared {
     pub default_watch_timeout: Duration,
     /// Eviction requests being served right now.
     pub in_flight: std::sync::atomic::AtomicUsize,
+    /// Watch streams open right now, per resource.
+    pub open_watches: Mutex<BTreeMap<Resource, usize>>,
 }
 
 impl Shared {
@@ -41,6 +45,7 @@ impl Shared {
             bookmark_interval,
             default_watch_timeout,
             in_flight: Default::default(),
+            open_watches: Default::default(),
         }
     }
 
@@ -52,5 +57,36 @@ impl Shared {
     /// The configured response delay.
     pub fn delay(&self) -> Option<Duration> {
         *self.delay.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Counts one open watch stream of a resource in [`Shared::open_watches`] while it lives.
+pub(crate) struct OpenWatch {
+    shared: std::sync::Arc<Shared>,
+    resource: Resource,
+}
+
+impl OpenWatch {
+    pub fn new(shared: std::sync::Arc<Shared>, resource: Resource) -> Self {
+        *shared
+            .open_watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(resource)
+            .or_default() += 1;
+        Self { shared, resource }
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        let mut open = self
+            .shared
+            .open_watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.resource) {
+            *n = n.saturating_sub(1);
+        }
     }
 }

@@ -330,6 +330,7 @@ async fn run_watch(
     initial: Vec<Bytes>,
     tx: mpsc::Sender<Result<Bytes, Infallible>>,
 ) {
+    let _open = super::shared::OpenWatch::new(shared.clone(), req.filter.resource);
     for l in initial {
         if tx.send(Ok(l)).await.is_err() {
             return;
