@@ -52,21 +52,16 @@ impl Controller {
             listen,
             log,
         };
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if http_get(&c.listen, "/readyz").is_some_and(|(code, _)| code == 200) {
-                return c;
-            }
-            if let Ok(Some(status)) = c.child.try_wait() {
-                panic!("controller exited with {status}:\n{}", c.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "controller not ready:\n{}",
-                c.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let (listen, log) = (c.listen.clone(), c.log.clone());
+        eventually_while_running(
+            "controller /readyz",
+            WAIT,
+            &mut c.child,
+            || std::fs::read_to_string(&log).unwrap_or_default(),
+            || http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(())),
+        )
+        .await;
+        c
     }
 
     fn log(&self) -> String {
@@ -82,19 +77,7 @@ impl Controller {
 
     /// SIGTERM, then waits (SIGKILL after 15 s).
     async fn stop(mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child).await;
     }
 }
 
@@ -548,64 +531,6 @@ async fn measure_apply_to_sighup() {
         pct(0.99),
         took.last().unwrap()
     );
-    controller.stop().await;
-}
-
-/// Not a pass/fail test: the controller's memory with 5,000 pods and 2,000 ConfigMaps, and
-/// its requests (one list + watch per kind, no per-object GETs on a change).
-/// `cargo test --release --test controller -- --ignored --nocapture measure_scale`
-#[tokio::test(flavor = "multi_thread")]
-#[ignore]
-async fn measure_scale() {
-    let node = Node::start(NodeOptions::default()).await;
-    for i in 0..2000 {
-        node.api
-            .apply_configmap(configmap(NS, &format!("cm-{i}"), &[("k", "v")]));
-    }
-    for i in 0..5000 {
-        let mut p = pod(NS, &format!("p-{i}"))
-            .signal()
-            .configmap_volume("conf", &format!("cm-{}", i % 2000))
-            .container(json!({"name": "app", "image": "x", "volumeMounts": [{"name": "conf", "mountPath": "/c"}]}))
-            .build();
-        // Another node: the simulated kubelet leaves them alone.
-        p.spec.as_mut().unwrap().node_name = Some("elsewhere".into());
-        node.api.create_pod(p);
-    }
-    let started = Instant::now();
-    let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
-    let ready = started.elapsed();
-    let rss = |pid: u32| -> String {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap()
-            .lines()
-            .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let before = node.api.requests().len();
-    node.api
-        .apply_configmap(configmap(NS, "cm-7", &[("k", "v2")]));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let after: Vec<_> = node.api.requests().into_iter().skip(before).collect();
-    eprintln!(
-        "5,000 pods / 2,000 ConfigMaps: ready after {ready:?}; {}; requests after one change: {:?}",
-        rss(controller.child.id()),
-        after
-            .iter()
-            .map(|r| format!("{} {}", r.method, r.path))
-            .collect::<Vec<_>>()
-    );
-    let lists: Vec<_> = node
-        .api
-        .requests()
-        .into_iter()
-        .filter(|r| {
-            r.method == "GET" && (r.path.ends_with("/pods") || r.path.ends_with("/configmaps"))
-        })
-        .map(|r| format!("{}?{}", r.path, r.query))
-        .collect();
-    eprintln!("lists/watches: {lists:?}");
     controller.stop().await;
 }
 

@@ -16,7 +16,7 @@ pub use nodesim::probe::http_get;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const NODE: &str = "node-a";
 
@@ -118,26 +118,16 @@ impl Node {
     }
 
     pub async fn wait_ready(&mut self) {
-        let listen = self.agent().listen.clone();
-        let log = self.agent().log.clone();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if http_get(&listen, "/readyz").is_some_and(|(code, _)| code == 200) {
-                return;
-            }
-            if let Ok(Some(status)) = self.agent.as_mut().unwrap().child.try_wait() {
-                panic!(
-                    "reloadlet exited with {status}:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "reloadlet not ready:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let agent = self.agent.as_mut().expect("agent running");
+        let (listen, log) = (agent.listen.clone(), agent.log.clone());
+        eventually_while_running(
+            "reloadlet /readyz",
+            Duration::from_secs(20),
+            &mut agent.child,
+            || std::fs::read_to_string(&log).unwrap_or_default(),
+            || http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(())),
+        )
+        .await
     }
 
     pub fn agent(&self) -> &AgentProcess {
@@ -151,21 +141,7 @@ impl Node {
     /// SIGTERM, then waits (SIGKILL after 15 s).
     pub async fn stop_agent(&mut self) -> ExitStatus {
         let mut agent = self.agent.take().expect("agent running");
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(agent.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Ok(Some(status)) = agent.child.try_wait() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = agent.child.kill();
-                return agent.child.wait().unwrap();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        terminate(&mut agent.child).await
     }
 
     pub fn scrape(&self) -> String {
@@ -181,15 +157,11 @@ impl Node {
 
     /// Waits until reloadlet knows the content of at least `n` volumes.
     pub async fn wait_tracked(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.metric("reloadlet_volumes_tracked") < n as f64 {
-            assert!(
-                Instant::now() < deadline,
-                "reloadlet does not track {n} volumes; /metrics:\n{}",
-                self.scrape()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("reloadlet tracking {n} volumes");
+        until(&what, Duration::from_secs(10), || {
+            self.metric("reloadlet_volumes_tracked") >= n as f64
+        })
+        .await
     }
 
     pub fn events(&self, namespace: &str, pod: &str, reason: &str) -> Vec<RecordedEvent> {
@@ -236,6 +208,15 @@ impl Node {
             .and_then(|p| p.metadata.uid)
             .expect("pod exists")
     }
+}
+
+/// SIGTERM to a spawned reloadlet, then waits for it (SIGKILL after 15 s).
+pub async fn terminate(child: &mut Child) -> ExitStatus {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    wait_exit(child, Duration::from_secs(15)).await
 }
 
 pub fn alive(pid: i32) -> bool {

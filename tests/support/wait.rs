@@ -3,13 +3,57 @@
 //! also hold in virtual time under a paused clock.
 #![allow(dead_code)] // each test binary uses a different part
 
+use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
 /// How often the helpers look again.
 const POLL: Duration = Duration::from_millis(10);
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.
-pub async fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub async fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    poll_until(what, timeout, f, String::new).await
+}
+
+/// [`eventually`] while `child` runs: panics at once when it exits first, and in both
+/// panics shows `log()` (e.g. the child's stderr).
+pub async fn eventually_while_running<T>(
+    what: &str,
+    timeout: Duration,
+    child: &mut Child,
+    log: impl Fn() -> String,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let probe = || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("exited with {status} while waiting for: {what}\n{}", log());
+        }
+        f()
+    };
+    poll_until(what, timeout, probe, &log).await
+}
+
+/// Waits up to `timeout` for `child` to exit; then kills it. Returns how it ended.
+pub async fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            return child.wait().expect("wait for a killed child");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The one poll loop: `f` until `Some`, or a panic after `timeout` with `context()`.
+async fn poll_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+    context: impl Fn() -> String,
+) -> T {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -17,7 +61,8 @@ pub async fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() ->
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
+            "timed out after {timeout:?} waiting for: {what}\n{}",
+            context()
         );
         tokio::time::sleep(POLL).await;
     }
