@@ -107,13 +107,13 @@ impl Reloadlet {
             .unwrap_or(0.0)
     }
 
-    /// Every sample of a metric family, on one line.
+    /// Every non-zero sample of a metric family, on one line.
     pub fn series(&self, family: &str) -> String {
         let text = http_get(&self.listen, "/metrics")
             .map(|(_, b)| b)
             .unwrap_or_default();
         text.lines()
-            .filter(|l| l.starts_with(family))
+            .filter(|l| l.starts_with(family) && !l.ends_with(" 0"))
             .collect::<Vec<_>>()
             .join(", ")
     }

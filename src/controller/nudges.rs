@@ -139,6 +139,8 @@ struct PodQueue {
     attempts: Vec<Attempt>,
     /// No patch to this pod before this instant.
     next_allowed: Option<Instant>,
+    /// Its newest change has not reached it yet (every attempt so far dropped).
+    undelivered: bool,
 }
 
 /// Nudges dropped by the rate cap, by kind.
@@ -151,7 +153,9 @@ pub struct Dropped {
 /// Schedules nudges per pod: attempt 1 at once, 2 and 3 after [`RENUDGE_AFTER`]; at most one
 /// patch per pod per [`POD_INTERVAL`] (due attempts coalesce into the newest); at most
 /// `max_per_second` patches in total (a token bucket; what exceeds it is dropped and counted —
-/// the kubelet's periodic sync stays the fallback).
+/// the kubelet's periodic sync stays the fallback). When tokens are short, pods whose change
+/// has not reached them yet go before re-nudges of pods already nudged, so a burst larger
+/// than the cap reaches every pod once before any gets its second.
 #[derive(Debug)]
 pub struct Scheduler {
     pods: BTreeMap<PodKey, PodQueue>,
@@ -176,6 +180,7 @@ impl Scheduler {
     /// `change` should nudge `pod`: three attempts from `now`.
     pub fn schedule(&mut self, pod: PodKey, change: Change, now: Instant) {
         let queue = self.pods.entry(pod).or_default();
+        queue.undelivered = true;
         queue.attempts.push(Attempt {
             due: now,
             change: change.clone(),
@@ -224,7 +229,7 @@ impl Scheduler {
     /// covered by it: any annotation change makes the kubelet re-project every volume).
     pub fn due(&mut self, now: Instant) -> Vec<Nudge> {
         self.refill(now);
-        let mut out = Vec::new();
+        let mut picks = Vec::new();
         let mut emptied = Vec::new();
         for (pod, queue) in self.pods.iter_mut() {
             if queue.next_allowed.is_some_and(|n| n > now) {
@@ -238,12 +243,17 @@ impl Scheduler {
                 emptied.push(pod.clone());
             }
             // The newest change (by schedule), then the highest attempt of it.
-            let Some(pick) = due
+            if let Some(pick) = due
                 .into_iter()
                 .max_by_key(|a| (a.due - a.attempt_offset(), a.attempt))
-            else {
-                continue;
-            };
+            {
+                picks.push((queue.undelivered, pod.clone(), pick));
+            }
+        }
+        // Undelivered first (stable: pod order within each group).
+        picks.sort_by_key(|(undelivered, _, _)| !undelivered);
+        let mut out = Vec::new();
+        for (_, pod, pick) in picks {
             if self.tokens < 1.0 {
                 match pick.change.kind {
                     SourceKind::ConfigMap => self.dropped.configmap += 1,
@@ -252,9 +262,12 @@ impl Scheduler {
                 continue;
             }
             self.tokens -= 1.0;
-            queue.next_allowed = Some(now + POD_INTERVAL);
+            if let Some(queue) = self.pods.get_mut(&pod) {
+                queue.next_allowed = Some(now + POD_INTERVAL);
+                queue.undelivered = false;
+            }
             out.push(Nudge {
-                pod: pod.clone(),
+                pod,
                 change: pick.change,
                 attempt: pick.attempt,
             });
@@ -423,12 +436,14 @@ mod tests {
         assert_eq!(s.due(t0).len(), 2);
         assert_eq!(s.dropped().configmap, 2);
         assert_eq!(s.dropped().secret, 0);
-        // Tokens refill at 2/s: the re-nudges of a and b at 1 s get through, c and d had theirs
-        // dropped but still get attempt 2.
-        let second = s.due(t0 + ms(1000));
-        assert_eq!(second.len(), 2);
+        // Tokens refill at 2/s: at 1 s, c and d (whose first nudge was dropped) go before
+        // the re-nudges of a and b.
+        let names = |n: Vec<Nudge>| n.into_iter().map(|n| n.pod.name).collect::<Vec<_>>();
+        assert_eq!(names(s.due(t0 + ms(1000))), ["c", "d"]);
         assert_eq!(s.dropped().configmap, 4);
         assert_eq!(s.depth(), 4);
+        // At 3 s, everyone has been reached once: pod order again.
+        assert_eq!(names(s.due(t0 + ms(3000))), ["a", "b"]);
     }
 
     #[test]
