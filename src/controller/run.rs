@@ -28,6 +28,9 @@ pub struct Controller<P: PodPatcher> {
     filter: NamespaceFilter,
     /// Kinds whose first list must complete before /readyz.
     kinds: Vec<SourceKind>,
+    /// `--secrets`: Secrets are nudged for (their metadata may also be watched for env
+    /// consumers alone).
+    nudge_secrets: bool,
     listed_kinds: BTreeSet<SourceKind>,
     pods_listed: bool,
     leader: bool,
@@ -108,6 +111,7 @@ impl<P: PodPatcher> Controller<P> {
             patcher,
             filter,
             kinds,
+            nudge_secrets: secrets,
             listed_kinds: BTreeSet::new(),
             pods_listed: false,
             leader,
@@ -135,6 +139,9 @@ impl<P: PodPatcher> Controller<P> {
     /// Follow env consumers (`--env-consumers`); needs [`Self::with_reporter`] first.
     pub fn with_env(mut self, deps: EnvDeps) -> Self {
         let (results_tx, results_rx) = mpsc::unbounded_channel();
+        if deps.secrets && !self.kinds.contains(&SourceKind::Secret) {
+            self.kinds.push(SourceKind::Secret);
+        }
         self.env = Some(EnvState {
             tracker: EnvTracker::new(deps.configmaps, deps.secrets),
             deps,
@@ -272,7 +279,7 @@ impl<P: PodPatcher> Controller<P> {
 
     /// An object changed after its baseline: schedule its qualifying pods (leader only).
     fn changed(&mut self, key: &ObjectKey, resource_version: String, now: std::time::Instant) {
-        if !self.leader {
+        if !self.leader || (key.kind == SourceKind::Secret && !self.nudge_secrets) {
             return;
         }
         let object = SourceRef {

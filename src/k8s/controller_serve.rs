@@ -59,7 +59,8 @@ pub async fn serve(
         SourceKind::ConfigMap,
         tx.clone(),
     ));
-    if settings.secrets {
+    // Secrets' metadata: for nudges (--secrets) and for env consumers (--env-consumers-secrets).
+    if settings.secrets || settings.env_secrets {
         tokio::spawn(watch_objects(
             clients.main.clone(),
             SourceKind::Secret,
