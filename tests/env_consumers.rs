@@ -79,7 +79,13 @@ fn ready(p: &Pod) -> bool {
 }
 
 /// A ReplicaSet of `n` pods on the node, all Running and Ready in the API: their UIDs.
-async fn replicaset(node: &Node, app: &str, n: i32, action: &str, env: Vec<Value>) -> BTreeSet<String> {
+async fn replicaset(
+    node: &Node,
+    app: &str,
+    n: i32,
+    action: &str,
+    env: Vec<Value>,
+) -> BTreeSet<String> {
     node.api
         .create_replicaset(NS, app, n, template(app, action, env), NODE);
     let pods = eventually(&format!("{app}: {n} Running and Ready"), WAIT, || {
@@ -125,24 +131,42 @@ async fn a_key_change_evicts_exactly_its_readers_one_at_a_time_under_a_pdb() {
     }
     let node = Node::start(NodeOptions::default()).await;
     node.api.apply_configmap(app_env("info", "80"));
-    node.api.create_pdb(pdb("web", json!({"maxUnavailable": 1})));
-    let web = replicaset(&node, "web", 3, "evict", vec![env_key("LOG", "configmap", "app-env", "LOG")]).await;
-    let other = replicaset(&node, "other", 2, "evict", vec![env_key("PORT", "configmap", "app-env", "PORT")]).await;
+    node.api
+        .create_pdb(pdb("web", json!({"maxUnavailable": 1})));
+    let web = replicaset(
+        &node,
+        "web",
+        3,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
+    let other = replicaset(
+        &node,
+        "other",
+        2,
+        "evict",
+        vec![env_key("PORT", "configmap", "app-env", "PORT")],
+    )
+    .await;
     let controller = ControllerProcess::start(&node, &[], &[]).await;
     baselined(&node, "web").await;
     baselined(&node, "other").await;
-    never("an eviction at startup", QUIET, || eviction_requests(&node) > 0).await;
-
-    node.api.apply_configmap(app_env("debug", "80"));
-    until("the three readers of LOG evicted", Duration::from_secs(60), || {
-        evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web
+    never("an eviction at startup", QUIET, || {
+        eviction_requests(&node) > 0
     })
     .await;
-    never(
-        "a reader of PORT, or a replacement, evicted",
-        QUIET,
-        || evicted_uids(&node).iter().any(|u| !web.contains(u)),
+
+    node.api.apply_configmap(app_env("debug", "80"));
+    until(
+        "the three readers of LOG evicted",
+        Duration::from_secs(60),
+        || evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web,
     )
+    .await;
+    never("a reader of PORT, or a replacement, evicted", QUIET, || {
+        evicted_uids(&node).iter().any(|u| !web.contains(u))
+    })
     .await;
     assert!(other.iter().all(|u| !evicted_uids(&node).contains(u)));
     let violations = node.api.invariant_violations();
@@ -158,7 +182,9 @@ async fn a_key_change_evicts_exactly_its_readers_one_at_a_time_under_a_pdb() {
         .collect();
     assert_eq!(requested.len(), 3, "{requested:?}");
     assert!(
-        requested.iter().all(|n| n.contains("configmap app-env (env) changed")),
+        requested
+            .iter()
+            .all(|n| n.contains("configmap app-env (env) changed")),
         "{requested:?}"
     );
     assert_eq!(
@@ -177,29 +203,46 @@ async fn an_unreferenced_key_a_label_change_or_an_identical_apply_does_nothing()
     node.api.apply_configmap(app_env("info", "80"));
     node.api
         .apply_configmap(configmap(NS, "unread", &[("X", "1")]));
-    replicaset(&node, "web", 2, "evict", vec![env_key("LOG", "configmap", "app-env", "LOG")]).await;
+    replicaset(
+        &node,
+        "web",
+        2,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
     let controller = ControllerProcess::start(&node, &[], &[]).await;
     baselined(&node, "web").await;
 
     node.api.apply_configmap(app_env("info", "81"));
-    never("an eviction for an unread key", QUIET, || eviction_requests(&node) > 0).await;
+    never("an eviction for an unread key", QUIET, || {
+        eviction_requests(&node) > 0
+    })
+    .await;
     let mut labelled = app_env("info", "81");
     labelled.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
     node.api.apply_configmap(labelled.clone());
-    never("an eviction for a label change", QUIET, || eviction_requests(&node) > 0).await;
+    never("an eviction for a label change", QUIET, || {
+        eviction_requests(&node) > 0
+    })
+    .await;
     node.api.apply_configmap(labelled);
     node.api
         .apply_configmap(configmap(NS, "unread", &[("X", "2")]));
-    never("an eviction for an identical apply or an unread object", QUIET, || {
-        eviction_requests(&node) > 0
-    })
+    never(
+        "an eviction for an identical apply or an unread object",
+        QUIET,
+        || eviction_requests(&node) > 0,
+    )
     .await;
     // Only the object some pod reads through env was ever read with its data.
     let full_reads: BTreeSet<String> = node
         .api
         .requests()
         .into_iter()
-        .filter(|r| r.path.contains("/configmaps") && !r.accept.contains("as=PartialObjectMetadata"))
+        .filter(|r| {
+            r.path.contains("/configmaps") && !r.accept.contains("as=PartialObjectMetadata")
+        })
         .map(|r| r.path)
         .collect();
     assert_eq!(
@@ -215,8 +258,16 @@ async fn a_secret_reader_is_ignored_unless_secrets_are_enabled() {
         return;
     }
     let node = Node::start(NodeOptions::default()).await;
-    node.api.apply_secret(secret(NS, "db", &[("PASSWORD", "s1")]));
-    let web = replicaset(&node, "web", 1, "evict", vec![env_key("PASSWORD", "secret", "db", "PASSWORD")]).await;
+    node.api
+        .apply_secret(secret(NS, "db", &[("PASSWORD", "s1")]));
+    let web = replicaset(
+        &node,
+        "web",
+        1,
+        "evict",
+        vec![env_key("PASSWORD", "secret", "db", "PASSWORD")],
+    )
+    .await;
     let name = node.api.pods_of_replicaset(NS, "web")[0]
         .metadata
         .name
@@ -231,10 +282,13 @@ async fn a_secret_reader_is_ignored_unless_secrets_are_enabled() {
     };
 
     let controller = ControllerProcess::start(&node, &[], &[]).await;
-    node.api.apply_secret(secret(NS, "db", &[("PASSWORD", "s2")]));
-    never("an eviction for a Secret without --env-consumers-secrets", QUIET, || {
-        eviction_requests(&node) > 0
-    })
+    node.api
+        .apply_secret(secret(NS, "db", &[("PASSWORD", "s2")]));
+    never(
+        "an eviction for a Secret without --env-consumers-secrets",
+        QUIET,
+        || eviction_requests(&node) > 0,
+    )
     .await;
     assert_eq!(secret_requests(), 0, "Secrets not even read");
     assert_eq!(baseline_of(&node, &name), None);
@@ -242,12 +296,16 @@ async fn a_secret_reader_is_ignored_unless_secrets_are_enabled() {
 
     let controller = ControllerProcess::start(&node, &["--env-consumers-secrets"], &[]).await;
     baselined(&node, "web").await;
-    node.api.apply_secret(secret(NS, "db", &[("PASSWORD", "s3")]));
+    node.api
+        .apply_secret(secret(NS, "db", &[("PASSWORD", "s3")]));
     until("the Secret's reader evicted", WAIT, || {
         evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web
     })
     .await;
-    assert!(!controller.log().contains("s3"), "a Secret value in the log");
+    assert!(
+        !controller.log().contains("s3"),
+        "a Secret value in the log"
+    );
     controller.stop().await;
 }
 
@@ -259,14 +317,28 @@ async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_ne
     }
     let node = Node::start(NodeOptions::default()).await;
     node.api.apply_configmap(app_env("info", "80"));
-    let web = replicaset(&node, "web", 1, "evict", vec![env_key("LOG", "configmap", "app-env", "LOG")]).await;
+    let web = replicaset(
+        &node,
+        "web",
+        1,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
     let controller = ControllerProcess::start(&node, &[], &[]).await;
     baselined(&node, "web").await;
     controller.stop().await;
 
     node.api.apply_configmap(app_env("debug", "80"));
     // Created after the change (it already reads "debug"), while no controller runs.
-    let late = replicaset(&node, "late", 1, "evict", vec![env_key("LOG", "configmap", "app-env", "LOG")]).await;
+    let late = replicaset(
+        &node,
+        "late",
+        1,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
 
     let controller = ControllerProcess::start(&node, &[], &[]).await;
     until("the old reader evicted after the restart", WAIT, || {
@@ -283,9 +355,11 @@ async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_ne
     // Nothing changed since: a restart acts on nothing.
     let before = eviction_requests(&node);
     let controller = ControllerProcess::start(&node, &[], &[]).await;
-    never("an eviction after a restart with nothing changed", QUIET, || {
-        eviction_requests(&node) > before
-    })
+    never(
+        "an eviction after a restart with nothing changed",
+        QUIET,
+        || eviction_requests(&node) > before,
+    )
     .await;
     controller.stop().await;
 }
@@ -314,7 +388,10 @@ async fn a_signal_pod_gets_env_not_reloaded_once_per_change_and_is_not_evicted()
     })
     .await;
     let controller = ControllerProcess::start(&node, &[], &[]).await;
-    until("sig baselined", WAIT, || baseline_of(&node, "sig").is_some()).await;
+    until("sig baselined", WAIT, || {
+        baseline_of(&node, "sig").is_some()
+    })
+    .await;
 
     node.api.apply_configmap(app_env("info", "81"));
     let ev = node.wait_event(NS, "sig", "EnvNotReloaded").await;
@@ -328,7 +405,10 @@ async fn a_signal_pod_gets_env_not_reloaded_once_per_change_and_is_not_evicted()
         node.events(NS, "sig", "EnvNotReloaded").len() > 1 || eviction_requests(&node) > 0
     })
     .await;
-    assert!(signals_in(&out).is_empty(), "a signal cannot refresh env: none sent");
+    assert!(
+        signals_in(&out).is_empty(),
+        "a signal cannot refresh env: none sent"
+    );
     controller.stop().await;
     let controller = ControllerProcess::start(&node, &[], &[]).await;
     never("EnvNotReloaded repeated after a restart", QUIET, || {
@@ -410,7 +490,11 @@ async fn measure_env_scale() {
                 took.push(t.elapsed());
                 break;
             }
-            assert!(t.elapsed() < Duration::from_secs(30), "no eviction:\n{}", controller.log());
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "no eviction:\n{}",
+                controller.log()
+            );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // Let this change's readers (2–3 pods) be evicted before the next sample.
@@ -418,7 +502,8 @@ async fn measure_env_scale() {
     }
     took.sort();
     let pct = |p: f64| took[((took.len() as f64 * p).ceil() as usize).clamp(1, took.len()) - 1];
-    let status = std::fs::read_to_string(format!("/proc/{}/status", controller.child.id())).unwrap();
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", controller.child.id())).unwrap();
     let mem: Vec<&str> = status
         .lines()
         .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))

@@ -1,11 +1,11 @@
 //! The controller's API edges as small traits (kube-free), each with a fake for tests.
 //! The kube implementations live in `crate::k8s::controller`.
 
-use super::lease::LeaseRecord;
 use super::env_hash::ObjectData;
+use super::lease::LeaseRecord;
 use super::nudges::ObjectKey;
-use futures::future::BoxFuture;
 use crate::model::{PodInfo, SourceKind};
+use futures::future::BoxFuture;
 use std::future::Future;
 
 /// What the watches tell the controller loop.

@@ -97,7 +97,10 @@ impl EnvTracker {
             name: pod.name.clone(),
             refs: BTreeMap::new(),
             // First sight: the baseline the controller wrote earlier, if any.
-            known: annotation.as_deref().map(parse_baseline).unwrap_or_default(),
+            known: annotation
+                .as_deref()
+                .map(parse_baseline)
+                .unwrap_or_default(),
             written: annotation.clone(),
             writing: None,
             seen_seq: seq,
@@ -189,7 +192,12 @@ impl EnvTracker {
 
     /// A fetch answered (`data`: `None` when the object does not exist). Takes baselines of
     /// pods that had none and returns the pods whose references read something else now.
-    pub fn fetched(&mut self, key: &ObjectKey, seq: u64, data: Option<&ObjectData>) -> Vec<EnvChange> {
+    pub fn fetched(
+        &mut self,
+        key: &ObjectKey,
+        seq: u64,
+        data: Option<&ObjectData>,
+    ) -> Vec<EnvChange> {
         if self.applied.get(key).is_some_and(|&s| s > seq) {
             return Vec::new();
         }
@@ -280,7 +288,8 @@ mod tests {
     use crate::model::{EnvKeys, EnvRef, SourceKind};
 
     fn pod(uid: &str, keys: &[&str], baseline: Option<&str>) -> PodInfo {
-        let mut annotations = BTreeMap::from([("reloadlet.io/action".to_owned(), "evict".to_owned())]);
+        let mut annotations =
+            BTreeMap::from([("reloadlet.io/action".to_owned(), "evict".to_owned())]);
         if let Some(b) = baseline {
             annotations.insert(ENV_BASELINE.into(), b.into());
         }
@@ -326,7 +335,11 @@ mod tests {
 
     fn fetch(t: &mut EnvTracker, rv: &str, d: &ObjectData) -> Vec<String> {
         let seq = t.start_fetch(&cm(), Some(rv));
-        let mut v: Vec<String> = t.fetched(&cm(), seq, Some(d)).into_iter().map(|c| c.uid).collect();
+        let mut v: Vec<String> = t
+            .fetched(&cm(), seq, Some(d))
+            .into_iter()
+            .map(|c| c.uid)
+            .collect();
         v.sort();
         v
     }
@@ -340,7 +353,10 @@ mod tests {
         assert!(fetch(&mut t, "1", &v1).is_empty(), "baselines only");
         assert!(t.needs_fetch(&cm(), Some("2")));
         assert!(!t.needs_fetch(&cm(), Some("1")));
-        assert!(fetch(&mut t, "2", &v1).is_empty(), "identical re-apply / metadata edit");
+        assert!(
+            fetch(&mut t, "2", &v1).is_empty(),
+            "identical re-apply / metadata edit"
+        );
         let v3 = data(&[("LOG", "debug"), ("PORT", "80")]);
         assert_eq!(fetch(&mut t, "3", &v3), ["a"]);
         // Not acknowledged (an eviction): reported again; acknowledged: not.
@@ -366,7 +382,9 @@ mod tests {
 
         // Restarted; changed while down; a pod created meanwhile has no baseline yet.
         let mut second = EnvTracker::new(true, false);
-        assert!(second.put_pod(&pod("a", &["LOG"], Some(&baseline))).is_empty());
+        assert!(second
+            .put_pod(&pod("a", &["LOG"], Some(&baseline)))
+            .is_empty());
         assert_eq!(second.put_pod(&pod("new", &["LOG"], None)), vec![cm()]);
         let v2 = data(&[("LOG", "debug")]);
         assert_eq!(fetch(&mut second, "2", &v2), ["a"], "only the old pod");
@@ -388,7 +406,10 @@ mod tests {
         let v1 = data(&[("LOG", "info")]);
         let v2 = data(&[("LOG", "debug")]);
         assert!(t.fetched(&cm(), new_seq, Some(&v2)).is_empty());
-        assert!(t.fetched(&cm(), old_seq, Some(&v1)).is_empty(), "stale: dropped");
+        assert!(
+            t.fetched(&cm(), old_seq, Some(&v1)).is_empty(),
+            "stale: dropped"
+        );
         assert_eq!(fetch(&mut t, "3", &v2), Vec::<String>::new());
     }
 

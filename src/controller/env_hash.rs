@@ -317,24 +317,117 @@ mod tests {
         }
     }
 
+    /// (what, selectors, before, after, changed?)
+    type Case = (
+        &'static str,
+        Vec<Selector>,
+        Option<ObjectData>,
+        Option<ObjectData>,
+        bool,
+    );
+
     #[test]
     fn a_digest_changes_exactly_when_what_the_pod_reads_changes() {
         let base = data(&[("LOG", "info"), ("PORT", "80")], &[]);
         // (what, selectors, before, after, changed?)
-        let cases: Vec<(&str, Vec<Selector>, Option<ObjectData>, Option<ObjectData>, bool)> = vec![
-            ("referenced key changed", vec![key("LOG")], Some(base.clone()), Some(data(&[("LOG", "debug"), ("PORT", "80")], &[])), true),
-            ("unreferenced key changed", vec![key("LOG")], Some(base.clone()), Some(data(&[("LOG", "info"), ("PORT", "81")], &[])), false),
-            ("unreferenced key added", vec![key("LOG")], Some(base.clone()), Some(data(&[("LOG", "info"), ("PORT", "80"), ("X", "1")], &[])), false),
-            ("identical re-apply", vec![key("LOG")], Some(base.clone()), Some(base.clone()), false),
-            ("missing vs empty", vec![key("NEW")], Some(base.clone()), Some(data(&[("LOG", "info"), ("PORT", "80"), ("NEW", "")], &[])), true),
-            ("text vs binary with the same bytes", vec![key("K")], Some(data(&[("K", "v")], &[])), Some(data(&[], &[("K", b"v")])), true),
-            ("envFrom: any key changed", vec![all("")], Some(base.clone()), Some(data(&[("LOG", "info"), ("PORT", "81")], &[])), true),
-            ("envFrom: key added", vec![all("")], Some(base.clone()), Some(data(&[("LOG", "info"), ("PORT", "80"), ("X", "")], &[])), true),
-            ("envFrom: binaryData of a ConfigMap is not read", vec![all("")], Some(base.clone()), Some(data(&[("LOG", "info"), ("PORT", "80")], &[("B", b"x")])), false),
-            ("optional object appears", vec![Selector { optional: true, ..key("LOG") }], None, Some(base.clone()), true),
-            ("optional object disappears", vec![Selector { optional: true, ..all("") }], Some(base.clone()), None, true),
-            ("missing object stays missing", vec![key("LOG")], None, None, false),
-            ("empty object vs missing object", vec![all("")], Some(ObjectData::default()), None, true),
+        let cases: Vec<Case> = vec![
+            (
+                "referenced key changed",
+                vec![key("LOG")],
+                Some(base.clone()),
+                Some(data(&[("LOG", "debug"), ("PORT", "80")], &[])),
+                true,
+            ),
+            (
+                "unreferenced key changed",
+                vec![key("LOG")],
+                Some(base.clone()),
+                Some(data(&[("LOG", "info"), ("PORT", "81")], &[])),
+                false,
+            ),
+            (
+                "unreferenced key added",
+                vec![key("LOG")],
+                Some(base.clone()),
+                Some(data(&[("LOG", "info"), ("PORT", "80"), ("X", "1")], &[])),
+                false,
+            ),
+            (
+                "identical re-apply",
+                vec![key("LOG")],
+                Some(base.clone()),
+                Some(base.clone()),
+                false,
+            ),
+            (
+                "missing vs empty",
+                vec![key("NEW")],
+                Some(base.clone()),
+                Some(data(&[("LOG", "info"), ("PORT", "80"), ("NEW", "")], &[])),
+                true,
+            ),
+            (
+                "text vs binary with the same bytes",
+                vec![key("K")],
+                Some(data(&[("K", "v")], &[])),
+                Some(data(&[], &[("K", b"v")])),
+                true,
+            ),
+            (
+                "envFrom: any key changed",
+                vec![all("")],
+                Some(base.clone()),
+                Some(data(&[("LOG", "info"), ("PORT", "81")], &[])),
+                true,
+            ),
+            (
+                "envFrom: key added",
+                vec![all("")],
+                Some(base.clone()),
+                Some(data(&[("LOG", "info"), ("PORT", "80"), ("X", "")], &[])),
+                true,
+            ),
+            (
+                "envFrom: binaryData of a ConfigMap is not read",
+                vec![all("")],
+                Some(base.clone()),
+                Some(data(&[("LOG", "info"), ("PORT", "80")], &[("B", b"x")])),
+                false,
+            ),
+            (
+                "optional object appears",
+                vec![Selector {
+                    optional: true,
+                    ..key("LOG")
+                }],
+                None,
+                Some(base.clone()),
+                true,
+            ),
+            (
+                "optional object disappears",
+                vec![Selector {
+                    optional: true,
+                    ..all("")
+                }],
+                Some(base.clone()),
+                None,
+                true,
+            ),
+            (
+                "missing object stays missing",
+                vec![key("LOG")],
+                None,
+                None,
+                false,
+            ),
+            (
+                "empty object vs missing object",
+                vec![all("")],
+                Some(ObjectData::default()),
+                None,
+                true,
+            ),
         ];
         for (what, sels, before, after, changed) in cases {
             let a = digest(&sels, before.as_ref());
@@ -409,7 +502,9 @@ mod tests {
                 r(
                     SourceKind::ConfigMap,
                     "shared",
-                    EnvKeys::All { prefix: "S_".into() },
+                    EnvKeys::All {
+                        prefix: "S_".into(),
+                    },
                 ),
                 r(SourceKind::Secret, "db", EnvKeys::Key("PASSWORD".into())),
             ],
@@ -427,7 +522,10 @@ mod tests {
         };
         assert_eq!(
             names(references(&p, true, false)),
-            [("configmap app-env".into(), 1), ("configmap shared".into(), 1)]
+            [
+                ("configmap app-env".into(), 1),
+                ("configmap shared".into(), 1)
+            ]
         );
         assert_eq!(references(&p, true, true).len(), 3);
         let narrowed = pod(
@@ -450,22 +548,52 @@ mod tests {
             name: "app-env".into(),
         };
         let cases: Vec<(&str, PodInfo, &str)> = vec![
-            ("evict, owned", pod(&[("reloadlet.io/action", "evict")], true), "evict"),
-            ("evict, unowned", pod(&[("reloadlet.io/action", "evict")], false), "refused"),
             (
-                "evict, unowned but allowed",
-                pod(&[("reloadlet.io/action", "evict"), ("reloadlet.io/evict-unowned", "true")], false),
+                "evict, owned",
+                pod(&[("reloadlet.io/action", "evict")], true),
                 "evict",
             ),
-            ("signal", pod(&[("reloadlet.io/action", "signal")], true), "warn"),
+            (
+                "evict, unowned",
+                pod(&[("reloadlet.io/action", "evict")], false),
+                "refused",
+            ),
+            (
+                "evict, unowned but allowed",
+                pod(
+                    &[
+                        ("reloadlet.io/action", "evict"),
+                        ("reloadlet.io/evict-unowned", "true"),
+                    ],
+                    false,
+                ),
+                "evict",
+            ),
+            (
+                "signal",
+                pod(&[("reloadlet.io/action", "signal")], true),
+                "warn",
+            ),
             (
                 "signal with env-action evict",
-                pod(&[("reloadlet.io/action", "signal"), ("reloadlet.io/env-action", "evict")], true),
+                pod(
+                    &[
+                        ("reloadlet.io/action", "signal"),
+                        ("reloadlet.io/env-action", "evict"),
+                    ],
+                    true,
+                ),
                 "evict",
             ),
             (
                 "signal with env-action evict, unowned",
-                pod(&[("reloadlet.io/action", "signal"), ("reloadlet.io/env-action", "evict")], false),
+                pod(
+                    &[
+                        ("reloadlet.io/action", "signal"),
+                        ("reloadlet.io/env-action", "evict"),
+                    ],
+                    false,
+                ),
                 "refused",
             ),
         ];
@@ -477,7 +605,11 @@ mod tests {
                     "refused"
                 }
                 EnvDecision::NotReloaded(m) => {
-                    assert!(m.contains("configmap app-env") && m.contains("reloadlet.io/env-action: evict"), "{m}");
+                    assert!(
+                        m.contains("configmap app-env")
+                            && m.contains("reloadlet.io/env-action: evict"),
+                        "{m}"
+                    );
                     "warn"
                 }
             };
@@ -491,7 +623,10 @@ mod tests {
         assert!(env_eligible(&pod(&[("reloadlet.io/action", "signal")], true)).is_ok());
         assert!(env_eligible(&pod(&[], true)).is_err());
         let bad = pod(
-            &[("reloadlet.io/action", "signal"), ("reloadlet.io/env-action", "restart")],
+            &[
+                ("reloadlet.io/action", "signal"),
+                ("reloadlet.io/env-action", "restart"),
+            ],
             true,
         );
         let e = env_eligible(&bad).unwrap_err();
@@ -504,8 +639,14 @@ mod tests {
     #[test]
     fn explain_lists_each_reference_and_its_consequence() {
         let text = explain(&pod(&[("reloadlet.io/action", "signal")], true));
-        assert!(text.contains("container app: configmap app-env key \"LOG\""), "{text}");
-        assert!(text.contains("configmap shared envFrom (every key, prefix \"S_\")"), "{text}");
+        assert!(
+            text.contains("container app: configmap app-env key \"LOG\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("configmap shared envFrom (every key, prefix \"S_\")"),
+            "{text}"
+        );
         assert!(
             text.contains("a change of configmap app-env (a key it reads): Warning EnvNotReloaded"),
             "{text}"
@@ -515,6 +656,9 @@ mod tests {
             "{text}"
         );
         let evict = explain(&pod(&[("reloadlet.io/action", "evict")], true));
-        assert!(evict.contains("the pod is evicted (PDB-respecting)"), "{evict}");
+        assert!(
+            evict.contains("the pod is evicted (PDB-respecting)"),
+            "{evict}"
+        );
     }
 }

@@ -8,10 +8,10 @@ use super::env_hash::{self, EnvDecision, ObjectData};
 use super::metrics::{ControllerMetrics, NudgeOutcome};
 use super::nudges::{Baselines, Change, Nudge, ObjectKey, PodKey, Scheduler, Seen};
 use super::qualify::{pod_eligible, qualifies};
-use crate::filters::NamespaceFilter;
-use crate::http::Health;
 use crate::execute::evict::{EvictJob, Evictions};
 use crate::execute::report::Reporter;
+use crate::filters::NamespaceFilter;
+use crate::http::Health;
 use crate::model::{PodInfo, SourceKind, SourceRef};
 use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::PodIndex;
@@ -416,7 +416,13 @@ impl<P: PodPatcher> Controller<P> {
                         "projection nudge {} failed: {why}; the kubelet's periodic sync will project {source}",
                         nudge.value()
                     );
-                    reporter.publish(&pod, ActionKind::None, Outcome::NudgeFailed, note, &[source]);
+                    reporter.publish(
+                        &pod,
+                        ActionKind::None,
+                        Outcome::NudgeFailed,
+                        note,
+                        &[source],
+                    );
                 }
             }
         }
@@ -568,14 +574,26 @@ impl<P: PodPatcher> Controller<P> {
             EnvDecision::Refused(note) => {
                 tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", outcome = Outcome::Refused.as_str(), "{note}");
                 if let Some(r) = &self.reporter {
-                    r.record(&pod_ref, ActionKind::Evict, Outcome::Refused, note, &[source]);
+                    r.record(
+                        &pod_ref,
+                        ActionKind::Evict,
+                        Outcome::Refused,
+                        note,
+                        &[source],
+                    );
                 }
                 env.tracker.acknowledge(change);
             }
             EnvDecision::NotReloaded(note) => {
                 tracing::warn!(pod = %pod.full_name(), cause = %cause, outcome = Outcome::EnvNotReloaded.as_str(), "{note}");
                 if let Some(r) = &self.reporter {
-                    r.record(&pod_ref, ActionKind::None, Outcome::EnvNotReloaded, note, &[source]);
+                    r.record(
+                        &pod_ref,
+                        ActionKind::None,
+                        Outcome::EnvNotReloaded,
+                        note,
+                        &[source],
+                    );
                 }
                 env.tracker.acknowledge(change);
             }

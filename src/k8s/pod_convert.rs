@@ -3,8 +3,8 @@
 //! only the ConfigMap/Secret references.
 
 use crate::model::{
-    ContainerId, ContainerInfo, ContainerKind, EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef, VolumeMount,
-    VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
+    ContainerId, ContainerInfo, ContainerKind, EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef,
+    VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
 };
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, KeyToPath, Pod, Volume};
 
