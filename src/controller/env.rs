@@ -58,6 +58,8 @@ pub struct EnvTracker {
     /// The sequence number of the newest fetch applied per object.
     applied: HashMap<ObjectKey, u64>,
     seq: u64,
+    /// Pods whose baseline may differ from their annotation (looked at by [`Self::writes`]).
+    dirty: BTreeSet<String>,
 }
 
 fn key_of(namespace: &str, source: &SourceRef) -> ObjectKey {
@@ -78,6 +80,7 @@ impl EnvTracker {
             requested: HashMap::new(),
             applied: HashMap::new(),
             seq: 0,
+            dirty: BTreeSet::new(),
         }
     }
 
@@ -105,6 +108,9 @@ impl EnvTracker {
             writing: None,
             seen_seq: seq,
         });
+        if entry.written != annotation {
+            self.dirty.insert(pod.uid.clone());
+        }
         entry.written = annotation;
         if entry.writing.as_ref() == entry.written.as_ref() {
             entry.writing = None;
@@ -221,6 +227,7 @@ impl EnvTracker {
             match pod.known.get(&source) {
                 None if seq > pod.seen_seq => {
                     pod.known.insert(source.clone(), now);
+                    self.dirty.insert(uid.clone());
                 }
                 None => {}
                 Some(old) if *old == now => {}
@@ -240,13 +247,17 @@ impl EnvTracker {
         if let Some(pod) = self.pods.get_mut(&change.uid) {
             pod.known
                 .insert(change.source.clone(), change.digest.clone());
+            self.dirty.insert(change.uid.clone());
         }
     }
 
     /// Baseline annotations that differ from what the pods carry (and are not being written).
     pub fn writes(&mut self) -> Vec<BaselineWrite> {
         let mut out = Vec::new();
-        for (uid, pod) in &mut self.pods {
+        for uid in std::mem::take(&mut self.dirty) {
+            let Some(pod) = self.pods.get_mut(&uid) else {
+                continue;
+            };
             if pod.known.is_empty() {
                 continue;
             }
@@ -258,19 +269,12 @@ impl EnvTracker {
             out.push(BaselineWrite {
                 namespace: pod.namespace.clone(),
                 name: pod.name.clone(),
-                uid: uid.clone(),
+                uid,
                 value,
             });
         }
         out.sort_by(|a, b| a.uid.cmp(&b.uid));
         out
-    }
-
-    /// A write failed: it is tried again with the next [`Self::writes`].
-    pub fn write_failed(&mut self, uid: &str) {
-        if let Some(pod) = self.pods.get_mut(uid) {
-            pod.writing = None;
-        }
     }
 
     pub fn pods(&self) -> usize {

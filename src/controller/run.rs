@@ -542,9 +542,10 @@ impl<P: PodPatcher> Controller<P> {
             }
             EnvResult::Written { uid, result } => match result {
                 Ok(_) => {}
+                // Not retried (a 403 from RBAC or an admission policy would repeat for every
+                // pod): the baseline stays in memory, and is written with the pod's next one.
                 Err(e) => {
                     tracing::warn!(pod_uid = %uid, error = %e, "could not write the env baseline annotation; keeping it in memory (a restart before it is written takes a new baseline)");
-                    env.tracker.write_failed(&uid);
                 }
             },
         }

@@ -268,7 +268,8 @@ impl EnvApi for KubeEnvApi {
             let body = baseline_patch(uid, value);
             match api.patch(name, &params, &Patch::Merge(&body)).await {
                 Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+                // 404: gone; 409/422: the UID differs (a new pod of the same name).
+                Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => Ok(false),
                 Err(e) => Err(e.to_string()),
             }
         })
