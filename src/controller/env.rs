@@ -183,6 +183,19 @@ impl EnvTracker {
         v
     }
 
+    /// Objects some tracked pod reads that no fetch was sent for (since the last
+    /// [`Self::forget_fetches`]).
+    pub fn unrequested(&self) -> Vec<ObjectKey> {
+        let mut v: Vec<ObjectKey> = self
+            .by_object
+            .keys()
+            .filter(|k| !self.requested.contains_key(*k))
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
     /// A fetch of `key` is being sent, for `resource_version` when known: its sequence number.
     pub fn start_fetch(&mut self, key: &ObjectKey, resource_version: Option<&str>) -> u64 {
         self.seq += 1;

@@ -515,7 +515,8 @@ impl<P: PodPatcher> Controller<P> {
             return;
         }
         if let Some(env) = &mut self.env {
-            for key in env.tracker.objects() {
+            // Those the relist replayed just before were fetched already: one GET each.
+            for key in env.tracker.unrequested() {
                 env.fetch(key, None, now);
             }
         }
