@@ -366,8 +366,10 @@ mod tests {
         let mut t = EnvTracker::new(true, false);
         assert_eq!(t.put_pod(&pod("a", &["LOG"], None)), vec![cm()]);
         assert_eq!(t.put_pod(&pod("b", &["PORT"], None)), vec![cm()]);
+        assert_eq!(t.unrequested(), vec![cm()]);
         let v1 = data(&[("LOG", "info"), ("PORT", "80")]);
         assert!(fetch(&mut t, "1", &v1).is_empty(), "baselines only");
+        assert!(t.unrequested().is_empty(), "one GET per object");
         assert!(t.needs_fetch(&cm(), Some("2")));
         assert!(!t.needs_fetch(&cm(), Some("1")));
         assert!(

@@ -257,5 +257,19 @@ mod tests {
             assert!(!s(&["--env-consumers-secrets=false"]).env_secrets);
         }
         assert!(Wrap::try_parse_from(["x", "--env-consumers=maybe"]).is_err());
+        // The agent's notification flags, the same way.
+        if std::env::var_os("RELOADLET_NOTIFY_URL").is_none()
+            && std::env::var_os("ALERT_WEBHOOK_URL").is_none()
+        {
+            assert!(!s(&[]).notify.enabled());
+            let on = s(&[
+                "--notify-url",
+                "https://hooks.example.com/x",
+                "--notify-format",
+                "slack",
+            ]);
+            assert!(on.notify.enabled());
+            assert!(!format!("{on:?}").contains("/x"), "the URL is a credential");
+        }
     }
 }
