@@ -620,7 +620,7 @@ def _controller_sa(r: Render) -> list[dict]:
     return [{"kind": "ServiceAccount", "name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}]
 
 
-@render_check("controller rbac: ClusterRole exactly configmaps list/watch and pods get/list/watch/patch (+ secrets list/watch with controller.secrets)")
+@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch (+ secrets list/watch with controller.secrets)")
 def _controller_rules(r: Render) -> tuple[bool, str]:
     if not r.controller:
         return None
