@@ -34,11 +34,14 @@ CONTROLLER_KINDS = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role
 POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
 CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", *POLICY_KINDS}
 # Everything the controller's ClusterRole grants (src/k8s/controller.rs): metadata-only
-# list/watch of ConfigMaps; pods list/watch (the watcher), patch (the nudge), get (re-read
-# after a 404/409 on the patch). No Events: the controller records none.
+# list/watch of ConfigMaps; pods list/watch (the watcher), patch (the nudge and the env
+# baseline), get (re-read after a 404/409 on the patch). Env consumers (on by default,
+# docs/env-consumers.md): get of the referenced ConfigMaps, pods/eviction create, Events.
 CONTROLLER_RULES = frozenset(
-    [("", "configmaps", "list"), ("", "configmaps", "watch")]
+    [("", "configmaps", "get"), ("", "configmaps", "list"), ("", "configmaps", "watch")]
     + [("", "pods", v) for v in ("get", "list", "watch", "patch")]
+    + [("", "pods/eviction", "create")]
+    + [("events.k8s.io", "events", v) for v in ("create", "patch")]
 )
 CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch")])
 # Leader election (src/controller/settings.rs LEASE_NAME; src/k8s/controller.rs
@@ -49,6 +52,7 @@ LEASE_RULES = {
     (("coordination.k8s.io",), ("leases",), ("get", "update"), (LEASE_NAME,)),
 }
 NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
+BASELINE_ANNOTATION = "reloadlet.io/env-baseline"
 # Kinds of the optional monitoring objects, and the suffix of the dashboard ConfigMap's name.
 MONITORING_KINDS = {"PrometheusRule", "ConfigMap"}
 DASHBOARD_SUFFIX = "-grafana-dashboard"
@@ -616,7 +620,7 @@ def _controller_sa(r: Render) -> list[dict]:
     return [{"kind": "ServiceAccount", "name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}]
 
 
-@render_check("controller rbac: ClusterRole exactly configmaps list/watch and pods get/list/watch/patch (+ secrets list/watch with controller.secrets)")
+@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch (+ secrets list/watch with controller.secrets)")
 def _controller_rules(r: Render) -> tuple[bool, str]:
     if not r.controller:
         return None
@@ -946,6 +950,9 @@ POLICY_CASES = [
     ("drops the ownerReferences", lambda p: p["metadata"].pop("ownerReferences"), "", False),
     ("writes a malformed nudge", _ann(NUDGE_ANNOTATION, "configmap/app-cfg"), "", False),
     ("writes the nudge through the status subresource", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), "status", False),
+    ("sets the env baseline", _ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef,secret/db=fedcba9876543210"), "", True),
+    ("writes a malformed env baseline", _ann(BASELINE_ANNOTATION, "configmap/app-env=xyz"), "", False),
+    ("sets the env baseline and changes another annotation", _both(_ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef"), _ann("team", "b")), "", False),
 ]
 
 

@@ -302,8 +302,8 @@ def _strip_none(env: list[dict]) -> None:
 CS, CNP, CNC, KNP = "chart-secrets", "chart-no-policy", "chart-no-controller", "kustomize-no-policy"
 OBJECTS = "objects: exactly the expected kinds and names"
 CLUSTER_SCOPED = "objects: cluster-scoped objects carry no metadata.namespace"
-C_RULES = ("controller rbac: ClusterRole exactly configmaps list/watch and pods get/list/watch/patch"
-           " (+ secrets list/watch with controller.secrets)")
+C_RULES = ("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch,"
+           " pods/eviction create, events create/patch (+ secrets list/watch with controller.secrets)")
 C_SECRETS = "controller: Secrets list/watch and --secrets only with controller.secrets"
 C_LEASE = "controller rbac: leases create, get/update on its own Lease, through a Role in its namespace"
 C_BINDING = "controller rbac: bound to the controller's ServiceAccount only"
@@ -395,9 +395,9 @@ MUTATIONS += [
              lambda c: _c(c, CD, "ClusterRoleBinding")["subjects"].append(
                  {"kind": "ServiceAccount", "name": "reloadlet", "namespace": "reloadlet-system"}),
              "rbac: the role is bound to the agent's ServiceAccount only", CD),
-    Mutation("controller ClusterRole records Events it never sends",
+    Mutation("controller ClusterRole may delete Events",
              lambda c: _c(c, CD, "ClusterRole")["rules"].append(
-                 {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
+                 {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["delete"]}),
              C_RULES, CD),
     Mutation("controller may delete pods",
              lambda c: _c(c, K, "ClusterRole")["rules"].append({"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}),
@@ -405,8 +405,11 @@ MUTATIONS += [
     Mutation("controller cannot re-read a pod after a 404/409 (no pods get)",
              lambda c: next(r for r in _c(c, CR, "ClusterRole")["rules"] if "pods" in r["resources"])["verbs"].remove("get"),
              C_RULES, CR),
-    Mutation("controller reads ConfigMaps with get (their data, one by one)",
-             lambda c: next(r for r in _c(c, K, "ClusterRole")["rules"] if "configmaps" in r["resources"])["verbs"].append("get"),
+    Mutation("controller may update ConfigMaps",
+             lambda c: next(r for r in _c(c, K, "ClusterRole")["rules"] if "configmaps" in r["resources"])["verbs"].append("update"),
+             C_RULES, K),
+    Mutation("controller cannot evict (env consumers) without pods/eviction create",
+             lambda c: _c(c, K, "ClusterRole").update(rules=[r for r in _c(c, K, "ClusterRole")["rules"] if "pods/eviction" not in r["resources"]]),
              C_RULES, K),
     Mutation("leases granted cluster-wide",
              lambda c: _c(c, CD, "ClusterRole")["rules"].append(

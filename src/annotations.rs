@@ -19,8 +19,16 @@ pub const SIGNAL_CHECK: &str = "reloadlet.io/signal-check";
 pub const FAST_PROJECTION: &str = "reloadlet.io/fast-projection";
 /// Written by `reloadlet controller` only (never by users): `configmap/<name>@<rv>[#n]`.
 pub const PROJECTION_NUDGE: &str = "reloadlet.io/projection-nudge";
+/// `evict`: the controller evicts the pod when a ConfigMap/Secret it reads through env
+/// changes, whatever `reloadlet.io/action` says (docs/env-consumers.md).
+pub const ENV_ACTION: &str = "reloadlet.io/env-action";
+/// Written by `reloadlet controller` only: the digest of each env reference when it first saw
+/// the pod (`configmap/<name>=<16 hex>,…`).
+pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
 
-const KNOWN: [&str; 9] = [
+const KNOWN: [&str; 11] = [
+    ENV_ACTION,
+    ENV_BASELINE,
     ACTION,
     SIGNAL,
     CONTAINERS,
@@ -80,7 +88,9 @@ pub enum AnnotationError {
     InvalidSignalCheck(String),
     #[error("{FAST_PROJECTION}: {0:?} is not a boolean; use \"true\" or \"false\"")]
     InvalidFastProjection(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, fast-projection, projection-nudge")]
+    #[error("{ENV_ACTION}: {0:?} is not valid; use \"evict\" (or remove it)")]
+    InvalidEnvAction(String),
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, fast-projection, projection-nudge, env-action, env-baseline")]
     UnknownKey(String),
 }
 
@@ -111,6 +121,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
     };
     signal_check(annotations)?;
     fast_projection(annotations)?;
+    env_evicts(annotations)?;
     Ok(Some(PodPolicy {
         action,
         containers: parse_list(annotations, CONTAINERS, "container", is_dns_label)?,
@@ -142,6 +153,16 @@ pub fn fast_projection(annotations: &BTreeMap<String, String>) -> Result<bool, A
             "false" => Ok(false),
             _ => Err(AnnotationError::InvalidFastProjection(v.clone())),
         },
+    }
+}
+
+/// `reloadlet.io/env-action: evict`: evict the pod when a ConfigMap/Secret it reads through env
+/// changes, even when its `reloadlet.io/action` is `signal`. Absent: `false`.
+pub fn env_evicts(annotations: &BTreeMap<String, String>) -> Result<bool, AnnotationError> {
+    match annotations.get(ENV_ACTION) {
+        None => Ok(false),
+        Some(v) if v.trim().eq_ignore_ascii_case("evict") => Ok(true),
+        Some(v) => Err(AnnotationError::InvalidEnvAction(v.clone())),
     }
 }
 

@@ -356,6 +356,7 @@ async fn explain(args: ExplainArgs, format: LogFormat) -> ExitCode {
         explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid)
     );
     print!("{}", reloadlet::controller::qualify::explain(&info));
+    print!("{}", reloadlet::controller::env_hash::explain(&info));
     ExitCode::SUCCESS
 }
 

@@ -198,6 +198,28 @@ pub struct PodInfo {
     pub phase: String,
     /// `metadata.deletionTimestamp` is set.
     pub terminating: bool,
+    /// ConfigMap/Secret keys read through `env[].valueFrom` / `envFrom` (the controller's env
+    /// consumers, docs/env-consumers.md).
+    pub env: Vec<EnvRef>,
+}
+
+/// Which keys of a ConfigMap/Secret a container reads into its environment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EnvKeys {
+    /// `env[].valueFrom.configMapKeyRef` / `secretKeyRef`: one key.
+    Key(String),
+    /// `envFrom[].configMapRef` / `secretRef`: every key, named `<prefix><key>`.
+    All { prefix: String },
+}
+
+/// One `env`/`envFrom` reference of one container.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EnvRef {
+    pub source: SourceRef,
+    pub keys: EnvKeys,
+    /// `optional: true`: the container starts without it.
+    pub optional: bool,
+    pub container: String,
 }
 
 impl PodInfo {

@@ -50,6 +50,12 @@ pub enum Outcome {
     NoDisruptionBudget,
     /// The pod is already terminating: nothing to do (not counted, no Event).
     Skipped,
+    /// The controller: an env source changed for a pod whose action cannot refresh env
+    /// (Warning `EnvNotReloaded`).
+    EnvNotReloaded,
+    /// The controller: a projection nudge (pod patch) failed (a notification, no Event; the
+    /// nudge metrics count it).
+    NudgeFailed,
 }
 
 /// A Kubernetes Event's reason and type.
@@ -76,6 +82,8 @@ impl Outcome {
             Self::DryRun => "dry_run",
             Self::NoDisruptionBudget => "no_disruption_budget",
             Self::Skipped => "skipped",
+            Self::EnvNotReloaded => "env_not_reloaded",
+            Self::NudgeFailed => "nudge_failed",
         }
     }
 
@@ -92,7 +100,8 @@ impl Outcome {
             Self::InvalidAnnotation => ("InvalidAnnotation", true),
             Self::SubPathNotUpdated => ("SubPathNotUpdated", true),
             Self::NoDisruptionBudget => ("NoDisruptionBudget", true),
-            Self::DryRun | Self::Skipped => return None,
+            Self::EnvNotReloaded => ("EnvNotReloaded", true),
+            Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
         };
         Some(EventKind { reason, warning })
     }
@@ -114,9 +123,9 @@ impl Outcome {
             Self::Evicted | Self::EvictionBlocked | Self::EvictionFailed | Self::Refused => {
                 &[Evict]
             }
-            Self::InvalidAnnotation => &[None],
+            Self::InvalidAnnotation | Self::EnvNotReloaded => &[None],
             Self::DryRun => &[Signal, Evict],
-            Self::NoDisruptionBudget | Self::Skipped => &[],
+            Self::NoDisruptionBudget | Self::Skipped | Self::NudgeFailed => &[],
         }
     }
 }
@@ -145,6 +154,7 @@ mod tests {
                 ("invalid_annotation", "InvalidAnnotation", true),
                 ("subpath_not_updated", "SubPathNotUpdated", true),
                 ("no_disruption_budget", "NoDisruptionBudget", true),
+                ("env_not_reloaded", "EnvNotReloaded", true),
             ]
         );
     }

@@ -90,11 +90,13 @@ impl Drop for Controller {
     }
 }
 
+/// The nudge patches (env consumers, on by default, also write `reloadlet.io/env-baseline` once
+/// on the `env` pod: tests/env_consumers.rs covers those).
 fn pod_patches(node: &Node) -> Vec<RequestRecord> {
     node.api
         .requests()
         .into_iter()
-        .filter(|r| r.method == "PATCH" && r.path.contains("/pods/"))
+        .filter(|r| r.method == "PATCH" && r.path.contains("/pods/") && r.body.contains(NUDGE))
         .collect()
 }
 
@@ -237,12 +239,16 @@ async fn a_configmap_update_writes_exactly_one_annotation_on_exactly_the_pods_th
         controller.metric("reloadlet_nudges_total{kind=\"configmap\",outcome=\"patched\"}"),
         3.0
     );
-    // Metadata-only: the controller never asked for ConfigMap data.
+    // Metadata-only: the controller never asked for ConfigMap data, except one GET of app-cfg
+    // at a time for the `env` pod, which reads it through envFrom (env consumers,
+    // tests/env_consumers.rs).
+    let env_read = format!("/api/v1/namespaces/{NS}/configmaps/app-cfg");
     let cm_reads: Vec<RequestRecord> = node
         .api
         .requests()
         .into_iter()
         .filter(|r| r.path.contains("/configmaps"))
+        .filter(|r| !(r.method == "GET" && r.path == env_read && !r.is_watch()))
         .collect();
     assert!(!cm_reads.is_empty());
     assert!(

@@ -1,9 +1,11 @@
 //! The controller's API edges as small traits (kube-free), each with a fake for tests.
 //! The kube implementations live in `crate::k8s::controller`.
 
+use super::env_hash::ObjectData;
 use super::lease::LeaseRecord;
 use super::nudges::ObjectKey;
 use crate::model::{PodInfo, SourceKind};
+use futures::future::BoxFuture;
 use std::future::Future;
 
 /// What the watches tell the controller loop.
@@ -64,6 +66,22 @@ pub trait PodPatcher: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<PodInfo>, PatchError>> + Send;
 }
 
+/// The env-consumer edges: one GET of a referenced ConfigMap/Secret (its data, held only
+/// while its consumers' digests are computed) and the baseline annotation write.
+pub trait EnvApi: Send + Sync + 'static {
+    /// `Ok(None)`: the object does not exist.
+    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, String>>;
+    /// A JSON merge patch of exactly `reloadlet.io/env-baseline` on the pod, conditional on
+    /// its UID. `Ok(false)`: the pod is gone.
+    fn write_baseline<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        uid: &'a str,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<bool, String>>;
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {
     /// Someone else wrote the Lease first (409 on update, 409 "already exists" on create).
@@ -92,6 +110,36 @@ pub mod fake {
     use super::*;
     use std::collections::{HashMap, VecDeque};
     use std::sync::{Arc, Mutex};
+
+    /// Objects by key; records reads and baseline writes.
+    #[derive(Default)]
+    pub struct FakeEnvApi {
+        pub objects: Mutex<HashMap<ObjectKey, ObjectData>>,
+        pub reads: Mutex<Vec<ObjectKey>>,
+        /// (namespace, name, value) of every baseline write.
+        pub writes: Mutex<Vec<(String, String, String)>>,
+    }
+
+    impl EnvApi for FakeEnvApi {
+        fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, String>> {
+            self.reads.lock().unwrap().push(key.clone());
+            let found = self.objects.lock().unwrap().get(key).cloned();
+            Box::pin(std::future::ready(Ok(found)))
+        }
+        fn write_baseline<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+            _uid: &'a str,
+            value: &'a str,
+        ) -> BoxFuture<'a, Result<bool, String>> {
+            self.writes
+                .lock()
+                .unwrap()
+                .push((namespace.into(), name.into(), value.into()));
+            Box::pin(std::future::ready(Ok(true)))
+        }
+    }
 
     #[derive(Default)]
     struct PatcherState {

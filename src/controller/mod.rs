@@ -8,6 +8,8 @@
 
 pub mod api;
 pub mod elect;
+pub mod env;
+pub mod env_hash;
 pub mod lease;
 pub mod metrics;
 pub mod nudges;

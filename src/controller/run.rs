@@ -2,15 +2,22 @@
 //! qualify → the nudge schedule → patches through a [`PodPatcher`]. Single task; the only
 //! state is here.
 
-use super::api::{Input, PatchError, PodPatcher};
+use super::api::{EnvApi, Input, PatchError, PodPatcher};
+use super::env::{EnvChange, EnvTracker};
+use super::env_hash::{self, EnvDecision, ObjectData};
 use super::metrics::{ControllerMetrics, NudgeOutcome};
 use super::nudges::{Baselines, Change, Nudge, ObjectKey, PodKey, Scheduler, Seen};
 use super::qualify::{pod_eligible, qualifies};
+use crate::execute::evict::{EvictJob, Evictions};
+use crate::execute::report::Reporter;
 use crate::filters::NamespaceFilter;
 use crate::http::Health;
 use crate::model::{PodInfo, SourceKind, SourceRef};
+use crate::outcome::{ActionKind, Outcome};
+use crate::pod_index::PodIndex;
+use crate::ports::PodRef;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -21,6 +28,9 @@ pub struct Controller<P: PodPatcher> {
     filter: NamespaceFilter,
     /// Kinds whose first list must complete before /readyz.
     kinds: Vec<SourceKind>,
+    /// `--secrets`: Secrets are nudged for (their metadata may also be watched for env
+    /// consumers alone).
+    nudge_secrets: bool,
     listed_kinds: BTreeSet<SourceKind>,
     pods_listed: bool,
     leader: bool,
@@ -36,7 +46,50 @@ pub struct Controller<P: PodPatcher> {
     /// A 403 is logged once until a patch succeeds again.
     forbidden_reported: bool,
     dropped_seen: (u64, u64),
+    /// Events and notifications of what the controller does (`None` in tests that do not
+    /// look at them).
+    reporter: Option<Reporter>,
+    env: Option<EnvState>,
 }
+
+/// What the env consumers need from outside (docs/env-consumers.md).
+pub struct EnvDeps {
+    pub api: Arc<dyn EnvApi>,
+    /// The agent's eviction executor (PDB-respecting, paced, one per pod).
+    pub evictions: Evictions,
+    /// The env-consumer pods, shared with `evictions` (it stops when a pod is gone).
+    pub index: Arc<RwLock<PodIndex>>,
+    pub configmaps: bool,
+    pub secrets: bool,
+    /// Stops fetch retries.
+    pub stop: CancellationToken,
+}
+
+struct EnvState {
+    deps: EnvDeps,
+    tracker: EnvTracker,
+    results_tx: mpsc::UnboundedSender<EnvResult>,
+    results_rx: mpsc::UnboundedReceiver<EnvResult>,
+    /// At most this many GETs (and, separately, baseline writes) at a time.
+    fetches: Arc<tokio::sync::Semaphore>,
+    writes: Arc<tokio::sync::Semaphore>,
+}
+
+enum EnvResult {
+    Fetched {
+        key: ObjectKey,
+        seq: u64,
+        data: Option<ObjectData>,
+        seen: std::time::Instant,
+    },
+    Written {
+        uid: String,
+        result: Result<bool, String>,
+    },
+}
+
+const ENV_FETCHES_IN_FLIGHT: usize = 8;
+const ENV_WRITES_IN_FLIGHT: usize = 4;
 
 impl<P: PodPatcher> Controller<P> {
     /// `leader`: the replica starts as leader only without leader election.
@@ -58,6 +111,7 @@ impl<P: PodPatcher> Controller<P> {
             patcher,
             filter,
             kinds,
+            nudge_secrets: secrets,
             listed_kinds: BTreeSet::new(),
             pods_listed: false,
             leader,
@@ -70,7 +124,33 @@ impl<P: PodPatcher> Controller<P> {
             held: Vec::new(),
             forbidden_reported: false,
             dropped_seen: (0, 0),
+            reporter: None,
+            env: None,
         }
+    }
+
+    /// Events and notifications (nudge failures, env outcomes) through the executor's
+    /// reporter, like the agent's.
+    pub fn with_reporter(mut self, reporter: Reporter) -> Self {
+        self.reporter = Some(reporter);
+        self
+    }
+
+    /// Follow env consumers (`--env-consumers`); needs [`Self::with_reporter`] first.
+    pub fn with_env(mut self, deps: EnvDeps) -> Self {
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        if deps.secrets && !self.kinds.contains(&SourceKind::Secret) {
+            self.kinds.push(SourceKind::Secret);
+        }
+        self.env = Some(EnvState {
+            tracker: EnvTracker::new(deps.configmaps, deps.secrets),
+            deps,
+            results_tx,
+            results_rx,
+            fetches: Arc::new(tokio::sync::Semaphore::new(ENV_FETCHES_IN_FLIGHT)),
+            writes: Arc::new(tokio::sync::Semaphore::new(ENV_WRITES_IN_FLIGHT)),
+        });
+        self
     }
 
     pub async fn run(mut self, mut inputs: mpsc::Receiver<Input>, shutdown: CancellationToken) {
@@ -84,10 +164,12 @@ impl<P: PodPatcher> Controller<P> {
                     Some(input) => self.handle(input),
                     None => return,
                 },
+                Some(result) = env_result(&mut self.env) => self.env_result(result),
                 _ = sleep_until(wake) => self.flush().await,
                 _ = heartbeat.tick() => {}
             }
             self.metrics.queue_depth.set(self.scheduler.depth() as i64);
+            self.env_writes();
         }
     }
 
@@ -109,13 +191,18 @@ impl<P: PodPatcher> Controller<P> {
                 if self.filter.check(&key.namespace).is_some() {
                     return;
                 }
+                self.env_object(&key, Some(&resource_version), now);
                 if self.baselines.observe(&key, &resource_version) == Seen::Changed {
                     self.changed(&key, resource_version, now);
                 }
             }
-            Input::ObjectDeleted(key) => self.baselines.forget(&key),
+            Input::ObjectDeleted(key) => {
+                self.env_object(&key, None, now);
+                self.baselines.forget(&key);
+            }
             Input::ObjectsListed { kind, objects } => {
                 let listed: Vec<ObjectKey> = objects.iter().map(|(k, _)| k.clone()).collect();
+                self.env_relisted(kind, &objects, now);
                 self.baselines.retain_listed(kind, &listed);
                 for (key, rv) in objects {
                     if self.filter.check(&key.namespace).is_some() {
@@ -149,6 +236,9 @@ impl<P: PodPatcher> Controller<P> {
                 for held in std::mem::take(&mut self.held) {
                     self.handle(held);
                 }
+                // Compare every env consumer's baseline with what its objects hold now (a
+                // change made while the controller was down is acted on here).
+                self.env_fetch_all(now);
                 // Decoding a full pod list is the largest allocation: hand it back.
                 crate::memory::release_free_heap();
                 self.update_ready();
@@ -159,6 +249,12 @@ impl<P: PodPatcher> Controller<P> {
                     self.metrics.leader.set(i64::from(leader));
                     if !leader {
                         self.scheduler.clear();
+                    }
+                    if let Some(env) = &mut self.env {
+                        env.tracker.forget_fetches();
+                    }
+                    if leader && self.pods_listed {
+                        self.env_fetch_all(now);
                     }
                 }
             }
@@ -183,7 +279,7 @@ impl<P: PodPatcher> Controller<P> {
 
     /// An object changed after its baseline: schedule its qualifying pods (leader only).
     fn changed(&mut self, key: &ObjectKey, resource_version: String, now: std::time::Instant) {
-        if !self.leader {
+        if !self.leader || (key.kind == SourceKind::Secret && !self.nudge_secrets) {
             return;
         }
         let object = SourceRef {
@@ -223,6 +319,7 @@ impl<P: PodPatcher> Controller<P> {
             self.remove_pod(&pod.uid);
             return;
         }
+        self.env_pod(&pod);
         if pod_eligible(&pod).is_err() {
             self.scheduler.cancel(&pod_key(&pod));
         }
@@ -234,6 +331,14 @@ impl<P: PodPatcher> Controller<P> {
     }
 
     fn remove_pod(&mut self, uid: &str) {
+        if let Some(env) = &mut self.env {
+            env.tracker.remove_pod(uid);
+            env.deps
+                .index
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .delete(uid);
+        }
         if let Some(pod) = self.pods.remove(uid) {
             self.scheduler.cancel(&pod_key(&pod));
             if let Some(set) = self.by_namespace.get_mut(&pod.namespace) {
@@ -290,6 +395,36 @@ impl<P: PodPatcher> Controller<P> {
                 }
             };
             self.metrics.count(nudge.change.kind, outcome, 1);
+            if let (Some(reporter), Err(e)) = (&self.reporter, &result) {
+                let why = match e {
+                    SendError::Gone => None,
+                    SendError::Conflict(m) => Some(format!("conflict: {m}")),
+                    SendError::Forbidden(m) => Some(format!("forbidden: {m}")),
+                    SendError::Failed(m) => Some(m.clone()),
+                };
+                if let Some(why) = why {
+                    let source = SourceRef {
+                        kind: nudge.change.kind,
+                        name: nudge.change.name.clone(),
+                    };
+                    let pod = PodRef {
+                        uid: nudge.pod.uid.clone(),
+                        namespace: nudge.pod.namespace.clone(),
+                        name: nudge.pod.name.clone(),
+                    };
+                    let note = format!(
+                        "projection nudge {} failed: {why}; the kubelet's periodic sync will project {source}",
+                        nudge.value()
+                    );
+                    reporter.publish(
+                        &pod,
+                        ActionKind::None,
+                        Outcome::NudgeFailed,
+                        note,
+                        &[source],
+                    );
+                }
+            }
         }
     }
 
@@ -313,6 +448,229 @@ impl<P: PodPatcher> Controller<P> {
             s - self.dropped_seen.1,
         );
         self.dropped_seen = (cm, s);
+    }
+}
+
+impl<P: PodPatcher> Controller<P> {
+    /// A pod added or changed: follow its env references (or stop following them).
+    fn env_pod(&mut self, pod: &PodInfo) {
+        let (leader, listed) = (self.leader, self.pods_listed);
+        let Some(env) = &mut self.env else { return };
+        let mut index = env.deps.index.write().unwrap_or_else(|e| e.into_inner());
+        if env_hash::env_eligible(pod).is_err() || pod.env.is_empty() {
+            env.tracker.remove_pod(&pod.uid);
+            index.delete(&pod.uid);
+            return;
+        }
+        let fetch = env.tracker.put_pod(pod);
+        if env.tracker.tracks(&pod.uid) {
+            index.apply(pod.clone());
+        } else {
+            index.delete(&pod.uid);
+        }
+        drop(index);
+        if leader && listed {
+            let now = Instant::now().into_std();
+            for key in fetch {
+                env.fetch(key, None, now);
+            }
+        }
+    }
+
+    /// A ConfigMap/Secret's resourceVersion (`None`: deleted), from the metadata watch.
+    fn env_object(&mut self, key: &ObjectKey, rv: Option<&str>, now: std::time::Instant) {
+        if !self.leader || !self.pods_listed {
+            return;
+        }
+        if let Some(env) = &mut self.env {
+            if env.tracker.needs_fetch(key, rv) {
+                env.fetch(key.clone(), rv, now);
+            }
+        }
+    }
+
+    /// After a relist of `kind`: what changed (or vanished) during a watch gap.
+    fn env_relisted(
+        &mut self,
+        kind: SourceKind,
+        objects: &[(ObjectKey, String)],
+        now: std::time::Instant,
+    ) {
+        let Some(env) = &self.env else { return };
+        let rvs: HashMap<&ObjectKey, &str> = objects.iter().map(|(k, v)| (k, v.as_str())).collect();
+        let tracked: Vec<ObjectKey> = env
+            .tracker
+            .objects()
+            .into_iter()
+            .filter(|k| k.kind == kind)
+            .collect();
+        for key in tracked {
+            let rv = rvs.get(&key).copied();
+            self.env_object(&key, rv, now);
+        }
+    }
+
+    fn env_fetch_all(&mut self, now: std::time::Instant) {
+        if !self.leader {
+            return;
+        }
+        if let Some(env) = &mut self.env {
+            // Those the relist replayed just before were fetched already: one GET each.
+            for key in env.tracker.unrequested() {
+                env.fetch(key, None, now);
+            }
+        }
+    }
+
+    fn env_result(&mut self, result: EnvResult) {
+        let leader = self.leader;
+        let Some(env) = &mut self.env else { return };
+        match result {
+            EnvResult::Fetched {
+                key,
+                seq,
+                data,
+                seen,
+            } => {
+                if !leader {
+                    return;
+                }
+                let changes = env.tracker.fetched(&key, seq, data.as_ref());
+                drop(data);
+                for change in changes {
+                    self.env_act(&change, seen);
+                }
+            }
+            EnvResult::Written { uid, result } => match result {
+                Ok(_) => {}
+                // Not retried (a 403 from RBAC or an admission policy would repeat for every
+                // pod): the baseline stays in memory, and is written with the pod's next one.
+                Err(e) => {
+                    tracing::warn!(pod_uid = %uid, error = %e, "could not write the env baseline annotation; keeping it in memory (a restart before it is written takes a new baseline)");
+                }
+            },
+        }
+    }
+
+    /// What a change of one env source does to one pod.
+    fn env_act(&mut self, change: &EnvChange, seen: std::time::Instant) {
+        let Some(env) = &mut self.env else { return };
+        let pod = {
+            let index = env.deps.index.read().unwrap_or_else(|e| e.into_inner());
+            index.get(&change.uid).cloned()
+        };
+        let Some(pod) = pod else { return };
+        let source = change.source.clone();
+        let cause = env_hash::cause(&source);
+        let pod_ref = PodRef::from(&pod);
+        match env_hash::decide(&pod, &source) {
+            EnvDecision::Evict => {
+                tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "env source changed; evicting");
+                env.deps.evictions.request(EvictJob {
+                    pod: pod_ref,
+                    cause,
+                    first_seen: Some(seen),
+                    sources: vec![source],
+                });
+            }
+            EnvDecision::Refused(note) => {
+                tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", outcome = Outcome::Refused.as_str(), "{note}");
+                if let Some(r) = &self.reporter {
+                    r.record(
+                        &pod_ref,
+                        ActionKind::Evict,
+                        Outcome::Refused,
+                        note,
+                        &[source],
+                    );
+                }
+                env.tracker.acknowledge(change);
+            }
+            EnvDecision::NotReloaded(note) => {
+                tracing::warn!(pod = %pod.full_name(), cause = %cause, outcome = Outcome::EnvNotReloaded.as_str(), "{note}");
+                if let Some(r) = &self.reporter {
+                    r.record(
+                        &pod_ref,
+                        ActionKind::None,
+                        Outcome::EnvNotReloaded,
+                        note,
+                        &[source],
+                    );
+                }
+                env.tracker.acknowledge(change);
+            }
+        }
+    }
+
+    /// Baseline annotations to write (leader only), a few at a time.
+    fn env_writes(&mut self) {
+        if !self.leader {
+            return;
+        }
+        let Some(env) = &mut self.env else { return };
+        for w in env.tracker.writes() {
+            let api = env.deps.api.clone();
+            let tx = env.results_tx.clone();
+            let permits = env.writes.clone();
+            tokio::spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return;
+                };
+                let result = api
+                    .write_baseline(&w.namespace, &w.name, &w.uid, &w.value)
+                    .await;
+                let _ = tx.send(EnvResult::Written { uid: w.uid, result });
+            });
+        }
+    }
+}
+
+impl EnvState {
+    /// One GET of `key` (retried with backoff while it fails); its answer comes back as an
+    /// [`EnvResult`].
+    fn fetch(&mut self, key: ObjectKey, rv: Option<&str>, seen: std::time::Instant) {
+        let seq = self.tracker.start_fetch(&key, rv);
+        let api = self.deps.api.clone();
+        let tx = self.results_tx.clone();
+        let permits = self.fetches.clone();
+        let stop = self.deps.stop.clone();
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(500);
+            loop {
+                let result = {
+                    let Ok(_permit) = permits.clone().acquire_owned().await else {
+                        return;
+                    };
+                    api.read(&key).await
+                };
+                match result {
+                    Ok(data) => {
+                        let _ = tx.send(EnvResult::Fetched {
+                            key,
+                            seq,
+                            data,
+                            seen,
+                        });
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(kind = key.kind.as_str(), namespace = %key.namespace, name = %key.name, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot read an env consumer's source; retrying");
+                    }
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(60));
+            }
+        });
+    }
+}
+
+async fn env_result(env: &mut Option<EnvState>) -> Option<EnvResult> {
+    match env {
+        Some(env) => env.results_rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -301,3 +301,201 @@ async fn a_change_seen_before_the_pod_list_still_finds_its_pods() {
     assert_eq!(h.values(), ["web=configmap/cfg@2"]);
     h.stop().await;
 }
+
+/// The env consumers and notifications in the loop, with fakes of every edge.
+mod env_consumers {
+    use super::*;
+    use crate::controller::api::fake::FakeEnvApi;
+    use crate::execute::evict::EvictionSettings;
+    use crate::model::{EnvKeys, EnvRef};
+    use crate::notify::{FakePoster, Notifier, NotifySettings, SecretUrl};
+    use crate::ports::fake;
+
+    fn env_pod(name: &str, action: &str) -> PodInfo {
+        PodInfo {
+            env: vec![EnvRef {
+                source: SourceRef {
+                    kind: SourceKind::ConfigMap,
+                    name: "app-env".into(),
+                },
+                keys: EnvKeys::Key("LOG".into()),
+                optional: false,
+                container: "app".into(),
+            }],
+            has_controller: true,
+            annotations: [("reloadlet.io/action".to_string(), action.to_string())].into(),
+            ..env_only_pod(name)
+        }
+    }
+
+    fn data(log: &str) -> ObjectData {
+        ObjectData {
+            text: [("LOG".to_string(), log.to_string())].into(),
+            ..ObjectData::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_key_change_evicts_the_evict_pod_warns_the_signal_pod_and_notifies() {
+        let patcher = FakePatcher::default();
+        let pods = vec![
+            env_pod("evictme", "evict"),
+            env_pod("warnme", "signal"),
+            pod("web", false),
+        ];
+        for p in &pods {
+            patcher.put(p.clone());
+        }
+        let api = Arc::new(FakeEnvApi::default());
+        api.objects
+            .lock()
+            .unwrap()
+            .insert(cm_key("app-env"), data("info"));
+        let events = Arc::new(fake::Events::default());
+        let evictor = Arc::new(fake::Evictor::default());
+        let poster = FakePoster::default();
+        let mut registry = Registry::default();
+        let notifier = Notifier::start(
+            &NotifySettings {
+                urls: vec![SecretUrl::parse("https://hooks.example.com/x").unwrap()],
+                ..Default::default()
+            },
+            poster.clone(),
+            crate::notify::NotifyMetrics::new(&mut registry),
+            CancellationToken::new(),
+        );
+        let reporter = Reporter::new(
+            events.clone(),
+            notifier,
+            crate::metrics::Metrics::new(&mut registry),
+            false,
+            "controller-0".into(),
+        );
+        let stop = CancellationToken::new();
+        let index = Arc::new(RwLock::new(PodIndex::default()));
+        let evictions = Evictions::new(
+            EvictionSettings::default(),
+            evictor.clone(),
+            reporter.clone(),
+            index.clone(),
+            stop.clone(),
+        );
+        let controller = Controller::new(
+            Arc::new(patcher.clone()),
+            NamespaceFilter::default(),
+            false,
+            20,
+            true,
+            ControllerMetrics::new(&mut Registry::default()),
+            Arc::new(Health::default()),
+        )
+        .with_reporter(reporter)
+        .with_env(EnvDeps {
+            api: api.clone(),
+            evictions,
+            index,
+            configmaps: true,
+            secrets: false,
+            stop: stop.clone(),
+        });
+        let (tx, rx) = mpsc::channel(64);
+        let task = tokio::spawn(controller.run(rx, stop.clone()));
+        tx.send(Input::PodsListed(pods)).await.unwrap();
+        tx.send(Input::ObjectsListed {
+            kind: SourceKind::ConfigMap,
+            objects: vec![(cm_key("app-env"), "1".into()), (cm_key("cfg"), "1".into())],
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // First sight: baselines written, nothing done; only the read object was read.
+        assert_eq!(api.writes.lock().unwrap().len(), 2);
+        assert!(api
+            .reads
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|k| k.name == "app-env"));
+        assert_eq!(evictor.calls(), 0);
+        assert!(events.reasons().is_empty());
+
+        // A metadata-only edit: read again, nothing done.
+        tx.send(Input::Object {
+            key: cm_key("app-env"),
+            resource_version: "2".into(),
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(evictor.calls(), 0);
+
+        api.objects
+            .lock()
+            .unwrap()
+            .insert(cm_key("app-env"), data("debug"));
+        tx.send(Input::Object {
+            key: cm_key("app-env"),
+            resource_version: "3".into(),
+        })
+        .await
+        .unwrap();
+        // And a nudge that fails.
+        patcher.fail_always(PatchError::Other("API unavailable".into()));
+        tx.send(Input::Object {
+            key: cm_key("cfg"),
+            resource_version: "2".into(),
+        })
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let calls: Vec<String> = evictor
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
+        assert_eq!(calls, ["evictme"]);
+        let recorded = events.0.lock().unwrap().clone();
+        let by_pod: Vec<(String, &str)> = recorded
+            .iter()
+            .map(|(p, e)| (p.name.clone(), e.reason))
+            .collect();
+        assert_eq!(
+            by_pod,
+            [
+                ("warnme".to_string(), "EnvNotReloaded"),
+                ("evictme".to_string(), "EvictionRequested")
+            ]
+        );
+        assert!(recorded[1]
+            .1
+            .note
+            .contains("configmap app-env (env) changed"));
+        // The acknowledged warning rewrote the signal pod's baseline (so it is not repeated).
+        assert_eq!(api.writes.lock().unwrap().len(), 3);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while poster.requests().len() < 2 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let bodies: Vec<String> = poster
+            .requests()
+            .iter()
+            .map(|r| format!("{:?}", r.payload))
+            .collect();
+        assert!(
+            bodies
+                .iter()
+                .any(|b| b.contains("EnvNotReloaded") && b.contains("warnme")),
+            "{bodies:?}"
+        );
+        assert!(
+            bodies
+                .iter()
+                .any(|b| b.contains("NudgeFailed") && b.contains("web")),
+            "{bodies:?}"
+        );
+        stop.cancel();
+        task.await.unwrap();
+    }
+}

@@ -53,6 +53,17 @@ pub struct ControllerArgs {
     /// Only nudge pods matching this label selector.
     #[arg(long, env = "RELOADLET_POD_SELECTOR")]
     pub pod_selector: Option<String>,
+    /// Follow the data of the ConfigMaps that opted-in pods read through env/envFrom (only
+    /// those), and evict or warn when a key they read changes (docs/env-consumers.md).
+    /// `--env-consumers=false` turns it off.
+    #[arg(long, env = "RELOADLET_ENV_CONSUMERS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub env_consumers: bool,
+    /// The same for Secrets. Off by default: it needs get/list/watch on Secrets, which can
+    /// read every Secret in the cluster.
+    #[arg(long, env = "RELOADLET_ENV_CONSUMERS_SECRETS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub env_consumers_secrets: bool,
+    #[command(flatten)]
+    pub notify: crate::notify::NotifyArgs,
 }
 
 #[derive(Clone, Debug)]
@@ -65,6 +76,12 @@ pub struct ControllerSettings {
     pub log_format: LogFormat,
     pub filter: NamespaceFilter,
     pub pod_selector: Option<String>,
+    /// Follow env consumers of ConfigMaps / of Secrets.
+    pub env_configmaps: bool,
+    pub env_secrets: bool,
+    pub notify: crate::notify::NotifySettings,
+    /// Names the controller in notifications and Events (`POD_NAME`, else the hostname).
+    pub instance: String,
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +99,13 @@ pub const LEASE_NAME: &str = "reloadlet-controller";
 impl ControllerArgs {
     /// `hostname` is used when `POD_NAME` is not set.
     pub fn settings(&self, hostname: Option<String>) -> Result<ControllerSettings, String> {
+        let instance = self
+            .identity
+            .clone()
+            .filter(|s| !s.is_empty())
+            .or(hostname.clone().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "reloadlet-controller".into());
+        let notify = self.notify.clone().settings(&|k| std::env::var(k).ok())?;
         let election = if self.leader_elect {
             let namespace = self
                 .lease_namespace
@@ -125,6 +149,10 @@ impl ControllerArgs {
             log_format: self.log_format,
             filter: crate::config::namespace_filter(&self.namespaces, &self.exclude_namespaces),
             pod_selector,
+            env_configmaps: self.env_consumers,
+            env_secrets: self.env_consumers_secrets,
+            notify,
+            instance,
         })
     }
 }
@@ -208,5 +236,40 @@ mod tests {
                 == 5
         );
         assert!(Wrap::try_parse_from(["x", "--max-nudges-per-second", "0"]).is_err());
+    }
+
+    #[test]
+    fn env_consumer_flags() {
+        let s = |argv: &[&str]| {
+            let mut v = vec!["--leader-elect=false"];
+            v.extend_from_slice(argv);
+            parse(&v).settings(None).unwrap()
+        };
+        if std::env::var_os("RELOADLET_ENV_CONSUMERS").is_none() {
+            assert!(s(&[]).env_configmaps, "on by default");
+            assert!(!s(&["--env-consumers=false"]).env_configmaps);
+            assert!(s(&["--env-consumers"]).env_configmaps);
+            assert!(s(&["--env-consumers", "true"]).env_configmaps);
+        }
+        if std::env::var_os("RELOADLET_ENV_CONSUMERS_SECRETS").is_none() {
+            assert!(!s(&[]).env_secrets, "off by default");
+            assert!(s(&["--env-consumers-secrets"]).env_secrets);
+            assert!(!s(&["--env-consumers-secrets=false"]).env_secrets);
+        }
+        assert!(Wrap::try_parse_from(["x", "--env-consumers=maybe"]).is_err());
+        // The agent's notification flags, the same way.
+        if std::env::var_os("RELOADLET_NOTIFY_URL").is_none()
+            && std::env::var_os("ALERT_WEBHOOK_URL").is_none()
+        {
+            assert!(!s(&[]).notify.enabled());
+            let on = s(&[
+                "--notify-url",
+                "https://hooks.example.com/x",
+                "--notify-format",
+                "slack",
+            ]);
+            assert!(on.notify.enabled());
+            assert!(!format!("{on:?}").contains("/x"), "the URL is a credential");
+        }
     }
 }

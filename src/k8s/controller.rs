@@ -3,11 +3,13 @@
 //! [`crate::controller::api`] here.
 
 use super::pod_convert::pod_info;
-use crate::annotations::PROJECTION_NUDGE;
-use crate::controller::api::{Input, LeaseError, LeaseStore, PatchError, PodPatcher};
+use crate::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
+use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, PatchError, PodPatcher};
+use crate::controller::env_hash::ObjectData;
 use crate::controller::lease::LeaseRecord;
 use crate::controller::nudges::ObjectKey;
 use crate::model::{PodInfo, SourceKind};
+use futures::future::BoxFuture;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -192,6 +194,85 @@ impl PodPatcher for KubePatcher {
                 Err(e) => Err(patch_error(e)),
             }
         }
+    }
+}
+
+/// The env consumers' edges: a GET of one referenced object (full, data included: only ever
+/// for objects some opted-in pod reads through env), and the baseline annotation.
+pub struct KubeEnvApi {
+    client: Client,
+}
+
+impl KubeEnvApi {
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+/// The baseline patch: exactly one annotation, conditional on the pod's UID (a pod replaced
+/// under the same name is never written for its predecessor).
+pub fn baseline_patch(uid: &str, value: &str) -> serde_json::Value {
+    serde_json::json!({ "metadata": { "uid": uid, "annotations": { ENV_BASELINE: value } } })
+}
+
+impl EnvApi for KubeEnvApi {
+    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, String>> {
+        let key = key.clone();
+        Box::pin(async move {
+            match key.kind {
+                SourceKind::ConfigMap => {
+                    let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
+                    let cm = api.get_opt(&key.name).await.map_err(|e| e.to_string())?;
+                    Ok(cm.map(|cm| ObjectData {
+                        text: cm.data.unwrap_or_default(),
+                        binary: cm
+                            .binary_data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, v.0))
+                            .collect(),
+                        secret: false,
+                    }))
+                }
+                SourceKind::Secret => {
+                    let api: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
+                    let secret = api.get_opt(&key.name).await.map_err(|e| e.to_string())?;
+                    Ok(secret.map(|s| ObjectData {
+                        text: Default::default(),
+                        binary: s
+                            .data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, v.0))
+                            .collect(),
+                        secret: true,
+                    }))
+                }
+            }
+        })
+    }
+
+    fn write_baseline<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        uid: &'a str,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(async move {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            let body = baseline_patch(uid, value);
+            match api.patch(name, &params, &Patch::Merge(&body)).await {
+                Ok(_) => Ok(true),
+                // 404: gone; 409/422: the UID differs (a new pod of the same name).
+                Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => Ok(false),
+                Err(e) => Err(e.to_string()),
+            }
+        })
     }
 }
 

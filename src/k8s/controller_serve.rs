@@ -1,16 +1,25 @@
 //! `reloadlet controller`: wiring of settings, kube edges, election, HTTP and the loop.
 
 use super::client::Clients;
-use super::controller::{now_rfc3339, watch_objects, watch_pods, KubeLeaseStore, KubePatcher};
+use super::controller::{
+    now_rfc3339, watch_objects, watch_pods, KubeEnvApi, KubeLeaseStore, KubePatcher,
+};
+use super::events::QueuedRecorder;
+use super::eviction::KubeEvictor;
 use crate::controller::api::Input;
 use crate::controller::elect::{self, ElectionSettings};
 use crate::controller::metrics::ControllerMetrics;
-use crate::controller::run::Controller;
+use crate::controller::run::{Controller, EnvDeps};
 use crate::controller::settings::ControllerSettings;
+use crate::execute::evict::{EvictionSettings, Evictions};
+use crate::execute::report::Reporter;
 use crate::http::{self, Health};
+use crate::metrics::Metrics;
 use crate::model::SourceKind;
+use crate::pod_index::PodIndex;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
+use std::sync::RwLock;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -24,6 +33,9 @@ pub async fn serve(
         .map_err(|e| format!("no Kubernetes configuration (in-cluster or KUBECONFIG): {e}"))?;
     let mut registry = Registry::with_prefix("reloadlet");
     let metrics = ControllerMetrics::new(&mut registry);
+    // The executor's metrics (reloadlet_actions_total{action="evict"} …) and notifications.
+    let action_metrics = Metrics::new(&mut registry);
+    let notify_metrics = crate::notify::NotifyMetrics::new(&mut registry);
     let health = Arc::new(Health::default());
     health.beat();
     let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -47,7 +59,8 @@ pub async fn serve(
         SourceKind::ConfigMap,
         tx.clone(),
     ));
-    if settings.secrets {
+    // Secrets' metadata: for nudges (--secrets) and for env consumers (--env-consumers-secrets).
+    if settings.secrets || settings.env_secrets {
         tokio::spawn(watch_objects(
             clients.main.clone(),
             SourceKind::Secret,
@@ -85,11 +98,37 @@ pub async fn serve(
     drop(tx);
     tracing::info!(
         secrets = settings.secrets,
+        env_consumers = settings.env_configmaps,
+        env_consumers_secrets = settings.env_secrets,
         max_nudges_per_second = settings.max_nudges_per_second,
         leader_elect = settings.election.is_some(),
         identity = settings.election.as_ref().map(|e| e.identity.as_str()).unwrap_or(""),
         listen = %settings.listen,
         "reloadlet controller started"
+    );
+    // No HTTP client at all while notifications are off.
+    let notifier = if !settings.notify.enabled() {
+        crate::notify::Notifier::disabled()
+    } else {
+        let poster = crate::notify::HttpPoster::for_settings(&settings.notify)
+            .map_err(|e| format!("notifications: {e}"))?;
+        tracing::info!(notify = %settings.notify.describe(), "notifications on");
+        crate::notify::Notifier::start(
+            &settings.notify,
+            poster,
+            notify_metrics,
+            CancellationToken::new(),
+        )
+    };
+    let reporter = Reporter::new(
+        Arc::new(QueuedRecorder::spawn(
+            clients.main.clone(),
+            settings.instance.clone(),
+        )),
+        notifier,
+        action_metrics,
+        false,
+        settings.instance.clone(),
     );
     let controller = Controller::new(
         Arc::new(KubePatcher::new(clients.main.clone())),
@@ -99,7 +138,28 @@ pub async fn serve(
         settings.election.is_none(),
         metrics,
         health,
-    );
+    )
+    .with_reporter(reporter.clone());
+    let controller = if settings.env_configmaps || settings.env_secrets {
+        let index = Arc::new(RwLock::new(PodIndex::default()));
+        let evictions = Evictions::new(
+            EvictionSettings::default(),
+            Arc::new(KubeEvictor::new(clients.eviction.clone())),
+            reporter,
+            index.clone(),
+            shutdown.clone(),
+        );
+        controller.with_env(EnvDeps {
+            api: Arc::new(KubeEnvApi::new(clients.main.clone())),
+            evictions,
+            index,
+            configmaps: settings.env_configmaps,
+            secrets: settings.env_secrets,
+            stop: shutdown.clone(),
+        })
+    } else {
+        controller
+    };
     controller.run(rx, shutdown.clone()).await;
     if let Some(task) = election_task {
         // Releases the Lease so a standby takes over at once.

@@ -1,9 +1,10 @@
 //! `Pod` (k8s-openapi) → [`PodInfo`]: keeps only what reloadlet decides on. Nothing else of
-//! the object (managedFields, env, the rest of the spec) is retained.
+//! the object (managedFields, env values, the rest of the spec) is retained; of `env`/`envFrom`
+//! only the ConfigMap/Secret references.
 
 use crate::model::{
-    ContainerId, ContainerInfo, ContainerKind, PodInfo, SourceKind, SourceRef, VolumeMount,
-    VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
+    ContainerId, ContainerInfo, ContainerKind, EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef,
+    VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
 };
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, KeyToPath, Pod, Volume};
 
@@ -47,7 +48,77 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
             .any(|o| o.controller == Some(true)),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
         terminating: meta.deletion_timestamp.is_some(),
+        env: env_refs(spec),
     })
+}
+
+/// Every `env[].valueFrom.{configMapKeyRef,secretKeyRef}` and `envFrom[]` of every container
+/// (init containers too: a restarted sidecar reads them again), sorted.
+fn env_refs(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<EnvRef> {
+    let mut out = Vec::new();
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter());
+    for c in containers {
+        let mut push = |kind, name: &str, keys, optional: Option<bool>| {
+            if !name.is_empty() {
+                out.push(EnvRef {
+                    source: SourceRef {
+                        kind,
+                        name: name.to_owned(),
+                    },
+                    keys,
+                    optional: optional.unwrap_or(false),
+                    container: c.name.clone(),
+                });
+            }
+        };
+        for e in c.env.iter().flatten() {
+            let Some(vf) = &e.value_from else { continue };
+            if let Some(r) = &vf.config_map_key_ref {
+                push(
+                    SourceKind::ConfigMap,
+                    &r.name,
+                    EnvKeys::Key(r.key.clone()),
+                    r.optional,
+                );
+            }
+            if let Some(r) = &vf.secret_key_ref {
+                push(
+                    SourceKind::Secret,
+                    &r.name,
+                    EnvKeys::Key(r.key.clone()),
+                    r.optional,
+                );
+            }
+        }
+        for ef in c.env_from.iter().flatten() {
+            let prefix = ef.prefix.clone().unwrap_or_default();
+            if let Some(r) = &ef.config_map_ref {
+                push(
+                    SourceKind::ConfigMap,
+                    &r.name,
+                    EnvKeys::All {
+                        prefix: prefix.clone(),
+                    },
+                    r.optional,
+                );
+            }
+            if let Some(r) = &ef.secret_ref {
+                push(
+                    SourceKind::Secret,
+                    &r.name,
+                    EnvKeys::All { prefix },
+                    r.optional,
+                );
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// ConfigMaps/Secrets the pod uses through env vars (`valueFrom`, `envFrom`) but mounts in no

@@ -14,6 +14,8 @@ pub enum Action {
     Signal,
     Http,
     Evict,
+    /// The controller's projection nudge (a pod annotation patch).
+    Nudge,
 }
 
 impl Action {
@@ -22,6 +24,7 @@ impl Action {
             Self::Signal => "signal",
             Self::Http => "http",
             Self::Evict => "evict",
+            Self::Nudge => "nudge",
         }
     }
 }
@@ -42,6 +45,11 @@ pub enum Outcome {
     EvictionBlocked {
         blocked_for: Duration,
     },
+    /// The controller: an env source changed and the pod's action cannot refresh env.
+    EnvNotReloaded,
+    /// The controller: a projection nudge failed (the change waits for the kubelet's
+    /// periodic sync).
+    NudgeFailed,
 }
 
 impl Outcome {
@@ -57,6 +65,8 @@ impl Outcome {
             Self::EvictionRequested => "EvictionRequested",
             Self::EvictionFailed => "EvictionFailed",
             Self::EvictionBlocked { .. } => "EvictionBlocked",
+            Self::EnvNotReloaded => "EnvNotReloaded",
+            Self::NudgeFailed => "NudgeFailed",
         }
     }
 
@@ -66,7 +76,9 @@ impl Outcome {
             Self::SignalFailed
             | Self::SignalNotHandled
             | Self::ReloadFailed
-            | Self::EvictionFailed => true,
+            | Self::EvictionFailed
+            | Self::EnvNotReloaded
+            | Self::NudgeFailed => true,
             Self::EvictionBlocked { blocked_for } => blocked_for >= EVICTION_BLOCKED_NOTIFY_AFTER,
             Self::Signaled | Self::Reloaded | Self::EvictionRequested => false,
         }

@@ -1,0 +1,451 @@
+//! Env consumers, the bookkeeping (pure, synchronous): which objects the tracked pods read
+//! through env, what each pod's baseline digest is, which fetches are needed, and which pods a
+//! fetched object changed for. The loop in [`super::run`] does the fetching, the acting and the
+//! annotation writes.
+//!
+//! Ordering: every fetch carries a sequence number taken when it is sent. A result older than
+//! one already applied for the same object is dropped (two GETs in flight never apply out of
+//! order), and a pod's first baseline is only taken from a fetch sent after the pod was first
+//! seen (a GET answered with data older than the pod never becomes its baseline).
+
+use super::env_hash::{digest, format_baseline, parse_baseline, references, ObjectData, Selector};
+use super::nudges::ObjectKey;
+use crate::annotations::ENV_BASELINE;
+use crate::model::{PodInfo, SourceRef};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+#[derive(Debug)]
+struct PodEnv {
+    namespace: String,
+    name: String,
+    refs: BTreeMap<SourceRef, Vec<Selector>>,
+    /// The digest per reference the pod is known to run with (its baseline).
+    known: BTreeMap<SourceRef, String>,
+    /// `reloadlet.io/env-baseline` as last seen on the pod (or written).
+    written: Option<String>,
+    /// A write of this value is in flight.
+    writing: Option<String>,
+    /// The fetch sequence when the pod was first seen.
+    seen_seq: u64,
+}
+
+/// A pod whose env source changed after its baseline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvChange {
+    pub uid: String,
+    pub source: SourceRef,
+    /// The digest of what the pod would read now.
+    pub digest: String,
+}
+
+/// A baseline annotation to write: (namespace, name, uid, value).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaselineWrite {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub value: String,
+}
+
+#[derive(Debug)]
+pub struct EnvTracker {
+    configmaps: bool,
+    secrets: bool,
+    pods: HashMap<String, PodEnv>,
+    by_object: HashMap<ObjectKey, BTreeSet<String>>,
+    /// The resourceVersion last asked for per object (`None`: unknown, e.g. after a delete).
+    requested: HashMap<ObjectKey, Option<String>>,
+    /// The sequence number of the newest fetch applied per object.
+    applied: HashMap<ObjectKey, u64>,
+    seq: u64,
+    /// Pods whose baseline may differ from their annotation (looked at by [`Self::writes`]).
+    dirty: BTreeSet<String>,
+}
+
+fn key_of(namespace: &str, source: &SourceRef) -> ObjectKey {
+    ObjectKey {
+        kind: source.kind,
+        namespace: namespace.to_owned(),
+        name: source.name.clone(),
+    }
+}
+
+impl EnvTracker {
+    pub fn new(configmaps: bool, secrets: bool) -> Self {
+        Self {
+            configmaps,
+            secrets,
+            pods: HashMap::new(),
+            by_object: HashMap::new(),
+            requested: HashMap::new(),
+            applied: HashMap::new(),
+            seq: 0,
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// A pod was added or changed (only call for pods that pass
+    /// [`super::env_hash::env_eligible`]). Returns the objects to fetch: those of references
+    /// with no baseline yet.
+    pub fn put_pod(&mut self, pod: &PodInfo) -> Vec<ObjectKey> {
+        let refs = references(pod, self.configmaps, self.secrets);
+        if refs.is_empty() {
+            self.remove_pod(&pod.uid);
+            return Vec::new();
+        }
+        let annotation = pod.annotations.get(ENV_BASELINE).cloned();
+        let seq = self.seq;
+        let entry = self.pods.entry(pod.uid.clone()).or_insert_with(|| PodEnv {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            refs: BTreeMap::new(),
+            // First sight: the baseline the controller wrote earlier, if any.
+            known: annotation
+                .as_deref()
+                .map(parse_baseline)
+                .unwrap_or_default(),
+            written: annotation.clone(),
+            writing: None,
+            seen_seq: seq,
+        });
+        if entry.written != annotation {
+            self.dirty.insert(pod.uid.clone());
+        }
+        entry.written = annotation;
+        if entry.writing.as_ref() == entry.written.as_ref() {
+            entry.writing = None;
+        }
+        let old: Vec<SourceRef> = entry.refs.keys().cloned().collect();
+        entry.refs = refs;
+        entry.known.retain(|s, _| entry.refs.contains_key(s));
+        let unknown: Vec<SourceRef> = entry
+            .refs
+            .keys()
+            .filter(|s| !entry.known.contains_key(*s))
+            .cloned()
+            .collect();
+        let namespace = entry.namespace.clone();
+        for s in &old {
+            if !self.pods[&pod.uid].refs.contains_key(s) {
+                self.unlink(&key_of(&namespace, s), &pod.uid);
+            }
+        }
+        let sources: Vec<SourceRef> = self.pods[&pod.uid].refs.keys().cloned().collect();
+        for s in sources {
+            self.by_object
+                .entry(key_of(&namespace, &s))
+                .or_default()
+                .insert(pod.uid.clone());
+        }
+        unknown.iter().map(|s| key_of(&namespace, s)).collect()
+    }
+
+    pub fn remove_pod(&mut self, uid: &str) {
+        if let Some(p) = self.pods.remove(uid) {
+            for s in p.refs.keys() {
+                self.unlink(&key_of(&p.namespace, s), uid);
+            }
+        }
+    }
+
+    fn unlink(&mut self, key: &ObjectKey, uid: &str) {
+        if let Some(set) = self.by_object.get_mut(key) {
+            set.remove(uid);
+            if set.is_empty() {
+                self.by_object.remove(key);
+                self.requested.remove(key);
+                self.applied.remove(key);
+            }
+        }
+    }
+
+    pub fn tracks(&self, uid: &str) -> bool {
+        self.pods.contains_key(uid)
+    }
+
+    /// Does some tracked pod read `key`, and is `resource_version` (`None`: deleted) not what
+    /// was last fetched? Then it must be fetched.
+    pub fn needs_fetch(&self, key: &ObjectKey, resource_version: Option<&str>) -> bool {
+        if !self.by_object.contains_key(key) {
+            return false;
+        }
+        match (self.requested.get(key), resource_version) {
+            (Some(Some(old)), Some(new)) => old != new,
+            (Some(None), None) => false,
+            _ => true,
+        }
+    }
+
+    /// Every object some tracked pod reads (after gaining leadership).
+    pub fn objects(&self) -> Vec<ObjectKey> {
+        let mut v: Vec<ObjectKey> = self.by_object.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Objects some tracked pod reads that no fetch was sent for (since the last
+    /// [`Self::forget_fetches`]).
+    pub fn unrequested(&self) -> Vec<ObjectKey> {
+        let mut v: Vec<ObjectKey> = self
+            .by_object
+            .keys()
+            .filter(|k| !self.requested.contains_key(*k))
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A fetch of `key` is being sent, for `resource_version` when known: its sequence number.
+    pub fn start_fetch(&mut self, key: &ObjectKey, resource_version: Option<&str>) -> u64 {
+        self.seq += 1;
+        self.requested
+            .insert(key.clone(), resource_version.map(str::to_owned));
+        self.seq
+    }
+
+    /// Forget what was fetched (leadership lost: the next leader term fetches everything again).
+    pub fn forget_fetches(&mut self) {
+        self.requested.clear();
+    }
+
+    /// A fetch answered (`data`: `None` when the object does not exist). Takes baselines of
+    /// pods that had none and returns the pods whose references read something else now.
+    pub fn fetched(
+        &mut self,
+        key: &ObjectKey,
+        seq: u64,
+        data: Option<&ObjectData>,
+    ) -> Vec<EnvChange> {
+        if self.applied.get(key).is_some_and(|&s| s > seq) {
+            return Vec::new();
+        }
+        let Some(uids) = self.by_object.get(key) else {
+            return Vec::new();
+        };
+        self.applied.insert(key.clone(), seq);
+        let source = SourceRef {
+            kind: key.kind,
+            name: key.name.clone(),
+        };
+        let mut changes = Vec::new();
+        for uid in uids {
+            let Some(pod) = self.pods.get_mut(uid) else {
+                continue;
+            };
+            let Some(selectors) = pod.refs.get(&source) else {
+                continue;
+            };
+            let now = digest(selectors, data);
+            match pod.known.get(&source) {
+                None if seq > pod.seen_seq => {
+                    pod.known.insert(source.clone(), now);
+                    self.dirty.insert(uid.clone());
+                }
+                None => {}
+                Some(old) if *old == now => {}
+                Some(_) => changes.push(EnvChange {
+                    uid: uid.clone(),
+                    source: source.clone(),
+                    digest: now,
+                }),
+            }
+        }
+        changes
+    }
+
+    /// The change was dealt with for good (a warning published, an eviction refused): the
+    /// pod's baseline becomes what it would read now, so it is not reported again.
+    pub fn acknowledge(&mut self, change: &EnvChange) {
+        if let Some(pod) = self.pods.get_mut(&change.uid) {
+            pod.known
+                .insert(change.source.clone(), change.digest.clone());
+            self.dirty.insert(change.uid.clone());
+        }
+    }
+
+    /// Baseline annotations that differ from what the pods carry (and are not being written).
+    pub fn writes(&mut self) -> Vec<BaselineWrite> {
+        let mut out = Vec::new();
+        for uid in std::mem::take(&mut self.dirty) {
+            let Some(pod) = self.pods.get_mut(&uid) else {
+                continue;
+            };
+            if pod.known.is_empty() {
+                continue;
+            }
+            let value = format_baseline(&pod.known);
+            if pod.written.as_ref() == Some(&value) || pod.writing.as_ref() == Some(&value) {
+                continue;
+            }
+            pod.writing = Some(value.clone());
+            out.push(BaselineWrite {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid,
+                value,
+            });
+        }
+        out.sort_by(|a, b| a.uid.cmp(&b.uid));
+        out
+    }
+
+    pub fn pods(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn objects_len(&self) -> usize {
+        self.by_object.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EnvKeys, EnvRef, SourceKind};
+
+    fn pod(uid: &str, keys: &[&str], baseline: Option<&str>) -> PodInfo {
+        let mut annotations =
+            BTreeMap::from([("reloadlet.io/action".to_owned(), "evict".to_owned())]);
+        if let Some(b) = baseline {
+            annotations.insert(ENV_BASELINE.into(), b.into());
+        }
+        PodInfo {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            name: format!("pod-{uid}"),
+            annotations,
+            phase: "Running".into(),
+            env: keys
+                .iter()
+                .map(|k| EnvRef {
+                    source: SourceRef {
+                        kind: SourceKind::ConfigMap,
+                        name: "app-env".into(),
+                    },
+                    keys: EnvKeys::Key((*k).into()),
+                    optional: false,
+                    container: "app".into(),
+                })
+                .collect(),
+            ..PodInfo::default()
+        }
+    }
+
+    fn cm() -> ObjectKey {
+        ObjectKey {
+            kind: SourceKind::ConfigMap,
+            namespace: "ns".into(),
+            name: "app-env".into(),
+        }
+    }
+
+    fn data(pairs: &[(&str, &str)]) -> ObjectData {
+        ObjectData {
+            text: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..ObjectData::default()
+        }
+    }
+
+    fn fetch(t: &mut EnvTracker, rv: &str, d: &ObjectData) -> Vec<String> {
+        let seq = t.start_fetch(&cm(), Some(rv));
+        let mut v: Vec<String> = t
+            .fetched(&cm(), seq, Some(d))
+            .into_iter()
+            .map(|c| c.uid)
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_first_sight_is_a_baseline_and_only_readers_of_the_changed_key_change() {
+        let mut t = EnvTracker::new(true, false);
+        assert_eq!(t.put_pod(&pod("a", &["LOG"], None)), vec![cm()]);
+        assert_eq!(t.put_pod(&pod("b", &["PORT"], None)), vec![cm()]);
+        assert_eq!(t.unrequested(), vec![cm()]);
+        let v1 = data(&[("LOG", "info"), ("PORT", "80")]);
+        assert!(fetch(&mut t, "1", &v1).is_empty(), "baselines only");
+        assert!(t.unrequested().is_empty(), "one GET per object");
+        assert!(t.needs_fetch(&cm(), Some("2")));
+        assert!(!t.needs_fetch(&cm(), Some("1")));
+        assert!(
+            fetch(&mut t, "2", &v1).is_empty(),
+            "identical re-apply / metadata edit"
+        );
+        let v3 = data(&[("LOG", "debug"), ("PORT", "80")]);
+        assert_eq!(fetch(&mut t, "3", &v3), ["a"]);
+        // Not acknowledged (an eviction): reported again; acknowledged: not.
+        let changes = {
+            let seq = t.start_fetch(&cm(), Some("4"));
+            t.fetched(&cm(), seq, Some(&v3))
+        };
+        assert_eq!(changes.len(), 1);
+        t.acknowledge(&changes[0]);
+        assert!(fetch(&mut t, "5", &v3).is_empty());
+    }
+
+    #[test]
+    fn a_baseline_written_before_a_restart_detects_a_change_made_meanwhile() {
+        let v1 = data(&[("LOG", "info")]);
+        let mut first = EnvTracker::new(true, false);
+        first.put_pod(&pod("a", &["LOG"], None));
+        fetch(&mut first, "1", &v1);
+        let writes = first.writes();
+        assert_eq!(writes.len(), 1);
+        assert!(first.writes().is_empty(), "one write in flight at a time");
+        let baseline = writes[0].value.clone();
+
+        // Restarted; changed while down; a pod created meanwhile has no baseline yet.
+        let mut second = EnvTracker::new(true, false);
+        assert!(second
+            .put_pod(&pod("a", &["LOG"], Some(&baseline)))
+            .is_empty());
+        assert_eq!(second.put_pod(&pod("new", &["LOG"], None)), vec![cm()]);
+        let v2 = data(&[("LOG", "debug")]);
+        assert_eq!(fetch(&mut second, "2", &v2), ["a"], "only the old pod");
+        // Nothing changed while down: nothing.
+        let mut third = EnvTracker::new(true, false);
+        third.put_pod(&pod("a", &["LOG"], Some(&baseline)));
+        assert!(fetch(&mut third, "1", &v1).is_empty());
+        assert!(third.writes().is_empty(), "the annotation already says it");
+    }
+
+    #[test]
+    fn stale_fetches_neither_baseline_a_newer_pod_nor_apply_out_of_order() {
+        let mut t = EnvTracker::new(true, false);
+        t.put_pod(&pod("a", &["LOG"], None));
+        let old_seq = t.start_fetch(&cm(), Some("1"));
+        // The pod "b" is first seen after that GET was sent.
+        t.put_pod(&pod("b", &["LOG"], None));
+        let new_seq = t.start_fetch(&cm(), Some("2"));
+        let v1 = data(&[("LOG", "info")]);
+        let v2 = data(&[("LOG", "debug")]);
+        assert!(t.fetched(&cm(), new_seq, Some(&v2)).is_empty());
+        assert!(
+            t.fetched(&cm(), old_seq, Some(&v1)).is_empty(),
+            "stale: dropped"
+        );
+        assert_eq!(fetch(&mut t, "3", &v2), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_object_appearing_or_disappearing_is_a_change_and_unreferenced_objects_are_not_fetched() {
+        let mut t = EnvTracker::new(true, false);
+        t.put_pod(&pod("a", &["LOG"], None));
+        let seq = t.start_fetch(&cm(), None);
+        assert!(t.fetched(&cm(), seq, None).is_empty());
+        assert_eq!(fetch(&mut t, "7", &data(&[("LOG", "x")])), ["a"]);
+        let other = ObjectKey {
+            name: "other".into(),
+            ..cm()
+        };
+        assert!(!t.needs_fetch(&other, Some("1")));
+        t.remove_pod("a");
+        assert!(!t.needs_fetch(&cm(), Some("8")));
+        assert_eq!(t.objects_len(), 0);
+    }
+}

@@ -1,0 +1,520 @@
+//! Env consumers (`reloadlet controller --env-consumers`) against the simulated API server and
+//! node: a change of a key a pod reads through env evicts exactly its readers, PDB-respecting,
+//! once; everything else does nothing.
+
+mod common;
+#[path = "support/controller_process.rs"]
+mod controller_process;
+
+use common::fixtures::{configmap, pod, secret};
+use common::*;
+use controller_process::ControllerProcess;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const NS: &str = "apps";
+const BASELINE: &str = "reloadlet.io/env-baseline";
+const WAIT: Duration = Duration::from_secs(30);
+/// How long "nothing happens" is watched for.
+const QUIET: Duration = Duration::from_secs(3);
+
+fn env_key(var: &str, kind: &str, name: &str, key: &str) -> Value {
+    let r = if kind == "secret" {
+        "secretKeyRef"
+    } else {
+        "configMapKeyRef"
+    };
+    json!({"name": var, "valueFrom": {r: {"name": name, "key": key}}})
+}
+
+fn template(app: &str, action: &str, env: Vec<Value>) -> PodTemplateSpec {
+    serde_json::from_value(json!({
+        "metadata": {
+            "labels": {"app": app},
+            "annotations": {
+                "reloadlet.io/action": action,
+                "nodesim.reloadlet.io/ready-delay-ms": "700"
+            }
+        },
+        "spec": {"containers": [{"name": "app", "image": "app", "env": env}]}
+    }))
+    .unwrap()
+}
+
+fn pdb(app: &str, spec: Value) -> PodDisruptionBudget {
+    let mut spec = spec;
+    spec["selector"] = json!({"matchLabels": {"app": app}});
+    serde_json::from_value(json!({"metadata": {"name": app, "namespace": NS}, "spec": spec}))
+        .unwrap()
+}
+
+fn uids(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
+}
+
+fn evicted_uids(node: &Node) -> Vec<String> {
+    node.api
+        .evictions()
+        .into_iter()
+        .filter(|e| e.code == 201 && !e.dry_run)
+        .filter_map(|e| e.uid)
+        .collect()
+}
+
+fn eviction_requests(node: &Node) -> usize {
+    node.api.evictions().len()
+}
+
+fn running(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+fn ready(p: &Pod) -> bool {
+    let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A ReplicaSet of `n` pods on the node, all Running and Ready in the API: their UIDs.
+async fn replicaset(
+    node: &Node,
+    app: &str,
+    n: i32,
+    action: &str,
+    env: Vec<Value>,
+) -> BTreeSet<String> {
+    node.api
+        .create_replicaset(NS, app, n, template(app, action, env), NODE);
+    let pods = eventually(&format!("{app}: {n} Running and Ready"), WAIT, || {
+        let pods = node.api.pods_of_replicaset(NS, app);
+        (pods.len() == n as usize && pods.iter().all(|p| running(p) && ready(p))).then_some(pods)
+    })
+    .await;
+    uids(&pods)
+}
+
+fn baseline_of(node: &Node, name: &str) -> Option<String> {
+    node.api
+        .get_pod(NS, name)?
+        .metadata
+        .annotations?
+        .get(BASELINE)
+        .cloned()
+}
+
+/// Waits until the controller has written the baseline of every pod of `app`.
+async fn baselined(node: &Node, app: &str) {
+    until(&format!("{app}: baselines written"), WAIT, || {
+        let pods = node.api.pods_of_replicaset(NS, app);
+        !pods.is_empty()
+            && pods.iter().all(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(BASELINE))
+            })
+    })
+    .await
+}
+
+fn app_env(log: &str, port: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    configmap(NS, "app-env", &[("LOG", log), ("PORT", port)])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_change_evicts_exactly_its_readers_one_at_a_time_under_a_pdb() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.apply_configmap(app_env("info", "80"));
+    node.api
+        .create_pdb(pdb("web", json!({"maxUnavailable": 1})));
+    let web = replicaset(
+        &node,
+        "web",
+        3,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
+    let other = replicaset(
+        &node,
+        "other",
+        2,
+        "evict",
+        vec![env_key("PORT", "configmap", "app-env", "PORT")],
+    )
+    .await;
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    baselined(&node, "web").await;
+    baselined(&node, "other").await;
+    never("an eviction at startup", QUIET, || {
+        eviction_requests(&node) > 0
+    })
+    .await;
+
+    node.api.apply_configmap(app_env("debug", "80"));
+    until(
+        "the three readers of LOG evicted",
+        Duration::from_secs(60),
+        || evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web,
+    )
+    .await;
+    never("a reader of PORT, or a replacement, evicted", QUIET, || {
+        evicted_uids(&node).iter().any(|u| !web.contains(u))
+    })
+    .await;
+    assert!(other.iter().all(|u| !evicted_uids(&node).contains(u)));
+    let violations = node.api.invariant_violations();
+    assert!(violations.is_empty(), "PDB violated: {violations:?}");
+    // Each original evicted exactly once (refusals are retried, acceptances never repeated).
+    assert_eq!(evicted_uids(&node).len(), 3);
+    let requested: Vec<String> = node
+        .api
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "EvictionRequested")
+        .map(|e| e.note)
+        .collect();
+    assert_eq!(requested.len(), 3, "{requested:?}");
+    assert!(
+        requested
+            .iter()
+            .all(|n| n.contains("configmap app-env (env) changed")),
+        "{requested:?}"
+    );
+    assert_eq!(
+        controller.metric("reloadlet_actions_total{action=\"evict\",outcome=\"evicted\"}"),
+        3.0
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreferenced_key_a_label_change_or_an_identical_apply_does_nothing() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.apply_configmap(app_env("info", "80"));
+    node.api
+        .apply_configmap(configmap(NS, "unread", &[("X", "1")]));
+    replicaset(
+        &node,
+        "web",
+        2,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    baselined(&node, "web").await;
+
+    node.api.apply_configmap(app_env("info", "81"));
+    never("an eviction for an unread key", QUIET, || {
+        eviction_requests(&node) > 0
+    })
+    .await;
+    let mut labelled = app_env("info", "81");
+    labelled.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
+    node.api.apply_configmap(labelled.clone());
+    never("an eviction for a label change", QUIET, || {
+        eviction_requests(&node) > 0
+    })
+    .await;
+    node.api.apply_configmap(labelled);
+    node.api
+        .apply_configmap(configmap(NS, "unread", &[("X", "2")]));
+    never(
+        "an eviction for an identical apply or an unread object",
+        QUIET,
+        || eviction_requests(&node) > 0,
+    )
+    .await;
+    // Only the object some pod reads through env was ever read with its data.
+    let full_reads: BTreeSet<String> = node
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.path.contains("/configmaps") && !r.accept.contains("as=PartialObjectMetadata")
+        })
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        full_reads,
+        BTreeSet::from([format!("/api/v1/namespaces/{NS}/configmaps/app-env")])
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_reader_is_ignored_unless_secrets_are_enabled() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api
+        .apply_secret(secret(NS, "db", &[("PASSWORD", "s1")]));
+    let web = replicaset(
+        &node,
+        "web",
+        1,
+        "evict",
+        vec![env_key("PASSWORD", "secret", "db", "PASSWORD")],
+    )
+    .await;
+    let name = node.api.pods_of_replicaset(NS, "web")[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let secret_requests = || {
+        node.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/secrets"))
+            .count()
+    };
+
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    node.api
+        .apply_secret(secret(NS, "db", &[("PASSWORD", "s2")]));
+    never(
+        "an eviction for a Secret without --env-consumers-secrets",
+        QUIET,
+        || eviction_requests(&node) > 0,
+    )
+    .await;
+    assert_eq!(secret_requests(), 0, "Secrets not even read");
+    assert_eq!(baseline_of(&node, &name), None);
+    controller.stop().await;
+
+    let controller = ControllerProcess::start(&node, &["--env-consumers-secrets"], &[]).await;
+    baselined(&node, "web").await;
+    node.api
+        .apply_secret(secret(NS, "db", &[("PASSWORD", "s3")]));
+    until("the Secret's reader evicted", WAIT, || {
+        evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web
+    })
+    .await;
+    assert!(
+        !controller.log().contains("s3"),
+        "a Secret value in the log"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_newer_pod_is_not_evicted(
+) {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.apply_configmap(app_env("info", "80"));
+    let web = replicaset(
+        &node,
+        "web",
+        1,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    baselined(&node, "web").await;
+    controller.stop().await;
+
+    node.api.apply_configmap(app_env("debug", "80"));
+    // Created after the change (it already reads "debug"), while no controller runs.
+    let late = replicaset(
+        &node,
+        "late",
+        1,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
+
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    until("the old reader evicted after the restart", WAIT, || {
+        evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web
+    })
+    .await;
+    baselined(&node, "late").await;
+    never("the newer pod evicted, or the old one twice", QUIET, || {
+        evicted_uids(&node).len() > 1 || late.iter().any(|u| evicted_uids(&node).contains(u))
+    })
+    .await;
+    controller.stop().await;
+
+    // Nothing changed since: a restart acts on nothing.
+    let before = eviction_requests(&node);
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    never(
+        "an eviction after a restart with nothing changed",
+        QUIET,
+        || eviction_requests(&node) > before,
+    )
+    .await;
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signal_pod_gets_env_not_reloaded_once_per_change_and_is_not_evicted() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.apply_configmap(app_env("info", "80"));
+    let out = node.path("sig.sig");
+    let mut p = pod(NS, "sig")
+        .signal()
+        .owned_by_replicaset("sig")
+        .recorder("app", &out, &[])
+        .build();
+    p.spec.as_mut().unwrap().containers[0].env_from = Some(vec![serde_json::from_value(
+        json!({"configMapRef": {"name": "app-env"}, "prefix": "APP_"}),
+    )
+    .unwrap()]);
+    node.api.create_pod(p);
+    node.wait_running(NS, "sig").await;
+    until("sig Running in the API", WAIT, || {
+        node.api.get_pod(NS, "sig").is_some_and(|p| running(&p))
+    })
+    .await;
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    until("sig baselined", WAIT, || {
+        baseline_of(&node, "sig").is_some()
+    })
+    .await;
+
+    node.api.apply_configmap(app_env("info", "81"));
+    let ev = node.wait_event(NS, "sig", "EnvNotReloaded").await;
+    assert_eq!(ev.type_, "Warning");
+    assert!(
+        ev.note.contains("configmap app-env") && ev.note.contains("reloadlet.io/env-action: evict"),
+        "{}",
+        ev.note
+    );
+    never("a second EnvNotReloaded, or an eviction", QUIET, || {
+        node.events(NS, "sig", "EnvNotReloaded").len() > 1 || eviction_requests(&node) > 0
+    })
+    .await;
+    assert!(
+        signals_in(&out).is_empty(),
+        "a signal cannot refresh env: none sent"
+    );
+    controller.stop().await;
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    never("EnvNotReloaded repeated after a restart", QUIET, || {
+        node.events(NS, "sig", "EnvNotReloaded").len() > 1
+    })
+    .await;
+    controller.stop().await;
+}
+
+/// Not a pass/fail test: 5,000 env-consumer pods over 2,000 ConfigMaps in the simulated API;
+/// a ConfigMap data change → the first eviction request of one of its readers (p50/p99 over
+/// samples), and the controller's RSS with the data watches on.
+/// `cargo test --release --test env_consumers -- --ignored --nocapture measure_env_scale`
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn measure_env_scale() {
+    const PODS: usize = 5000;
+    const CONFIGMAPS: usize = 2000;
+    const SAMPLES: usize = 40;
+    let node = Node::start(NodeOptions::default()).await;
+    for i in 0..CONFIGMAPS {
+        node.api.apply_configmap(configmap(
+            NS,
+            &format!("cm-{i}"),
+            &[("k", "v1"), ("other", "x")],
+        ));
+    }
+    for i in 0..PODS {
+        let mut p: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("p-{i}"), "namespace": NS,
+                "annotations": {"reloadlet.io/action": "evict"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": true}]
+            },
+            "spec": {
+                // Another node: the simulated kubelet leaves them alone.
+                "nodeName": "elsewhere",
+                "containers": [{"name": "app", "image": "x",
+                    "env": [env_key("K", "configmap", &format!("cm-{}", i % CONFIGMAPS), "k")]}]
+            },
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        p.metadata.uid = None;
+        node.api.create_pod(p);
+    }
+    let started = std::time::Instant::now();
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let ready = started.elapsed();
+    let baseline_patches = || {
+        node.api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.body.contains(BASELINE))
+            .count()
+    };
+    until("every pod baselined", Duration::from_secs(300), || {
+        baseline_patches() >= PODS
+    })
+    .await;
+    let baselined = started.elapsed();
+    let gets = node
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.contains("/configmaps/"))
+        .count();
+    let mut took = Vec::new();
+    for j in 0..SAMPLES {
+        let before = node.api.evictions().len();
+        let t = std::time::Instant::now();
+        node.api.apply_configmap(configmap(
+            NS,
+            &format!("cm-{j}"),
+            &[("k", "v2"), ("other", "x")],
+        ));
+        loop {
+            if node.api.evictions().len() > before {
+                took.push(t.elapsed());
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "no eviction:\n{}",
+                controller.log()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Let this change's readers (2–3 pods) be evicted before the next sample.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    took.sort();
+    let pct = |p: f64| took[((took.len() as f64 * p).ceil() as usize).clamp(1, took.len()) - 1];
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", controller.child.id())).unwrap();
+    let mem: Vec<&str> = status
+        .lines()
+        .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
+        .collect();
+    eprintln!(
+        "env consumers, {PODS} pods / {CONFIGMAPS} ConfigMaps: ready after {ready:?}, all baselined after {baselined:?} ({gets} ConfigMap GETs at start); ConfigMap change -> first eviction request over {} samples: p50 {:?} p99 {:?} max {:?}; {}",
+        took.len(),
+        pct(0.5),
+        pct(0.99),
+        took.last().unwrap(),
+        mem.join(", ")
+    );
+    controller.stop().await;
+}

@@ -1,0 +1,111 @@
+//! `reloadlet controller` as a child process against a simulated node: start (waits for
+//! /readyz), log, metrics, stop (SIGTERM). Include with
+//! `#[path = "support/controller_process.rs"] mod controller_process;` after `mod common;`.
+#![allow(dead_code)]
+
+use crate::common::{http_get, metric_value, Node};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct ControllerProcess {
+    pub child: Child,
+    pub listen: String,
+    log: PathBuf,
+}
+
+impl ControllerProcess {
+    /// Spawns `reloadlet controller --leader-elect=false` with `args` and waits for /readyz.
+    pub async fn start(node: &Node, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let log = node.path(&format!("controller-{port}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_reloadlet"));
+        cmd.arg("controller")
+            .args(["--listen", &listen, "--leader-elect=false"])
+            .args(args)
+            .env("KUBECONFIG", node.kubeconfig())
+            .env("RUST_LOG", "reloadlet=debug,info")
+            .env_remove("POD_NAMESPACE")
+            .env_remove("POD_NAME")
+            .env_remove("RELOADLET_ENV_CONSUMERS")
+            .env_remove("RELOADLET_ENV_CONSUMERS_SECRETS")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut c = Self {
+            child: cmd.spawn().expect("spawn reloadlet controller"),
+            listen,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if http_get(&c.listen, "/readyz").is_some_and(|(code, _)| code == 200) {
+                return c;
+            }
+            if let Ok(Some(status)) = c.child.try_wait() {
+                panic!("controller exited with {status}:\n{}", c.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "controller not ready:\n{}",
+                c.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn metric(&self, series: &str) -> f64 {
+        let body = http_get(&self.listen, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        metric_value(&body, series)
+    }
+
+    /// Resident set size (VmRSS) in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// SIGTERM, then waits (SIGKILL after 15 s).
+    pub async fn stop(mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
