@@ -250,11 +250,14 @@ impl Scheduler {
                 picks.push((queue.undelivered, pod.clone(), pick));
             }
         }
-        // Undelivered first (stable: pod order within each group).
+        // Undelivered first (stable: pod order within each group). A re-nudge leaves a token
+        // for each pod still waiting for its first one, due now or soon.
         picks.sort_by_key(|(undelivered, _, _)| !undelivered);
+        let mut waiting = self.pods.values().filter(|q| q.undelivered).count() as f64;
         let mut out = Vec::new();
-        for (_, pod, pick) in picks {
-            if self.tokens < 1.0 {
+        for (undelivered, pod, pick) in picks {
+            let reserve = if undelivered { 0.0 } else { waiting };
+            if self.tokens < 1.0 + reserve {
                 match pick.change.kind {
                     SourceKind::ConfigMap => self.dropped.configmap += 1,
                     SourceKind::Secret => self.dropped.secret += 1,
@@ -262,6 +265,9 @@ impl Scheduler {
                 continue;
             }
             self.tokens -= 1.0;
+            if undelivered {
+                waiting -= 1.0;
+            }
             if let Some(queue) = self.pods.get_mut(&pod) {
                 queue.next_allowed = Some(now + POD_INTERVAL);
                 queue.undelivered = false;
@@ -444,6 +450,24 @@ mod tests {
         assert_eq!(s.depth(), 4);
         // At 3 s, everyone has been reached once: pod order again.
         assert_eq!(names(s.due(t0 + ms(3000))), ["a", "b"]);
+    }
+
+    #[test]
+    fn re_nudges_leave_tokens_for_pods_not_reached_yet() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(2);
+        for p in ["a", "b"] {
+            s.schedule(pod(p), change("cfg", "9"), t0);
+        }
+        for p in ["c", "d"] {
+            s.schedule(pod(p), change("other", "4"), t0 + ms(1));
+        }
+        let names = |n: Vec<Nudge>| n.into_iter().map(|n| n.pod.name).collect::<Vec<_>>();
+        assert_eq!(names(s.due(t0)), ["a", "b"]);
+        assert!(s.due(t0 + ms(1)).is_empty(), "no tokens left");
+        // a and b's re-nudges come due first, but c and d still wait for their first.
+        assert!(s.due(t0 + ms(1000)).is_empty());
+        assert_eq!(names(s.due(t0 + ms(1001))), ["c", "d"]);
     }
 
     #[test]
