@@ -79,6 +79,7 @@ impl Fixture {
                 id: format!("{n:064x}"),
             }),
             running: true,
+            ports: Vec::new(),
         });
         self
     }

@@ -18,6 +18,7 @@ struct World {
     events: Arc<fake::Events>,
     processes: Arc<fake::Processes>,
     evictor: Arc<fake::Evictor>,
+    http: Arc<fake::Http>,
     stop: CancellationToken,
     dir: tempfile::TempDir,
 }
@@ -41,6 +42,7 @@ fn settings(dir: &Path) -> Settings {
         eviction_backoff: Duration::from_secs(5),
         eviction_backoff_max: Duration::from_secs(120),
         notify: Default::default(),
+        http_ca_file: None,
     }
 }
 
@@ -49,10 +51,12 @@ fn world(saved: Option<SavedState>) -> World {
     let events = Arc::new(fake::Events::default());
     let processes = Arc::new(fake::Processes::with("abc", 4242));
     let evictor = Arc::new(fake::Evictor::default());
+    let http = Arc::new(fake::Http::default());
     let deps = Deps {
         events: events.clone(),
         processes: processes.clone(),
         evictor: evictor.clone(),
+        http: http.clone(),
         notifier: crate::notify::Notifier::disabled(),
     };
     let store = saved.map(|saved| {
@@ -75,6 +79,7 @@ fn world(saved: Option<SavedState>) -> World {
         events,
         processes,
         evictor,
+        http,
         stop,
         dir,
     }
@@ -105,6 +110,7 @@ fn pod(action: &str) -> PodInfo {
             }],
             container_id: ContainerId::parse("containerd://abc"),
             running: true,
+            ports: Vec::new(),
         }],
         ..Default::default()
     };
