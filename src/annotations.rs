@@ -578,7 +578,10 @@ mod tests {
                 vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_METHOD, "GET")],
                 with(|s| s.method = HttpMethod::Get),
             ),
-            (vec![(ACTION, "http")], Err(AnnotationError::MissingHttpPort)),
+            (
+                vec![(ACTION, "http")],
+                Err(AnnotationError::MissingHttpPort),
+            ),
             (
                 vec![(ACTION, "http"), (HTTP_PATH, "/-/reload")],
                 Err(AnnotationError::MissingHttpPort),
@@ -614,7 +617,11 @@ mod tests {
                 Err(AnnotationError::InvalidHttpPort("web--ui".into())),
             ),
             (
-                vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_PATH, "-/reload")],
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "-/reload"),
+                ],
                 Err(AnnotationError::InvalidHttpPath("-/reload".into())),
             ),
             (
@@ -622,19 +629,35 @@ mod tests {
                 Err(AnnotationError::InvalidHttpPath("/a b".into())),
             ),
             (
-                vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_PATH, "//evil.example/x")],
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "//evil.example/x"),
+                ],
                 Err(AnnotationError::InvalidHttpPath("//evil.example/x".into())),
             ),
             (
-                vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_PATH, "/x#frag")],
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "/x#frag"),
+                ],
                 Err(AnnotationError::InvalidHttpPath("/x#frag".into())),
             ),
             (
-                vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_PATH, "http://h/x")],
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "http://h/x"),
+                ],
                 Err(AnnotationError::InvalidHttpPath("http://h/x".into())),
             ),
             (
-                vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_METHOD, "DELETE")],
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_METHOD, "DELETE"),
+                ],
                 Err(AnnotationError::InvalidHttpMethod("DELETE".into())),
             ),
             (
@@ -642,7 +665,11 @@ mod tests {
                 Err(AnnotationError::InvalidHttpScheme("ftp".into())),
             ),
             (
-                vec![(ACTION, "http"), (HTTP_PORT, "9090"), ("reloadlet.io/http-verb", "PUT")],
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    ("reloadlet.io/http-verb", "PUT"),
+                ],
                 Err(AnnotationError::UnknownKey("reloadlet.io/http-verb".into())),
             ),
         ];

@@ -2,7 +2,8 @@
 
 use crate::annotations::{self, Action, HttpPort, HttpSpec, PodPolicy};
 use crate::model::{
-    ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef, ROOT_CA_CONFIGMAP,
+    ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef,
+    ROOT_CA_CONFIGMAP,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -396,7 +396,11 @@ fn http_port(d: &Decision) -> (u16, Vec<String>) {
     match d {
         Decision::Http { target, .. } => (
             target.port,
-            target.containers.iter().map(|t| t.container.clone()).collect(),
+            target
+                .containers
+                .iter()
+                .map(|t| t.container.clone())
+                .collect(),
         ),
         other => panic!("expected Http, got {other:?}"),
     }
@@ -425,7 +429,11 @@ fn http_table() {
         let d = decide(&prometheus_pod(port).0, &changed(&[volume]));
         match want {
             Ok((p, containers)) => {
-                assert_eq!(http_port(&d), (p, containers.iter().map(|c| c.to_string()).collect()), "{port} {volume}")
+                assert_eq!(
+                    http_port(&d),
+                    (p, containers.iter().map(|c| c.to_string()).collect()),
+                    "{port} {volume}"
+                )
             }
             Err(text) => {
                 let Decision::Invalid { message } = &d else {

@@ -205,7 +205,12 @@ pub mod fake {
         }
 
         pub fn calls(&self) -> Vec<HttpCall> {
-            self.calls.lock().unwrap().iter().map(|(c, _)| c.clone()).collect()
+            self.calls
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(c, _)| c.clone())
+                .collect()
         }
 
         /// When each call was made.

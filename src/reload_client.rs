@@ -16,7 +16,7 @@ use crate::annotations::HttpMethod;
 use crate::ports::{HttpAnswer, HttpCall, HttpCaller, HTTP_BODY_PREFIX};
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::header::{CONTENT_TYPE, USER_AGENT};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
@@ -85,6 +85,11 @@ impl ReloadClient {
             .header(USER_AGENT, concat!("reloadlet/", env!("CARGO_PKG_VERSION")));
         if !call.body.is_empty() {
             req = req.header(CONTENT_TYPE, content_type(&call.body));
+        }
+        // hyper leaves out `Content-Length: 0`; a POST/PUT should carry it (RFC 9110
+        // §8.6), and some servers answer 411 Length Required without it.
+        if call.method != HttpMethod::Get || !call.body.is_empty() {
+            req = req.header(CONTENT_LENGTH, call.body.len());
         }
         let req = req
             .body(Full::new(Bytes::from(call.body.clone())))
