@@ -227,7 +227,7 @@ fn mounting<'a>(
     policy: &PodPolicy,
     volumes: &BTreeSet<&str>,
     cause: &Cause,
-) -> Result<Vec<&'a ContainerInfo>, Decision> {
+) -> Result<Vec<&'a ContainerInfo>, Box<Decision>> {
     let mut targets = Vec::new();
     let mut sub_path_only = Vec::new();
     for c in pod
@@ -251,17 +251,17 @@ fn mounting<'a>(
         return Ok(targets);
     }
     if !sub_path_only.is_empty() {
-        return Err(Decision::SubPathOnly {
+        return Err(Box::new(Decision::SubPathOnly {
             message: format!(
                 "{cause}, but container(s) {} mount it only through subPath, which the kubelet never \
                  updates; mount the whole volume, or use reloadlet.io/action: evict",
                 sub_path_only.join(", ")
             ),
-        });
+        }));
     }
-    Err(Decision::NothingToDo {
+    Err(Box::new(Decision::NothingToDo {
         reason: "no selected container mounts the changed volume".into(),
-    })
+    }))
 }
 
 fn target(c: &ContainerInfo) -> SignalTarget {
@@ -284,7 +284,7 @@ fn decide_signal(
             targets: containers.into_iter().map(target).collect(),
             cause,
         },
-        Err(decision) => decision,
+        Err(decision) => *decision,
     }
 }
 
@@ -300,7 +300,7 @@ fn decide_http(
 ) -> Decision {
     let containers = match mounting(pod, policy, volumes, &cause) {
         Ok(c) => c,
-        Err(decision) => return decision,
+        Err(decision) => return *decision,
     };
     let port = match &spec.port {
         HttpPort::Number(n) => *n,

@@ -409,7 +409,8 @@ fn http_port(d: &Decision) -> (u16, Vec<String>) {
 #[test]
 fn http_table() {
     // (port annotation, changed volume, want: Ok((port, containers)) or Err(decision text))
-    let cases: Vec<(&str, &str, Result<(u16, Vec<&str>), &str>)> = vec![
+    type Case<'a> = (&'a str, &'a str, Result<(u16, Vec<&'a str>), &'a str>);
+    let cases: Vec<Case> = vec![
         ("9090", "config", Ok((9090, vec!["prometheus"]))),
         ("web", "config", Ok((9090, vec!["prometheus"]))),
         ("grpc", "rules", Ok((10901, vec!["thanos"]))),

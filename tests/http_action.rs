@@ -109,7 +109,8 @@ async fn each_answer_of_the_endpoint_ends_as_the_issue_says() {
         "prometheus-config",
         &[("prometheus.yml", "v1")],
     ));
-    let scenes: Vec<(&str, Vec<(&str, &str)>, Vec<Reply>)> = vec![
+    type Scene<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<Reply>);
+    let scenes: Vec<Scene> = vec![
         ("ok-0", vec![], vec![Reply::Status(200, "")]),
         (
             "put-0",
