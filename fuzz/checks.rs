@@ -128,6 +128,7 @@ pub fn annotations(data: &[u8]) {
         }],
         container_id: None,
         running: true,
+        ports: Vec::new(),
     };
     let pod = PodInfo {
         uid: "u".into(),

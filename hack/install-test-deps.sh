@@ -27,6 +27,9 @@ fi
 
 need=()
 command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need+=(nginx)
+# A real program that reloads over HTTP (tests/http_action.rs); its service is not started
+# on install (apt_install's policy-rc.d), the tests run their own.
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v unshare >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 # Signal-forwarding inits the signal tests run as PID 1 (tests/signal_handling.rs).
 for init in tini dumb-init catatonit; do

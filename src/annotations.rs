@@ -15,6 +15,14 @@ pub const EVICT_UNOWNED: &str = "reloadlet.io/evict-unowned";
 /// `"off"`: signal without first checking that the process handles the signal.
 pub const SIGNAL_CHECK: &str = "reloadlet.io/signal-check";
 
+/// `reloadlet.io/action: http`: the port (a number or a named container port), path,
+/// method, body and scheme of the reload request.
+pub const HTTP_PORT: &str = "reloadlet.io/http-port";
+pub const HTTP_PATH: &str = "reloadlet.io/http-path";
+pub const HTTP_METHOD: &str = "reloadlet.io/http-method";
+pub const HTTP_BODY: &str = "reloadlet.io/http-body";
+pub const HTTP_SCHEME: &str = "reloadlet.io/http-scheme";
+
 /// `"false"` opts a pod out of the controller's projection nudges (fast projection).
 pub const FAST_PROJECTION: &str = "reloadlet.io/fast-projection";
 /// Written by `reloadlet controller` only (never by users): `configmap/<name>@<rv>[#n]`.
@@ -26,10 +34,15 @@ pub const ENV_ACTION: &str = "reloadlet.io/env-action";
 /// the pod (`configmap/<name>=<16 hex>,…`).
 pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
 
-const KNOWN: [&str; 11] = [
+const KNOWN: [&str; 16] = [
     ENV_ACTION,
     ENV_BASELINE,
     ACTION,
+    HTTP_PORT,
+    HTTP_PATH,
+    HTTP_METHOD,
+    HTTP_BODY,
+    HTTP_SCHEME,
     SIGNAL,
     CONTAINERS,
     CONFIGMAPS,
@@ -46,7 +59,74 @@ const MAX_LIST_ITEMS: usize = 64;
 pub enum Action {
     Signal(ReloadSignal),
     Evict { allow_unowned: bool },
+    Http(HttpSpec),
 }
+
+/// The request of `reloadlet.io/action: http` (sent to the pod's IP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSpec {
+    pub port: HttpPort,
+    /// Path and optional query, starting with `/` (default `/-/reload`).
+    pub path: String,
+    pub method: HttpMethod,
+    /// Sent as is (default empty).
+    pub body: String,
+    pub scheme: HttpScheme,
+}
+
+/// `reloadlet.io/http-port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpPort {
+    Number(u16),
+    /// A container port's `name` (an IANA service name, like Kubernetes' named ports).
+    Named(String),
+}
+
+impl std::fmt::Display for HttpPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Number(n) => write!(f, "{n}"),
+            Self::Named(name) => write!(f, "{name:?}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HttpMethod {
+    Post,
+    Put,
+    Get,
+}
+
+impl HttpMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Get => "GET",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HttpScheme {
+    Http,
+    Https,
+}
+
+impl HttpScheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Https => "https",
+        }
+    }
+}
+
+/// `reloadlet.io/http-path` when absent: Prometheus' and Alertmanager's reload endpoint.
+pub const DEFAULT_HTTP_PATH: &str = "/-/reload";
+/// Longest `reloadlet.io/http-path` accepted (a path, not a document).
+const MAX_HTTP_PATH: usize = 2048;
 
 /// What a pod asked for through its annotations.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,7 +148,7 @@ impl PodPolicy {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AnnotationError {
-    #[error("{ACTION}: {0:?} is not an action; use \"signal\" or \"evict\"")]
+    #[error("{ACTION}: {0:?} is not an action; use \"signal\", \"evict\" or \"http\"")]
     UnknownAction(String),
     #[error("{SIGNAL}: {0:?} is not an allowed signal; use one of HUP, INT, QUIT, USR1, USR2, TERM, WINCH (with or without SIG)")]
     UnknownSignal(String),
@@ -90,7 +170,17 @@ pub enum AnnotationError {
     InvalidFastProjection(String),
     #[error("{ENV_ACTION}: {0:?} is not valid; use \"evict\" (or remove it)")]
     InvalidEnvAction(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, fast-projection, projection-nudge, env-action, env-baseline")]
+    #[error("{HTTP_PORT} is required with {ACTION}: http (a port number or the name of a container port)")]
+    MissingHttpPort,
+    #[error("{HTTP_PORT}: {0:?} is neither a port number (1-65535) nor a port name (1-15 lowercase letters, digits and '-', with at least one letter)")]
+    InvalidHttpPort(String),
+    #[error("{HTTP_PATH}: {0:?} is not an absolute URL path; use a path starting with \"/\" (e.g. /-/reload), without spaces")]
+    InvalidHttpPath(String),
+    #[error("{HTTP_METHOD}: {0:?} is not allowed; use POST (the default), PUT or GET")]
+    InvalidHttpMethod(String),
+    #[error("{HTTP_SCHEME}: {0:?} is not valid; use \"http\" (the default) or \"https\"")]
+    InvalidHttpScheme(String),
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline")]
     UnknownKey(String),
 }
 
@@ -117,6 +207,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         "evict" => Action::Evict {
             allow_unowned: parse_bool(annotations.get(EVICT_UNOWNED))?,
         },
+        "http" => Action::Http(http_spec(annotations)?),
         _ => return Err(AnnotationError::UnknownAction(action.clone())),
     };
     signal_check(annotations)?;
@@ -128,6 +219,75 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         configmaps: parse_list(annotations, CONFIGMAPS, "ConfigMap", is_dns_subdomain)?,
         secrets: parse_list(annotations, SECRETS, "Secret", is_dns_subdomain)?,
     }))
+}
+
+/// The `reloadlet.io/http-*` annotations of an `http` pod.
+fn http_spec(annotations: &BTreeMap<String, String>) -> Result<HttpSpec, AnnotationError> {
+    let port = annotations
+        .get(HTTP_PORT)
+        .ok_or(AnnotationError::MissingHttpPort)?;
+    let port = http_port(port).ok_or_else(|| AnnotationError::InvalidHttpPort(port.clone()))?;
+    let path = match annotations.get(HTTP_PATH) {
+        None => DEFAULT_HTTP_PATH.to_owned(),
+        Some(p) if is_http_path(p.trim()) => p.trim().to_owned(),
+        Some(p) => return Err(AnnotationError::InvalidHttpPath(p.clone())),
+    };
+    let method = match annotations.get(HTTP_METHOD) {
+        None => HttpMethod::Post,
+        Some(m) => match m.trim().to_ascii_uppercase().as_str() {
+            "POST" => HttpMethod::Post,
+            "PUT" => HttpMethod::Put,
+            "GET" => HttpMethod::Get,
+            _ => return Err(AnnotationError::InvalidHttpMethod(m.clone())),
+        },
+    };
+    let scheme = match annotations.get(HTTP_SCHEME) {
+        None => HttpScheme::Http,
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "http" => HttpScheme::Http,
+            "https" => HttpScheme::Https,
+            _ => return Err(AnnotationError::InvalidHttpScheme(v.clone())),
+        },
+    };
+    Ok(HttpSpec {
+        port,
+        path,
+        method,
+        body: annotations.get(HTTP_BODY).cloned().unwrap_or_default(),
+        scheme,
+    })
+}
+
+/// A port number (1-65535) or a Kubernetes port name: an IANA service name, 1-15
+/// characters of `a-z0-9-`, at least one letter, no leading, trailing or double `-`
+/// (kubernetes `staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go`,
+/// `IsValidPortName`).
+fn http_port(s: &str) -> Option<HttpPort> {
+    let s = s.trim();
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return match s.parse::<u16>() {
+            Ok(n) if n > 0 => Some(HttpPort::Number(n)),
+            _ => None,
+        };
+    }
+    let valid = (1..=15).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes().any(|b| b.is_ascii_lowercase())
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+        && !s.contains("--");
+    valid.then(|| HttpPort::Named(s.to_owned()))
+}
+
+/// An origin-form request target: `/`, then what `http` accepts as a path and query (no
+/// spaces, no fragment, no control characters).
+fn is_http_path(p: &str) -> bool {
+    p.starts_with('/')
+        && !p.starts_with("//")
+        && p.len() <= MAX_HTTP_PATH
+        && !p.contains('#')
+        && p.parse::<http::uri::PathAndQuery>().is_ok()
 }
 
 /// `reloadlet.io/signal-check`: `true` (the default, `"on"`) when reloadlet reads the
@@ -375,6 +535,172 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(parse(&ann(&input)), want, "{input:?}");
         }
+    }
+
+    fn http(port: HttpPort) -> PodPolicy {
+        PodPolicy {
+            action: Action::Http(HttpSpec {
+                port,
+                path: DEFAULT_HTTP_PATH.into(),
+                method: HttpMethod::Post,
+                body: String::new(),
+                scheme: HttpScheme::Http,
+            }),
+            containers: None,
+            configmaps: None,
+            secrets: None,
+        }
+    }
+
+    #[test]
+    fn http_table() {
+        let with = |f: fn(&mut HttpSpec)| {
+            let mut p = http(HttpPort::Number(9090));
+            let Action::Http(spec) = &mut p.action else {
+                unreachable!()
+            };
+            f(spec);
+            Ok(Some(p))
+        };
+        type Case<'a> = (
+            Vec<(&'a str, &'a str)>,
+            Result<Option<PodPolicy>, AnnotationError>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "9090")],
+                Ok(Some(http(HttpPort::Number(9090)))),
+            ),
+            (
+                vec![(ACTION, "HTTP"), (HTTP_PORT, " web ")],
+                Ok(Some(http(HttpPort::Named("web".into())))),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "http-metrics")],
+                Ok(Some(http(HttpPort::Named("http-metrics".into())))),
+            ),
+            (
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "/api/v2/reload?force=1"),
+                    (HTTP_METHOD, "put"),
+                    (HTTP_BODY, "{}"),
+                    (HTTP_SCHEME, "HTTPS"),
+                ],
+                with(|s| {
+                    s.path = "/api/v2/reload?force=1".into();
+                    s.method = HttpMethod::Put;
+                    s.body = "{}".into();
+                    s.scheme = HttpScheme::Https;
+                }),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_METHOD, "GET")],
+                with(|s| s.method = HttpMethod::Get),
+            ),
+            (
+                vec![(ACTION, "http")],
+                Err(AnnotationError::MissingHttpPort),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PATH, "/-/reload")],
+                Err(AnnotationError::MissingHttpPort),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "0")],
+                Err(AnnotationError::InvalidHttpPort("0".into())),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "65536")],
+                Err(AnnotationError::InvalidHttpPort("65536".into())),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "")],
+                Err(AnnotationError::InvalidHttpPort("".into())),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "-9090")],
+                Err(AnnotationError::InvalidHttpPort("-9090".into())),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "Web")],
+                Err(AnnotationError::InvalidHttpPort("Web".into())),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "a-very-long-port-name")],
+                Err(AnnotationError::InvalidHttpPort(
+                    "a-very-long-port-name".into(),
+                )),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "web--ui")],
+                Err(AnnotationError::InvalidHttpPort("web--ui".into())),
+            ),
+            (
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "-/reload"),
+                ],
+                Err(AnnotationError::InvalidHttpPath("-/reload".into())),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_PATH, "/a b")],
+                Err(AnnotationError::InvalidHttpPath("/a b".into())),
+            ),
+            (
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "//evil.example/x"),
+                ],
+                Err(AnnotationError::InvalidHttpPath("//evil.example/x".into())),
+            ),
+            (
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "/x#frag"),
+                ],
+                Err(AnnotationError::InvalidHttpPath("/x#frag".into())),
+            ),
+            (
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_PATH, "http://h/x"),
+                ],
+                Err(AnnotationError::InvalidHttpPath("http://h/x".into())),
+            ),
+            (
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    (HTTP_METHOD, "DELETE"),
+                ],
+                Err(AnnotationError::InvalidHttpMethod("DELETE".into())),
+            ),
+            (
+                vec![(ACTION, "http"), (HTTP_PORT, "9090"), (HTTP_SCHEME, "ftp")],
+                Err(AnnotationError::InvalidHttpScheme("ftp".into())),
+            ),
+            (
+                vec![
+                    (ACTION, "http"),
+                    (HTTP_PORT, "9090"),
+                    ("reloadlet.io/http-verb", "PUT"),
+                ],
+                Err(AnnotationError::UnknownKey("reloadlet.io/http-verb".into())),
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse(&ann(&input)), want, "{input:?}");
+        }
+        assert_eq!(
+            AnnotationError::InvalidHttpMethod("DELETE".into()).to_string(),
+            "reloadlet.io/http-method: \"DELETE\" is not allowed; use POST (the default), PUT or GET"
+        );
     }
 
     #[test]

@@ -145,6 +145,11 @@ pub struct RunArgs {
     /// On SIGTERM, how long in-flight work may take before state is flushed and reloadlet exits.
     #[arg(long, env = "RELOADLET_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+    /// PEM CA certificates that `reloadlet.io/http-scheme: https` endpoints must chain to
+    /// (their certificate must then name the pod IP). Without it, https endpoints are not
+    /// verified.
+    #[arg(long, env = "RELOADLET_HTTP_CA_FILE")]
+    pub http_ca_file: Option<PathBuf>,
     #[command(flatten)]
     pub notify: crate::notify::NotifyArgs,
 }
@@ -171,6 +176,8 @@ pub struct Settings {
     pub eviction_backoff_max: Duration,
     /// Webhook notifications (off without `--notify-url`).
     pub notify: crate::notify::NotifySettings,
+    /// `--http-ca-file`: verify https reload endpoints against these CAs.
+    pub http_ca_file: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -203,6 +210,7 @@ impl RunArgs {
         let notify = self.notify.settings(&|k| std::env::var(k).ok())?;
         Ok(Settings {
             notify,
+            http_ca_file: self.http_ca_file,
             node_name,
             kubelet_root: self.kubelet_root,
             proc_root: self.proc_root,

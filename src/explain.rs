@@ -109,6 +109,25 @@ pub fn report(
         Action::Signal(sig) => {
             let _ = writeln!(w, "  action: signal {sig}");
         }
+        Action::Http(spec) => {
+            let host = pod
+                .pod_ip
+                .map(crate::execute::http::host)
+                .unwrap_or_else(|| "<no pod IP yet>".into());
+            let _ = writeln!(
+                w,
+                "  action: http {} {}://{host}:{}{}{}",
+                spec.method.as_str(),
+                spec.scheme.as_str(),
+                spec.port,
+                spec.path,
+                if spec.body.is_empty() {
+                    String::new()
+                } else {
+                    format!(" with body {:?}", spec.body)
+                }
+            );
+        }
         Action::Evict { allow_unowned } => {
             let _ = writeln!(
                 w,
@@ -157,6 +176,12 @@ pub fn report(
                     .join(", ")
             ),
             Decision::Evict { .. } => "triggers an eviction".into(),
+            Decision::Http { target, .. } => format!(
+                "triggers {} {} on port {}",
+                target.spec.method.as_str(),
+                target.spec.path,
+                target.port
+            ),
             Decision::EvictRefused { .. } => {
                 "would trigger an eviction, refused (unowned pod)".into()
             }
@@ -307,6 +332,7 @@ mod tests {
                 }],
                 container_id: None,
                 running: false,
+                ports: Vec::new(),
             }],
             has_controller: true,
             ..Default::default()

@@ -30,6 +30,7 @@ pub mod pod_index;
 pub mod policy;
 pub mod ports;
 pub mod process;
+pub mod reload_client;
 pub mod state;
 pub mod volume_hash;
 pub mod watch;

@@ -222,7 +222,12 @@ async fn run(settings: Settings) -> ExitCode {
             Err(e) => return fail(&format!("notifications: {e}")),
         }
     };
+    let http = match reloadlet::reload_client::ReloadClient::new(settings.http_ca_file.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return fail(&e.to_string()),
+    };
     let deps = Deps {
+        http: Arc::new(http),
         events: Arc::new(QueuedRecorder::spawn(
             clients.main.clone(),
             format!("reloadlet-{}", settings.node_name),

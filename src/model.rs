@@ -180,6 +180,9 @@ pub struct ContainerInfo {
     pub container_id: Option<ContainerId>,
     /// `state.running` is set in the status.
     pub running: bool,
+    /// The container's named ports (`ports[].name` → `containerPort`), for
+    /// `reloadlet.io/http-port` by name.
+    pub ports: Vec<(String, u16)>,
 }
 
 /// Everything reloadlet keeps about one pod of its node.
@@ -201,6 +204,8 @@ pub struct PodInfo {
     /// ConfigMap/Secret keys read through `env[].valueFrom` / `envFrom` (the controller's env
     /// consumers, docs/env-consumers.md).
     pub env: Vec<EnvRef>,
+    /// `status.podIP` (set by the kubelet once the sandbox has its network).
+    pub pod_ip: Option<std::net::IpAddr>,
 }
 
 /// Which keys of a ConfigMap/Secret a container reads into its environment.

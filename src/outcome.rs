@@ -8,6 +8,8 @@
 pub enum ActionKind {
     Signal,
     Evict,
+    /// `reloadlet.io/action: http`: a reload request to the pod.
+    Http,
     /// No action: an annotation was validated.
     None,
 }
@@ -17,6 +19,7 @@ impl ActionKind {
         match self {
             Self::Signal => "signal",
             Self::Evict => "evict",
+            Self::Http => "http",
             Self::None => "none",
         }
     }
@@ -26,6 +29,7 @@ impl ActionKind {
         match self {
             Self::Signal => "Signal",
             Self::Evict => "Evict",
+            Self::Http => "Reload",
             Self::None => "Validate",
         }
     }
@@ -43,6 +47,10 @@ pub enum Outcome {
     EvictionBlocked,
     EvictionFailed,
     Refused,
+    /// The pod's reload endpoint answered 2xx (Normal `Reloaded`).
+    Reloaded,
+    /// A 4xx other than 408/429, or no 2xx within the retry budget (Warning `ReloadFailed`).
+    ReloadFailed,
     InvalidAnnotation,
     SubPathNotUpdated,
     DryRun,
@@ -77,6 +85,8 @@ impl Outcome {
             Self::EvictionBlocked => "eviction_blocked",
             Self::EvictionFailed => "eviction_failed",
             Self::Refused => "refused",
+            Self::Reloaded => "reloaded",
+            Self::ReloadFailed => "reload_failed",
             Self::InvalidAnnotation => "invalid_annotation",
             Self::SubPathNotUpdated => "subpath_not_updated",
             Self::DryRun => "dry_run",
@@ -97,6 +107,8 @@ impl Outcome {
             Self::EvictionBlocked => ("EvictionBlocked", true),
             Self::EvictionFailed => ("EvictionFailed", true),
             Self::Refused => ("EvictionRefused", true),
+            Self::Reloaded => ("Reloaded", false),
+            Self::ReloadFailed => ("ReloadFailed", true),
             Self::InvalidAnnotation => ("InvalidAnnotation", true),
             Self::SubPathNotUpdated => ("SubPathNotUpdated", true),
             Self::NoDisruptionBudget => ("NoDisruptionBudget", true),
@@ -113,7 +125,7 @@ impl Outcome {
 
     /// The `action` labels this outcome is recorded with (the series pre-created at 0).
     pub fn actions(self) -> &'static [ActionKind] {
-        use ActionKind::{Evict, None, Signal};
+        use ActionKind::{Evict, Http, None, Signal};
         match self {
             Self::Signaled
             | Self::SignalFailed
@@ -123,8 +135,9 @@ impl Outcome {
             Self::Evicted | Self::EvictionBlocked | Self::EvictionFailed | Self::Refused => {
                 &[Evict]
             }
+            Self::Reloaded | Self::ReloadFailed => &[Http],
             Self::InvalidAnnotation | Self::EnvNotReloaded => &[None],
-            Self::DryRun => &[Signal, Evict],
+            Self::DryRun => &[Signal, Evict, Http],
             Self::NoDisruptionBudget | Self::Skipped | Self::NudgeFailed => &[],
         }
     }
@@ -151,6 +164,8 @@ mod tests {
                 ("eviction_blocked", "EvictionBlocked", true),
                 ("eviction_failed", "EvictionFailed", true),
                 ("refused", "EvictionRefused", true),
+                ("reloaded", "Reloaded", false),
+                ("reload_failed", "ReloadFailed", true),
                 ("invalid_annotation", "InvalidAnnotation", true),
                 ("subpath_not_updated", "SubPathNotUpdated", true),
                 ("no_disruption_budget", "NoDisruptionBudget", true),

@@ -1,8 +1,9 @@
 //! The decision: given a pod and the volumes whose content changed, what to do (pure).
 
-use crate::annotations::{self, Action, PodPolicy};
+use crate::annotations::{self, Action, HttpPort, HttpSpec, PodPolicy};
 use crate::model::{
-    ContainerId, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef, ROOT_CA_CONFIGMAP,
+    ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef,
+    ROOT_CA_CONFIGMAP,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -24,6 +25,17 @@ impl fmt::Display for Cause {
 pub struct SignalTarget {
     pub container: String,
     pub container_id: Option<ContainerId>,
+}
+
+/// Where the reload request of an `http` pod goes, and what it watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpTarget {
+    pub spec: HttpSpec,
+    /// `reloadlet.io/http-port`, resolved (a named port: from the mounting containers).
+    pub port: u16,
+    /// The containers that mount the changed volumes: a restart of one of them reloads the
+    /// configuration anyway, and ends a request still retrying.
+    pub containers: Vec<SignalTarget>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +60,11 @@ pub enum Decision {
         cause: Cause,
     },
     Evict {
+        cause: Cause,
+    },
+    /// `reloadlet.io/action: http`: one request to the pod.
+    Http {
+        target: HttpTarget,
         cause: Cause,
     },
     /// Warning `EvictionRefused`: the pod has no controller and did not allow it.
@@ -83,6 +100,24 @@ pub fn validated_policy(pod: &PodInfo) -> Result<Option<PodPolicy>, String> {
                         .join(", ")
                 ));
             }
+        }
+    }
+    if let Action::Http(HttpSpec {
+        port: HttpPort::Named(name),
+        ..
+    }) = &policy.action
+    {
+        let declared = pod
+            .containers
+            .iter()
+            .filter(|c| c.kind != ContainerKind::Init)
+            .filter(|c| selected(&policy, c))
+            .any(|c| c.ports.iter().any(|(n, _)| n == name));
+        if !declared {
+            return Err(format!(
+                "{}: no container declares a port named {name:?}",
+                annotations::HTTP_PORT
+            ));
         }
     }
     for (kind, names) in [
@@ -147,6 +182,7 @@ pub fn decide_changes(pod: &PodInfo, changed: &ChangedVolumes) -> Decision {
 
     match policy.action {
         Action::Signal(signal) => decide_signal(pod, &policy, &volumes, signal, cause),
+        Action::Http(ref spec) => decide_http(pod, &policy, &volumes, spec, cause),
         Action::Evict { allow_unowned } => {
             if pod.terminating {
                 return Decision::AlreadyTerminating;
@@ -176,6 +212,65 @@ pub fn decide_changes(pod: &PodInfo, changed: &ChangedVolumes) -> Decision {
     }
 }
 
+/// Whether `reloadlet.io/containers` (if set) names `c`.
+fn selected(policy: &PodPolicy, c: &ContainerInfo) -> bool {
+    policy
+        .containers
+        .as_ref()
+        .is_none_or(|names| names.contains(&c.name))
+}
+
+/// The selected containers that mount one of `volumes` (not only through subPath), or the
+/// decision when there is none.
+fn mounting<'a>(
+    pod: &'a PodInfo,
+    policy: &PodPolicy,
+    volumes: &BTreeSet<&str>,
+    cause: &Cause,
+) -> Result<Vec<&'a ContainerInfo>, Box<Decision>> {
+    let mut targets = Vec::new();
+    let mut sub_path_only = Vec::new();
+    for c in pod
+        .containers
+        .iter()
+        .filter(|c| c.kind != ContainerKind::Init)
+        .filter(|c| selected(policy, c))
+    {
+        let mounts: Vec<_> = c
+            .mounts
+            .iter()
+            .filter(|m| volumes.contains(m.volume.as_str()))
+            .collect();
+        if mounts.iter().any(|m| !m.sub_path) {
+            targets.push(c);
+        } else if !mounts.is_empty() {
+            sub_path_only.push(c.name.as_str());
+        }
+    }
+    if !targets.is_empty() {
+        return Ok(targets);
+    }
+    if !sub_path_only.is_empty() {
+        return Err(Box::new(Decision::SubPathOnly {
+            message: format!(
+                "{cause}, but container(s) {} mount it only through subPath, which the kubelet never \
+                 updates; mount the whole volume, or use reloadlet.io/action: evict",
+                sub_path_only.join(", ")
+            ),
+        }));
+    }
+    Err(Box::new(Decision::NothingToDo {
+        reason: "no selected container mounts the changed volume".into(),
+    }))
+}
+
+fn target(c: &ContainerInfo) -> SignalTarget {
+    SignalTarget {
+        container: c.name.clone(),
+        container_id: c.container_id.clone(),
+    }
+}
+
 fn decide_signal(
     pod: &PodInfo,
     policy: &PodPolicy,
@@ -183,49 +278,57 @@ fn decide_signal(
     signal: ReloadSignal,
     cause: Cause,
 ) -> Decision {
-    let mut targets = Vec::new();
-    let mut sub_path_only = Vec::new();
-    for c in pod
-        .containers
-        .iter()
-        .filter(|c| c.kind != ContainerKind::Init)
-    {
-        if let Some(names) = &policy.containers {
-            if !names.contains(&c.name) {
-                continue;
+    match mounting(pod, policy, volumes, &cause) {
+        Ok(containers) => Decision::Signal {
+            signal,
+            targets: containers.into_iter().map(target).collect(),
+            cause,
+        },
+        Err(decision) => *decision,
+    }
+}
+
+/// One request per pod, whichever of its containers mount the change. A named port is
+/// looked up in the mounting containers (the endpoint that reloads is the one that reads
+/// the files).
+fn decide_http(
+    pod: &PodInfo,
+    policy: &PodPolicy,
+    volumes: &BTreeSet<&str>,
+    spec: &HttpSpec,
+    cause: Cause,
+) -> Decision {
+    let containers = match mounting(pod, policy, volumes, &cause) {
+        Ok(c) => c,
+        Err(decision) => return *decision,
+    };
+    let port = match &spec.port {
+        HttpPort::Number(n) => *n,
+        HttpPort::Named(name) => {
+            let found = containers
+                .iter()
+                .find_map(|c| c.ports.iter().find(|(n, _)| n == name).map(|(_, p)| *p));
+            match found {
+                Some(p) => p,
+                None => {
+                    let names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+                    return Decision::Invalid {
+                        message: format!(
+                            "{}: no container that mounts the changed volume ({}) declares a port named {name:?}",
+                            annotations::HTTP_PORT,
+                            names.join(", ")
+                        ),
+                    };
+                }
             }
         }
-        let mounts: Vec<_> = c
-            .mounts
-            .iter()
-            .filter(|m| volumes.contains(m.volume.as_str()))
-            .collect();
-        if mounts.iter().any(|m| !m.sub_path) {
-            targets.push(SignalTarget {
-                container: c.name.clone(),
-                container_id: c.container_id.clone(),
-            });
-        } else if !mounts.is_empty() {
-            sub_path_only.push(c.name.as_str());
-        }
-    }
-    if targets.is_empty() {
-        if !sub_path_only.is_empty() {
-            return Decision::SubPathOnly {
-                message: format!(
-                    "{cause}, but container(s) {} mount it only through subPath, which the kubelet never \
-                     updates; mount the whole volume, or use reloadlet.io/action: evict",
-                    sub_path_only.join(", ")
-                ),
-            };
-        }
-        return Decision::NothingToDo {
-            reason: "no selected container mounts the changed volume".into(),
-        };
-    }
-    Decision::Signal {
-        signal,
-        targets,
+    };
+    Decision::Http {
+        target: HttpTarget {
+            spec: spec.clone(),
+            port,
+            containers: containers.into_iter().map(target).collect(),
+        },
         cause,
     }
 }

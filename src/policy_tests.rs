@@ -79,7 +79,14 @@ impl Fixture {
                 id: format!("{n:064x}"),
             }),
             running: true,
+            ports: Vec::new(),
         });
+        self
+    }
+    /// Gives the last container a named port.
+    fn port(mut self, name: &str, port: u16) -> Self {
+        let c = self.0.containers.last_mut().unwrap();
+        c.ports.push((name.into(), port));
         self
     }
     fn unowned(mut self) -> Self {
@@ -371,4 +378,106 @@ fn empty_change_set_does_nothing() {
         decide(&nginx_pod().0, &BTreeSet::new()),
         Decision::NothingToDo { .. }
     ));
+}
+
+fn prometheus_pod(port: &str) -> Fixture {
+    pod()
+        .annotate("reloadlet.io/action", "http")
+        .annotate("reloadlet.io/http-port", port)
+        .volume("config", vec![cm("prometheus-config")])
+        .volume("rules", vec![cm("rules")])
+        .container("prometheus", &["config"])
+        .port("web", 9090)
+        .container("thanos", &["rules"])
+        .port("grpc", 10901)
+}
+
+fn http_port(d: &Decision) -> (u16, Vec<String>) {
+    match d {
+        Decision::Http { target, .. } => (
+            target.port,
+            target
+                .containers
+                .iter()
+                .map(|t| t.container.clone())
+                .collect(),
+        ),
+        other => panic!("expected Http, got {other:?}"),
+    }
+}
+
+#[test]
+fn http_table() {
+    // (port annotation, changed volume, want: Ok((port, containers)) or Err(decision text))
+    type Case<'a> = (&'a str, &'a str, Result<(u16, Vec<&'a str>), &'a str>);
+    let cases: Vec<Case> = vec![
+        ("9090", "config", Ok((9090, vec!["prometheus"]))),
+        ("web", "config", Ok((9090, vec!["prometheus"]))),
+        ("grpc", "rules", Ok((10901, vec!["thanos"]))),
+        (
+            "grpc",
+            "config",
+            Err("Invalid: reloadlet.io/http-port: no container that mounts the changed volume (prometheus) declares a port named \"grpc\""),
+        ),
+        (
+            "metrics",
+            "config",
+            Err("Invalid: reloadlet.io/http-port: no container declares a port named \"metrics\""),
+        ),
+        ("0", "config", Err("Invalid: reloadlet.io/http-port: \"0\" is neither a port number (1-65535) nor a port name (1-15 lowercase letters, digits and '-', with at least one letter)")),
+    ];
+    for (port, volume, want) in cases {
+        let d = decide(&prometheus_pod(port).0, &changed(&[volume]));
+        match want {
+            Ok((p, containers)) => {
+                assert_eq!(
+                    http_port(&d),
+                    (p, containers.iter().map(|c| c.to_string()).collect()),
+                    "{port} {volume}"
+                )
+            }
+            Err(text) => {
+                let Decision::Invalid { message } = &d else {
+                    panic!("{port} {volume}: {d:?}");
+                };
+                assert_eq!(format!("Invalid: {message}"), text);
+            }
+        }
+    }
+}
+
+#[test]
+fn http_follows_the_same_narrowing_as_signal() {
+    let narrowed = prometheus_pod("web").annotate("reloadlet.io/configmaps", "rules");
+    assert!(matches!(
+        decide(&narrowed.0, &changed(&["config"])),
+        Decision::NothingToDo { .. }
+    ));
+    let only_thanos = prometheus_pod("grpc").annotate("reloadlet.io/containers", "thanos");
+    assert!(matches!(
+        decide(&only_thanos.0, &changed(&["config"])),
+        Decision::NothingToDo { .. }
+    ));
+    // A named port must belong to a selected container.
+    let d = decide(
+        &prometheus_pod("web")
+            .annotate("reloadlet.io/containers", "thanos")
+            .0,
+        &changed(&["rules"]),
+    );
+    assert!(matches!(d, Decision::Invalid { .. }), "{d:?}");
+    let sub = pod()
+        .annotate("reloadlet.io/action", "http")
+        .annotate("reloadlet.io/http-port", "9090")
+        .volume("config", vec![cm("prometheus-config")])
+        .container("prometheus", &["config@sub"]);
+    assert!(matches!(
+        decide(&sub.0, &changed(&["config"])),
+        Decision::SubPathOnly { .. }
+    ));
+    let Decision::Http { cause, .. } = decide(&prometheus_pod("9090").0, &changed(&["config"]))
+    else {
+        panic!()
+    };
+    assert_eq!(cause.to_string(), "configmap prometheus-config changed");
 }

@@ -84,6 +84,33 @@ pub trait Evictor: Send + Sync {
     fn evict(&self, req: &EvictRequest) -> BoxFuture<'_, EvictOutcome>;
 }
 
+/// One reload request to a pod (`reloadlet.io/action: http`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpCall {
+    pub method: crate::annotations::HttpMethod,
+    /// `<scheme>://<pod IP>:<port><path>`.
+    pub url: String,
+    pub body: String,
+}
+
+/// What the pod answered: the status and the first bytes of the body (lossy UTF-8, at most
+/// [`HTTP_BODY_PREFIX`] bytes, trimmed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpAnswer {
+    pub status: u16,
+    pub body_prefix: String,
+}
+
+/// How much of a response body is kept (and quoted in `ReloadFailed`).
+pub const HTTP_BODY_PREFIX: usize = 256;
+
+/// Sends reload requests (`reload_client::ReloadClient`). `Err`: no HTTP answer
+/// (connection refused or reset, TLS failure), as one line. Implementations need no timeout:
+/// the executor bounds each call.
+pub trait HttpCaller: Send + Sync {
+    fn call(&self, call: &HttpCall) -> BoxFuture<'_, Result<HttpAnswer, String>>;
+}
+
 /// One fake per edge, recording what was asked of it.
 #[cfg(test)]
 pub mod fake {
@@ -147,6 +174,71 @@ pub mod fake {
                 match next {
                     Some(outcome) => outcome,
                     None => std::future::pending().await,
+                }
+            })
+        }
+    }
+
+    /// What the fake HTTP endpoint does with one request.
+    #[derive(Clone, Debug)]
+    pub enum Reply {
+        Status(u16, &'static str),
+        Fail(&'static str),
+        /// Never answers (the executor's timeout has to end it).
+        Hang,
+    }
+
+    /// Records every reload request with the (tokio) time it was made; answers from a
+    /// script, then 200.
+    #[derive(Default)]
+    pub struct Http {
+        pub script: Mutex<VecDeque<Reply>>,
+        pub calls: Mutex<Vec<(HttpCall, tokio::time::Instant)>>,
+    }
+
+    impl Http {
+        pub fn answering(replies: impl IntoIterator<Item = Reply>) -> Self {
+            Self {
+                script: Mutex::new(replies.into_iter().collect()),
+                ..Default::default()
+            }
+        }
+
+        pub fn calls(&self) -> Vec<HttpCall> {
+            self.calls
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(c, _)| c.clone())
+                .collect()
+        }
+
+        /// When each call was made.
+        pub fn times(&self) -> Vec<tokio::time::Instant> {
+            self.calls.lock().unwrap().iter().map(|(_, t)| *t).collect()
+        }
+    }
+
+    impl HttpCaller for Http {
+        fn call(&self, call: &HttpCall) -> BoxFuture<'_, Result<HttpAnswer, String>> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((call.clone(), tokio::time::Instant::now()));
+            let next = self
+                .script
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Reply::Status(200, "ok"));
+            Box::pin(async move {
+                match next {
+                    Reply::Status(status, body) => Ok(HttpAnswer {
+                        status,
+                        body_prefix: body.into(),
+                    }),
+                    Reply::Fail(e) => Err(e.into()),
+                    Reply::Hang => std::future::pending().await,
                 }
             })
         }

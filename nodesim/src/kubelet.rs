@@ -172,6 +172,7 @@ impl SimKubelet {
             timers: Vec::new(),
             started: Instant::now(),
             syncs: HashMap::new(),
+            pod_ips: Default::default(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("kubelet-{node_name}"))
@@ -285,6 +286,8 @@ struct Worker {
     started: Instant,
     /// Every sync of every pod, for tests.
     syncs: HashMap<String, Vec<SyncRecord>>,
+    /// `status.podIP` of each new pod (the CNI plugin's job on a real node).
+    pod_ips: crate::pod_ip::PodIps,
 }
 
 /// `terminationGracePeriodSeconds`, capped.
@@ -430,8 +433,20 @@ impl Worker {
             return;
         };
         self.ensure_root_ca(&pod);
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
         let state = match PodState::create(&self.opts.root, pod) {
-            Ok(state) => state,
+            Ok(mut state) => {
+                state.pod_ip = if host_network {
+                    crate::pod_ip::HOST_IP
+                } else {
+                    self.pod_ips.allocate()
+                };
+                state
+            }
             Err(e) => {
                 tracing::warn!(pod_uid = %uid, error = %e, "creating volume dirs failed");
                 return;

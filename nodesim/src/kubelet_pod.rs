@@ -64,6 +64,8 @@ pub struct PodState {
     started: Vec<Started>,
     start_time: Option<Time>,
     message: Option<String>,
+    /// The sandbox's address (`status.podIP` once the pod runs; see [`crate::pod_ip`]).
+    pub pod_ip: std::net::Ipv4Addr,
 }
 
 impl PodState {
@@ -78,6 +80,7 @@ impl PodState {
             started: Vec::new(),
             start_time: None,
             message: None,
+            pod_ip: crate::pod_ip::HOST_IP,
         })
     }
 
@@ -374,7 +377,16 @@ impl PodState {
         PodStatus {
             phase: Some(if running { "Running" } else { "Pending" }.into()),
             qos_class: Some(qos_class(&spec).as_str().into()),
-            host_ip: Some("127.0.0.1".into()),
+            host_ip: Some(crate::pod_ip::HOST_IP.to_string()),
+            host_ips: Some(vec![k8s_openapi::api::core::v1::HostIP {
+                ip: crate::pod_ip::HOST_IP.to_string(),
+            }]),
+            pod_ip: running.then(|| self.pod_ip.to_string()),
+            pod_ips: running.then(|| {
+                vec![k8s_openapi::api::core::v1::PodIP {
+                    ip: self.pod_ip.to_string(),
+                }]
+            }),
             start_time: self.start_time.clone(),
             message: self.message.clone().filter(|_| !running),
             conditions: Some(vec![

@@ -19,6 +19,7 @@ mod kubelet_api;
 mod kubelet_pod;
 pub mod kubelet_sync;
 pub mod node;
+pub mod pod_ip;
 pub mod probe;
 pub mod projection;
 pub mod qos;

@@ -10,6 +10,7 @@ use crate::config::Settings;
 use crate::debounce::{Debouncer, PendingChange};
 use crate::detect::{ChangeDetector, Observation};
 use crate::execute::evict::{EvictJob, EvictionSettings};
+use crate::execute::http::HttpJob;
 use crate::execute::signal::{self, SignalJob};
 pub use crate::execute::Deps;
 use crate::execute::Executor;
@@ -434,6 +435,7 @@ impl Agent {
                 self.validate(&pod);
                 self.see_nudge(&pod);
                 self.warm([&pod]);
+                self.exec.pod_updated(&pod);
                 let change = self.index_mut().apply(pod);
                 if change == IndexChange::Added {
                     tracing::debug!("pod added to the index");
@@ -448,6 +450,7 @@ impl Agent {
                 for pod in &list {
                     self.validate(pod);
                     self.see_nudge(pod);
+                    self.exec.pod_updated(pod);
                 }
                 self.warm(&list);
                 let gone = self.index_mut().reset(list);
@@ -513,6 +516,7 @@ impl Agent {
 
     fn forget_pod(&mut self, uid: &str) {
         self.nudges.forget(uid);
+        self.exec.pod_deleted(uid);
         if self.debouncer.remove_pod(uid) {
             tracing::info!(
                 pod_uid = uid,
@@ -629,6 +633,15 @@ impl Agent {
                     cause: cause.to_string(),
                     first_seen: Some(change.first_seen),
                     sources: cause.sources,
+                });
+            }
+            Decision::Http { target, cause } => {
+                tracing::info!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "http", "requesting a reload over HTTP");
+                self.exec.http(HttpJob {
+                    pod_uid: pod.uid.clone(),
+                    target,
+                    sources: cause.sources,
+                    first_seen: change.first_seen,
                 });
             }
             Decision::Signal {

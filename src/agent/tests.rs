@@ -18,6 +18,7 @@ struct World {
     events: Arc<fake::Events>,
     processes: Arc<fake::Processes>,
     evictor: Arc<fake::Evictor>,
+    http: Arc<fake::Http>,
     stop: CancellationToken,
     dir: tempfile::TempDir,
 }
@@ -41,6 +42,7 @@ fn settings(dir: &Path) -> Settings {
         eviction_backoff: Duration::from_secs(5),
         eviction_backoff_max: Duration::from_secs(120),
         notify: Default::default(),
+        http_ca_file: None,
     }
 }
 
@@ -49,10 +51,12 @@ fn world(saved: Option<SavedState>) -> World {
     let events = Arc::new(fake::Events::default());
     let processes = Arc::new(fake::Processes::with("abc", 4242));
     let evictor = Arc::new(fake::Evictor::default());
+    let http = Arc::new(fake::Http::default());
     let deps = Deps {
         events: events.clone(),
         processes: processes.clone(),
         evictor: evictor.clone(),
+        http: http.clone(),
         notifier: crate::notify::Notifier::disabled(),
     };
     let store = saved.map(|saved| {
@@ -75,6 +79,7 @@ fn world(saved: Option<SavedState>) -> World {
         events,
         processes,
         evictor,
+        http,
         stop,
         dir,
     }
@@ -105,6 +110,7 @@ fn pod(action: &str) -> PodInfo {
             }],
             container_id: ContainerId::parse("containerd://abc"),
             running: true,
+            ports: Vec::new(),
         }],
         ..Default::default()
     };
@@ -248,4 +254,63 @@ async fn an_eviction_pending_at_the_last_stop_resumes_after_the_first_pod_list()
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(w.events.reasons(), ["EvictionRequested"]);
+}
+
+/// An `http` pod: container `app` declares port `web` (9090); the pod's IP is 10.1.2.3.
+fn http_pod() -> PodInfo {
+    let mut pod = pod("http");
+    pod.annotations
+        .insert(annotations::HTTP_PORT.into(), "web".into());
+    pod.annotations
+        .insert(annotations::HTTP_BODY.into(), "{}".into());
+    pod.containers[0].ports = vec![("web".into(), 9090)];
+    pod.pod_ip = Some("10.1.2.3".parse().unwrap());
+    pod
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http_pod_gets_one_request_to_its_ip_and_named_port() {
+    let mut w = world(None);
+    w.agent.on_pod(PodUpdate::Resync(vec![http_pod()]));
+    let t0 = Instant::now();
+    w.change_at(t0);
+    w.agent.fire_due_at(t0);
+    w.settle().await;
+    let calls = w.http.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].url, "http://10.1.2.3:9090/-/reload");
+    assert_eq!(calls[0].body, "{}");
+    assert_eq!(w.processes.sent(), 0, "no signal");
+    assert_eq!(w.events.reasons(), ["Reloaded"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_or_restarted_while_its_request_retries_gets_no_more_requests() {
+    for restart in [false, true] {
+        let mut w = world(None);
+        w.http
+            .script
+            .lock()
+            .unwrap()
+            .extend(std::iter::repeat_n(fake::Reply::Status(503, ""), 1000));
+        w.agent.on_pod(PodUpdate::Resync(vec![http_pod()]));
+        let t0 = Instant::now();
+        w.change_at(t0);
+        w.agent.fire_due_at(t0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while w.http.calls().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if restart {
+            let mut restarted = http_pod();
+            restarted.containers[0].container_id = ContainerId::parse("containerd://def");
+            w.agent.on_pod(PodUpdate::Apply(restarted));
+        } else {
+            w.agent.on_pod(PodUpdate::Delete { uid: UID.into() });
+        }
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        w.settle().await;
+        assert_eq!(w.http.calls().len(), 1, "restart: {restart}");
+        assert!(w.events.reasons().is_empty(), "restart: {restart}");
+    }
 }

@@ -164,6 +164,7 @@ mod tests {
             mounts,
             container_id: None,
             running: true,
+            ports: Vec::new(),
         }
     }
 

@@ -41,6 +41,7 @@ fn pod(name: &str, sub_path: bool) -> PodInfo {
             }],
             container_id: None,
             running: true,
+            ports: Vec::new(),
         }],
         phase: "Running".into(),
         ..PodInfo::default()

@@ -285,7 +285,7 @@ impl Inner {
 }
 
 /// ±20 % so that pods (and nodes) refused together do not retry in lock step.
-fn jitter(d: Duration) -> Duration {
+pub(super) fn jitter(d: Duration) -> Duration {
     // Without the kernel's random source (it cannot fail on Linux ≥ 3.17) no jitter.
     let r = getrandom::u32().unwrap_or(u32::MAX / 2);
     let factor = 0.8 + 0.4 * (f64::from(r) / f64::from(u32::MAX));

@@ -3,10 +3,11 @@
 //! timeout per call, bounded concurrency), `--dry-run` (decided here and in [`report`]
 //! only) and the reporting of each typed [`Outcome`] as a metric and an Event.
 //!
-//! The coming HTTP action gets its own file next to `signal.rs` and `evict.rs`, a job type,
-//! and an [`Executor`] method; its outcomes join [`crate::outcome::Outcome`].
+//! The HTTP action (`http.rs`: paced retries, one job per pod, bounded concurrency) is the
+//! third kind of effect, with its own outcomes `Reloaded` / `ReloadFailed`.
 
 pub mod evict;
+pub mod http;
 pub mod report;
 pub mod signal;
 
@@ -15,9 +16,10 @@ use crate::model::{PodInfo, SourceRef};
 use crate::notify::Notifier;
 use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::PodIndex;
-use crate::ports::{ContainerProcesses, EventSink, Evictor, PodRef};
+use crate::ports::{ContainerProcesses, EventSink, Evictor, HttpCaller, PodRef};
 use crate::state::PendingEviction;
 use evict::{EvictJob, EvictionSettings, Evictions};
+use http::{HttpJob, HttpReloads, HttpSettings};
 use report::Reporter;
 use signal::SignalJob;
 use std::sync::{Arc, RwLock};
@@ -31,6 +33,8 @@ pub struct Deps {
     pub events: Arc<dyn EventSink>,
     pub processes: Arc<dyn ContainerProcesses>,
     pub evictor: Arc<dyn Evictor>,
+    /// Reload requests of `reloadlet.io/action: http` pods.
+    pub http: Arc<dyn HttpCaller>,
     /// Webhook notifications (`Notifier::disabled()` without `--notify-url`).
     pub notifier: Notifier,
 }
@@ -45,7 +49,8 @@ struct Inner {
     index: Arc<RwLock<PodIndex>>,
     report: Reporter,
     evictions: Evictions,
-    /// Signal jobs (with their retries) in flight; waited for at shutdown.
+    http: HttpReloads,
+    /// Signal and HTTP jobs (with their retries) in flight; waited for at shutdown.
     signals: TaskTracker,
     /// Cancelled at shutdown: no more retries; pending evictions are left pending.
     stop: CancellationToken,
@@ -76,13 +81,23 @@ impl Executor {
             index.clone(),
             stop.clone(),
         );
+        let signals = TaskTracker::new();
+        let http = HttpReloads::new(
+            HttpSettings::default(),
+            deps.http.clone(),
+            report.clone(),
+            index.clone(),
+            stop.clone(),
+            signals.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 processes: deps.processes.clone(),
                 index,
                 report,
                 evictions,
-                signals: TaskTracker::new(),
+                http,
+                signals,
                 stop,
             }),
         }
@@ -117,6 +132,22 @@ impl Executor {
     /// Evicts a pod (at most one eviction per pod at a time).
     pub fn evict(&self, job: EvictJob) -> bool {
         self.inner.evictions.request(job)
+    }
+
+    /// Sends a pod's reload request (retried while the endpoint is unreachable or busy),
+    /// replacing one of the same pod still in progress. Under `--dry-run`, logs it only.
+    pub fn http(&self, job: HttpJob) {
+        self.inner.http.request(job);
+    }
+
+    /// A pod was updated: ends its reload request if a container it is for restarted.
+    pub fn pod_updated(&self, pod: &PodInfo) {
+        self.inner.http.pod_updated(pod);
+    }
+
+    /// A pod was deleted: ends its reload request.
+    pub fn pod_deleted(&self, uid: &str) {
+        self.inner.http.pod_deleted(uid);
     }
 
     pub fn pending_evictions(&self) -> Vec<PendingEviction> {
@@ -289,6 +320,7 @@ mod tests {
                 mounts: vec![],
                 container_id: ContainerId::parse("containerd://abc"),
                 running: true,
+                ports: Vec::new(),
             }],
             ..Default::default()
         }
@@ -311,6 +343,7 @@ mod tests {
             events: events.clone(),
             processes: processes.clone(),
             evictor: Arc::new(fake::Evictor::default()),
+            http: Arc::new(fake::Http::default()),
             notifier,
         };
         let exec = Executor::new(

@@ -158,6 +158,7 @@ fn notification(
     let action = match action {
         ActionKind::Signal => notify::Action::Signal,
         ActionKind::Evict => notify::Action::Evict,
+        ActionKind::Http => notify::Action::Http,
         ActionKind::None => return None,
     };
     let outcome = match outcome {
@@ -167,6 +168,8 @@ fn notification(
         Outcome::Evicted => notify::Outcome::EvictionRequested,
         Outcome::EvictionFailed => notify::Outcome::EvictionFailed,
         Outcome::EvictionBlocked => notify::Outcome::EvictionBlocked { blocked_for },
+        Outcome::Reloaded => notify::Outcome::Reloaded,
+        Outcome::ReloadFailed => notify::Outcome::ReloadFailed,
         Outcome::Refused
         | Outcome::InvalidAnnotation
         | Outcome::SubPathNotUpdated

@@ -49,6 +49,9 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
         terminating: meta.deletion_timestamp.is_some(),
         env: env_refs(spec),
+        pod_ip: status
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok()),
     })
 }
 
@@ -195,6 +198,12 @@ fn container_info(
         running: status
             .and_then(|s| s.state.as_ref())
             .is_some_and(|st| st.running.is_some()),
+        ports: c
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|p| Some((p.name.clone()?, u16::try_from(p.container_port).ok()?)))
+            .collect(),
     }
 }
 

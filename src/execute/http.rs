@@ -1,0 +1,402 @@
+//! HTTP reload jobs (`reloadlet.io/action: http`): one request per pod to
+//! `<scheme>://<status.podIP>:<port><path>`, 10 s per attempt, retried with backoff
+//! (1 s doubling to 30 s, ±20 %) for up to 5 minutes while the endpoint is unreachable,
+//! times out or answers 5xx, 408 or 429. Any other 4xx is final at once. At most one job
+//! per pod: a newer change replaces a job still retrying (and takes over its sources); a
+//! restarted container or a deleted pod ends it. At most
+//! [`HttpSettings::max_in_flight`] requests are in flight on the node at once.
+
+use super::report::Reporter;
+use crate::annotations::HttpScheme;
+use crate::model::{PodInfo, SourceRef};
+use crate::outcome::{ActionKind, Outcome};
+use crate::pod_index::PodIndex;
+use crate::policy::{Cause, HttpTarget, SignalTarget};
+use crate::ports::{HttpAnswer, HttpCall, HttpCaller, PodRef};
+use backon::{BackoffBuilder, ExponentialBuilder};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    /// One attempt may take this long (connect, TLS, request and the first bytes of the
+    /// body).
+    pub timeout: Duration,
+    /// First retry delay; doubles up to `backoff_max`, each delay ±20 %.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// No retry starts later than this after the first attempt.
+    pub give_up_after: Duration,
+    /// Requests in flight on this node at once (a retry waiting for its delay holds none).
+    pub max_in_flight: usize,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(10),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            give_up_after: Duration::from_secs(300),
+            max_in_flight: 16,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct HttpJob {
+    pub pod_uid: String,
+    pub target: HttpTarget,
+    /// The ConfigMaps/Secrets whose change it is for.
+    pub sources: Vec<SourceRef>,
+    /// When the swap was seen (latency metric).
+    pub first_seen: Instant,
+}
+
+impl HttpJob {
+    /// "configmap prometheus-config changed"
+    pub fn cause(&self) -> String {
+        Cause {
+            sources: self.sources.clone(),
+        }
+        .to_string()
+    }
+}
+
+/// `ip` as the host part of a URL (`[fd00::1]` for IPv6).
+pub fn host(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("[{v6}]"),
+    }
+}
+
+/// The request of `target` to the pod at `ip`.
+pub fn call(target: &HttpTarget, ip: IpAddr) -> HttpCall {
+    let spec = &target.spec;
+    let scheme = match spec.scheme {
+        HttpScheme::Http => "http",
+        HttpScheme::Https => "https",
+    };
+    HttpCall {
+        method: spec.method,
+        url: format!("{scheme}://{}:{}{}", host(ip), target.port, spec.path),
+        body: spec.body.clone(),
+    }
+}
+
+/// How one attempt ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Reloaded,
+    /// Worth another attempt (no answer, timeout, 5xx, 408, 429); the text says why.
+    Retry(String),
+    /// Final (any other status): the text says why.
+    Refused(String),
+}
+
+/// Classifies an answer: 2xx reloaded; 408, 429 and 5xx retried (the endpoint is busy or
+/// starting); any other status final, quoting the body (Prometheus: 403 "Lifecycle API is
+/// not enabled.").
+pub fn verdict(answer: &Result<HttpAnswer, String>) -> Verdict {
+    match answer {
+        Err(e) => Verdict::Retry(e.clone()),
+        Ok(a) => {
+            let said = if a.body_prefix.is_empty() {
+                format!("→ {}", a.status)
+            } else {
+                format!("→ {} {:?}", a.status, a.body_prefix)
+            };
+            match a.status {
+                200..=299 => Verdict::Reloaded,
+                408 | 429 | 500..=599 => Verdict::Retry(said),
+                _ => Verdict::Refused(said),
+            }
+        }
+    }
+}
+
+/// Delays doubling from `min` to `max` (jitter is added by [`super::evict::jitter`]).
+fn delays(settings: &HttpSettings) -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(settings.backoff_min)
+        .with_max_delay(settings.backoff_max)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+}
+
+#[derive(Clone)]
+pub struct HttpReloads {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: HttpSettings,
+    caller: Arc<dyn HttpCaller>,
+    report: Reporter,
+    index: Arc<RwLock<PodIndex>>,
+    permits: Semaphore,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    /// Pod UID → the job in progress.
+    jobs: Mutex<HashMap<String, Running>>,
+    next_id: AtomicU64,
+}
+
+struct Running {
+    id: u64,
+    cancel: CancellationToken,
+    sources: Vec<SourceRef>,
+    containers: Vec<SignalTarget>,
+}
+
+impl HttpReloads {
+    pub fn new(
+        settings: HttpSettings,
+        caller: Arc<dyn HttpCaller>,
+        report: Reporter,
+        index: Arc<RwLock<PodIndex>>,
+        stop: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        let permits = Semaphore::new(settings.max_in_flight.max(1));
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                caller,
+                report,
+                index,
+                permits,
+                stop,
+                tracker,
+                jobs: Mutex::default(),
+                next_id: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Starts the job, replacing one of the same pod still in progress.
+    pub fn request(&self, mut job: HttpJob) {
+        let inner = &self.inner;
+        if inner.report.dry_run() {
+            inner.dry_run(&job);
+            return;
+        }
+        let cancel = CancellationToken::new();
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut jobs = inner.lock();
+            if let Some(old) = jobs.remove(&job.pod_uid) {
+                old.cancel.cancel();
+                for s in old.sources {
+                    if !job.sources.contains(&s) {
+                        job.sources.push(s);
+                    }
+                }
+                job.sources.sort();
+                tracing::info!(pod_uid = %job.pod_uid, cause = %job.cause(), "a newer change replaces the reload request still in progress");
+            }
+            jobs.insert(
+                job.pod_uid.clone(),
+                Running {
+                    id,
+                    cancel: cancel.clone(),
+                    sources: job.sources.clone(),
+                    containers: job.target.containers.clone(),
+                },
+            );
+        }
+        let inner = self.inner.clone();
+        self.inner.tracker.spawn(async move {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = inner.run(&job) => {}
+            }
+            let mut jobs = inner.lock();
+            if jobs.get(&job.pod_uid).is_some_and(|r| r.id == id) {
+                jobs.remove(&job.pod_uid);
+            }
+        });
+    }
+
+    /// The pod was updated: a restart of a container the job is for ends it (the
+    /// container read its configuration anew when it started).
+    pub fn pod_updated(&self, pod: &PodInfo) {
+        let mut jobs = self.inner.lock();
+        let Some(running) = jobs.get(&pod.uid) else {
+            return;
+        };
+        if let Some(why) = restarted(pod, &running.containers) {
+            tracing::info!(pod = %pod.full_name(), why, "reload request dropped: the container restarted and read its configuration anew");
+            running.cancel.cancel();
+            jobs.remove(&pod.uid);
+        }
+    }
+
+    /// The pod is gone: its job ends.
+    pub fn pod_deleted(&self, uid: &str) {
+        if let Some(running) = self.inner.lock().remove(uid) {
+            tracing::info!(pod_uid = uid, "pod deleted; reload request dropped");
+            running.cancel.cancel();
+        }
+    }
+
+    /// Pods with a job in progress.
+    pub fn in_progress(&self) -> usize {
+        self.inner.lock().len()
+    }
+}
+
+/// Why the job for `containers` is moot in `pod` now: one of them runs another container
+/// (ID) than when the change was decided, or no longer runs.
+fn restarted(pod: &PodInfo, containers: &[SignalTarget]) -> Option<String> {
+    containers.iter().find_map(|t| {
+        let now = pod.containers.iter().find(|c| c.name == t.container);
+        match now {
+            None => Some(format!("container {} is gone", t.container)),
+            Some(c) if c.container_id != t.container_id => {
+                Some(format!("container {} restarted", t.container))
+            }
+            Some(c) if !c.running && t.container_id.is_some() => {
+                Some(format!("container {} is not running", t.container))
+            }
+            Some(_) => None,
+        }
+    })
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pod(&self, uid: &str) -> Option<PodInfo> {
+        let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+        index.get(uid).cloned()
+    }
+
+    fn dry_run(&self, job: &HttpJob) {
+        let outcome = Outcome::DryRun;
+        self.report.count(ActionKind::Http, outcome);
+        let pod = self.pod(&job.pod_uid);
+        let name = pod.as_ref().map(PodInfo::full_name).unwrap_or_default();
+        let url = match pod.and_then(|p| p.pod_ip) {
+            Some(ip) => call(&job.target, ip).url,
+            None => format!("(no pod IP yet) port {}", job.target.port),
+        };
+        let method = job.target.spec.method.as_str();
+        tracing::info!(pod = %name, method, url, body_bytes = job.target.spec.body.len(), cause = %job.cause(), action = "http", outcome = outcome.as_str(), "dry-run: would send {method} {url}");
+    }
+
+    async fn run(&self, job: &HttpJob) {
+        let started = tokio::time::Instant::now();
+        let mut delays = delays(&self.settings);
+        let mut attempts = 0u32;
+        let method = job.target.spec.method.as_str();
+        loop {
+            let Some(pod) = self.pod(&job.pod_uid) else {
+                tracing::info!(pod_uid = %job.pod_uid, "pod gone; reload request dropped");
+                return;
+            };
+            if let Some(why) = restarted(&pod, &job.target.containers) {
+                tracing::info!(pod = %pod.full_name(), why, "reload request dropped: the container restarted and read its configuration anew");
+                return;
+            }
+            let (url, result) = match pod.pod_ip {
+                None => (
+                    format!("port {}", job.target.port),
+                    Err("the pod has no IP yet (status.podIP)".to_owned()),
+                ),
+                Some(ip) => {
+                    let call = call(&job.target, ip);
+                    let Ok(_permit) = self.permits.acquire().await else {
+                        return;
+                    };
+                    attempts += 1;
+                    let timeout = self.settings.timeout;
+                    let answer = tokio::time::timeout(timeout, self.caller.call(&call))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(format!(
+                                "no answer within {}",
+                                humantime::format_duration(timeout)
+                            ))
+                        });
+                    (call.url, answer)
+                }
+            };
+            let error = match verdict(&result) {
+                Verdict::Reloaded => {
+                    let status = result.map(|a| a.status).unwrap_or_default();
+                    self.reloaded(job, &pod, &url, status, attempts);
+                    return;
+                }
+                Verdict::Refused(said) => {
+                    let note = format!("{method} {url} {said}: {}", job.cause());
+                    self.failed(job, &pod, note, attempts, &said);
+                    return;
+                }
+                Verdict::Retry(why) => why,
+            };
+            let delay = super::evict::jitter(delays.next().unwrap_or(self.settings.backoff_max));
+            let elapsed = started.elapsed();
+            if self.stop.is_cancelled() || elapsed + delay > self.settings.give_up_after {
+                let note = format!(
+                    "{method} {url} failed {attempts} time(s) in {}, last: {error}: {}",
+                    humantime::format_duration(Duration::from_secs(elapsed.as_secs())),
+                    job.cause()
+                );
+                self.failed(job, &pod, note, attempts, &error);
+                return;
+            }
+            tracing::warn!(pod = %pod.full_name(), method, url, attempts, error = %error, retry_in_ms = delay.as_millis() as u64, action = "http", "reload request failed; will retry");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = self.stop.cancelled() => {
+                    tracing::info!(pod = %pod.full_name(), "shutting down: reload request dropped");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn reloaded(&self, job: &HttpJob, pod: &PodInfo, url: &str, status: u16, attempts: u32) {
+        let outcome = Outcome::Reloaded;
+        let method = job.target.spec.method.as_str();
+        let latency = job.first_seen.elapsed();
+        self.report.latency(ActionKind::Http, latency);
+        tracing::info!(pod = %pod.full_name(), method, url, status, attempts, cause = %job.cause(), action = "http", outcome = outcome.as_str(), latency_ms = latency.as_secs_f64() * 1e3, "reloaded over HTTP");
+        let note = format!("{method} {url} → {status}: {}", job.cause());
+        self.report.record(
+            &PodRef::from(pod),
+            ActionKind::Http,
+            outcome,
+            note,
+            &job.sources,
+        );
+    }
+
+    fn failed(&self, job: &HttpJob, pod: &PodInfo, note: String, attempts: u32, error: &str) {
+        let outcome = Outcome::ReloadFailed;
+        let method = job.target.spec.method.as_str();
+        tracing::warn!(pod = %pod.full_name(), method, attempts, error = %error, cause = %job.cause(), action = "http", outcome = outcome.as_str(), "reload over HTTP failed; giving up");
+        self.report.record(
+            &PodRef::from(pod),
+            ActionKind::Http,
+            outcome,
+            note,
+            &job.sources,
+        );
+    }
+}
+
+#[cfg(test)]
+#[path = "http_tests.rs"]
+mod tests;
