@@ -2,14 +2,14 @@
 //! an operator sees on the pods, and everything that must not happen.
 
 mod common;
+#[path = "support/controller_process.rs"]
+mod controller_process;
 
 use common::fixtures::{configmap, pod};
 use common::*;
+use controller_process::ControllerProcess as Controller;
 use nodesim::apiserver::RequestRecord;
 use serde_json::json;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NS: &str = "shop";
@@ -17,78 +17,6 @@ const NUDGE: &str = "reloadlet.io/projection-nudge";
 const WAIT: Duration = Duration::from_secs(15);
 /// Long enough for the re-nudges at 1 s and 3 s.
 const QUIET: Duration = Duration::from_secs(5);
-
-struct Controller {
-    child: Child,
-    listen: String,
-    log: PathBuf,
-}
-
-impl Controller {
-    /// Spawns `reloadlet controller` with `args` and waits for /readyz.
-    async fn start(node: &Node, args: &[&str], env: &[(&str, &str)]) -> Controller {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = format!("127.0.0.1:{port}");
-        let log = node.path(&format!("controller-{port}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_reloadlet"));
-        cmd.arg("controller")
-            .args(["--listen", &listen])
-            .args(args)
-            .env("KUBECONFIG", node.kubeconfig())
-            .env("RUST_LOG", "reloadlet=debug,info")
-            .env_remove("POD_NAMESPACE")
-            .env_remove("POD_NAME")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut c = Controller {
-            child: cmd.spawn().expect("spawn reloadlet controller"),
-            listen,
-            log,
-        };
-        let (listen, log) = (c.listen.clone(), c.log.clone());
-        eventually_while_running(
-            "controller /readyz",
-            WAIT,
-            &mut c.child,
-            || std::fs::read_to_string(&log).unwrap_or_default(),
-            || http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(())),
-        )
-        .await;
-        c
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn metric(&self, series: &str) -> f64 {
-        let body = http_get(&self.listen, "/metrics")
-            .map(|(_, b)| b)
-            .unwrap_or_default();
-        metric_value(&body, series)
-    }
-
-    /// SIGTERM, then waits (SIGKILL after 15 s).
-    async fn stop(mut self) {
-        terminate(&mut self.child).await;
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// The nudge patches (env consumers, on by default, also write `reloadlet.io/env-baseline` once
 /// on the `env` pod: tests/env_consumers.rs covers those).

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 const NS: &str = "apps";
 const BASELINE: &str = "reloadlet.io/env-baseline";
+/// One controller, no Lease (tests/controller.rs covers leader election).
+const NO_ELECTION: &str = "--leader-elect=false";
 const WAIT: Duration = Duration::from_secs(30);
 /// How long "nothing happens" is watched for.
 const QUIET: Duration = Duration::from_secs(3);
@@ -149,7 +151,7 @@ async fn a_key_change_evicts_exactly_its_readers_one_at_a_time_under_a_pdb() {
         vec![env_key("PORT", "configmap", "app-env", "PORT")],
     )
     .await;
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     baselined(&node, "web").await;
     baselined(&node, "other").await;
     never("an eviction at startup", QUIET, || {
@@ -211,7 +213,7 @@ async fn an_unreferenced_key_a_label_change_or_an_identical_apply_does_nothing()
         vec![env_key("LOG", "configmap", "app-env", "LOG")],
     )
     .await;
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     baselined(&node, "web").await;
 
     node.api.apply_configmap(app_env("info", "81"));
@@ -281,7 +283,7 @@ async fn a_secret_reader_is_ignored_unless_secrets_are_enabled() {
             .count()
     };
 
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     node.api
         .apply_secret(secret(NS, "db", &[("PASSWORD", "s2")]));
     never(
@@ -294,7 +296,8 @@ async fn a_secret_reader_is_ignored_unless_secrets_are_enabled() {
     assert_eq!(baseline_of(&node, &name), None);
     controller.stop().await;
 
-    let controller = ControllerProcess::start(&node, &["--env-consumers-secrets"], &[]).await;
+    let controller =
+        ControllerProcess::start(&node, &[NO_ELECTION, "--env-consumers-secrets"], &[]).await;
     baselined(&node, "web").await;
     node.api
         .apply_secret(secret(NS, "db", &[("PASSWORD", "s3")]));
@@ -325,7 +328,7 @@ async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_ne
         vec![env_key("LOG", "configmap", "app-env", "LOG")],
     )
     .await;
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     baselined(&node, "web").await;
     controller.stop().await;
 
@@ -340,7 +343,7 @@ async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_ne
     )
     .await;
 
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     until("the old reader evicted after the restart", WAIT, || {
         evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web
     })
@@ -354,7 +357,7 @@ async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_ne
 
     // Nothing changed since: a restart acts on nothing.
     let before = eviction_requests(&node);
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     never(
         "an eviction after a restart with nothing changed",
         QUIET,
@@ -387,7 +390,7 @@ async fn a_signal_pod_gets_env_not_reloaded_once_per_change_and_is_not_evicted()
         node.api.get_pod(NS, "sig").is_some_and(|p| running(&p))
     })
     .await;
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     until("sig baselined", WAIT, || {
         baseline_of(&node, "sig").is_some()
     })
@@ -410,7 +413,7 @@ async fn a_signal_pod_gets_env_not_reloaded_once_per_change_and_is_not_evicted()
         "a signal cannot refresh env: none sent"
     );
     controller.stop().await;
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     never("EnvNotReloaded repeated after a restart", QUIET, || {
         node.events(NS, "sig", "EnvNotReloaded").len() > 1
     })
@@ -456,7 +459,7 @@ async fn measure_env_scale() {
         node.api.create_pod(p);
     }
     let started = std::time::Instant::now();
-    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     let ready = started.elapsed();
     let baseline_patches = || {
         node.api

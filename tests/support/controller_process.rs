@@ -3,11 +3,11 @@
 //! `#[path = "support/controller_process.rs"] mod controller_process;` after `mod common;`.
 #![allow(dead_code)]
 
-use crate::common::{http_get, metric_value, Node};
+use crate::common::{eventually_while_running, http_get, metric_value, terminate, Node};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct ControllerProcess {
     pub child: Child,
@@ -16,7 +16,8 @@ pub struct ControllerProcess {
 }
 
 impl ControllerProcess {
-    /// Spawns `reloadlet controller --leader-elect=false` with `args` and waits for /readyz.
+    /// Spawns `reloadlet controller` with `args` and `env` and waits for /readyz (failing at
+    /// once, with its log, if it exits).
     pub async fn start(node: &Node, args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -27,7 +28,7 @@ impl ControllerProcess {
         let log = node.path(&format!("controller-{port}.log"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_reloadlet"));
         cmd.arg("controller")
-            .args(["--listen", &listen, "--leader-elect=false"])
+            .args(["--listen", &listen])
             .args(args)
             .env("KUBECONFIG", node.kubeconfig())
             .env("RUST_LOG", "reloadlet=debug,info")
@@ -45,21 +46,16 @@ impl ControllerProcess {
             listen,
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if http_get(&c.listen, "/readyz").is_some_and(|(code, _)| code == 200) {
-                return c;
-            }
-            if let Ok(Some(status)) = c.child.try_wait() {
-                panic!("controller exited with {status}:\n{}", c.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "controller not ready:\n{}",
-                c.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let (listen, log) = (c.listen.clone(), c.log.clone());
+        eventually_while_running(
+            "controller /readyz",
+            Duration::from_secs(30),
+            &mut c.child,
+            || std::fs::read_to_string(&log).unwrap_or_default(),
+            || http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(())),
+        )
+        .await;
+        c
     }
 
     pub fn log(&self) -> String {
@@ -85,19 +81,7 @@ impl ControllerProcess {
 
     /// SIGTERM, then waits (SIGKILL after 15 s).
     pub async fn stop(mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child).await;
     }
 }
 
