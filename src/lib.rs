@@ -18,6 +18,7 @@ pub mod execute;
 pub mod explain;
 pub mod filters;
 pub mod http;
+pub mod http_client;
 pub mod k8s;
 pub mod label_selector;
 pub mod memory;

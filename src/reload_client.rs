@@ -13,12 +13,13 @@
 //!   and a reload is rare), no proxy is used (a pod IP is reached directly).
 
 use crate::annotations::HttpMethod;
+use crate::http_client::{body_prefix, error_chain};
 use crate::ports::{HttpAnswer, HttpCall, HttpCaller, HTTP_BODY_PREFIX};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -94,24 +95,16 @@ impl ReloadClient {
         let req = req
             .body(Full::new(Bytes::from(call.body.clone())))
             .map_err(|e| e.to_string())?;
-        let resp = self.client.request(req).await.map_err(|e| chain(&e))?;
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| error_chain(&e))?;
         let status = resp.status().as_u16();
-        let mut body = resp.into_body();
-        let mut prefix = Vec::new();
-        while prefix.len() < HTTP_BODY_PREFIX {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        prefix.extend_from_slice(data);
-                    }
-                }
-                _ => break,
-            }
-        }
-        prefix.truncate(HTTP_BODY_PREFIX);
+        let body_prefix = body_prefix(resp.into_body(), HTTP_BODY_PREFIX).await;
         Ok(HttpAnswer {
             status,
-            body_prefix: String::from_utf8_lossy(&prefix).trim().to_owned(),
+            body_prefix,
         })
     }
 }
@@ -149,18 +142,6 @@ fn roots(path: &Path) -> Result<rustls::RootCertStore, ReloadClientError> {
         store.add(cert).map_err(|e| err(e.to_string()))?;
     }
     Ok(store)
-}
-
-/// An error and its sources, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Accepts any server certificate; checks the handshake signatures with the provider's

@@ -16,6 +16,9 @@ use kube::{Api, Client};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
+// Nearly every update is an `Apply`: boxing it would add an allocation to each for the sake
+// of the rare `Delete`/resync markers.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum PodUpdate {
     Apply(PodInfo),

@@ -8,11 +8,12 @@
 use super::format::Payload;
 use super::poster::{PostError, PostResponse, Poster};
 use super::secret_url::SecretUrl;
+use crate::http_client::{body_prefix, error_chain};
 use base64::Engine;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use http::{HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_rustls::{ConfigBuilderExt, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -134,7 +135,7 @@ impl Poster for HttpPoster {
             Inner::Direct(c) => c.request(req).await,
             Inner::Proxied(c) => c.request(req).await,
         }
-        .map_err(|e| PostError(scrub(&chain(&e), url)))?;
+        .map_err(|e| PostError(scrub(&error_chain(&e), url)))?;
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
@@ -142,37 +143,13 @@ impl Poster for HttpPoster {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let mut body = resp.into_body();
-        let mut prefix = Vec::new();
-        while prefix.len() < BODY_PREFIX {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        prefix.extend_from_slice(data);
-                    }
-                }
-                _ => break,
-            }
-        }
-        prefix.truncate(BODY_PREFIX);
+        let body_prefix = body_prefix(resp.into_body(), BODY_PREFIX).await;
         Ok(PostResponse {
             status,
             retry_after,
-            body_prefix: String::from_utf8_lossy(&prefix).trim().to_owned(),
+            body_prefix,
         })
     }
-}
-
-/// An error and its sources, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Belt and braces: no error text from a library may carry the URL's secret parts.
