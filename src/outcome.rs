@@ -127,11 +127,10 @@ impl Outcome {
     pub fn actions(self) -> &'static [ActionKind] {
         use ActionKind::{Evict, Http, None, Signal};
         match self {
-            Self::Signaled
-            | Self::SignalFailed
-            | Self::SignalNotHandled
-            | Self::SignalWithheld
-            | Self::SubPathNotUpdated => &[Signal],
+            Self::Signaled | Self::SignalFailed | Self::SignalNotHandled | Self::SignalWithheld => {
+                &[Signal]
+            }
+            Self::SubPathNotUpdated => &[Signal, Http],
             Self::Evicted | Self::EvictionBlocked | Self::EvictionFailed | Self::Refused => {
                 &[Evict]
             }

@@ -5,6 +5,7 @@ use crate::model::{
     ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef,
     ROOT_CA_CONFIGMAP,
 };
+use crate::outcome::ActionKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -50,8 +51,10 @@ pub enum Decision {
     Invalid {
         message: String,
     },
-    /// Warning `SubPathNotUpdated`, no action.
+    /// Warning `SubPathNotUpdated`, no action (`action` is the one that could not be taken:
+    /// `signal` or `http`).
     SubPathOnly {
+        action: ActionKind,
         message: String,
     },
     Signal {
@@ -252,6 +255,10 @@ fn mounting<'a>(
     }
     if !sub_path_only.is_empty() {
         return Err(Box::new(Decision::SubPathOnly {
+            action: match policy.action {
+                Action::Http(_) => ActionKind::Http,
+                _ => ActionKind::Signal,
+            },
             message: format!(
                 "{cause}, but container(s) {} mount it only through subPath, which the kubelet never \
                  updates; mount the whole volume, or use reloadlet.io/action: evict",

@@ -301,7 +301,7 @@ fn sub_path_only_mounts_warn_instead_of_signalling() {
         .annotate("reloadlet.io/action", "signal")
         .volume("conf", vec![cm("c")])
         .container("app", &["conf@sub"]);
-    let Decision::SubPathOnly { message } = decide(&p.0, &changed(&["conf"])) else {
+    let Decision::SubPathOnly { message, .. } = decide(&p.0, &changed(&["conf"])) else {
         panic!()
     };
     assert!(
@@ -471,9 +471,13 @@ fn http_follows_the_same_narrowing_as_signal() {
         .annotate("reloadlet.io/http-port", "9090")
         .volume("config", vec![cm("prometheus-config")])
         .container("prometheus", &["config@sub"]);
+    // Reported as the http action that could not be taken, not as a signal.
     assert!(matches!(
         decide(&sub.0, &changed(&["config"])),
-        Decision::SubPathOnly { .. }
+        Decision::SubPathOnly {
+            action: crate::outcome::ActionKind::Http,
+            ..
+        }
     ));
     let Decision::Http { cause, .. } = decide(&prometheus_pod("9090").0, &changed(&["config"]))
     else {

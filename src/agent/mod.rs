@@ -614,11 +614,10 @@ impl Agent {
                 self.exec
                     .report(&pod.into(), ActionKind::None, outcome, note);
             }
-            Decision::SubPathOnly { message } => {
+            Decision::SubPathOnly { action, message } => {
                 let outcome = Outcome::SubPathNotUpdated;
-                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "signal", outcome = outcome.as_str(), message, "no action");
-                self.exec
-                    .report(&pod.into(), ActionKind::Signal, outcome, message);
+                tracing::warn!(pod = %pod.full_name(), ?volumes, action = action.as_str(), outcome = outcome.as_str(), message, "no action");
+                self.exec.report(&pod.into(), action, outcome, message);
             }
             Decision::EvictRefused { message, cause } => {
                 let outcome = Outcome::Refused;
