@@ -18,7 +18,8 @@ use reloadlet::k8s::pod_watch::{self, PodWatchConfig, PodWatchReport};
 use reloadlet::metrics::Metrics;
 use reloadlet::process::{ContainerProcesses, ProcFs};
 use reloadlet::state::StateStore;
-use reloadlet::watch::{VolumeWatcher, WatcherOptions};
+use reloadlet::agent::hot_thread::HotThread;
+use reloadlet::watch::WatcherOptions;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -139,13 +140,14 @@ async fn run(settings: Settings) -> ExitCode {
         Err(e) => return fail(&format!("{e} (set --state-dir to a writable directory)")),
     };
     let arming = std::time::Instant::now();
-    let watcher = match VolumeWatcher::new(
-        &settings.kubelet_root,
+    let (hot, stats) = match HotThread::spawn(
+        settings.kubelet_root.clone(),
         WatcherOptions {
             rescan_interval: settings.rescan_interval,
         },
     ) {
-        Ok(w) => w,
+        Ok(armed) => armed,
+        Err(e @ reloadlet::watch::WatchError::PodsDir { .. }) => return fail(&e.to_string()),
         Err(e) => {
             return fail(&format!(
                 "cannot watch {}: {e}",
@@ -153,7 +155,6 @@ async fn run(settings: Settings) -> ExitCode {
             ))
         }
     };
-    let stats = watcher.stats();
     tracing::info!(
         pods = stats.pods,
         volumes = stats.volumes,
@@ -250,7 +251,7 @@ async fn run(settings: Settings) -> ExitCode {
         shutdown.child_token(),
     )
     .with_budgets(budgets);
-    match agent.run(watcher, pod_rx, shutdown).await {
+    match hot.run(agent, pod_rx, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "reloadlet stopped");
