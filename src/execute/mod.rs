@@ -128,7 +128,7 @@ impl Executor {
                 match delivered {
                     Ok(delivery) => {
                         self.inner.signals.spawn_on(
-                            async move { inner.finish(job, &pod, delivery, latency) },
+                            async move { inner.finish(job, &pod, delivery, latency, true) },
                             runtime,
                         );
                     }
@@ -208,12 +208,20 @@ impl Inner {
             Err(e) => return Some((job, e)),
         };
         let latency = job.first_seen.elapsed();
-        self.finish(job, &pod, delivery, latency);
+        self.finish(job, &pod, delivery, latency, false);
         None
     }
 
     /// After a signal was delivered (or withheld): the log line, the metrics, the Event.
-    fn finish(&self, job: SignalJob, pod: &PodInfo, delivery: Delivery, latency: Duration) {
+    /// `hot`: it went through the kept pidfd on the caller's thread (log field `hot_path`).
+    fn finish(
+        &self,
+        job: SignalJob,
+        pod: &PodInfo,
+        delivery: Delivery,
+        latency: Duration,
+        hot: bool,
+    ) {
         let name = pod.full_name();
         let (outcome, note) = signal::report(&job, &delivery);
         let (pid, process) = (delivery.pid, delivery.status.name.as_str());
@@ -224,9 +232,9 @@ impl Inner {
         let field = outcome.as_str();
         if outcome.event().is_some_and(|e| e.warning) {
             let what = delivery.describe(job.signal);
-            tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, "{what}");
+            tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause, action = "signal", outcome = field, "{what}");
         } else {
-            tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
+            tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
         }
         let sources = &job.sources;
         self.report
@@ -420,6 +428,35 @@ mod tests {
         assert_eq!(w.processes.sent(), 1);
         assert_eq!(w.events.reasons(), ["Signaled"]);
         assert_eq!(w.count("signal", "signaled"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_process_is_signalled_on_the_callers_thread_and_reported_after() {
+        let w = world(false, 0);
+        w.processes
+            .kept
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        w.exec.signal(job());
+        // Sent before `signal` returned: no task, no other thread.
+        assert_eq!(w.processes.sent(), 1);
+        assert_eq!(w.processes.hot.load(std::sync::atomic::Ordering::Relaxed), 1);
+        w.settle().await;
+        assert_eq!(w.events.reasons(), ["Signaled"]);
+        assert_eq!(w.count("signal", "signaled"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_hot_attempt_counts_as_the_first_and_is_retried() {
+        let w = world(false, 1);
+        w.processes
+            .kept
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        w.exec.signal(job());
+        assert_eq!(w.processes.sent(), 0);
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 1);
+        assert_eq!(*w.processes.fail.lock().unwrap(), 0, "one failure, one retry");
+        assert_eq!(w.events.reasons(), ["Signaled"]);
     }
 
     #[tokio::test(start_paused = true)]
