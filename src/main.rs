@@ -3,6 +3,7 @@
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::registry::Registry;
+use reloadlet::agent::hot_thread::HotThread;
 use reloadlet::agent::{Agent, Deps};
 use reloadlet::config::{Cli, Command, ExplainArgs, LogFormat, Settings};
 use reloadlet::execute::evict::EvictionSettings;
@@ -18,7 +19,6 @@ use reloadlet::k8s::pod_watch::{self, PodWatchConfig, PodWatchReport};
 use reloadlet::metrics::Metrics;
 use reloadlet::process::{ContainerProcesses, ProcFs};
 use reloadlet::state::StateStore;
-use reloadlet::agent::hot_thread::HotThread;
 use reloadlet::watch::WatcherOptions;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -35,9 +35,12 @@ fn main() -> ExitCode {
     let format = cli.log_format;
     init_tracing(format);
     reloadlet::memory::limit_malloc_arenas();
+    // The agent's volume → signal path runs on its own thread (`agent::hot_thread`); this
+    // runtime carries the API watches, Events, evictions, retries and the HTTP server: one
+    // worker is plenty, and each worker is another stack and malloc arena in the RSS.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        // Signals and /proc scans run here; a node agent never needs many at once.
+        .worker_threads(1)
+        // /proc scans, big-volume-free blocking work; a node agent never needs many at once.
         .max_blocking_threads(4)
         .enable_all()
         .build()

@@ -25,7 +25,10 @@ async fn with_debounce_0s_a_change_is_signalled_through_the_kept_pidfd() {
             .build(),
     );
     node.wait_running(NS, "web").await;
-    eventually("recorder ready", WAIT, || recorder_ready(&out).then_some(())).await;
+    eventually("recorder ready", WAIT, || {
+        recorder_ready(&out).then_some(())
+    })
+    .await;
     node.wait_tracked(2).await;
     // The first change may race the look-up made when the pod arrived; the second finds
     // the kept pidfd.
@@ -69,7 +72,10 @@ async fn a_big_volume_is_hashed_off_the_hot_thread_and_still_signals() {
             .build(),
     );
     node.wait_running(NS, "web").await;
-    eventually("recorder ready", WAIT, || recorder_ready(&out).then_some(())).await;
+    eventually("recorder ready", WAIT, || {
+        recorder_ready(&out).then_some(())
+    })
+    .await;
     node.wait_tracked(2).await;
     node.api
         .apply_configmap(configmap(NS, "big", &[("blob", big('b').as_str())]));

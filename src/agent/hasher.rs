@@ -51,7 +51,7 @@ impl Hasher {
     }
 
     /// Queues `job`. `Err(job)` when the thread cannot be started (the caller hashes in place).
-    pub fn send(&mut self, job: HashJob) -> Result<(), HashJob> {
+    pub fn send(&mut self, job: HashJob) -> Result<(), Box<HashJob>> {
         if self.jobs.is_none() {
             let (tx, rx) = std::sync::mpsc::channel::<HashJob>();
             let key = self.key.clone();
@@ -74,13 +74,13 @@ impl Hasher {
                     }
                 });
             if started.is_err() {
-                return Err(job);
+                return Err(Box::new(job));
             }
             self.jobs = Some(tx);
         }
         match &self.jobs {
-            Some(tx) => tx.send(job).map_err(|e| e.0),
-            None => Err(job),
+            Some(tx) => tx.send(job).map_err(|e| Box::new(e.0)),
+            None => Err(Box::new(job)),
         }
     }
 }

@@ -373,12 +373,8 @@ impl Agent {
                     return;
                 }
                 Err(job) => {
-                    let result = hash_volume_counted(
-                        &job.dir,
-                        job.max_bytes,
-                        &self.hash_key,
-                        &job.layout,
-                    );
+                    let result =
+                        hash_volume_counted(&job.dir, job.max_bytes, &self.hash_key, &job.layout);
                     self.observe_hash(key, cause, result, now);
                     return;
                 }

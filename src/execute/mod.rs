@@ -15,8 +15,8 @@ use crate::model::{PodInfo, SourceRef};
 use crate::notify::Notifier;
 use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::PodIndex;
-use crate::process::Delivery;
 use crate::ports::{ContainerProcesses, EventSink, Evictor, PodRef};
+use crate::process::Delivery;
 use crate::state::PendingEviction;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use report::Reporter;
@@ -439,7 +439,10 @@ mod tests {
         w.exec.signal(job());
         // Sent before `signal` returned: no task, no other thread.
         assert_eq!(w.processes.sent(), 1);
-        assert_eq!(w.processes.hot.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(
+            w.processes.hot.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
         w.settle().await;
         assert_eq!(w.events.reasons(), ["Signaled"]);
         assert_eq!(w.count("signal", "signaled"), "1");
@@ -455,7 +458,11 @@ mod tests {
         assert_eq!(w.processes.sent(), 0);
         w.settle().await;
         assert_eq!(w.processes.sent(), 1);
-        assert_eq!(*w.processes.fail.lock().unwrap(), 0, "one failure, one retry");
+        assert_eq!(
+            *w.processes.fail.lock().unwrap(),
+            0,
+            "one failure, one retry"
+        );
         assert_eq!(w.events.reasons(), ["Signaled"]);
     }
 

@@ -38,8 +38,8 @@ pub struct ProcFs {
 /// A container's main process held for good: the pidfd names that one process for as long
 /// as it is held, and the open status file reads that same process (procfs binds the
 /// inode of `/proc/<pid>` to the `struct pid` it was opened for: once the process is gone, a
-/// read answers `ESRCH` — kernel `fs/proc/base.c`, `proc_single_show` →
-/// `get_pid_task(pid, PIDTYPE_PID)` → `-ESRCH` — even if the PID number is reused).
+/// read answers `ESRCH` — kernel `fs/proc/base.c`, `proc_single_show`: `get_proc_task(inode)`
+/// finds no task for the inode's `struct pid` → `-ESRCH` — even if the PID number is reused).
 /// Both are opened *before* the process is checked (start time, cgroup), so the check holds
 /// for them; after that no signal needs another check. Only exact pins (pidfds) are kept:
 /// where pidfds are refused every signal goes the checked `kill(2)` way.
@@ -92,8 +92,7 @@ impl ProcFs {
         };
         self.lock_cache()
             .retain(|(cached_uid, _), _| *cached_uid != uid);
-        self.lock_kept()
-            .retain(|(kept_uid, _), _| *kept_uid != uid);
+        self.lock_kept().retain(|(kept_uid, _), _| *kept_uid != uid);
     }
 
     /// How many main processes are kept for the hot path (pidfd and status file open).
@@ -102,7 +101,9 @@ impl ProcFs {
     }
 
     fn lock_kept(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Kept>>> {
-        self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.kept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Pins `main` with a pidfd, opens its status file, then checks it is the container's
@@ -338,8 +339,8 @@ impl ContainerProcesses for ProcFs {
             return Some(Ok(delivery));
         }
         // pidfd_send_signal(2) on a pidfd whose process has exited fails with ESRCH (kernel
-        // `kernel/signal.c`, `pidfd_send_signal` → `kill_pid_info` → `group_send_sig_info`
-        // on a task looked up from the pidfd's `struct pid`, none once it has exited): it
+        // `kernel/signal.c`, `pidfd_send_signal` → `kill_pid_info`: `pid_task(pid,
+        // PIDTYPE_PID)` of the pidfd's `struct pid` is NULL once it has exited → `-ESRCH`): it
         // can never reach another process that got the same PID. Gone → looked up again.
         match kept.pin.signal(signal) {
             Ok(()) => Some(Ok(delivery)),

@@ -646,7 +646,11 @@ fn a_kept_process_that_exited_is_replaced_by_the_one_found_anew() {
     let pinner = FakePinner::default();
     let procs = fake.procfs(&pinner);
     assert_eq!(procs.warm(&[(POD.into(), container.clone())]), 1);
-    assert_eq!(procs.kept_count(), 1, "warm keeps a pidfd and the status file");
+    assert_eq!(
+        procs.kept_count(),
+        1,
+        "warm keeps a pidfd and the status file"
+    );
     let hot = |procs: &ProcFs| {
         procs
             .deliver_kept(POD, &container, ReloadSignal::Hup, SignalCheck::On)
