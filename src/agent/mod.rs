@@ -5,6 +5,7 @@
 pub mod budget_warnings;
 pub mod hasher;
 pub mod hot_thread;
+pub mod state_writer;
 #[cfg(test)]
 mod tests;
 
@@ -76,7 +77,9 @@ pub struct Agent {
     exec: Executor,
     /// Pod UID → the annotation error already reported (report each error once).
     warned: HashMap<String, String>,
-    store: Option<StateStore>,
+    /// Writes the state file off the hot thread (`None`: nothing is persisted).
+    store: Option<state_writer::StateWriter>,
+    /// The pending evictions last written (the loaded digests went to the detector).
     saved: SavedState,
     state_dirty: bool,
     synced: bool,
@@ -111,13 +114,17 @@ impl Agent {
         store: Option<StateStore>,
         stop_evictions: CancellationToken,
     ) -> Self {
-        let saved = store.as_ref().map(StateStore::load).unwrap_or_default();
+        let mut saved = store.as_ref().map(StateStore::load).unwrap_or_default();
         let detector = ChangeDetector::with_saved(saved.volume_digests());
         let legacy = saved.legacy_hashes().into_iter().collect();
+        // Held by the detector now; the writer thread encodes them afresh at each write.
+        saved.volumes = Default::default();
+        saved.legacy = Default::default();
         let hash_key = match &store {
             Some(store) => store.key().clone(),
             None => HashKey::generate().expect("the kernel's random source (getrandom)"),
         };
+        let writer = store.map(|store| state_writer::StateWriter::start(store, metrics.clone()));
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let (hasher, hashed) = hasher::Hasher::new(hash_key.clone());
         let exec = Executor::new(
@@ -142,7 +149,7 @@ impl Agent {
             deferred: HashMap::new(),
             exec,
             warned: HashMap::new(),
-            store,
+            store: writer,
             saved,
             state_dirty: false,
             synced: false,
@@ -802,20 +809,27 @@ impl Agent {
         self.store.is_some() && self.exec.pending_evictions() != self.saved.pending_evictions
     }
 
+    /// Hands a snapshot to the state writer thread: the encoding, write and fsyncs never
+    /// hold up the hot thread.
     fn save_state(&mut self) {
-        let Some(store) = &self.store else { return };
+        if let Some(snapshot) = self.snapshot() {
+            if let Some(writer) = &self.store {
+                writer.save(snapshot);
+            }
+        }
+    }
+
+    fn snapshot(&mut self) -> Option<state_writer::Snapshot> {
+        self.store.as_ref()?;
         // Until the first sync, pending evictions from the last run are kept as they were.
         if self.synced {
             self.saved.pending_evictions = self.exec.pending_evictions();
         }
-        self.saved.set_volumes(self.detector.snapshot());
-        match store.save(&self.saved) {
-            Ok(()) => self.state_dirty = false,
-            Err(e) => {
-                self.metrics.state_write_errors.inc();
-                tracing::error!(error = %e, "cannot write state; changes seen now may be acted on again after a restart");
-            }
-        }
+        self.state_dirty = false;
+        Some(state_writer::Snapshot {
+            pending_evictions: self.saved.pending_evictions.clone(),
+            volumes: self.detector.snapshot(),
+        })
     }
 
     async fn shutdown(&mut self) {
@@ -829,7 +843,11 @@ impl Agent {
             self.act_on(&uid, &change);
         }
         self.exec.drain(deadline).await;
-        self.save_state();
+        if let Some(snapshot) = self.snapshot() {
+            if let Some(writer) = &mut self.store {
+                writer.flush(snapshot).await;
+            }
+        }
         tracing::info!("state flushed; bye");
     }
 }
