@@ -188,18 +188,7 @@ impl RunArgs {
             .node_name
             .filter(|n| !n.is_empty())
             .ok_or("--node-name (NODE_NAME) is required")?;
-        let pods = self.kubelet_root.join("pods");
-        match std::fs::read_dir(&pods) {
-            Ok(_) => {}
-            Err(e) => {
-                return Err(format!(
-                "kubelet root {} is not usable: cannot read {}: {e} (set --kubelet-root; k0s uses \
-                     /var/lib/k0s/kubelet, microk8s /var/snap/microk8s/common/var/lib/kubelet)",
-                self.kubelet_root.display(),
-                pods.display()
-            ))
-            }
-        }
+        // The kubelet root is checked once, where it is used: `VolumeWatcher::new`.
         if !self.proc_root.join("self").exists() && !self.proc_root.join("1").exists() {
             return Err(format!(
                 "--proc-root {} does not look like a procfs mount",
@@ -394,23 +383,6 @@ mod tests {
         assert!(
             matches!(cli.command, Some(Command::Explain(ExplainArgs { pod, .. })) if pod == ("ns".into(), "web-0".into()))
         );
-    }
-
-    #[test]
-    fn an_unusable_kubelet_root_is_a_one_line_error() {
-        let cli = parse(&[
-            "--node-name",
-            "n1",
-            "--kubelet-root",
-            "/nonexistent/kubelet",
-        ])
-        .unwrap();
-        let err = cli.run.settings(LogFormat::Text).unwrap_err();
-        assert!(
-            err.starts_with("kubelet root /nonexistent/kubelet is not usable"),
-            "{err}"
-        );
-        assert!(!err.contains('\n'));
     }
 
     #[test]

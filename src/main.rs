@@ -3,6 +3,7 @@
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::registry::Registry;
+use reloadlet::agent::hot_thread::HotThread;
 use reloadlet::agent::{Agent, Deps};
 use reloadlet::config::{Cli, Command, ExplainArgs, LogFormat, Settings};
 use reloadlet::execute::evict::EvictionSettings;
@@ -18,7 +19,7 @@ use reloadlet::k8s::pod_watch::{self, PodWatchConfig, PodWatchReport};
 use reloadlet::metrics::Metrics;
 use reloadlet::process::{ContainerProcesses, ProcFs};
 use reloadlet::state::StateStore;
-use reloadlet::watch::{VolumeWatcher, WatcherOptions};
+use reloadlet::watch::WatcherOptions;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -34,9 +35,12 @@ fn main() -> ExitCode {
     let format = cli.log_format;
     init_tracing(format);
     reloadlet::memory::limit_malloc_arenas();
+    // The agent's volume → signal path runs on its own thread (`agent::hot_thread`); this
+    // runtime carries the API watches, Events, evictions, retries and the HTTP server: one
+    // worker is plenty, and each worker is another stack and malloc arena in the RSS.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        // Signals and /proc scans run here; a node agent never needs many at once.
+        .worker_threads(1)
+        // /proc scans, big-volume-free blocking work; a node agent never needs many at once.
         .max_blocking_threads(4)
         .enable_all()
         .build()
@@ -139,13 +143,14 @@ async fn run(settings: Settings) -> ExitCode {
         Err(e) => return fail(&format!("{e} (set --state-dir to a writable directory)")),
     };
     let arming = std::time::Instant::now();
-    let watcher = match VolumeWatcher::new(
-        &settings.kubelet_root,
+    let (hot, stats) = match HotThread::spawn(
+        settings.kubelet_root.clone(),
         WatcherOptions {
             rescan_interval: settings.rescan_interval,
         },
     ) {
-        Ok(w) => w,
+        Ok(armed) => armed,
+        Err(e @ reloadlet::watch::WatchError::PodsDir { .. }) => return fail(&e.to_string()),
         Err(e) => {
             return fail(&format!(
                 "cannot watch {}: {e}",
@@ -153,7 +158,6 @@ async fn run(settings: Settings) -> ExitCode {
             ))
         }
     };
-    let stats = watcher.stats();
     tracing::info!(
         pods = stats.pods,
         volumes = stats.volumes,
@@ -255,7 +259,7 @@ async fn run(settings: Settings) -> ExitCode {
         shutdown.child_token(),
     )
     .with_budgets(budgets);
-    match agent.run(watcher, pod_rx, shutdown).await {
+    match hot.run(agent, pod_rx, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "reloadlet stopped");

@@ -251,6 +251,11 @@ pub mod fake {
         /// Container ID → host PID.
         pub pids: Mutex<std::collections::HashMap<String, i32>>,
         pub fail: Mutex<u32>,
+        /// Main processes are kept (as `ProcFs::warm` keeps a pidfd): signals take the hot
+        /// path, [`ContainerProcesses::deliver_kept`].
+        pub kept: std::sync::atomic::AtomicBool,
+        /// How many deliveries took the hot path.
+        pub hot: std::sync::atomic::AtomicUsize,
         /// (pod UID, container ID, signal) of every signal sent.
         pub sent: Mutex<Vec<(String, String, ReloadSignal)>>,
     }
@@ -329,6 +334,21 @@ pub mod fake {
             container: &ContainerId,
         ) -> Result<(MainProcess, SignalStatus), ProcessError> {
             Ok((self.find_main_process(pod_uid, container)?, Self::status()))
+        }
+
+        fn deliver_kept(
+            &self,
+            pod_uid: &str,
+            container: &ContainerId,
+            signal: ReloadSignal,
+            check: SignalCheck,
+        ) -> Option<Result<Delivery, ProcessError>> {
+            use std::sync::atomic::Ordering;
+            if !self.kept.load(Ordering::Relaxed) {
+                return None;
+            }
+            self.hot.fetch_add(1, Ordering::Relaxed);
+            Some(self.deliver(pod_uid, container, signal, check))
         }
     }
 }

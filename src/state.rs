@@ -102,6 +102,7 @@ pub enum StateError {
     Io { dir: PathBuf, source: io::Error },
 }
 
+#[derive(Clone)]
 pub struct StateStore {
     dir: PathBuf,
     key: HashKey,

@@ -208,6 +208,17 @@ pub fn hash_volume(
     key: &HashKey,
     layout: &Layout,
 ) -> Result<Option<VolumeDigest>, HashError> {
+    Ok(hash_volume_counted(volume_dir, max_bytes, key, layout)?.map(|(digest, _)| digest))
+}
+
+/// [`hash_volume`], with how many bytes it read (contents, names, symlink targets): what
+/// the next hash of the volume will likely cost.
+pub fn hash_volume_counted(
+    volume_dir: &Path,
+    max_bytes: u64,
+    key: &HashKey,
+    layout: &Layout,
+) -> Result<Option<(VolumeDigest, u64)>, HashError> {
     let Some(root) = data_dir(volume_dir)? else {
         return Ok(None);
     };
@@ -228,11 +239,42 @@ pub fn hash_volume(
         let mac = macs.entry(part.to_owned()).or_insert_with(|| key.mac());
         e.feed(|bytes| mac.update(bytes));
     }
-    Ok(Some(VolumeDigest(
-        macs.into_iter()
-            .map(|(part, mac)| (part, mac.finalize().into_bytes().into()))
-            .collect(),
+    let read = walker.limit - walker.budget;
+    Ok(Some((
+        VolumeDigest(
+            macs.into_iter()
+                .map(|(part, mac)| (part, mac.finalize().into_bytes().into()))
+                .collect(),
+        ),
+        read,
     )))
+}
+
+/// The sum of the sizes of the regular files below the directory `..data` points to, from
+/// their metadata only (nothing is read): whether a volume not hashed yet is small enough to
+/// hash in place. `0` before the first write; `u64::MAX` when it cannot be told.
+pub fn content_bytes(volume_dir: &Path) -> u64 {
+    let root = match data_dir(volume_dir) {
+        Ok(Some(root)) => root,
+        Ok(None) => return 0,
+        Err(_) => return u64::MAX,
+    };
+    let mut total = 0u64;
+    let mut stack = vec![root];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return u64::MAX;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total = total.saturating_add(meta.len());
+            }
+        }
+    }
+    total
 }
 
 /// The unkeyed SHA-256 of the whole tree that reloadlet 0.1 saved (state file version 1), for

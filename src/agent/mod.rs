@@ -3,6 +3,9 @@
 //! [`Executor`], whose edges are the traits in [`crate::ports`].
 
 pub mod budget_warnings;
+pub mod hasher;
+pub mod hot_thread;
+pub mod state_writer;
 #[cfg(test)]
 mod tests;
 
@@ -23,7 +26,7 @@ use crate::pod_index::{IndexChange, PodIndex};
 use crate::policy::{self, ChangedVolumes, Decision};
 use crate::ports::PodRef;
 use crate::state::{SavedState, StateStore};
-use crate::volume_hash::{hash_volume, legacy_sha256, HashKey, Layout, VolumeDigest};
+use crate::volume_hash::{hash_volume_counted, legacy_sha256, HashKey, Layout, VolumeDigest};
 use crate::watch::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
@@ -39,8 +42,15 @@ const UNKNOWN_POD_ATTEMPTS: u32 = 30;
 /// burst of changes costs one of each.
 const CHORES_DELAY: Duration = Duration::from_secs(1);
 
+/// Volumes whose last hash read more than this are hashed on the hasher thread
+/// ([`hasher`]); smaller ones in place, on the hot thread. A volume not hashed yet is sized
+/// from its files' metadata first ([`crate::volume_hash::content_bytes`]).
+pub const INLINE_HASH_BYTES: u64 = 256 * 1024;
+
 /// What woke the loop.
 enum Wake {
+    /// A big volume's hash came back from the hasher thread.
+    Hashed(Option<hasher::Hashed>),
     Shutdown,
     Watch(Result<Vec<WatchEvent>, crate::watch::WatchError>),
     Pod(Option<PodUpdate>),
@@ -68,7 +78,9 @@ pub struct Agent {
     exec: Executor,
     /// Pod UID → the annotation error already reported (report each error once).
     warned: HashMap<String, String>,
-    store: Option<StateStore>,
+    /// Writes the state file off the hot thread (`None`: nothing is persisted).
+    store: Option<state_writer::StateWriter>,
+    /// The pending evictions last written (the loaded digests went to the detector).
     saved: SavedState,
     state_dirty: bool,
     synced: bool,
@@ -81,6 +93,14 @@ pub struct Agent {
     nudges: crate::nudge_delay::NudgeDelays,
     /// When [`Self::chores`] run next (`None`: nothing to do, no timer).
     chores_at: Option<Instant>,
+    /// Big volumes go to the hasher thread.
+    hasher: hasher::Hasher,
+    hashed: Option<mpsc::UnboundedReceiver<hasher::Hashed>>,
+    /// Bytes the last hash of each volume read (decides where the next one runs).
+    sizes: HashMap<VolumeKey, u64>,
+    /// Volumes on the hasher thread now; `Some`: looked at again once it is back (a swap
+    /// came meanwhile).
+    hashing: HashMap<VolumeKey, Option<(PathBuf, LookCause)>>,
 }
 
 impl Agent {
@@ -95,14 +115,19 @@ impl Agent {
         store: Option<StateStore>,
         stop_evictions: CancellationToken,
     ) -> Self {
-        let saved = store.as_ref().map(StateStore::load).unwrap_or_default();
+        let mut saved = store.as_ref().map(StateStore::load).unwrap_or_default();
         let detector = ChangeDetector::with_saved(saved.volume_digests());
         let legacy = saved.legacy_hashes().into_iter().collect();
+        // Held by the detector now; the writer thread encodes them afresh at each write.
+        saved.volumes = Default::default();
+        saved.legacy = Default::default();
         let hash_key = match &store {
             Some(store) => store.key().clone(),
             None => HashKey::generate().expect("the kernel's random source (getrandom)"),
         };
+        let writer = store.map(|store| state_writer::StateWriter::start(store, metrics.clone()));
         let index = Arc::new(RwLock::new(PodIndex::default()));
+        let (hasher, hashed) = hasher::Hasher::new(hash_key.clone());
         let exec = Executor::new(
             &settings.node_name,
             settings.dry_run,
@@ -125,7 +150,7 @@ impl Agent {
             deferred: HashMap::new(),
             exec,
             warned: HashMap::new(),
-            store,
+            store: writer,
             saved,
             state_dirty: false,
             synced: false,
@@ -134,6 +159,10 @@ impl Agent {
             budget_warnings: Default::default(),
             nudges: Default::default(),
             chores_at: None,
+            hasher,
+            hashed: Some(hashed),
+            sizes: HashMap::new(),
+            hashing: HashMap::new(),
         }
     }
 
@@ -160,6 +189,7 @@ impl Agent {
         let evictions_changed = self.exec.evictions_changed();
         let budgets_changed = self.budget_warnings.budgets_changed();
         let mut pods_open = true;
+        let mut hashed = self.hashed.take().expect("run once");
         self.update_watch_gauges(&watcher);
         self.chores();
         loop {
@@ -170,6 +200,7 @@ impl Agent {
                 _ = shutdown.cancelled() => Wake::Shutdown,
                 batch = watcher.next_batch() => Wake::Watch(batch),
                 update = pods.recv(), if pods_open => Wake::Pod(update),
+                done = hashed.recv() => Wake::Hashed(done),
                 _ = sleep_until(deadline), if deadline.is_some() => Wake::Due,
                 _ = evictions_changed.notified() => Wake::Changed,
                 _ = notified(budgets_changed.as_deref()) => Wake::Changed,
@@ -190,6 +221,13 @@ impl Agent {
                     self.chores_soon();
                 }
                 Wake::Pod(None) => pods_open = false,
+                Wake::Hashed(Some(done)) => {
+                    self.on_hashed(done);
+                    if self.settings.debounce.is_zero() {
+                        self.fire_due();
+                    }
+                }
+                Wake::Hashed(None) => {}
                 Wake::Due => self.fire_due(),
                 Wake::Changed => self.chores_soon(),
             }
@@ -222,11 +260,15 @@ impl Agent {
                 WatchEvent::Look { key, cause } => self.look(watcher, &key, cause, now),
                 WatchEvent::VolumeGone(key) => {
                     self.deferred.remove(&key);
+                    self.sizes.remove(&key);
+                    self.hashing.remove(&key);
                     self.detector.forget_volume(&key);
                     self.state_dirty = true;
                 }
                 WatchEvent::PodGone { pod_uid } => {
                     self.deferred.retain(|k, _| k.pod_uid != pod_uid);
+                    self.sizes.retain(|k, _| k.pod_uid != pod_uid);
+                    self.hashing.retain(|k, _| k.pod_uid != pod_uid);
                     self.detector.forget_pod(&pod_uid);
                     self.debouncer.remove_pod(&pod_uid);
                     self.state_dirty = true;
@@ -302,9 +344,6 @@ impl Agent {
     }
 
     fn look_at(&mut self, key: &VolumeKey, dir: PathBuf, cause: LookCause, now: Instant) {
-        let plugin = PluginLabels {
-            plugin: key.plugin.as_str(),
-        };
         let Some(layout) = self.layout(key) else {
             tracing::debug!(volume = %key, ?cause, "projected volume of a pod not known yet; looked at when the pod is");
             self.deferred.insert(key.clone(), (dir, cause));
@@ -315,13 +354,78 @@ impl Agent {
                 self.migrate(key, &dir, old);
             }
         }
-        let hash = match hash_volume(
+        if let Some(again) = self.hashing.get_mut(key) {
+            // Its hash is on the hasher thread: look again once it is back, in order.
+            let keep_swap = matches!(again, Some((_, LookCause::Swap)));
+            if !keep_swap {
+                *again = Some((dir, cause));
+            }
+            return;
+        }
+        let size = match self.sizes.get(key) {
+            Some(&size) => size,
+            None => crate::volume_hash::content_bytes(&dir),
+        };
+        if size > INLINE_HASH_BYTES {
+            let job = hasher::HashJob {
+                key: key.clone(),
+                dir,
+                cause,
+                layout,
+                max_bytes: self.settings.max_volume_bytes,
+            };
+            match self.hasher.send(job) {
+                Ok(()) => {
+                    tracing::debug!(volume = %key, bytes = size, "big volume: hashed on the hasher thread");
+                    self.hashing.insert(key.clone(), None);
+                    return;
+                }
+                Err(job) => {
+                    let result =
+                        hash_volume_counted(&job.dir, job.max_bytes, &self.hash_key, &job.layout);
+                    self.observe_hash(key, cause, result, now);
+                    return;
+                }
+            }
+        }
+        let result = hash_volume_counted(
             &dir,
             self.settings.max_volume_bytes,
             &self.hash_key,
             &layout,
-        ) {
-            Ok(h) => h,
+        );
+        self.observe_hash(key, cause, result, now);
+    }
+
+    /// A big volume's hash is back from the hasher thread.
+    fn on_hashed(&mut self, done: hasher::Hashed) {
+        let Some(again) = self.hashing.remove(&done.key) else {
+            // The volume went away meanwhile.
+            return;
+        };
+        let now = Instant::now();
+        self.observe_hash(&done.key, done.cause, done.result, now);
+        if let Some((dir, cause)) = again {
+            self.look_at(&done.key, dir, cause, now);
+        }
+    }
+
+    fn observe_hash(
+        &mut self,
+        key: &VolumeKey,
+        cause: LookCause,
+        result: Result<Option<(VolumeDigest, u64)>, crate::volume_hash::HashError>,
+        now: Instant,
+    ) {
+        let plugin = PluginLabels {
+            plugin: key.plugin.as_str(),
+        };
+        let hash = match result {
+            Ok(Some((digest, read))) => {
+                self.sizes.insert(key.clone(), read);
+                Some(digest)
+            }
+            Ok(None) => None,
             Err(e) => {
                 tracing::warn!(volume = %key, error = %e, "cannot hash volume; change ignored");
                 return;
@@ -418,7 +522,9 @@ impl Agent {
         }
         if !targets.is_empty() {
             let processes = self.deps.processes.clone();
-            tokio::task::spawn_blocking(move || {
+            // On the async runtime's blocking pool: a pass over /proc is no work for the hot
+            // thread.
+            self.exec.runtime().spawn_blocking(move || {
                 let found = processes.warm(&targets);
                 tracing::debug!(
                     containers = targets.len(),
@@ -715,20 +821,27 @@ impl Agent {
         self.store.is_some() && self.exec.pending_evictions() != self.saved.pending_evictions
     }
 
+    /// Hands a snapshot to the state writer thread: the encoding, write and fsyncs never
+    /// hold up the hot thread.
     fn save_state(&mut self) {
-        let Some(store) = &self.store else { return };
+        if let Some(snapshot) = self.snapshot() {
+            if let Some(writer) = &self.store {
+                writer.save(snapshot);
+            }
+        }
+    }
+
+    fn snapshot(&mut self) -> Option<state_writer::Snapshot> {
+        self.store.as_ref()?;
         // Until the first sync, pending evictions from the last run are kept as they were.
         if self.synced {
             self.saved.pending_evictions = self.exec.pending_evictions();
         }
-        self.saved.set_volumes(self.detector.snapshot());
-        match store.save(&self.saved) {
-            Ok(()) => self.state_dirty = false,
-            Err(e) => {
-                self.metrics.state_write_errors.inc();
-                tracing::error!(error = %e, "cannot write state; changes seen now may be acted on again after a restart");
-            }
-        }
+        self.state_dirty = false;
+        Some(state_writer::Snapshot {
+            pending_evictions: self.saved.pending_evictions.clone(),
+            volumes: self.detector.snapshot(),
+        })
     }
 
     async fn shutdown(&mut self) {
@@ -742,7 +855,11 @@ impl Agent {
             self.act_on(&uid, &change);
         }
         self.exec.drain(deadline).await;
-        self.save_state();
+        if let Some(snapshot) = self.snapshot() {
+            if let Some(writer) = &mut self.store {
+                writer.flush(snapshot).await;
+            }
+        }
         tracing::info!("state flushed; bye");
     }
 }

@@ -65,6 +65,9 @@ struct Inner {
     jobs: Mutex<HashMap<String, EvictJob>>,
     /// Woken when a job starts or ends (what is persisted changed).
     changed: Arc<tokio::sync::Notify>,
+    /// The async runtime eviction tasks run on (the caller may be the hot thread, which
+    /// runs no eviction).
+    runtime: tokio::runtime::Handle,
 }
 
 impl Evictions {
@@ -86,6 +89,7 @@ impl Evictions {
                 cancel,
                 jobs: Mutex::default(),
                 changed: Arc::default(),
+                runtime: tokio::runtime::Handle::current(),
             }),
         }
     }
@@ -108,7 +112,7 @@ impl Evictions {
         }
         self.inner.changed.notify_one();
         let inner = self.inner.clone();
-        tokio::spawn(async move {
+        self.inner.runtime.spawn(async move {
             let uid = job.pod.uid.clone();
             tokio::select! {
                 _ = inner.cancel.cancelled() => {

@@ -145,6 +145,9 @@ struct Inner {
     permits: Semaphore,
     stop: CancellationToken,
     tracker: TaskTracker,
+    /// The async runtime requests run on (the caller may be the agent's hot thread, whose
+    /// single-threaded runtime must not carry them).
+    runtime: tokio::runtime::Handle,
     /// Pod UID → the job in progress.
     jobs: Mutex<HashMap<String, Running>>,
     next_id: AtomicU64,
@@ -176,6 +179,7 @@ impl HttpReloads {
                 permits,
                 stop,
                 tracker,
+                runtime: tokio::runtime::Handle::current(),
                 jobs: Mutex::default(),
                 next_id: AtomicU64::new(0),
             }),
@@ -214,16 +218,19 @@ impl HttpReloads {
             );
         }
         let inner = self.inner.clone();
-        self.inner.tracker.spawn(async move {
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                _ = inner.run(&job) => {}
-            }
-            let mut jobs = inner.lock();
-            if jobs.get(&job.pod_uid).is_some_and(|r| r.id == id) {
-                jobs.remove(&job.pod_uid);
-            }
-        });
+        self.inner.tracker.spawn_on(
+            async move {
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = inner.run(&job) => {}
+                }
+                let mut jobs = inner.lock();
+                if jobs.get(&job.pod_uid).is_some_and(|r| r.id == id) {
+                    jobs.remove(&job.pod_uid);
+                }
+            },
+            &self.inner.runtime,
+        );
     }
 
     /// The pod was updated: a restart of a container the job is for ends it (the

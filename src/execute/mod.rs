@@ -17,13 +17,14 @@ use crate::notify::Notifier;
 use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::PodIndex;
 use crate::ports::{ContainerProcesses, EventSink, Evictor, HttpCaller, PodRef};
+use crate::process::Delivery;
 use crate::state::PendingEviction;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
 use report::Reporter;
 use signal::SignalJob;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -54,6 +55,9 @@ struct Inner {
     signals: TaskTracker,
     /// Cancelled at shutdown: no more retries; pending evictions are left pending.
     stop: CancellationToken,
+    /// The async runtime that reports, retries and evicts. The caller of
+    /// [`Executor::signal`] may be the hot thread (`agent::hot_thread`), which only signals.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Executor {
@@ -99,6 +103,7 @@ impl Executor {
                 http,
                 signals,
                 stop,
+                runtime: tokio::runtime::Handle::current(),
             }),
         }
     }
@@ -114,19 +119,59 @@ impl Executor {
 
     /// Signals one container of a pod; retried while the container is not running or its
     /// main process cannot be found. Under `--dry-run`, only looks at what the signal would do.
+    ///
+    /// The hot path: when the container's main process was kept by
+    /// [`ContainerProcesses::warm`] (a pidfd and its open status file), the signal is sent
+    /// right here, on the caller's thread, and only then is the outcome logged, counted and
+    /// published, on the async runtime. Otherwise (nothing kept, the kept process exited,
+    /// dry-run) the first attempt runs on a blocking thread of that runtime, as do retries.
     pub fn signal(&self, job: SignalJob) {
         if self.inner.report.dry_run() {
             self.inner.report.count(ActionKind::Signal, Outcome::DryRun);
-        }
-        // The first attempt goes straight to a blocking thread (one hand-off from the loop);
-        // only a failed attempt starts the async retry task.
-        let inner = self.inner.clone();
-        self.inner.signals.spawn_blocking(move || {
-            if let Some((job, error)) = inner.attempt(job) {
-                let retrying = inner.clone();
-                inner.signals.spawn(retrying.retry(job, error));
+        } else if let Some(pod) = self.inner.pod(&job.pod_uid) {
+            let kept = signal::running_container_id(&pod, &job.container)
+                .ok()
+                .and_then(|id| {
+                    self.inner
+                        .processes
+                        .deliver_kept(&job.pod_uid, &id, job.signal, job.check)
+                });
+            if let Some(delivered) = kept {
+                let latency = job.first_seen.elapsed();
+                let inner = self.inner.clone();
+                let runtime = &self.inner.runtime;
+                match delivered {
+                    Ok(delivery) => {
+                        self.inner.signals.spawn_on(
+                            async move { inner.finish(job, &pod, delivery, latency, true) },
+                            runtime,
+                        );
+                    }
+                    Err(e) => {
+                        let retrying = inner.clone();
+                        self.inner
+                            .signals
+                            .spawn_on(retrying.retry(job, e.to_string()), runtime);
+                    }
+                }
+                return;
             }
-        });
+        }
+        let inner = self.inner.clone();
+        self.inner.signals.spawn_blocking_on(
+            move || {
+                if let Some((job, error)) = inner.attempt(job) {
+                    let retrying = inner.clone();
+                    inner.signals.spawn(retrying.retry(job, error));
+                }
+            },
+            &self.inner.runtime,
+        );
+    }
+
+    /// The async runtime effects run on (for work the caller's thread must not do).
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.inner.runtime
     }
 
     /// Evicts a pod (at most one eviction per pod at a time).
@@ -193,25 +238,38 @@ impl Inner {
             Ok(d) => d,
             Err(e) => return Some((job, e)),
         };
+        let latency = job.first_seen.elapsed();
+        self.finish(job, &pod, delivery, latency, false);
+        None
+    }
+
+    /// After a signal was delivered (or withheld): the log line, the metrics, the Event.
+    /// `hot`: it went through the kept pidfd on the caller's thread (log field `hot_path`).
+    fn finish(
+        &self,
+        job: SignalJob,
+        pod: &PodInfo,
+        delivery: Delivery,
+        latency: Duration,
+        hot: bool,
+    ) {
         let name = pod.full_name();
         let (outcome, note) = signal::report(&job, &delivery);
         let (pid, process) = (delivery.pid, delivery.status.name.as_str());
         let verdict = format!("{:?}", delivery.verdict);
-        let latency = job.first_seen.elapsed();
         if delivery.sent() {
             self.report.latency(ActionKind::Signal, latency);
         }
         let field = outcome.as_str();
         if outcome.event().is_some_and(|e| e.warning) {
             let what = delivery.describe(job.signal);
-            tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, "{what}");
+            tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause, action = "signal", outcome = field, "{what}");
         } else {
-            tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
+            tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
         }
         let sources = &job.sources;
         self.report
-            .record(&(&pod).into(), ActionKind::Signal, outcome, note, sources);
-        None
+            .record(&pod.into(), ActionKind::Signal, outcome, note, sources);
     }
 
     /// After a failed attempt: retries (0.5 s doubling) while the container restarts, none
@@ -403,6 +461,42 @@ mod tests {
         assert_eq!(w.processes.sent(), 1);
         assert_eq!(w.events.reasons(), ["Signaled"]);
         assert_eq!(w.count("signal", "signaled"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_process_is_signalled_on_the_callers_thread_and_reported_after() {
+        let w = world(false, 0);
+        w.processes
+            .kept
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        w.exec.signal(job());
+        // Sent before `signal` returned: no task, no other thread.
+        assert_eq!(w.processes.sent(), 1);
+        assert_eq!(
+            w.processes.hot.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        w.settle().await;
+        assert_eq!(w.events.reasons(), ["Signaled"]);
+        assert_eq!(w.count("signal", "signaled"), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_hot_attempt_counts_as_the_first_and_is_retried() {
+        let w = world(false, 1);
+        w.processes
+            .kept
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        w.exec.signal(job());
+        assert_eq!(w.processes.sent(), 0);
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 1);
+        assert_eq!(
+            *w.processes.fail.lock().unwrap(),
+            0,
+            "one failure, one retry"
+        );
+        assert_eq!(w.events.reasons(), ["Signaled"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -87,6 +87,20 @@ pub trait ContainerProcesses: Send + Sync {
         check: SignalCheck,
     ) -> Result<Delivery, ProcessError>;
 
+    /// The hot path's [`deliver`](Self::deliver): only from what [`warm`](Self::warm) kept
+    /// (a pidfd and an open `/proc/<pid>/status`), with no scan and no path lookup.
+    /// `None` when nothing is kept or the kept process has exited (ESRCH): the caller then
+    /// goes through `deliver`, which looks the main process up again, on a worker thread.
+    fn deliver_kept(
+        &self,
+        _pod_uid: &str,
+        _container: &ContainerId,
+        _signal: ReloadSignal,
+        _check: SignalCheck,
+    ) -> Option<Result<Delivery, ProcessError>> {
+        None
+    }
+
     /// [`deliver`](Self::deliver) with the check on; the PID signalled, or
     /// [`ProcessError::Withheld`] when the process would not handle it.
     fn signal_container(

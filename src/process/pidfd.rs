@@ -23,7 +23,7 @@ pub(crate) trait Pinner: Send + Sync {
 }
 
 /// A pinned process.
-pub(crate) trait Pinned {
+pub(crate) trait Pinned: Send + Sync {
     /// Sends `signal`. `ErrorKind::NotFound` when the pinned process has exited;
     /// `ErrorKind::Unsupported` when this kind of pin cannot signal on this node (pin again:
     /// the next pin falls back to `kill`).

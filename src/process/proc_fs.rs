@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use procfs::ProcError;
 
@@ -29,8 +29,28 @@ pub struct ProcFs {
     proc_root: PathBuf,
     pinner: Box<dyn Pinner>,
     cache: Mutex<HashMap<(String, String), MainProcess>>,
+    /// Main processes kept for the hot path: a pidfd and an open `/proc/<pid>/status`
+    /// (see [`Kept`]).
+    kept: Mutex<HashMap<(String, String), Arc<Kept>>>,
     scans: AtomicU64,
 }
+
+/// A container's main process held for good: the pidfd names that one process for as long
+/// as it is held, and the open status file reads that same process (procfs binds the
+/// inode of `/proc/<pid>` to the `struct pid` it was opened for: once the process is gone, a
+/// read answers `ESRCH` — kernel `fs/proc/base.c`, `proc_single_show`: `get_proc_task(inode)`
+/// finds no task for the inode's `struct pid` → `-ESRCH` — even if the PID number is reused).
+/// Both are opened *before* the process is checked (start time, cgroup), so the check holds
+/// for them; after that no signal needs another check. Only exact pins (pidfds) are kept:
+/// where pidfds are refused every signal goes the checked `kill(2)` way.
+struct Kept {
+    pid: i32,
+    pin: Box<dyn Pinned>,
+    status: std::fs::File,
+}
+
+/// Room for `/proc/<pid>/status` (about 1.5 KiB on Linux 6.x); a longer one is not kept.
+const STATUS_BUFFER: usize = 8192;
 
 /// The outcome of one try at a cached or freshly found process.
 enum Attempt {
@@ -50,6 +70,7 @@ impl ProcFs {
             proc_root: proc_root.into(),
             pinner,
             cache: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::new()),
             scans: AtomicU64::new(0),
         }
     }
@@ -71,6 +92,61 @@ impl ProcFs {
         };
         self.lock_cache()
             .retain(|(cached_uid, _), _| *cached_uid != uid);
+        self.lock_kept().retain(|(kept_uid, _), _| *kept_uid != uid);
+    }
+
+    /// How many main processes are kept for the hot path (pidfd and status file open).
+    pub fn kept_count(&self) -> usize {
+        self.lock_kept().len()
+    }
+
+    fn lock_kept(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Kept>>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Pins `main` with a pidfd, opens its status file, then checks it is the container's
+    /// main process; keeps both for [`ContainerProcesses::deliver_kept`]. Best effort: a
+    /// `kill(2)`-only node, a process gone meanwhile or no file descriptor left keep nothing.
+    fn keep(&self, key: (String, String), main: MainProcess, container: &ContainerId) {
+        let Ok(pin) = self.pinner.pin(main.pid) else {
+            return;
+        };
+        if !pin.exact() {
+            return;
+        }
+        let path = self.proc_root.join(main.pid.to_string()).join("status");
+        let Ok(status) = std::fs::File::open(&path) else {
+            return;
+        };
+        if !self.still_main(main, &key.0, container) {
+            return;
+        }
+        let mut kept = self.lock_kept();
+        if kept.len() >= CACHE_CAPACITY {
+            kept.clear();
+        }
+        kept.insert(
+            key,
+            Arc::new(Kept {
+                pid: main.pid,
+                pin,
+                status,
+            }),
+        );
+    }
+
+    /// One `pread` of the kept status file: the process's current signal masks. `None`: it
+    /// is gone (`ESRCH`) or the file cannot be read as a status file.
+    fn kept_status(kept: &Kept) -> Option<SignalStatus> {
+        use std::os::unix::fs::FileExt;
+        let mut buffer = [0u8; STATUS_BUFFER];
+        let n = kept.status.read_at(&mut buffer, 0).ok()?;
+        if n == 0 || n == buffer.len() {
+            return None;
+        }
+        SignalStatus::parse(std::str::from_utf8(&buffer[..n]).ok()?)
     }
 
     fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), MainProcess>> {
@@ -213,18 +289,69 @@ impl ContainerProcesses for ProcFs {
         let Ok(found) = scan::members_of_many(&self.proc_root, &wanted) else {
             return 0;
         };
-        let mut cache = self.lock_cache();
-        if cache.len() + found.len() >= CACHE_CAPACITY {
-            cache.clear();
+        let mut mains = Vec::new();
+        {
+            let mut cache = self.lock_cache();
+            if cache.len() + found.len() >= CACHE_CAPACITY {
+                cache.clear();
+            }
+            for (key, members) in found {
+                if let Some(main) = scan::choose_main(&members) {
+                    cache.insert(key.clone(), main);
+                    mains.push((key, main));
+                }
+            }
         }
-        let mut n = 0;
-        for (key, members) in found {
-            if let Some(main) = scan::choose_main(&members) {
-                cache.insert(key, main);
-                n += 1;
+        let n = mains.len();
+        for (key, main) in mains {
+            let container = targets.iter().map(|(_, c)| c).find(|c| c.id == key.1);
+            if let Some(container) = container {
+                self.keep(key, main, container);
             }
         }
         n
+    }
+
+    fn deliver_kept(
+        &self,
+        pod_uid: &str,
+        container: &ContainerId,
+        signal: ReloadSignal,
+        check: SignalCheck,
+    ) -> Option<Result<Delivery, ProcessError>> {
+        let key = (normalize_pod_uid(pod_uid)?, container.id.clone());
+        let kept = self.lock_kept().get(&key).cloned()?;
+        let forget = || {
+            self.lock_kept().remove(&key);
+            None
+        };
+        let Some(status) = Self::kept_status(&kept) else {
+            return forget();
+        };
+        let verdict = disposition::decide(&status, signal, check);
+        let delivery = Delivery {
+            pid: kept.pid,
+            status,
+            verdict,
+            by_kill: false,
+        };
+        if !verdict.sends() {
+            return Some(Ok(delivery));
+        }
+        // pidfd_send_signal(2) on a pidfd whose process has exited fails with ESRCH (kernel
+        // `kernel/signal.c`, `pidfd_send_signal` → `kill_pid_info`: `pid_task(pid,
+        // PIDTYPE_PID)` of the pidfd's `struct pid` is NULL once it has exited → `-ESRCH`): it
+        // can never reach another process that got the same PID. Gone → looked up again.
+        match kept.pin.signal(signal) {
+            Ok(()) => Some(Ok(delivery)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => forget(),
+            Err(err) if err.kind() == io::ErrorKind::Unsupported => forget(),
+            Err(source) => Some(Err(ProcessError::Signal {
+                pid: kept.pid,
+                signal,
+                source,
+            })),
+        }
     }
 
     fn forget_pod(&self, pod_uid: &str) {
@@ -275,7 +402,12 @@ impl ContainerProcesses for ProcFs {
         }
         let main = self.scan(&uid, container)?;
         match self.try_signal(main, &uid, container, signal, check)? {
-            Attempt::Done(d) => Ok(d),
+            Attempt::Done(d) => {
+                // Found anew (first signal, or the kept process exited): keep it for the
+                // next change's hot path.
+                self.keep(key, main, container);
+                Ok(d)
+            }
             Attempt::Stale => {
                 self.lock_cache().remove(&key);
                 Err(ProcessError::Vanished {

@@ -77,6 +77,8 @@ impl FakeProc {
 struct FakePinner {
     sent: Arc<Mutex<Vec<(i32, ReloadSignal)>>>,
     gone: Arc<Mutex<HashSet<i32>>>,
+    /// Pinned processes that exited since: a signal through their pin is `ESRCH`.
+    exited: Arc<Mutex<HashSet<i32>>>,
 }
 
 impl FakePinner {
@@ -104,6 +106,12 @@ impl Pinner for FakePinner {
 
 impl Pinned for FakePinned {
     fn signal(&self, signal: ReloadSignal) -> io::Result<()> {
+        if self.pinner.exited.lock().unwrap().contains(&self.pid) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                io::Error::from_raw_os_error(libc::ESRCH),
+            ));
+        }
         self.pinner.sent.lock().unwrap().push((self.pid, signal));
         Ok(())
     }
@@ -622,4 +630,96 @@ fn other_pidfd_errors_do_not_fall_back() {
         "{:?}",
         calls.log()
     );
+}
+
+#[test]
+fn a_kept_process_that_exited_is_replaced_by_the_one_found_anew() {
+    use super::SignalCheck;
+    let fake = FakeProc::new();
+    let (container, main) = populate(
+        &fake,
+        ContainerRuntime::Containerd,
+        Driver::Systemd,
+        Qos::Burstable,
+        Hierarchy::V2,
+    );
+    let pinner = FakePinner::default();
+    let procs = fake.procfs(&pinner);
+    assert_eq!(procs.warm(&[(POD.into(), container.clone())]), 1);
+    assert_eq!(
+        procs.kept_count(),
+        1,
+        "warm keeps a pidfd and the status file"
+    );
+    let hot = |procs: &ProcFs| {
+        procs
+            .deliver_kept(POD, &container, ReloadSignal::Hup, SignalCheck::On)
+            .map(|d| d.expect("delivered").pid)
+    };
+    assert_eq!(hot(&procs), Some(main));
+    let scans = procs.scan_count();
+
+    // The main process exits (its children with it) and another takes its place in the
+    // same container: the kept pidfd answers ESRCH, nothing is sent through it.
+    let dir = fake.dir.path().join(main.to_string());
+    let cgroup = fs::read_to_string(dir.join("cgroup")).unwrap();
+    let stat = fs::read_to_string(dir.join("stat")).unwrap();
+    let after_comm = stat.rsplit_once(") ").unwrap().1;
+    let shim: i32 = after_comm.split(' ').nth(1).unwrap().parse().unwrap();
+    pinner.exited.lock().unwrap().insert(main);
+    for pid in [main, 70, 71] {
+        fake.remove(pid);
+    }
+    let replacement = 90;
+    fake.process(replacement, shim, 500, 'S', &cgroup);
+    assert_eq!(hot(&procs), None, "gone: looked up again");
+    assert_eq!(procs.kept_count(), 0);
+
+    // The lookup finds the new process, signals it, and keeps it for the next change.
+    let delivery = procs
+        .deliver(POD, &container, ReloadSignal::Hup, SignalCheck::On)
+        .unwrap();
+    assert_eq!(delivery.pid, replacement);
+    assert!(procs.scan_count() > scans);
+    assert_eq!(hot(&procs), Some(replacement));
+    assert_eq!(
+        pinner.sent(),
+        vec![
+            (main, ReloadSignal::Hup),
+            (replacement, ReloadSignal::Hup),
+            (replacement, ReloadSignal::Hup)
+        ]
+    );
+}
+
+#[test]
+fn the_kept_path_reads_the_disposition_afresh_and_withholds_like_the_checked_one() {
+    use super::SignalCheck;
+    let fake = FakeProc::new();
+    let (container, main) = populate(
+        &fake,
+        ContainerRuntime::Containerd,
+        Driver::Systemd,
+        Qos::Burstable,
+        Hierarchy::V2,
+    );
+    let pinner = FakePinner::default();
+    let procs = fake.procfs(&pinner);
+    procs.warm(&[(POD.into(), container.clone())]);
+    // After warming, the process drops its SIGHUP handler and is not PID 1 of its namespace:
+    // SIGHUP would kill it. The kept status file shows it; nothing is sent.
+    fake.status(main, "app", 0, 0, 0, 7);
+    let delivery = procs
+        .deliver_kept(POD, &container, ReloadSignal::Hup, SignalCheck::On)
+        .expect("kept")
+        .unwrap();
+    assert!(!delivery.sent());
+    assert!(pinner.sent().is_empty());
+    // With the check off it is sent, as on the checked path.
+    let delivery = procs
+        .deliver_kept(POD, &container, ReloadSignal::Hup, SignalCheck::Off)
+        .expect("kept")
+        .unwrap();
+    assert!(delivery.sent());
+    assert_eq!(pinner.sent(), vec![(main, ReloadSignal::Hup)]);
 }

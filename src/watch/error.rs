@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     /// `<kubelet-root>/pods` is missing, not a directory, or unreadable.
-    #[error("kubelet pods directory {path} is missing or unreadable (is the kubelet root right, and is it mounted into the agent?): {source}")]
+    #[error("kubelet pods directory {path} is missing or unreadable: {source} (set --kubelet-root and mount it into the agent; k0s uses /var/lib/k0s/kubelet, microk8s /var/snap/microk8s/common/var/lib/kubelet)")]
     PodsDir { path: PathBuf, source: io::Error },
     /// `inotify_init1` failed; with `EMFILE` the message names the sysctl and the command that
     /// raises it.
