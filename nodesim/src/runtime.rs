@@ -442,6 +442,15 @@ impl SimRuntime {
             .stdout(log)
             .stderr(log2)
             .process_group(0);
+        // A real container starts with every signal at its default action and none blocked:
+        // containerd runs as a systemd service, and systemd resets both for every service it
+        // starts (src/core/exec-invoke.c: reset_all_signal_handlers(), reset_signal_mask()).
+        // Without this, a test run under `nohup` (SIGHUP ignored) or from a shell that blocks
+        // signals would hand that disposition down to every simulated container.
+        // SAFETY: sigaction(2) and sigprocmask(2) are async-signal-safe; nothing is allocated.
+        unsafe {
+            cmd.pre_exec(reset_signals);
+        }
         let shim = match cmd.spawn() {
             Ok(child) => child,
             Err(source) => {
@@ -785,6 +794,19 @@ pub fn stand_in_argv() -> Vec<String> {
         for s in HUP QUIT USR1 USR2 WINCH ALRM; do trap \"echo received SIG$s\" $s; done; \
         while :; do sleep 3600 & wait $!; done";
     vec!["/bin/sh".into(), "-c".into(), script.into()]
+}
+
+/// In the forked child before exec: every catchable standard signal back to `SIG_DFL`, an
+/// empty mask.
+fn reset_signals() -> std::io::Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal};
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
+        // SAFETY: installing SIG_DFL is always sound.
+        unsafe { sigaction(sig, &default) }.map_err(std::io::Error::from)?;
+    }
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+        .map_err(std::io::Error::from)
 }
 
 #[cfg(test)]
