@@ -2,10 +2,11 @@
 //! real sync timing, a real nginx pod reloaded in place by reloadlet — one ConfigMap change
 //! without `reloadlet controller` (the wait for the kubelet's periodic sync) and one with it
 //! (fast projection) — then three replicas behind a PodDisruptionBudget replaced one at a
-//! time through the Eviction API. Run it through `hack/demo.sh` (as root);
+//! time through the Eviction API, and a real Prometheus reloaded over HTTP. Run it through `hack/demo.sh` (as root);
 //! `hack/demo.sh --sync-frequency 60s` shows a real kubelet's default wait.
 
 mod evictions;
+mod http;
 mod nginx;
 mod support;
 
@@ -315,6 +316,9 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     // --- 3. evictions paced by a PodDisruptionBudget (controller on) ---
     let (replaced, violations) = evictions::scene(&node, &listen).await?;
 
+    // --- 4. the http action: real Prometheus, no reload sidecar ---
+    let http_took = http::scene(&node, &listen).await?;
+
     say("summary: kubectl apply -> nginx serves the new config");
     println!(
         "    controller off: {:>7.3} s  (the kubelet's periodic sync, due {window} after the pod's last sync\n                               here, on the next 1 s tick; {real_window} with the default syncFrequency {})",
@@ -331,6 +335,12 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
         violations,
         started.elapsed().as_secs_f64()
     );
+    if let Some(took) = http_took {
+        println!(
+            "    prometheus reloaded over HTTP (POST /-/reload at its pod IP): {:.3} s from the apply",
+            took.as_secs_f64()
+        );
+    }
     say("done; cleaning up the simulated node");
     drop(controller);
     drop(agent);
