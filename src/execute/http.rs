@@ -189,10 +189,6 @@ impl HttpReloads {
     /// Starts the job, replacing one of the same pod still in progress.
     pub fn request(&self, mut job: HttpJob) {
         let inner = &self.inner;
-        if inner.report.dry_run() {
-            inner.dry_run(&job);
-            return;
-        }
         let cancel = CancellationToken::new();
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         {
@@ -268,7 +264,11 @@ fn restarted(pod: &PodInfo, containers: &[SignalTarget]) -> Option<String> {
         let now = pod.containers.iter().find(|c| c.name == t.container);
         match now {
             None => Some(format!("container {} is gone", t.container)),
-            Some(c) if c.container_id != t.container_id => {
+            // Only a container known to run at the change can have restarted since. One that
+            // had no ID then may have started before the change and its status come later
+            // (the kubelet reports status after it starts containers): asking it once more
+            // costs a reload of an already new file; dropping the request could lose one.
+            Some(c) if t.container_id.is_some() && c.container_id != t.container_id => {
                 Some(format!("container {} restarted", t.container))
             }
             Some(c) if !c.running && t.container_id.is_some() => {
@@ -289,17 +289,13 @@ impl Inner {
         index.get(uid).cloned()
     }
 
-    fn dry_run(&self, job: &HttpJob) {
+    /// `--dry-run`: the request that would go out now, logged instead of sent. Reached the
+    /// way a real request is (waiting for the pod's IP, replaced, cancelled alike).
+    fn dry_run(&self, job: &HttpJob, pod: &PodInfo, url: &str) {
         let outcome = Outcome::DryRun;
         self.report.count(ActionKind::Http, outcome);
-        let pod = self.pod(&job.pod_uid);
-        let name = pod.as_ref().map(PodInfo::full_name).unwrap_or_default();
-        let url = match pod.and_then(|p| p.pod_ip) {
-            Some(ip) => call(&job.target, ip).url,
-            None => format!("(no pod IP yet) port {}", job.target.port),
-        };
         let method = job.target.spec.method.as_str();
-        tracing::info!(pod = %name, method, url, body_bytes = job.target.spec.body.len(), cause = %job.cause(), action = "http", outcome = outcome.as_str(), "dry-run: would send {method} {url}");
+        tracing::info!(pod = %pod.full_name(), method, url, body_bytes = job.target.spec.body.len(), cause = %job.cause(), action = "http", outcome = outcome.as_str(), "dry-run: would send {method} {url}");
     }
 
     async fn run(&self, job: &HttpJob) {
@@ -323,6 +319,10 @@ impl Inner {
                 ),
                 Some(ip) => {
                     let call = call(&job.target, ip);
+                    if self.report.dry_run() {
+                        self.dry_run(job, &pod, &call.url);
+                        return;
+                    }
                     let Ok(_permit) = self.permits.acquire().await else {
                         return;
                     };

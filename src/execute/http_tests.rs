@@ -329,6 +329,21 @@ async fn a_restarted_container_ends_its_request() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_container_whose_status_came_after_the_change_is_still_asked() {
+    // The change was decided while the pod's status showed no container ID yet (the kubelet
+    // reports status after it starts containers): the status that follows is not a restart.
+    let w = world(vec![Reply::Status(503, ""), Reply::Status(200, "")]);
+    let mut job = job();
+    job.target.containers[0].container_id = None;
+    w.http.request(job);
+    w.calls_reach(1).await;
+    w.http.pod_updated(&pod(UID, "abc"));
+    w.settle().await;
+    assert_eq!(w.endpoint.calls().len(), 2);
+    assert_eq!(w.notes()[0].0, "Reloaded");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_unrelated_pod_update_keeps_the_request() {
     let w = world(vec![Reply::Status(503, "")]);
     w.http.request(job());
@@ -364,6 +379,22 @@ async fn dry_run_sends_nothing_publishes_nothing_and_counts_dry_run() {
     w.settle().await;
     assert!(w.endpoint.calls().is_empty());
     assert!(w.notes().is_empty());
+    assert_eq!(w.count("dry_run"), "1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dry_run_waits_for_the_pod_ip_like_a_real_request() {
+    let w = world_with(vec![], true, 16);
+    w.index.write().unwrap().apply(PodInfo {
+        pod_ip: None,
+        ..pod(UID, "abc")
+    });
+    w.http.request(job());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(w.count("dry_run"), "0", "logged before the pod had an IP");
+    w.index.write().unwrap().apply(pod(UID, "abc"));
+    w.settle().await;
+    assert!(w.endpoint.calls().is_empty());
     assert_eq!(w.count("dry_run"), "1");
 }
 
