@@ -25,6 +25,12 @@ struct PodEnv {
     written: Option<String>,
     /// A write of this value is in flight.
     writing: Option<String>,
+    /// The digest per reference an eviction was already requested for (in memory only: the
+    /// baseline annotation keeps the old digest until the pod is gone, so a controller
+    /// restarted mid-eviction asks again; within one run, a second GET of the same data —
+    /// a replacement pod's first fetch, the metadata watch's first event — must not evict
+    /// the pod twice).
+    acting: BTreeMap<SourceRef, String>,
     /// The fetch sequence when the pod was first seen.
     seen_seq: u64,
 }
@@ -106,6 +112,7 @@ impl EnvTracker {
                 .unwrap_or_default(),
             written: annotation.clone(),
             writing: None,
+            acting: BTreeMap::new(),
             seen_seq: seq,
         });
         if entry.written != annotation {
@@ -244,6 +251,7 @@ impl EnvTracker {
                 }
                 None => {}
                 Some(old) if *old == now => {}
+                Some(_) if pod.acting.get(&source) == Some(&now) => {}
                 Some(_) => changes.push(EnvChange {
                     uid: uid.clone(),
                     source: source.clone(),
@@ -261,6 +269,15 @@ impl EnvTracker {
             pod.known
                 .insert(change.source.clone(), change.digest.clone());
             self.dirty.insert(change.uid.clone());
+        }
+    }
+
+    /// An eviction was requested for the change: the same digest is not reported again in
+    /// this run (a different one is). The baseline is left as it is (see `acting`).
+    pub fn acting(&mut self, change: &EnvChange) {
+        if let Some(pod) = self.pods.get_mut(&change.uid) {
+            pod.acting
+                .insert(change.source.clone(), change.digest.clone());
         }
     }
 
@@ -378,7 +395,7 @@ mod tests {
         );
         let v3 = data(&[("LOG", "debug"), ("PORT", "80")]);
         assert_eq!(fetch(&mut t, "3", &v3), ["a"]);
-        // Not acknowledged (an eviction): reported again; acknowledged: not.
+        // Neither acknowledged nor acted on: reported again.
         let changes = {
             let seq = t.start_fetch(&cm(), Some("4"));
             t.fetched(&cm(), seq, Some(&v3))
@@ -386,6 +403,30 @@ mod tests {
         assert_eq!(changes.len(), 1);
         t.acknowledge(&changes[0]);
         assert!(fetch(&mut t, "5", &v3).is_empty());
+    }
+
+    #[test]
+    fn an_eviction_requested_for_a_change_is_not_requested_again_for_the_same_data() {
+        let mut t = EnvTracker::new(true, false);
+        t.put_pod(&pod("a", &["LOG"], None));
+        fetch(&mut t, "1", &data(&[("LOG", "info")]));
+        let baseline = t.writes()[0].value.clone();
+        let v2 = data(&[("LOG", "debug")]);
+        let changes = {
+            let seq = t.start_fetch(&cm(), Some("2"));
+            t.fetched(&cm(), seq, Some(&v2))
+        };
+        assert_eq!(changes.len(), 1);
+        t.acting(&changes[0]);
+        // A replacement pod's first GET returns the same data: the pod is not evicted twice.
+        t.put_pod(&pod("b", &["LOG"], None));
+        assert!(fetch(&mut t, "2", &v2).is_empty());
+        assert!(
+            t.writes().iter().all(|w| w.uid != "a"),
+            "the evicted pod's baseline is not moved ({baseline})"
+        );
+        // A newer change still is reported (to the replacement too).
+        assert_eq!(fetch(&mut t, "3", &data(&[("LOG", "warn")])), ["a", "b"]);
     }
 
     #[test]

@@ -572,6 +572,7 @@ impl<P: PodPatcher> Controller<P> {
                     first_seen: Some(seen),
                     sources: vec![source],
                 });
+                env.tracker.acting(change);
             }
             EnvDecision::Refused(note) => {
                 tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", outcome = Outcome::Refused.as_str(), "{note}");
