@@ -22,11 +22,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::fs::{self, File};
-use std::io::{self, Read};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{self as fs_sys, AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -223,20 +226,23 @@ pub fn hash_volume_counted(
         return Ok(None);
     };
     let mut walker = Walker::new(max_bytes);
-    let mut macs: BTreeMap<String, Hmac<Sha256>> = BTreeMap::new();
-    walker.walk(&root, |rel| {
-        layout.part_of(&rel.to_string_lossy()).is_some()
+    walker.walk(root, |rel| {
+        layout.part_of(&String::from_utf8_lossy(rel)).is_some()
     })?;
+    let mut macs: BTreeMap<String, Hmac<Sha256>> = BTreeMap::new();
     for e in &walker.entries {
         if e.kind == DIR {
             // Directories come from the files below them (the writer creates them 0755).
             continue;
         }
-        let rel = Path::new(std::ffi::OsStr::from_bytes(&e.rel)).to_string_lossy();
+        let rel = String::from_utf8_lossy(&e.rel);
         let Some(part) = layout.part_of(&rel) else {
             continue;
         };
-        let mac = macs.entry(part.to_owned()).or_insert_with(|| key.mac());
+        let mac = match macs.get_mut(part) {
+            Some(mac) => mac,
+            None => macs.entry(part.to_owned()).or_insert_with(|| key.mac()),
+        };
         e.feed(|bytes| mac.update(bytes));
     }
     let read = walker.limit - walker.budget;
@@ -255,7 +261,7 @@ pub fn hash_volume_counted(
 /// hash in place. `0` before the first write; `u64::MAX` when it cannot be told.
 pub fn content_bytes(volume_dir: &Path) -> u64 {
     let root = match data_dir(volume_dir) {
-        Ok(Some(root)) => root,
+        Ok(Some(root)) => root.path,
         Ok(None) => return 0,
         Err(_) => return u64::MAX,
     };
@@ -284,7 +290,7 @@ pub fn legacy_sha256(volume_dir: &Path, max_bytes: u64) -> Result<Option<[u8; 32
         return Ok(None);
     };
     let mut walker = Walker::new(max_bytes);
-    walker.walk(&root, |_| true)?;
+    walker.walk(root, |_| true)?;
     let mut hasher = Sha256::new();
     for e in &walker.entries {
         e.feed(|bytes| hasher.update(bytes));
@@ -292,33 +298,49 @@ pub fn legacy_sha256(volume_dir: &Path, max_bytes: u64) -> Result<Option<[u8; 32
     Ok(Some(hasher.finalize().into()))
 }
 
-/// The `..<timestamp>` dir `..data` points to; `None` before the first write.
-fn data_dir(volume_dir: &Path) -> Result<Option<PathBuf>, HashError> {
-    let link = volume_dir.join(DATA_LINK);
-    let meta = match fs::symlink_metadata(&link) {
-        Ok(meta) => meta,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(HashError::Io { path: link, source }),
-    };
-    if !meta.file_type().is_symlink() {
-        return Err(HashError::DataNotSymlink { path: link });
+/// The opened `..<timestamp>` dir `..data` points to.
+struct Root {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+fn io_error(path: PathBuf, errno: Errno) -> HashError {
+    HashError::Io {
+        path,
+        source: errno.into(),
     }
-    let target = fs::read_link(&link).map_err(|source| HashError::Io {
-        path: link.clone(),
-        source,
-    })?;
+}
+
+/// The `..<timestamp>` dir `..data` points to, opened; `None` before the first write.
+///
+/// Two system calls: `readlink(2)` (`EINVAL`: not a symlink) and an `open(2)` of the target
+/// with `O_DIRECTORY | O_NOFOLLOW` (`ENOTDIR`/`ELOOP`: not a directory, or a symlink). The walk
+/// below works relative to that descriptor, so the volume's long path is resolved once.
+fn data_dir(volume_dir: &Path) -> Result<Option<Root>, HashError> {
+    let link = volume_dir.join(DATA_LINK);
+    let target = match fs_sys::readlink(&link, Vec::new()) {
+        Ok(target) => PathBuf::from(std::ffi::OsString::from_vec(target.into_bytes())),
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::INVAL) => return Err(HashError::DataNotSymlink { path: link }),
+        Err(errno) => return Err(io_error(link, errno)),
+    };
     if !is_timestamp_dir_name(&target) {
         return Err(HashError::DataTarget { path: link, target });
     }
-    let root = volume_dir.join(&target);
-    match fs::symlink_metadata(&root) {
-        Ok(meta) if meta.is_dir() => Ok(Some(root)),
+    let path = volume_dir.join(&target);
+    match fs_sys::open(&path, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(Some(Root { path, fd })),
+        Err(Errno::NOTDIR | Errno::LOOP) => Err(HashError::DataTarget { path: link, target }),
         // The kubelet removed the old dir between our readlink and now: a newer
         // `..data` exists, and its own event will follow.
-        Ok(_) => Err(HashError::DataTarget { path: link, target }),
-        Err(source) => Err(HashError::Io { path: root, source }),
+        Err(errno) => Err(io_error(path, errno)),
     }
 }
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
 
 /// A single path component `..<something>` other than `..` itself, e.g.
 /// `..2026_11_22_06_00_00.3209346735`.
@@ -371,109 +393,150 @@ impl Walker {
         }
     }
 
-    /// Lists every entry below `root` for which `wanted` holds (directories always), in byte
-    /// order of their relative paths; only wanted files are read.
-    fn walk(&mut self, root: &Path, wanted: impl Fn(&Path) -> bool) -> Result<(), HashError> {
-        // Depth-first with an explicit stack; children are pushed in reverse order so
-        // they pop in sorted order, giving a pre-order sorted walk.
-        let mut stack: Vec<PathBuf> = self.children(root, Path::new(""))?;
-        while let Some(rel) = stack.pop() {
-            let path = root.join(&rel);
-            let meta = fs::symlink_metadata(&path).map_err(|source| HashError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let kind = meta.file_type();
-            let mode = meta.permissions().mode() & 0o7777;
-            if !kind.is_dir() && !wanted(&rel) {
+    /// Lists every entry below `root` for which `wanted` holds (directories always), in
+    /// pre-order with siblings in byte order of their names (the stream's order); only wanted
+    /// files are read.
+    ///
+    /// Every call is relative to the directory's descriptor (`openat`, `readlinkat`), the
+    /// file type comes from `getdents64`'s `d_type` (tmpfs fills it in; `DT_UNKNOWN` falls
+    /// back to `fstatat`), and a file is read up to the size `fstat` gave it: a small volume
+    /// costs `readlink`, `open`, `getdents64` ×2, `close`, then `openat`, `fstat`, `read`,
+    /// `close` per file.
+    fn walk(&mut self, root: Root, wanted: impl Fn(&[u8]) -> bool) -> Result<(), HashError> {
+        self.walk_dir(&root.path, root.fd, &[], &wanted)
+    }
+
+    fn walk_dir(
+        &mut self,
+        root: &Path,
+        dir: OwnedFd,
+        rel: &[u8],
+        wanted: &impl Fn(&[u8]) -> bool,
+    ) -> Result<(), HashError> {
+        let dir_path = || root.join(std::ffi::OsStr::from_bytes(rel));
+        let mut children = Vec::new();
+        // A stack buffer: listing a volume allocates nothing but the names kept.
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut listing = fs_sys::RawDir::new(&dir, &mut buf);
+        while let Some(entry) = listing.next() {
+            let entry = entry.map_err(|e| io_error(dir_path(), e))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
                 continue;
             }
-            let rel_bytes = rel.as_os_str().as_bytes().to_vec();
-            self.spend(rel_bytes.len() as u64)?;
-            let (tag, content) = if kind.is_dir() {
-                stack.extend(self.children(&path, &rel)?);
-                (DIR, Vec::new())
-            } else if kind.is_symlink() {
-                let target = fs::read_link(&path).map_err(|source| HashError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                let target = target.as_os_str().as_bytes().to_vec();
-                self.spend(target.len() as u64)?;
-                (SYMLINK, target)
-            } else if kind.is_file() {
-                (FILE, self.file_digest(&path)?.to_vec())
-            } else {
-                // FIFOs, sockets, devices: never opened (a FIFO would block).
-                return Err(HashError::Unsupported { path });
+            children.push((name.to_vec(), entry.file_type()));
+        }
+        children.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, listed) in children {
+            let mut child = Vec::with_capacity(rel.len() + 1 + name.len());
+            if !rel.is_empty() {
+                child.extend_from_slice(rel);
+                child.push(b'/');
+            }
+            child.extend_from_slice(&name);
+            let path = || root.join(std::ffi::OsStr::from_bytes(&child));
+            let kind = match listed {
+                FileType::Unknown => {
+                    let stat = fs_sys::statat(&dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(|e| io_error(path(), e))?;
+                    FileType::from_raw_mode(stat.st_mode as _)
+                }
+                known => known,
             };
-            self.entries.push(Entry {
-                kind: tag,
-                rel: rel_bytes,
-                mode,
-                content,
-            });
+            if kind != FileType::Directory && !wanted(&child) {
+                continue;
+            }
+            self.spend(child.len() as u64)?;
+            match kind {
+                FileType::Directory => {
+                    let fd = fs_sys::openat(&dir, name.as_slice(), DIR_FLAGS, Mode::empty())
+                        .map_err(|e| io_error(path(), e))?;
+                    let mode = fs_sys::fstat(&fd).map_err(|e| io_error(path(), e))?.st_mode;
+                    self.entries.push(Entry {
+                        kind: DIR,
+                        rel: child.clone(),
+                        mode: mode as u32 & 0o7777,
+                        content: Vec::new(),
+                    });
+                    self.walk_dir(root, fd, &child, wanted)?;
+                }
+                FileType::Symlink => {
+                    let stat = fs_sys::statat(&dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(|e| io_error(path(), e))?;
+                    let target = fs_sys::readlinkat(&dir, name.as_slice(), Vec::new())
+                        .map_err(|e| io_error(path(), e))?
+                        .into_bytes();
+                    self.spend(target.len() as u64)?;
+                    self.entries.push(Entry {
+                        kind: SYMLINK,
+                        rel: child,
+                        mode: stat.st_mode as u32 & 0o7777,
+                        content: target,
+                    });
+                }
+                FileType::RegularFile => {
+                    let (mode, digest) = self.file_digest(dir.as_fd(), &name, &path)?;
+                    self.entries.push(Entry {
+                        kind: FILE,
+                        rel: child,
+                        mode,
+                        content: digest.to_vec(),
+                    });
+                }
+                // FIFOs, sockets, devices: never opened (a FIFO would block).
+                _ => return Err(HashError::Unsupported { path: path() }),
+            }
         }
         Ok(())
     }
 
-    /// Relative paths of `dir`'s children, reverse-sorted (for the stack).
-    fn children(&mut self, dir: &Path, rel: &Path) -> Result<Vec<PathBuf>, HashError> {
-        let io_err = |source| HashError::Io {
-            path: dir.to_path_buf(),
-            source,
-        };
-        let mut names = Vec::new();
-        for entry in fs::read_dir(dir).map_err(io_err)? {
-            let entry = entry.map_err(|source| HashError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-            names.push(entry.file_name());
-        }
-        names.sort_by(|a, b| b.as_bytes().cmp(a.as_bytes()));
-        Ok(names.into_iter().map(|n| rel.join(n)).collect())
-    }
-
-    /// SHA-256 of a regular file's content, read without following a symlink.
-    fn file_digest(&mut self, path: &Path) -> Result<[u8; 32], HashError> {
-        let io_err = |source| HashError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::options()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-            .map_err(io_err)?;
+    /// The mode and SHA-256 of a regular file's content, opened without following a symlink.
+    fn file_digest(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        path: &impl Fn() -> PathBuf,
+    ) -> Result<(u32, [u8; 32]), HashError> {
+        let file = fs_sys::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_error(path(), e))?;
         // It was a regular file when listed; make sure the opened one still is.
-        let meta = file.metadata().map_err(io_err)?;
-        if !meta.is_file() {
-            return Err(HashError::Unsupported {
-                path: path.to_path_buf(),
-            });
+        let stat = fs_sys::fstat(&file).map_err(|e| io_error(path(), e))?;
+        if FileType::from_raw_mode(stat.st_mode as _) != FileType::RegularFile {
+            return Err(HashError::Unsupported { path: path() });
         }
+        let size = stat.st_size.max(0) as u64;
         // Over budget by its size: refuse without reading it. (Reading stops one byte
         // past the budget should the file grow meanwhile.)
-        if meta.len() > self.budget {
+        if size > self.budget {
             return Err(HashError::TooLarge { limit: self.limit });
         }
-        let mut limited = file.take(self.budget.saturating_add(1));
+        let cap = self.budget.saturating_add(1);
         let mut hasher = Sha256::new();
         let mut buf = [0u8; 8192];
         let mut read: u64 = 0;
-        loop {
-            let n = match limited.read(&mut buf) {
+        while read < cap {
+            let want = buf.len().min((cap - read).try_into().unwrap_or(usize::MAX));
+            let n = match rustix::io::read(&file, &mut buf[..want]) {
                 Ok(0) => break,
                 Ok(n) => n,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => return Err(io_err(source)),
+                Err(Errno::INTR) => continue,
+                Err(errno) => return Err(io_error(path(), errno)),
             };
             hasher.update(&buf[..n]);
             read += n as u64;
+            // A regular file returns less than asked only at its end: past the size `fstat`
+            // gave, that short read was the end (no further read(2) to see 0).
+            if n < want && read >= size {
+                break;
+            }
         }
         self.spend(read)?;
-        Ok(hasher.finalize().into())
+        Ok((stat.st_mode as u32 & 0o7777, hasher.finalize().into()))
     }
 
     fn spend(&mut self, bytes: u64) -> Result<(), HashError> {
@@ -489,6 +552,7 @@ impl Walker {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+    use std::os::unix::fs::PermissionsExt;
 
     /// A volume dir with the kubelet's layout: `..<ts>/` holding `files`, `..data -> ..<ts>`,
     /// and a top-level link for each first path element.
@@ -799,6 +863,75 @@ mod tests {
                 "{shown}"
             );
         }
+    }
+
+    /// The tree of [`legacy_hash_is_what_version_0_1_saved`], plus a second file at the top.
+    fn golden_tree(dir: &Path) {
+        let ts = dir.join("..2026_11_22_06_00_00.1");
+        fs::create_dir_all(ts.join("conf.d/x")).unwrap();
+        fs::write(ts.join("a.conf"), "x=1").unwrap();
+        fs::write(ts.join("conf.d/x/b"), "nested").unwrap();
+        fs::write(ts.join("z"), "z".repeat(20_000)).unwrap();
+        for f in ["a.conf", "conf.d/x/b", "z"] {
+            fs::set_permissions(ts.join(f), fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        for d in ["conf.d", "conf.d/x"] {
+            fs::set_permissions(ts.join(d), fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        symlink("/etc/passwd", ts.join("l")).unwrap();
+        symlink("..2026_11_22_06_00_00.1", dir.join(DATA_LINK)).unwrap();
+    }
+
+    #[test]
+    fn keyed_digests_are_what_the_saved_state_holds() {
+        // Digests saved in state files must keep matching: a new walk that fed the stream
+        // differently would make every volume look changed after an upgrade (one reload of
+        // every opted-in pod on every node).
+        let dir = tempfile::tempdir().unwrap();
+        golden_tree(dir.path());
+        let parts = |d: VolumeDigest| -> Vec<(String, String)> {
+            d.0.into_iter().map(|(p, h)| (p, hex::encode(h))).collect()
+        };
+        let whole = hv(dir.path(), 1 << 20).unwrap().unwrap();
+        let spec = VolumeSpec {
+            sources: vec![SourceRef {
+                kind: crate::model::SourceKind::ConfigMap,
+                name: "app".into(),
+            }],
+            source_paths: vec![(
+                SourceRef {
+                    kind: crate::model::SourceKind::ConfigMap,
+                    name: "app".into(),
+                },
+                vec!["a.conf".into()],
+            )],
+            other_paths: vec!["z".into()],
+            ..VolumeSpec::default()
+        };
+        let split = hash_volume(dir.path(), 1 << 20, &key(), &Layout::of(&spec))
+            .unwrap()
+            .unwrap();
+        // Computed by the walk of the previous release (std::fs, whole paths).
+        assert_eq!(
+            parts(whole),
+            [(
+                "".to_owned(),
+                "d30bd34328eea60509f48f13c0954de39a8d8e82016dc30d9811017d985aaeb8".to_owned()
+            )]
+        );
+        assert_eq!(
+            parts(split),
+            [
+                (
+                    "".to_owned(),
+                    "4ef9dc9c68b528d5b390d94cc94441758ae55f3955aa65babd03e73ef10ea80e".to_owned()
+                ),
+                (
+                    "configmap/app".to_owned(),
+                    "10c6681ae87334cb835aad2f3dbacde0bdf6fa6bff350a76673a1cbdd2bf6daf".to_owned()
+                )
+            ]
+        );
     }
 
     #[test]
