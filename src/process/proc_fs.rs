@@ -46,11 +46,15 @@ pub struct ProcFs {
 struct Kept {
     pid: i32,
     pin: Box<dyn Pinned>,
-    status: std::fs::File,
+    /// `/proc/<pid>/stat`, re-read before each signal ([`SignalStatus::parse_stat`]).
+    stat: std::fs::File,
+    /// From `status` when kept (a process's PID in its own namespace never changes).
+    ns_pid: Option<i32>,
 }
 
-/// Room for `/proc/<pid>/status` (about 1.5 KiB on Linux 6.x); a longer one is not kept.
-const STATUS_BUFFER: usize = 8192;
+/// Room for `/proc/<pid>/stat` (about 300 bytes; the comm is at most 64); a longer one is
+/// not a stat line.
+const STAT_BUFFER: usize = 1024;
 
 /// The outcome of one try at a cached or freshly found process.
 enum Attempt {
@@ -116,8 +120,11 @@ impl ProcFs {
         if !pin.exact() {
             return;
         }
-        let path = self.proc_root.join(main.pid.to_string()).join("status");
-        let Ok(status) = std::fs::File::open(&path) else {
+        let path = self.proc_root.join(main.pid.to_string()).join("stat");
+        let Ok(stat) = std::fs::File::open(&path) else {
+            return;
+        };
+        let Ok(Some(status)) = self.signal_status(main.pid) else {
             return;
         };
         if !self.still_main(main, &key.0, container) {
@@ -132,21 +139,22 @@ impl ProcFs {
             Arc::new(Kept {
                 pid: main.pid,
                 pin,
-                status,
+                stat,
+                ns_pid: status.ns_pid,
             }),
         );
     }
 
-    /// One `pread` of the kept status file: the process's current signal masks. `None`: it
-    /// is gone (`ESRCH`) or the file cannot be read as a status file.
+    /// One `pread` of the kept stat file: the process's current signal masks. `None`: it
+    /// is gone (`ESRCH`) or the file cannot be read as a stat line.
     fn kept_status(kept: &Kept) -> Option<SignalStatus> {
         use std::os::unix::fs::FileExt;
-        let mut buffer = [0u8; STATUS_BUFFER];
-        let n = kept.status.read_at(&mut buffer, 0).ok()?;
+        let mut buffer = [0u8; STAT_BUFFER];
+        let n = kept.stat.read_at(&mut buffer, 0).ok()?;
         if n == 0 || n == buffer.len() {
             return None;
         }
-        SignalStatus::parse(std::str::from_utf8(&buffer[..n]).ok()?)
+        SignalStatus::parse_stat(std::str::from_utf8(&buffer[..n]).ok()?, kept.ns_pid)
     }
 
     fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), MainProcess>> {

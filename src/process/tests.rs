@@ -49,10 +49,11 @@ impl FakeProc {
         fs::write(dir.join("stat"), fields.join(" ") + "\n").expect("stat");
         fs::write(dir.join("cgroup"), cgroup).expect("cgroup");
         // A process with a handler for every signal reloadlet sends.
-        self.status(pid, "x", 0, 0, ALL_RELOAD_SIGNALS, 1);
+        self.status(pid, "my (odd) comm", 0, 0, ALL_RELOAD_SIGNALS, 1);
     }
 
-    /// Rewrites `<pid>/status`: name, SigBlk, SigIgn, SigCgt, and the PID in its namespace.
+    /// Rewrites `<pid>/status` (name, SigBlk, SigIgn, SigCgt, the PID in its namespace) and
+    /// the same in `<pid>/stat` (comm, fields 32–34 in decimal), as the kernel shows them.
     fn status(&self, pid: i32, name: &str, blk: u64, ign: u64, cgt: u64, ns_pid: i32) {
         let status = format!(
             "Name:\t{name}\nState:\tS (sleeping)\nPid:\t{pid}\nNSpid:\t{pid}\t{ns_pid}\n\
@@ -61,6 +62,22 @@ impl FakeProc {
         );
         let dir = self.dir.path().join(pid.to_string());
         fs::write(dir.join("status"), status).expect("status");
+        let stat = fs::read_to_string(dir.join("stat")).expect("stat");
+        let after = stat.rfind(')').expect("comm") + 1;
+        let mut fields: Vec<String> = stat[after..]
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        let low = 0x7fff_ffff;
+        fields[29] = (blk & low).to_string();
+        fields[30] = (ign & low).to_string();
+        fields[31] = (cgt & low).to_string();
+        let pid_field = stat.split(' ').next().expect("pid");
+        fs::write(
+            dir.join("stat"),
+            format!("{pid_field} ({name}) {}\n", fields.join(" ")),
+        )
+        .expect("stat");
     }
 
     fn remove(&self, pid: i32) {
@@ -705,9 +722,11 @@ fn the_kept_path_reads_the_disposition_afresh_and_withholds_like_the_checked_one
     );
     let pinner = FakePinner::default();
     let procs = fake.procfs(&pinner);
+    // Not PID 1 of its namespace (that never changes for a process).
+    fake.status(main, "app", 0, 0, ALL_RELOAD_SIGNALS, 7);
     procs.warm(&[(POD.into(), container.clone())]);
-    // After warming, the process drops its SIGHUP handler and is not PID 1 of its namespace:
-    // SIGHUP would kill it. The kept status file shows it; nothing is sent.
+    // After warming, the process drops its SIGHUP handler: SIGHUP would kill it. The kept
+    // stat file shows it; nothing is sent.
     fake.status(main, "app", 0, 0, 0, 7);
     let delivery = procs
         .deliver_kept(POD, &container, ReloadSignal::Hup, SignalCheck::On)
