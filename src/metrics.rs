@@ -194,6 +194,18 @@ impl Metrics {
         }
     }
 
+    /// The swap counters of one plugin, resolved once (`(swaps, swaps_unchanged)`): counting
+    /// a swap on the hot path is then one atomic add, with no label lookup.
+    pub fn swap_counters(&self, plugin: VolumePlugin) -> (Counter, Counter) {
+        let labels = PluginLabels {
+            plugin: plugin.as_str(),
+        };
+        (
+            self.swaps.get_or_create(&labels).clone(),
+            self.swaps_unchanged.get_or_create(&labels).clone(),
+        )
+    }
+
     pub fn action(&self, action: ActionKind, outcome: Outcome) {
         self.actions
             .get_or_create(&ActionLabels {

@@ -2,10 +2,13 @@
 
 use crate::model::PodInfo;
 use std::collections::HashMap;
+use std::sync::Arc;
 
+/// Pods are held in an [`Arc`]: the agent's hot thread and the executor take one with a
+/// reference count, not a copy of the pod's strings and maps ([`Self::shared`]).
 #[derive(Debug, Default)]
 pub struct PodIndex {
-    pods: HashMap<String, PodInfo>,
+    pods: HashMap<String, Arc<PodInfo>>,
 }
 
 /// What an update did, so the agent can release per-pod state.
@@ -20,26 +23,28 @@ pub enum IndexChange {
 impl PodIndex {
     pub fn apply(&mut self, pod: PodInfo) -> IndexChange {
         match self.pods.get(&pod.uid) {
-            Some(old) if *old == pod => IndexChange::Unchanged,
+            Some(old) if **old == pod => IndexChange::Unchanged,
             Some(_) => {
-                self.pods.insert(pod.uid.clone(), pod);
+                self.pods.insert(pod.uid.clone(), Arc::new(pod));
                 IndexChange::Updated
             }
             None => {
-                self.pods.insert(pod.uid.clone(), pod);
+                self.pods.insert(pod.uid.clone(), Arc::new(pod));
                 IndexChange::Added
             }
         }
     }
 
     pub fn delete(&mut self, uid: &str) -> Option<PodInfo> {
-        self.pods.remove(uid)
+        self.pods.remove(uid).map(Arc::unwrap_or_clone)
     }
 
     /// Replaces the whole index (after a relist); returns the UIDs that are gone.
     pub fn reset(&mut self, pods: Vec<PodInfo>) -> Vec<String> {
-        let fresh: HashMap<String, PodInfo> =
-            pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+        let fresh: HashMap<String, Arc<PodInfo>> = pods
+            .into_iter()
+            .map(|p| (p.uid.clone(), Arc::new(p)))
+            .collect();
         let gone = self
             .pods
             .keys()
@@ -51,12 +56,18 @@ impl PodIndex {
     }
 
     pub fn get(&self, uid: &str) -> Option<&PodInfo> {
-        self.pods.get(uid)
+        self.pods.get(uid).map(|p| &**p)
+    }
+
+    /// The pod, shared (a reference count, no copy).
+    pub fn shared(&self, uid: &str) -> Option<Arc<PodInfo>> {
+        self.pods.get(uid).cloned()
     }
 
     pub fn find(&self, namespace: &str, name: &str) -> Option<&PodInfo> {
         self.pods
             .values()
+            .map(|p| &**p)
             .find(|p| p.namespace == namespace && p.name == name)
     }
 
@@ -69,7 +80,7 @@ impl PodIndex {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PodInfo> {
-        self.pods.values()
+        self.pods.values().map(|p| &**p)
     }
 }
 

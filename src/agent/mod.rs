@@ -19,7 +19,7 @@ pub use crate::execute::Deps;
 use crate::execute::Executor;
 use crate::http::Health;
 use crate::k8s::pod_watch::PodUpdate;
-use crate::metrics::{Metrics, PluginLabels};
+use crate::metrics::Metrics;
 use crate::model::{PodInfo, VolumeKey, VolumePlugin};
 use crate::outcome::{ActionKind, Outcome};
 use crate::pod_index::{IndexChange, PodIndex};
@@ -28,6 +28,7 @@ use crate::ports::PodRef;
 use crate::state::{SavedState, StateStore};
 use crate::volume_hash::{hash_volume_counted, legacy_sha256, HashKey, Layout, VolumeDigest};
 use crate::watch::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
+use prometheus_client::metrics::counter::Counter;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -63,6 +64,8 @@ pub struct Agent {
     settings: Settings,
     deps: Deps,
     metrics: Metrics,
+    /// `(swaps, swaps_unchanged)` per plugin, resolved once ([`Metrics::swap_counters`]).
+    swap_counters: [(Counter, Counter); 3],
     health: Arc<Health>,
     index: Arc<RwLock<PodIndex>>,
     detector: ChangeDetector<VolumeDigest>,
@@ -141,6 +144,7 @@ impl Agent {
             debouncer: Debouncer::new(settings.debounce),
             settings,
             deps,
+            swap_counters: VolumePlugin::ALL.map(|p| metrics.swap_counters(p)),
             metrics,
             health,
             index,
@@ -300,12 +304,14 @@ impl Agent {
         self.last_stats = stats;
     }
 
+    fn swap_counters(&self, plugin: VolumePlugin) -> &(Counter, Counter) {
+        let at = VolumePlugin::ALL.iter().position(|p| *p == plugin);
+        &self.swap_counters[at.expect("every plugin is in ALL")]
+    }
+
     fn look(&mut self, watcher: &VolumeWatcher, key: &VolumeKey, cause: LookCause, now: Instant) {
-        let plugin = PluginLabels {
-            plugin: key.plugin.as_str(),
-        };
         if cause == LookCause::Swap {
-            self.metrics.swaps.get_or_create(&plugin).inc();
+            self.swap_counters(key.plugin).0.inc();
         }
         self.look_at(key, watcher.volume_dir(key), cause, now);
     }
@@ -417,9 +423,6 @@ impl Agent {
         result: Result<Option<(VolumeDigest, u64)>, crate::volume_hash::HashError>,
         now: Instant,
     ) {
-        let plugin = PluginLabels {
-            plugin: key.plugin.as_str(),
-        };
         let hash = match result {
             Ok(Some((digest, read))) => {
                 self.sizes.insert(key.clone(), read);
@@ -445,7 +448,7 @@ impl Agent {
             }
             Observation::Baseline => self.state_dirty = true,
             Observation::Unchanged if cause == LookCause::Swap => {
-                self.metrics.swaps_unchanged.get_or_create(&plugin).inc();
+                self.swap_counters(key.plugin).1.inc();
                 tracing::debug!(volume = %key, "swap without content change; skipped");
             }
             Observation::Unchanged | Observation::NotWritten => {}
@@ -597,8 +600,8 @@ impl Agent {
         self.index.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn pod(&self, uid: &str) -> Option<PodInfo> {
-        self.index().get(uid).cloned()
+    fn pod(&self, uid: &str) -> Option<Arc<PodInfo>> {
+        self.index().shared(uid)
     }
 
     fn index_len(&self) -> usize {

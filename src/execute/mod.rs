@@ -214,9 +214,9 @@ impl Executor {
 }
 
 impl Inner {
-    fn pod(&self, uid: &str) -> Option<PodInfo> {
+    fn pod(&self, uid: &str) -> Option<Arc<PodInfo>> {
         let index = self.index.read().unwrap_or_else(|e| e.into_inner());
-        index.get(uid).cloned()
+        index.shared(uid)
     }
 
     /// One attempt, on a blocking thread: `None` when it is over (sent and reported, or the
@@ -342,7 +342,7 @@ impl Inner {
         tracing::error!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, action = "signal", outcome = outcome.as_str(), error = %error, "signal failed; giving up");
         let note = signal::failed_note(job, error);
         self.report.record(
-            &(&pod).into(),
+            &PodRef::from(&*pod),
             ActionKind::Signal,
             outcome,
             note,
