@@ -18,6 +18,7 @@ pub mod kubelet;
 mod kubelet_api;
 mod kubelet_pod;
 pub mod kubelet_sync;
+mod mount_targets;
 pub mod node;
 pub mod pod_ip;
 pub mod probe;

@@ -11,6 +11,7 @@
 
 use crate::cgroups::{self, Cgroup, CgroupError, CgroupMounts};
 use crate::flavor::{CgroupDriver, CgroupVersion, QosClass, Runtime};
+use crate::mount_targets;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::collections::HashMap;
@@ -156,9 +157,9 @@ struct Running {
     shim: Child,
     cgroup: Cgroup,
     conmon_cgroup: Option<Cgroup>,
-    /// Mount targets created on the host (the container's root is the host's), in
-    /// creation order.
-    created_targets: Vec<PathBuf>,
+    /// Mount targets on the host this container holds (the container's root is the host's;
+    /// see [`crate::mount_targets`]).
+    targets: Vec<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -212,7 +213,7 @@ impl SimRuntime {
         } else {
             PidNs::Own
         };
-        let sandbox = self.spawn(&spec.pod_uid, &pod_rel, &pause, ns, &[], true)?;
+        let sandbox = self.spawn(&spec.pod_uid, &pod_rel, &pause, ns, true)?;
         let handle = sandbox.handle.clone();
         self.pods.insert(
             spec.pod_uid.clone(),
@@ -238,8 +239,7 @@ impl SimRuntime {
             .ok_or_else(|| RuntimeError::NoSandbox(pod_uid.into()))?;
         let ns = self.pid_ns_of(pod);
         let pod_rel = pod.pod_cgroup.rel_path().to_owned();
-        let in_use = self.mount_targets_in_use();
-        let running = self.spawn(pod_uid, &pod_rel, spec, ns, &in_use, true)?;
+        let running = self.spawn(pod_uid, &pod_rel, spec, ns, true)?;
         let handle = running.handle.clone();
         if let Some(pod) = self.pods.get_mut(pod_uid) {
             pod.containers.push(running);
@@ -260,20 +260,19 @@ impl SimRuntime {
             .ok_or_else(|| RuntimeError::NoSandbox(pod_uid.into()))?;
         let ns = self.pid_ns_of(pod);
         let pod_rel = pod.pod_cgroup.rel_path().to_owned();
-        let in_use = self.mount_targets_in_use();
-        let mut running = self.spawn(pod_uid, &pod_rel, spec, ns, &in_use, false)?;
+        let mut running = self.spawn(pod_uid, &pod_rel, spec, ns, false)?;
         let deadline = Instant::now() + timeout;
         loop {
             if let Ok(Some(status)) = running.shim.try_wait() {
                 let id = running.handle.id.clone();
-                cleanup(running, Duration::ZERO, &in_use);
+                cleanup(running, Duration::ZERO);
                 return Ok(Completed {
                     id,
                     exit_code: status.code().unwrap_or(-1),
                 });
             }
             if Instant::now() > deadline {
-                cleanup(running, Duration::ZERO, &in_use);
+                cleanup(running, Duration::ZERO);
                 return Err(RuntimeError::Timeout {
                     name: spec.name.clone(),
                     timeout,
@@ -304,8 +303,7 @@ impl SimRuntime {
                 id: id.into(),
             })?;
         let running = pod.containers.remove(idx);
-        let in_use = self.mount_targets_in_use();
-        cleanup(running, grace, &in_use);
+        cleanup(running, grace);
         Ok(())
     }
 
@@ -314,11 +312,10 @@ impl SimRuntime {
         let Some(mut pod) = self.pods.remove(pod_uid) else {
             return Ok(());
         };
-        let in_use = self.mount_targets_in_use();
         for c in pod.containers.drain(..) {
-            cleanup(c, grace, &in_use);
+            cleanup(c, grace);
         }
-        cleanup(pod.sandbox, Duration::ZERO, &in_use);
+        cleanup(pod.sandbox, Duration::ZERO);
         let pod_dirs = pod.pod_cgroup.dirs().to_vec();
         pod.pod_cgroup.remove()?;
         // the QoS parents (`kubepods.slice`, `kubepods/burstable` …) are shared by every
@@ -363,18 +360,6 @@ impl SimRuntime {
         }
     }
 
-    fn all_running(&self) -> impl Iterator<Item = &Running> {
-        self.pods
-            .values()
-            .flat_map(|p| std::iter::once(&p.sandbox).chain(p.containers.iter()))
-    }
-
-    fn mount_targets_in_use(&self) -> Vec<PathBuf> {
-        self.all_running()
-            .flat_map(|r| r.spec.mounts.iter().map(|m| m.target.clone()))
-            .collect()
-    }
-
     fn pid_ns_of(&self, pod: &PodRuntime) -> PidNs {
         if pod.spec.host_pid {
             PidNs::Host
@@ -393,7 +378,6 @@ impl SimRuntime {
         pod_rel: &str,
         spec: &ContainerSpec,
         ns: PidNs,
-        in_use: &[PathBuf],
         await_exec: bool,
     ) -> Result<Running, RuntimeError> {
         if spec.argv.is_empty() {
@@ -419,12 +403,17 @@ impl SimRuntime {
         let log = fs::File::create(&log_path).map_err(io_err("create", &log_path))?;
         let log2 = log.try_clone().map_err(io_err("dup", &log_path))?;
 
-        let mut created_targets = Vec::new();
+        let mut targets = Vec::new();
         for m in &spec.mounts {
-            if let Err(e) = create_mount_target(&m.source, &m.target, &mut created_targets) {
-                remove_created_targets(&created_targets, in_use);
-                return Err(e);
+            if let Err(e) = mount_targets::acquire(&m.source, &m.target) {
+                release_targets(&targets);
+                return Err(RuntimeError::Io {
+                    op: e.op,
+                    path: e.path,
+                    source: e.source,
+                });
             }
+            targets.push(m.target.clone());
         }
 
         let argv = shim_argv(
@@ -454,7 +443,7 @@ impl SimRuntime {
         let shim = match cmd.spawn() {
             Ok(child) => child,
             Err(source) => {
-                remove_created_targets(&created_targets, in_use);
+                release_targets(&targets);
                 return Err(RuntimeError::Spawn {
                     what: format!("shim {}", argv[0]),
                     source,
@@ -479,7 +468,7 @@ impl SimRuntime {
             shim,
             cgroup,
             conmon_cgroup,
-            created_targets,
+            targets,
         };
         if !await_exec {
             return Ok(running);
@@ -491,7 +480,7 @@ impl SimRuntime {
             }
             Err(why) => {
                 let tail = fs::read_to_string(&log_path).unwrap_or_default();
-                cleanup(running, Duration::ZERO, in_use);
+                cleanup(running, Duration::ZERO);
                 Err(RuntimeError::StartFailed {
                     name: spec.name.clone(),
                     why,
@@ -655,97 +644,16 @@ pub fn parent_of(pid: i32) -> Option<i32> {
     after.split(' ').nth(1)?.parse().ok()
 }
 
-/// Creates a missing bind-mount target on the host (dir, or empty file for a file source).
-fn create_mount_target(
-    source: &Path,
-    target: &Path,
-    created: &mut Vec<PathBuf>,
-) -> Result<(), RuntimeError> {
-    if fs::symlink_metadata(target).is_ok() {
-        return Ok(());
+/// Releases the mount targets a container held, newest first.
+fn release_targets(targets: &[PathBuf]) {
+    for target in targets.iter().rev() {
+        mount_targets::release(target);
     }
-    let is_dir = fs::metadata(source)
-        .map_err(io_err("stat", source))?
-        .is_dir();
-    let parent = target.parent().unwrap_or(Path::new("/"));
-    let mut missing = Vec::new();
-    let mut p = parent;
-    while fs::symlink_metadata(p).is_err() {
-        missing.push(p.to_owned());
-        match p.parent() {
-            Some(up) => p = up,
-            None => break,
-        }
-    }
-    for dir in missing.into_iter().rev() {
-        fs::create_dir(&dir).map_err(io_err("mkdir", &dir))?;
-        created.push(dir);
-    }
-    if is_dir {
-        fs::create_dir(target).map_err(io_err("mkdir", target))?;
-    } else {
-        fs::File::create(target).map_err(io_err("create", target))?;
-    }
-    created.push(target.to_owned());
-    Ok(())
-}
-
-/// Removes mount targets we created, newest first, unless a container still uses them:
-/// one of this runtime's (`in_use`), or any mount namespace on the host (another runtime in
-/// a parallel test) — removing a mount point there would detach that mount.
-fn remove_created_targets(created: &[PathBuf], in_use: &[PathBuf]) {
-    for path in created.iter().rev() {
-        if in_use.iter().any(|t| t.starts_with(path)) {
-            continue;
-        }
-        let Ok(real) = fs::canonicalize(path) else {
-            continue;
-        };
-        if mounted_in_any_namespace(&real) {
-            continue;
-        }
-        let _ = if real.is_dir() {
-            fs::remove_dir(&real)
-        } else {
-            fs::remove_file(&real)
-        };
-    }
-}
-
-/// Whether `path` or something below it is a mount point in any process's mount namespace.
-fn mounted_in_any_namespace(path: &Path) -> bool {
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return false;
-    };
-    let mut seen = std::collections::HashSet::new();
-    for entry in procs.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(ns) = fs::read_link(entry.path().join("ns/mnt")) else {
-            continue;
-        };
-        if !seen.insert(ns) {
-            continue;
-        }
-        let Ok(text) = fs::read_to_string(entry.path().join("mountinfo")) else {
-            continue;
-        };
-        if text
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .any(|mp| Path::new(mp).starts_with(path))
-        {
-            return true;
-        }
-    }
-    false
 }
 
 /// Stops a container: SIGTERM, up to `grace`, then SIGKILL to everything in its cgroup;
 /// reaps the shim, removes cgroups and created mount targets. Errors are logged.
-fn cleanup(mut running: Running, grace: Duration, in_use: &[PathBuf]) {
+fn cleanup(mut running: Running, grace: Duration) {
     let main = running.handle.main_pid;
     if main > 0 && !grace.is_zero() {
         let _ = kill(Pid::from_raw(main), Signal::SIGTERM);
@@ -772,7 +680,7 @@ fn cleanup(mut running: Running, grace: Duration, in_use: &[PathBuf]) {
     let Running {
         cgroup,
         conmon_cgroup,
-        created_targets,
+        targets,
         handle,
         ..
     } = running;
@@ -781,7 +689,7 @@ fn cleanup(mut running: Running, grace: Duration, in_use: &[PathBuf]) {
             tracing::warn!(container = %handle.name, error = %e, "cgroup removal failed");
         }
     }
-    remove_created_targets(&created_targets, in_use);
+    release_targets(&targets);
 }
 
 /// The pause process, and the stand-in for a container without a command (image
