@@ -20,7 +20,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test" >&2
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-cargo test --workspace 2>&1 | tee "$log"
+# --no-fail-fast: one run shows every failing test binary, not only the first.
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 passed=$(grep -E '^test result:' "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E '^test result:' "$log" | awk '{s += $6} END {print s + 0}')
 
