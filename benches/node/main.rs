@@ -298,7 +298,7 @@ async fn signal_bench(k: &Knobs) {
                     let log = node.path(&format!("reloadlet-{n}-{turn}.log"));
                     // A fresh state dir: a first start, no catch-up for swaps made while
                     // the other approaches ran.
-                    let state = node.path(&format!("state-{n}-{turn}"));
+                    let state = node.path(&format!("state-{si}-{n}-{turn}"));
                     let agent = Agent::start(&node, &log, &state);
                     agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
                     let ready = agent.ready_after;
