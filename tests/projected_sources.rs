@@ -262,8 +262,13 @@ async fn the_cause_names_only_the_source_whose_files_changed() {
         (signals_in(&out).len() == 2).then_some(())
     })
     .await;
-    // (The Events recorder folds a repeated reason into a series: read the log's cause.)
-    let log = node.agent_log();
+    // (The Events recorder folds a repeated reason into a series: read the log's cause. The
+    // log line follows the signal, written off the hot thread: wait for it.)
+    let log = eventually("the second signal logged", WAIT, || {
+        let log = node.agent_log();
+        (log.matches("signal sent").count() >= 2).then_some(log)
+    })
+    .await;
     let causes: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("signal sent"))
