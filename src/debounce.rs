@@ -82,6 +82,11 @@ impl Debouncer {
         out
     }
 
+    /// Whether a change of the pod is pending.
+    pub fn contains(&self, pod_uid: &str) -> bool {
+        self.pending.contains_key(pod_uid)
+    }
+
     /// Drops whatever is pending for a pod that went away.
     pub fn remove_pod(&mut self, pod_uid: &str) -> bool {
         self.pending.remove(pod_uid).is_some()

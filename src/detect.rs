@@ -1,7 +1,7 @@
 //! Change detection (pure): the last content hash seen per volume, and what a new look means.
 
 use crate::model::VolumeKey;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observation {
@@ -22,6 +22,21 @@ pub struct ChangeDetector<H> {
     /// For volumes with a change not yet acted on: the hash before that change. Persisted
     /// instead of the new hash, so a crash before the action does not lose the change.
     unsettled: HashMap<VolumeKey, H>,
+    /// Volumes taken as changed on the kubelet's word ([`Self::swapped`]) whose new content is
+    /// not hashed yet; their `seen` hash is the one from before the swap.
+    unhashed: HashSet<VolumeKey>,
+}
+
+/// What the hash taken after acting on a [`ChangeDetector::swapped`] volume showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// Other bytes than before the swap, as the kubelet's AtomicWriter promises.
+    Changed,
+    /// The same bytes: whoever swapped `..data` was not the kubelet (an action was taken
+    /// for nothing).
+    Unchanged,
+    /// Not waiting for a hash (the volume went away, or a look hashed it meanwhile).
+    NotPending,
 }
 
 impl<H: Eq + Clone> Default for ChangeDetector<H> {
@@ -29,6 +44,7 @@ impl<H: Eq + Clone> Default for ChangeDetector<H> {
         Self {
             seen: HashMap::new(),
             unsettled: HashMap::new(),
+            unhashed: HashSet::new(),
         }
     }
 }
@@ -40,6 +56,7 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         Self {
             seen: saved.into_iter().collect(),
             unsettled: HashMap::new(),
+            unhashed: HashSet::new(),
         }
     }
 
@@ -47,6 +64,9 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         let Some(hash) = hash else {
             return Observation::NotWritten;
         };
+        // A look at a swapped volume knows its content now: compared with the content
+        // before the swap (a change is pending already either way).
+        self.unhashed.remove(key);
         match self.seen.get_mut(key) {
             None => {
                 self.seen.insert(key.clone(), hash);
@@ -61,6 +81,53 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         }
     }
 
+    /// The kubelet swapped `..data` of a volume all of whose files count (a configMap or secret
+    /// volume): its content changed. The kubelet's AtomicWriter swaps only when a file's bytes,
+    /// or the set of files, differ from what is on disk; with nothing changed it writes,
+    /// renames and deletes nothing (kubernetes `pkg/volume/util/atomic_writer.go`, `Write`:
+    /// `shouldWritePayload` compares every file byte for byte; `../shared/reference` node
+    /// facts, §2). So the change is pending at once and the volume is hashed after the action
+    /// ([`Self::record`]), off the swap → signal path. `false` (nothing marked) for a volume
+    /// never looked at: it has no content to differ from yet.
+    pub fn swapped(&mut self, key: &VolumeKey) -> bool {
+        let Some(now) = self.seen.get(key) else {
+            return false;
+        };
+        self.unsettled
+            .entry(key.clone())
+            .or_insert_with(|| now.clone());
+        self.unhashed.insert(key.clone());
+        true
+    }
+
+    /// Swapped volumes whose new content is not hashed yet.
+    pub fn unhashed(&self) -> impl Iterator<Item = &VolumeKey> {
+        self.unhashed.iter()
+    }
+
+    /// The content of a [`Self::swapped`] volume, hashed after the action: the content known
+    /// from now on (compared with the content before the swap, for the count of swaps that
+    /// changed nothing). Acts on nothing.
+    pub fn record(&mut self, key: &VolumeKey, hash: H) -> Recorded {
+        if !self.unhashed.remove(key) {
+            return Recorded::NotPending;
+        }
+        match self.seen.get_mut(key) {
+            Some(old) if *old == hash => Recorded::Unchanged,
+            Some(old) => {
+                *old = hash;
+                Recorded::Changed
+            }
+            None => Recorded::NotPending,
+        }
+    }
+
+    /// A swapped volume that could not be hashed after the action: keeps the content from
+    /// before the swap (a restart then sees a change and acts once more rather than never).
+    pub fn unrecorded(&mut self, key: &VolumeKey) {
+        self.unhashed.remove(key);
+    }
+
     pub fn last(&self, key: &VolumeKey) -> Option<&H> {
         self.seen.get(key)
     }
@@ -72,11 +139,13 @@ impl<H: Eq + Clone> ChangeDetector<H> {
     }
 
     /// A change of the pod's volume `volume` not acted on yet: (content acted on last,
-    /// content now).
+    /// content now). `None` also for a swapped volume not hashed yet (its new content is
+    /// unknown: every source may have changed).
     pub fn pending_change(&self, pod_uid: &str, volume: &str) -> Option<(&H, &H)> {
         self.unsettled
             .iter()
             .find(|(k, _)| k.pod_uid == pod_uid && k.volume == volume)
+            .filter(|(k, _)| !self.unhashed.contains(*k))
             .and_then(|(k, before)| Some((before, self.seen.get(k)?)))
     }
 
@@ -88,10 +157,12 @@ impl<H: Eq + Clone> ChangeDetector<H> {
     pub fn forget_volume(&mut self, key: &VolumeKey) {
         self.seen.remove(key);
         self.unsettled.remove(key);
+        self.unhashed.remove(key);
     }
 
     pub fn forget_pod(&mut self, pod_uid: &str) {
         self.seen.retain(|k, _| k.pod_uid != pod_uid);
+        self.unhashed.retain(|k| k.pod_uid != pod_uid);
         self.settle_pod(pod_uid);
     }
 
@@ -109,6 +180,7 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         self.seen.retain(|k, _| keep(k));
         let seen = &self.seen;
         self.unsettled.retain(|k, _| seen.contains_key(k));
+        self.unhashed.retain(|k| seen.contains_key(k));
     }
 
     pub fn len(&self) -> usize {
@@ -135,6 +207,66 @@ mod tests {
             plugin: VolumePlugin::ConfigMap,
             volume: vol.into(),
         }
+    }
+
+    #[test]
+    fn a_swap_is_a_change_at_once_and_its_hash_comes_after_the_action() {
+        let mut d = ChangeDetector::<u32>::default();
+        let a = key("p1", "conf");
+        assert!(!d.swapped(&a), "no baseline: nothing to differ from");
+        assert_eq!(d.observe(&a, Some(1)), Observation::Baseline);
+        assert!(d.swapped(&a));
+        assert_eq!(d.unhashed().collect::<Vec<_>>(), [&a]);
+        // Pending with the content from before the swap persisted; no narrowing possible.
+        assert_eq!(d.snapshot(), vec![(a.clone(), 1)]);
+        assert_eq!(d.pending_change("p1", "conf"), None);
+        d.settle_pod("p1");
+        assert_eq!(d.record(&a, 2), Recorded::Changed);
+        assert_eq!(d.snapshot(), vec![(a.clone(), 2)]);
+        assert_eq!(d.unhashed().count(), 0);
+        assert_eq!(d.record(&a, 3), Recorded::NotPending, "recorded once");
+        assert_eq!(d.observe(&a, Some(2)), Observation::Unchanged);
+    }
+
+    #[test]
+    fn a_swap_that_changed_nothing_is_told_apart_after_the_action() {
+        let mut d = ChangeDetector::<u32>::default();
+        let a = key("p1", "conf");
+        d.observe(&a, Some(1));
+        d.swapped(&a);
+        d.settle_pod("p1");
+        assert_eq!(d.record(&a, 1), Recorded::Unchanged);
+        assert_eq!(d.snapshot(), vec![(a, 1)]);
+    }
+
+    #[test]
+    fn a_look_before_the_record_hashes_the_swapped_volume() {
+        let mut d = ChangeDetector::<u32>::default();
+        let a = key("p1", "conf");
+        d.observe(&a, Some(1));
+        d.swapped(&a);
+        assert_eq!(d.observe(&a, Some(2)), Observation::Changed);
+        assert_eq!(d.pending_change("p1", "conf"), Some((&1, &2)));
+        assert_eq!(d.record(&a, 2), Recorded::NotPending);
+    }
+
+    #[test]
+    fn a_swapped_volume_that_goes_away_or_is_not_hashed_keeps_nothing_pending() {
+        let mut d = ChangeDetector::<u32>::default();
+        let (a, b) = (key("p1", "a"), key("p2", "b"));
+        d.observe(&a, Some(1));
+        d.observe(&b, Some(1));
+        d.swapped(&a);
+        d.swapped(&b);
+        d.forget_pod("p1");
+        d.unrecorded(&b);
+        assert_eq!(d.unhashed().count(), 0);
+        d.settle_pod("p2");
+        assert_eq!(
+            d.snapshot(),
+            vec![(b, 1)],
+            "the content before the swap stays known"
+        );
     }
 
     #[test]

@@ -211,20 +211,49 @@ pub fn hash_volume(
     key: &HashKey,
     layout: &Layout,
 ) -> Result<Option<VolumeDigest>, HashError> {
-    Ok(hash_volume_counted(volume_dir, max_bytes, key, layout)?.map(|(digest, _)| digest))
+    Ok(hash_volume_counted(volume_dir, max_bytes, key, layout)?.map(|h| h.digest))
 }
 
-/// [`hash_volume`], with how many bytes it read (contents, names, symlink targets): what
-/// the next hash of the volume will likely cost.
+/// The `..<timestamp>` dir name `..data` pointed to: which write of the kubelet a hash
+/// covers. The AtomicWriter writes every payload into a new timestamped dir and never touches
+/// one after `..data` points to it (kubernetes `pkg/volume/util/atomic_writer.go`, `Write`:
+/// `newTimestampDir`, then `createUserVisibleFiles`/the `..data` rename, then the old dir is
+/// removed), so one name is one content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataTarget(Vec<u8>);
+
+/// Where `..data` points now (one `readlink(2)`); `None` before the first write or when it
+/// cannot be read.
+pub fn data_target(volume_dir: &Path) -> Option<DataTarget> {
+    fs_sys::readlink(volume_dir.join(DATA_LINK), Vec::new())
+        .ok()
+        .map(|target| DataTarget(target.into_bytes()))
+}
+
+/// A volume's hash: its digest, how many bytes it read (contents, names, symlink targets:
+/// what the next hash of the volume will likely cost), and the write it covers.
+#[derive(Clone, Debug)]
+pub struct CountedHash {
+    pub digest: VolumeDigest,
+    pub read: u64,
+    pub target: DataTarget,
+}
+
+/// What [`hash_volume_counted`] answers.
+pub type CountedResult = Result<Option<CountedHash>, HashError>;
+
+/// [`hash_volume`], with what it read and which write of the kubelet it covers: the walk is
+/// relative to the timestamped dir opened once, so the digest is that dir's content.
 pub fn hash_volume_counted(
     volume_dir: &Path,
     max_bytes: u64,
     key: &HashKey,
     layout: &Layout,
-) -> Result<Option<(VolumeDigest, u64)>, HashError> {
+) -> CountedResult {
     let Some(root) = data_dir(volume_dir)? else {
         return Ok(None);
     };
+    let target = DataTarget(root.target.as_os_str().as_bytes().to_vec());
     let mut walker = Walker::new(max_bytes);
     walker.walk(root, |rel| {
         layout.part_of(&String::from_utf8_lossy(rel)).is_some()
@@ -246,14 +275,15 @@ pub fn hash_volume_counted(
         e.feed(|bytes| mac.update(bytes));
     }
     let read = walker.limit - walker.budget;
-    Ok(Some((
-        VolumeDigest(
+    Ok(Some(CountedHash {
+        digest: VolumeDigest(
             macs.into_iter()
                 .map(|(part, mac)| (part, mac.finalize().into_bytes().into()))
                 .collect(),
         ),
         read,
-    )))
+        target,
+    }))
 }
 
 /// The sum of the sizes of the regular files below the directory `..data` points to, from
@@ -301,6 +331,8 @@ pub fn legacy_sha256(volume_dir: &Path, max_bytes: u64) -> Result<Option<[u8; 32
 /// The opened `..<timestamp>` dir `..data` points to.
 struct Root {
     path: PathBuf,
+    /// The timestamped dir's name, as `..data` gave it.
+    target: PathBuf,
     fd: OwnedFd,
 }
 
@@ -329,7 +361,7 @@ fn data_dir(volume_dir: &Path) -> Result<Option<Root>, HashError> {
     }
     let path = volume_dir.join(&target);
     match fs_sys::open(&path, DIR_FLAGS, Mode::empty()) {
-        Ok(fd) => Ok(Some(Root { path, fd })),
+        Ok(fd) => Ok(Some(Root { path, target, fd })),
         Err(Errno::NOTDIR | Errno::LOOP) => Err(HashError::DataTarget { path: link, target }),
         // The kubelet removed the old dir between our readlink and now: a newer
         // `..data` exists, and its own event will follow.

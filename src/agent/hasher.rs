@@ -4,7 +4,7 @@
 //! the agent drops it.
 
 use crate::model::VolumeKey;
-use crate::volume_hash::{hash_volume_counted, HashError, HashKey, Layout, VolumeDigest};
+use crate::volume_hash::{hash_volume_counted, CountedResult, HashKey, Layout};
 use crate::watch::LookCause;
 use std::path::PathBuf;
 use tokio::sync::mpsc;
@@ -16,6 +16,9 @@ pub struct HashJob {
     pub cause: LookCause,
     pub layout: Layout,
     pub max_bytes: u64,
+    /// The hash of a swapped volume taken after the action ([`crate::detect::ChangeDetector::record`]),
+    /// not a look.
+    pub after_action: bool,
 }
 
 /// Its hash (and the bytes read), back to the agent's loop.
@@ -23,7 +26,8 @@ pub struct Hashed {
     pub key: VolumeKey,
     pub dir: PathBuf,
     pub cause: LookCause,
-    pub result: Result<Option<(VolumeDigest, u64)>, HashError>,
+    pub after_action: bool,
+    pub result: CountedResult,
 }
 
 /// The thread's name (in `ps -L`).
@@ -66,6 +70,7 @@ impl Hasher {
                             key: job.key,
                             dir: job.dir,
                             cause: job.cause,
+                            after_action: job.after_action,
                             result,
                         };
                         if results.send(done).is_err() {
@@ -110,11 +115,12 @@ mod tests {
             cause: LookCause::Swap,
             layout: Layout::whole(),
             max_bytes: 1 << 20,
+            after_action: false,
         };
         assert!(hasher.send(job).is_ok());
         let done = rx.recv().await.unwrap();
         assert_eq!(done.key, volume);
-        let (digest, read) = done.result.unwrap().unwrap();
+        let crate::volume_hash::CountedHash { digest, read, .. } = done.result.unwrap().unwrap();
         assert!(read >= 300_000, "{read}");
         let inline = crate::volume_hash::hash_volume(dir.path(), 1 << 20, &key, &Layout::whole())
             .unwrap()

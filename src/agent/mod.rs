@@ -11,7 +11,7 @@ mod tests;
 
 use crate::config::Settings;
 use crate::debounce::{Debouncer, PendingChange};
-use crate::detect::{ChangeDetector, Observation};
+use crate::detect::{ChangeDetector, Observation, Recorded};
 use crate::execute::evict::{EvictJob, EvictionSettings};
 use crate::execute::http::HttpJob;
 use crate::execute::signal::{self, SignalJob};
@@ -26,7 +26,10 @@ use crate::pod_index::{IndexChange, PodIndex};
 use crate::policy::{self, ChangedVolumes, Decision};
 use crate::ports::PodRef;
 use crate::state::{SavedState, StateStore};
-use crate::volume_hash::{hash_volume_counted, legacy_sha256, HashKey, Layout, VolumeDigest};
+use crate::volume_hash::{
+    data_target, hash_volume_counted, legacy_sha256, CountedResult, DataTarget, HashKey, Layout,
+    VolumeDigest,
+};
 use crate::watch::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
 use prometheus_client::metrics::counter::Counter;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -104,6 +107,17 @@ pub struct Agent {
     /// Volumes on the hasher thread now; `Some`: looked at again once it is back (a swap
     /// came meanwhile).
     hashing: HashMap<VolumeKey, Option<(PathBuf, LookCause)>>,
+    /// Swapped volumes taken as changed unhashed (`ChangeDetector::swapped`), with their
+    /// directory: hashed after their action.
+    swapped: HashMap<VolumeKey, PathBuf>,
+    /// Those being hashed on the hasher thread.
+    recording: HashSet<VolumeKey>,
+    /// Per volume, the kubelet write (`..data` target) whose content the detector holds, or
+    /// that was last taken as changed: a swap to another one is new content; a swap event
+    /// naming the same one was queued before that content was hashed (a pod's first write,
+    /// seen by the discovery hash before its `IN_MOVED_TO` is read) and is looked at by
+    /// hashing, as any other.
+    links: HashMap<VolumeKey, DataTarget>,
 }
 
 impl Agent {
@@ -167,6 +181,9 @@ impl Agent {
             hashed: Some(hashed),
             sizes: HashMap::new(),
             hashing: HashMap::new(),
+            swapped: HashMap::new(),
+            recording: HashSet::new(),
+            links: HashMap::new(),
         }
     }
 
@@ -266,6 +283,9 @@ impl Agent {
                     self.deferred.remove(&key);
                     self.sizes.remove(&key);
                     self.hashing.remove(&key);
+                    self.recording.remove(&key);
+                    self.swapped.remove(&key);
+                    self.links.remove(&key);
                     self.detector.forget_volume(&key);
                     self.state_dirty = true;
                 }
@@ -273,6 +293,9 @@ impl Agent {
                     self.deferred.retain(|k, _| k.pod_uid != pod_uid);
                     self.sizes.retain(|k, _| k.pod_uid != pod_uid);
                     self.hashing.retain(|k, _| k.pod_uid != pod_uid);
+                    self.recording.retain(|k| k.pod_uid != pod_uid);
+                    self.swapped.retain(|k, _| k.pod_uid != pod_uid);
+                    self.links.retain(|k, _| k.pod_uid != pod_uid);
                     self.detector.forget_pod(&pod_uid);
                     self.debouncer.remove_pod(&pod_uid);
                     self.state_dirty = true;
@@ -360,6 +383,22 @@ impl Agent {
                 self.migrate(key, &dir, old);
             }
         }
+        if cause == LookCause::Swap
+            && key.plugin != VolumePlugin::Projected
+            && !self.hashing.contains_key(key)
+        {
+            if let Some(target) = self.new_write(key, &dir) {
+                if self.detector.swapped(key) {
+                    // A configMap/secret volume: every file counts, and the kubelet swaps
+                    // only new content (`ChangeDetector::swapped`). Act first; hash after the
+                    // action.
+                    self.links.insert(key.clone(), target);
+                    self.swapped.insert(key.clone(), dir);
+                    self.on_changed(key, cause, "swapped: hashed after the action", now);
+                    return;
+                }
+            }
+        }
         if let Some(again) = self.hashing.get_mut(key) {
             // Its hash is on the hasher thread: look again once it is back, in order.
             let keep_swap = matches!(again, Some((_, LookCause::Swap)));
@@ -379,6 +418,7 @@ impl Agent {
                 cause,
                 layout,
                 max_bytes: self.settings.max_volume_bytes,
+                after_action: false,
             };
             match self.hasher.send(job) {
                 Ok(()) => {
@@ -403,8 +443,27 @@ impl Agent {
         self.observe_hash(key, cause, result, now);
     }
 
+    /// The write `..data` points to now, when the detector knows the volume's content from
+    /// another one (one `readlink(2)`). `None`: no known write to differ from (not hashed
+    /// since start), or the same write.
+    fn new_write(&self, key: &VolumeKey, dir: &std::path::Path) -> Option<DataTarget> {
+        let known = self.links.get(key)?;
+        data_target(dir).filter(|now| now != known)
+    }
+
     /// A big volume's hash is back from the hasher thread.
     fn on_hashed(&mut self, done: hasher::Hashed) {
+        if done.after_action {
+            if self.recording.remove(&done.key) {
+                if self.swapped.contains_key(&done.key) {
+                    // Swapped again meanwhile: that swap's hash is the one to keep.
+                    self.hash_swapped();
+                } else {
+                    self.record_hash(&done.key, done.result);
+                }
+            }
+            return;
+        }
         let Some(again) = self.hashing.remove(&done.key) else {
             // The volume went away meanwhile.
             return;
@@ -420,13 +479,14 @@ impl Agent {
         &mut self,
         key: &VolumeKey,
         cause: LookCause,
-        result: Result<Option<(VolumeDigest, u64)>, crate::volume_hash::HashError>,
+        result: CountedResult,
         now: Instant,
     ) {
         let hash = match result {
-            Ok(Some((digest, read))) => {
-                self.sizes.insert(key.clone(), read);
-                Some(digest)
+            Ok(Some(counted)) => {
+                self.sizes.insert(key.clone(), counted.read);
+                self.links.insert(key.clone(), counted.target);
+                Some(counted.digest)
             }
             Ok(None) => None,
             Err(e) => {
@@ -437,21 +497,104 @@ impl Agent {
         let observation = self.detector.observe(key, hash);
         tracing::debug!(volume = %key, ?cause, ?observation, "looked at volume");
         match observation {
-            Observation::Changed => {
-                tracing::debug!(volume = %key, ?cause, "volume content changed");
-                if let Some(delay) = self.nudges.on_swap(&key.pod_uid, std::time::Instant::now()) {
-                    self.metrics.projection_delay.observe(delay.as_secs_f64());
-                    tracing::debug!(volume = %key, delay_ms = delay.as_secs_f64() * 1e3, "projection nudge answered");
-                }
-                self.debouncer.add(&key.pod_uid, &key.volume, now);
-                self.state_dirty = true;
-            }
+            Observation::Changed => self.on_changed(key, cause, "hashed", now),
             Observation::Baseline => self.state_dirty = true,
             Observation::Unchanged if cause == LookCause::Swap => {
                 self.swap_counters(key.plugin).1.inc();
                 tracing::debug!(volume = %key, "swap without content change; skipped");
             }
             Observation::Unchanged | Observation::NotWritten => {}
+        }
+    }
+
+    /// A volume's content changed (seen at `now`, told by `how`): its pod's action follows
+    /// after the debounce.
+    fn on_changed(&mut self, key: &VolumeKey, cause: LookCause, how: &'static str, now: Instant) {
+        tracing::debug!(volume = %key, ?cause, how, "volume content changed");
+        if let Some(delay) = self.nudges.on_swap(&key.pod_uid, std::time::Instant::now()) {
+            self.metrics.projection_delay.observe(delay.as_secs_f64());
+            tracing::debug!(volume = %key, delay_ms = delay.as_secs_f64() * 1e3, "projection nudge answered");
+        }
+        self.debouncer.add(&key.pod_uid, &key.volume, now);
+        self.state_dirty = true;
+    }
+
+    /// After the actions: hashes the swapped volumes whose pods have nothing pending any
+    /// more (acted on, or given up on), so the state file knows their content. Small ones
+    /// here, big ones on the hasher thread.
+    fn hash_swapped(&mut self) {
+        if self.swapped.is_empty() {
+            return;
+        }
+        let due: Vec<VolumeKey> = self
+            .swapped
+            .keys()
+            .filter(|k| !self.debouncer.contains(&k.pod_uid) && !self.recording.contains(*k))
+            .cloned()
+            .collect();
+        for key in due {
+            let Some(dir) = self.swapped.remove(&key) else {
+                continue;
+            };
+            let size = self.sizes.get(&key).copied().unwrap_or(0);
+            if size > INLINE_HASH_BYTES {
+                let job = hasher::HashJob {
+                    key: key.clone(),
+                    dir,
+                    cause: LookCause::Swap,
+                    layout: Layout::whole(),
+                    max_bytes: self.settings.max_volume_bytes,
+                    after_action: true,
+                };
+                match self.hasher.send(job) {
+                    Ok(()) => {
+                        self.recording.insert(key);
+                        continue;
+                    }
+                    Err(job) => {
+                        let result = hash_volume_counted(
+                            &job.dir,
+                            job.max_bytes,
+                            &self.hash_key,
+                            &job.layout,
+                        );
+                        self.record_hash(&key, result);
+                        continue;
+                    }
+                }
+            }
+            let result = hash_volume_counted(
+                &dir,
+                self.settings.max_volume_bytes,
+                &self.hash_key,
+                &Layout::whole(),
+            );
+            self.record_hash(&key, result);
+        }
+    }
+
+    fn record_hash(&mut self, key: &VolumeKey, result: CountedResult) {
+        self.state_dirty = true;
+        let digest = match result {
+            Ok(Some(counted)) => {
+                self.sizes.insert(key.clone(), counted.read);
+                if self.links.get(key) != Some(&counted.target) {
+                    // The kubelet wrote again since the swap acted on; that write's own
+                    // event follows. Keeping the content from before the first swap, it
+                    // is taken as changed too (never missed, at worst acted on once more).
+                    return self.detector.unrecorded(key);
+                }
+                counted.digest
+            }
+            Ok(None) => return self.detector.unrecorded(key),
+            Err(e) => {
+                tracing::warn!(volume = %key, error = %e, "cannot hash the swapped volume after its action; a restart acts on it once more");
+                return self.detector.unrecorded(key);
+            }
+        };
+        if self.detector.record(key, digest) == Recorded::Unchanged {
+            self.swap_counters(key.plugin).1.inc();
+            tracing::warn!(volume = %key, "..data was swapped without a content change: not the kubelet's AtomicWriter? The action was taken for nothing");
         }
     }
 
@@ -669,9 +812,16 @@ impl Agent {
         }
     }
 
-    /// Acts on the changes whose debounce window ended by `now`; a change of a pod the API
-    /// has not shown yet waits 1 s more, [`UNKNOWN_POD_ATTEMPTS`] times at most.
+    /// Acts on the changes whose debounce window ended by `now`, then hashes the volumes
+    /// taken as changed on the kubelet's word ([`Self::hash_swapped`]).
     fn fire_due_at(&mut self, now: Instant) {
+        self.fire_changes_due(now);
+        self.hash_swapped();
+    }
+
+    /// A change of a pod the API has not shown yet waits 1 s more, [`UNKNOWN_POD_ATTEMPTS`]
+    /// times at most.
+    fn fire_changes_due(&mut self, now: Instant) {
         for (uid, change) in self.debouncer.take_due(now) {
             if self.act_on(&uid, &change) {
                 continue;

@@ -314,3 +314,73 @@ async fn a_pod_deleted_or_restarted_while_its_request_retries_gets_no_more_reque
         assert!(w.events.reasons().is_empty(), "restart: {restart}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_kubelet_swap_is_acted_on_before_the_volume_is_hashed_and_hashed_after() {
+    let mut w = world(None);
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    let t0 = Instant::now();
+    w.change_at(t0);
+    // Taken as changed on the kubelet's word: pending, not hashed yet.
+    assert_eq!(w.agent.detector.unhashed().collect::<Vec<_>>(), [&key()]);
+    let before = w.agent.detector.last(&key()).unwrap().clone();
+    w.agent.fire_due_at(t0);
+    w.settle().await;
+    assert_eq!(w.processes.sent(), 1);
+    assert_eq!(w.events.reasons(), ["Signaled"]);
+    // Then hashed: the state file knows the new content.
+    assert_eq!(w.agent.detector.unhashed().count(), 0);
+    let now = hash_volume_counted(
+        &w.volume_dir(),
+        1 << 20,
+        &w.agent.hash_key,
+        &Layout::whole(),
+    )
+    .unwrap()
+    .unwrap()
+    .digest;
+    assert_ne!(before, now);
+    assert_eq!(w.agent.detector.snapshot(), vec![(key(), now)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_swap_without_new_bytes_is_acted_on_and_counted_as_unchanged() {
+    let mut w = world(None);
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    let t0 = Instant::now();
+    let dir = w.volume_dir();
+    w.project(1, "v1");
+    w.agent
+        .look_at(&key(), dir.clone(), LookCause::Discovered, t0);
+    // Not the kubelet (its AtomicWriter writes nothing when nothing changed).
+    w.project(2, "v1");
+    w.agent.look_at(&key(), dir, LookCause::Swap, t0);
+    w.agent.fire_due_at(t0);
+    w.settle().await;
+    assert_eq!(w.processes.sent(), 1);
+    let unchanged = w.agent.swap_counters(VolumePlugin::ConfigMap).1.get();
+    assert_eq!(unchanged, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_swap_event_queued_before_the_first_hash_changes_nothing() {
+    // A pod's first write: the discovery hash reads it before the `IN_MOVED_TO ..data`
+    // of that same write is read from the inotify queue.
+    let mut w = world(None);
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    let t0 = Instant::now();
+    let dir = w.volume_dir();
+    w.project(1, "v1");
+    w.agent
+        .look_at(&key(), dir.clone(), LookCause::Discovered, t0);
+    w.agent.look_at(&key(), dir, LookCause::Swap, t0);
+    assert_eq!(
+        w.agent.detector.unhashed().count(),
+        0,
+        "hashed, not trusted"
+    );
+    w.agent.fire_due_at(t0 + Duration::from_secs(60));
+    w.settle().await;
+    assert_eq!(w.processes.sent(), 0);
+    assert!(w.events.reasons().is_empty());
+}
