@@ -134,6 +134,16 @@ impl World {
 
     /// Projects `content` the way the kubelet's AtomicWriter does: a new timestamped
     /// directory, then `..data` swapped to it.
+    /// A signal pod whose volume holds `content`, looked at once (the baseline); its dir.
+    fn discovered(&mut self, content: &str, at: Instant) -> PathBuf {
+        self.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+        let dir = self.volume_dir();
+        self.project(1, content);
+        self.agent
+            .look_at(&key(), dir.clone(), LookCause::Discovered, at);
+        dir
+    }
+
     fn project(&self, turn: u32, content: &str) {
         let dir = self.volume_dir();
         let ts = format!("..2026_01_01_00_00_0{turn}.1");
@@ -346,12 +356,8 @@ async fn a_kubelet_swap_is_acted_on_before_the_volume_is_hashed_and_hashed_after
 #[tokio::test(start_paused = true)]
 async fn a_swap_without_new_bytes_is_acted_on_and_counted_as_unchanged() {
     let mut w = world(None);
-    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
     let t0 = Instant::now();
-    let dir = w.volume_dir();
-    w.project(1, "v1");
-    w.agent
-        .look_at(&key(), dir.clone(), LookCause::Discovered, t0);
+    let dir = w.discovered("v1", t0);
     // Not the kubelet (its AtomicWriter writes nothing when nothing changed).
     w.project(2, "v1");
     w.agent.look_at(&key(), dir, LookCause::Swap, t0);
@@ -367,12 +373,8 @@ async fn a_swap_event_queued_before_the_first_hash_changes_nothing() {
     // A pod's first write: the discovery hash reads it before the `IN_MOVED_TO ..data`
     // of that same write is read from the inotify queue.
     let mut w = world(None);
-    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
     let t0 = Instant::now();
-    let dir = w.volume_dir();
-    w.project(1, "v1");
-    w.agent
-        .look_at(&key(), dir.clone(), LookCause::Discovered, t0);
+    let dir = w.discovered("v1", t0);
     w.agent.look_at(&key(), dir, LookCause::Swap, t0);
     assert_eq!(
         w.agent.detector.unhashed().count(),
