@@ -115,6 +115,12 @@ pub struct RunArgs {
     /// goroutine, so one sync's `..data` swaps land within about 100-200 ms of each other.
     #[arg(long, env = "RELOADLET_DEBOUNCE", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub debounce: Duration,
+    /// The scheduler slice the thread that watches the volumes asks for (Linux 6.12+, no
+    /// capability needed): a woken thread with a shorter slice than the running one runs at
+    /// once, so a swap is acted on without waiting for the writer's slice to end. 0s keeps the
+    /// kernel's default; the kernel clamps to 100us-100ms.
+    #[arg(long, env = "RELOADLET_HOT_THREAD_SLICE", default_value = "100us", value_parser = humantime::parse_duration)]
+    pub hot_thread_slice: Duration,
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "RELOADLET_LISTEN", default_value = "0.0.0.0:9102")]
     pub listen: SocketAddr,
@@ -161,6 +167,8 @@ pub struct Settings {
     pub kubelet_root: PathBuf,
     pub proc_root: PathBuf,
     pub debounce: Duration,
+    /// `--hot-thread-slice` (`Duration::ZERO`: the kernel's default).
+    pub hot_thread_slice: Duration,
     pub listen: SocketAddr,
     pub dry_run: bool,
     pub log_format: LogFormat,
@@ -204,6 +212,7 @@ impl RunArgs {
             kubelet_root: self.kubelet_root,
             proc_root: self.proc_root,
             debounce: self.debounce,
+            hot_thread_slice: self.hot_thread_slice,
             listen: self.listen,
             dry_run: scope.dry_run,
             log_format,
@@ -371,6 +380,9 @@ mod tests {
         assert_eq!(cli.run.kubelet_root, PathBuf::from("/var/lib/kubelet"));
         let cli = parse(&["--node-name", "n1"]).unwrap();
         assert_eq!(cli.run.debounce, Duration::from_millis(250));
+        assert_eq!(cli.run.hot_thread_slice, Duration::from_micros(100));
+        let cli = parse(&["--node-name", "n1", "--hot-thread-slice", "0s"]).unwrap();
+        assert_eq!(cli.run.hot_thread_slice, Duration::ZERO);
     }
 
     #[test]

@@ -148,6 +148,7 @@ async fn run(settings: Settings) -> ExitCode {
         WatcherOptions {
             rescan_interval: settings.rescan_interval,
         },
+        settings.hot_thread_slice,
     ) {
         Ok(armed) => armed,
         Err(e @ reloadlet::watch::WatchError::PodsDir { .. }) => return fail(&e.to_string()),

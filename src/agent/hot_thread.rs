@@ -21,6 +21,7 @@ use super::Agent;
 use crate::k8s::pod_watch::PodUpdate;
 use crate::watch::{VolumeWatcher, WatchError, WatchStats, WatcherOptions};
 use std::path::PathBuf;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -44,9 +45,12 @@ pub const THREAD_NAME: &str = "reloadlet-hot";
 impl HotThread {
     /// Starts the thread and arms the volume watches on it (the watcher's fd belongs to that
     /// thread's runtime). Errors as [`VolumeWatcher::new`] does; nothing is left running then.
+    /// `slice`: the scheduler slice the thread asks for ([`super::hot_slice`]; zero: the
+    /// kernel's default); a kernel that refuses it is logged and the thread goes on.
     pub fn spawn(
         kubelet_root: PathBuf,
         opts: WatcherOptions,
+        slice: Duration,
     ) -> Result<(Self, WatchStats), WatchError> {
         let (armed_tx, armed_rx) = std::sync::mpsc::sync_channel(1);
         let (start_tx, start_rx) = oneshot::channel::<Start>();
@@ -54,6 +58,19 @@ impl HotThread {
         let thread = std::thread::Builder::new()
             .name(THREAD_NAME.into())
             .spawn(move || {
+                if !slice.is_zero() {
+                    match super::hot_slice::request(slice) {
+                        Ok(()) => tracing::debug!(
+                            slice_us = slice.as_micros() as u64,
+                            "hot thread scheduler slice set"
+                        ),
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            "cannot set the hot thread's scheduler slice (sched_setattr); \
+                             it keeps the kernel's default"
+                        ),
+                    }
+                }
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()

@@ -4,6 +4,7 @@
 
 pub mod budget_warnings;
 pub mod hasher;
+pub mod hot_slice;
 pub mod hot_thread;
 pub mod state_writer;
 #[cfg(test)]

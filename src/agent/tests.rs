@@ -29,6 +29,7 @@ fn settings(dir: &Path) -> Settings {
         kubelet_root: dir.into(),
         proc_root: "/proc".into(),
         debounce: Duration::ZERO,
+        hot_thread_slice: Duration::ZERO,
         listen: "127.0.0.1:0".parse().unwrap(),
         dry_run: false,
         log_format: LogFormat::Text,
