@@ -412,36 +412,50 @@ impl Agent {
             Some(&size) => size,
             None => crate::volume_hash::content_bytes(&dir),
         };
-        if size > INLINE_HASH_BYTES {
+        match self.hash_here_or_send(key, dir, layout, cause, false, size) {
+            Some(result) => self.observe_hash(key, cause, result, now),
+            None => {
+                tracing::debug!(volume = %key, bytes = size, "big volume: hashed on the hasher thread");
+                self.hashing.insert(key.clone(), None);
+            }
+        }
+    }
+
+    /// Hashes a volume of about `size` bytes here, or — above [`INLINE_HASH_BYTES`], while
+    /// the hasher thread runs — sends it there (`None`; the result comes back through
+    /// [`Self::on_hashed`] with `after_action`).
+    fn hash_here_or_send(
+        &mut self,
+        key: &VolumeKey,
+        dir: PathBuf,
+        layout: Layout,
+        cause: LookCause,
+        after_action: bool,
+        size: u64,
+    ) -> Option<CountedResult> {
+        let max_bytes = self.settings.max_volume_bytes;
+        let (dir, layout) = if size > INLINE_HASH_BYTES {
             let job = hasher::HashJob {
                 key: key.clone(),
                 dir,
                 cause,
                 layout,
-                max_bytes: self.settings.max_volume_bytes,
-                after_action: false,
+                max_bytes,
+                after_action,
             };
             match self.hasher.send(job) {
-                Ok(()) => {
-                    tracing::debug!(volume = %key, bytes = size, "big volume: hashed on the hasher thread");
-                    self.hashing.insert(key.clone(), None);
-                    return;
-                }
-                Err(job) => {
-                    let result =
-                        hash_volume_counted(&job.dir, job.max_bytes, &self.hash_key, &job.layout);
-                    self.observe_hash(key, cause, result, now);
-                    return;
-                }
+                Ok(()) => return None,
+                Err(job) => (job.dir, job.layout),
             }
-        }
-        let result = hash_volume_counted(
+        } else {
+            (dir, layout)
+        };
+        Some(hash_volume_counted(
             &dir,
-            self.settings.max_volume_bytes,
+            max_bytes,
             &self.hash_key,
             &layout,
-        );
-        self.observe_hash(key, cause, result, now);
+        ))
     }
 
     /// The write `..data` points to now, when the detector knows the volume's content from
@@ -538,39 +552,12 @@ impl Agent {
                 continue;
             };
             let size = self.sizes.get(&key).copied().unwrap_or(0);
-            if size > INLINE_HASH_BYTES {
-                let job = hasher::HashJob {
-                    key: key.clone(),
-                    dir,
-                    cause: LookCause::Swap,
-                    layout: Layout::whole(),
-                    max_bytes: self.settings.max_volume_bytes,
-                    after_action: true,
-                };
-                match self.hasher.send(job) {
-                    Ok(()) => {
-                        self.recording.insert(key);
-                        continue;
-                    }
-                    Err(job) => {
-                        let result = hash_volume_counted(
-                            &job.dir,
-                            job.max_bytes,
-                            &self.hash_key,
-                            &job.layout,
-                        );
-                        self.record_hash(&key, result);
-                        continue;
-                    }
+            match self.hash_here_or_send(&key, dir, Layout::whole(), LookCause::Swap, true, size) {
+                Some(result) => self.record_hash(&key, result),
+                None => {
+                    self.recording.insert(key);
                 }
             }
-            let result = hash_volume_counted(
-                &dir,
-                self.settings.max_volume_bytes,
-                &self.hash_key,
-                &Layout::whole(),
-            );
-            self.record_hash(&key, result);
         }
     }
 
