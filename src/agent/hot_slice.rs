@@ -73,14 +73,14 @@ fn get() -> io::Result<SchedAttr> {
     }
 }
 
-/// The calling thread's slice as the kernel reports it (`sched_getattr(2)`), in nanoseconds.
-pub fn current() -> io::Result<u64> {
-    get().map(|a| a.sched_runtime)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's slice as the kernel reports it (`sched_getattr(2)`), in nanoseconds.
+    fn current() -> io::Result<u64> {
+        get().map(|a| a.sched_runtime)
+    }
 
     #[test]
     fn the_layout_is_the_kernels_version_1() {

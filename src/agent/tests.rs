@@ -133,8 +133,6 @@ impl World {
         self.dir.path().join("volume")
     }
 
-    /// Projects `content` the way the kubelet's AtomicWriter does: a new timestamped
-    /// directory, then `..data` swapped to it.
     /// A signal pod whose volume holds `content`, looked at once (the baseline); its dir.
     fn discovered(&mut self, content: &str, at: Instant) -> PathBuf {
         self.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
@@ -145,6 +143,8 @@ impl World {
         dir
     }
 
+    /// Projects `content` the way the kubelet's AtomicWriter does: a new timestamped
+    /// directory, then `..data` swapped to it.
     fn project(&self, turn: u32, content: &str) {
         let dir = self.volume_dir();
         let ts = format!("..2026_01_01_00_00_0{turn}.1");
