@@ -1,4 +1,4 @@
-//! `/healthz` (the event loop turns), `/readyz` (first pod list synced, watches armed),
+//! `/healthz` (the event loop turns), `/readyz` (watches armed, first pod list synced and its signal targets looked up),
 //! `/metrics` (OpenMetrics 1.0 text, with its own content type: [`crate::metrics::CONTENT_TYPE`]).
 
 use axum::extract::State;

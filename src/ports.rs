@@ -258,6 +258,10 @@ pub mod fake {
         pub hot: std::sync::atomic::AtomicUsize,
         /// (pod UID, container ID, signal) of every signal sent.
         pub sent: Mutex<Vec<(String, String, ReloadSignal)>>,
+        /// How many warm passes began.
+        pub warms: std::sync::atomic::AtomicUsize,
+        /// While set, a warm pass does not end (as a /proc pass over many pods takes time).
+        pub hold_warm: std::sync::atomic::AtomicBool,
     }
 
     impl Processes {
@@ -349,6 +353,15 @@ pub mod fake {
             }
             self.hot.fetch_add(1, Ordering::Relaxed);
             Some(self.deliver(pod_uid, container, signal, check))
+        }
+
+        fn warm(&self, targets: &[(String, ContainerId)]) -> usize {
+            use std::sync::atomic::Ordering;
+            self.warms.fetch_add(1, Ordering::Relaxed);
+            while self.hold_warm.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            targets.len()
         }
     }
 }

@@ -19,6 +19,7 @@ struct World {
     processes: Arc<fake::Processes>,
     evictor: Arc<fake::Evictor>,
     http: Arc<fake::Http>,
+    health: Arc<Health>,
     stop: CancellationToken,
     dir: tempfile::TempDir,
 }
@@ -66,12 +67,13 @@ fn world(saved: Option<SavedState>) -> World {
         store
     });
     let stop = CancellationToken::new();
+    let health = Arc::new(Health::default());
     let agent = Agent::new(
         settings(dir.path()),
         EvictionSettings::default(),
         deps,
         Metrics::new(&mut prometheus_client::registry::Registry::default()),
-        Arc::new(Health::default()),
+        health.clone(),
         store,
         stop.clone(),
     );
@@ -81,6 +83,7 @@ fn world(saved: Option<SavedState>) -> World {
         processes,
         evictor,
         http,
+        health,
         stop,
         dir,
     }
@@ -386,4 +389,53 @@ async fn a_swap_event_queued_before_the_first_hash_changes_nothing() {
     w.settle().await;
     assert_eq!(w.processes.sent(), 0);
     assert!(w.events.reasons().is_empty());
+}
+
+/// Polls `cond` on the wall clock (the warm pass runs on a real blocking thread, outside the
+/// paused clock) for at most 10 s.
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ready_only_once_the_first_pod_lists_signal_targets_are_looked_up() {
+    use std::sync::atomic::Ordering;
+    /// Ends the held warm pass however the test ends (the runtime waits for it).
+    struct Release(Arc<fake::Processes>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.hold_warm.store(false, Ordering::Relaxed);
+        }
+    }
+    let mut w = world(None);
+    w.processes.hold_warm.store(true, Ordering::Relaxed);
+    let release = Release(w.processes.clone());
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    wait_for("the warm pass to begin", || {
+        w.processes.warms.load(Ordering::Relaxed) == 1
+    });
+    assert!(
+        !w.health.is_ready(),
+        "ready while the warm pass still runs: the first swaps would scan /proc"
+    );
+    drop(release);
+    wait_for("/readyz after the warm pass", || w.health.is_ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn ready_at_once_when_the_first_pod_list_has_nothing_to_signal() {
+    let mut w = world(None);
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("evict")]));
+    assert!(w.health.is_ready());
+    assert_eq!(
+        w.processes.warms.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }
