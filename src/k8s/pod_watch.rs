@@ -50,7 +50,9 @@ pub async fn run(
     report: PodWatchReport,
 ) {
     let api: Api<Pod> = Api::all(client);
-    let mut wc = watcher::Config::default().fields(&format!("spec.nodeName={}", cfg.node_name));
+    let mut wc = watcher::Config::default()
+        .fields(&format!("spec.nodeName={}", cfg.node_name))
+        .page_size(super::POD_LIST_PAGE);
     if let Some(sel) = cfg.label_selector.as_ref().filter(|s| !s.is_empty()) {
         wc = wc.labels(&sel.to_string());
     }
