@@ -1,5 +1,6 @@
-//! `/healthz` (the event loop turns), `/readyz` (watches armed, first pod list synced and its signal targets looked up),
-//! `/metrics` (OpenMetrics 1.0 text, with its own content type: [`crate::metrics::CONTENT_TYPE`]).
+//! `/healthz` (the event loop turns), `/readyz` (watches armed, first pod list synced and
+//! its signal targets looked up), `/metrics` (OpenMetrics 1.0 text, with its own content
+//! type: [`crate::metrics::CONTENT_TYPE`]).
 
 use axum::extract::State;
 use axum::http::StatusCode;
