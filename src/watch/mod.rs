@@ -93,6 +93,22 @@ impl Default for WatcherOptions {
 
 /// Largest number of `read`s of the inotify fd per batch, so a flood cannot starve callers.
 const MAX_READS_PER_BATCH: usize = 16;
+
+/// The largest inotify record: `struct inotify_event` (16 bytes) and a name of `NAME_MAX`
+/// (255) bytes with its NUL, padded.
+const MAX_EVENT_BYTES: usize =
+    INOTIFY_EVENT_BYTES + (255 + 1usize).next_multiple_of(INOTIFY_EVENT_BYTES);
+const INOTIFY_EVENT_BYTES: usize = 16;
+
+/// The bytes one event took in the read buffer. `inotify_read` copies events while the next
+/// one fits (kernel `fs/notify/inotify/inotify_user.c`: `copy_event_to_user` writes the
+/// 16-byte header and the name padded to `round_event_name_len`, i.e. `roundup(len + 1,
+/// sizeof(struct inotify_event))`): a read that left room for the largest record emptied
+/// the queue, and a further read would fail with EAGAIN. Tokio's own sockets clear their
+/// readiness after a short read the same way (`PollEvented::poll_read`).
+fn event_bytes(name: Option<&std::ffi::OsStr>) -> usize {
+    INOTIFY_EVENT_BYTES + name.map_or(0, |n| (n.len() + 1).next_multiple_of(INOTIFY_EVENT_BYTES))
+}
 /// Read buffer: room for several hundred events.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -196,12 +212,20 @@ impl VolumeWatcher {
                         let tree = &mut self.tree;
                         match guard.try_io(|fd| {
                             let events = fd.get_mut().read_events(buffer)?;
+                            let mut bytes = 0;
                             for event in events {
+                                bytes += event_bytes(event.name);
                                 tree.on_event(&event.wd, event.mask, event.name);
                             }
-                            Ok(())
+                            Ok(bytes)
                         }) {
-                            Ok(Ok(())) => {}
+                            Ok(Ok(bytes)) if bytes + MAX_EVENT_BYTES <= READ_BUFFER_BYTES => {
+                                // A short read: the queue was empty (below). Readiness is
+                                // cleared without a read that would only say EAGAIN.
+                                guard.clear_ready();
+                                break;
+                            }
+                            Ok(Ok(_)) => {}
                             Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
                             Ok(Err(e)) => return Err(WatchError::Read(e)),
                             Err(_would_block) => break,
@@ -254,5 +278,46 @@ impl VolumeWatcher {
     /// volumes polled because the watch limit was reached).
     pub fn is_watched(&self, key: &VolumeKey) -> bool {
         self.tree.book().wd_of(&Node::Volume(key.clone())).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// The kernel's own record sizes, read raw from a real inotify fd: a name of 1, 6, 15,
+    /// 16 and 255 bytes (the pad boundaries and `NAME_MAX`).
+    #[test]
+    fn event_bytes_matches_what_the_kernel_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        let inotify = inotify::Inotify::init().unwrap();
+        inotify
+            .watches()
+            .add(dir.path(), inotify::WatchMask::CREATE)
+            .unwrap();
+        let names = [
+            "a".to_string(),
+            "..data".to_string(),
+            "x".repeat(15),
+            "y".repeat(16),
+            "z".repeat(255),
+        ];
+        for name in &names {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let mut buf = vec![0u8; READ_BUFFER_BYTES];
+        // SAFETY: a plain read(2) into a buffer of the length given.
+        let n = unsafe { libc::read(inotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let expected: usize = names
+            .iter()
+            .map(|n| event_bytes(Some(std::ffi::OsStr::new(n))))
+            .sum();
+        assert_eq!(n, expected as isize);
+        assert_eq!(event_bytes(None), INOTIFY_EVENT_BYTES);
+        assert_eq!(
+            MAX_EVENT_BYTES,
+            event_bytes(Some(std::ffi::OsStr::new(&names[4])))
+        );
     }
 }
