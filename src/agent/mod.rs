@@ -3,6 +3,7 @@
 //! [`Executor`], whose edges are the traits in [`crate::ports`].
 
 pub mod budget_warnings;
+mod decisions;
 pub mod hasher;
 pub mod hot_slice;
 pub mod hot_thread;
@@ -119,6 +120,9 @@ pub struct Agent {
     /// seen by the discovery hash before its `IN_MOVED_TO` is read) and is looked at by
     /// hashing, as any other.
     links: HashMap<VolumeKey, DataTarget>,
+    /// Decisions per pod version and change ([`decisions`]): the policy is parsed once per
+    /// pod version, not once per swap.
+    decisions: decisions::Decisions,
 }
 
 impl Agent {
@@ -185,6 +189,7 @@ impl Agent {
             swapped: HashMap::new(),
             recording: HashSet::new(),
             links: HashMap::new(),
+            decisions: Default::default(),
         }
     }
 
@@ -237,6 +242,8 @@ impl Agent {
                         // No window: act in this turn rather than after a timer.
                         self.fire_due();
                     }
+                    // After the action: nothing a signal waits for.
+                    self.update_watch_gauges(&watcher);
                 }
                 Wake::Pod(Some(update)) => {
                     self.on_pod(update);
@@ -306,7 +313,6 @@ impl Agent {
                 }
             }
         }
-        self.update_watch_gauges(watcher);
     }
 
     fn update_watch_gauges(&mut self, watcher: &VolumeWatcher) {
@@ -768,6 +774,7 @@ impl Agent {
 
     fn forget_pod(&mut self, uid: &str) {
         self.nudges.forget(uid);
+        self.decisions.forget(uid);
         self.exec.pod_deleted(uid);
         if self.debouncer.remove_pod(uid) {
             tracing::info!(
@@ -849,13 +856,15 @@ impl Agent {
         true
     }
 
-    fn act(&mut self, pod: &PodInfo, change: &PendingChange) {
+    fn act(&mut self, pod: &Arc<PodInfo>, change: &PendingChange) {
         if let Some(reason) = self.settings.namespaces.check(&pod.namespace) {
             tracing::debug!(pod = %pod.full_name(), reason, "outside the namespace filter; no action");
             return;
         }
         let volumes: Vec<&str> = change.volumes.iter().map(String::as_str).collect();
-        let decision = policy::decide_changes(pod, &self.changed_sources(pod, change));
+        let changed = self.changed_sources(pod, change);
+        let decision = self.decisions.decide(pod, changed);
+        let pod: &PodInfo = pod;
         match decision {
             Decision::NotOptedIn => {
                 tracing::debug!(pod = %pod.full_name(), ?volumes, "not opted in; no action");
@@ -912,7 +921,6 @@ impl Agent {
                         pod_uid: pod.uid.clone(),
                         container: target.container,
                         signal,
-                        cause: cause.to_string(),
                         first_seen: change.first_seen,
                         attempt: 1,
                         check: signal::signal_check(pod),

@@ -263,9 +263,9 @@ impl Inner {
         let field = outcome.as_str();
         if outcome.event().is_some_and(|e| e.warning) {
             let what = delivery.describe(job.signal);
-            tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause, action = "signal", outcome = field, "{what}");
+            tracing::warn!(pod = %name, container = %job.container, pid, process, signal = %job.signal, sent = delivery.sent(), verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause(), action = "signal", outcome = field, "{what}");
         } else {
-            tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause, action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
+            tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause(), action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
         }
         let sources = &job.sources;
         self.report
@@ -325,7 +325,7 @@ impl Inner {
         } else {
             "dry-run: would NOT send signal (SignalNotHandled)"
         };
-        tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
+        tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause(), action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
         None
     }
 
@@ -335,7 +335,7 @@ impl Inner {
             return;
         };
         if self.report.dry_run() {
-            tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause, action = "signal", outcome = Outcome::DryRun.as_str(), error = %error, "dry-run: would send signal, but the main process was not found");
+            tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause(), action = "signal", outcome = Outcome::DryRun.as_str(), error = %error, "dry-run: would send signal, but the main process was not found");
             return;
         }
         let outcome = Outcome::SignalFailed;
@@ -427,11 +427,13 @@ mod tests {
             pod_uid: "u1".into(),
             container: "app".into(),
             signal: ReloadSignal::Hup,
-            cause: "configmap app changed".into(),
             first_seen: Instant::now(),
             attempt: 1,
             check: SignalCheck::On,
-            sources: vec![],
+            sources: vec![crate::model::SourceRef {
+                kind: crate::model::SourceKind::ConfigMap,
+                name: "app".into(),
+            }],
         }
     }
 

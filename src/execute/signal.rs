@@ -23,14 +23,22 @@ pub struct SignalJob {
     pub pod_uid: String,
     pub container: String,
     pub signal: ReloadSignal,
-    /// "configmap nginx-conf changed"
-    pub cause: String,
     pub first_seen: Instant,
     pub attempt: u32,
     /// `reloadlet.io/signal-check` of the pod.
     pub check: SignalCheck,
-    /// The ConfigMaps/Secrets whose change it is for (`cause` names them).
+    /// The ConfigMaps/Secrets whose change it is for ([`SignalJob::cause`] names them).
     pub sources: Vec<crate::model::SourceRef>,
+}
+
+impl SignalJob {
+    /// "configmap nginx-conf changed", formatted when told (after the signal), not before.
+    pub fn cause(&self) -> String {
+        crate::policy::Cause {
+            sources: self.sources.clone(),
+        }
+        .to_string()
+    }
 }
 
 /// The pod's `reloadlet.io/signal-check` (an invalid value never gets this far: the pod's
@@ -58,7 +66,7 @@ pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerI
 /// How a delivery ends up: its outcome (metric label, log field, Event reason) and the
 /// Event's note.
 pub fn report(job: &SignalJob, delivery: &Delivery) -> (Outcome, String) {
-    let (signal, container, cause) = (job.signal, &job.container, &job.cause);
+    let (signal, container, cause) = (job.signal, &job.container, job.cause());
     if delivery.verdict.handled() {
         return (Outcome::Signaled, signaled_note(job, delivery.pid));
     }
@@ -79,14 +87,19 @@ pub fn report(job: &SignalJob, delivery: &Delivery) -> (Outcome, String) {
 pub fn signaled_note(job: &SignalJob, pid: i32) -> String {
     format!(
         "sent {} to container {} (pid {pid}): {}",
-        job.signal, job.container, job.cause
+        job.signal,
+        job.container,
+        job.cause()
     )
 }
 
 pub fn failed_note(job: &SignalJob, error: &str) -> String {
     format!(
         "could not send {} to container {} after {} attempts: {error}; {}",
-        job.signal, job.container, job.attempt, job.cause
+        job.signal,
+        job.container,
+        job.attempt,
+        job.cause()
     )
 }
 
@@ -100,11 +113,13 @@ mod tests {
             pod_uid: "u".into(),
             container: "nginx".into(),
             signal: ReloadSignal::Hup,
-            cause: "configmap nginx-conf changed".into(),
             first_seen: Instant::now(),
             attempt: 1,
             check: SignalCheck::On,
-            sources: vec![],
+            sources: vec![crate::model::SourceRef {
+                kind: crate::model::SourceKind::ConfigMap,
+                name: "nginx-conf".into(),
+            }],
         }
     }
 

@@ -351,7 +351,10 @@ impl ContainerProcesses for ProcFs {
         // PIDTYPE_PID)` of the pidfd's `struct pid` is NULL once it has exited → `-ESRCH`): it
         // can never reach another process that got the same PID. Gone → looked up again.
         match kept.pin.signal(signal) {
-            Ok(()) => Some(Ok(delivery)),
+            Ok(()) => {
+                yield_to_receiver();
+                Some(Ok(delivery))
+            }
             Err(err) if err.kind() == io::ErrorKind::NotFound => forget(),
             Err(err) if err.kind() == io::ErrorKind::Unsupported => forget(),
             Err(source) => Some(Err(ProcessError::Signal {
@@ -441,4 +444,15 @@ fn proc_error_to_io(err: ProcError) -> io::Error {
         ProcError::PermissionDenied(_) => io::Error::from(io::ErrorKind::PermissionDenied),
         other => io::Error::other(other.to_string()),
     }
+}
+
+/// Gives the CPU to the process just signalled, should it be queued on this one, before the
+/// signalling thread goes on with its bookkeeping (logging, the volume hash, the next
+/// event). The kernel's `sched_yield` under EEVDF (`kernel/sched/fair.c`,
+/// `yield_task_fair`) returns at once when nothing else is runnable on this CPU
+/// (`rq->nr_running == 1`); otherwise the caller forfeits the rest of its slice
+/// (`se->vruntime = se->deadline`) and the woken receiver runs first (figures in
+/// docs/architecture.md, "The hot path").
+fn yield_to_receiver() {
+    rustix::thread::sched_yield();
 }

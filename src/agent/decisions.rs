@@ -1,0 +1,159 @@
+//! The decisions of each pod version, per change, reused while neither differs.
+//!
+//! [`policy::decide_changes`] is a pure function of the pod (an immutable `Arc<PodInfo>`:
+//! an update replaces it) and the changed sources, so its result can be kept. The pod's
+//! annotations are parsed and its containers matched once per pod version instead of once per
+//! swap, off the path between the kernel's event and the signal.
+
+use crate::model::PodInfo;
+use crate::policy::{self, ChangedVolumes, Decision};
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+/// Most changes a pod version remembers decisions for (a pod with more volumes than this
+/// recomputes the oldest).
+const PER_POD: usize = 8;
+
+struct Last {
+    /// The pod version decided for: a `Weak` keeps its allocation (so no later pod can reuse
+    /// the address) but not its content.
+    pod: Weak<PodInfo>,
+    /// Newest last.
+    decided: Vec<(ChangedVolumes, Decision)>,
+}
+
+/// The decisions of each pod's current version, per change.
+#[derive(Default)]
+pub struct Decisions {
+    last: HashMap<String, Last>,
+}
+
+impl Decisions {
+    /// `policy::decide_changes(pod, &changed)`, from memory when the same pod version had the
+    /// same change before.
+    pub fn decide(&mut self, pod: &Arc<PodInfo>, changed: ChangedVolumes) -> Decision {
+        let last = match self.last.get_mut(&pod.uid) {
+            Some(last) if std::ptr::eq(last.pod.as_ptr(), Arc::as_ptr(pod)) => last,
+            Some(last) => {
+                *last = Last {
+                    pod: Arc::downgrade(pod),
+                    decided: Vec::new(),
+                };
+                last
+            }
+            None => self.last.entry(pod.uid.clone()).or_insert(Last {
+                pod: Arc::downgrade(pod),
+                decided: Vec::new(),
+            }),
+        };
+        if let Some((_, decision)) = last.decided.iter().find(|(c, _)| *c == changed) {
+            return decision.clone();
+        }
+        let decision = policy::decide_changes(pod, &changed);
+        if last.decided.len() == PER_POD {
+            last.decided.remove(0);
+        }
+        last.decided.push((changed, decision.clone()));
+        decision
+    }
+
+    /// Forgets a pod that is gone.
+    pub fn forget(&mut self, uid: &str) {
+        self.last.remove(uid);
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        ContainerId, ContainerInfo, ContainerKind, ContainerRuntime, SourceKind, SourceRef,
+        VolumeMount, VolumeSpec,
+    };
+    use std::collections::BTreeMap;
+
+    fn pod(action: &str) -> Arc<PodInfo> {
+        Arc::new(PodInfo {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "p".into(),
+            annotations: BTreeMap::from([("reloadlet.io/action".into(), action.into())]),
+            volumes: vec![VolumeSpec {
+                name: "conf".into(),
+                sources: vec![SourceRef {
+                    kind: SourceKind::ConfigMap,
+                    name: "app-conf".into(),
+                }],
+                ..Default::default()
+            }],
+            containers: vec![ContainerInfo {
+                name: "app".into(),
+                kind: ContainerKind::Regular,
+                mounts: vec![VolumeMount {
+                    volume: "conf".into(),
+                    sub_path: false,
+                }],
+                container_id: Some(ContainerId {
+                    runtime: ContainerRuntime::Containerd,
+                    id: "a".repeat(64),
+                }),
+                running: true,
+                ports: Vec::new(),
+            }],
+            has_controller: true,
+            phase: "Running".into(),
+            ..Default::default()
+        })
+    }
+
+    fn changed() -> ChangedVolumes {
+        ChangedVolumes::from([("conf".to_string(), None)])
+    }
+
+    #[test]
+    fn the_same_pod_version_and_change_give_the_remembered_decision() {
+        let mut d = Decisions::default();
+        let p = pod("signal");
+        let first = d.decide(&p, changed());
+        assert_eq!(first, policy::decide_changes(&p, &changed()));
+        assert!(matches!(first, Decision::Signal { .. }), "{first:?}");
+        assert_eq!(d.decide(&p, changed()), first);
+        assert_eq!(d.len(), 1);
+    }
+
+    #[test]
+    fn a_new_pod_version_is_decided_afresh() {
+        let mut d = Decisions::default();
+        let signal = d.decide(&pod("signal"), changed());
+        assert!(matches!(signal, Decision::Signal { .. }), "{signal:?}");
+        // Same UID, annotation now invalid: the new version's decision, not the kept one.
+        let invalid = d.decide(&pod("explode"), changed());
+        assert!(matches!(invalid, Decision::Invalid { .. }), "{invalid:?}");
+        assert_eq!(d.len(), 1);
+    }
+
+    #[test]
+    fn another_change_of_the_same_pod_is_decided_afresh() {
+        let mut d = Decisions::default();
+        let p = pod("signal");
+        d.decide(&p, changed());
+        let other = ChangedVolumes::from([("not-mounted".to_string(), None)]);
+        assert_eq!(
+            d.decide(&p, other.clone()),
+            policy::decide_changes(&p, &other)
+        );
+    }
+
+    #[test]
+    fn forgotten_pods_are_dropped() {
+        let mut d = Decisions::default();
+        d.decide(&pod("signal"), changed());
+        d.forget("u1");
+        assert_eq!(d.len(), 0);
+    }
+}
