@@ -66,49 +66,21 @@ impl Decisions {
     pub fn len(&self) -> usize {
         self.last.len()
     }
+
+    /// How many changes the pod's current version has decisions for.
+    #[cfg(test)]
+    fn remembered(&self, uid: &str) -> usize {
+        self.last.get(uid).map_or(0, |l| l.decided.len())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{
-        ContainerId, ContainerInfo, ContainerKind, ContainerRuntime, SourceKind, SourceRef,
-        VolumeMount, VolumeSpec,
-    };
-    use std::collections::BTreeMap;
 
+    /// The agent tests' pod: container `app` mounts configMap volume `conf`.
     fn pod(action: &str) -> Arc<PodInfo> {
-        Arc::new(PodInfo {
-            uid: "u1".into(),
-            namespace: "ns".into(),
-            name: "p".into(),
-            annotations: BTreeMap::from([("reloadlet.io/action".into(), action.into())]),
-            volumes: vec![VolumeSpec {
-                name: "conf".into(),
-                sources: vec![SourceRef {
-                    kind: SourceKind::ConfigMap,
-                    name: "app-conf".into(),
-                }],
-                ..Default::default()
-            }],
-            containers: vec![ContainerInfo {
-                name: "app".into(),
-                kind: ContainerKind::Regular,
-                mounts: vec![VolumeMount {
-                    volume: "conf".into(),
-                    sub_path: false,
-                }],
-                container_id: Some(ContainerId {
-                    runtime: ContainerRuntime::Containerd,
-                    id: "a".repeat(64),
-                }),
-                running: true,
-                ports: Vec::new(),
-            }],
-            has_controller: true,
-            phase: "Running".into(),
-            ..Default::default()
-        })
+        Arc::new(crate::agent::tests::pod(action))
     }
 
     fn changed() -> ChangedVolumes {
@@ -123,7 +95,29 @@ mod tests {
         assert_eq!(first, policy::decide_changes(&p, &changed()));
         assert!(matches!(first, Decision::Signal { .. }), "{first:?}");
         assert_eq!(d.decide(&p, changed()), first);
-        assert_eq!(d.len(), 1);
+        assert_eq!((d.len(), d.remembered(&p.uid)), (1, 1));
+    }
+
+    #[test]
+    fn each_change_of_a_pod_version_is_remembered_up_to_the_bound() {
+        let mut d = Decisions::default();
+        let p = pod("signal");
+        let change = |n: usize| ChangedVolumes::from([(format!("v{n}"), None)]);
+        for n in 0..4 {
+            d.decide(&p, change(n));
+        }
+        // Swaps that take turns over a pod's volumes all find theirs.
+        for n in 0..4 {
+            assert_eq!(
+                d.decide(&p, change(n)),
+                policy::decide_changes(&p, &change(n))
+            );
+        }
+        assert_eq!(d.remembered(&p.uid), 4);
+        for n in 4..20 {
+            d.decide(&p, change(n));
+        }
+        assert_eq!(d.remembered(&p.uid), PER_POD);
     }
 
     #[test]
@@ -134,7 +128,7 @@ mod tests {
         // Same UID, annotation now invalid: the new version's decision, not the kept one.
         let invalid = d.decide(&pod("explode"), changed());
         assert!(matches!(invalid, Decision::Invalid { .. }), "{invalid:?}");
-        assert_eq!(d.len(), 1);
+        assert_eq!((d.len(), d.remembered(&pod("x").uid)), (1, 1));
     }
 
     #[test]
@@ -153,7 +147,7 @@ mod tests {
     fn forgotten_pods_are_dropped() {
         let mut d = Decisions::default();
         d.decide(&pod("signal"), changed());
-        d.forget("u1");
+        d.forget(&pod("signal").uid);
         assert_eq!(d.len(), 0);
     }
 }

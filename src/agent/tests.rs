@@ -90,7 +90,7 @@ fn world(saved: Option<SavedState>) -> World {
 }
 
 /// An opted-in pod whose container `app` mounts configMap volume `conf`.
-fn pod(action: &str) -> PodInfo {
+pub(super) fn pod(action: &str) -> PodInfo {
     let mut pod = PodInfo {
         uid: UID.into(),
         namespace: "web".into(),
