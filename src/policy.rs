@@ -15,10 +15,18 @@ pub struct Cause {
     pub sources: Vec<SourceRef>,
 }
 
+impl Cause {
+    /// "configmap nginx-conf changed" for `sources` (what `Display` prints), without owning
+    /// them: the jobs keep only their sources and tell the cause when they report.
+    pub fn text(sources: &[SourceRef]) -> String {
+        let names: Vec<String> = sources.iter().map(ToString::to_string).collect();
+        format!("{} changed", names.join(", "))
+    }
+}
+
 impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<String> = self.sources.iter().map(ToString::to_string).collect();
-        write!(f, "{} changed", names.join(", "))
+        f.write_str(&Cause::text(&self.sources))
     }
 }
 

@@ -32,19 +32,19 @@ impl Decisions {
     /// `policy::decide_changes(pod, &changed)`, from memory when the same pod version had the
     /// same change before.
     pub fn decide(&mut self, pod: &Arc<PodInfo>, changed: ChangedVolumes) -> Decision {
+        let fresh = || Last {
+            pod: Arc::downgrade(pod),
+            decided: Vec::new(),
+        };
+        // Looked up by `&str` first: no UID copy on the path of every swap.
         let last = match self.last.get_mut(&pod.uid) {
-            Some(last) if std::ptr::eq(last.pod.as_ptr(), Arc::as_ptr(pod)) => last,
             Some(last) => {
-                *last = Last {
-                    pod: Arc::downgrade(pod),
-                    decided: Vec::new(),
-                };
+                if !std::ptr::eq(last.pod.as_ptr(), Arc::as_ptr(pod)) {
+                    *last = fresh();
+                }
                 last
             }
-            None => self.last.entry(pod.uid.clone()).or_insert(Last {
-                pod: Arc::downgrade(pod),
-                decided: Vec::new(),
-            }),
+            None => self.last.entry(pod.uid.clone()).or_insert_with(fresh),
         };
         if let Some((_, decision)) = last.decided.iter().find(|(c, _)| *c == changed) {
             return decision.clone();

@@ -62,10 +62,7 @@ pub struct HttpJob {
 impl HttpJob {
     /// "configmap prometheus-config changed"
     pub fn cause(&self) -> String {
-        Cause {
-            sources: self.sources.clone(),
-        }
-        .to_string()
+        Cause::text(&self.sources)
     }
 }
 

@@ -34,10 +34,7 @@ pub struct SignalJob {
 impl SignalJob {
     /// "configmap nginx-conf changed", formatted when told (after the signal), not before.
     pub fn cause(&self) -> String {
-        crate::policy::Cause {
-            sources: self.sources.clone(),
-        }
-        .to_string()
+        crate::policy::Cause::text(&self.sources)
     }
 }
 

@@ -452,7 +452,7 @@ fn proc_error_to_io(err: ProcError) -> io::Error {
 /// `yield_task_fair`) returns at once when nothing else is runnable on this CPU
 /// (`rq->nr_running == 1`); otherwise the caller forfeits the rest of its slice
 /// (`se->vruntime = se->deadline`) and the woken receiver runs first (figures in
-/// docs/architecture.md, "The hot path").
+/// docs/architecture.md, "The hot thread").
 fn yield_to_receiver() {
     rustix::thread::sched_yield();
 }

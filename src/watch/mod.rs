@@ -94,11 +94,12 @@ impl Default for WatcherOptions {
 /// Largest number of `read`s of the inotify fd per batch, so a flood cannot starve callers.
 const MAX_READS_PER_BATCH: usize = 16;
 
-/// The largest inotify record: `struct inotify_event` (16 bytes) and a name of `NAME_MAX`
-/// (255) bytes with its NUL, padded.
+/// `struct inotify_event` without its name (16 bytes).
+const INOTIFY_EVENT_BYTES: usize = std::mem::size_of::<libc::inotify_event>();
+/// The largest inotify record: the header and a name of `NAME_MAX` (255) bytes with its NUL,
+/// padded.
 const MAX_EVENT_BYTES: usize =
     INOTIFY_EVENT_BYTES + (255 + 1usize).next_multiple_of(INOTIFY_EVENT_BYTES);
-const INOTIFY_EVENT_BYTES: usize = 16;
 
 /// The bytes one event took in the read buffer. `inotify_read` copies events while the next
 /// one fits (kernel `fs/notify/inotify/inotify_user.c`: `copy_event_to_user` writes the
@@ -109,6 +110,7 @@ const INOTIFY_EVENT_BYTES: usize = 16;
 fn event_bytes(name: Option<&std::ffi::OsStr>) -> usize {
     INOTIFY_EVENT_BYTES + name.map_or(0, |n| (n.len() + 1).next_multiple_of(INOTIFY_EVENT_BYTES))
 }
+
 /// Read buffer: room for several hundred events.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 
