@@ -12,8 +12,9 @@
 
 use crate::model::{VolumeKey, VolumePlugin};
 use crate::volume_hash::{HashKey, VolumeDigest};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -36,7 +37,7 @@ pub struct PendingEviction {
     pub cause: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct SavedState {
     pub version: u32,
     /// [`HashKey::id`] of the key the digests were made with.
@@ -68,23 +69,10 @@ impl SavedState {
                 let parts = parts
                     .iter()
                     .map(|(part, h)| Some((part.clone(), from_hex(h)?)))
-                    .collect::<Option<BTreeMap<_, _>>>()?;
-                Some((parse_key(k)?, VolumeDigest(parts)))
+                    .collect::<Option<Vec<_>>>()?;
+                Some((parse_key(k)?, VolumeDigest::from_parts(parts)))
             })
             .collect()
-    }
-
-    pub fn set_volumes(&mut self, digests: impl IntoIterator<Item = (VolumeKey, VolumeDigest)>) {
-        self.volumes = digests
-            .into_iter()
-            .map(|(k, d)| {
-                let parts =
-                    d.0.iter()
-                        .map(|(p, h)| (p.clone(), hex::encode(h)))
-                        .collect();
-                (format_key(&k), parts)
-            })
-            .collect();
     }
 
     /// The unkeyed hashes of a migrated version-1 file.
@@ -203,12 +191,22 @@ impl StateStore {
         }
     }
 
-    pub fn save(&self, state: &SavedState) -> io::Result<()> {
-        let mut state = state.clone();
-        state.version = VERSION;
-        state.key_id = self.key.id();
+    /// Writes the state file: the evictions still pending and each volume's digest. Encoded
+    /// straight from the caller's data (at 1,000 volumes a copy of the digests, then one of
+    /// their hex form, was the agent's largest transient allocation).
+    pub fn save(
+        &self,
+        pending_evictions: &[PendingEviction],
+        volumes: &[(VolumeKey, VolumeDigest)],
+    ) -> io::Result<()> {
+        let file = StateFile {
+            version: VERSION,
+            key_id: self.key.id(),
+            volumes: Volumes(volumes),
+            pending_evictions,
+        };
         let tmp = self.dir.join(format!(".{FILE}.tmp"));
-        let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
+        let bytes = serde_json::to_vec(&file).map_err(io::Error::other)?;
         {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -223,6 +221,64 @@ impl StateStore {
         }
         fs::rename(&tmp, self.dir.join(FILE))?;
         File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// The file as [`StateStore::save`] writes it; [`SavedState`] is the same layout as read.
+#[derive(Serialize)]
+struct StateFile<'a> {
+    version: u32,
+    key_id: String,
+    volumes: Volumes<'a>,
+    pending_evictions: &'a [PendingEviction],
+}
+
+/// `<pod uid>/<plugin>/<volume>` → part → hex digest.
+struct Volumes<'a>(&'a [(VolumeKey, VolumeDigest)]);
+
+impl Serialize for Volumes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(
+            self.0
+                .iter()
+                .map(|(key, digest)| (Text(VolumeName(key)), Parts(digest))),
+        )
+    }
+}
+
+/// The key of a volume in the file; [`parse_key`] reads it back.
+struct VolumeName<'a>(&'a VolumeKey);
+
+impl fmt::Display for VolumeName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let k = self.0;
+        write!(f, "{}/{}/{}", k.pod_uid, k.plugin.as_str(), k.volume)
+    }
+}
+
+struct Parts<'a>(&'a VolumeDigest);
+
+impl Serialize for Parts<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.parts().map(|(part, hash)| (part, Text(Hex(hash)))))
+    }
+}
+
+/// Serializes anything printable as a string, without building the string first.
+struct Text<T>(T);
+
+impl<T: fmt::Display> Serialize for Text<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+/// Lower-case hex, as `hex::encode` writes it.
+struct Hex<'a>(&'a [u8; 32]);
+
+impl fmt::Display for Hex<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
 
@@ -275,10 +331,6 @@ fn load_or_create_key(dir: &Path) -> io::Result<HashKey> {
     }
 }
 
-fn format_key(k: &VolumeKey) -> String {
-    format!("{}/{}/{}", k.pod_uid, k.plugin.as_str(), k.volume)
-}
-
 fn parse_key(s: &str) -> Option<VolumeKey> {
     let mut parts = s.splitn(3, '/');
     let (uid, plugin, volume) = (parts.next()?, parts.next()?, parts.next()?);
@@ -312,12 +364,7 @@ mod tests {
     }
 
     fn digest(parts: &[(&str, u8)]) -> VolumeDigest {
-        VolumeDigest(
-            parts
-                .iter()
-                .map(|(p, b)| (p.to_string(), [*b; 32]))
-                .collect(),
-        )
+        VolumeDigest::from_parts(parts.iter().map(|(p, b)| (p.to_string(), [*b; 32])))
     }
 
     fn mode(path: &Path) -> u32 {
@@ -329,21 +376,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(dir.path()).unwrap();
         assert_eq!(store.load(), SavedState::default());
-        let mut s = SavedState::default();
-        s.set_volumes([
+        let volumes = [
             (key("u1", "tls"), digest(&[(REST, 7)])),
             (key("u2", "a/b"), digest(&[(REST, 255), ("configmap/x", 1)])),
             (key("u3", "token-only"), digest(&[])),
-        ]);
-        s.pending_evictions.push(PendingEviction {
+        ];
+        let pending = [PendingEviction {
             uid: "u1".into(),
             namespace: "ns".into(),
             name: "web-0".into(),
             cause: "configmap a changed".into(),
-        });
-        store.save(&s).unwrap();
+        }];
+        store.save(&pending, &volumes).unwrap();
+        // Lower-case hex, as version 2 files have always been written.
+        let text = fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(text.contains(&hex::encode([255u8; 32])), "{text}");
         let loaded = store.load();
-        assert_eq!(loaded.pending_evictions, s.pending_evictions);
+        assert_eq!(loaded.pending_evictions, pending);
         let mut digests = loaded.volume_digests();
         digests.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(
@@ -370,7 +419,7 @@ mod tests {
         assert_eq!(mode(&dir.join(FILE)), 0o600);
         assert_eq!(mode(&dir.join(KEY_FILE)), 0o600);
         assert_eq!(fs::read(dir.join(KEY_FILE)).unwrap().len(), 32);
-        store.save(&SavedState::default()).unwrap();
+        store.save(&[], &[]).unwrap();
         assert_eq!(mode(&dir.join(FILE)), 0o600);
         // A fresh dir, created by us.
         let fresh = parent.path().join("a/b");
@@ -389,9 +438,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(dir.path()).unwrap();
         let first = store.key().clone();
-        let mut s = SavedState::default();
-        s.set_volumes([(key("u1", "tls"), digest(&[(REST, 7)]))]);
-        store.save(&s).unwrap();
+        store
+            .save(&[], &[(key("u1", "tls"), digest(&[(REST, 7)]))])
+            .unwrap();
         let again = StateStore::open(dir.path()).unwrap();
         assert_eq!(again.key(), &first);
         assert_eq!(again.load().volume_digests().len(), 1);
@@ -432,9 +481,7 @@ mod tests {
             )
             .unwrap()
             .unwrap();
-            let mut s = SavedState::default();
-            s.set_volumes([(key("u1", "pw"), d)]);
-            store.save(&s).unwrap();
+            store.save(&[], &[(key("u1", "pw"), d)]).unwrap();
             files.push(fs::read_to_string(dir.path().join(FILE)).unwrap());
         }
         let hex_in = |text: &str| -> Vec<String> {
@@ -471,7 +518,9 @@ mod tests {
         assert_eq!(loaded.legacy_hashes(), vec![(key("u1", "a"), [0xab; 32])]);
         assert_eq!(loaded.pending_evictions.len(), 1);
         // Written back as version 2, without the unkeyed hashes.
-        store.save(&loaded).unwrap();
+        store
+            .save(&loaded.pending_evictions, &loaded.volume_digests())
+            .unwrap();
         let text = fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert!(text.contains("\"version\":2"), "{text}");
         assert!(!text.contains(&"ab".repeat(32)), "{text}");

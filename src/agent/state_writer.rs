@@ -9,7 +9,7 @@
 
 use crate::metrics::Metrics;
 use crate::model::VolumeKey;
-use crate::state::{PendingEviction, SavedState, StateStore};
+use crate::state::{PendingEviction, StateStore};
 use crate::volume_hash::VolumeDigest;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
@@ -137,7 +137,10 @@ fn run(store: &StateStore, jobs: &mpsc::Receiver<Job>, metrics: &Metrics) {
                 take(job, &mut pending);
             }
         }
-        if let Some(snapshot) = &pending {
+        if let Some(snapshot) = &mut pending {
+            // The file lists volumes by key, as it always has (the detector's map has no
+            // order).
+            snapshot.volumes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             if write(store, snapshot, metrics) {
                 pending = None;
                 retry = RETRY_FIRST;
@@ -150,12 +153,7 @@ fn run(store: &StateStore, jobs: &mpsc::Receiver<Job>, metrics: &Metrics) {
 }
 
 fn write(store: &StateStore, snapshot: &Snapshot, metrics: &Metrics) -> bool {
-    let mut state = SavedState {
-        pending_evictions: snapshot.pending_evictions.clone(),
-        ..SavedState::default()
-    };
-    state.set_volumes(snapshot.volumes.iter().map(|(k, d)| (k.clone(), d.clone())));
-    match store.save(&state) {
+    match store.save(&snapshot.pending_evictions, &snapshot.volumes) {
         Ok(()) => true,
         Err(e) => {
             metrics.state_write_errors.inc();

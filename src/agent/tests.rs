@@ -63,7 +63,9 @@ fn world(saved: Option<SavedState>) -> World {
     };
     let store = saved.map(|saved| {
         let store = StateStore::open(&dir.path().join("state")).unwrap();
-        store.save(&saved).unwrap();
+        store
+            .save(&saved.pending_evictions, &saved.volume_digests())
+            .unwrap();
         store
     });
     let stop = CancellationToken::new();
