@@ -1,7 +1,6 @@
 //! `reloadlet`: thin wiring of settings, edges and the agent loop.
 
 use clap::Parser;
-use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::registry::Registry;
 use reloadlet::agent::hot_thread::HotThread;
 use reloadlet::agent::{Agent, Deps};
@@ -15,6 +14,7 @@ use reloadlet::k8s::events::QueuedRecorder;
 use reloadlet::k8s::eviction::KubeEvictor;
 use reloadlet::k8s::pdb_watch::{self, SharedBudgets};
 use reloadlet::k8s::pod_convert;
+use reloadlet::k8s::pod_view::PodView;
 use reloadlet::k8s::pod_watch::{self, PodWatchConfig, PodWatchReport};
 use reloadlet::metrics::Metrics;
 use reloadlet::process::{ContainerProcesses, ProcFs};
@@ -300,7 +300,7 @@ async fn explain(args: ExplainArgs, format: LogFormat) -> ExitCode {
             ))
         }
     };
-    let api: kube::Api<Pod> = kube::Api::namespaced(clients.main.clone(), &namespace);
+    let api: kube::Api<PodView> = kube::Api::namespaced(clients.main.clone(), &namespace);
     let pod = match api.get(&name).await {
         Ok(p) => p,
         Err(e) => return fail(&format!("cannot get pod {namespace}/{name}: {e}")),
@@ -395,7 +395,7 @@ async fn own_pod_identity(client: kube::Client) -> (String, BTreeMap<String, Str
     if name.is_empty() {
         return (namespace, fallback);
     }
-    let api: kube::Api<Pod> = kube::Api::namespaced(client, &namespace);
+    let api: kube::Api<PodView> = kube::Api::namespaced(client, &namespace);
     let labels = match api.get(&name).await {
         Ok(p) => p
             .metadata

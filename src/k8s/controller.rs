@@ -3,6 +3,7 @@
 //! [`crate::controller::api`] here.
 
 use super::pod_convert::pod_info;
+use super::pod_view::PodView;
 use crate::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
 use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, PatchError, PodPatcher};
 use crate::controller::env_hash::ObjectData;
@@ -95,7 +96,7 @@ where
 
 /// Pods in all namespaces (label selector applied by the API server).
 pub async fn watch_pods(client: Client, label_selector: Option<String>, tx: mpsc::Sender<Input>) {
-    let api: Api<Pod> = Api::all(client);
+    let api: Api<PodView> = Api::all(client);
     let mut wc = watcher::Config::default();
     if let Some(sel) = &label_selector {
         wc = wc.labels(sel);
@@ -186,7 +187,7 @@ impl PodPatcher for KubePatcher {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<PodInfo>, PatchError>> + Send {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<PodView> = Api::namespaced(self.client.clone(), namespace);
         let name = name.to_owned();
         async move {
             match api.get_opt(&name).await {

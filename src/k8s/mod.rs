@@ -8,6 +8,7 @@ pub mod events;
 pub mod eviction;
 pub mod pdb_watch;
 pub mod pod_convert;
+pub mod pod_view;
 pub mod pod_watch;
 
 /// Pods per page when a pod watcher (re)lists. kube-runtime's default is client-go's 500

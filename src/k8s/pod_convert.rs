@@ -1,14 +1,15 @@
-//! `Pod` (k8s-openapi) → [`PodInfo`]: keeps only what reloadlet decides on. Nothing else of
-//! the object (managedFields, env values, the rest of the spec) is retained; of `env`/`envFrom`
-//! only the ConfigMap/Secret references.
+//! A decoded pod ([`PodView`]) → [`PodInfo`]: keeps only what reloadlet decides on. Nothing
+//! else of the object (env values, mount paths, the other volume sources) is retained; of
+//! `env`/`envFrom` only the ConfigMap/Secret references.
 
+use super::pod_view::{ContainerStatusView, ContainerView, PodSpecView, PodView, VolumeView};
 use crate::model::{
     ContainerId, ContainerInfo, ContainerKind, EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef,
     VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
 };
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, KeyToPath, Pod, Volume};
+use k8s_openapi::api::core::v1::KeyToPath;
 
-pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
+pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
     let meta = &pod.metadata;
     let uid = meta.uid.clone()?;
     let spec = pod.spec.as_ref()?;
@@ -57,7 +58,7 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
 
 /// Every `env[].valueFrom.{configMapKeyRef,secretKeyRef}` and `envFrom[]` of every container
 /// (init containers too: a restarted sidecar reads them again), sorted.
-fn env_refs(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<EnvRef> {
+fn env_refs(spec: &PodSpecView) -> Vec<EnvRef> {
     let mut out = Vec::new();
     let containers = spec
         .init_containers
@@ -126,7 +127,7 @@ fn env_refs(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<EnvRef> {
 
 /// ConfigMaps/Secrets the pod uses through env vars (`valueFrom`, `envFrom`) but mounts in no
 /// volume: they never change in a running container, and no reload can help.
-pub fn env_only_sources(pod: &Pod) -> Vec<SourceRef> {
+pub fn env_only_sources(pod: &PodView) -> Vec<SourceRef> {
     let Some(spec) = pod.spec.as_ref() else {
         return Vec::new();
     };
@@ -174,9 +175,9 @@ pub fn env_only_sources(pod: &Pod) -> Vec<SourceRef> {
 }
 
 fn container_info(
-    c: &Container,
+    c: &ContainerView,
     kind: ContainerKind,
-    statuses: &[ContainerStatus],
+    statuses: &[ContainerStatusView],
 ) -> ContainerInfo {
     let status = statuses.iter().find(|s| s.name == c.name);
     ContainerInfo {
@@ -217,7 +218,7 @@ fn container_info(
 /// path (`validateProjectionSources` in `pkg/apis/core/validation/validation.go`, "conflicting
 /// duplicate paths"), so a path named in the spec belongs to exactly one source. Paths may
 /// nest (`a/b.conf`); they are relative to the volume's `..data`.
-fn volume_spec(v: &Volume) -> VolumeSpec {
+fn volume_spec(v: &VolumeView) -> VolumeSpec {
     let mut spec = VolumeSpec {
         name: v.name.clone(),
         ..VolumeSpec::default()
@@ -291,7 +292,7 @@ mod tests {
 
     #[test]
     fn converts_a_realistic_pod() {
-        let pod: Pod = serde_json::from_value(json!({
+        let pod: PodView = serde_json::from_value(json!({
             "metadata": {
                 "name": "web-0", "namespace": "shop", "uid": "1f0e-22",
                 "annotations": {"reloadlet.io/action": "signal"},
@@ -400,6 +401,6 @@ mod tests {
 
     #[test]
     fn a_pod_without_uid_or_spec_is_skipped() {
-        assert!(pod_info(&Pod::default()).is_none());
+        assert!(pod_info(&PodView::default()).is_none());
     }
 }

@@ -5,11 +5,11 @@
 
 use super::api_backoff::{self, FailureTracker, Progress, WatchBackoff};
 use super::pod_convert::pod_info;
+use super::pod_view::PodView;
 use crate::http::Health;
 use crate::label_selector::LabelSelector;
 use crate::model::PodInfo;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
@@ -49,7 +49,7 @@ pub async fn run(
     tx: mpsc::Sender<PodUpdate>,
     report: PodWatchReport,
 ) {
-    let api: Api<Pod> = Api::all(client);
+    let api: Api<PodView> = Api::all(client);
     let mut wc = watcher::Config::default()
         .fields(&format!("spec.nodeName={}", cfg.node_name))
         .page_size(super::POD_LIST_PAGE);
