@@ -13,11 +13,12 @@ pub mod pod_watch;
 
 /// Pods per page when a pod watcher (re)lists. kube-runtime's default is client-go's 500
 /// (`watcher::Config::page_size`, "can reduce the memory consumption during resyncs, at the
-/// cost of requiring more API roundtrips"): a page is decoded whole into full `Pod`s — about
-/// 26 KiB each here, most of it `Vec<Volume>` (every `Volume` carries all its source
-/// variants inline) — before each pod is reduced to a `PodInfo`. At 250 pods on one node,
-/// pages of 50 cut the agent's peak RSS from 26.8 to 22.4 MiB and its steady RSS by 1.5 MiB
-/// (hack/bench.sh, 1,000 volumes), for 5 list requests per relist instead of 1; the
+/// cost of requiring more API roundtrips"): a page is decoded whole before each pod is
+/// reduced to a `PodInfo`. Decoded as k8s-openapi's full `Pod` that was about 26 KiB a pod
+/// here, most of it `Vec<Volume>`, and at 250 pods on one node pages of 50 cut the agent's
+/// peak RSS from 26.8 to 22.4 MiB (hack/bench.sh, 1,000 volumes); pods are now decoded as
+/// [`pod_view::PodView`] (the fields read, nothing else), which took the heap's peak from
+/// 5.4 to 4.2 MiB on top. Pages of 50 cost 5 list requests per relist instead of 1; the
 /// kubelet's default `maxPods` of 110 is 3 pages. Lists use `ListSemantic::MostRecent`: no
 /// `resourceVersion`, a consistent read (KEP-2340 "Consistent Reads from Cache"), which the
 /// API server answers in chunks of `limit` with a `continue` token (API concepts, "Retrieving
