@@ -2,7 +2,7 @@
 //!
 //! Annotations are user input: every error is a sentence that can go into a Warning Event.
 
-use crate::model::ReloadSignal;
+use crate::model::{ReloadSignal, SignalCheck};
 use std::collections::BTreeMap;
 
 pub const PREFIX: &str = "reloadlet.io/";
@@ -57,8 +57,14 @@ const MAX_LIST_ITEMS: usize = 64;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    Signal(ReloadSignal),
-    Evict { allow_unowned: bool },
+    Signal {
+        signal: ReloadSignal,
+        /// `reloadlet.io/signal-check`.
+        check: SignalCheck,
+    },
+    Evict {
+        allow_unowned: bool,
+    },
     Http(HttpSpec),
 }
 
@@ -202,7 +208,10 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
                 Some(s) => ReloadSignal::parse(s)
                     .ok_or_else(|| AnnotationError::UnknownSignal(s.clone()))?,
             };
-            Action::Signal(signal)
+            Action::Signal {
+                signal,
+                check: signal_check(annotations)?,
+            }
         }
         "evict" => Action::Evict {
             allow_unowned: parse_bool(annotations.get(EVICT_UNOWNED))?,
@@ -210,7 +219,9 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         "http" => Action::Http(http_spec(annotations)?),
         _ => return Err(AnnotationError::UnknownAction(action.clone())),
     };
-    signal_check(annotations)?;
+    if !matches!(action, Action::Signal { .. }) {
+        signal_check(annotations)?;
+    }
     fast_projection(annotations)?;
     env_evicts(annotations)?;
     Ok(Some(PodPolicy {
@@ -290,14 +301,16 @@ fn is_http_path(p: &str) -> bool {
         && p.parse::<http::uri::PathAndQuery>().is_ok()
 }
 
-/// `reloadlet.io/signal-check`: `true` (the default, `"on"`) when reloadlet reads the
-/// target's signal masks before signalling; `false` (`"off"`) to signal regardless.
-pub fn signal_check(annotations: &BTreeMap<String, String>) -> Result<bool, AnnotationError> {
+/// `reloadlet.io/signal-check`: `On` (the default, `"on"`) when reloadlet reads the
+/// target's signal masks before signalling; `Off` (`"off"`) to signal regardless.
+pub fn signal_check(
+    annotations: &BTreeMap<String, String>,
+) -> Result<SignalCheck, AnnotationError> {
     match annotations.get(SIGNAL_CHECK) {
-        None => Ok(true),
+        None => Ok(SignalCheck::On),
         Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "on" => Ok(true),
-            "off" => Ok(false),
+            "on" => Ok(SignalCheck::On),
+            "off" => Ok(SignalCheck::Off),
             _ => Err(AnnotationError::InvalidSignalCheck(v.clone())),
         },
     }
@@ -397,7 +410,10 @@ mod tests {
 
     fn signal(sig: ReloadSignal) -> PodPolicy {
         PodPolicy {
-            action: Action::Signal(sig),
+            action: Action::Signal {
+                signal: sig,
+                check: SignalCheck::On,
+            },
             containers: None,
             configmaps: None,
             secrets: None,
@@ -509,7 +525,13 @@ mod tests {
             ),
             (
                 vec![(ACTION, "signal"), (SIGNAL_CHECK, " OFF ")],
-                Ok(Some(signal(ReloadSignal::Hup))),
+                Ok(Some(PodPolicy {
+                    action: Action::Signal {
+                        signal: ReloadSignal::Hup,
+                        check: SignalCheck::Off,
+                    },
+                    ..signal(ReloadSignal::Hup)
+                })),
             ),
             (
                 vec![(ACTION, "signal"), (SIGNAL_CHECK, "no")],
@@ -705,9 +727,15 @@ mod tests {
 
     #[test]
     fn signal_check_is_on_unless_turned_off() {
-        assert_eq!(signal_check(&ann(&[])), Ok(true));
-        assert_eq!(signal_check(&ann(&[(SIGNAL_CHECK, "on")])), Ok(true));
-        assert_eq!(signal_check(&ann(&[(SIGNAL_CHECK, "Off")])), Ok(false));
+        assert_eq!(signal_check(&ann(&[])), Ok(SignalCheck::On));
+        assert_eq!(
+            signal_check(&ann(&[(SIGNAL_CHECK, "on")])),
+            Ok(SignalCheck::On)
+        );
+        assert_eq!(
+            signal_check(&ann(&[(SIGNAL_CHECK, "Off")])),
+            Ok(SignalCheck::Off)
+        );
         assert_eq!(
             signal_check(&ann(&[(SIGNAL_CHECK, "false")]))
                 .unwrap_err()

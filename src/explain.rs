@@ -3,9 +3,9 @@
 
 use crate::annotations::Action;
 use crate::filters::Scope;
-use crate::model::{ContainerKind, PodInfo, ReloadSignal, SourceRef};
+use crate::model::{ContainerKind, PodInfo, SourceRef};
 use crate::policy::{self, Decision};
-use crate::process::{decide, describe, SignalCheck, SignalStatus, Verdict};
+use crate::process::{decide, describe, SignalStatus, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -106,8 +106,8 @@ pub fn report(
         Ok(Some(p)) => p,
     };
     match &policy.action {
-        Action::Signal(sig) => {
-            let _ = writeln!(w, "  action: signal {sig}");
+        Action::Signal { signal, .. } => {
+            let _ = writeln!(w, "  action: signal {signal}");
         }
         Action::Http(spec) => {
             let host = pod
@@ -243,7 +243,7 @@ pub fn report(
             Ok(main) => format!(
                 "main pid {}{}",
                 main.pid,
-                signal_check_note(pod, &policy.action, &main)
+                signal_check_note(&policy.action, &main)
             ),
             Err(e) => format!("main process not found: {e}"),
         };
@@ -267,14 +267,9 @@ pub struct MainProcessView {
 
 /// The signal-check part of a container's line: what a signal sent now would do, decided
 /// exactly as the agent decides it before signalling. Empty unless the action is `signal`.
-pub fn signal_check_note(pod: &PodInfo, action: &Action, main: &MainProcessView) -> String {
-    let Action::Signal(signal) = action else {
+pub fn signal_check_note(action: &Action, main: &MainProcessView) -> String {
+    let Action::Signal { signal, check } = *action else {
         return String::new();
-    };
-    let signal: ReloadSignal = *signal;
-    let check = match crate::annotations::signal_check(&pod.annotations) {
-        Ok(false) => SignalCheck::Off,
-        _ => SignalCheck::On,
     };
     let status = match &main.status {
         Ok(status) => status,

@@ -238,6 +238,16 @@ impl PodInfo {
     }
 }
 
+/// Whether reloadlet reads the target's disposition before signalling
+/// (`reloadlet.io/signal-check`, parsed with the rest of the pod's annotations).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SignalCheck {
+    #[default]
+    On,
+    /// Send whatever the process would do with it.
+    Off,
+}
+
 /// Signals an annotation may ask for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReloadSignal {

@@ -2,8 +2,8 @@
 
 use crate::annotations::{self, Action, HttpPort, HttpSpec, PodPolicy};
 use crate::model::{
-    ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef,
-    ROOT_CA_CONFIGMAP,
+    ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SignalCheck, SourceKind,
+    SourceRef, ROOT_CA_CONFIGMAP,
 };
 use crate::outcome::ActionKind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,6 +67,7 @@ pub enum Decision {
     },
     Signal {
         signal: ReloadSignal,
+        check: SignalCheck,
         targets: Vec<SignalTarget>,
         cause: Cause,
     },
@@ -192,7 +193,9 @@ pub fn decide_changes(pod: &PodInfo, changed: &ChangedVolumes) -> Decision {
     let volumes: BTreeSet<&str> = triggering.iter().map(|(v, _)| *v).collect();
 
     match policy.action {
-        Action::Signal(signal) => decide_signal(pod, &policy, &volumes, signal, cause),
+        Action::Signal { signal, check } => {
+            decide_signal(pod, &policy, &volumes, (signal, check), cause)
+        }
         Action::Http(ref spec) => decide_http(pod, &policy, &volumes, spec, cause),
         Action::Evict { allow_unowned } => {
             if pod.terminating {
@@ -290,12 +293,13 @@ fn decide_signal(
     pod: &PodInfo,
     policy: &PodPolicy,
     volumes: &BTreeSet<&str>,
-    signal: ReloadSignal,
+    (signal, check): (ReloadSignal, SignalCheck),
     cause: Cause,
 ) -> Decision {
     match mounting(pod, policy, volumes, &cause) {
         Ok(containers) => Decision::Signal {
             signal,
+            check,
             targets: containers.into_iter().map(target).collect(),
             cause,
         },

@@ -132,6 +132,19 @@ fn signals_only_the_containers_that_mount_the_changed_volume() {
 }
 
 #[test]
+fn the_decision_carries_the_pods_signal_check() {
+    let check = |p: Fixture| match decide(&p.0, &changed(&["conf"])) {
+        Decision::Signal { check, .. } => check,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(check(nginx_pod()), SignalCheck::On);
+    assert_eq!(
+        check(nginx_pod().annotate("reloadlet.io/signal-check", "off")),
+        SignalCheck::Off
+    );
+}
+
+#[test]
 fn pods_without_the_annotation_are_never_touched() {
     let p = pod()
         .volume("conf", vec![cm("c")])

@@ -16,7 +16,7 @@ use crate::debounce::{Debouncer, PendingChange};
 use crate::detect::{ChangeDetector, Observation, Recorded};
 use crate::execute::evict::{EvictJob, EvictionSettings};
 use crate::execute::http::HttpJob;
-use crate::execute::signal::{self, SignalJob};
+use crate::execute::signal::SignalJob;
 pub use crate::execute::Deps;
 use crate::execute::Executor;
 use crate::http::Health;
@@ -651,7 +651,7 @@ impl Agent {
         for pod in pods {
             let signals = matches!(
                 policy::validated_policy(pod),
-                Ok(Some(p)) if matches!(p.action, crate::annotations::Action::Signal(_))
+                Ok(Some(p)) if matches!(p.action, crate::annotations::Action::Signal { .. })
             );
             if !signals || pod.terminating {
                 continue;
@@ -913,6 +913,7 @@ impl Agent {
             }
             Decision::Signal {
                 signal,
+                check,
                 targets,
                 cause,
             } => {
@@ -923,7 +924,7 @@ impl Agent {
                         signal,
                         first_seen: change.first_seen,
                         attempt: 1,
-                        check: signal::signal_check(pod),
+                        check,
                         sources: cause.sources.clone(),
                     };
                     self.exec.signal(job);

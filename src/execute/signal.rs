@@ -38,15 +38,6 @@ impl SignalJob {
     }
 }
 
-/// The pod's `reloadlet.io/signal-check` (an invalid value never gets this far: the pod's
-/// annotation is then invalid as a whole).
-pub fn signal_check(pod: &PodInfo) -> SignalCheck {
-    match crate::annotations::signal_check(&pod.annotations) {
-        Ok(false) => SignalCheck::Off,
-        _ => SignalCheck::On,
-    }
-}
-
 /// The container's current runtime ID, or why it cannot be signalled now.
 pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerId, String> {
     let c = pod

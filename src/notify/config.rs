@@ -55,7 +55,7 @@ pub struct NotifyArgs {
     /// Text put before every message, e.g. the cluster name. Fallback: ALERT_ADDITIONAL_INFO.
     #[arg(long, env = "RELOADLET_NOTIFY_INFO", value_name = "TEXT")]
     pub notify_info: Option<String>,
-    /// HTTP proxy (http://[user:password@]host:port) reached with CONNECT for every
+    /// HTTP proxy (`http://[user:password@]host:port`) reached with CONNECT for every
     /// webhook. Fallback: ALERT_WEBHOOK_PROXY.
     #[arg(
         long,

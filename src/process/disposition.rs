@@ -130,15 +130,7 @@ impl SignalStatus {
     }
 }
 
-/// Whether reloadlet checks the target's disposition before signalling
-/// (`reloadlet.io/signal-check`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SignalCheck {
-    #[default]
-    On,
-    /// Send whatever the process would do with it.
-    Off,
-}
+pub use crate::model::SignalCheck;
 
 /// How a process handles a signal it will get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
