@@ -385,6 +385,9 @@ fn idle_wakeups(agent: &Agent, window: Duration) -> (u64, usize, Duration) {
     std::thread::sleep(Duration::from_secs(1)); // settle before the idle window
     let before = procs::wakeups(agent.pid());
     std::thread::sleep(window); // the idle window itself
-    let (woke, ended) = procs::wakeups_between(&before, &procs::wakeups(agent.pid()));
+    let (woke, ended, who) = procs::wakeups_between(&before, &procs::wakeups(agent.pid()));
+    if !who.is_empty() {
+        println!("   idle window: {who}");
+    }
     (woke, ended, window)
 }

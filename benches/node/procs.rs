@@ -69,24 +69,34 @@ pub fn wakeups(pid: i32) -> std::collections::HashMap<String, u64> {
             let status = status.to_string_lossy();
             let n = kib(&status, "voluntary_ctxt_switches:").unwrap_or(0)
                 + kib(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
-            (t.file_name().to_string_lossy().into_owned(), n)
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let tid = t.file_name().to_string_lossy().into_owned();
+            (format!("{tid} {}", comm.trim_end()), n)
         })
         .collect()
 }
 
 /// Wakeups between two [`wakeups`] samples: the growth of each thread seen in both, all of
 /// a thread that started in between. A thread that ended in between is not counted (its
-/// last wakeups are lost), but reported in the second value.
+/// last wakeups are lost), but reported in the second value. The third names the threads
+/// that woke (`<tid> <name>: <wakeups>`) and those that ended.
 pub fn wakeups_between(
     before: &std::collections::HashMap<String, u64>,
     after: &std::collections::HashMap<String, u64>,
-) -> (u64, usize) {
-    let woke = after
-        .iter()
-        .map(|(tid, n)| n.saturating_sub(before.get(tid).copied().unwrap_or(0)))
-        .sum();
-    let ended = before.keys().filter(|t| !after.contains_key(*t)).count();
-    (woke, ended)
+) -> (u64, usize, String) {
+    let mut who = Vec::new();
+    let mut woke = 0;
+    for (tid, n) in after {
+        let grew = n.saturating_sub(before.get(tid).copied().unwrap_or(0));
+        if grew > 0 {
+            who.push(format!("{tid}: {grew}"));
+        }
+        woke += grew;
+    }
+    let ended: Vec<&String> = before.keys().filter(|t| !after.contains_key(*t)).collect();
+    who.extend(ended.iter().map(|t| format!("{t}: ended")));
+    who.sort();
+    (woke, ended.len(), who.join(", "))
 }
 
 /// Every process whose process group is one of `pgids`.
