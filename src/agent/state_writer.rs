@@ -138,8 +138,8 @@ fn run(store: &StateStore, jobs: &mpsc::Receiver<Job>, metrics: &Metrics) {
             }
         }
         if let Some(snapshot) = &mut pending {
-            // The file lists volumes by key, as it always has (the detector's map has no
-            // order).
+            // A stable order in the file, by volume key (the detector's map has none), so two
+            // writes of the same state are the same bytes.
             snapshot.volumes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             if write(store, snapshot, metrics) {
                 pending = None;
