@@ -653,7 +653,10 @@ impl Agent {
                 policy::validated_policy(pod),
                 Ok(Some(p)) if matches!(p.action, crate::annotations::Action::Signal { .. })
             );
-            if !signals || pod.terminating {
+            // Outside --namespaces / --exclude-namespaces nothing will be signalled: no
+            // /proc pass and no pidfd for it.
+            let in_scope = self.settings.namespaces.check(&pod.namespace).is_none();
+            if !signals || pod.terminating || !in_scope {
                 continue;
             }
             for c in pod.containers.iter().filter(|c| c.running) {

@@ -432,6 +432,22 @@ async fn ready_only_once_the_first_pod_lists_signal_targets_are_looked_up() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn pods_outside_the_namespace_filter_are_not_looked_up_ahead() {
+    use std::sync::atomic::Ordering;
+    let mut w = world(None);
+    w.agent.settings.namespaces.exclude.insert("web".into());
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    w.agent.on_pod(PodUpdate::Apply(pod("signal")));
+    assert!(w.health.is_ready());
+    assert_eq!(w.processes.warms.load(Ordering::Relaxed), 0);
+    // In scope, the same pod is looked up.
+    let mut w = world(None);
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    wait_for("/readyz after the warm pass", || w.health.is_ready());
+    assert_eq!(w.processes.warms.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn ready_at_once_when_the_first_pod_list_has_nothing_to_signal() {
     let mut w = world(None);
     w.agent.on_pod(PodUpdate::Resync(vec![pod("evict")]));
