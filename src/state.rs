@@ -14,7 +14,6 @@ use crate::model::{VolumeKey, VolumePlugin};
 use crate::volume_hash::{HashKey, VolumeDigest};
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -241,7 +240,7 @@ impl Serialize for Volumes<'_> {
         s.collect_map(
             self.0
                 .iter()
-                .map(|(key, digest)| (Text(VolumeName(key)), Parts(digest))),
+                .map(|(key, digest)| (VolumeName(key), Parts(digest))),
         )
     }
 }
@@ -249,10 +248,15 @@ impl Serialize for Volumes<'_> {
 /// The key of a volume in the file; [`parse_key`] reads it back.
 struct VolumeName<'a>(&'a VolumeKey);
 
-impl fmt::Display for VolumeName<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Serialize for VolumeName<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let k = self.0;
-        write!(f, "{}/{}/{}", k.pod_uid, k.plugin.as_str(), k.volume)
+        s.collect_str(&format_args!(
+            "{}/{}/{}",
+            k.pod_uid,
+            k.plugin.as_str(),
+            k.volume
+        ))
     }
 }
 
@@ -260,25 +264,18 @@ struct Parts<'a>(&'a VolumeDigest);
 
 impl Serialize for Parts<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.parts().map(|(part, hash)| (part, Text(Hex(hash)))))
+        s.collect_map(self.0.parts().map(|(part, hash)| (part, Hex(hash))))
     }
 }
 
-/// Serializes anything printable as a string, without building the string first.
-struct Text<T>(T);
-
-impl<T: fmt::Display> Serialize for Text<T> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
-    }
-}
-
-/// Lower-case hex, as `hex::encode` writes it.
+/// A digest as lower-case hex, encoded on the stack.
 struct Hex<'a>(&'a [u8; 32]);
 
-impl fmt::Display for Hex<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+impl Serialize for Hex<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut text = [0u8; 64];
+        hex::encode_to_slice(self.0, &mut text).expect("32 bytes are 64 hex digits");
+        s.serialize_str(std::str::from_utf8(&text).expect("hex digits are ASCII"))
     }
 }
 

@@ -93,15 +93,23 @@ impl fmt::Debug for HashKey {
 pub struct VolumeDigest(Arc<[(Box<str>, [u8; 32])]>);
 
 impl VolumeDigest {
-    /// From part → hash pairs in any order; a part named twice keeps its last hash.
+    /// From part → hash pairs in any order; a part named twice keeps its last hash. Pairs
+    /// already in order (a `BTreeMap`'s) cost one pass: the sort is stable and finds the run.
     pub fn from_parts(parts: impl IntoIterator<Item = (String, [u8; 32])>) -> Self {
-        let sorted: BTreeMap<String, [u8; 32]> = parts.into_iter().collect();
-        Self(
-            sorted
-                .into_iter()
-                .map(|(part, hash)| (part.into_boxed_str(), hash))
-                .collect(),
-        )
+        let mut parts: Vec<(Box<str>, [u8; 32])> = parts
+            .into_iter()
+            .map(|(part, hash)| (part.into_boxed_str(), hash))
+            .collect();
+        parts.sort_by(|a, b| a.0.cmp(&b.0));
+        // Of equal names (kept in their order by the stable sort) the last one stays.
+        parts.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        Self(parts.into())
     }
 
     /// The parts and their hashes, by part name.
@@ -838,6 +846,21 @@ mod tests {
         hash_volume(dir.path(), 1 << 20, &key(), &Layout::of(&mixed_spec()))
             .unwrap()
             .unwrap()
+    }
+
+    #[test]
+    fn a_digest_is_sorted_by_part_and_a_repeated_part_keeps_its_last_hash() {
+        let d = VolumeDigest::from_parts([
+            ("secret/b".to_string(), [1; 32]),
+            ("configmap/a".to_string(), [2; 32]),
+            ("secret/b".to_string(), [3; 32]),
+        ]);
+        assert_eq!(
+            d.parts().collect::<Vec<_>>(),
+            [("configmap/a", &[2; 32]), ("secret/b", &[3; 32])]
+        );
+        assert_eq!(d.get("secret/b"), Some(&[3; 32]));
+        assert_eq!(d.get("secret/c"), None);
     }
 
     #[test]

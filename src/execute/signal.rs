@@ -54,10 +54,10 @@ pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerI
 /// How a delivery ends up: its outcome (metric label, log field, Event reason) and the
 /// Event's note.
 pub fn report(job: &SignalJob, delivery: &Delivery) -> (Outcome, String) {
-    let (signal, container, cause) = (job.signal, &job.container, job.cause());
     if delivery.verdict.handled() {
         return (Outcome::Signaled, signaled_note(job, delivery.pid));
     }
+    let (signal, container, cause) = (job.signal, &job.container, job.cause());
     let what = delivery.describe(signal);
     if delivery.sent() {
         (
