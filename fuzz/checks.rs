@@ -2,8 +2,10 @@
 //! cargo-fuzz targets (nightly, libFuzzer) and `tests/fuzz_parsers.rs` (stable, a
 //! bounded random search): each function panics when a property fails.
 
-use reloadlet::model::{ContainerId, ContainerRuntime};
-use reloadlet::process::cgroup::{container_of, matches, normalize_pod_uid, parse_proc_cgroup};
+use reloadlet::core::model::{ContainerId, ContainerRuntime};
+use reloadlet::host::process::cgroup::{
+    container_of, matches, normalize_pod_uid, parse_proc_cgroup,
+};
 
 /// `/proc/<pid>/cgroup` text: never panics, every line kept is well formed, and every
 /// path it yields satisfies [`cgroup_path`].
@@ -95,11 +97,11 @@ pub fn container_id(data: &[u8]) {
 /// accepted policy is well formed; and the decision built on it never targets a container
 /// the pod does not have, never a classic init container, and only allowed signals.
 pub fn annotations(data: &[u8]) {
-    use reloadlet::model::{
+    use reloadlet::core::model::{
         ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef, VolumeMount,
         VolumeSpec,
     };
-    use reloadlet::policy::{decide, Decision};
+    use reloadlet::core::policy::{decide, Decision};
     use std::collections::{BTreeMap, BTreeSet};
 
     let text = String::from_utf8_lossy(data);
@@ -108,7 +110,7 @@ pub fn annotations(data: &[u8]) {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    if let Ok(Some(policy)) = reloadlet::annotations::parse(&annotations) {
+    if let Ok(Some(policy)) = reloadlet::core::annotations::parse(&annotations) {
         for list in [&policy.containers, &policy.configmaps, &policy.secrets]
             .into_iter()
             .flatten()
@@ -184,8 +186,8 @@ pub fn annotations(data: &[u8]) {
 /// `/proc/<pid>/status` text: never panics; a parsed status gives every signal a verdict
 /// that follows the masks (a handler or a mask always sends, `SIG_IGN` alone never does).
 pub fn proc_status(data: &[u8]) {
-    use reloadlet::model::ReloadSignal;
-    use reloadlet::process::{decide, describe, SignalCheck, SignalStatus, Verdict};
+    use reloadlet::core::model::ReloadSignal;
+    use reloadlet::host::process::{decide, describe, SignalCheck, SignalStatus, Verdict};
     let text = String::from_utf8_lossy(data);
     let Some(status) = SignalStatus::parse(&text) else {
         return;

@@ -1,11 +1,11 @@
 //! `reloadlet explain --pod NS/NAME`: what reloadlet would do for a pod, and why (pure report;
 //! the caller supplies the main PIDs it could find, the node, and the PDBs).
 
-use crate::annotations::Action;
-use crate::filters::Scope;
-use crate::model::{ContainerKind, PodInfo, SourceRef};
-use crate::policy::{self, Decision};
-use crate::process::{decide, describe, SignalStatus, Verdict};
+use crate::core::annotations::Action;
+use crate::core::filters::Scope;
+use crate::core::model::{ContainerKind, PodInfo, SourceRef};
+use crate::core::policy::{self, Decision};
+use crate::host::process::{decide, describe, SignalStatus, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -146,7 +146,7 @@ pub fn report(
                     let _ = writeln!(
                         w,
                         "  WARNING (NoDisruptionBudget): {}",
-                        crate::disruption_budgets::no_budget_note()
+                        crate::core::disruption_budgets::no_budget_note()
                     );
                 }
                 Some(Ok(names)) => {
@@ -193,8 +193,8 @@ pub fn report(
         };
         let _ = writeln!(w, "    {} [{}]: {verdict}", v.name, sources.join(", "));
         for source in &v.sources {
-            if source.kind == crate::model::SourceKind::ConfigMap
-                && source.name == crate::model::ROOT_CA_CONFIGMAP
+            if source.kind == crate::core::model::SourceKind::ConfigMap
+                && source.name == crate::core::model::ROOT_CA_CONFIGMAP
                 && !policy::source_counts(pod, source)
             {
                 let _ = writeln!(
@@ -288,7 +288,7 @@ pub fn signal_check_note(action: &Action, main: &MainProcessView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ContainerInfo, SourceKind, VolumeMount, VolumeSpec};
+    use crate::core::model::{ContainerInfo, SourceKind, VolumeMount, VolumeSpec};
 
     #[test]
     fn explains_targets_warnings_and_pids() {
@@ -382,7 +382,7 @@ mod tests {
             "{text}"
         );
         let excluded = Scope {
-            namespaces: crate::filters::NamespaceFilter {
+            namespaces: crate::core::filters::NamespaceFilter {
                 exclude: ["web".to_string()].into(),
                 ..Default::default()
             },

@@ -1,37 +1,32 @@
-//! reloadlet: a node agent that reloads pods in place when the kubelet projects new
-//! ConfigMap or Secret content into their volumes.
+//! reloadlet: reloads Kubernetes pods when the content they consume changes — in place (a
+//! signal, an HTTP call) or by replacing them through the Eviction API.
 //!
-//! Data flows one way:
-//! `watch` (inotify) → `detect` (content hashes) → `pod_index` → `policy` (decide, pure) →
-//! `execute` (signal through `process`, evict through `k8s::eviction`, Events through
-//! `k8s::events`; the edges as traits in `ports`) → `outcome` (one vocabulary for metrics,
-//! logs and Events). `agent` is the node's event loop; `controller` the cluster's.
+//! The layout is the architecture. Data flows one way:
+//!
+//! ```text
+//! inotify / API watch ─▶ detect ─▶ map to pod ─▶ decide ─▶ execute ─▶ signal / evict / HTTP / patch / Event
+//!   host, k8s (edges)     core       core          core     execute     host, k8s, outbound (edges)
+//! ```
+//!
+//! - [`core`]: pure and synchronous, no Kubernetes client, no I/O: the model, annotations,
+//!   change detection, the pod index, decisions and the outcome vocabulary.
+//! - [`agent`]: the node mode's loop (inotify → signal/evict/http); [`controller`]: the
+//!   cluster mode's loop (API watches → nudge, env consumers).
+//! - [`execute`]: the one executor every effect goes through, behind the traits in [`ports`].
+//! - The edges: [`k8s`] (the API server), [`host`] (inotify, /proc, cgroups, pidfd, the
+//!   volume files, the state file), [`outbound`] (reload endpoints, notifications).
+//! - [`serve`]: health and metrics; [`config`]: flags and environment, parsed once;
+//!   [`wiring`]: each mode assembled from the above; [`explain`]: the third command.
 
 pub mod agent;
-pub mod annotations;
 pub mod config;
 pub mod controller;
-pub mod debounce;
-pub mod detect;
-pub mod disruption_budgets;
+pub mod core;
 pub mod execute;
 pub mod explain;
-pub mod filters;
-pub mod http;
-pub mod http_client;
+pub mod host;
 pub mod k8s;
-pub mod label_selector;
-pub mod memory;
-pub mod metrics;
-pub mod model;
-pub mod notify;
-pub mod nudge_delay;
-pub mod outcome;
-pub mod pod_index;
-pub mod policy;
+pub mod outbound;
 pub mod ports;
-pub mod process;
-pub mod reload_client;
-pub mod state;
-pub mod volume_hash;
-pub mod watch;
+pub mod serve;
+pub mod wiring;

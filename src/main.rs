@@ -7,7 +7,9 @@ use reloadlet::agent::{Agent, Deps};
 use reloadlet::config::{Cli, Command, ExplainArgs, LogFormat, Settings};
 use reloadlet::execute::evict::EvictionSettings;
 use reloadlet::explain;
-use reloadlet::http::{self, Health};
+use reloadlet::host::inotify::WatcherOptions;
+use reloadlet::host::process::{ContainerProcesses, ProcFs};
+use reloadlet::host::state_file::StateStore;
 use reloadlet::k8s::api_backoff::ApiMetrics;
 use reloadlet::k8s::client::Clients;
 use reloadlet::k8s::events::QueuedRecorder;
@@ -16,10 +18,8 @@ use reloadlet::k8s::pdb_watch::{self, SharedBudgets};
 use reloadlet::k8s::pod_convert;
 use reloadlet::k8s::pod_view::PodView;
 use reloadlet::k8s::pod_watch::{self, PodWatchConfig, PodWatchReport};
-use reloadlet::metrics::Metrics;
-use reloadlet::process::{ContainerProcesses, ProcFs};
-use reloadlet::state::StateStore;
-use reloadlet::watch::WatcherOptions;
+use reloadlet::serve::health::{self, Health};
+use reloadlet::serve::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     };
     let format = cli.log_format;
     init_tracing(format);
-    reloadlet::memory::limit_malloc_arenas();
+    reloadlet::host::memory::limit_malloc_arenas();
     // The agent's volume → signal path runs on its own thread (`agent::hot_thread`); this
     // runtime carries the API watches, Events, evictions, retries and the HTTP server: one
     // worker is plenty, and each worker is another stack and malloc arena in the RSS.
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
             runtime.block_on(async {
                 let shutdown = CancellationToken::new();
                 tokio::spawn(shutdown_on_signal(shutdown.clone()));
-                match reloadlet::k8s::controller_serve::serve(settings, shutdown).await {
+                match reloadlet::wiring::controller::serve(settings, shutdown).await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => fail(settings_format, &e),
                 }
@@ -151,7 +151,9 @@ async fn run(settings: Settings) -> ExitCode {
         settings.hot_thread_slice,
     ) {
         Ok(armed) => armed,
-        Err(e @ reloadlet::watch::WatchError::PodsDir { .. }) => return fail(&e.to_string()),
+        Err(e @ reloadlet::host::inotify::WatchError::PodsDir { .. }) => {
+            return fail(&e.to_string())
+        }
         Err(e) => {
             return fail(&format!(
                 "cannot watch {}: {e}",
@@ -176,7 +178,7 @@ async fn run(settings: Settings) -> ExitCode {
     };
     let mut registry = Registry::with_prefix("reloadlet");
     let metrics = Metrics::new(&mut registry);
-    let notify_metrics = reloadlet::notify::NotifyMetrics::new(&mut registry);
+    let notify_metrics = reloadlet::outbound::notify::NotifyMetrics::new(&mut registry);
     let api_metrics = ApiMetrics::new(&mut registry);
     let health = Arc::new(Health::default());
     health.beat();
@@ -184,7 +186,7 @@ async fn run(settings: Settings) -> ExitCode {
         Ok(l) => l,
         Err(e) => return fail(&format!("cannot listen on {}: {e}", settings.listen)),
     };
-    let app = http::router(health.clone(), Arc::new(registry));
+    let app = health::router(health.clone(), Arc::new(registry));
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "HTTP server stopped");
@@ -212,12 +214,12 @@ async fn run(settings: Settings) -> ExitCode {
     ));
     // No HTTP client at all while notifications are off.
     let notifier = if !settings.notify.enabled() {
-        reloadlet::notify::Notifier::disabled()
+        reloadlet::outbound::notify::Notifier::disabled()
     } else {
-        match reloadlet::notify::HttpPoster::for_settings(&settings.notify) {
+        match reloadlet::outbound::notify::HttpPoster::for_settings(&settings.notify) {
             Ok(poster) => {
                 tracing::info!(notify = %settings.notify.describe(), "notifications on");
-                reloadlet::notify::Notifier::start(
+                reloadlet::outbound::notify::Notifier::start(
                     &settings.notify,
                     poster,
                     notify_metrics,
@@ -227,7 +229,9 @@ async fn run(settings: Settings) -> ExitCode {
             Err(e) => return fail(&format!("notifications: {e}")),
         }
     };
-    let http = match reloadlet::reload_client::ReloadClient::new(settings.http_ca_file.as_deref()) {
+    let http = match reloadlet::outbound::reload_client::ReloadClient::new(
+        settings.http_ca_file.as_deref(),
+    ) {
         Ok(c) => c,
         Err(e) => return fail(&e.to_string()),
     };

@@ -3,11 +3,11 @@
 //! container's main process). The real implementations live in `k8s/` and `process/`;
 //! [`fake`] holds one fake of each for unit tests.
 
-use crate::model::PodInfo;
+use crate::core::model::PodInfo;
 use futures::future::BoxFuture;
 use std::time::Duration;
 
-pub use crate::process::ContainerProcesses;
+pub use crate::host::process::ContainerProcesses;
 
 /// The pod an event or an eviction is about.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,7 +38,7 @@ impl From<&PodInfo> for PodRef {
 pub struct PodEvent {
     pub warning: bool,
     /// `Signaled`, `SignalNotHandled`, `InvalidAnnotation`, `SubPathNotUpdated`, `SignalFailed`,
-    /// `EvictionRequested`, … (from [`crate::outcome::Outcome::event`]).
+    /// `EvictionRequested`, … (from [`crate::core::outcome::Outcome::event`]).
     pub reason: &'static str,
     /// Short PascalCase verb: `Signal`, `Evict`, `Validate`.
     pub action: &'static str,
@@ -87,7 +87,7 @@ pub trait Evictor: Send + Sync {
 /// One reload request to a pod (`reloadlet.io/action: http`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpCall {
-    pub method: crate::annotations::HttpMethod,
+    pub method: crate::core::annotations::HttpMethod,
     /// `<scheme>://<pod IP>:<port><path>`.
     pub url: String,
     pub body: String,
@@ -115,8 +115,10 @@ pub trait HttpCaller: Send + Sync {
 #[cfg(test)]
 pub mod fake {
     use super::*;
-    use crate::model::{ContainerId, ReloadSignal};
-    use crate::process::{decide, Delivery, MainProcess, ProcessError, SignalCheck, SignalStatus};
+    use crate::core::model::{ContainerId, ReloadSignal};
+    use crate::host::process::{
+        decide, Delivery, MainProcess, ProcessError, SignalCheck, SignalStatus,
+    };
     use std::collections::VecDeque;
     use std::sync::Mutex;
 

@@ -168,8 +168,8 @@ fn the_search_reaches_containers_and_conmon() {
     let (mut containers, mut conmons) = (0, 0);
     for _ in 0..2_000 {
         let text = String::from_utf8_lossy(&mutate(&mut rng, &seeds)).into_owned();
-        for line in reloadlet::process::cgroup::parse_proc_cgroup(&text) {
-            match reloadlet::process::cgroup::container_of(&line.path) {
+        for line in reloadlet::host::process::cgroup::parse_proc_cgroup(&text) {
+            match reloadlet::host::process::cgroup::container_of(&line.path) {
                 Some(c) if c.conmon => conmons += 1,
                 Some(_) => containers += 1,
                 None => {}

@@ -1,7 +1,7 @@
 //! The dashboard, the alert rules and the docs name only metrics reloadlet really exports.
 
 use prometheus_client::registry::Registry;
-use reloadlet::metrics::{ActionKind, Metrics, Outcome, PluginLabels};
+use reloadlet::serve::metrics::{ActionKind, Metrics, Outcome, PluginLabels};
 use std::collections::BTreeSet;
 
 fn exported() -> BTreeSet<String> {
@@ -19,7 +19,7 @@ fn exported() -> BTreeSet<String> {
             plugin: "configmap",
         })
         .inc();
-    reloadlet::metrics::encode(&reg)
+    reloadlet::serve::metrics::encode(&reg)
         .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.split(['{', ' ']).next())
@@ -84,8 +84,8 @@ async fn scrape(accept: Option<&str>) -> (String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut reg = Registry::with_prefix("reloadlet");
     let _m = Metrics::new(&mut reg);
-    let health = std::sync::Arc::new(reloadlet::http::Health::default());
-    let app = reloadlet::http::router(health, std::sync::Arc::new(reg));
+    let health = std::sync::Arc::new(reloadlet::serve::health::Health::default());
+    let app = reloadlet::serve::health::router(health, std::sync::Arc::new(reg));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });

@@ -6,8 +6,8 @@ mod notify_support;
 
 use axum::http::Method;
 use notify_support::*;
-use reloadlet::notify::poster::Scripted;
-use reloadlet::notify::{
+use reloadlet::outbound::notify::poster::Scripted;
+use reloadlet::outbound::notify::{
     Action, FakePoster, Format, Notifier, NotifyArgs, NotifyMetrics, NotifyOn, NotifySettings,
     Outcome, PostResponse, SecretUrl, Submitted,
 };
@@ -358,12 +358,12 @@ async fn a_full_queue_drops_the_oldest_and_counts_it() {
 #[derive(Clone, Default)]
 struct DeadHost(Arc<Mutex<Vec<String>>>);
 
-impl reloadlet::notify::Poster for DeadHost {
+impl reloadlet::outbound::notify::Poster for DeadHost {
     async fn post(
         &self,
         url: &SecretUrl,
-        _: &reloadlet::notify::Payload,
-    ) -> Result<PostResponse, reloadlet::notify::PostError> {
+        _: &reloadlet::outbound::notify::Payload,
+    ) -> Result<PostResponse, reloadlet::outbound::notify::PostError> {
         let host = url.expose().host().unwrap_or_default().to_owned();
         self.0.lock().unwrap().push(host.clone());
         if host == "dead.example" {

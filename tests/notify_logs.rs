@@ -6,7 +6,7 @@
 mod notify_support;
 
 use notify_support::*;
-use reloadlet::notify::Format;
+use reloadlet::outbound::notify::Format;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
-use reloadlet::model::{ContainerId, ContainerRuntime, ReloadSignal};
-use reloadlet::process::{ContainerProcesses, ProcFs, ProcessError};
+use reloadlet::core::model::{ContainerId, ContainerRuntime, ReloadSignal};
+use reloadlet::host::process::{ContainerProcesses, ProcFs, ProcessError};
 use wait::*;
 
 const USR1_BIT: u64 = 1 << (10 - 1);

@@ -17,9 +17,9 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use reloadlet::model::VolumeKey;
-use reloadlet::model::VolumePlugin::{ConfigMap, Secret};
-use reloadlet::watch::{LookCause, VolumeWatcher, WatchEvent, WatcherOptions};
+use reloadlet::core::model::VolumeKey;
+use reloadlet::core::model::VolumePlugin::{ConfigMap, Secret};
+use reloadlet::host::inotify::{LookCause, VolumeWatcher, WatchEvent, WatcherOptions};
 use watch_support::*;
 
 /// Serialises the tests of this binary that change global sysctls.

@@ -7,8 +7,8 @@ use std::fs;
 use std::time::Duration;
 
 use inotify::{EventMask, Inotify, WatchMask};
-use reloadlet::model::VolumePlugin::{Projected, Secret};
-use reloadlet::watch::{LookCause, VolumeWatcher, WatchEvent, WatcherOptions};
+use reloadlet::core::model::VolumePlugin::{Projected, Secret};
+use reloadlet::host::inotify::{LookCause, VolumeWatcher, WatchEvent, WatcherOptions};
 use watch_support::*;
 
 #[test]

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::time::{Duration, Instant};
 
-use reloadlet::model::VolumePlugin::{ConfigMap, Projected, Secret};
-use reloadlet::watch::{LookCause, VolumeWatcher, WatchError, WatchEvent, WatcherOptions};
+use reloadlet::core::model::VolumePlugin::{ConfigMap, Projected, Secret};
+use reloadlet::host::inotify::{LookCause, VolumeWatcher, WatchError, WatchEvent, WatcherOptions};
 use watch_support::*;
 
 const SOON: Duration = Duration::from_secs(10);

@@ -1,11 +1,11 @@
 //! Warning Event `NoDisruptionBudget`, once per pod, for pods whose action is `evict` and that
 //! no PodDisruptionBudget selects (the Eviction API would then evict every replica at once).
 
-use crate::annotations::Action;
-use crate::disruption_budgets::BudgetIndex;
-use crate::filters::NamespaceFilter;
-use crate::model::PodInfo;
-use crate::policy;
+use crate::core::annotations::Action;
+use crate::core::disruption_budgets::BudgetIndex;
+use crate::core::filters::NamespaceFilter;
+use crate::core::model::PodInfo;
+use crate::core::policy;
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
@@ -82,7 +82,7 @@ impl BudgetWarnings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::label_selector::LabelSelector;
+    use crate::core::label_selector::LabelSelector;
 
     fn pod(uid: &str, action: &str, app: &str) -> PodInfo {
         PodInfo {

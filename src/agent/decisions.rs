@@ -5,8 +5,8 @@
 //! annotations are parsed and its containers matched once per pod version instead of once per
 //! swap, off the path between the kernel's event and the signal.
 
-use crate::model::PodInfo;
-use crate::policy::{self, ChangedVolumes, Decision};
+use crate::core::model::PodInfo;
+use crate::core::policy::{self, ChangedVolumes, Decision};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 

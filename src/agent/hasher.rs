@@ -3,9 +3,9 @@
 //! holds up the signal of another pod's change. Started on the first big volume; ends when
 //! the agent drops it.
 
-use crate::model::VolumeKey;
-use crate::volume_hash::{hash_volume_counted, CountedResult, HashKey, Layout};
-use crate::watch::LookCause;
+use crate::core::model::VolumeKey;
+use crate::host::inotify::LookCause;
+use crate::host::volume_hash::{hash_volume_counted, CountedResult, HashKey, Layout};
 use std::path::PathBuf;
 use tokio::sync::mpsc;
 
@@ -16,7 +16,7 @@ pub struct HashJob {
     pub cause: LookCause,
     pub layout: Layout,
     pub max_bytes: u64,
-    /// The hash of a swapped volume taken after the action ([`crate::detect::ChangeDetector::record`]),
+    /// The hash of a swapped volume taken after the action ([`crate::core::detect::ChangeDetector::record`]),
     /// not a look.
     pub after_action: bool,
 }
@@ -93,7 +93,7 @@ impl Hasher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::VolumePlugin;
+    use crate::core::model::VolumePlugin;
 
     #[tokio::test]
     async fn a_volume_is_hashed_on_the_hasher_thread_and_comes_back_with_its_size() {
@@ -120,12 +120,14 @@ mod tests {
         assert!(hasher.send(job).is_ok());
         let done = rx.recv().await.unwrap();
         assert_eq!(done.key, volume);
-        let crate::volume_hash::CountedHash { digest, read, .. } = done.result.unwrap().unwrap();
+        let crate::host::volume_hash::CountedHash { digest, read, .. } =
+            done.result.unwrap().unwrap();
         assert!(read >= 300_000, "{read}");
-        let inline = crate::volume_hash::hash_volume(dir.path(), 1 << 20, &key, &Layout::whole())
-            .unwrap()
-            .unwrap();
+        let inline =
+            crate::host::volume_hash::hash_volume(dir.path(), 1 << 20, &key, &Layout::whole())
+                .unwrap()
+                .unwrap();
         assert_eq!(digest, inline, "the same digest as a hash in place");
-        assert_eq!(crate::volume_hash::content_bytes(dir.path()), 300_000);
+        assert_eq!(crate::host::volume_hash::content_bytes(dir.path()), 300_000);
     }
 }

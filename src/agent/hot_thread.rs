@@ -18,8 +18,8 @@
 //! copies events until the buffer is full): one wake-up per burst, not per event.
 
 use super::Agent;
+use crate::host::inotify::{VolumeWatcher, WatchError, WatchStats, WatcherOptions};
 use crate::k8s::pod_watch::PodUpdate;
-use crate::watch::{VolumeWatcher, WatchError, WatchStats, WatcherOptions};
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};

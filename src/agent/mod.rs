@@ -12,27 +12,27 @@ pub mod state_writer;
 mod tests;
 
 use crate::config::Settings;
-use crate::debounce::{Debouncer, PendingChange};
-use crate::detect::{ChangeDetector, Observation, Recorded};
+use crate::core::debounce::{Debouncer, PendingChange};
+use crate::core::detect::{ChangeDetector, Observation, Recorded};
+use crate::core::model::{PodInfo, VolumeKey, VolumePlugin};
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pod_index::{IndexChange, PodIndex};
+use crate::core::policy::{self, ChangedVolumes, Decision};
 use crate::execute::evict::{EvictJob, EvictionSettings};
 use crate::execute::http::HttpJob;
 use crate::execute::signal::SignalJob;
 pub use crate::execute::Deps;
 use crate::execute::Executor;
-use crate::http::Health;
-use crate::k8s::pod_watch::PodUpdate;
-use crate::metrics::Metrics;
-use crate::model::{PodInfo, VolumeKey, VolumePlugin};
-use crate::outcome::{ActionKind, Outcome};
-use crate::pod_index::{IndexChange, PodIndex};
-use crate::policy::{self, ChangedVolumes, Decision};
-use crate::ports::PodRef;
-use crate::state::{SavedState, StateStore};
-use crate::volume_hash::{
+use crate::host::inotify::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
+use crate::host::state_file::{SavedState, StateStore};
+use crate::host::volume_hash::{
     data_target, hash_volume_counted, legacy_sha256, CountedResult, DataTarget, HashKey, Layout,
     VolumeDigest,
 };
-use crate::watch::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
+use crate::k8s::pod_watch::PodUpdate;
+use crate::ports::PodRef;
+use crate::serve::health::Health;
+use crate::serve::metrics::Metrics;
 use prometheus_client::metrics::counter::Counter;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ const CHORES_DELAY: Duration = Duration::from_secs(1);
 
 /// Volumes whose last hash read more than this are hashed on the hasher thread
 /// ([`hasher`]); smaller ones in place, on the hot thread. A volume not hashed yet is sized
-/// from its files' metadata first ([`crate::volume_hash::content_bytes`]).
+/// from its files' metadata first ([`crate::host::volume_hash::content_bytes`]).
 pub const INLINE_HASH_BYTES: u64 = 256 * 1024;
 
 /// What woke the loop.
@@ -58,7 +58,7 @@ enum Wake {
     /// A big volume's hash came back from the hasher thread.
     Hashed(Option<hasher::Hashed>),
     Shutdown,
-    Watch(Result<Vec<WatchEvent>, crate::watch::WatchError>),
+    Watch(Result<Vec<WatchEvent>, crate::host::inotify::WatchError>),
     Pod(Option<PodUpdate>),
     Due,
     /// Evictions or budgets changed.
@@ -98,7 +98,7 @@ pub struct Agent {
     /// Warning `NoDisruptionBudget` for evict pods (off without [`Agent::with_budgets`]).
     budget_warnings: budget_warnings::BudgetWarnings,
     /// Fast projection: when each pod's latest nudge was seen.
-    nudges: crate::nudge_delay::NudgeDelays,
+    nudges: crate::core::nudge_delay::NudgeDelays,
     /// When [`Self::chores`] run next (`None`: nothing to do, no timer).
     chores_at: Option<Instant>,
     /// Big volumes go to the hasher thread.
@@ -196,7 +196,7 @@ impl Agent {
     /// Warns about evict pods that no PodDisruptionBudget in `budgets` selects.
     pub fn with_budgets(
         mut self,
-        budgets: Arc<RwLock<crate::disruption_budgets::BudgetIndex>>,
+        budgets: Arc<RwLock<crate::core::disruption_budgets::BudgetIndex>>,
     ) -> Self {
         self.budget_warnings = budget_warnings::BudgetWarnings::new(budgets);
         self
@@ -416,7 +416,7 @@ impl Agent {
         }
         let size = match self.sizes.get(key) {
             Some(&size) => size,
-            None => crate::volume_hash::content_bytes(&dir),
+            None => crate::host::volume_hash::content_bytes(&dir),
         };
         match self.hash_here_or_send(key, dir, layout, cause, false, size) {
             Some(result) => self.observe_hash(key, cause, result, now),
@@ -651,7 +651,7 @@ impl Agent {
         for pod in pods {
             let signals = matches!(
                 policy::validated_policy(pod),
-                Ok(Some(p)) if matches!(p.action, crate::annotations::Action::Signal { .. })
+                Ok(Some(p)) if matches!(p.action, crate::core::annotations::Action::Signal { .. })
             );
             // Outside --namespaces / --exclude-namespaces nothing will be signalled: no
             // /proc pass and no pidfd for it.
@@ -722,7 +722,7 @@ impl Agent {
                 }
                 self.look_deferred();
                 // Decoding a full pod list is the agent's largest allocation: hand it back.
-                crate::memory::release_free_heap();
+                crate::host::memory::release_free_heap();
                 if self.synced {
                     self.metrics.api_watch_restarts.inc();
                 } else {
@@ -765,7 +765,7 @@ impl Agent {
     fn see_nudge(&mut self, pod: &PodInfo) {
         let nudge = pod
             .annotations
-            .get(crate::annotations::PROJECTION_NUDGE)
+            .get(crate::core::annotations::PROJECTION_NUDGE)
             .map(String::as_str);
         if let Some(delay) = self
             .nudges
@@ -974,7 +974,7 @@ impl Agent {
             .due(index.iter(), &self.settings.namespaces);
         drop(index);
         for pod in due {
-            let note = crate::disruption_budgets::no_budget_note();
+            let note = crate::core::disruption_budgets::no_budget_note();
             let outcome = Outcome::NoDisruptionBudget;
             tracing::warn!(pod = %pod.full_name(), action = "evict", outcome = outcome.as_str(), "{note}");
             self.exec

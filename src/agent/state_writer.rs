@@ -7,10 +7,10 @@
 //! keeps only the newest one not yet written. A failed write is counted, logged and retried
 //! with the newest snapshot after 1 s, doubling up to 60 s; it never spins.
 
-use crate::metrics::Metrics;
-use crate::model::VolumeKey;
-use crate::state::{PendingEviction, StateStore};
-use crate::volume_hash::VolumeDigest;
+use crate::core::model::VolumeKey;
+use crate::host::state_file::{PendingEviction, StateStore};
+use crate::host::volume_hash::VolumeDigest;
+use crate::serve::metrics::Metrics;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 

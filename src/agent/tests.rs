@@ -2,13 +2,13 @@
 //! (processes, Eviction API, Events), a real volume in a temp dir and explicit instants.
 
 use super::*;
-use crate::annotations;
 use crate::config::LogFormat;
-use crate::model::{
+use crate::core::annotations;
+use crate::core::model::{
     ContainerId, ContainerInfo, ContainerKind, SourceKind, SourceRef, VolumeMount, VolumeSpec,
 };
+use crate::host::state_file::PendingEviction;
 use crate::ports::fake;
-use crate::state::PendingEviction;
 use std::path::Path;
 
 const UID: &str = "0f0e0d0c-0b0a-4900-8800-000000000001";
@@ -59,7 +59,7 @@ fn world(saved: Option<SavedState>) -> World {
         processes: processes.clone(),
         evictor: evictor.clone(),
         http: http.clone(),
-        notifier: crate::notify::Notifier::disabled(),
+        notifier: crate::outbound::notify::Notifier::disabled(),
     };
     let store = saved.map(|saved| {
         let store = StateStore::open(&dir.path().join("state")).unwrap();

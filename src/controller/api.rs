@@ -4,7 +4,7 @@
 use super::env_hash::ObjectData;
 use super::lease::LeaseRecord;
 use super::nudges::ObjectKey;
-use crate::model::{PodInfo, SourceKind};
+use crate::core::model::{PodInfo, SourceKind};
 use futures::future::BoxFuture;
 use std::future::Future;
 
@@ -201,7 +201,7 @@ pub mod fake {
                 match s.pods.get_mut(&(namespace.to_owned(), name.to_owned())) {
                     Some(p) => {
                         p.annotations.insert(
-                            crate::annotations::PROJECTION_NUDGE.to_owned(),
+                            crate::core::annotations::PROJECTION_NUDGE.to_owned(),
                             value.to_owned(),
                         );
                         Ok(())

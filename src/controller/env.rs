@@ -10,8 +10,8 @@
 
 use super::env_hash::{digest, format_baseline, parse_baseline, references, ObjectData, Selector};
 use super::nudges::ObjectKey;
-use crate::annotations::ENV_BASELINE;
-use crate::model::{PodInfo, SourceRef};
+use crate::core::annotations::ENV_BASELINE;
+use crate::core::model::{PodInfo, SourceRef};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Debug)]
@@ -319,7 +319,7 @@ impl EnvTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{EnvKeys, EnvRef, SourceKind};
+    use crate::core::model::{EnvKeys, EnvRef, SourceKind};
 
     fn pod(uid: &str, keys: &[&str], baseline: Option<&str>) -> PodInfo {
         let mut annotations =

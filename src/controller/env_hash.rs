@@ -9,8 +9,8 @@
 //! (`secret.Data`) as `<prefix><key>`, nothing when an `optional` object is missing. It reads
 //! them once, when it creates the container: a running container never sees a change.
 
-use crate::annotations::{self, Action};
-use crate::model::{EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef};
+use crate::core::annotations::{self, Action};
+use crate::core::model::{EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt;

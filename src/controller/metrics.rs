@@ -1,6 +1,6 @@
 //! The controller's Prometheus metrics (`reloadlet_nudges_total`, …), on their own registry.
 
-use crate::model::SourceKind;
+use crate::core::model::SourceKind;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -147,7 +147,7 @@ mod tests {
     fn every_series_exists_at_zero() {
         let mut r = Registry::with_prefix("reloadlet");
         let _m = ControllerMetrics::new(&mut r);
-        let text = crate::metrics::encode(&r);
+        let text = crate::serve::metrics::encode(&r);
         assert!(
             text.contains("reloadlet_nudges_total{kind=\"configmap\",outcome=\"patched\"} 0"),
             "{text}"

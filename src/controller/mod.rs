@@ -15,4 +15,3 @@ pub mod metrics;
 pub mod nudges;
 pub mod qualify;
 pub mod run;
-pub mod settings;

@@ -1,7 +1,7 @@
 //! When to write which nudge (pure): baselines of object versions, the re-nudge schedule,
 //! per-pod coalescing and the rate cap. Time is passed in; nothing here sleeps.
 
-use crate::model::SourceKind;
+use crate::core::model::SourceKind;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};

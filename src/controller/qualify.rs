@@ -6,8 +6,8 @@
 //! `ReprocessPod`). A nudge only helps a pod whose files would change: one that mounts the
 //! object through a volume some running container sees other than through `subPath`.
 
-use crate::annotations::{self, AnnotationError};
-use crate::model::{ContainerKind, PodInfo, SourceKind, SourceRef};
+use crate::core::annotations::{self, AnnotationError};
+use crate::core::model::{ContainerKind, PodInfo, SourceKind, SourceRef};
 use std::fmt;
 
 /// `kube-root-ca.crt` is projected into every pod by the injected `kube-api-access-*` volume;
@@ -54,7 +54,7 @@ impl fmt::Display for NotQualified {
 }
 
 /// Pod-level checks that do not depend on the object: opt-in, opt-out, phase.
-pub fn pod_eligible(pod: &PodInfo) -> Result<crate::annotations::PodPolicy, NotQualified> {
+pub fn pod_eligible(pod: &PodInfo) -> Result<crate::core::annotations::PodPolicy, NotQualified> {
     let policy = match annotations::parse(&pod.annotations) {
         Ok(Some(p)) => p,
         Ok(None) => return Err(NotQualified::NotOptedIn),
@@ -137,7 +137,7 @@ pub fn explain(pod: &PodInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ContainerInfo, VolumeMount, VolumeSpec};
+    use crate::core::model::{ContainerInfo, VolumeMount, VolumeSpec};
 
     fn cm(name: &str) -> SourceRef {
         SourceRef {

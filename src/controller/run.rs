@@ -8,14 +8,14 @@ use super::env_hash::{self, EnvDecision, ObjectData};
 use super::metrics::{ControllerMetrics, NudgeOutcome};
 use super::nudges::{Baselines, Change, Nudge, ObjectKey, PodKey, Scheduler, Seen};
 use super::qualify::{pod_eligible, qualifies};
+use crate::core::filters::NamespaceFilter;
+use crate::core::model::{PodInfo, SourceKind, SourceRef};
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pod_index::PodIndex;
 use crate::execute::evict::{EvictJob, Evictions};
 use crate::execute::report::Reporter;
-use crate::filters::NamespaceFilter;
-use crate::http::Health;
-use crate::model::{PodInfo, SourceKind, SourceRef};
-use crate::outcome::{ActionKind, Outcome};
-use crate::pod_index::PodIndex;
 use crate::ports::PodRef;
+use crate::serve::health::Health;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -240,7 +240,7 @@ impl<P: PodPatcher> Controller<P> {
                 // change made while the controller was down is acted on here).
                 self.env_fetch_all(now);
                 // Decoding a full pod list is the largest allocation: hand it back.
-                crate::memory::release_free_heap();
+                crate::host::memory::release_free_heap();
                 self.update_ready();
             }
             Input::Leader(leader) => {

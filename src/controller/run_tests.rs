@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::controller::api::fake::FakePatcher;
-use crate::model::{ContainerInfo, ContainerKind, VolumeMount, VolumeSpec};
+use crate::core::model::{ContainerInfo, ContainerKind, VolumeMount, VolumeSpec};
 use prometheus_client::registry::Registry;
 
 const NS: &str = "ns";
@@ -307,9 +307,9 @@ async fn a_change_seen_before_the_pod_list_still_finds_its_pods() {
 mod env_consumers {
     use super::*;
     use crate::controller::api::fake::FakeEnvApi;
+    use crate::core::model::{EnvKeys, EnvRef};
     use crate::execute::evict::EvictionSettings;
-    use crate::model::{EnvKeys, EnvRef};
-    use crate::notify::{FakePoster, Notifier, NotifySettings, SecretUrl};
+    use crate::outbound::notify::{FakePoster, Notifier, NotifySettings, SecretUrl};
     use crate::ports::fake;
 
     fn env_pod(name: &str, action: &str) -> PodInfo {
@@ -362,13 +362,13 @@ mod env_consumers {
                 ..Default::default()
             },
             poster.clone(),
-            crate::notify::NotifyMetrics::new(&mut registry),
+            crate::outbound::notify::NotifyMetrics::new(&mut registry),
             CancellationToken::new(),
         );
         let reporter = Reporter::new(
             events.clone(),
             notifier,
-            crate::metrics::Metrics::new(&mut registry),
+            crate::serve::metrics::Metrics::new(&mut registry),
             false,
             "controller-0".into(),
         );

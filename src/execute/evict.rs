@@ -2,10 +2,10 @@
 //! bounded concurrency, Events that tell the operator what is going on.
 
 use super::report::Reporter;
-use crate::outcome::{ActionKind, Outcome};
-use crate::pod_index::PodIndex;
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pod_index::PodIndex;
+use crate::host::state_file::PendingEviction;
 use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
-use crate::state::PendingEviction;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -46,7 +46,7 @@ pub struct EvictJob {
     pub first_seen: Option<Instant>,
     /// The ConfigMaps/Secrets whose change it is for (empty for resumed jobs: only `cause`
     /// is persisted).
-    pub sources: Vec<crate::model::SourceRef>,
+    pub sources: Vec<crate::core::model::SourceRef>,
 }
 
 #[derive(Clone)]
@@ -299,9 +299,9 @@ pub(super) fn jitter(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
-    use crate::model::PodInfo;
+    use crate::core::model::PodInfo;
     use crate::ports::fake;
+    use crate::serve::metrics::Metrics;
 
     #[tokio::test(start_paused = true)]
     async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
@@ -325,7 +325,7 @@ mod tests {
             evictor.clone(),
             Reporter::new(
                 events.clone(),
-                crate::notify::Notifier::disabled(),
+                crate::outbound::notify::Notifier::disabled(),
                 metrics,
                 false,
                 "node-1".into(),

@@ -7,11 +7,11 @@
 //! [`HttpSettings::max_in_flight`] requests are in flight on the node at once.
 
 use super::report::Reporter;
-use crate::annotations::HttpScheme;
-use crate::model::{PodInfo, SourceRef};
-use crate::outcome::{ActionKind, Outcome};
-use crate::pod_index::PodIndex;
-use crate::policy::{Cause, HttpTarget, SignalTarget};
+use crate::core::annotations::HttpScheme;
+use crate::core::model::{PodInfo, SourceRef};
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pod_index::PodIndex;
+use crate::core::policy::{Cause, HttpTarget, SignalTarget};
 use crate::ports::{HttpAnswer, HttpCall, HttpCaller, PodRef};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::collections::HashMap;

@@ -2,10 +2,10 @@
 //! which answers end a job, retry pacing, replacement and cancellation.
 
 use super::*;
-use crate::annotations::{HttpMethod, HttpPort, HttpSpec, DEFAULT_HTTP_PATH};
-use crate::metrics::Metrics;
-use crate::model::{ContainerId, ContainerInfo, ContainerKind, SourceKind};
+use crate::core::annotations::{HttpMethod, HttpPort, HttpSpec, DEFAULT_HTTP_PATH};
+use crate::core::model::{ContainerId, ContainerInfo, ContainerKind, SourceKind};
 use crate::ports::fake::{self, Reply};
+use crate::serve::metrics::Metrics;
 use tokio::time::Instant as TokioInstant;
 
 const UID: &str = "u1";
@@ -45,7 +45,7 @@ fn world_with(replies: Vec<Reply>, dry_run: bool, max_in_flight: usize) -> World
     let metrics = Metrics::new(&mut registry);
     let report = Reporter::new(
         events.clone(),
-        crate::notify::Notifier::disabled(),
+        crate::outbound::notify::Notifier::disabled(),
         metrics,
         dry_run,
         "node-1".into(),
@@ -142,7 +142,7 @@ impl World {
     }
 
     fn count(&self, outcome: &str) -> String {
-        let text = crate::metrics::encode(&self.registry);
+        let text = crate::serve::metrics::encode(&self.registry);
         let series = format!("reloadlet_actions_total{{action=\"http\",outcome=\"{outcome}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&series))

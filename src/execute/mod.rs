@@ -11,14 +11,14 @@ pub mod http;
 pub mod report;
 pub mod signal;
 
-use crate::metrics::Metrics;
-use crate::model::{PodInfo, SourceRef};
-use crate::notify::Notifier;
-use crate::outcome::{ActionKind, Outcome};
-use crate::pod_index::PodIndex;
+use crate::core::model::{PodInfo, SourceRef};
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pod_index::PodIndex;
+use crate::host::process::Delivery;
+use crate::host::state_file::PendingEviction;
+use crate::outbound::notify::Notifier;
 use crate::ports::{ContainerProcesses, EventSink, Evictor, HttpCaller, PodRef};
-use crate::process::Delivery;
-use crate::state::PendingEviction;
+use crate::serve::metrics::Metrics;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
 use report::Reporter;
@@ -312,8 +312,8 @@ impl Inner {
                 .processes
                 .inspect(&job.pod_uid, &id)
                 .map_err(|e| e.to_string())?;
-            let verdict = crate::process::decide(&status, job.signal, job.check);
-            let what = crate::process::describe(&status, main.pid, job.signal, verdict);
+            let verdict = crate::host::process::decide(&status, job.signal, job.check);
+            let what = crate::host::process::describe(&status, main.pid, job.signal, verdict);
             Ok((verdict.sends(), what))
         });
         let (sends, what) = match seen {
@@ -354,9 +354,9 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ContainerId, ContainerInfo, ContainerKind, ReloadSignal};
+    use crate::core::model::{ContainerId, ContainerInfo, ContainerKind, ReloadSignal};
+    use crate::host::process::SignalCheck;
     use crate::ports::fake;
-    use crate::process::SignalCheck;
     use std::time::Duration;
 
     struct World {
@@ -430,8 +430,8 @@ mod tests {
             first_seen: Instant::now(),
             attempt: 1,
             check: SignalCheck::On,
-            sources: vec![crate::model::SourceRef {
-                kind: crate::model::SourceKind::ConfigMap,
+            sources: vec![crate::core::model::SourceRef {
+                kind: crate::core::model::SourceKind::ConfigMap,
                 name: "app".into(),
             }],
         }
@@ -439,7 +439,7 @@ mod tests {
 
     impl World {
         fn count(&self, action: &str, outcome: &str) -> String {
-            let text = crate::metrics::encode(&self.registry);
+            let text = crate::serve::metrics::encode(&self.registry);
             let series =
                 format!("reloadlet_actions_total{{action=\"{action}\",outcome=\"{outcome}\"}} ");
             text.lines()
@@ -544,8 +544,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_signal_that_failed_for_good_is_notified_with_its_sources() {
-        use crate::model::{SourceKind, SourceRef};
-        use crate::notify::{FakePoster, NotifySettings, SecretUrl};
+        use crate::core::model::{SourceKind, SourceRef};
+        use crate::outbound::notify::{FakePoster, NotifySettings, SecretUrl};
         let settings = NotifySettings {
             urls: vec![SecretUrl::parse("https://hooks.example.com/x").unwrap()],
             ..Default::default()
@@ -555,7 +555,7 @@ mod tests {
         let notifier = Notifier::start(
             &settings,
             poster.clone(),
-            crate::notify::NotifyMetrics::new(registry),
+            crate::outbound::notify::NotifyMetrics::new(registry),
             CancellationToken::new(),
         );
         let w = world_notifying(false, 100, notifier);

@@ -1,11 +1,11 @@
 //! The one place an outcome becomes a metric, a Kubernetes Event and a notification (and
 //! the one place `--dry-run` silences Events and notifications).
 
-use crate::metrics::Metrics;
-use crate::model::SourceRef;
-use crate::notify::{self, Notification, Notifier};
-use crate::outcome::{ActionKind, Outcome};
+use crate::core::model::SourceRef;
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::outbound::notify::{self, Notification, Notifier};
 use crate::ports::{EventSink, PodEvent, PodRef};
+use crate::serve::metrics::Metrics;
 use std::sync::Arc;
 use std::time::Duration;
 

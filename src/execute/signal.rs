@@ -1,8 +1,8 @@
 //! Signal jobs: one container of one pod, retried with backoff while the container restarts.
 
-use crate::model::{ContainerId, PodInfo, ReloadSignal};
-use crate::outcome::Outcome;
-use crate::process::{Delivery, SignalCheck};
+use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
+use crate::core::outcome::Outcome;
+use crate::host::process::{Delivery, SignalCheck};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::time::{Duration, Instant};
 
@@ -28,13 +28,13 @@ pub struct SignalJob {
     /// `reloadlet.io/signal-check` of the pod.
     pub check: SignalCheck,
     /// The ConfigMaps/Secrets whose change it is for ([`SignalJob::cause`] names them).
-    pub sources: Vec<crate::model::SourceRef>,
+    pub sources: Vec<crate::core::model::SourceRef>,
 }
 
 impl SignalJob {
     /// "configmap nginx-conf changed", formatted when told (after the signal), not before.
     pub fn cause(&self) -> String {
-        crate::policy::Cause::text(&self.sources)
+        crate::core::policy::Cause::text(&self.sources)
     }
 }
 
@@ -94,7 +94,7 @@ pub fn failed_note(job: &SignalJob, error: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::{decide, SignalStatus};
+    use crate::host::process::{decide, SignalStatus};
 
     fn job() -> SignalJob {
         SignalJob {
@@ -104,8 +104,8 @@ mod tests {
             first_seen: Instant::now(),
             attempt: 1,
             check: SignalCheck::On,
-            sources: vec![crate::model::SourceRef {
-                kind: crate::model::SourceKind::ConfigMap,
+            sources: vec![crate::core::model::SourceRef {
+                kind: crate::core::model::SourceKind::ConfigMap,
                 name: "nginx-conf".into(),
             }],
         }

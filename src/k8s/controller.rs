@@ -4,12 +4,12 @@
 
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
-use crate::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
 use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, PatchError, PodPatcher};
 use crate::controller::env_hash::ObjectData;
 use crate::controller::lease::LeaseRecord;
 use crate::controller::nudges::ObjectKey;
-use crate::model::{PodInfo, SourceKind};
+use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
+use crate::core::model::{PodInfo, SourceKind};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};

@@ -3,7 +3,6 @@
 pub mod api_backoff;
 pub mod client;
 pub mod controller;
-pub mod controller_serve;
 pub mod events;
 pub mod eviction;
 pub mod pdb_watch;

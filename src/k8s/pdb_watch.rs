@@ -3,8 +3,8 @@
 //! watch. Failures here never make the agent unready: budgets only feed a warning.
 
 use super::api_backoff::{self, FailureTracker, Progress, WatchBackoff};
-use crate::disruption_budgets::BudgetIndex;
-use crate::label_selector::{LabelSelector, Requirement};
+use crate::core::disruption_budgets::BudgetIndex;
+use crate::core::label_selector::{LabelSelector, Requirement};
 use futures::StreamExt;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeSelector;

@@ -3,7 +3,7 @@
 //! `env`/`envFrom` only the ConfigMap/Secret references.
 
 use super::pod_view::{ContainerStatusView, ContainerView, PodSpecView, PodView, VolumeView};
-use crate::model::{
+use crate::core::model::{
     ContainerId, ContainerInfo, ContainerKind, EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef,
     VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
 };
@@ -287,7 +287,7 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ContainerRuntime;
+    use crate::core::model::ContainerRuntime;
     use serde_json::json;
 
     #[test]

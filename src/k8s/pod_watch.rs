@@ -6,9 +6,9 @@
 use super::api_backoff::{self, FailureTracker, Progress, WatchBackoff};
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
-use crate::http::Health;
-use crate::label_selector::LabelSelector;
-use crate::model::PodInfo;
+use crate::core::label_selector::LabelSelector;
+use crate::core::model::PodInfo;
+use crate::serve::health::Health;
 use futures::StreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;

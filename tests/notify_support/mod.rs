@@ -11,9 +11,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
-use reloadlet::model::{SourceKind, SourceRef};
-use reloadlet::notify::metrics::FailureLabels;
-use reloadlet::notify::{
+use reloadlet::core::model::{SourceKind, SourceRef};
+use reloadlet::outbound::notify::metrics::FailureLabels;
+use reloadlet::outbound::notify::{
     Action, Format, HttpPoster, Notification, Notifier, NotifyMetrics, NotifySettings, Outcome,
     SecretUrl,
 };

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reloadlet::model::{VolumeKey, VolumePlugin};
-use reloadlet::watch::{LookCause, VolumeWatcher, WatchEvent};
+use reloadlet::core::model::{VolumeKey, VolumePlugin};
+use reloadlet::host::inotify::{LookCause, VolumeWatcher, WatchEvent};
 
 /// A fake kubelet root in a temp dir.
 pub struct Kubelet {

@@ -1,0 +1,275 @@
+//! `reloadlet controller` flags and environment, parsed once into [`ControllerSettings`].
+
+use super::scope::LogFormat;
+use crate::core::filters::NamespaceFilter;
+use clap::{ArgAction, Args};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct ControllerArgs {
+    /// Also watch Secrets (metadata only) and nudge their consumers. Off by default: RBAC
+    /// cannot restrict `list` to metadata, so this needs list/watch on every Secret.
+    #[arg(long, env = "RELOADLET_CONTROLLER_SECRETS")]
+    pub secrets: bool,
+    /// At most this many nudges (pod patches) per second; what exceeds it is dropped and
+    /// counted (the kubelet's periodic sync stays the fallback).
+    #[arg(long, env = "RELOADLET_MAX_NUDGES_PER_SECOND", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub max_nudges_per_second: u32,
+    /// Elect one active replica through the Lease `reloadlet-controller` (--leader-elect=false
+    /// for a single replica outside a cluster).
+    #[arg(long, env = "RELOADLET_LEADER_ELECT", default_value_t = true, action = ArgAction::Set)]
+    pub leader_elect: bool,
+    /// The namespace of the Lease (the controller's own, from the downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease (default: the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// How long a Lease not renewed stays with its holder.
+    #[arg(long, env = "RELOADLET_LEASE_DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+    /// The leader steps down when it could not renew for this long.
+    #[arg(long, env = "RELOADLET_RENEW_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub renew_deadline: Duration,
+    /// Between leader-election tries.
+    #[arg(long, env = "RELOADLET_RETRY_PERIOD", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub retry_period: Duration,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(
+        long,
+        env = "RELOADLET_CONTROLLER_LISTEN",
+        default_value = "0.0.0.0:9103"
+    )]
+    pub listen: SocketAddr,
+    #[arg(long, env = "RELOADLET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Only nudge pods in these namespaces (comma-separated; default: all).
+    #[arg(long, env = "RELOADLET_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Never nudge pods in these namespaces (wins over --namespaces).
+    #[arg(long, env = "RELOADLET_EXCLUDE_NAMESPACES", value_delimiter = ',')]
+    pub exclude_namespaces: Vec<String>,
+    /// Only nudge pods matching this label selector.
+    #[arg(long, env = "RELOADLET_POD_SELECTOR")]
+    pub pod_selector: Option<String>,
+    /// Follow the data of the ConfigMaps that opted-in pods read through env/envFrom (only
+    /// those), and evict or warn when a key they read changes (docs/env-consumers.md).
+    /// `--env-consumers=false` turns it off.
+    #[arg(long, env = "RELOADLET_ENV_CONSUMERS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub env_consumers: bool,
+    /// The same for Secrets. Off by default: it needs get/list/watch on Secrets, which can
+    /// read every Secret in the cluster.
+    #[arg(long, env = "RELOADLET_ENV_CONSUMERS_SECRETS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub env_consumers_secrets: bool,
+    #[command(flatten)]
+    pub notify: crate::outbound::notify::NotifyArgs,
+}
+
+#[derive(Clone, Debug)]
+pub struct ControllerSettings {
+    pub secrets: bool,
+    pub max_nudges_per_second: u32,
+    /// `None`: leader election is off (this replica always acts).
+    pub election: Option<LeaseTarget>,
+    pub listen: SocketAddr,
+    pub log_format: LogFormat,
+    pub filter: NamespaceFilter,
+    pub pod_selector: Option<String>,
+    /// Follow env consumers of ConfigMaps / of Secrets.
+    pub env_configmaps: bool,
+    pub env_secrets: bool,
+    pub notify: crate::outbound::notify::NotifySettings,
+    /// Names the controller in notifications and Events (`POD_NAME`, else the hostname).
+    pub instance: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseTarget {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+pub const LEASE_NAME: &str = "reloadlet-controller";
+
+impl ControllerArgs {
+    /// `hostname` is used when `POD_NAME` is not set.
+    pub fn settings(&self, hostname: Option<String>) -> Result<ControllerSettings, String> {
+        let instance = self
+            .identity
+            .clone()
+            .filter(|s| !s.is_empty())
+            .or(hostname.clone().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "reloadlet-controller".into());
+        let notify = self.notify.clone().settings(&|k| std::env::var(k).ok())?;
+        let election = if self.leader_elect {
+            let namespace = self
+                .lease_namespace
+                .clone()
+                .filter(|s| !s.is_empty())
+                .ok_or("--leader-elect needs the controller's namespace: set POD_NAMESPACE (downward API metadata.namespace) or --lease-namespace")?;
+            let identity = self
+                .identity
+                .clone()
+                .filter(|s| !s.is_empty())
+                .or(hostname.filter(|s| !s.is_empty()))
+                .ok_or("--leader-elect needs an identity: set POD_NAME or --identity")?;
+            if self.renew_deadline >= self.lease_duration {
+                return Err("--renew-deadline must be shorter than --lease-duration".into());
+            }
+            if self.retry_period >= self.renew_deadline || self.retry_period.is_zero() {
+                return Err(
+                    "--retry-period must be above zero and shorter than --renew-deadline".into(),
+                );
+            }
+            Some(LeaseTarget {
+                namespace,
+                name: LEASE_NAME.into(),
+                identity,
+                lease_duration: self.lease_duration,
+                renew_deadline: self.renew_deadline,
+                retry_period: self.retry_period,
+            })
+        } else {
+            None
+        };
+        let pod_selector = self.pod_selector.clone().filter(|s| !s.is_empty());
+        if let Some(sel) = &pod_selector {
+            super::scope::parse_pod_selector(sel)?;
+        }
+        Ok(ControllerSettings {
+            secrets: self.secrets,
+            max_nudges_per_second: self.max_nudges_per_second,
+            election,
+            listen: self.listen,
+            log_format: self.log_format,
+            filter: super::scope::namespace_filter(&self.namespaces, &self.exclude_namespaces),
+            pod_selector,
+            env_configmaps: self.env_consumers,
+            env_secrets: self.env_consumers_secrets,
+            notify,
+            instance,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    fn parse(argv: &[&str]) -> ControllerArgs {
+        Wrap::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn a_malformed_pod_selector_is_refused_at_startup() {
+        let bad = parse(&["--leader-elect=false", "--pod-selector", "app in ("]);
+        let e = bad.settings(None).unwrap_err();
+        assert!(
+            e.contains("--pod-selector") && e.contains("not a valid label selector"),
+            "{e}"
+        );
+        let good = parse(&[
+            "--leader-elect=false",
+            "--pod-selector",
+            "app in (web),tier!=db",
+        ]);
+        assert_eq!(
+            good.settings(None).unwrap().pod_selector.as_deref(),
+            Some("app in (web),tier!=db")
+        );
+    }
+
+    #[test]
+    fn defaults_and_validation() {
+        let a = parse(&["--lease-namespace", "reloadlet", "--identity", "c-1"]);
+        let s = a.settings(None).unwrap();
+        assert!(!s.secrets);
+        assert_eq!(s.max_nudges_per_second, 20);
+        let e = s.election.unwrap();
+        assert_eq!(
+            (e.name.as_str(), e.namespace.as_str(), e.identity.as_str()),
+            (LEASE_NAME, "reloadlet", "c-1")
+        );
+
+        let no_ns = parse(&["--identity", "c-1"]);
+        if no_ns.lease_namespace.is_none() {
+            assert!(no_ns.settings(None).unwrap_err().contains("POD_NAMESPACE"));
+        }
+        let off = parse(&[
+            "--leader-elect=false",
+            "--namespaces",
+            "a,b",
+            "--exclude-namespaces",
+            "b",
+        ]);
+        let s = off.settings(None).unwrap();
+        assert!(s.election.is_none());
+        assert!(s.filter.check("b").is_some());
+        assert!(s.filter.check("a").is_none());
+        let host = parse(&["--lease-namespace", "x"]);
+        if host.identity.is_none() {
+            assert_eq!(
+                host.settings(Some("node-1".into()))
+                    .unwrap()
+                    .election
+                    .unwrap()
+                    .identity,
+                "node-1"
+            );
+        }
+        assert!(
+            parse(&["--leader-elect=false", "--max-nudges-per-second", "5"]).max_nudges_per_second
+                == 5
+        );
+        assert!(Wrap::try_parse_from(["x", "--max-nudges-per-second", "0"]).is_err());
+    }
+
+    #[test]
+    fn env_consumer_flags() {
+        let s = |argv: &[&str]| {
+            let mut v = vec!["--leader-elect=false"];
+            v.extend_from_slice(argv);
+            parse(&v).settings(None).unwrap()
+        };
+        if std::env::var_os("RELOADLET_ENV_CONSUMERS").is_none() {
+            assert!(s(&[]).env_configmaps, "on by default");
+            assert!(!s(&["--env-consumers=false"]).env_configmaps);
+            assert!(s(&["--env-consumers"]).env_configmaps);
+            assert!(s(&["--env-consumers", "true"]).env_configmaps);
+        }
+        if std::env::var_os("RELOADLET_ENV_CONSUMERS_SECRETS").is_none() {
+            assert!(!s(&[]).env_secrets, "off by default");
+            assert!(s(&["--env-consumers-secrets"]).env_secrets);
+            assert!(!s(&["--env-consumers-secrets=false"]).env_secrets);
+        }
+        assert!(Wrap::try_parse_from(["x", "--env-consumers=maybe"]).is_err());
+        // The agent's notification flags, the same way.
+        if std::env::var_os("RELOADLET_NOTIFY_URL").is_none()
+            && std::env::var_os("ALERT_WEBHOOK_URL").is_none()
+        {
+            assert!(!s(&[]).notify.enabled());
+            let on = s(&[
+                "--notify-url",
+                "https://hooks.example.com/x",
+                "--notify-format",
+                "slack",
+            ]);
+            assert!(on.notify.enabled());
+            assert!(!format!("{on:?}").contains("/x"), "the URL is a credential");
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The pure core: no Kubernetes client, no I/O, no async. What a pod is ([`model`]), what
+//! its annotations ask ([`annotations`]), whether a volume's content changed ([`detect`],
+//! [`debounce`]), which pod it belongs to ([`pod_index`]), what to do ([`policy`]) and the
+//! one vocabulary of what became of it ([`outcome`]). Table-tested; it could be its own crate.
+
+pub mod annotations;
+pub mod debounce;
+pub mod detect;
+pub mod disruption_budgets;
+pub mod filters;
+pub mod label_selector;
+pub mod model;
+pub mod nudge_delay;
+pub mod outcome;
+pub mod pod_index;
+pub mod policy;

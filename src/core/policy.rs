@@ -1,0 +1,407 @@
+//! The decision: given a pod and the volumes whose content changed, what to do (pure).
+
+use crate::core::annotations::{self, Action, HttpPort, HttpSpec, PodPolicy};
+use crate::core::model::{
+    ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SignalCheck, SourceKind,
+    SourceRef, ROOT_CA_CONFIGMAP,
+};
+use crate::core::outcome::ActionKind;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Why an action happens: the sources whose content changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    pub sources: Vec<SourceRef>,
+}
+
+impl Cause {
+    /// "configmap nginx-conf changed" for `sources` (what `Display` prints), without owning
+    /// them: the jobs keep only their sources and tell the cause when they report.
+    pub fn text(sources: &[SourceRef]) -> String {
+        let names: Vec<String> = sources.iter().map(ToString::to_string).collect();
+        format!("{} changed", names.join(", "))
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&Cause::text(&self.sources))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalTarget {
+    pub container: String,
+    pub container_id: Option<ContainerId>,
+}
+
+/// Where the reload request of an `http` pod goes, and what it watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpTarget {
+    pub spec: HttpSpec,
+    /// `reloadlet.io/http-port`, resolved (a named port: from the mounting containers).
+    pub port: u16,
+    /// The containers that mount the changed volumes: a restart of one of them reloads the
+    /// configuration anyway, and ends a request still retrying.
+    pub containers: Vec<SignalTarget>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// No `reloadlet.io/action`: never touched.
+    NotOptedIn,
+    /// Opted in, but nothing that changed counts (token volume, narrowed away, no consumer).
+    NothingToDo {
+        reason: String,
+    },
+    /// Warning `InvalidAnnotation`, no action.
+    Invalid {
+        message: String,
+    },
+    /// Warning `SubPathNotUpdated`, no action (`action` is the one that could not be taken:
+    /// `signal` or `http`).
+    SubPathOnly {
+        action: ActionKind,
+        message: String,
+    },
+    Signal {
+        signal: ReloadSignal,
+        check: SignalCheck,
+        targets: Vec<SignalTarget>,
+        cause: Cause,
+    },
+    Evict {
+        cause: Cause,
+    },
+    /// `reloadlet.io/action: http`: one request to the pod.
+    Http {
+        target: HttpTarget,
+        cause: Cause,
+    },
+    /// Warning `EvictionRefused`: the pod has no controller and did not allow it.
+    EvictRefused {
+        message: String,
+        cause: Cause,
+    },
+    /// The pod is already going away; an eviction would change nothing.
+    AlreadyTerminating,
+}
+
+/// Parses the pod's annotations and checks them against its spec (container names, sources).
+/// `Ok(None)`: not opted in.
+pub fn validated_policy(pod: &PodInfo) -> Result<Option<PodPolicy>, String> {
+    let Some(policy) = annotations::parse(&pod.annotations).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    if let Some(names) = &policy.containers {
+        for name in names {
+            let known = pod
+                .containers
+                .iter()
+                .any(|c| &c.name == name && c.kind != ContainerKind::Init);
+            if !known {
+                return Err(format!(
+                    "{}: the pod has no container {name:?} (known: {})",
+                    annotations::CONTAINERS,
+                    pod.containers
+                        .iter()
+                        .filter(|c| c.kind != ContainerKind::Init)
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    if let Action::Http(HttpSpec {
+        port: HttpPort::Named(name),
+        ..
+    }) = &policy.action
+    {
+        let declared = pod
+            .containers
+            .iter()
+            .filter(|c| c.kind != ContainerKind::Init)
+            .filter(|c| selected(&policy, c))
+            .any(|c| c.ports.iter().any(|(n, _)| n == name));
+        if !declared {
+            return Err(format!(
+                "{}: no container declares a port named {name:?}",
+                annotations::HTTP_PORT
+            ));
+        }
+    }
+    for (kind, names) in [
+        (SourceKind::ConfigMap, &policy.configmaps),
+        (SourceKind::Secret, &policy.secrets),
+    ] {
+        for name in names.iter().flatten() {
+            let mounted = pod
+                .volumes
+                .iter()
+                .flat_map(|v| &v.sources)
+                .any(|s| s.kind == kind && &s.name == name);
+            if !mounted {
+                return Err(format!(
+                    "{}s: no volume of the pod projects {} {name:?} (a ConfigMap/Secret used only as \
+                     environment variables never changes in a running container)",
+                    annotations::PREFIX.to_owned() + kind.as_str(),
+                    kind.as_str()
+                ));
+            }
+        }
+    }
+    Ok(Some(policy))
+}
+
+/// The volumes whose content changed, each with the sources whose files changed (`None`: any
+/// of its sources may have).
+pub type ChangedVolumes = BTreeMap<String, Option<BTreeSet<SourceRef>>>;
+
+/// Decides what to do for `pod` now that the volumes named in `changed` have new content
+/// (in any of their sources).
+pub fn decide(pod: &PodInfo, changed: &BTreeSet<String>) -> Decision {
+    decide_changes(pod, &changed.iter().map(|v| (v.clone(), None)).collect())
+}
+
+/// Decides what to do for `pod` given which sources of which volumes changed. The cause names
+/// only those sources (and only those that count for the pod).
+pub fn decide_changes(pod: &PodInfo, changed: &ChangedVolumes) -> Decision {
+    let policy = match validated_policy(pod) {
+        Ok(None) => return Decision::NotOptedIn,
+        Ok(Some(p)) => p,
+        Err(message) => return Decision::Invalid { message },
+    };
+    let triggering = triggering_volumes(pod, &policy, changed);
+    if triggering.is_empty() {
+        return Decision::NothingToDo {
+            reason: "no changed volume has a ConfigMap/Secret source that counts for this pod"
+                .into(),
+        };
+    }
+    let mut sources: Vec<SourceRef> = Vec::new();
+    for (_, srcs) in &triggering {
+        for s in srcs {
+            if !sources.contains(s) {
+                sources.push(s.clone());
+            }
+        }
+    }
+    sources.sort();
+    let cause = Cause { sources };
+    let volumes: BTreeSet<&str> = triggering.iter().map(|(v, _)| *v).collect();
+
+    match policy.action {
+        Action::Signal { signal, check } => {
+            decide_signal(pod, &policy, &volumes, (signal, check), cause)
+        }
+        Action::Http(ref spec) => decide_http(pod, &policy, &volumes, spec, cause),
+        Action::Evict { allow_unowned } => {
+            if pod.terminating {
+                return Decision::AlreadyTerminating;
+            }
+            let consumed = pod
+                .containers
+                .iter()
+                .filter(|c| c.kind != ContainerKind::Init)
+                .any(|c| c.mounts.iter().any(|m| volumes.contains(m.volume.as_str())));
+            if !consumed {
+                return Decision::NothingToDo {
+                    reason: "no running container mounts the changed volume".into(),
+                };
+            }
+            if !pod.has_controller && !allow_unowned {
+                return Decision::EvictRefused {
+                    message: format!(
+                        "the pod has no controller, so nothing would recreate it after an eviction; \
+                         set {}: \"true\" to allow it ({cause})",
+                        annotations::EVICT_UNOWNED
+                    ),
+                    cause,
+                };
+            }
+            Decision::Evict { cause }
+        }
+    }
+}
+
+/// Whether `reloadlet.io/containers` (if set) names `c`.
+fn selected(policy: &PodPolicy, c: &ContainerInfo) -> bool {
+    policy
+        .containers
+        .as_ref()
+        .is_none_or(|names| names.contains(&c.name))
+}
+
+/// The selected containers that mount one of `volumes` (not only through subPath), or the
+/// decision when there is none.
+fn mounting<'a>(
+    pod: &'a PodInfo,
+    policy: &PodPolicy,
+    volumes: &BTreeSet<&str>,
+    cause: &Cause,
+) -> Result<Vec<&'a ContainerInfo>, Box<Decision>> {
+    let mut targets = Vec::new();
+    let mut sub_path_only = Vec::new();
+    for c in pod
+        .containers
+        .iter()
+        .filter(|c| c.kind != ContainerKind::Init)
+        .filter(|c| selected(policy, c))
+    {
+        let mounts: Vec<_> = c
+            .mounts
+            .iter()
+            .filter(|m| volumes.contains(m.volume.as_str()))
+            .collect();
+        if mounts.iter().any(|m| !m.sub_path) {
+            targets.push(c);
+        } else if !mounts.is_empty() {
+            sub_path_only.push(c.name.as_str());
+        }
+    }
+    if !targets.is_empty() {
+        return Ok(targets);
+    }
+    if !sub_path_only.is_empty() {
+        return Err(Box::new(Decision::SubPathOnly {
+            action: match policy.action {
+                Action::Http(_) => ActionKind::Http,
+                _ => ActionKind::Signal,
+            },
+            message: format!(
+                "{cause}, but container(s) {} mount it only through subPath, which the kubelet never \
+                 updates; mount the whole volume, or use reloadlet.io/action: evict",
+                sub_path_only.join(", ")
+            ),
+        }));
+    }
+    Err(Box::new(Decision::NothingToDo {
+        reason: "no selected container mounts the changed volume".into(),
+    }))
+}
+
+fn target(c: &ContainerInfo) -> SignalTarget {
+    SignalTarget {
+        container: c.name.clone(),
+        container_id: c.container_id.clone(),
+    }
+}
+
+fn decide_signal(
+    pod: &PodInfo,
+    policy: &PodPolicy,
+    volumes: &BTreeSet<&str>,
+    (signal, check): (ReloadSignal, SignalCheck),
+    cause: Cause,
+) -> Decision {
+    match mounting(pod, policy, volumes, &cause) {
+        Ok(containers) => Decision::Signal {
+            signal,
+            check,
+            targets: containers.into_iter().map(target).collect(),
+            cause,
+        },
+        Err(decision) => *decision,
+    }
+}
+
+/// One request per pod, whichever of its containers mount the change. A named port is
+/// looked up in the mounting containers (the endpoint that reloads is the one that reads
+/// the files).
+fn decide_http(
+    pod: &PodInfo,
+    policy: &PodPolicy,
+    volumes: &BTreeSet<&str>,
+    spec: &HttpSpec,
+    cause: Cause,
+) -> Decision {
+    let containers = match mounting(pod, policy, volumes, &cause) {
+        Ok(c) => c,
+        Err(decision) => return *decision,
+    };
+    let port = match &spec.port {
+        HttpPort::Number(n) => *n,
+        HttpPort::Named(name) => {
+            let found = containers
+                .iter()
+                .find_map(|c| c.ports.iter().find(|(n, _)| n == name).map(|(_, p)| *p));
+            match found {
+                Some(p) => p,
+                None => {
+                    let names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+                    return Decision::Invalid {
+                        message: format!(
+                            "{}: no container that mounts the changed volume ({}) declares a port named {name:?}",
+                            annotations::HTTP_PORT,
+                            names.join(", ")
+                        ),
+                    };
+                }
+            }
+        }
+    };
+    Decision::Http {
+        target: HttpTarget {
+            spec: spec.clone(),
+            port,
+            containers: containers.into_iter().map(target).collect(),
+        },
+        cause,
+    }
+}
+
+/// The changed volumes that count, with their counting sources that changed. A projected
+/// volume with a serviceAccountToken or downwardAPI source counts like any other: those files
+/// are not hashed, so a change means a ConfigMap/Secret file changed.
+fn triggering_volumes<'a>(
+    pod: &'a PodInfo,
+    policy: &PodPolicy,
+    changed: &'a ChangedVolumes,
+) -> Vec<(&'a str, Vec<SourceRef>)> {
+    let mut out = Vec::new();
+    for (name, sources) in changed {
+        let Some(spec) = pod.volume(name) else {
+            continue;
+        };
+        let counted: Vec<SourceRef> = spec
+            .sources
+            .iter()
+            .filter(|s| counts(policy, s))
+            .filter(|s| sources.as_ref().is_none_or(|changed| changed.contains(*s)))
+            .cloned()
+            .collect();
+        if !counted.is_empty() {
+            out.push((name.as_str(), counted));
+        }
+    }
+    out
+}
+
+/// Whether a change of `source` can trigger the pod's action (its annotations name it, or
+/// name nothing; `kube-root-ca.crt` only by name). `false` when the pod has no valid policy.
+pub fn source_counts(pod: &PodInfo, source: &SourceRef) -> bool {
+    matches!(validated_policy(pod), Ok(Some(p)) if counts(&p, source))
+}
+
+fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
+    let named =
+        |list: &Option<Vec<String>>| list.as_ref().is_some_and(|l| l.contains(&source.name));
+    if source.kind == SourceKind::ConfigMap && source.name == ROOT_CA_CONFIGMAP {
+        // A cluster CA rotation changes it in every pod at once: only when asked for by name.
+        return named(&policy.configmaps);
+    }
+    if !policy.narrowed() {
+        return true;
+    }
+    let list = match source.kind {
+        SourceKind::ConfigMap => &policy.configmaps,
+        SourceKind::Secret => &policy.secrets,
+    };
+    named(list)
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,500 @@
+use super::*;
+use crate::core::model::{ContainerInfo, ContainerRuntime, SourceKind, VolumeMount, VolumeSpec};
+
+/// A fluent pod fixture: `pod().annotate(..).volume(..).container(..)`.
+struct Fixture(PodInfo);
+
+fn pod() -> Fixture {
+    Fixture(PodInfo {
+        uid: "uid-1".into(),
+        namespace: "web".into(),
+        name: "web-0".into(),
+        has_controller: true,
+        phase: "Running".into(),
+        ..Default::default()
+    })
+}
+
+fn cm(name: &str) -> SourceRef {
+    SourceRef {
+        kind: SourceKind::ConfigMap,
+        name: name.into(),
+    }
+}
+
+fn secret(name: &str) -> SourceRef {
+    SourceRef {
+        kind: SourceKind::Secret,
+        name: name.into(),
+    }
+}
+
+impl Fixture {
+    fn annotate(mut self, k: &str, v: &str) -> Self {
+        self.0.annotations.insert(k.into(), v.into());
+        self
+    }
+    fn volume(mut self, name: &str, sources: Vec<SourceRef>) -> Self {
+        self.0.volumes.push(VolumeSpec {
+            name: name.into(),
+            sources,
+            ..Default::default()
+        });
+        self
+    }
+    fn token_volume(mut self, name: &str) -> Self {
+        self.0.volumes.push(VolumeSpec {
+            name: name.into(),
+            sources: vec![cm("kube-root-ca.crt")],
+            service_account_token: true,
+            source_paths: vec![(cm("kube-root-ca.crt"), vec!["ca.crt".into()])],
+            other_paths: vec!["token".into(), "namespace".into()],
+        });
+        self
+    }
+    fn container(self, name: &str, mounts: &[&str]) -> Self {
+        self.container_of(name, ContainerKind::Regular, mounts)
+    }
+    /// Mount names ending in `@sub` are subPath mounts.
+    fn container_of(mut self, name: &str, kind: ContainerKind, mounts: &[&str]) -> Self {
+        let n = self.0.containers.len();
+        self.0.containers.push(ContainerInfo {
+            name: name.into(),
+            kind,
+            mounts: mounts
+                .iter()
+                .map(|m| match m.strip_suffix("@sub") {
+                    Some(v) => VolumeMount {
+                        volume: v.into(),
+                        sub_path: true,
+                    },
+                    None => VolumeMount {
+                        volume: (*m).into(),
+                        sub_path: false,
+                    },
+                })
+                .collect(),
+            container_id: Some(ContainerId {
+                runtime: ContainerRuntime::Containerd,
+                id: format!("{n:064x}"),
+            }),
+            running: true,
+            ports: Vec::new(),
+        });
+        self
+    }
+    /// Gives the last container a named port.
+    fn port(mut self, name: &str, port: u16) -> Self {
+        let c = self.0.containers.last_mut().unwrap();
+        c.ports.push((name.into(), port));
+        self
+    }
+    fn unowned(mut self) -> Self {
+        self.0.has_controller = false;
+        self
+    }
+    fn terminating(mut self) -> Self {
+        self.0.terminating = true;
+        self
+    }
+}
+
+fn changed(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+fn targets(d: &Decision) -> Vec<String> {
+    match d {
+        Decision::Signal { targets, .. } => targets.iter().map(|t| t.container.clone()).collect(),
+        other => panic!("expected Signal, got {other:?}"),
+    }
+}
+
+fn nginx_pod() -> Fixture {
+    pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("conf", vec![cm("nginx-conf")])
+        .volume("tls", vec![secret("tls")])
+        .token_volume("kube-api-access-x1y2z")
+        .container("nginx", &["conf", "tls", "kube-api-access-x1y2z"])
+        .container("exporter", &["kube-api-access-x1y2z"])
+}
+
+#[test]
+fn signals_only_the_containers_that_mount_the_changed_volume() {
+    let d = decide(&nginx_pod().0, &changed(&["conf"]));
+    assert_eq!(targets(&d), vec!["nginx"]);
+    let Decision::Signal { signal, cause, .. } = d else {
+        unreachable!()
+    };
+    assert_eq!(signal, ReloadSignal::Hup);
+    assert_eq!(cause.to_string(), "configmap nginx-conf changed");
+}
+
+#[test]
+fn the_decision_carries_the_pods_signal_check() {
+    let check = |p: Fixture| match decide(&p.0, &changed(&["conf"])) {
+        Decision::Signal { check, .. } => check,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(check(nginx_pod()), SignalCheck::On);
+    assert_eq!(
+        check(nginx_pod().annotate("reloadlet.io/signal-check", "off")),
+        SignalCheck::Off
+    );
+}
+
+#[test]
+fn pods_without_the_annotation_are_never_touched() {
+    let p = pod()
+        .volume("conf", vec![cm("c")])
+        .container("app", &["conf"]);
+    assert_eq!(decide(&p.0, &changed(&["conf"])), Decision::NotOptedIn);
+}
+
+fn changes(list: &[(&str, Option<Vec<SourceRef>>)]) -> crate::core::policy::ChangedVolumes {
+    list.iter()
+        .map(|(v, s)| (v.to_string(), s.clone().map(|s| s.into_iter().collect())))
+        .collect()
+}
+
+#[test]
+fn a_projected_volume_with_a_token_triggers_on_its_configmap_and_names_only_what_changed() {
+    // `[serviceAccountToken(audience: vault), configMap app-config, secret db]`.
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("mixed", vec![cm("app-config"), secret("db")])
+        .container("app", &["mixed"]);
+    let mut p = p;
+    p.0.volumes[0].service_account_token = true;
+    p.0.volumes[0].other_paths = vec!["vault-token".into()];
+    let Decision::Signal { cause, .. } =
+        decide_changes(&p.0, &changes(&[("mixed", Some(vec![cm("app-config")]))]))
+    else {
+        panic!("a ConfigMap change in a token volume must signal");
+    };
+    assert_eq!(cause.to_string(), "configmap app-config changed");
+    // Nothing of it changed (e.g. parts that cancel out): nothing to do.
+    assert!(matches!(
+        decide_changes(&p.0, &changes(&[("mixed", Some(vec![]))])),
+        Decision::NothingToDo { .. }
+    ));
+}
+
+#[test]
+fn kube_root_ca_never_triggers_unless_named() {
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("mixed", vec![cm("app-config"), cm("kube-root-ca.crt")])
+        .token_volume("kube-api-access-x1y2z")
+        .container("app", &["mixed", "kube-api-access-x1y2z"]);
+    let ca_only = changes(&[
+        ("mixed", Some(vec![cm("kube-root-ca.crt")])),
+        ("kube-api-access-x1y2z", Some(vec![cm("kube-root-ca.crt")])),
+    ]);
+    let d = decide_changes(&p.0, &ca_only);
+    assert!(matches!(d, Decision::NothingToDo { .. }), "{d:?}");
+    // Both changed: the CA is not named in the cause.
+    let Decision::Signal { cause, .. } = decide_changes(
+        &p.0,
+        &changes(&[(
+            "mixed",
+            Some(vec![cm("app-config"), cm("kube-root-ca.crt")]),
+        )]),
+    ) else {
+        panic!("expected a signal");
+    };
+    assert_eq!(cause.to_string(), "configmap app-config changed");
+    // Named: it counts.
+    let named = p.annotate("reloadlet.io/configmaps", "kube-root-ca.crt");
+    let Decision::Signal { cause, targets, .. } = decide_changes(&named.0, &ca_only) else {
+        panic!("a named kube-root-ca.crt must signal");
+    };
+    assert_eq!(cause.to_string(), "configmap kube-root-ca.crt changed");
+    assert_eq!(targets.len(), 1);
+}
+
+#[test]
+fn token_volume_rotation_never_triggers() {
+    let d = decide(&nginx_pod().0, &changed(&["kube-api-access-x1y2z"]));
+    assert!(matches!(d, Decision::NothingToDo { .. }), "{d:?}");
+}
+
+#[test]
+fn volumes_without_configmap_or_secret_sources_never_trigger() {
+    let p = nginx_pod()
+        .volume("podinfo", vec![])
+        .container("c2", &["podinfo"]);
+    assert!(matches!(
+        decide(&p.0, &changed(&["podinfo"])),
+        Decision::NothingToDo { .. }
+    ));
+    assert!(matches!(
+        decide(&p.0, &changed(&["unknown-volume"])),
+        Decision::NothingToDo { .. }
+    ));
+}
+
+#[test]
+fn narrowing_by_configmaps_ignores_other_sources() {
+    let p = nginx_pod().annotate("reloadlet.io/configmaps", "nginx-conf");
+    assert_eq!(targets(&decide(&p.0, &changed(&["conf"]))), vec!["nginx"]);
+    assert!(matches!(
+        decide(&p.0, &changed(&["tls"])),
+        Decision::NothingToDo { .. }
+    ));
+    let p = nginx_pod().annotate("reloadlet.io/secrets", "tls");
+    assert!(matches!(
+        decide(&p.0, &changed(&["conf"])),
+        Decision::NothingToDo { .. }
+    ));
+    assert_eq!(targets(&decide(&p.0, &changed(&["tls"]))), vec!["nginx"]);
+}
+
+#[test]
+fn narrowing_to_a_source_no_volume_projects_is_invalid() {
+    let p = nginx_pod().annotate("reloadlet.io/configmaps", "nginx-cnf");
+    let Decision::Invalid { message } = decide(&p.0, &changed(&["conf"])) else {
+        panic!()
+    };
+    assert!(message.contains("nginx-cnf"), "{message}");
+}
+
+#[test]
+fn several_changes_make_one_decision_with_every_cause() {
+    let d = decide(&nginx_pod().0, &changed(&["conf", "tls"]));
+    let Decision::Signal { cause, targets, .. } = d else {
+        panic!()
+    };
+    assert_eq!(targets.len(), 1);
+    assert_eq!(
+        cause.to_string(),
+        "configmap nginx-conf, secret tls changed"
+    );
+}
+
+#[test]
+fn container_annotation_selects_and_validates() {
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .annotate("reloadlet.io/containers", "b")
+        .volume("conf", vec![cm("c")])
+        .container("a", &["conf"])
+        .container("b", &["conf"]);
+    assert_eq!(targets(&decide(&p.0, &changed(&["conf"]))), vec!["b"]);
+    let p = p.annotate("reloadlet.io/containers", "b,zz");
+    let Decision::Invalid { message } = decide(&p.0, &changed(&["conf"])) else {
+        panic!()
+    };
+    assert!(
+        message.contains("\"zz\"") && message.contains("known: a, b"),
+        "{message}"
+    );
+}
+
+#[test]
+fn invalid_annotations_give_no_action() {
+    for (k, v) in [
+        ("reloadlet.io/signal", "KILL"),
+        ("reloadlet.io/signal", "9"),
+        ("reloadlet.io/containers", ""),
+        ("reloadlet.io/action", "reboot"),
+    ] {
+        let p = nginx_pod().annotate(k, v);
+        assert!(
+            matches!(decide(&p.0, &changed(&["conf"])), Decision::Invalid { .. }),
+            "{k}={v}"
+        );
+    }
+}
+
+#[test]
+fn sub_path_only_mounts_warn_instead_of_signalling() {
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("conf", vec![cm("c")])
+        .container("app", &["conf@sub"]);
+    let Decision::SubPathOnly { message, .. } = decide(&p.0, &changed(&["conf"])) else {
+        panic!()
+    };
+    assert!(
+        message.contains("subPath") && message.contains("app"),
+        "{message}"
+    );
+    // A container with both a subPath and a full mount is signalled.
+    let p = p.container("both", &["conf@sub", "conf"]);
+    assert_eq!(targets(&decide(&p.0, &changed(&["conf"]))), vec!["both"]);
+}
+
+#[test]
+fn restartable_init_containers_are_targets_classic_init_containers_are_not() {
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("conf", vec![cm("c")])
+        .container_of("init", ContainerKind::Init, &["conf"])
+        .container_of("proxy", ContainerKind::SidecarInit, &["conf"])
+        .container("app", &["conf"]);
+    assert_eq!(
+        targets(&decide(&p.0, &changed(&["conf"]))),
+        vec!["proxy", "app"]
+    );
+    let p = p.annotate("reloadlet.io/containers", "init");
+    assert!(matches!(
+        decide(&p.0, &changed(&["conf"])),
+        Decision::Invalid { .. }
+    ));
+}
+
+#[test]
+fn evict_decisions() {
+    let base = || {
+        pod()
+            .annotate("reloadlet.io/action", "evict")
+            .volume("conf", vec![cm("app-conf")])
+            .token_volume("kube-api-access-abcde")
+            .container("app", &["conf@sub", "kube-api-access-abcde"])
+    };
+    // subPath consumers do get the new content from a fresh pod.
+    let d = decide(&base().0, &changed(&["conf"]));
+    assert_eq!(
+        d,
+        Decision::Evict {
+            cause: Cause {
+                sources: vec![cm("app-conf")]
+            }
+        }
+    );
+    assert!(matches!(
+        decide(&base().0, &changed(&["kube-api-access-abcde"])),
+        Decision::NothingToDo { .. }
+    ));
+    assert!(matches!(
+        decide(&base().unowned().0, &changed(&["conf"])),
+        Decision::EvictRefused { .. }
+    ));
+    let allowed = base()
+        .unowned()
+        .annotate("reloadlet.io/evict-unowned", "true");
+    assert!(matches!(
+        decide(&allowed.0, &changed(&["conf"])),
+        Decision::Evict { .. }
+    ));
+    assert_eq!(
+        decide(&base().terminating().0, &changed(&["conf"])),
+        Decision::AlreadyTerminating
+    );
+}
+
+#[test]
+fn empty_change_set_does_nothing() {
+    assert!(matches!(
+        decide(&nginx_pod().0, &BTreeSet::new()),
+        Decision::NothingToDo { .. }
+    ));
+}
+
+fn prometheus_pod(port: &str) -> Fixture {
+    pod()
+        .annotate("reloadlet.io/action", "http")
+        .annotate("reloadlet.io/http-port", port)
+        .volume("config", vec![cm("prometheus-config")])
+        .volume("rules", vec![cm("rules")])
+        .container("prometheus", &["config"])
+        .port("web", 9090)
+        .container("thanos", &["rules"])
+        .port("grpc", 10901)
+}
+
+fn http_port(d: &Decision) -> (u16, Vec<String>) {
+    match d {
+        Decision::Http { target, .. } => (
+            target.port,
+            target
+                .containers
+                .iter()
+                .map(|t| t.container.clone())
+                .collect(),
+        ),
+        other => panic!("expected Http, got {other:?}"),
+    }
+}
+
+#[test]
+fn http_table() {
+    // (port annotation, changed volume, want: Ok((port, containers)) or Err(decision text))
+    type Case<'a> = (&'a str, &'a str, Result<(u16, Vec<&'a str>), &'a str>);
+    let cases: Vec<Case> = vec![
+        ("9090", "config", Ok((9090, vec!["prometheus"]))),
+        ("web", "config", Ok((9090, vec!["prometheus"]))),
+        ("grpc", "rules", Ok((10901, vec!["thanos"]))),
+        (
+            "grpc",
+            "config",
+            Err("Invalid: reloadlet.io/http-port: no container that mounts the changed volume (prometheus) declares a port named \"grpc\""),
+        ),
+        (
+            "metrics",
+            "config",
+            Err("Invalid: reloadlet.io/http-port: no container declares a port named \"metrics\""),
+        ),
+        ("0", "config", Err("Invalid: reloadlet.io/http-port: \"0\" is neither a port number (1-65535) nor a port name (1-15 lowercase letters, digits and '-', with at least one letter)")),
+    ];
+    for (port, volume, want) in cases {
+        let d = decide(&prometheus_pod(port).0, &changed(&[volume]));
+        match want {
+            Ok((p, containers)) => {
+                assert_eq!(
+                    http_port(&d),
+                    (p, containers.iter().map(|c| c.to_string()).collect()),
+                    "{port} {volume}"
+                )
+            }
+            Err(text) => {
+                let Decision::Invalid { message } = &d else {
+                    panic!("{port} {volume}: {d:?}");
+                };
+                assert_eq!(format!("Invalid: {message}"), text);
+            }
+        }
+    }
+}
+
+#[test]
+fn http_follows_the_same_narrowing_as_signal() {
+    let narrowed = prometheus_pod("web").annotate("reloadlet.io/configmaps", "rules");
+    assert!(matches!(
+        decide(&narrowed.0, &changed(&["config"])),
+        Decision::NothingToDo { .. }
+    ));
+    let only_thanos = prometheus_pod("grpc").annotate("reloadlet.io/containers", "thanos");
+    assert!(matches!(
+        decide(&only_thanos.0, &changed(&["config"])),
+        Decision::NothingToDo { .. }
+    ));
+    // A named port must belong to a selected container.
+    let d = decide(
+        &prometheus_pod("web")
+            .annotate("reloadlet.io/containers", "thanos")
+            .0,
+        &changed(&["rules"]),
+    );
+    assert!(matches!(d, Decision::Invalid { .. }), "{d:?}");
+    let sub = pod()
+        .annotate("reloadlet.io/action", "http")
+        .annotate("reloadlet.io/http-port", "9090")
+        .volume("config", vec![cm("prometheus-config")])
+        .container("prometheus", &["config@sub"]);
+    // Reported as the http action that could not be taken, not as a signal.
+    assert!(matches!(
+        decide(&sub.0, &changed(&["config"])),
+        Decision::SubPathOnly {
+            action: crate::core::outcome::ActionKind::Http,
+            ..
+        }
+    ));
+    let Decision::Http { cause, .. } = decide(&prometheus_pod("9090").0, &changed(&["config"]))
+    else {
+        panic!()
+    };
+    assert_eq!(cause.to_string(), "configmap prometheus-config changed");
+}

@@ -1,0 +1,169 @@
+//! `reloadlet controller`: wiring of settings, kube edges, election, HTTP and the loop.
+
+use crate::config::controller::ControllerSettings;
+use crate::controller::api::Input;
+use crate::controller::elect::{self, ElectionSettings};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::run::{Controller, EnvDeps};
+use crate::core::model::SourceKind;
+use crate::core::pod_index::PodIndex;
+use crate::execute::evict::{EvictionSettings, Evictions};
+use crate::execute::report::Reporter;
+use crate::k8s::client::Clients;
+use crate::k8s::controller::{
+    now_rfc3339, watch_objects, watch_pods, KubeEnvApi, KubeLeaseStore, KubePatcher,
+};
+use crate::k8s::events::QueuedRecorder;
+use crate::k8s::eviction::KubeEvictor;
+use crate::serve::health::{self, Health};
+use crate::serve::metrics::Metrics;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::sync::RwLock;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Runs until `shutdown`. `Err`: a reason to print before exiting with a failure.
+pub async fn serve(
+    settings: ControllerSettings,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let clients = Clients::infer()
+        .await
+        .map_err(|e| format!("no Kubernetes configuration (in-cluster or KUBECONFIG): {e}"))?;
+    let mut registry = Registry::with_prefix("reloadlet");
+    let metrics = ControllerMetrics::new(&mut registry);
+    // The executor's metrics (reloadlet_actions_total{action="evict"} …) and notifications.
+    let action_metrics = Metrics::new(&mut registry);
+    let notify_metrics = crate::outbound::notify::NotifyMetrics::new(&mut registry);
+    let health = Arc::new(Health::default());
+    health.beat();
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    let app = health::router(health.clone(), Arc::new(registry));
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    });
+
+    let (tx, rx) = mpsc::channel::<Input>(1024);
+    tokio::spawn(watch_pods(
+        clients.main.clone(),
+        settings.pod_selector.clone(),
+        tx.clone(),
+    ));
+    tokio::spawn(watch_objects(
+        clients.main.clone(),
+        SourceKind::ConfigMap,
+        tx.clone(),
+    ));
+    // Secrets' metadata: for nudges (--secrets) and for env consumers (--env-consumers-secrets).
+    if settings.secrets || settings.env_secrets {
+        tokio::spawn(watch_objects(
+            clients.main.clone(),
+            SourceKind::Secret,
+            tx.clone(),
+        ));
+    }
+
+    let mut election_task = None;
+    if let Some(target) = &settings.election {
+        let (leader_tx, mut leader_rx) = watch::channel(false);
+        let store = KubeLeaseStore::new(clients.main.clone(), &target.namespace, &target.name);
+        let election = ElectionSettings {
+            identity: target.identity.clone(),
+            lease_duration: target.lease_duration,
+            renew_deadline: target.renew_deadline,
+            retry_period: target.retry_period,
+        };
+        election_task = Some(tokio::spawn(elect::run(
+            store,
+            election,
+            leader_tx,
+            shutdown.clone(),
+            now_rfc3339,
+        )));
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while leader_rx.changed().await.is_ok() {
+                let leader = *leader_rx.borrow_and_update();
+                if tx.send(Input::Leader(leader)).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(tx);
+    tracing::info!(
+        secrets = settings.secrets,
+        env_consumers = settings.env_configmaps,
+        env_consumers_secrets = settings.env_secrets,
+        max_nudges_per_second = settings.max_nudges_per_second,
+        leader_elect = settings.election.is_some(),
+        identity = settings.election.as_ref().map(|e| e.identity.as_str()).unwrap_or(""),
+        listen = %settings.listen,
+        "reloadlet controller started"
+    );
+    // No HTTP client at all while notifications are off.
+    let notifier = if !settings.notify.enabled() {
+        crate::outbound::notify::Notifier::disabled()
+    } else {
+        let poster = crate::outbound::notify::HttpPoster::for_settings(&settings.notify)
+            .map_err(|e| format!("notifications: {e}"))?;
+        tracing::info!(notify = %settings.notify.describe(), "notifications on");
+        crate::outbound::notify::Notifier::start(
+            &settings.notify,
+            poster,
+            notify_metrics,
+            CancellationToken::new(),
+        )
+    };
+    let reporter = Reporter::new(
+        Arc::new(QueuedRecorder::spawn(
+            clients.main.clone(),
+            settings.instance.clone(),
+        )),
+        notifier,
+        action_metrics,
+        false,
+        settings.instance.clone(),
+    );
+    let controller = Controller::new(
+        Arc::new(KubePatcher::new(clients.main.clone())),
+        settings.filter.clone(),
+        settings.secrets,
+        settings.max_nudges_per_second,
+        settings.election.is_none(),
+        metrics,
+        health,
+    )
+    .with_reporter(reporter.clone());
+    let controller = if settings.env_configmaps || settings.env_secrets {
+        let index = Arc::new(RwLock::new(PodIndex::default()));
+        let evictions = Evictions::new(
+            EvictionSettings::default(),
+            Arc::new(KubeEvictor::new(clients.eviction.clone())),
+            reporter,
+            index.clone(),
+            shutdown.clone(),
+        );
+        controller.with_env(EnvDeps {
+            api: Arc::new(KubeEnvApi::new(clients.main.clone())),
+            evictions,
+            index,
+            configmaps: settings.env_configmaps,
+            secrets: settings.env_secrets,
+            stop: shutdown.clone(),
+        })
+    } else {
+        controller
+    };
+    controller.run(rx, shutdown.clone()).await;
+    if let Some(task) = election_task {
+        // Releases the Lease so a standby takes over at once.
+        let _ = task.await;
+    }
+    Ok(())
+}
