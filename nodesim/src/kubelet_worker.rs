@@ -1,0 +1,493 @@
+//! The simulated kubelet's worker thread: every pod's lifecycle, its syncs and timers, the
+//! volume projections and the containers, driven by [`Msg`]s from
+//! [`SimKubelet`](crate::kubelet::SimKubelet).
+
+use crate::apiserver::ApiChange;
+use crate::kubelet::{KubeletApi, KubeletOptions, PodHandles, SyncMode, SyncReason};
+use crate::kubelet_pod::{PodState, Stage};
+use crate::kubelet_sync::{self, next_tick, SyncRecord};
+use crate::projection;
+use crate::runtime::SimRuntime;
+use crate::volumes::SourceKind;
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// What [`SimKubelet`](crate::kubelet::SimKubelet) asks of its worker thread.
+pub(crate) enum Msg {
+    Api(ApiChange),
+    /// Events were lost: compare with the API's list.
+    Relist,
+    Resync(mpsc::Sender<()>),
+    RotateTokens(mpsc::Sender<()>),
+    Handles(String, mpsc::Sender<Option<PodHandles>>),
+    Syncs(String, mpsc::Sender<Vec<SyncRecord>>),
+    Observed(String, mpsc::Sender<Option<String>>),
+    Shutdown(mpsc::Sender<()>),
+}
+
+/// Work scheduled for later.
+enum Timer {
+    /// The delayed tmpfs mount, then the containers.
+    FinishStart(String),
+    Reproject(SourceKind, String, String),
+    MarkReady(String),
+    /// [`SyncMode::Faithful`]: the pod's periodic sync.
+    Sync(String),
+    /// [`SyncMode::Faithful`]: the sync right after a phase transition.
+    PhaseSync(String),
+}
+
+/// Everything runs on this thread.
+pub(crate) struct Worker {
+    api: Box<dyn KubeletApi>,
+    opts: KubeletOptions,
+    runtime: SimRuntime,
+    pods: HashMap<String, PodState>,
+    timers: Vec<(Instant, Timer)>,
+    /// When the sync loop's 1 s ticker started.
+    started: Instant,
+    /// Every sync of every pod, for tests.
+    syncs: HashMap<String, Vec<SyncRecord>>,
+    /// `status.podIP` of each new pod (the CNI plugin's job on a real node).
+    pod_ips: crate::pod_ip::PodIps,
+}
+
+/// `terminationGracePeriodSeconds`, capped.
+fn stop_grace(pod: &Pod, cap: Duration) -> Duration {
+    let secs = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0);
+    Duration::from_secs(secs as u64).min(cap)
+}
+
+fn ns_name(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl Worker {
+    pub(crate) fn new(api: Box<dyn KubeletApi>, opts: KubeletOptions, runtime: SimRuntime) -> Self {
+        Worker {
+            api,
+            opts,
+            runtime,
+            pods: HashMap::new(),
+            timers: Vec::new(),
+            started: Instant::now(),
+            syncs: HashMap::new(),
+            pod_ips: Default::default(),
+        }
+    }
+
+    pub(crate) fn run(&mut self, rx: mpsc::Receiver<Msg>) {
+        loop {
+            self.fire_due_timers();
+            let msg = match self.timers.iter().map(|(at, _)| *at).min() {
+                Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(msg) => msg,
+                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                },
+                None => match rx.recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                },
+            };
+            match msg {
+                Msg::Api(change) => self.on_change(change),
+                Msg::Relist => self.relist(),
+                Msg::Resync(reply) => {
+                    self.relist();
+                    self.resync_volumes();
+                    let _ = reply.send(());
+                }
+                Msg::Syncs(uid, reply) => {
+                    let _ = reply.send(self.syncs.get(&uid).cloned().unwrap_or_default());
+                }
+                Msg::Observed(uid, reply) => {
+                    let rv = self
+                        .pods
+                        .get(&uid)
+                        .and_then(|s| s.pod.metadata.resource_version.clone());
+                    let _ = reply.send(rv);
+                }
+                Msg::RotateTokens(reply) => {
+                    self.rotate_tokens();
+                    let _ = reply.send(());
+                }
+                Msg::Handles(uid, reply) => {
+                    let handles = self.handles(&uid);
+                    let _ = reply.send(handles);
+                }
+                Msg::Shutdown(reply) => {
+                    self.shutdown();
+                    let _ = reply.send(());
+                    return;
+                }
+            }
+        }
+        self.shutdown();
+    }
+
+    fn fire_due_timers(&mut self) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.timers)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.timers = later;
+        for (_, timer) in due {
+            match timer {
+                Timer::FinishStart(uid) => self.finish_start(&uid),
+                Timer::Reproject(kind, ns, name) => self.reproject(kind, &ns, &name),
+                Timer::MarkReady(uid) => self.mark_ready(&uid),
+                Timer::Sync(uid) => self.sync_pod(&uid, SyncReason::Periodic),
+                Timer::PhaseSync(uid) => self.sync_pod(&uid, SyncReason::PhaseTransition),
+            }
+        }
+    }
+
+    fn is_mine(&self, pod: &Pod) -> bool {
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.opts.node_name.as_str())
+    }
+
+    fn on_change(&mut self, change: ApiChange) {
+        match change {
+            ApiChange::PodUpserted(pod) => self.on_pod(*pod),
+            ApiChange::PodDeleted(pod) => {
+                if let Some(uid) = pod.metadata.uid.as_deref() {
+                    self.teardown(uid);
+                }
+            }
+            ApiChange::ConfigMapChanged { namespace, name } => {
+                self.on_source_change(SourceKind::ConfigMap, namespace, name)
+            }
+            ApiChange::SecretChanged { namespace, name } => {
+                self.on_source_change(SourceKind::Secret, namespace, name)
+            }
+        }
+    }
+
+    fn on_pod(&mut self, pod: Pod) {
+        if !self.is_mine(&pod) {
+            return;
+        }
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.teardown(&uid);
+            let (ns, name) = ns_name(&pod);
+            self.api.finalize_pod(&ns, &name);
+            return;
+        }
+        match self.pods.get_mut(&uid) {
+            None => self.start_pod(pod),
+            Some(state) => {
+                // spec, labels, annotations or deletion fields changed: the kubelet
+                // syncs the pod at once (HandlePodUpdates); status only: it just keeps
+                // the new copy (config.go checkAndUpdatePod)
+                let differs = kubelet_sync::differs_semantically(&state.pod, &pod);
+                state.pod = pod;
+                if differs {
+                    self.sync_pod(&uid, SyncReason::PodUpdate);
+                }
+            }
+        }
+    }
+
+    fn start_pod(&mut self, pod: Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        self.ensure_root_ca(&pod);
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let state = match PodState::create(&self.opts.root, pod) {
+            Ok(mut state) => {
+                state.pod_ip = if host_network {
+                    crate::pod_ip::HOST_IP
+                } else {
+                    self.pod_ips.allocate()
+                };
+                state
+            }
+            Err(e) => {
+                tracing::warn!(pod_uid = %uid, error = %e, "creating volume dirs failed");
+                return;
+            }
+        };
+        let delay = self
+            .opts
+            .tmpfs_mount_delay
+            .filter(|_| state.has_tmpfs_volumes());
+        self.pods.insert(uid.clone(), state);
+        match delay {
+            Some(d) => self
+                .timers
+                .push((Instant::now() + d, Timer::FinishStart(uid))),
+            None => self.finish_start(&uid),
+        }
+    }
+
+    /// The root-CA publisher's job: `kube-root-ca.crt` in the pod's namespace.
+    fn ensure_root_ca(&self, pod: &Pod) {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let wants = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .any(|v| {
+                crate::volumes::volume_references(
+                    v,
+                    SourceKind::ConfigMap,
+                    projection::ROOT_CA_CONFIGMAP,
+                )
+            });
+        if wants
+            && self
+                .api
+                .lookup()
+                .configmap(ns, projection::ROOT_CA_CONFIGMAP)
+                .is_none()
+        {
+            self.api.apply_configmap(projection::root_ca_configmap(ns));
+        }
+    }
+
+    fn finish_start(&mut self, uid: &str) {
+        let Some(state) = self.pods.get_mut(uid) else {
+            return;
+        };
+        let first = state.stage == Stage::Created;
+        match state.start(&mut self.runtime, self.api.as_ref()) {
+            Ok(ready_delay) => {
+                if let Some(d) = ready_delay {
+                    self.timers
+                        .push((Instant::now() + d, Timer::MarkReady(uid.to_owned())));
+                }
+            }
+            Err(e) => tracing::warn!(pod_uid = %uid, error = %e, "pod not started"),
+        }
+        if first {
+            self.record_sync(uid, SyncReason::Start);
+            let running = self
+                .pods
+                .get(uid)
+                .is_some_and(|s| s.stage == Stage::Running);
+            if running && matches!(self.opts.sync_mode, SyncMode::Faithful { .. }) {
+                // Pending → Running is a phase transition: completeWork re-enqueues the
+                // pod with no delay, so it syncs again on the next tick.
+                self.timers.push((
+                    next_tick(self.started, Instant::now()),
+                    Timer::PhaseSync(uid.to_owned()),
+                ));
+            } else {
+                self.schedule_periodic(uid);
+            }
+        }
+    }
+
+    /// Notes a sync of the pod for tests.
+    fn record_sync(&mut self, uid: &str, reason: SyncReason) {
+        self.syncs
+            .entry(uid.to_owned())
+            .or_default()
+            .push(SyncRecord {
+                reason,
+                at: Instant::now(),
+            });
+    }
+
+    /// [`SyncMode::Faithful`]: the next periodic sync, `wait.Jitter(syncFrequency, 0.5)`
+    /// after this one, on the sync loop's next tick (pod_workers.go `completeWork`).
+    fn schedule_periodic(&mut self, uid: &str) {
+        let SyncMode::Faithful { sync_frequency } = self.opts.sync_mode else {
+            return;
+        };
+        self.timers
+            .retain(|(_, t)| !matches!(t, Timer::Sync(u) | Timer::PhaseSync(u) if u == uid));
+        let due = Instant::now()
+            + kubelet_sync::jitter(sync_frequency, kubelet_sync::RESYNC_JITTER_FACTOR);
+        self.timers
+            .push((next_tick(self.started, due), Timer::Sync(uid.to_owned())));
+    }
+
+    /// One `SyncPod`: every volume re-projected from the API's current objects (a no-op
+    /// where nothing changed); a pod still waiting for its volumes is retried. Then the
+    /// periodic timer restarts.
+    fn sync_pod(&mut self, uid: &str, reason: SyncReason) {
+        match self.pods.get(uid).map(|s| s.stage) {
+            Some(Stage::Running) => self.sync_volumes(uid),
+            Some(Stage::VolumesPending) => self.finish_start(uid),
+            Some(Stage::Failed) => {}
+            // not started yet (tmpfs mount delay): its start is its first sync
+            Some(Stage::Created) | None => return,
+        }
+        self.record_sync(uid, reason);
+        self.schedule_periodic(uid);
+    }
+
+    /// A ConfigMap/Secret changed. The test shortcut projects it at once; the real
+    /// kubelet syncs no pod for it (the next sync will see it), but the volume manager's
+    /// reconciler keeps retrying mounts that failed, so a pod waiting for a missing
+    /// source starts once it appears.
+    fn on_source_change(&mut self, kind: SourceKind, ns: String, name: String) {
+        if self.opts.sync_mode == SyncMode::ProjectOnChange {
+            self.schedule_reproject(kind, ns, name);
+            return;
+        }
+        let pending: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, s)| s.stage == Stage::VolumesPending && s.namespace() == ns)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in pending {
+            self.finish_start(&uid);
+        }
+    }
+
+    fn mark_ready(&mut self, uid: &str) {
+        if let Some(state) = self.pods.get_mut(uid) {
+            state.ready = true;
+            state.report_status(self.api.as_ref());
+        }
+    }
+
+    fn schedule_reproject(&mut self, kind: SourceKind, ns: String, name: String) {
+        if self.opts.sync_delay.is_zero() {
+            self.reproject(kind, &ns, &name);
+        } else {
+            self.timers.push((
+                Instant::now() + self.opts.sync_delay,
+                Timer::Reproject(kind, ns, name),
+            ));
+        }
+    }
+
+    /// Re-writes every volume fed by the ConfigMap/Secret; retries pods waiting for it.
+    fn reproject(&mut self, kind: SourceKind, ns: &str, name: &str) {
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in uids {
+            let Some(state) = self.pods.get_mut(&uid) else {
+                continue;
+            };
+            if state.namespace() != ns {
+                continue;
+            }
+            match state.stage {
+                Stage::Running => {
+                    let uses = state
+                        .pod
+                        .spec
+                        .iter()
+                        .flat_map(|s| s.volumes.iter().flatten())
+                        .any(|v| crate::volumes::volume_references(v, kind, name));
+                    state.project_referencing(kind, name, self.api.lookup());
+                    if uses {
+                        self.record_sync(&uid, SyncReason::SourceChanged);
+                    }
+                }
+                Stage::VolumesPending => self.finish_start(&uid),
+                _ => {}
+            }
+        }
+    }
+
+    fn sync_volumes(&mut self, uid: &str) {
+        if let Some(state) = self.pods.get_mut(uid) {
+            state.project_all(self.api.lookup());
+        }
+    }
+
+    fn resync_volumes(&mut self) {
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in uids {
+            self.sync_pod(&uid, SyncReason::Forced);
+        }
+    }
+
+    fn rotate_tokens(&mut self) {
+        for state in self.pods.values_mut() {
+            if state.stage == Stage::Running {
+                state.rotate_tokens(self.api.lookup());
+            }
+        }
+    }
+
+    /// Compares with the API's pod list: starts what is missing, stops what is gone.
+    pub(crate) fn relist(&mut self) {
+        let pods: Vec<Pod> = self
+            .api
+            .list_pods()
+            .into_iter()
+            .filter(|p| self.is_mine(p))
+            .collect();
+        let live: Vec<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|uid| !live.contains(uid))
+            .cloned()
+            .collect();
+        for uid in gone {
+            self.teardown(&uid);
+        }
+        for pod in pods {
+            self.on_pod(pod);
+        }
+    }
+
+    fn handles(&self, uid: &str) -> Option<PodHandles> {
+        let state = self.pods.get(uid)?;
+        if state.stage != Stage::Running {
+            return None;
+        }
+        let (sandbox, containers) = self.runtime.handles(uid)?;
+        Some(PodHandles {
+            pod_uid: uid.to_owned(),
+            sandbox,
+            containers,
+        })
+    }
+
+    fn teardown(&mut self, uid: &str) {
+        let Some(state) = self.pods.remove(uid) else {
+            return;
+        };
+        self.timers
+            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) | Timer::Sync(u) | Timer::PhaseSync(u) if u == uid));
+        let grace = stop_grace(&state.pod, self.opts.max_stop_grace);
+        if let Err(e) = self.runtime.stop_sandbox(uid, grace) {
+            tracing::warn!(pod_uid = %uid, error = %e, "stopping the pod failed");
+        }
+        if let Err(e) = state.volumes.teardown() {
+            tracing::warn!(pod_uid = %uid, error = %e, "volume teardown failed");
+        }
+    }
+
+    fn shutdown(&mut self) {
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in uids {
+            if let Some(state) = self.pods.remove(&uid) {
+                let _ = self.runtime.stop_sandbox(&uid, Duration::ZERO);
+                let _ = state.volumes.teardown();
+            }
+        }
+        self.runtime.shutdown();
+        self.timers.clear();
+    }
+}

@@ -1,0 +1,241 @@
+//! How a simulated container is started and stopped: the shim's argv (`unshare` or
+//! `nsenter`), the init script that joins the container cgroup and bind-mounts the volumes,
+//! waiting for the exec, and the cleanup of process group, cgroups and mount targets.
+
+use crate::cgroups::Cgroup;
+use crate::mount_targets;
+use crate::runtime::{ContainerSpec, Running};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How long a container may take to reach its command.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a shim may take to exit once its container is gone.
+const SHIM_EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which PID namespace a container's processes live in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PidNs {
+    /// A new one, the container init is PID 1.
+    Own,
+    /// The PID namespace of this (pause) process.
+    Join(i32),
+    /// The host's.
+    Host,
+}
+
+/// The shim's command line.
+pub(crate) fn shim_argv(
+    ns: PidNs,
+    script: &str,
+    command: &[String],
+    conmon: Option<&Cgroup>,
+) -> Vec<String> {
+    let mut argv: Vec<String> = Vec::new();
+    if let Some(conmon) = conmon {
+        let moves: Vec<String> = conmon
+            .procs_files()
+            .iter()
+            .map(|f| format!("echo 0 > {}", sh_quote(&f.to_string_lossy())))
+            .collect();
+        argv.extend([
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("set -e; {}; exec \"$@\"", moves.join("; ")),
+            "conmon".into(),
+        ]);
+    }
+    let unshare_mount = ["unshare", "--mount", "--propagation", "private"].map(String::from);
+    match ns {
+        PidNs::Own => argv.extend(
+            [
+                "unshare",
+                "--fork",
+                "--kill-child",
+                "--pid",
+                "--mount-proc",
+                "--propagation",
+                "private",
+            ]
+            .map(String::from),
+        ),
+        PidNs::Host => argv.extend(
+            [
+                "unshare",
+                "--fork",
+                "--kill-child",
+                "--mount",
+                "--propagation",
+                "private",
+            ]
+            .map(String::from),
+        ),
+        PidNs::Join(pid) => {
+            argv.extend([
+                "nsenter".into(),
+                "--target".into(),
+                pid.to_string(),
+                "--pid".into(),
+                "--".into(),
+            ]);
+            argv.extend(unshare_mount);
+        }
+    }
+    argv.extend([
+        "--".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        script.to_owned(),
+        "sh".into(),
+    ]);
+    argv.extend(command.iter().cloned());
+    argv
+}
+
+/// What the container init runs before exec: bind mounts, join the cgroup, chdir.
+pub(crate) fn init_script(spec: &ContainerSpec, procs_files: &[PathBuf]) -> String {
+    let mut lines = vec!["set -e".to_owned()];
+    for m in &spec.mounts {
+        let (src, dst) = (
+            sh_quote(&m.source.to_string_lossy()),
+            sh_quote(&m.target.to_string_lossy()),
+        );
+        lines.push(format!("mount --bind {src} {dst}"));
+        if m.read_only {
+            lines.push(format!("mount -o remount,bind,ro {dst}"));
+        }
+    }
+    for f in procs_files {
+        lines.push(format!("echo 0 > {}", sh_quote(&f.to_string_lossy())));
+    }
+    if let Some(dir) = &spec.working_dir {
+        lines.push(format!("cd {}", sh_quote(&dir.to_string_lossy())));
+    }
+    lines.push("exec \"$@\"".into());
+    lines.join("\n")
+}
+
+/// Single-quotes `s` for `/bin/sh`.
+pub(crate) fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// 64 random hex chars.
+pub fn random_container_id() -> String {
+    (0..4)
+        .map(|_| format!("{:016x}", rand::random::<u64>()))
+        .collect()
+}
+
+/// Waits until the shim's child has joined the container cgroup and exec'd the command;
+/// returns its host PID.
+pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let want: Vec<u8> = running
+        .spec
+        .argv
+        .iter()
+        .flat_map(|a| a.bytes().chain([0]))
+        .collect();
+    loop {
+        if let Ok(Some(status)) = running.shim.try_wait() {
+            return Err(format!("exited at start ({status})"));
+        }
+        let in_cgroup = running.cgroup.pids();
+        for pid in in_cgroup {
+            if parent_of(pid) == Some(running.handle.shim_pid)
+                && fs::read(format!("/proc/{pid}/cmdline")).ok() == Some(want.clone())
+            {
+                return Ok(pid);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("not running its command after {START_TIMEOUT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The parent PID from `/proc/<pid>/stat`.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // the command name is in parentheses and may contain spaces
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(1)?.parse().ok()
+}
+
+/// Releases the mount targets a container held, newest first.
+pub(crate) fn release_targets(targets: &[PathBuf]) {
+    for target in targets.iter().rev() {
+        mount_targets::release(target);
+    }
+}
+
+/// Stops a container: SIGTERM, up to `grace`, then SIGKILL to everything in its cgroup;
+/// reaps the shim, removes cgroups and created mount targets. Errors are logged.
+pub(crate) fn cleanup(mut running: Running, grace: Duration) {
+    let main = running.handle.main_pid;
+    if main > 0 && !grace.is_zero() {
+        let _ = kill(Pid::from_raw(main), Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while !running.cgroup.pids().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    if let Err(e) = running.cgroup.kill_all() {
+        tracing::warn!(container = %running.handle.name, error = %e, "kill failed");
+    }
+    let deadline = Instant::now() + SHIM_EXIT_TIMEOUT;
+    loop {
+        match running.shim.try_wait() {
+            Ok(Some(_)) | Err(_) => break,
+            Ok(None) if Instant::now() > deadline => {
+                let _ = running.shim.kill();
+                let _ = running.shim.wait();
+                break;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    let Running {
+        cgroup,
+        conmon_cgroup,
+        targets,
+        handle,
+        ..
+    } = running;
+    for cg in std::iter::once(cgroup).chain(conmon_cgroup) {
+        if let Err(e) = cg.remove() {
+            tracing::warn!(container = %handle.name, error = %e, "cgroup removal failed");
+        }
+    }
+    release_targets(&targets);
+}
+
+/// The pause process, and the stand-in for a container without a command (image
+/// entrypoints do not exist here). Like the real pause it exits on SIGTERM/SIGINT; unlike
+/// it, it logs every other signal it receives (`received SIGHUP` in its log), so a test can
+/// prove nobody signalled it — as PID 1 of its namespace a plain `sleep` would silently
+/// ignore them.
+pub fn stand_in_argv() -> Vec<String> {
+    let script = "trap 'exit 0' TERM INT; \
+        for s in HUP QUIT USR1 USR2 WINCH ALRM; do trap \"echo received SIG$s\" $s; done; \
+        while :; do sleep 3600 & wait $!; done";
+    vec!["/bin/sh".into(), "-c".into(), script.into()]
+}
+
+/// In the forked child before exec: every catchable standard signal back to `SIG_DFL`, an
+/// empty mask.
+pub(crate) fn reset_signals() -> std::io::Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal};
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
+        // SAFETY: installing SIG_DFL is always sound.
+        unsafe { sigaction(sig, &default) }.map_err(std::io::Error::from)?;
+    }
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+        .map_err(std::io::Error::from)
+}
