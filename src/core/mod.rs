@@ -12,5 +12,6 @@ pub mod label_selector;
 pub mod model;
 pub mod nudge_delay;
 pub mod outcome;
+pub mod pacing;
 pub mod pod_index;
 pub mod policy;
