@@ -84,9 +84,74 @@ pub fn no_budget_note() -> String {
         .into()
 }
 
+/// A PDB's status as the disruption controller keeps it (kubernetes
+/// `pkg/controller/disruption/disruption.go`, `updatePdbStatus`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BudgetStatus {
+    pub expected_pods: i32,
+    pub desired_healthy: i32,
+    pub current_healthy: i32,
+    pub disruptions_allowed: i32,
+}
+
+/// Why a budget refuses an eviction now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    /// No eviction can succeed while the workload keeps its size: `expectedPods −
+    /// desiredHealthy ≤ 0` (`minAvailable` equal to the replicas, `maxUnavailable: 0`, one
+    /// replica with `minAvailable: 1`).
+    Structural,
+    /// A pod still starting, another eviction in flight: it can pass later.
+    Transient,
+}
+
+impl BudgetStatus {
+    /// `None`: the budget allows an eviction now.
+    pub fn block(&self) -> Option<Block> {
+        if self.disruptions_allowed > 0 {
+            None
+        } else if self.expected_pods - self.desired_healthy <= 0 {
+            Some(Block::Structural)
+        } else {
+            Some(Block::Transient)
+        }
+    }
+
+    /// The plain words of a structural block, for the Warning `EvictionBlocked` and `explain`.
+    pub fn structural_note(&self, budget: &str) -> String {
+        format!(
+            "PodDisruptionBudget {budget} needs {} of {} pods healthy: no eviction can succeed \
+             while the workload keeps its size; see reloadlet.io/on-blocked",
+            self.desired_healthy, self.expected_pods
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structural_and_transient_blocks() {
+        let status = |expected, desired, current, allowed| BudgetStatus {
+            expected_pods: expected,
+            desired_healthy: desired,
+            current_healthy: current,
+            disruptions_allowed: allowed,
+        };
+        // minAvailable: 2 over 2 replicas; maxUnavailable: 0; 1 replica with minAvailable: 1.
+        assert_eq!(status(2, 2, 2, 0).block(), Some(Block::Structural));
+        assert_eq!(status(3, 3, 3, 0).block(), Some(Block::Structural));
+        assert_eq!(status(1, 1, 1, 0).block(), Some(Block::Structural));
+        // A pod still starting, or another eviction in flight.
+        assert_eq!(status(3, 2, 2, 0).block(), Some(Block::Transient));
+        assert_eq!(status(3, 2, 3, 1).block(), None);
+        assert_eq!(
+            status(2, 2, 2, 0).structural_note("web"),
+            "PodDisruptionBudget web needs 2 of 2 pods healthy: no eviction can succeed while \
+             the workload keeps its size; see reloadlet.io/on-blocked"
+        );
+    }
 
     #[test]
     fn selection_follows_the_eviction_subresource() {

@@ -15,3 +15,5 @@ pub mod outcome;
 pub mod pacing;
 pub mod pod_index;
 pub mod policy;
+pub mod reloader_compat;
+pub mod rollout;

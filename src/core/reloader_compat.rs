@@ -1,0 +1,295 @@
+//! Reloader's annotations, understood (pure; `--reloader-compat`, off by default so that
+//! reloadlet beside a running Reloader never doubles its rollouts).
+//!
+//! The semantics follow Reloader's own matcher (stakater/Reloader
+//! `internal/pkg/reload/matcher.go`, `Matcher.ShouldReload`, and `service.go`,
+//! `processResource`), in its order:
+//!
+//! 1. `reloader.stakater.com/ignore: "true"` on the ConfigMap or Secret: never.
+//! 2. The workload's own annotations are read when they hold any relevant key, else its pod
+//!    template's (`selectAnnotations`).
+//! 3. `configmap.reloader.stakater.com/reload` / `secret.reloader.stakater.com/reload`: a
+//!    comma-separated list of names, each an anchored regular expression (`^name$`; one that
+//!    does not compile is compared literally). An explicit match rolls even when the
+//!    workload does not reference the object.
+//! 4. `reloader.stakater.com/search: "true"` on the workload with
+//!    `reloader.stakater.com/match: "true"` on the object.
+//! 5. `reloader.stakater.com/auto: "true"`, or the typed `configmap.reloader.stakater.com/
+//!    auto` / `secret.reloader.stakater.com/auto`.
+//!
+//! 4 and 5 ("auto" reloads) apply only to objects the workload references (volumes, env,
+//! envFrom). A pod template's own `reloadlet.io/action` wins over all of this; that check is
+//! the caller's.
+
+use crate::core::model::SourceKind;
+use regex::Regex;
+use std::collections::BTreeMap;
+
+pub const AUTO: &str = "reloader.stakater.com/auto";
+pub const CONFIGMAP_AUTO: &str = "configmap.reloader.stakater.com/auto";
+pub const SECRET_AUTO: &str = "secret.reloader.stakater.com/auto";
+pub const CONFIGMAP_RELOAD: &str = "configmap.reloader.stakater.com/reload";
+pub const SECRET_RELOAD: &str = "secret.reloader.stakater.com/reload";
+pub const SEARCH: &str = "reloader.stakater.com/search";
+pub const MATCH: &str = "reloader.stakater.com/match";
+pub const IGNORE: &str = "reloader.stakater.com/ignore";
+
+/// The object that changed.
+pub struct Changed<'a> {
+    pub kind: SourceKind,
+    pub name: &'a str,
+    pub annotations: &'a BTreeMap<String, String>,
+    /// Whether the workload's pod template references it.
+    pub referenced: bool,
+}
+
+/// A workload's annotations and its pod template's.
+pub struct Workload<'a> {
+    pub annotations: &'a BTreeMap<String, String>,
+    pub template: &'a BTreeMap<String, String>,
+}
+
+/// Which Reloader annotation makes the workload roll for `changed` (`None`: none does).
+pub fn matching(workload: &Workload<'_>, changed: &Changed<'_>) -> Option<&'static str> {
+    if changed.annotations.get(IGNORE).map(String::as_str) == Some("true") {
+        return None;
+    }
+    let (explicit, typed_auto) = match changed.kind {
+        SourceKind::ConfigMap => (CONFIGMAP_RELOAD, CONFIGMAP_AUTO),
+        SourceKind::Secret => (SECRET_RELOAD, SECRET_AUTO),
+    };
+    let relevant = |a: &BTreeMap<String, String>| {
+        [explicit, SEARCH, AUTO, typed_auto]
+            .iter()
+            .any(|k| a.contains_key(*k))
+    };
+    let annotations = if relevant(workload.annotations) {
+        workload.annotations
+    } else if relevant(workload.template) {
+        workload.template
+    } else {
+        return None;
+    };
+    let is_true = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
+    if annotations
+        .get(explicit)
+        .is_some_and(|list| names_match(list, changed.name))
+    {
+        return Some(explicit);
+    }
+    if !changed.referenced {
+        return None;
+    }
+    if is_true(SEARCH) && changed.annotations.get(MATCH).map(String::as_str) == Some("true") {
+        return Some(SEARCH);
+    }
+    if is_true(AUTO) {
+        return Some(AUTO);
+    }
+    is_true(typed_auto).then_some(typed_auto)
+}
+
+/// Whether a Reloader annotation on the workload names a Secret (they need `--secrets`).
+pub fn wants_secrets(workload: &Workload<'_>) -> bool {
+    [workload.annotations, workload.template].iter().any(|a| {
+        a.contains_key(SECRET_RELOAD)
+            || a.get(SECRET_AUTO).map(String::as_str) == Some("true")
+            || a.get(AUTO).map(String::as_str) == Some("true")
+            || a.get(SEARCH).map(String::as_str) == Some("true")
+    })
+}
+
+/// A `…/reload` list: each entry an anchored regular expression, literal when it does not
+/// compile (as Reloader does).
+fn names_match(list: &str, name: &str) -> bool {
+    list.split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .any(|v| match Regex::new(&format!("^(?:{v})$")) {
+            Ok(re) => re.is_match(name),
+            Err(_) => v == name,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn check(
+        workload: &[(&str, &str)],
+        template: &[(&str, &str)],
+        kind: SourceKind,
+        name: &str,
+        object: &[(&str, &str)],
+        referenced: bool,
+    ) -> Option<&'static str> {
+        let (w, t, o) = (ann(workload), ann(template), ann(object));
+        matching(
+            &Workload {
+                annotations: &w,
+                template: &t,
+            },
+            &Changed {
+                kind,
+                name,
+                annotations: &o,
+                referenced,
+            },
+        )
+    }
+
+    use SourceKind::{ConfigMap as Cm, Secret as Sec};
+
+    #[test]
+    fn every_annotation() {
+        // (workload annotations, kind, name, object annotations, referenced, wanted)
+        type Case<'a> = (
+            &'a [(&'a str, &'a str)],
+            SourceKind,
+            &'a str,
+            &'a [(&'a str, &'a str)],
+            bool,
+            Option<&'a str>,
+        );
+        let cases: &[Case] = &[
+            (&[(AUTO, "true")], Cm, "app", &[], true, Some(AUTO)),
+            (&[(AUTO, "true")], Sec, "tls", &[], true, Some(AUTO)),
+            (&[(AUTO, "true")], Cm, "app", &[], false, None),
+            (&[(AUTO, "false")], Cm, "app", &[], true, None),
+            (
+                &[(CONFIGMAP_AUTO, "true")],
+                Cm,
+                "app",
+                &[],
+                true,
+                Some(CONFIGMAP_AUTO),
+            ),
+            (&[(CONFIGMAP_AUTO, "true")], Sec, "tls", &[], true, None),
+            (
+                &[(SECRET_AUTO, "true")],
+                Sec,
+                "tls",
+                &[],
+                true,
+                Some(SECRET_AUTO),
+            ),
+            (
+                &[(CONFIGMAP_RELOAD, "app,other")],
+                Cm,
+                "app",
+                &[],
+                false,
+                Some(CONFIGMAP_RELOAD),
+            ),
+            (
+                &[(CONFIGMAP_RELOAD, "app-.*")],
+                Cm,
+                "app-v2",
+                &[],
+                true,
+                Some(CONFIGMAP_RELOAD),
+            ),
+            (&[(CONFIGMAP_RELOAD, "app")], Cm, "app-v2", &[], true, None),
+            (&[(CONFIGMAP_RELOAD, "app")], Sec, "app", &[], true, None),
+            (
+                &[(SECRET_RELOAD, "tls")],
+                Sec,
+                "tls",
+                &[],
+                false,
+                Some(SECRET_RELOAD),
+            ),
+            // An entry that is no regular expression is compared literally.
+            (
+                &[(CONFIGMAP_RELOAD, "a(b")],
+                Cm,
+                "a(b",
+                &[],
+                true,
+                Some(CONFIGMAP_RELOAD),
+            ),
+            (
+                &[(SEARCH, "true")],
+                Cm,
+                "app",
+                &[(MATCH, "true")],
+                true,
+                Some(SEARCH),
+            ),
+            (&[(SEARCH, "true")], Cm, "app", &[], true, None),
+            (
+                &[(SEARCH, "true")],
+                Cm,
+                "app",
+                &[(MATCH, "true")],
+                false,
+                None,
+            ),
+            (
+                &[(AUTO, "true")],
+                Cm,
+                "app",
+                &[(IGNORE, "true")],
+                true,
+                None,
+            ),
+            (
+                &[(CONFIGMAP_RELOAD, "app")],
+                Cm,
+                "app",
+                &[(IGNORE, "true")],
+                true,
+                None,
+            ),
+            (&[], Cm, "app", &[], true, None),
+        ];
+        for (i, (workload, kind, name, object, referenced, want)) in cases.iter().enumerate() {
+            assert_eq!(
+                check(workload, &[], *kind, name, object, *referenced),
+                *want,
+                "case {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_template_is_read_when_the_workload_has_nothing_relevant() {
+        assert_eq!(
+            check(&[("team", "web")], &[(AUTO, "true")], Cm, "app", &[], true),
+            Some(AUTO)
+        );
+        // The workload's own relevant annotation wins over the template's.
+        assert_eq!(
+            check(
+                &[(CONFIGMAP_RELOAD, "other")],
+                &[(AUTO, "true")],
+                Cm,
+                "app",
+                &[],
+                true
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn secrets_wanted() {
+        let (w, t) = (ann(&[(SECRET_RELOAD, "tls")]), ann(&[]));
+        assert!(wants_secrets(&Workload {
+            annotations: &w,
+            template: &t
+        }));
+        let w = ann(&[(CONFIGMAP_AUTO, "true")]);
+        assert!(!wants_secrets(&Workload {
+            annotations: &w,
+            template: &t
+        }));
+    }
+}
