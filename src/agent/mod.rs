@@ -18,6 +18,7 @@ use crate::core::model::{PodInfo, VolumeKey, VolumePlugin};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::{IndexChange, PodIndex};
 use crate::core::policy::{self, ChangedVolumes, Decision};
+use crate::core::volume_digest::{HashKey, VolumeDigest};
 use crate::execute::evict::{EvictJob, EvictionSettings};
 use crate::execute::http::HttpJob;
 use crate::execute::signal::SignalJob;
@@ -25,9 +26,8 @@ pub use crate::execute::Deps;
 use crate::execute::Executor;
 use crate::host::inotify::{LookCause, VolumeWatcher, WatchEvent, WatchStats};
 use crate::host::state_file::{SavedState, StateStore};
-use crate::host::volume_hash::{
-    data_target, hash_volume_counted, legacy_sha256, CountedResult, DataTarget, HashKey, Layout,
-    VolumeDigest,
+use crate::host::volume_read::{
+    data_target, hash_volume_counted, legacy_sha256, CountedResult, DataTarget, Layout,
 };
 use crate::k8s::pod_watch::PodUpdate;
 use crate::ports::PodRef;
@@ -50,7 +50,7 @@ const CHORES_DELAY: Duration = Duration::from_secs(1);
 
 /// Volumes whose last hash read more than this are hashed on the hasher thread
 /// ([`hasher`]); smaller ones in place, on the hot thread. A volume not hashed yet is sized
-/// from its files' metadata first ([`crate::host::volume_hash::content_bytes`]).
+/// from its files' metadata first ([`crate::host::volume_read::content_bytes`]).
 pub const INLINE_HASH_BYTES: u64 = 256 * 1024;
 
 /// What woke the loop.
@@ -416,7 +416,7 @@ impl Agent {
         }
         let size = match self.sizes.get(key) {
             Some(&size) => size,
-            None => crate::host::volume_hash::content_bytes(&dir),
+            None => crate::host::volume_read::content_bytes(&dir),
         };
         match self.hash_here_or_send(key, dir, layout, cause, false, size) {
             Some(result) => self.observe_hash(key, cause, result, now),

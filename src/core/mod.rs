@@ -1,6 +1,6 @@
 //! The pure core: no Kubernetes client, no I/O, no async. What a pod is ([`model`]), what
-//! its annotations ask ([`annotations`]), whether a volume's content changed ([`detect`],
-//! [`debounce`]), which pod it belongs to ([`pod_index`]), what to do ([`policy`]) and the
+//! its annotations ask ([`annotations`]), whether a volume's content changed
+//! ([`volume_digest`], [`detect`], [`debounce`]), which pod it belongs to ([`pod_index`]), what to do ([`policy`]) and the
 //! one vocabulary of what became of it ([`outcome`]). Table-tested; it could be its own crate.
 
 pub mod annotations;
@@ -14,3 +14,4 @@ pub mod nudge_delay;
 pub mod outcome;
 pub mod pod_index;
 pub mod policy;
+pub mod volume_digest;
