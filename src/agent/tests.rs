@@ -14,17 +14,17 @@ use crate::host::volume_read::{hash_volume_counted, Layout};
 use crate::ports::fake;
 use std::path::{Path, PathBuf};
 
-const UID: &str = "0f0e0d0c-0b0a-4900-8800-000000000001";
+pub(super) const UID: &str = "0f0e0d0c-0b0a-4900-8800-000000000001";
 
 pub(super) struct World {
-    agent: Agent,
-    events: Arc<fake::Events>,
-    processes: Arc<fake::Processes>,
-    evictor: Arc<fake::Evictor>,
-    http: Arc<fake::Http>,
-    health: Arc<Health>,
-    stop: CancellationToken,
-    dir: tempfile::TempDir,
+    pub(super) agent: Agent,
+    pub(super) events: Arc<fake::Events>,
+    pub(super) processes: Arc<fake::Processes>,
+    pub(super) evictor: Arc<fake::Evictor>,
+    pub(super) http: Arc<fake::Http>,
+    pub(super) health: Arc<Health>,
+    pub(super) stop: CancellationToken,
+    pub(super) dir: tempfile::TempDir,
 }
 
 pub(super) fn settings(dir: &Path) -> Settings {
@@ -135,7 +135,7 @@ pub(super) fn pod(action: &str) -> PodInfo {
     pod
 }
 
-fn key() -> VolumeKey {
+pub(super) fn key() -> VolumeKey {
     VolumeKey {
         pod_uid: UID.into(),
         plugin: VolumePlugin::ConfigMap,
