@@ -193,17 +193,14 @@ impl World {
     }
 
     async fn settle(&self) {
-        self.agent
-            .exec
-            .drain(Instant::now() + Duration::from_secs(60))
-            .await;
+        self.agent.exec.drain(now() + Duration::from_secs(60)).await;
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_change_of_a_pod_the_api_has_not_shown_yet_waits_for_it() {
     let mut w = world(None);
-    let t0 = Instant::now();
+    let t0 = now();
     w.change_at(t0);
     w.agent.fire_due_at(t0);
     assert_eq!(
@@ -224,7 +221,7 @@ async fn a_change_of_a_pod_the_api_has_not_shown_yet_waits_for_it() {
 #[tokio::test(start_paused = true)]
 async fn a_change_of_a_pod_that_never_shows_is_given_up_without_action() {
     let mut w = world(None);
-    let t0 = Instant::now();
+    let t0 = now();
     w.change_at(t0);
     for s in 0..=u64::from(UNKNOWN_POD_ATTEMPTS) {
         w.agent.fire_due_at(t0 + Duration::from_secs(s));
@@ -243,7 +240,7 @@ async fn shutdown_acts_on_a_change_still_in_its_debounce_window() {
     let mut w = world(None);
     *w.agent.pods.debouncer_mut() = Debouncer::new(Duration::from_secs(3600));
     w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
-    w.change_at(Instant::now());
+    w.change_at(now());
     w.stop.cancel();
     w.agent.shutdown().await;
     assert_eq!(w.processes.sent(), 1);
@@ -306,7 +303,7 @@ fn http_pod() -> PodInfo {
 async fn an_http_pod_gets_one_request_to_its_ip_and_named_port() {
     let mut w = world(None);
     w.agent.on_pod(PodUpdate::Resync(vec![http_pod()]));
-    let t0 = Instant::now();
+    let t0 = now();
     w.change_at(t0);
     w.agent.fire_due_at(t0);
     w.settle().await;
@@ -328,7 +325,7 @@ async fn a_pod_deleted_or_restarted_while_its_request_retries_gets_no_more_reque
             .unwrap()
             .extend(std::iter::repeat_n(fake::Reply::Status(503, ""), 1000));
         w.agent.on_pod(PodUpdate::Resync(vec![http_pod()]));
-        let t0 = Instant::now();
+        let t0 = now();
         w.change_at(t0);
         w.agent.fire_due_at(t0);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -353,7 +350,7 @@ async fn a_pod_deleted_or_restarted_while_its_request_retries_gets_no_more_reque
 async fn a_kubelet_swap_is_acted_on_before_the_volume_is_hashed_and_hashed_after() {
     let mut w = world(None);
     w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
-    let t0 = Instant::now();
+    let t0 = now();
     w.change_at(t0);
     // Taken as changed on the kubelet's word: pending, not hashed yet.
     assert_eq!(
@@ -383,7 +380,7 @@ async fn a_kubelet_swap_is_acted_on_before_the_volume_is_hashed_and_hashed_after
 #[tokio::test(start_paused = true)]
 async fn a_swap_without_new_bytes_is_acted_on_and_counted_as_unchanged() {
     let mut w = world(None);
-    let t0 = Instant::now();
+    let t0 = now();
     let dir = w.discovered("v1", t0);
     // Not the kubelet (its AtomicWriter writes nothing when nothing changed).
     w.project(2, "v1");
@@ -405,7 +402,7 @@ async fn a_swap_event_queued_before_the_first_hash_changes_nothing() {
     // A pod's first write: the discovery hash reads it before the `IN_MOVED_TO ..data`
     // of that same write is read from the inotify queue.
     let mut w = world(None);
-    let t0 = Instant::now();
+    let t0 = now();
     let dir = w.discovered("v1", t0);
     w.look_at(dir, LookCause::Swap, t0);
     assert_eq!(
@@ -417,6 +414,18 @@ async fn a_swap_event_queued_before_the_first_hash_changes_nothing() {
     w.settle().await;
     assert_eq!(w.processes.sent(), 0);
     assert!(w.events.reasons().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_gone_drops_each_of_its_volumes_in_one_call() {
+    let mut w = world(None);
+    w.change_at(now());
+    // Known, and swapped: waiting for its pod's action and its hash after it.
+    assert_eq!(w.agent.volumes.entries(), (1, 1));
+    w.agent.volumes.forget_pod(UID);
+    assert_eq!(w.agent.volumes.entries(), (0, 0));
+    assert_eq!(w.agent.volumes.len(), 0);
+    assert!(w.agent.volumes.snapshot().is_empty());
 }
 
 /// Polls `cond` on the wall clock (the warm pass runs on a real blocking thread, outside the

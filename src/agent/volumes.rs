@@ -156,6 +156,12 @@ impl VolumeTracker {
         &self.detector
     }
 
+    /// Volumes with any state, and those waiting for their hash after an action.
+    #[cfg(test)]
+    pub fn entries(&self) -> (usize, usize) {
+        (self.states.len(), self.swapped.len())
+    }
+
     #[cfg(test)]
     pub fn hash_key(&self) -> &HashKey {
         &self.hash_key
