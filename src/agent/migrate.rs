@@ -1,6 +1,7 @@
 //! Volumes saved by reloadlet 0.1: its state file (version 1) held an unkeyed SHA-256 of
 //! each whole volume, compared once, at the volume's first look.
 
+use super::read_index;
 use crate::core::detect::ChangeDetector;
 use crate::core::model::{VolumeKey, VolumePlugin};
 use crate::core::pod_index::PodIndex;
@@ -31,9 +32,7 @@ pub fn migrate(
         return;
     }
     let only_sources = key.plugin != VolumePlugin::Projected
-        || index
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        || read_index(index)
             .get(&key.pod_uid)
             .and_then(|p| p.volume(&key.volume))
             .is_some_and(|v| v.other_paths.is_empty());

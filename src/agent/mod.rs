@@ -73,6 +73,12 @@ pub struct Agent {
     hashed: Option<mpsc::UnboundedReceiver<hasher::Hashed>>,
 }
 
+/// The pod index, read. A panic while holding the lock cannot leave the index half-updated:
+/// keep using it.
+fn read_index(index: &RwLock<PodIndex>) -> std::sync::RwLockReadGuard<'_, PodIndex> {
+    index.read().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The agent's clock: Tokio's, so that a paused clock drives the loop in tests. Outside a
 /// paused runtime it is the monotonic clock, as `std::time::Instant::now()`.
 fn now() -> Instant {

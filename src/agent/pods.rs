@@ -85,8 +85,7 @@ impl Pods {
     }
 
     pub fn index(&self) -> std::sync::RwLockReadGuard<'_, PodIndex> {
-        // A panic while holding the lock cannot leave the index half-updated: keep using it.
-        self.index.read().unwrap_or_else(|e| e.into_inner())
+        super::read_index(&self.index)
     }
 
     fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, PodIndex> {

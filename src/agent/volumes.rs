@@ -10,6 +10,7 @@
 
 use super::hasher::{self, Hasher};
 use super::migrate::migrate;
+use super::read_index;
 use crate::core::detect::{ChangeDetector, Observation, Recorded};
 use crate::core::model::{PodInfo, VolumeKey, VolumePlugin};
 use crate::core::pod_index::PodIndex;
@@ -238,7 +239,7 @@ impl VolumeTracker {
         if key.plugin != VolumePlugin::Projected {
             return Some(Layout::whole());
         }
-        let index = read(&self.index);
+        let index = read_index(&self.index);
         let pod = index.get(&key.pod_uid)?;
         Some(
             pod.volume(&key.volume)
@@ -250,7 +251,7 @@ impl VolumeTracker {
     /// they went through meanwhile shows against the saved digest like any other.
     pub fn look_deferred(&mut self, now: Instant, changed: &mut impl FnMut(Changed<'_>)) {
         let known: Vec<VolumeKey> = {
-            let index = read(&self.index);
+            let index = read_index(&self.index);
             self.states
                 .iter()
                 .filter(|(k, s)| {
@@ -578,9 +579,4 @@ fn look_again(again: &mut Option<(PathBuf, LookCause)>, dir: PathBuf, cause: Loo
     if !keep_swap {
         *again = Some((dir, cause));
     }
-}
-
-/// A panic while holding the lock cannot leave the index half-updated: keep using it.
-fn read(index: &RwLock<PodIndex>) -> std::sync::RwLockReadGuard<'_, PodIndex> {
-    index.read().unwrap_or_else(|e| e.into_inner())
 }
