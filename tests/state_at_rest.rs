@@ -189,7 +189,7 @@ async fn a_version_1_state_is_migrated_acting_only_on_real_changes_made_while_do
             };
             for e in entries {
                 let e = e.unwrap();
-                let h = reloadlet::host::volume_hash::legacy_sha256(&e.path(), 1 << 20)
+                let h = reloadlet::host::volume_read::legacy_sha256(&e.path(), 1 << 20)
                     .unwrap()
                     .unwrap();
                 volumes.insert(

@@ -3,7 +3,6 @@
 
 use crate::core::annotations::Action;
 use crate::core::disruption_budgets::BudgetIndex;
-use crate::core::filters::NamespaceFilter;
 use crate::core::model::PodInfo;
 use crate::core::policy;
 use std::collections::HashSet;
@@ -42,13 +41,9 @@ impl BudgetWarnings {
         self.warned.remove(uid);
     }
 
-    /// The pods to warn about now (each pod at most once while it exists). Nothing until the
-    /// budget list has been read.
-    pub fn due<'a>(
-        &mut self,
-        pods: impl IntoIterator<Item = &'a PodInfo>,
-        namespaces: &NamespaceFilter,
-    ) -> Vec<PodInfo> {
+    /// The pods to warn about now, of `pods` (those inside the namespace filter; each pod at
+    /// most once while it exists). Nothing until the budget list has been read.
+    pub fn due<'a>(&mut self, pods: impl IntoIterator<Item = &'a PodInfo>) -> Vec<PodInfo> {
         let Some(budgets) = &self.budgets else {
             return Vec::new();
         };
@@ -63,7 +58,7 @@ impl BudgetWarnings {
         self.seen_version = Some(budgets.version());
         let mut out = Vec::new();
         for pod in pods {
-            if self.warned.contains(&pod.uid) || namespaces.check(&pod.namespace).is_some() {
+            if self.warned.contains(&pod.uid) {
                 continue;
             }
             let evicts = matches!(
@@ -106,25 +101,15 @@ mod tests {
             pod("c", "signal", "api"),
         ];
         w.pods_changed();
-        assert!(
-            w.due(&pods, &NamespaceFilter::default()).is_empty(),
-            "budgets not listed yet"
-        );
+        assert!(w.due(&pods).is_empty(), "budgets not listed yet");
         idx.write().unwrap().reset(vec![(
             "shop".into(),
             "web".into(),
             LabelSelector::parse("app=web").ok(),
         )]);
-        let due: Vec<String> = w
-            .due(&pods, &NamespaceFilter::default())
-            .into_iter()
-            .map(|p| p.uid)
-            .collect();
+        let due: Vec<String> = w.due(&pods).into_iter().map(|p| p.uid).collect();
         assert_eq!(due, ["b"]);
         w.pods_changed();
-        assert!(
-            w.due(&pods, &NamespaceFilter::default()).is_empty(),
-            "once per pod"
-        );
+        assert!(w.due(&pods).is_empty(), "once per pod");
     }
 }

@@ -4,8 +4,9 @@
 //! the agent drops it.
 
 use crate::core::model::VolumeKey;
+use crate::core::volume_digest::HashKey;
 use crate::host::inotify::LookCause;
-use crate::host::volume_hash::{hash_volume_counted, CountedResult, HashKey, Layout};
+use crate::host::volume_read::{hash_volume_counted, CountedResult, Layout};
 use std::path::PathBuf;
 use tokio::sync::mpsc;
 
@@ -120,14 +121,14 @@ mod tests {
         assert!(hasher.send(job).is_ok());
         let done = rx.recv().await.unwrap();
         assert_eq!(done.key, volume);
-        let crate::host::volume_hash::CountedHash { digest, read, .. } =
+        let crate::host::volume_read::CountedHash { digest, read, .. } =
             done.result.unwrap().unwrap();
         assert!(read >= 300_000, "{read}");
         let inline =
-            crate::host::volume_hash::hash_volume(dir.path(), 1 << 20, &key, &Layout::whole())
+            crate::host::volume_read::hash_volume(dir.path(), 1 << 20, &key, &Layout::whole())
                 .unwrap()
                 .unwrap();
         assert_eq!(digest, inline, "the same digest as a hash in place");
-        assert_eq!(crate::host::volume_hash::content_bytes(dir.path()), 300_000);
+        assert_eq!(crate::host::volume_read::content_bytes(dir.path()), 300_000);
     }
 }

@@ -8,8 +8,8 @@
 //! with the newest snapshot after 1 s, doubling up to 60 s; it never spins.
 
 use crate::core::model::VolumeKey;
+use crate::core::volume_digest::VolumeDigest;
 use crate::host::state_file::{PendingEviction, StateStore};
-use crate::host::volume_hash::VolumeDigest;
 use crate::serve::metrics::Metrics;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;

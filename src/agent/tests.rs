@@ -5,26 +5,29 @@ use super::*;
 use crate::config::LogFormat;
 use crate::core::annotations;
 use crate::core::model::{
-    ContainerId, ContainerInfo, ContainerKind, SourceKind, SourceRef, VolumeMount, VolumeSpec,
+    ContainerId, ContainerInfo, ContainerKind, PodInfo, SourceKind, SourceRef, VolumeKey,
+    VolumeMount, VolumePlugin, VolumeSpec,
 };
-use crate::host::state_file::PendingEviction;
+use crate::host::inotify::LookCause;
+use crate::host::state_file::{PendingEviction, SavedState};
+use crate::host::volume_read::{hash_volume_counted, Layout};
 use crate::ports::fake;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-const UID: &str = "0f0e0d0c-0b0a-4900-8800-000000000001";
+pub(super) const UID: &str = "0f0e0d0c-0b0a-4900-8800-000000000001";
 
-struct World {
-    agent: Agent,
-    events: Arc<fake::Events>,
-    processes: Arc<fake::Processes>,
-    evictor: Arc<fake::Evictor>,
-    http: Arc<fake::Http>,
-    health: Arc<Health>,
-    stop: CancellationToken,
-    dir: tempfile::TempDir,
+pub(super) struct World {
+    pub(super) agent: Agent,
+    pub(super) events: Arc<fake::Events>,
+    pub(super) processes: Arc<fake::Processes>,
+    pub(super) evictor: Arc<fake::Evictor>,
+    pub(super) http: Arc<fake::Http>,
+    pub(super) health: Arc<Health>,
+    pub(super) stop: CancellationToken,
+    pub(super) dir: tempfile::TempDir,
 }
 
-fn settings(dir: &Path) -> Settings {
+pub(super) fn settings(dir: &Path) -> Settings {
     Settings {
         node_name: "node-1".into(),
         kubelet_root: dir.into(),
@@ -49,6 +52,11 @@ fn settings(dir: &Path) -> Settings {
 }
 
 fn world(saved: Option<SavedState>) -> World {
+    world_with(saved, |_| {})
+}
+
+/// [`world`], with `settings` changed by `adjust`.
+pub(super) fn world_with(saved: Option<SavedState>, adjust: impl FnOnce(&mut Settings)) -> World {
     let dir = tempfile::tempdir().unwrap();
     let events = Arc::new(fake::Events::default());
     let processes = Arc::new(fake::Processes::with("abc", 4242));
@@ -70,8 +78,10 @@ fn world(saved: Option<SavedState>) -> World {
     });
     let stop = CancellationToken::new();
     let health = Arc::new(Health::default());
+    let mut settings = settings(dir.path());
+    adjust(&mut settings);
     let agent = Agent::new(
-        settings(dir.path()),
+        settings,
         EvictionSettings::default(),
         deps,
         Metrics::new(&mut prometheus_client::registry::Registry::default()),
@@ -125,7 +135,7 @@ pub(super) fn pod(action: &str) -> PodInfo {
     pod
 }
 
-fn key() -> VolumeKey {
+pub(super) fn key() -> VolumeKey {
     VolumeKey {
         pod_uid: UID.into(),
         plugin: VolumePlugin::ConfigMap,
@@ -143,8 +153,7 @@ impl World {
         self.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
         let dir = self.volume_dir();
         self.project(1, content);
-        self.agent
-            .look_at(&key(), dir.clone(), LookCause::Discovered, at);
+        self.look_at(dir.clone(), LookCause::Discovered, at);
         dir
     }
 
@@ -168,28 +177,34 @@ impl World {
     fn change_at(&mut self, at: Instant) {
         self.project(1, "v1");
         let dir = self.volume_dir();
-        self.agent
-            .look_at(&key(), dir.clone(), LookCause::Discovered, at);
+        self.look_at(dir.clone(), LookCause::Discovered, at);
         self.project(2, "v2");
-        self.agent.look_at(&key(), dir, LookCause::Swap, at);
+        self.look_at(dir, LookCause::Swap, at);
+    }
+
+    /// The volume looked at (as the watcher asks) at `at`.
+    fn look_at(&mut self, dir: PathBuf, cause: LookCause, at: Instant) {
+        let pods = &mut self.agent.pods;
+        self.agent
+            .volumes
+            .look_at(&key(), dir, cause, at, &mut |c: Changed<'_>| {
+                pods.content_changed(c.key, c.at, at)
+            });
     }
 
     async fn settle(&self) {
-        self.agent
-            .exec
-            .drain(Instant::now() + Duration::from_secs(60))
-            .await;
+        self.agent.exec.drain(now() + Duration::from_secs(60)).await;
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_change_of_a_pod_the_api_has_not_shown_yet_waits_for_it() {
     let mut w = world(None);
-    let t0 = Instant::now();
+    let t0 = now();
     w.change_at(t0);
     w.agent.fire_due_at(t0);
     assert_eq!(
-        w.agent.debouncer.next_deadline(),
+        w.agent.pods.debouncer().next_deadline(),
         Some(t0 + Duration::from_secs(1))
     );
     // The pod shows up three seconds late.
@@ -206,12 +221,12 @@ async fn a_change_of_a_pod_the_api_has_not_shown_yet_waits_for_it() {
 #[tokio::test(start_paused = true)]
 async fn a_change_of_a_pod_that_never_shows_is_given_up_without_action() {
     let mut w = world(None);
-    let t0 = Instant::now();
+    let t0 = now();
     w.change_at(t0);
     for s in 0..=u64::from(UNKNOWN_POD_ATTEMPTS) {
         w.agent.fire_due_at(t0 + Duration::from_secs(s));
     }
-    assert_eq!(w.agent.debouncer.next_deadline(), None, "given up");
+    assert_eq!(w.agent.pods.debouncer().next_deadline(), None, "given up");
     // The pod showing up later does not act on the old change.
     w.agent.on_pod(PodUpdate::Apply(pod("signal")));
     w.agent.fire_due_at(t0 + Duration::from_secs(3600));
@@ -223,9 +238,9 @@ async fn a_change_of_a_pod_that_never_shows_is_given_up_without_action() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_acts_on_a_change_still_in_its_debounce_window() {
     let mut w = world(None);
-    w.agent.debouncer = Debouncer::new(Duration::from_secs(3600));
+    *w.agent.pods.debouncer_mut() = Debouncer::new(Duration::from_secs(3600));
     w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
-    w.change_at(Instant::now());
+    w.change_at(now());
     w.stop.cancel();
     w.agent.shutdown().await;
     assert_eq!(w.processes.sent(), 1);
@@ -288,7 +303,7 @@ fn http_pod() -> PodInfo {
 async fn an_http_pod_gets_one_request_to_its_ip_and_named_port() {
     let mut w = world(None);
     w.agent.on_pod(PodUpdate::Resync(vec![http_pod()]));
-    let t0 = Instant::now();
+    let t0 = now();
     w.change_at(t0);
     w.agent.fire_due_at(t0);
     w.settle().await;
@@ -310,7 +325,7 @@ async fn a_pod_deleted_or_restarted_while_its_request_retries_gets_no_more_reque
             .unwrap()
             .extend(std::iter::repeat_n(fake::Reply::Status(503, ""), 1000));
         w.agent.on_pod(PodUpdate::Resync(vec![http_pod()]));
-        let t0 = Instant::now();
+        let t0 = now();
         w.change_at(t0);
         w.agent.fire_due_at(t0);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -335,42 +350,50 @@ async fn a_pod_deleted_or_restarted_while_its_request_retries_gets_no_more_reque
 async fn a_kubelet_swap_is_acted_on_before_the_volume_is_hashed_and_hashed_after() {
     let mut w = world(None);
     w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
-    let t0 = Instant::now();
+    let t0 = now();
     w.change_at(t0);
     // Taken as changed on the kubelet's word: pending, not hashed yet.
-    assert_eq!(w.agent.detector.unhashed().collect::<Vec<_>>(), [&key()]);
-    let before = w.agent.detector.last(&key()).unwrap().clone();
+    assert_eq!(
+        w.agent.volumes.detector().unhashed().collect::<Vec<_>>(),
+        [&key()]
+    );
+    let before = w.agent.volumes.detector().last(&key()).unwrap().clone();
     w.agent.fire_due_at(t0);
     w.settle().await;
     assert_eq!(w.processes.sent(), 1);
     assert_eq!(w.events.reasons(), ["Signaled"]);
     // Then hashed: the state file knows the new content.
-    assert_eq!(w.agent.detector.unhashed().count(), 0);
+    assert_eq!(w.agent.volumes.detector().unhashed().count(), 0);
     let now = hash_volume_counted(
         &w.volume_dir(),
         1 << 20,
-        &w.agent.hash_key,
+        w.agent.volumes.hash_key(),
         &Layout::whole(),
     )
     .unwrap()
     .unwrap()
     .digest;
     assert_ne!(before, now);
-    assert_eq!(w.agent.detector.snapshot(), vec![(key(), now)]);
+    assert_eq!(w.agent.volumes.detector().snapshot(), vec![(key(), now)]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_swap_without_new_bytes_is_acted_on_and_counted_as_unchanged() {
     let mut w = world(None);
-    let t0 = Instant::now();
+    let t0 = now();
     let dir = w.discovered("v1", t0);
     // Not the kubelet (its AtomicWriter writes nothing when nothing changed).
     w.project(2, "v1");
-    w.agent.look_at(&key(), dir, LookCause::Swap, t0);
+    w.look_at(dir, LookCause::Swap, t0);
     w.agent.fire_due_at(t0);
     w.settle().await;
     assert_eq!(w.processes.sent(), 1);
-    let unchanged = w.agent.swap_counters(VolumePlugin::ConfigMap).1.get();
+    let unchanged = w
+        .agent
+        .volumes
+        .swap_counters(VolumePlugin::ConfigMap)
+        .1
+        .get();
     assert_eq!(unchanged, 1);
 }
 
@@ -379,11 +402,11 @@ async fn a_swap_event_queued_before_the_first_hash_changes_nothing() {
     // A pod's first write: the discovery hash reads it before the `IN_MOVED_TO ..data`
     // of that same write is read from the inotify queue.
     let mut w = world(None);
-    let t0 = Instant::now();
+    let t0 = now();
     let dir = w.discovered("v1", t0);
-    w.agent.look_at(&key(), dir, LookCause::Swap, t0);
+    w.look_at(dir, LookCause::Swap, t0);
     assert_eq!(
-        w.agent.detector.unhashed().count(),
+        w.agent.volumes.detector().unhashed().count(),
         0,
         "hashed, not trusted"
     );
@@ -391,6 +414,18 @@ async fn a_swap_event_queued_before_the_first_hash_changes_nothing() {
     w.settle().await;
     assert_eq!(w.processes.sent(), 0);
     assert!(w.events.reasons().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_gone_drops_each_of_its_volumes_in_one_call() {
+    let mut w = world(None);
+    w.change_at(now());
+    // Known, and swapped: waiting for its pod's action and its hash after it.
+    assert_eq!(w.agent.volumes.entries(), (1, 1));
+    w.agent.volumes.forget_pod(UID);
+    assert_eq!(w.agent.volumes.entries(), (0, 0));
+    assert_eq!(w.agent.volumes.len(), 0);
+    assert!(w.agent.volumes.snapshot().is_empty());
 }
 
 /// Polls `cond` on the wall clock (the warm pass runs on a real blocking thread, outside the
@@ -434,8 +469,9 @@ async fn ready_only_once_the_first_pod_lists_signal_targets_are_looked_up() {
 #[tokio::test(start_paused = true)]
 async fn pods_outside_the_namespace_filter_are_not_looked_up_ahead() {
     use std::sync::atomic::Ordering;
-    let mut w = world(None);
-    w.agent.settings.namespaces.exclude.insert("web".into());
+    let mut w = world_with(None, |s| {
+        s.namespaces.exclude.insert("web".into());
+    });
     w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
     w.agent.on_pod(PodUpdate::Apply(pod("signal")));
     assert!(w.health.is_ready());

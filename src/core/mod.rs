@@ -1,7 +1,8 @@
 //! The pure core: no Kubernetes client, no I/O, no async. What a pod is ([`model`]), what
-//! its annotations ask ([`annotations`]), whether a volume's content changed ([`detect`],
-//! [`debounce`]), which pod it belongs to ([`pod_index`]), what to do ([`policy`]) and the
-//! one vocabulary of what became of it ([`outcome`]). Table-tested; it could be its own crate.
+//! its annotations ask ([`annotations`]), whether a volume's content changed
+//! ([`volume_digest`], [`detect`], [`debounce`]), which pod it belongs to ([`pod_index`]),
+//! what to do ([`policy`], [`rollout`], [`reloader_compat`]), when ([`pacing`]) and the one
+//! vocabulary of what became of it ([`outcome`]). Table-tested; it could be its own crate.
 
 pub mod annotations;
 pub mod debounce;
@@ -17,3 +18,4 @@ pub mod pod_index;
 pub mod policy;
 pub mod reloader_compat;
 pub mod rollout;
+pub mod volume_digest;

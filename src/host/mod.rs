@@ -1,5 +1,5 @@
 //! The node's edges: the kubelet's volume directories watched with inotify ([`inotify`]) and
-//! read ([`volume_hash`]), containers' processes found through /proc and cgroups and
+//! read ([`volume_read`]), containers' processes found through /proc and cgroups and
 //! signalled through pidfds ([`process`]), the agent's state file ([`state_file`]) and the
 //! allocator ([`memory`]). Every host path is injectable, so each is tested on a temp dir.
 
@@ -7,4 +7,4 @@ pub mod inotify;
 pub mod memory;
 pub mod process;
 pub mod state_file;
-pub mod volume_hash;
+pub mod volume_read;

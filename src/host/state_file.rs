@@ -2,7 +2,7 @@
 //! the evictions still pending. Written atomically (write + fsync + rename + fsync dir); a torn
 //! or corrupt file is set aside with a warning and reloadlet starts clean — it never crashes.
 //!
-//! The digests are keyed (HMAC-SHA256, see [`crate::host::volume_hash`]) with a random per-node key
+//! The digests are keyed (HMAC-SHA256, see [`crate::core::volume_digest`]) with a random per-node key
 //! kept next to the state in `hash.key`: the state file alone reveals nothing about a Secret.
 //! The directory is `0700`, the key and the state file `0600` (existing ones are tightened at
 //! start), like the kubelet's own root-only volume directories.
@@ -11,7 +11,7 @@
 //! for migration ([`SavedState::legacy_hashes`]) and never written again.
 
 use crate::core::model::{VolumeKey, VolumePlugin};
-use crate::host::volume_hash::{HashKey, VolumeDigest};
+use crate::core::volume_digest::{HashKey, VolumeDigest};
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions, Permissions};
@@ -350,7 +350,7 @@ fn from_hex(s: &str) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::volume_hash::REST;
+    use crate::core::volume_digest::REST;
 
     fn key(uid: &str, vol: &str) -> VolumeKey {
         VolumeKey {
@@ -463,18 +463,18 @@ mod tests {
         fs::write(ts.join("password"), "hunter2").unwrap();
         std::os::unix::fs::symlink("..2026_01_01_00_00_00.1", content.path().join("..data"))
             .unwrap();
-        let plain = crate::host::volume_hash::legacy_sha256(content.path(), 1024)
+        let plain = crate::host::volume_read::legacy_sha256(content.path(), 1024)
             .unwrap()
             .unwrap();
         let mut files = Vec::new();
         for _ in 0..2 {
             let dir = tempfile::tempdir().unwrap();
             let store = StateStore::open(dir.path()).unwrap();
-            let d = crate::host::volume_hash::hash_volume(
+            let d = crate::host::volume_read::hash_volume(
                 content.path(),
                 1024,
                 store.key(),
-                &crate::host::volume_hash::Layout::whole(),
+                &crate::host::volume_read::Layout::whole(),
             )
             .unwrap()
             .unwrap();

@@ -1,0 +1,409 @@
+//! The pod side of the agent: the pods the API shows (the index, the namespace filter applied
+//! once where a pod enters), what is pending for them (the debouncer), what they ask (their
+//! annotations validated, the decision cache) and what acting on a change means for one.
+
+use super::decisions::Decisions;
+use crate::core::annotations::{Action, PROJECTION_NUDGE};
+use crate::core::debounce::{Debouncer, PendingChange};
+use crate::core::filters::NamespaceFilter;
+use crate::core::model::{PodInfo, VolumeKey};
+use crate::core::nudge_delay::NudgeDelays;
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pod_index::{IndexChange, PodIndex};
+use crate::core::policy::{self, ChangedVolumes, Decision};
+use crate::execute::evict::EvictJob;
+use crate::execute::http::HttpJob;
+use crate::execute::signal::SignalJob;
+use crate::execute::Executor;
+use crate::k8s::pod_watch::PodUpdate;
+use crate::ports::{ContainerProcesses, PodRef};
+use crate::serve::health::Health;
+use crate::serve::metrics::Metrics;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+/// What a pod update means for the agent's other owners.
+#[derive(Debug, Default)]
+pub struct Entered {
+    /// Pods that left the API view.
+    pub gone: Vec<String>,
+    /// Pods became known: volumes that waited for them can be looked at.
+    pub added: bool,
+    /// The first pod list is in.
+    pub first_sync: bool,
+}
+
+pub struct Pods {
+    index: Arc<RwLock<PodIndex>>,
+    /// Changes waiting for their window to close, per pod.
+    debouncer: Debouncer,
+    /// Decisions per pod version and change ([`super::decisions`]): the policy is parsed once
+    /// per pod version, not once per swap.
+    decisions: Decisions,
+    /// Fast projection: when each pod's latest nudge was seen.
+    nudges: NudgeDelays,
+    /// Pod UID → the annotation error already reported (report each error once).
+    warned: HashMap<String, String>,
+    /// Containers whose main process was looked up ahead of any change.
+    warmed: HashSet<(String, String)>,
+    /// `--namespaces` / `--exclude-namespaces`, applied once where a pod enters
+    /// ([`Self::enter`]).
+    namespaces: NamespaceFilter,
+    /// Pods outside the namespace filter (UID → why): nothing is validated, looked up, warned
+    /// about or acted on for them.
+    out_of_scope: HashMap<String, String>,
+    synced: bool,
+    processes: Arc<dyn ContainerProcesses>,
+    health: Arc<Health>,
+    metrics: Metrics,
+}
+
+impl Pods {
+    pub fn new(
+        index: Arc<RwLock<PodIndex>>,
+        debouncer: Debouncer,
+        namespaces: NamespaceFilter,
+        processes: Arc<dyn ContainerProcesses>,
+        health: Arc<Health>,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            index,
+            debouncer,
+            decisions: Decisions::default(),
+            nudges: NudgeDelays::default(),
+            warned: HashMap::new(),
+            warmed: HashSet::new(),
+            namespaces,
+            out_of_scope: HashMap::new(),
+            synced: false,
+            processes,
+            health,
+            metrics,
+        }
+    }
+
+    pub fn index(&self) -> std::sync::RwLockReadGuard<'_, PodIndex> {
+        super::read_index(&self.index)
+    }
+
+    fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, PodIndex> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn index_len(&self) -> usize {
+        self.index().len()
+    }
+
+    /// Whether the first pod list is in.
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Whether the pod is inside the namespace filter.
+    pub fn in_scope(&self, pod: &PodInfo) -> bool {
+        !self.out_of_scope.contains_key(&pod.uid)
+    }
+
+    pub fn debouncer(&self) -> &Debouncer {
+        &self.debouncer
+    }
+
+    #[cfg(test)]
+    pub fn debouncer_mut(&mut self) -> &mut Debouncer {
+        &mut self.debouncer
+    }
+
+    /// Whether the pod has a change waiting.
+    pub fn pending(&self, pod_uid: &str) -> bool {
+        self.debouncer.contains(pod_uid)
+    }
+
+    /// The pod's volumes are gone: what was pending for it is dropped.
+    pub fn drop_pending(&mut self, pod_uid: &str) {
+        self.debouncer.remove_pod(pod_uid);
+    }
+
+    /// The changes whose window closed by `now`.
+    pub fn take_due(&mut self, now: Instant) -> Vec<(String, PendingChange)> {
+        self.debouncer.take_due(now)
+    }
+
+    /// A change of a pod not known yet, decided again at `at`.
+    pub fn requeue(&mut self, pod_uid: &str, change: PendingChange, at: Instant) {
+        self.debouncer.requeue(pod_uid, change, at);
+    }
+
+    /// The content of the pod's volume `key` changed at `at` (`now`: the clock, for the
+    /// nudge's delay): its action follows after the debounce.
+    pub fn content_changed(&mut self, key: &VolumeKey, at: Instant, now: Instant) {
+        if let Some(delay) = self.nudges.on_swap(&key.pod_uid, now) {
+            self.metrics.projection_delay.observe(delay.as_secs_f64());
+            tracing::debug!(volume = %key, delay_ms = delay.as_secs_f64() * 1e3, "projection nudge answered");
+        }
+        self.debouncer.add(&key.pod_uid, &key.volume, at);
+    }
+
+    /// Where a pod enters the agent: the namespace filter, once per update.
+    fn enter(&mut self, pod: &PodInfo) {
+        match self.namespaces.check(&pod.namespace) {
+            Some(reason) => {
+                self.out_of_scope.insert(pod.uid.clone(), reason);
+            }
+            None => {
+                self.out_of_scope.remove(&pod.uid);
+            }
+        }
+    }
+
+    /// Takes in a pod update (`now`: the clock).
+    pub fn on_update(&mut self, update: PodUpdate, exec: &Executor, now: Instant) -> Entered {
+        let mut entered = Entered::default();
+        match update {
+            PodUpdate::Apply(pod) => {
+                self.enter(&pod);
+                self.validate(&pod, exec);
+                self.see_nudge(&pod, now);
+                self.warm([&pod], false, exec);
+                exec.pod_updated(&pod);
+                let change = self.index_mut().apply(pod);
+                if change == IndexChange::Added {
+                    tracing::debug!("pod added to the index");
+                    entered.added = true;
+                }
+            }
+            PodUpdate::Delete { uid } => {
+                self.index_mut().delete(&uid);
+                self.forget(&uid, exec);
+                entered.gone.push(uid);
+            }
+            PodUpdate::Resync(list) => {
+                for pod in &list {
+                    self.enter(pod);
+                    self.validate(pod, exec);
+                    self.see_nudge(pod, now);
+                    exec.pod_updated(pod);
+                }
+                if !self.synced {
+                    tracing::info!(pods = list.len(), "pod list synced");
+                }
+                self.warm(&list, !self.synced, exec);
+                let gone = self.index_mut().reset(list);
+                for uid in &gone {
+                    self.forget(uid, exec);
+                }
+                entered.gone = gone;
+                entered.added = true;
+                // Decoding a full pod list is the agent's largest allocation: hand it back.
+                crate::host::memory::release_free_heap();
+                if self.synced {
+                    self.metrics.api_watch_restarts.inc();
+                } else {
+                    self.synced = true;
+                    entered.first_sync = true;
+                }
+            }
+            PodUpdate::WatchError(e) => {
+                self.metrics.api_watch_restarts.inc();
+                if self.synced {
+                    tracing::warn!(error = %e, cached_pods = self.index_len(), "pod watch failed; retrying with backoff (signals keep working from the cached pods)");
+                } else {
+                    tracing::warn!(error = %e, "pod watch failed before the first pod list; retrying with backoff; no pod is known yet, so volume changes cannot be acted on until a pod list arrives");
+                }
+            }
+        }
+        self.metrics.watched_pods.set(self.index_len() as i64);
+        entered
+    }
+
+    /// Fast projection: note when a new `reloadlet.io/projection-nudge` value shows up.
+    fn see_nudge(&mut self, pod: &PodInfo, now: Instant) {
+        let nudge = pod.annotations.get(PROJECTION_NUDGE).map(String::as_str);
+        if let Some(delay) = self.nudges.on_pod(&pod.uid, nudge, now) {
+            self.metrics.projection_delay.observe(delay.as_secs_f64());
+        }
+    }
+
+    /// A pod left the API view: a change still in its debounce window is dropped.
+    fn forget(&mut self, uid: &str, exec: &Executor) {
+        self.nudges.forget(uid);
+        self.decisions.forget(uid);
+        exec.pod_deleted(uid);
+        if self.debouncer.remove_pod(uid) {
+            tracing::info!(
+                pod_uid = uid,
+                "pod deleted while its change was pending; no action"
+            );
+        }
+        self.warned.remove(uid);
+        self.out_of_scope.remove(uid);
+        self.warmed.retain(|(pod, _)| pod != uid);
+        self.processes.forget_pod(uid);
+    }
+
+    /// Reports a malformed annotation as soon as the pod is seen (once per distinct error).
+    fn validate(&mut self, pod: &PodInfo, exec: &Executor) {
+        if !self.in_scope(pod) {
+            return;
+        }
+        match policy::validated_policy(pod) {
+            Err(message) => {
+                if self.warned.get(&pod.uid) != Some(&message) {
+                    let outcome = Outcome::InvalidAnnotation;
+                    tracing::warn!(pod = %pod.full_name(), outcome = outcome.as_str(), error = %message, "invalid reloadlet annotation; the pod will not be reloaded");
+                    exec.report(&pod.into(), ActionKind::None, outcome, message.clone());
+                    self.warned.insert(pod.uid.clone(), message);
+                }
+            }
+            Ok(_) => {
+                self.warned.remove(&pod.uid);
+            }
+        }
+    }
+
+    /// Looks up, in one pass over /proc, the main processes of the containers a signal
+    /// could target, so that a later change costs two small reads instead of a scan.
+    /// `then_ready`: report ready once the pass is done (the first pod list), so that the
+    /// first swaps after `/readyz` take the kept pidfds rather than a /proc scan of their
+    /// own beside the pass (tens of milliseconds at 250 pods).
+    fn warm<'a>(
+        &mut self,
+        pods: impl IntoIterator<Item = &'a PodInfo>,
+        then_ready: bool,
+        exec: &Executor,
+    ) {
+        let mut targets = Vec::new();
+        for pod in pods {
+            let signals = matches!(
+                policy::validated_policy(pod),
+                Ok(Some(p)) if matches!(p.action, Action::Signal { .. })
+            );
+            // Outside --namespaces / --exclude-namespaces nothing will be signalled: no
+            // /proc pass and no pidfd for it.
+            if !signals || pod.terminating || !self.in_scope(pod) {
+                continue;
+            }
+            for c in pod.containers.iter().filter(|c| c.running) {
+                let Some(id) = &c.container_id else { continue };
+                if self.warmed.insert((pod.uid.clone(), id.id.clone())) {
+                    targets.push((pod.uid.clone(), id.clone()));
+                }
+            }
+        }
+        let ready = then_ready.then(|| self.health.clone());
+        if targets.is_empty() {
+            if let Some(health) = ready {
+                report_ready(&health, 0);
+            }
+            return;
+        }
+        let processes = self.processes.clone();
+        // On the async runtime's blocking pool: a pass over /proc is no work for the hot
+        // thread.
+        exec.runtime().spawn_blocking(move || {
+            let found = processes.warm(&targets);
+            tracing::debug!(
+                containers = targets.len(),
+                found,
+                "main processes looked up ahead"
+            );
+            if let Some(health) = ready {
+                report_ready(&health, found);
+            }
+        });
+    }
+
+    /// Decides and acts on a pod's change (`changed`: which sources of its volumes changed).
+    /// `false` when the pod is not (yet) in the index.
+    pub fn act(
+        &mut self,
+        uid: &str,
+        change: &PendingChange,
+        changed: impl FnOnce(&PodInfo) -> ChangedVolumes,
+        exec: &Executor,
+    ) -> bool {
+        let Some(pod) = self.index().shared(uid) else {
+            return false;
+        };
+        if let Some(reason) = self.out_of_scope.get(uid) {
+            tracing::debug!(pod = %pod.full_name(), reason, "outside the namespace filter; no action");
+            return true;
+        }
+        let volumes: Vec<&str> = change.volumes.iter().map(String::as_str).collect();
+        let decision = self.decisions.decide(&pod, changed(&pod));
+        let pod: &PodInfo = &pod;
+        match decision {
+            Decision::NotOptedIn => {
+                tracing::debug!(pod = %pod.full_name(), ?volumes, "not opted in; no action");
+            }
+            Decision::NothingToDo { reason } => {
+                tracing::info!(pod = %pod.full_name(), ?volumes, action = "none", reason, "volume changed; nothing to do");
+            }
+            Decision::AlreadyTerminating => {
+                tracing::info!(pod = %pod.full_name(), ?volumes, action = "evict", outcome = Outcome::Skipped.as_str(), "pod already terminating");
+            }
+            Decision::Invalid { message } => {
+                let outcome = Outcome::InvalidAnnotation;
+                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "none", outcome = outcome.as_str(), error = %message, "volume changed but the annotation is invalid; no action");
+                let note = format!("volume changed, no action: {message}");
+                exec.report(&pod.into(), ActionKind::None, outcome, note);
+            }
+            Decision::SubPathOnly { action, message } => {
+                let outcome = Outcome::SubPathNotUpdated;
+                tracing::warn!(pod = %pod.full_name(), ?volumes, action = action.as_str(), outcome = outcome.as_str(), message, "no action");
+                exec.report(&pod.into(), action, outcome, message);
+            }
+            Decision::EvictRefused { message, cause } => {
+                let outcome = Outcome::Refused;
+                tracing::warn!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", outcome = outcome.as_str(), message, "eviction refused");
+                exec.report(&pod.into(), ActionKind::Evict, outcome, message);
+            }
+            Decision::Evict { cause } => {
+                tracing::info!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", "requesting eviction");
+                exec.evict(EvictJob {
+                    pod: PodRef::from(pod),
+                    cause: cause.to_string(),
+                    first_seen: Some(change.first_seen),
+                    sources: cause.sources,
+                });
+            }
+            Decision::Http { target, cause } => {
+                tracing::info!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "http", "requesting a reload over HTTP");
+                exec.http(HttpJob {
+                    pod_uid: pod.uid.clone(),
+                    target,
+                    sources: cause.sources,
+                    first_seen: change.first_seen,
+                });
+            }
+            Decision::Signal {
+                signal,
+                check,
+                targets,
+                cause,
+            } => {
+                for target in targets {
+                    let job = SignalJob {
+                        pod_uid: pod.uid.clone(),
+                        container: target.container,
+                        signal,
+                        first_seen: change.first_seen,
+                        attempt: 1,
+                        check,
+                        sources: cause.sources.clone(),
+                    };
+                    exec.signal(job);
+                }
+            }
+        }
+        true
+    }
+}
+
+/// `/readyz` answers 200 from now on: the pod list is in and the main processes of its
+/// signal targets looked up (`processes` of them found).
+fn report_ready(health: &Health, processes: usize) {
+    health.set_ready(true);
+    tracing::info!(processes, "main processes looked up; ready");
+}

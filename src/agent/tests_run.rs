@@ -1,0 +1,178 @@
+//! The real [`Agent::run`] loop under Tokio's paused clock: a temp-dir kubelet root watched
+//! with inotify, the fakes of [`crate::ports::fake`] for every other edge, and the test
+//! stepping the clock ([`tokio::time::advance`]) across the debounce window.
+
+use super::tests::{pod, world_with, World, UID};
+use super::*;
+use crate::core::model::VolumePlugin;
+use crate::host::inotify::WatcherOptions;
+use crate::ports::fake;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use std::path::{Path, PathBuf};
+
+/// The debounce window of these tests.
+const WINDOW: Duration = Duration::from_secs(2);
+
+/// The loop, running, and what the test watches it through.
+struct Running {
+    events: Arc<fake::Events>,
+    processes: Arc<fake::Processes>,
+    /// The kubelet root.
+    dir: tempfile::TempDir,
+    pods: mpsc::Sender<PodUpdate>,
+    shutdown: CancellationToken,
+    run: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// Swaps of configMap volumes seen.
+    swaps: Counter,
+    /// Volumes whose content the agent holds.
+    tracked: Gauge,
+}
+
+/// `<kubelet-root>/pods/<UID>/volumes/kubernetes.io~configmap/conf`.
+fn volume_dir(root: &Path) -> PathBuf {
+    root.join("pods")
+        .join(UID)
+        .join("volumes/kubernetes.io~configmap/conf")
+}
+
+/// Projects `content` into the volume at `dir` the way the kubelet's AtomicWriter does: a new
+/// timestamped directory, then `..data` swapped to it.
+fn project(dir: &Path, turn: u32, content: &str) {
+    let ts = format!("..2026_01_01_00_00_0{turn}.1");
+    std::fs::create_dir_all(dir.join(&ts)).unwrap();
+    std::fs::write(dir.join(&ts).join("app.conf"), content).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(&ts, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    let link = dir.join("app.conf");
+    if link.symlink_metadata().is_err() {
+        std::os::unix::fs::symlink("..data/app.conf", link).unwrap();
+    }
+}
+
+/// Starts the loop over a kubelet root holding the signal pod's configMap volume (content
+/// `v1`), with the pod list sent; returns once the volume's content is known.
+async fn start() -> Running {
+    let World {
+        agent,
+        events,
+        processes,
+        dir,
+        ..
+    } = world_with(None, |s| s.debounce = WINDOW);
+    project(&volume_dir(dir.path()), 1, "v1");
+    let watcher = VolumeWatcher::new(dir.path(), WatcherOptions::default()).unwrap();
+    let swaps = agent
+        .volumes
+        .swap_counters(VolumePlugin::ConfigMap)
+        .0
+        .clone();
+    let tracked = agent.metrics.volumes_tracked.clone();
+    let (pods, rx) = mpsc::channel(16);
+    pods.send(PodUpdate::Resync(vec![pod("signal")]))
+        .await
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(agent.run(watcher, rx, shutdown.clone()));
+    let running = Running {
+        events,
+        processes,
+        dir,
+        pods,
+        shutdown,
+        run,
+        swaps,
+        tracked,
+    };
+    until("the volume's first content", || running.tracked.get() == 1).await;
+    running
+}
+
+/// Lets the loop run (without moving the paused clock) until `cond` holds; fails after 10 s
+/// of wall-clock time.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+impl Running {
+    fn volume_dir(&self) -> PathBuf {
+        volume_dir(self.dir.path())
+    }
+
+    /// The kubelet writes new content into the volume; returns once the loop saw the swap.
+    async fn swap(&self, turn: u32, content: &str) {
+        let before = self.swaps.get();
+        project(&self.volume_dir(), turn, content);
+        until("the swap to be seen", || self.swaps.get() > before).await;
+    }
+
+    /// Ends the loop and waits for it: `run` returns `Ok`.
+    async fn stop(mut self) -> Self {
+        self.shutdown.cancel();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !self.run.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "run did not end");
+            tokio::task::yield_now().await;
+        }
+        (&mut self.run).await.unwrap().unwrap();
+        self
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_configmap_swap_signals_the_container_once_after_the_debounce() {
+    let r = start().await;
+    r.swap(2, "v2").await;
+    tokio::time::advance(WINDOW - Duration::from_millis(1)).await;
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(r.processes.sent(), 0, "acted within the window");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    until("the signal", || r.processes.sent() == 1).await;
+    // Nothing more comes of the one change, however long the loop runs on.
+    tokio::time::advance(Duration::from_secs(600)).await;
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    let sent = r.processes.sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!((sent[0].0.as_str(), sent[0].1.as_str()), (UID, "abc"));
+    let w = r.stop().await;
+    assert_eq!(w.events.reasons(), ["Signaled"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_in_its_window_drops_its_volume_state_and_nothing_is_done() {
+    let r = start().await;
+    r.swap(2, "v2").await;
+    r.pods
+        .send(PodUpdate::Delete { uid: UID.into() })
+        .await
+        .unwrap();
+    // The kubelet removes the pod's directory.
+    std::fs::remove_dir_all(r.dir.path().join("pods").join(UID)).unwrap();
+    until("the pod's volume state to go", || r.tracked.get() == 0).await;
+    tokio::time::advance(WINDOW * 10).await;
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(r.processes.sent(), 0);
+    let w = r.stop().await;
+    assert!(w.events.reasons().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_run() {
+    let r = start().await;
+    let w = r.stop().await;
+    assert_eq!(w.processes.sent(), 0);
+}
