@@ -28,5 +28,6 @@ pub mod host;
 pub mod k8s;
 pub mod outbound;
 pub mod ports;
+pub mod retry;
 pub mod serve;
 pub mod wiring;

@@ -13,7 +13,7 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
 use crate::core::policy::{Cause, HttpTarget, SignalTarget};
 use crate::ports::{HttpAnswer, HttpCall, HttpCaller, PodRef};
-use backon::{BackoffBuilder, ExponentialBuilder};
+use crate::retry::{Backoff, Jitter, Pacer};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,14 +119,14 @@ pub fn verdict(answer: &Result<HttpAnswer, String>) -> Verdict {
     }
 }
 
-/// Delays doubling from `min` to `max` (jitter is added by [`super::evict::jitter`]).
-fn delays(settings: &HttpSettings) -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(settings.backoff_min)
-        .with_max_delay(settings.backoff_max)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
+impl HttpSettings {
+    /// Doubling from `backoff_min` to `backoff_max`, ±20 %, none starting after
+    /// `give_up_after`.
+    fn backoff(&self) -> Backoff {
+        Backoff::doubling(self.backoff_min, self.backoff_max)
+            .jitter(Jitter::Spread)
+            .give_up_after(self.give_up_after)
+    }
 }
 
 #[derive(Clone)]
@@ -296,8 +296,7 @@ impl Inner {
     }
 
     async fn run(&self, job: &HttpJob) {
-        let started = tokio::time::Instant::now();
-        let mut delays = delays(&self.settings);
+        let mut pacer = Pacer::new(&self.settings.backoff()).stopped_by(self.stop.clone());
         let mut attempts = 0u32;
         let method = job.target.spec.method.as_str();
         loop {
@@ -349,9 +348,8 @@ impl Inner {
                 }
                 Verdict::Retry(why) => why,
             };
-            let delay = super::evict::jitter(delays.next().unwrap_or(self.settings.backoff_max));
-            let elapsed = started.elapsed();
-            if self.stop.is_cancelled() || elapsed + delay > self.settings.give_up_after {
+            let Some(delay) = pacer.next(None) else {
+                let elapsed = pacer.elapsed();
                 let note = format!(
                     "{method} {url} failed {attempts} time(s) in {}, last: {error}: {}",
                     humantime::format_duration(Duration::from_secs(elapsed.as_secs())),
@@ -359,14 +357,11 @@ impl Inner {
                 );
                 self.failed(job, &pod, note, attempts, &error);
                 return;
-            }
+            };
             tracing::warn!(pod = %pod.full_name(), method, url, attempts, error = %error, retry_in_ms = delay.as_millis() as u64, action = "http", "reload request failed; will retry");
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = self.stop.cancelled() => {
-                    tracing::info!(pod = %pod.full_name(), "shutting down: reload request dropped");
-                    return;
-                }
+            if !pacer.wait(delay).await {
+                tracing::info!(pod = %pod.full_name(), "shutting down: reload request dropped");
+                return;
             }
         }
     }

@@ -18,6 +18,7 @@ use crate::host::process::Delivery;
 use crate::host::state_file::PendingEviction;
 use crate::outbound::notify::Notifier;
 use crate::ports::{ContainerProcesses, EventSink, Evictor, HttpCaller, PodRef};
+use crate::retry::Pacer;
 use crate::serve::metrics::Metrics;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
@@ -275,21 +276,18 @@ impl Inner {
     /// After a failed attempt: retries (0.5 s doubling) while the container restarts, none
     /// at shutdown; `SignalFailed` once they are used up.
     async fn retry(self: Arc<Self>, mut job: SignalJob, mut error: String) {
-        let mut delays = signal::retry_delays();
+        let mut pacer = Pacer::new(&signal::RETRY).stopped_by(self.stop.clone());
         loop {
-            let next = (!self.stop.is_cancelled()).then(|| delays.next()).flatten();
-            let Some(delay) = next else {
+            let Some(delay) = pacer.next(None) else {
                 self.give_up(&job, &error);
                 return;
             };
             tracing::warn!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => job.attempt += 1,
-                _ = self.stop.cancelled() => {
-                    tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: signal retry dropped");
-                    return;
-                }
+            if !pacer.wait(delay).await {
+                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: signal retry dropped");
+                return;
             }
+            job.attempt += 1;
             let inner = self.clone();
             let attempt = tokio::task::spawn_blocking(move || inner.attempt(job)).await;
             match attempt {

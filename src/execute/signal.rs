@@ -3,20 +3,15 @@
 use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
 use crate::core::outcome::Outcome;
 use crate::host::process::{Delivery, SignalCheck};
-use backon::{BackoffBuilder, ExponentialBuilder};
+use crate::retry::Backoff;
 use std::time::{Duration, Instant};
 
 /// Total attempts before `SignalFailed` is final (the delays are 0.5 s, 1 s, 2 s, 4 s).
 pub const MAX_ATTEMPTS: u32 = 5;
 
-/// The delays between attempts: 0.5 s doubling, [`MAX_ATTEMPTS`] − 1 of them.
-pub fn retry_delays() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(500))
-        .with_factor(2.0)
-        .with_max_times(MAX_ATTEMPTS as usize - 1)
-        .build()
-}
+/// The delays between attempts: 0.5 s doubling, [`MAX_ATTEMPTS`] − 1 of them, no jitter.
+pub const RETRY: Backoff = Backoff::doubling(Duration::from_millis(500), Duration::from_secs(60))
+    .retries(MAX_ATTEMPTS as usize - 1);
 
 #[derive(Clone, Debug)]
 pub struct SignalJob {
@@ -114,7 +109,7 @@ mod tests {
     #[test]
     fn retry_delays_double() {
         let job = job();
-        let delays: Vec<u128> = retry_delays().map(|d| d.as_millis()).collect();
+        let delays: Vec<u128> = RETRY.delays().map(|d| d.as_millis()).collect();
         assert_eq!(delays, [500, 1000, 2000, 4000]);
         assert_eq!(
             signaled_note(&job, 4242),
