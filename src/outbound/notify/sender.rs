@@ -145,7 +145,7 @@ impl Notifier {
             Verdict::Suppress => {
                 s.metrics.deduped.inc();
                 tracing::debug!(
-                    namespace = %n.namespace, pod = %n.pod, reason = n.outcome.reason(),
+                    namespace = %n.namespace, pod = %n.pod, reason = n.reason(),
                     "notification held back: the same one was sent within the dedupe window"
                 );
                 return Submitted::Deduped;
