@@ -12,7 +12,7 @@ use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
 use crate::core::policy::{Cause, HttpTarget, SignalTarget};
-use crate::ports::{HttpAnswer, HttpCall, HttpCaller, PodRef};
+use crate::ports::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, PodRef};
 use crate::retry::{Backoff, Jitter, Pacer};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -88,6 +88,17 @@ pub fn call(target: &HttpTarget, ip: IpAddr) -> HttpCall {
     }
 }
 
+/// Why an attempt got no HTTP answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttemptError {
+    #[error("the pod has no IP yet (status.podIP)")]
+    NoPodIp,
+    #[error("no answer within {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    #[error(transparent)]
+    Call(#[from] HttpCallError),
+}
+
 /// How one attempt ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -101,9 +112,9 @@ pub enum Verdict {
 /// Classifies an answer: 2xx reloaded; 408, 429 and 5xx retried (the endpoint is busy or
 /// starting); any other status final, quoting the body (Prometheus: 403 "Lifecycle API is
 /// not enabled.").
-pub fn verdict(answer: &Result<HttpAnswer, String>) -> Verdict {
+pub fn verdict(answer: &Result<HttpAnswer, AttemptError>) -> Verdict {
     match answer {
-        Err(e) => Verdict::Retry(e.clone()),
+        Err(e) => Verdict::Retry(e.to_string()),
         Ok(a) => {
             let said = if a.body_prefix.is_empty() {
                 format!("→ {}", a.status)
@@ -311,7 +322,7 @@ impl Inner {
             let (url, result) = match pod.pod_ip {
                 None => (
                     format!("port {}", job.target.port),
-                    Err("the pod has no IP yet (status.podIP)".to_owned()),
+                    Err(AttemptError::NoPodIp),
                 ),
                 Some(ip) => {
                     let call = call(&job.target, ip);
@@ -324,14 +335,11 @@ impl Inner {
                     };
                     attempts += 1;
                     let timeout = self.settings.timeout;
-                    let answer = tokio::time::timeout(timeout, self.caller.call(&call))
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(format!(
-                                "no answer within {}",
-                                humantime::format_duration(timeout)
-                            ))
-                        });
+                    let answer = match tokio::time::timeout(timeout, self.caller.call(&call)).await
+                    {
+                        Ok(answer) => answer.map_err(AttemptError::from),
+                        Err(_) => Err(AttemptError::Timeout(timeout)),
+                    };
                     (call.url, answer)
                 }
             };

@@ -2,7 +2,7 @@
 
 use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
 use crate::core::outcome::Outcome;
-use crate::host::process::{Delivery, SignalCheck};
+use crate::host::process::{Delivery, ProcessError, SignalCheck};
 use crate::retry::Backoff;
 use std::time::{Duration, Instant};
 
@@ -33,16 +33,29 @@ impl SignalJob {
     }
 }
 
+/// Why a signal could not be sent now (retried while the container restarts; the text of
+/// the last one is in `SignalFailed`).
+#[derive(Debug, thiserror::Error)]
+pub enum SignalError {
+    #[error("the pod has no container {0:?}")]
+    NoContainer(String),
+    #[error("container {0} is not running")]
+    NotRunning(String),
+    /// The main process could not be found, inspected or signalled.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
 /// The container's current runtime ID, or why it cannot be signalled now.
-pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerId, String> {
+pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerId, SignalError> {
     let c = pod
         .containers
         .iter()
         .find(|c| c.name == container)
-        .ok_or_else(|| format!("the pod has no container {container:?}"))?;
+        .ok_or_else(|| SignalError::NoContainer(container.to_owned()))?;
     match (&c.container_id, c.running) {
         (Some(id), true) => Ok(id.clone()),
-        _ => Err(format!("container {container} is not running")),
+        _ => Err(SignalError::NotRunning(container.to_owned())),
     }
 }
 
@@ -76,7 +89,7 @@ pub fn signaled_note(job: &SignalJob, pid: i32) -> String {
     )
 }
 
-pub fn failed_note(job: &SignalJob, error: &str) -> String {
+pub fn failed_note(job: &SignalJob, error: &SignalError) -> String {
     format!(
         "could not send {} to container {} after {} attempts: {error}; {}",
         job.signal,

@@ -234,7 +234,7 @@ async fn deliver<P: Poster>(
     loop {
         let verdict = match tokio::time::timeout(a.timeout, poster.post(url, payload)).await {
             Ok(Ok(resp)) => judge(resp),
-            Ok(Err(e)) => Answer::Retry("connect", e.0, None),
+            Ok(Err(e)) => Answer::Retry("connect", e.to_string(), None),
             Err(_) => Answer::Retry("timeout", format!("no answer within {:?}", a.timeout), None),
         };
         let (reason, detail) = match verdict {
