@@ -10,7 +10,6 @@
 use crate::core::model::VolumeKey;
 use crate::host::state_file::{PendingEviction, StateStore};
 use crate::host::volume_hash::VolumeDigest;
-use crate::retry::Backoff;
 use crate::serve::metrics::Metrics;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
@@ -19,7 +18,8 @@ use std::time::Duration;
 pub const THREAD_NAME: &str = "reloadlet-state";
 
 /// After a failed write: 1 s doubling to 60 s, without end.
-const RETRY: Backoff = Backoff::doubling(Duration::from_secs(1), Duration::from_secs(60));
+const RETRY: crate::retry::Backoff =
+    crate::retry::Backoff::doubling(Duration::from_secs(1), Duration::from_secs(60));
 
 /// What is written: the evictions still pending and each volume's last digest.
 pub struct Snapshot {
