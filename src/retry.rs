@@ -321,6 +321,19 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_pacer_waits_each_delay_then_gives_up() {
+        let policy = Backoff::doubling(ms(500), s(60)).retries(4);
+        let mut pacer = Pacer::new(&policy).stopped_by(CancellationToken::new());
+        let start = tokio::time::Instant::now();
+        let mut at = Vec::new();
+        while let Some(delay) = pacer.next(None) {
+            assert!(pacer.wait(delay).await);
+            at.push(start.elapsed().as_millis());
+        }
+        assert_eq!(at, [500, 1500, 3500, 7500]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn no_retry_starts_past_the_deadline() {
         let policy = Backoff::doubling(s(1), s(30)).give_up_after(s(60));
         let mut pacer = Pacer::new(&policy);
