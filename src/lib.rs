@@ -15,6 +15,8 @@
 //! - [`execute`]: the one executor every effect goes through, behind the traits in [`ports`].
 //! - The edges: [`k8s`] (the API server), [`host`] (inotify, /proc, cgroups, pidfd, the
 //!   volume files, the state file), [`outbound`] (reload endpoints, notifications).
+//! - [`retry`]: every retry's policy (delays, cap, jitter, `Retry-After`, deadline) and
+//!   its waiting, one way.
 //! - [`serve`]: health and metrics; [`config`]: flags and environment, parsed once;
 //!   [`wiring`]: each mode assembled from the above; [`explain`]: the third command.
 
@@ -28,5 +30,6 @@ pub mod host;
 pub mod k8s;
 pub mod outbound;
 pub mod ports;
+pub mod retry;
 pub mod serve;
 pub mod wiring;

@@ -104,11 +104,22 @@ pub struct HttpAnswer {
 /// How much of a response body is kept (and quoted in `ReloadFailed`).
 pub const HTTP_BODY_PREFIX: usize = 256;
 
-/// Sends reload requests (`reload_client::ReloadClient`). `Err`: no HTTP answer
-/// (connection refused or reset, TLS failure), as one line. Implementations need no timeout:
+/// Why a reload request got no HTTP answer. Each holds the client's error and its causes
+/// as one line (`a: b: c`), the text logged and quoted in `ReloadFailed`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HttpCallError {
+    /// The request could not be built from the call (the client refuses the URL).
+    #[error("{0}")]
+    Request(String),
+    /// Connection refused or reset, TLS failure, the connection closed before an answer.
+    #[error("{0}")]
+    Transport(String),
+}
+
+/// Sends reload requests (`reload_client::ReloadClient`). Implementations need no timeout:
 /// the executor bounds each call.
 pub trait HttpCaller: Send + Sync {
-    fn call(&self, call: &HttpCall) -> BoxFuture<'_, Result<HttpAnswer, String>>;
+    fn call(&self, call: &HttpCall) -> BoxFuture<'_, Result<HttpAnswer, HttpCallError>>;
 }
 
 /// One fake per edge, recording what was asked of it.
@@ -222,7 +233,7 @@ pub mod fake {
     }
 
     impl HttpCaller for Http {
-        fn call(&self, call: &HttpCall) -> BoxFuture<'_, Result<HttpAnswer, String>> {
+        fn call(&self, call: &HttpCall) -> BoxFuture<'_, Result<HttpAnswer, HttpCallError>> {
             self.calls
                 .lock()
                 .unwrap()
@@ -239,7 +250,7 @@ pub mod fake {
                         status,
                         body_prefix: body.into(),
                     }),
-                    Reply::Fail(e) => Err(e.into()),
+                    Reply::Fail(e) => Err(HttpCallError::Transport(e.into())),
                     Reply::Hang => std::future::pending().await,
                 }
             })

@@ -8,8 +8,8 @@ use axum::http::Method;
 use notify_support::*;
 use reloadlet::outbound::notify::poster::Scripted;
 use reloadlet::outbound::notify::{
-    Action, FakePoster, Format, Notifier, NotifyArgs, NotifyMetrics, NotifyOn, NotifySettings,
-    Outcome, PostResponse, SecretUrl, Submitted,
+    FakePoster, Format, Notifier, NotifyArgs, NotifyMetrics, NotifyOn, NotifySettings,
+    PostResponse, SecretUrl, Submitted,
 };
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -410,10 +410,9 @@ async fn filtered_and_disabled_notifications_send_nothing() {
     assert_eq!(n.notify(&ok), Submitted::Filtered);
     let blocked = |mins: u64| {
         let mut b = failure("web-0", "app-config");
-        b.action = Action::Evict;
-        b.outcome = Outcome::EvictionBlocked {
-            blocked_for: Duration::from_secs(60 * mins),
-        };
+        b.action = ActionKind::Evict;
+        b.outcome = Outcome::EvictionBlocked;
+        b.blocked_for = Duration::from_secs(60 * mins);
         b
     };
     assert_eq!(n.notify(&blocked(3)), Submitted::Filtered);

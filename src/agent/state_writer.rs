@@ -17,8 +17,9 @@ use std::time::Duration;
 /// The thread's name (in `ps -L`).
 pub const THREAD_NAME: &str = "reloadlet-state";
 
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(60);
+/// After a failed write: 1 s doubling to 60 s, without end.
+const RETRY: crate::retry::Backoff =
+    crate::retry::Backoff::doubling(Duration::from_secs(1), Duration::from_secs(60));
 
 /// What is written: the evictions still pending and each volume's last digest.
 pub struct Snapshot {
@@ -105,13 +106,14 @@ fn writer_gone() {
 
 fn run(store: &StateStore, jobs: &mpsc::Receiver<Job>, metrics: &Metrics) {
     let mut pending: Option<Snapshot> = None;
-    let mut retry = RETRY_FIRST;
+    let mut delays = RETRY.delays();
+    let mut retry = delays.next().unwrap_or(RETRY.max);
     loop {
         let job = if pending.is_some() {
             match jobs.recv_timeout(retry) {
                 Ok(job) => Some(job),
                 Err(RecvTimeoutError::Timeout) => {
-                    retry = (retry * 2).min(RETRY_MAX);
+                    retry = delays.next().unwrap_or(RETRY.max);
                     None
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -143,7 +145,8 @@ fn run(store: &StateStore, jobs: &mpsc::Receiver<Job>, metrics: &Metrics) {
             snapshot.volumes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             if write(store, snapshot, metrics) {
                 pending = None;
-                retry = RETRY_FIRST;
+                delays.reset();
+                retry = delays.next().unwrap_or(RETRY.max);
             }
         }
         if let Some(done) = ack {

@@ -142,6 +142,49 @@ impl Outcome {
     }
 }
 
+/// What a person is told (`--notify-url`), derived from the same values: the notification's
+/// `outcome` is the Event's reason, its `action` the metric label.
+impl Outcome {
+    /// Notified: what reloadlet did, or failed to do, to a pod. Configuration warnings
+    /// (`InvalidAnnotation`, `SubPathNotUpdated`, `NoDisruptionBudget`, `EvictionRefused`)
+    /// stay Events and log lines; dry runs and skips are not told.
+    pub fn notified(self) -> bool {
+        matches!(
+            self,
+            Self::Signaled
+                | Self::SignalNotHandled
+                | Self::SignalWithheld
+                | Self::SignalFailed
+                | Self::Evicted
+                | Self::EvictionBlocked
+                | Self::EvictionFailed
+                | Self::Reloaded
+                | Self::ReloadFailed
+                | Self::EnvNotReloaded
+                | Self::NudgeFailed
+        )
+    }
+
+    /// The name a person reads: the Event's reason (`SignalWithheld` is `SignalNotHandled`
+    /// too); an outcome with no Event (`NudgeFailed`) is named as its own.
+    pub fn reason(self) -> &'static str {
+        match self.event() {
+            Some(event) => event.reason,
+            None if self == Self::NudgeFailed => "NudgeFailed",
+            None => self.as_str(),
+        }
+    }
+
+    /// The action a person reads: the one the outcome is counted under (`counted`), but a
+    /// nudge's failure, counted apart from actions (`reloadlet_nudges_total`), is a nudge's.
+    pub fn named_action(self, counted: ActionKind) -> &'static str {
+        match self {
+            Self::NudgeFailed => "nudge",
+            _ => counted.as_str(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

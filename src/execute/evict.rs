@@ -6,7 +6,7 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
 use crate::host::state_file::PendingEviction;
 use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
-use backon::{BackoffBuilder, ExponentialBuilder};
+use crate::retry::{Backoff, Jitter, Pacer, RetryAfter};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -24,6 +24,16 @@ pub struct EvictionSettings {
     /// One eviction call may take this long (it holds one of `max_in_flight` permits
     /// meanwhile); then it counts as failed and is retried.
     pub call_timeout: Duration,
+}
+
+impl EvictionSettings {
+    /// Doubling from `initial_backoff` to `max_backoff`, without end, ±20 % (backon's own
+    /// jitter would only lengthen them, by up to 100 %), a `Retry-After` obeyed.
+    fn backoff(&self) -> Backoff {
+        Backoff::doubling(self.initial_backoff, self.max_backoff)
+            .jitter(Jitter::Spread)
+            .retry_after(RetryAfter::Obeyed)
+    }
 }
 
 impl Default for EvictionSettings {
@@ -186,7 +196,7 @@ impl Inner {
             uid: pod.uid.clone(),
             dry_run: self.report.dry_run(),
         };
-        let mut delays = self.delays_from(self.settings.initial_backoff);
+        let mut pacer = Pacer::new(&self.settings.backoff());
         let mut last_warning: Option<Instant> = None;
         // Since when a PodDisruptionBudget has refused it (for notifications).
         let mut first_refusal: Option<Instant> = None;
@@ -213,7 +223,7 @@ impl Inner {
                     })
             };
             let warn_now = last_warning.is_none_or(|t| t.elapsed() >= self.settings.warn_every);
-            let delay = match outcome {
+            let retry_after = match outcome {
                 EvictOutcome::Evicted => {
                     self.evicted(job, attempts);
                     return;
@@ -233,8 +243,7 @@ impl Inner {
                         self.report
                             .blocked(pod, note, &job.sources, since.elapsed());
                     }
-                    let next = delays.next().unwrap_or(self.settings.max_backoff);
-                    retry_after.unwrap_or(next)
+                    retry_after
                 }
                 EvictOutcome::Failed { code, message } => {
                     let outcome = Outcome::EvictionFailed;
@@ -249,23 +258,15 @@ impl Inner {
                     }
                     // Errors other than a PDB refusal will not clear soon: retry at the cap,
                     // and stay there.
-                    delays = self.delays_from(self.settings.max_backoff);
-                    delays.next().unwrap_or(self.settings.max_backoff)
+                    pacer.hold_at_cap();
+                    None
                 }
             };
-            tokio::time::sleep(jitter(delay)).await;
+            // No limit, no deadline, no stop (cancelling is the caller's, which keeps the
+            // job pending): there always is a next delay.
+            let delay = pacer.next(retry_after).unwrap_or(self.settings.max_backoff);
+            pacer.wait(delay).await;
         }
-    }
-
-    /// Delays doubling from `first` up to `--eviction-backoff-max` (jitter is added by
-    /// [`jitter`]: ±20 %, where backon's own would only lengthen them, by up to 100 %).
-    fn delays_from(&self, first: Duration) -> impl Iterator<Item = Duration> {
-        ExponentialBuilder::default()
-            .with_min_delay(first)
-            .with_max_delay(self.settings.max_backoff)
-            .with_factor(2.0)
-            .without_max_times()
-            .build()
     }
 
     fn evicted(&self, job: &EvictJob, attempts: u32) {
@@ -286,14 +287,6 @@ impl Inner {
         self.report
             .record(pod, ActionKind::Evict, outcome, note, &job.sources);
     }
-}
-
-/// ±20 % so that pods (and nodes) refused together do not retry in lock step.
-pub(super) fn jitter(d: Duration) -> Duration {
-    // Without the kernel's random source (it cannot fail on Linux ≥ 3.17) no jitter.
-    let r = getrandom::u32().unwrap_or(u32::MAX / 2);
-    let factor = 0.8 + 0.4 * (f64::from(r) / f64::from(u32::MAX));
-    d.mul_f64(factor)
 }
 
 #[cfg(test)]
@@ -349,17 +342,5 @@ mod tests {
         );
         assert_eq!(evictor.calls(), 2);
         assert_eq!(events.reasons(), ["EvictionFailed", "EvictionRequested"]);
-    }
-
-    #[test]
-    fn jitter_stays_within_twenty_percent() {
-        let d = Duration::from_secs(10);
-        for _ in 0..1000 {
-            let j = jitter(d);
-            assert!(
-                j >= Duration::from_secs(8) && j <= Duration::from_secs(12),
-                "{j:?}"
-            );
-        }
     }
 }

@@ -12,8 +12,8 @@ use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
 use crate::core::policy::{Cause, HttpTarget, SignalTarget};
-use crate::ports::{HttpAnswer, HttpCall, HttpCaller, PodRef};
-use backon::{BackoffBuilder, ExponentialBuilder};
+use crate::ports::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, PodRef};
+use crate::retry::{Backoff, Jitter, Pacer};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,6 +88,17 @@ pub fn call(target: &HttpTarget, ip: IpAddr) -> HttpCall {
     }
 }
 
+/// Why an attempt got no HTTP answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttemptError {
+    #[error("the pod has no IP yet (status.podIP)")]
+    NoPodIp,
+    #[error("no answer within {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    #[error(transparent)]
+    Call(#[from] HttpCallError),
+}
+
 /// How one attempt ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -101,9 +112,9 @@ pub enum Verdict {
 /// Classifies an answer: 2xx reloaded; 408, 429 and 5xx retried (the endpoint is busy or
 /// starting); any other status final, quoting the body (Prometheus: 403 "Lifecycle API is
 /// not enabled.").
-pub fn verdict(answer: &Result<HttpAnswer, String>) -> Verdict {
+pub fn verdict(answer: &Result<HttpAnswer, AttemptError>) -> Verdict {
     match answer {
-        Err(e) => Verdict::Retry(e.clone()),
+        Err(e) => Verdict::Retry(e.to_string()),
         Ok(a) => {
             let said = if a.body_prefix.is_empty() {
                 format!("→ {}", a.status)
@@ -119,14 +130,14 @@ pub fn verdict(answer: &Result<HttpAnswer, String>) -> Verdict {
     }
 }
 
-/// Delays doubling from `min` to `max` (jitter is added by [`super::evict::jitter`]).
-fn delays(settings: &HttpSettings) -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(settings.backoff_min)
-        .with_max_delay(settings.backoff_max)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
+impl HttpSettings {
+    /// Doubling from `backoff_min` to `backoff_max`, ±20 %, none starting after
+    /// `give_up_after`.
+    fn backoff(&self) -> Backoff {
+        Backoff::doubling(self.backoff_min, self.backoff_max)
+            .jitter(Jitter::Spread)
+            .give_up_after(self.give_up_after)
+    }
 }
 
 #[derive(Clone)]
@@ -296,8 +307,7 @@ impl Inner {
     }
 
     async fn run(&self, job: &HttpJob) {
-        let started = tokio::time::Instant::now();
-        let mut delays = delays(&self.settings);
+        let mut pacer = Pacer::new(&self.settings.backoff()).stopped_by(self.stop.clone());
         let mut attempts = 0u32;
         let method = job.target.spec.method.as_str();
         loop {
@@ -312,7 +322,7 @@ impl Inner {
             let (url, result) = match pod.pod_ip {
                 None => (
                     format!("port {}", job.target.port),
-                    Err("the pod has no IP yet (status.podIP)".to_owned()),
+                    Err(AttemptError::NoPodIp),
                 ),
                 Some(ip) => {
                     let call = call(&job.target, ip);
@@ -325,14 +335,11 @@ impl Inner {
                     };
                     attempts += 1;
                     let timeout = self.settings.timeout;
-                    let answer = tokio::time::timeout(timeout, self.caller.call(&call))
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(format!(
-                                "no answer within {}",
-                                humantime::format_duration(timeout)
-                            ))
-                        });
+                    let answer = match tokio::time::timeout(timeout, self.caller.call(&call)).await
+                    {
+                        Ok(answer) => answer.map_err(AttemptError::from),
+                        Err(_) => Err(AttemptError::Timeout(timeout)),
+                    };
                     (call.url, answer)
                 }
             };
@@ -349,9 +356,8 @@ impl Inner {
                 }
                 Verdict::Retry(why) => why,
             };
-            let delay = super::evict::jitter(delays.next().unwrap_or(self.settings.backoff_max));
-            let elapsed = started.elapsed();
-            if self.stop.is_cancelled() || elapsed + delay > self.settings.give_up_after {
+            let Some(delay) = pacer.next(None) else {
+                let elapsed = pacer.elapsed();
                 let note = format!(
                     "{method} {url} failed {attempts} time(s) in {}, last: {error}: {}",
                     humantime::format_duration(Duration::from_secs(elapsed.as_secs())),
@@ -359,14 +365,11 @@ impl Inner {
                 );
                 self.failed(job, &pod, note, attempts, &error);
                 return;
-            }
+            };
             tracing::warn!(pod = %pod.full_name(), method, url, attempts, error = %error, retry_in_ms = delay.as_millis() as u64, action = "http", "reload request failed; will retry");
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = self.stop.cancelled() => {
-                    tracing::info!(pod = %pod.full_name(), "shutting down: reload request dropped");
-                    return;
-                }
+            if !pacer.wait(delay).await {
+                tracing::info!(pod = %pod.full_name(), "shutting down: reload request dropped");
+                return;
             }
         }
     }

@@ -18,11 +18,12 @@ use crate::host::process::Delivery;
 use crate::host::state_file::PendingEviction;
 use crate::outbound::notify::Notifier;
 use crate::ports::{ContainerProcesses, EventSink, Evictor, HttpCaller, PodRef};
+use crate::retry::Pacer;
 use crate::serve::metrics::Metrics;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
 use report::Reporter;
-use signal::SignalJob;
+use signal::{SignalError, SignalJob};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -151,7 +152,7 @@ impl Executor {
                         let retrying = inner.clone();
                         self.inner
                             .signals
-                            .spawn_on(retrying.retry(job, e.to_string()), runtime);
+                            .spawn_on(retrying.retry(job, e.into()), runtime);
                     }
                 }
                 return;
@@ -221,7 +222,7 @@ impl Inner {
 
     /// One attempt, on a blocking thread: `None` when it is over (sent and reported, or the
     /// pod is gone), else the job and the error to retry on.
-    fn attempt(&self, job: SignalJob) -> Option<(SignalJob, String)> {
+    fn attempt(&self, job: SignalJob) -> Option<(SignalJob, SignalError)> {
         let Some(pod) = self.pod(&job.pod_uid) else {
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
             return None;
@@ -232,7 +233,7 @@ impl Inner {
         let delivered = signal::running_container_id(&pod, &job.container).and_then(|id| {
             self.processes
                 .deliver(&job.pod_uid, &id, job.signal, job.check)
-                .map_err(|e| e.to_string())
+                .map_err(SignalError::from)
         });
         let delivery = match delivered {
             Ok(d) => d,
@@ -274,22 +275,19 @@ impl Inner {
 
     /// After a failed attempt: retries (0.5 s doubling) while the container restarts, none
     /// at shutdown; `SignalFailed` once they are used up.
-    async fn retry(self: Arc<Self>, mut job: SignalJob, mut error: String) {
-        let mut delays = signal::retry_delays();
+    async fn retry(self: Arc<Self>, mut job: SignalJob, mut error: SignalError) {
+        let mut pacer = Pacer::new(&signal::RETRY).stopped_by(self.stop.clone());
         loop {
-            let next = (!self.stop.is_cancelled()).then(|| delays.next()).flatten();
-            let Some(delay) = next else {
+            let Some(delay) = pacer.next(None) else {
                 self.give_up(&job, &error);
                 return;
             };
             tracing::warn!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => job.attempt += 1,
-                _ = self.stop.cancelled() => {
-                    tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: signal retry dropped");
-                    return;
-                }
+            if !pacer.wait(delay).await {
+                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: signal retry dropped");
+                return;
             }
+            job.attempt += 1;
             let inner = self.clone();
             let attempt = tokio::task::spawn_blocking(move || inner.attempt(job)).await;
             match attempt {
@@ -306,12 +304,9 @@ impl Inner {
     /// `--dry-run`'s attempt: logs what the signal would do to the main process (the same
     /// check as a real signal, retried the same way while the container is not running),
     /// and sends nothing.
-    fn look(&self, job: SignalJob, pod: &PodInfo) -> Option<(SignalJob, String)> {
+    fn look(&self, job: SignalJob, pod: &PodInfo) -> Option<(SignalJob, SignalError)> {
         let seen = signal::running_container_id(pod, &job.container).and_then(|id| {
-            let (main, status) = self
-                .processes
-                .inspect(&job.pod_uid, &id)
-                .map_err(|e| e.to_string())?;
+            let (main, status) = self.processes.inspect(&job.pod_uid, &id)?;
             let verdict = crate::host::process::decide(&status, job.signal, job.check);
             let what = crate::host::process::describe(&status, main.pid, job.signal, verdict);
             Ok((verdict.sends(), what))
@@ -329,7 +324,7 @@ impl Inner {
         None
     }
 
-    fn give_up(&self, job: &SignalJob, error: &str) {
+    fn give_up(&self, job: &SignalJob, error: &SignalError) {
         let Some(pod) = self.pod(&job.pod_uid) else {
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
             return;

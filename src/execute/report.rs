@@ -3,7 +3,7 @@
 
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};
-use crate::outbound::notify::{self, Notification, Notifier};
+use crate::outbound::notify::{Notification, Notifier};
 use crate::ports::{EventSink, PodEvent, PodRef};
 use crate::serve::metrics::Metrics;
 use std::sync::Arc;
@@ -101,8 +101,7 @@ impl Reporter {
         if self.dry_run {
             return;
         }
-        if let Some(n) = notification(action, outcome, blocked_for) {
-            let (action, outcome) = n;
+        if outcome.notified() {
             self.notifier.notify(&Notification {
                 node: self.node.clone(),
                 namespace: pod.namespace.clone(),
@@ -110,6 +109,7 @@ impl Reporter {
                 action,
                 sources: sources.to_vec(),
                 outcome,
+                blocked_for,
                 message: note.clone(),
             });
         }
@@ -142,46 +142,6 @@ impl Reporter {
     }
 }
 
-/// The notification of an outcome, if it has one (derived like its Event).
-fn notification(
-    action: ActionKind,
-    outcome: Outcome,
-    blocked_for: Duration,
-) -> Option<(notify::Action, notify::Outcome)> {
-    match outcome {
-        Outcome::EnvNotReloaded => {
-            return Some((notify::Action::Signal, notify::Outcome::EnvNotReloaded))
-        }
-        Outcome::NudgeFailed => return Some((notify::Action::Nudge, notify::Outcome::NudgeFailed)),
-        _ => {}
-    }
-    let action = match action {
-        ActionKind::Signal => notify::Action::Signal,
-        ActionKind::Evict => notify::Action::Evict,
-        ActionKind::Http => notify::Action::Http,
-        ActionKind::None => return None,
-    };
-    let outcome = match outcome {
-        Outcome::Signaled => notify::Outcome::Signaled,
-        Outcome::SignalNotHandled | Outcome::SignalWithheld => notify::Outcome::SignalNotHandled,
-        Outcome::SignalFailed => notify::Outcome::SignalFailed,
-        Outcome::Evicted => notify::Outcome::EvictionRequested,
-        Outcome::EvictionFailed => notify::Outcome::EvictionFailed,
-        Outcome::EvictionBlocked => notify::Outcome::EvictionBlocked { blocked_for },
-        Outcome::Reloaded => notify::Outcome::Reloaded,
-        Outcome::ReloadFailed => notify::Outcome::ReloadFailed,
-        Outcome::Refused
-        | Outcome::InvalidAnnotation
-        | Outcome::SubPathNotUpdated
-        | Outcome::DryRun
-        | Outcome::NoDisruptionBudget
-        | Outcome::Skipped
-        | Outcome::EnvNotReloaded
-        | Outcome::NudgeFailed => return None,
-    };
-    Some((action, outcome))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,18 +149,32 @@ mod tests {
 
     #[test]
     fn a_notification_says_what_its_event_says() {
-        for outcome in Outcome::iter() {
-            for action in outcome.actions() {
-                if let Some((_, n)) = notification(*action, outcome, Duration::ZERO)
-                    .filter(|_| outcome != Outcome::NudgeFailed)
-                {
-                    assert_eq!(
-                        Some(n.reason()),
-                        outcome.event().map(|e| e.reason),
-                        "{outcome:?}"
-                    );
-                }
+        for outcome in Outcome::iter().filter(|o| o.notified()) {
+            let n = Notification {
+                node: "node-1".into(),
+                namespace: "ns".into(),
+                pod: "web".into(),
+                action: ActionKind::None,
+                sources: vec![],
+                outcome,
+                blocked_for: Duration::ZERO,
+                message: String::new(),
+            };
+            match outcome.event() {
+                Some(event) => assert_eq!(n.reason(), event.reason, "{outcome:?}"),
+                None => assert_eq!(n.reason(), "NudgeFailed", "{outcome:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_notification_names_the_action_counted() {
+        let named = |action, outcome: Outcome| outcome.named_action(action);
+        assert_eq!(named(ActionKind::Signal, Outcome::SignalFailed), "signal");
+        assert_eq!(named(ActionKind::Http, Outcome::ReloadFailed), "http");
+        assert_eq!(named(ActionKind::Evict, Outcome::EvictionBlocked), "evict");
+        // Nothing was done: not "signal", whatever the pod's action.
+        assert_eq!(named(ActionKind::None, Outcome::EnvNotReloaded), "none");
+        assert_eq!(named(ActionKind::None, Outcome::NudgeFailed), "nudge");
     }
 }

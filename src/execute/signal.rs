@@ -2,21 +2,16 @@
 
 use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
 use crate::core::outcome::Outcome;
-use crate::host::process::{Delivery, SignalCheck};
-use backon::{BackoffBuilder, ExponentialBuilder};
+use crate::host::process::{Delivery, ProcessError, SignalCheck};
+use crate::retry::Backoff;
 use std::time::{Duration, Instant};
 
 /// Total attempts before `SignalFailed` is final (the delays are 0.5 s, 1 s, 2 s, 4 s).
 pub const MAX_ATTEMPTS: u32 = 5;
 
-/// The delays between attempts: 0.5 s doubling, [`MAX_ATTEMPTS`] − 1 of them.
-pub fn retry_delays() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(500))
-        .with_factor(2.0)
-        .with_max_times(MAX_ATTEMPTS as usize - 1)
-        .build()
-}
+/// The delays between attempts: 0.5 s doubling, [`MAX_ATTEMPTS`] − 1 of them, no jitter.
+pub const RETRY: Backoff = Backoff::doubling(Duration::from_millis(500), Duration::from_secs(60))
+    .retries(MAX_ATTEMPTS as usize - 1);
 
 #[derive(Clone, Debug)]
 pub struct SignalJob {
@@ -38,16 +33,29 @@ impl SignalJob {
     }
 }
 
+/// Why a signal could not be sent now (retried while the container restarts; the text of
+/// the last one is in `SignalFailed`).
+#[derive(Debug, thiserror::Error)]
+pub enum SignalError {
+    #[error("the pod has no container {0:?}")]
+    NoContainer(String),
+    #[error("container {0} is not running")]
+    NotRunning(String),
+    /// The main process could not be found, inspected or signalled.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
 /// The container's current runtime ID, or why it cannot be signalled now.
-pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerId, String> {
+pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerId, SignalError> {
     let c = pod
         .containers
         .iter()
         .find(|c| c.name == container)
-        .ok_or_else(|| format!("the pod has no container {container:?}"))?;
+        .ok_or_else(|| SignalError::NoContainer(container.to_owned()))?;
     match (&c.container_id, c.running) {
         (Some(id), true) => Ok(id.clone()),
-        _ => Err(format!("container {container} is not running")),
+        _ => Err(SignalError::NotRunning(container.to_owned())),
     }
 }
 
@@ -81,7 +89,7 @@ pub fn signaled_note(job: &SignalJob, pid: i32) -> String {
     )
 }
 
-pub fn failed_note(job: &SignalJob, error: &str) -> String {
+pub fn failed_note(job: &SignalJob, error: &SignalError) -> String {
     format!(
         "could not send {} to container {} after {} attempts: {error}; {}",
         job.signal,
@@ -114,7 +122,7 @@ mod tests {
     #[test]
     fn retry_delays_double() {
         let job = job();
-        let delays: Vec<u128> = retry_delays().map(|d| d.as_millis()).collect();
+        let delays: Vec<u128> = RETRY.delays().map(|d| d.as_millis()).collect();
         assert_eq!(delays, [500, 1000, 2000, 4000]);
         assert_eq!(
             signaled_note(&job, 4242),

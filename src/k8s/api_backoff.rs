@@ -9,7 +9,7 @@
 //! [`WatchBackoff`] ignores those resets and starts over only after the watch delivered data
 //! (the consumer calls [`Progress::made`]).
 
-use kube::runtime::utils::Backoff;
+use crate::retry::{Backoff, Delays, Jitter};
 use kube::runtime::watcher;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -37,22 +37,19 @@ impl Progress {
 
 /// Doubles from 1 s with up to 100 % jitter (so N nodes spread out), capped at 5 minutes.
 pub struct WatchBackoff {
-    inner: watcher::ExponentialBackoff,
+    inner: Delays,
     progress: Progress,
 }
 
+/// backon's jitter adds a random 0..100 % of the current delay; with a 150 s ceiling the
+/// longest waits spread over 150–300 s.
+const POLICY: Backoff = Backoff::doubling(MIN_DELAY, Duration::from_secs(MAX_DELAY.as_secs() / 2))
+    .jitter(Jitter::Lengthen);
+
 impl WatchBackoff {
     pub fn new(progress: Progress) -> Self {
-        // backon's jitter adds a random 0..100 % of the current delay; with a 150 s ceiling
-        // the longest waits spread over 150–300 s.
-        let builder = backon::ExponentialBuilder::default()
-            .with_min_delay(MIN_DELAY)
-            .with_max_delay(MAX_DELAY / 2)
-            .with_factor(2.0)
-            .with_jitter()
-            .without_max_times();
         Self {
-            inner: builder.into(),
+            inner: POLICY.delays(),
             progress,
         }
     }
@@ -69,7 +66,7 @@ impl Iterator for WatchBackoff {
     }
 }
 
-impl Backoff for WatchBackoff {
+impl kube::runtime::utils::Backoff for WatchBackoff {
     /// Called by `StreamBackoff` on every `Ok` item, `Event::Init` included: ignored (see the
     /// module docs); [`Progress::made`] resets instead.
     fn reset(&mut self) {}
@@ -229,6 +226,7 @@ impl FailureTracker {
 mod tests {
     use super::*;
     use futures::StreamExt;
+    use kube::runtime::utils::Backoff as _;
     use kube::runtime::WatchStreamExt;
 
     /// What kube's watcher does against an API server that refuses the list: `Init`, then
@@ -237,7 +235,10 @@ mod tests {
         futures::stream::iter(std::iter::repeat_n([Ok("init"), Err("403")], 10_000).flatten())
     }
 
-    async fn attempts_within(window: Duration, backoff: impl Backoff) -> usize {
+    async fn attempts_within(
+        window: Duration,
+        backoff: impl kube::runtime::utils::Backoff,
+    ) -> usize {
         let stream = refused_forever().backoff(backoff);
         futures::pin_mut!(stream);
         let start = tokio::time::Instant::now();

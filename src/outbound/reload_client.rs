@@ -14,7 +14,7 @@
 
 use crate::core::annotations::HttpMethod;
 use crate::outbound::http_client::{body_prefix, error_chain};
-use crate::ports::{HttpAnswer, HttpCall, HttpCaller, HTTP_BODY_PREFIX};
+use crate::ports::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, HTTP_BODY_PREFIX};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
@@ -74,7 +74,7 @@ impl ReloadClient {
         Ok(Self { client })
     }
 
-    async fn send(&self, call: &HttpCall) -> Result<HttpAnswer, String> {
+    async fn send(&self, call: &HttpCall) -> Result<HttpAnswer, HttpCallError> {
         let method = match call.method {
             HttpMethod::Post => Method::POST,
             HttpMethod::Put => Method::PUT,
@@ -94,12 +94,12 @@ impl ReloadClient {
         }
         let req = req
             .body(Full::new(Bytes::from(call.body.clone())))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| HttpCallError::Request(e.to_string()))?;
         let resp = self
             .client
             .request(req)
             .await
-            .map_err(|e| error_chain(&e))?;
+            .map_err(|e| HttpCallError::Transport(error_chain(&e)))?;
         let status = resp.status().as_u16();
         let body_prefix = body_prefix(resp.into_body(), HTTP_BODY_PREFIX).await;
         Ok(HttpAnswer {
@@ -110,7 +110,7 @@ impl ReloadClient {
 }
 
 impl HttpCaller for ReloadClient {
-    fn call(&self, call: &HttpCall) -> BoxFuture<'_, Result<HttpAnswer, String>> {
+    fn call(&self, call: &HttpCall) -> BoxFuture<'_, Result<HttpAnswer, HttpCallError>> {
         let call = call.clone();
         Box::pin(async move { self.send(&call).await })
     }

@@ -12,10 +12,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use reloadlet::core::model::{SourceKind, SourceRef};
+pub use reloadlet::core::outcome::{ActionKind, Outcome};
 use reloadlet::outbound::notify::metrics::FailureLabels;
 use reloadlet::outbound::notify::{
-    Action, Format, HttpPoster, Notification, Notifier, NotifyMetrics, NotifySettings, Outcome,
-    SecretUrl,
+    Format, HttpPoster, Notification, Notifier, NotifyMetrics, NotifySettings, SecretUrl,
 };
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -133,12 +133,13 @@ pub fn failure(pod: &str, configmap: &str) -> Notification {
         node: "node-1".into(),
         namespace: "shop".into(),
         pod: pod.into(),
-        action: Action::Signal,
+        action: ActionKind::Signal,
         sources: vec![SourceRef {
             kind: SourceKind::ConfigMap,
             name: configmap.into(),
         }],
         outcome: Outcome::SignalFailed,
+        blocked_for: Duration::ZERO,
         message: "kill(SIGHUP) of pid 4242: EPERM".into(),
     }
 }

@@ -44,7 +44,7 @@ pub enum ProcessError {
     Status {
         pid: i32,
         path: PathBuf,
-        why: String,
+        why: StatusError,
     },
 
     /// The process would not handle the signal (ignored, or its default action would kill
@@ -61,4 +61,13 @@ pub enum ProcessError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Why `/proc/<pid>/status` told nothing about a process's signals.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("no SigBlk/SigIgn/SigCgt lines")]
+    NoMasks,
+    #[error(transparent)]
+    Read(#[from] procfs::ProcError),
 }

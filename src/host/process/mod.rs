@@ -22,7 +22,7 @@ pub use disposition::{
     decide, describe, Handled, SignalCheck, SignalStatus, Unhandled, Verdict, Withheld,
     KNOWN_FORWARDING_INITS,
 };
-pub use error::ProcessError;
+pub use error::{ProcessError, StatusError};
 pub use proc_fs::ProcFs;
 
 use crate::core::model::{ContainerId, ReloadSignal};

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use procfs::ProcError;
 
 use super::disposition::{self, SignalCheck, SignalStatus};
+use super::error::StatusError;
 use super::pidfd::{Pidfds, Pinned, Pinner};
 use super::{scan, ContainerProcesses, Delivery, MainProcess, ProcessError};
 use crate::core::model::{ContainerId, ReloadSignal};
@@ -203,16 +204,16 @@ impl ProcFs {
         match scan::status_text(&self.proc_root, pid) {
             Ok(text) => SignalStatus::parse(&text)
                 .map(Some)
-                .ok_or_else(|| ProcessError::Status {
+                .ok_or(ProcessError::Status {
                     pid,
                     path,
-                    why: "no SigBlk/SigIgn/SigCgt lines".into(),
+                    why: StatusError::NoMasks,
                 }),
             Err(ProcError::NotFound(_)) => Ok(None),
             Err(err) => Err(ProcessError::Status {
                 pid,
                 path,
-                why: err.to_string(),
+                why: err.into(),
             }),
         }
     }

@@ -38,7 +38,7 @@ impl Key {
         Self {
             namespace: n.namespace.clone(),
             object,
-            reason: n.outcome.reason(),
+            reason: n.reason(),
         }
     }
 }
@@ -114,14 +114,14 @@ impl Dedupe {
 mod tests {
     use super::*;
     use crate::core::model::SourceKind;
-    use crate::outbound::notify::event::{Action, Outcome};
+    use crate::core::outcome::{ActionKind, Outcome};
 
     fn n(ns: &str, pod: &str, sources: &[&str], outcome: Outcome) -> Notification {
         Notification {
             node: "n1".into(),
             namespace: ns.into(),
             pod: pod.into(),
-            action: Action::Signal,
+            action: ActionKind::Signal,
             sources: sources
                 .iter()
                 .map(|s| SourceRef {
@@ -130,6 +130,7 @@ mod tests {
                 })
                 .collect(),
             outcome,
+            blocked_for: Duration::ZERO,
             message: format!("{pod} failed"),
         }
     }

@@ -1,99 +1,17 @@
-//! What a notification is about: a typed value the executor (agent or controller) builds
-//! from its own typed outcome. Formatting, filtering and dedupe all read this value.
+//! What a notification is about: the executor's (agent's or controller's) own typed
+//! [`ActionKind`] and [`Outcome`], with the pod and the message. Formatting, filtering and
+//! dedupe all read this value; its reason, action, failure and colour are derived from the
+//! outcome's Event ([`Outcome::event`]), as the metric label and the log field are.
 
 use crate::core::model::SourceRef;
+use crate::core::outcome::{ActionKind, EventKind, Outcome};
 use std::time::Duration;
 
 /// How long an eviction must stay blocked (by a PodDisruptionBudget) before it is worth
 /// telling a human under `--notify-on failure`.
 pub const EVICTION_BLOCKED_NOTIFY_AFTER: Duration = Duration::from_secs(10 * 60);
 
-/// The action reloadlet took (or tried) on the pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Action {
-    Signal,
-    Http,
-    Evict,
-    /// The controller's projection nudge (a pod annotation patch).
-    Nudge,
-}
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Signal => "signal",
-            Self::Http => "http",
-            Self::Evict => "evict",
-            Self::Nudge => "nudge",
-        }
-    }
-}
-
-/// The outcome of the action; [`Outcome::reason`] is the Kubernetes Event reason.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Signaled,
-    SignalFailed,
-    /// The signal was delivered but the process ignores or blocks it.
-    SignalNotHandled,
-    Reloaded,
-    ReloadFailed,
-    EvictionRequested,
-    EvictionFailed,
-    /// A PodDisruptionBudget keeps refusing the eviction; `blocked_for` counts from the
-    /// first refusal.
-    EvictionBlocked {
-        blocked_for: Duration,
-    },
-    /// The controller: an env source changed and the pod's action cannot refresh env.
-    EnvNotReloaded,
-    /// The controller: a projection nudge failed (the change waits for the kubelet's
-    /// periodic sync).
-    NudgeFailed,
-}
-
-impl Outcome {
-    /// The Event reason, also the `outcome` field of the `json` format and part of the
-    /// dedupe key.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Self::Signaled => "Signaled",
-            Self::SignalFailed => "SignalFailed",
-            Self::SignalNotHandled => "SignalNotHandled",
-            Self::Reloaded => "Reloaded",
-            Self::ReloadFailed => "ReloadFailed",
-            Self::EvictionRequested => "EvictionRequested",
-            Self::EvictionFailed => "EvictionFailed",
-            Self::EvictionBlocked { .. } => "EvictionBlocked",
-            Self::EnvNotReloaded => "EnvNotReloaded",
-            Self::NudgeFailed => "NudgeFailed",
-        }
-    }
-
-    /// Does a human need to act? (`--notify-on failure` sends only these.)
-    pub fn is_failure(self) -> bool {
-        match self {
-            Self::SignalFailed
-            | Self::SignalNotHandled
-            | Self::ReloadFailed
-            | Self::EvictionFailed
-            | Self::EnvNotReloaded
-            | Self::NudgeFailed => true,
-            Self::EvictionBlocked { blocked_for } => blocked_for >= EVICTION_BLOCKED_NOTIFY_AFTER,
-            Self::Signaled | Self::Reloaded | Self::EvictionRequested => false,
-        }
-    }
-
-    /// Good, bad, or waiting: the Slack attachment colour.
-    pub fn severity(self) -> Severity {
-        match self {
-            Self::Signaled | Self::Reloaded | Self::EvictionRequested => Severity::Ok,
-            Self::EvictionBlocked { .. } => Severity::Warning,
-            _ => Severity::Failure,
-        }
-    }
-}
-
+/// Good, bad, or waiting: the Slack attachment colour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {
     Ok,
@@ -109,12 +27,49 @@ pub struct Notification {
     pub node: String,
     pub namespace: String,
     pub pod: String,
-    pub action: Action,
+    /// The action counted (the `action` metric label).
+    pub action: ActionKind,
     /// The ConfigMaps/Secrets whose change led to the action (in `namespace`).
     pub sources: Vec<SourceRef>,
     pub outcome: Outcome,
+    /// `EvictionBlocked`: how long a PodDisruptionBudget has refused the eviction, from the
+    /// first refusal (zero for every other outcome).
+    pub blocked_for: Duration,
     /// The Event message (e.g. `kill(SIGHUP) of pid 4242: EPERM`).
     pub message: String,
+}
+
+impl Notification {
+    /// The Event reason, also the `outcome` field of the `json` format and part of the
+    /// dedupe key.
+    pub fn reason(&self) -> &'static str {
+        self.outcome.reason()
+    }
+
+    /// The `action` field: `signal`, `http`, `evict`, `nudge`, or `none` (`EnvNotReloaded`:
+    /// nothing was done).
+    pub fn action(&self) -> &'static str {
+        self.outcome.named_action(self.action)
+    }
+
+    /// Does a human need to act? (`--notify-on failure` sends only these.) Every Warning
+    /// outcome, and one with no Event (`NudgeFailed`); `EvictionBlocked` once it has lasted
+    /// [`EVICTION_BLOCKED_NOTIFY_AFTER`].
+    pub fn is_failure(&self) -> bool {
+        match self.outcome {
+            Outcome::EvictionBlocked => self.blocked_for >= EVICTION_BLOCKED_NOTIFY_AFTER,
+            outcome => outcome.event().is_none_or(|e| e.warning),
+        }
+    }
+
+    /// Good, bad, or waiting: the Slack attachment colour.
+    pub fn severity(&self) -> Severity {
+        match (self.outcome, self.outcome.event()) {
+            (Outcome::EvictionBlocked, _) => Severity::Warning,
+            (_, Some(EventKind { warning: false, .. })) => Severity::Ok,
+            _ => Severity::Failure,
+        }
+    }
 }
 
 /// `--notify-on`: which outcomes are sent.
@@ -133,7 +88,7 @@ impl NotifyOn {
     pub fn wants(self, n: &Notification) -> bool {
         match self {
             Self::All => true,
-            Self::Failure => n.outcome.is_failure(),
+            Self::Failure => n.is_failure(),
         }
     }
 }
@@ -142,14 +97,15 @@ impl NotifyOn {
 mod tests {
     use super::*;
 
-    fn with(outcome: Outcome) -> Notification {
+    fn with((outcome, blocked_for): (Outcome, Duration)) -> Notification {
         Notification {
             node: "n1".into(),
             namespace: "ns".into(),
             pod: "web-0".into(),
-            action: Action::Signal,
+            action: ActionKind::Signal,
             sources: vec![],
             outcome,
+            blocked_for,
             message: String::new(),
         }
     }
@@ -157,38 +113,22 @@ mod tests {
     #[test]
     fn which_outcomes_each_setting_sends() {
         let min = |m: u64| Duration::from_secs(60 * m);
+        let now = Duration::ZERO;
         let table = [
-            (Outcome::Signaled, false),
-            (Outcome::Reloaded, false),
-            (Outcome::EvictionRequested, false),
-            (Outcome::SignalFailed, true),
-            (Outcome::SignalNotHandled, true),
-            (Outcome::ReloadFailed, true),
-            (Outcome::EvictionFailed, true),
-            (
-                Outcome::EvictionBlocked {
-                    blocked_for: min(1),
-                },
-                false,
-            ),
-            (
-                Outcome::EvictionBlocked {
-                    blocked_for: min(9),
-                },
-                false,
-            ),
-            (
-                Outcome::EvictionBlocked {
-                    blocked_for: min(10),
-                },
-                true,
-            ),
-            (
-                Outcome::EvictionBlocked {
-                    blocked_for: min(60),
-                },
-                true,
-            ),
+            ((Outcome::Signaled, now), false),
+            ((Outcome::Reloaded, now), false),
+            ((Outcome::Evicted, now), false),
+            ((Outcome::SignalFailed, now), true),
+            ((Outcome::SignalNotHandled, now), true),
+            ((Outcome::SignalWithheld, now), true),
+            ((Outcome::ReloadFailed, now), true),
+            ((Outcome::EvictionFailed, now), true),
+            ((Outcome::EnvNotReloaded, now), true),
+            ((Outcome::NudgeFailed, now), true),
+            ((Outcome::EvictionBlocked, min(1)), false),
+            ((Outcome::EvictionBlocked, min(9)), false),
+            ((Outcome::EvictionBlocked, min(10)), true),
+            ((Outcome::EvictionBlocked, min(60)), true),
         ];
         for (outcome, on_failure) in table {
             assert_eq!(

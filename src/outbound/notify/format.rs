@@ -46,11 +46,11 @@ pub fn text(n: &Notification, info: Option<&str>, suppressed: u32) -> String {
     }
     s.push_str(&format!(
         "{}: {}/{} on {} ({}",
-        n.outcome.reason(),
+        n.reason(),
         n.namespace,
         n.pod,
         n.node,
-        n.action.as_str()
+        n.action()
     ));
     if !n.sources.is_empty() {
         let sources: Vec<String> = n.sources.iter().map(ToString::to_string).collect();
@@ -75,7 +75,7 @@ pub fn render(format: Format, n: &Notification, info: Option<&str>, suppressed: 
     let text = text(n, info, suppressed);
     let (content_type, body) = match format {
         Format::Slack => {
-            let color = match n.outcome.severity() {
+            let color = match n.severity() {
                 Severity::Ok => "good",
                 Severity::Warning => "warning",
                 Severity::Failure => "danger",
@@ -99,9 +99,9 @@ pub fn render(format: Format, n: &Notification, info: Option<&str>, suppressed: 
                 "node": n.node,
                 "namespace": n.namespace,
                 "pod": n.pod,
-                "action": n.action.as_str(),
+                "action": n.action(),
                 "sources": sources,
-                "outcome": n.outcome.reason(),
+                "outcome": n.reason(),
                 "message": n.message,
                 "text": text,
                 "suppressed": suppressed,
@@ -122,20 +122,22 @@ pub fn render(format: Format, n: &Notification, info: Option<&str>, suppressed: 
 mod tests {
     use super::*;
     use crate::core::model::{SourceKind, SourceRef};
-    use crate::outbound::notify::event::{Action, Outcome};
+    use crate::core::outcome::{ActionKind, Outcome};
     use serde_json::Value;
+    use std::time::Duration;
 
     fn failed() -> Notification {
         Notification {
             node: "node-1".into(),
             namespace: "shop".into(),
             pod: "web-0".into(),
-            action: Action::Signal,
+            action: ActionKind::Signal,
             sources: vec![SourceRef {
                 kind: SourceKind::ConfigMap,
                 name: "app-config".into(),
             }],
             outcome: Outcome::SignalFailed,
+            blocked_for: Duration::ZERO,
             message: "kill(SIGHUP) of pid 4242: EPERM".into(),
         }
     }
@@ -202,21 +204,20 @@ mod tests {
         let table = [
             (Outcome::Signaled, "good"),
             (Outcome::Reloaded, "good"),
-            (Outcome::EvictionRequested, "good"),
-            (
-                Outcome::EvictionBlocked {
-                    blocked_for: std::time::Duration::from_secs(700),
-                },
-                "warning",
-            ),
+            (Outcome::Evicted, "good"),
+            (Outcome::EvictionBlocked, "warning"),
             (Outcome::SignalFailed, "danger"),
             (Outcome::SignalNotHandled, "danger"),
+            (Outcome::SignalWithheld, "danger"),
             (Outcome::ReloadFailed, "danger"),
             (Outcome::EvictionFailed, "danger"),
+            (Outcome::EnvNotReloaded, "danger"),
+            (Outcome::NudgeFailed, "danger"),
         ];
         for (outcome, colour) in table {
             let mut n = failed();
             n.outcome = outcome;
+            n.blocked_for = Duration::from_secs(700);
             let v = parsed(&render(Format::Slack, &n, None, 0));
             assert_eq!(v["attachments"][0]["color"], colour, "{outcome:?}");
         }

@@ -130,12 +130,12 @@ impl Poster for HttpPoster {
             .header(CONTENT_TYPE, payload.content_type)
             .header(USER_AGENT, concat!("reloadlet/", env!("CARGO_PKG_VERSION")))
             .body(Full::new(payload.body.clone()))
-            .map_err(|e| PostError(scrub(&e.to_string(), url)))?;
+            .map_err(|e| PostError::Request(scrub(&e.to_string(), url)))?;
         let resp = match &self.inner {
             Inner::Direct(c) => c.request(req).await,
             Inner::Proxied(c) => c.request(req).await,
         }
-        .map_err(|e| PostError(scrub(&error_chain(&e), url)))?;
+        .map_err(|e| PostError::Transport(scrub(&error_chain(&e), url)))?;
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()

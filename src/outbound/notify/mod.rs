@@ -22,7 +22,7 @@ pub mod secret_url;
 pub mod sender;
 
 pub use config::{NotifyArgs, NotifySettings};
-pub use event::{Action, Notification, NotifyOn, Outcome};
+pub use event::{Notification, NotifyOn};
 pub use format::{Format, Payload};
 pub use http_poster::HttpPoster;
 pub use metrics::NotifyMetrics;

@@ -30,10 +30,17 @@ impl PostResponse {
     }
 }
 
-/// A request that got no HTTP answer. The text never contains the URL's path or query.
+/// A request that got no HTTP answer. The text (the client's error and its causes, as one
+/// line) never contains the URL's path or query.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct PostError(pub String);
+pub enum PostError {
+    /// The request could not be built.
+    #[error("{0}")]
+    Request(String),
+    /// Connection refused or reset, TLS failure, the proxy refused the tunnel.
+    #[error("{0}")]
+    Transport(String),
+}
 
 /// POSTs one body. Implementations need no timeout of their own: the sender bounds each
 /// attempt.
@@ -105,7 +112,7 @@ impl Poster for FakePoster {
         };
         match next {
             Scripted::Answer(r) => Ok(r),
-            Scripted::Fail(e) => Err(PostError(e)),
+            Scripted::Fail(e) => Err(PostError::Transport(e)),
             Scripted::Hang => std::future::pending().await,
         }
     }

@@ -5,6 +5,18 @@
 use http::Uri;
 use std::fmt;
 
+/// Why a URL is refused; the text follows the value's name ("URL #2 has no host") and
+/// never shows the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("is not a valid URL (the value is not shown: it is a credential)")]
+    Invalid,
+    #[error("must start with https:// or http://")]
+    Scheme,
+    #[error("has no host")]
+    NoHost,
+}
+
 /// A validated `http://` or `https://` URL whose path, query and user info are secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretUrl {
@@ -12,18 +24,16 @@ pub struct SecretUrl {
 }
 
 impl SecretUrl {
-    /// Parses and validates a URL. The error message never contains the URL itself.
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    /// Parses and validates a URL. The error never contains the URL itself.
+    pub fn parse(raw: &str) -> Result<Self, UrlError> {
         let raw = raw.trim();
-        let uri: Uri = raw
-            .parse()
-            .map_err(|_| "is not a valid URL (the value is not shown: it is a credential)")?;
+        let uri: Uri = raw.parse().map_err(|_| UrlError::Invalid)?;
         match uri.scheme_str() {
             Some("http") | Some("https") => {}
-            _ => return Err("must start with https:// or http://".into()),
+            _ => return Err(UrlError::Scheme),
         }
         if uri.host().is_none_or(str::is_empty) {
-            return Err("has no host".into());
+            return Err(UrlError::NoHost);
         }
         Ok(Self { uri })
     }
@@ -98,7 +108,7 @@ mod tests {
             "not a url SECRET",
             "",
         ] {
-            let err = SecretUrl::parse(bad).unwrap_err();
+            let err = SecretUrl::parse(bad).unwrap_err().to_string();
             assert!(!err.contains("SECRET"), "{bad:?} → {err}");
         }
     }

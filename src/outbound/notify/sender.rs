@@ -11,7 +11,7 @@ use super::format::{render, Format, Payload};
 use super::metrics::{FailureLabels, NotifyMetrics};
 use super::poster::{PostResponse, Poster};
 use super::secret_url::SecretUrl;
-use backon::{BackoffBuilder, ExponentialBuilder};
+use crate::retry::{Backoff, Jitter, Pacer, RetryAfter};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -53,14 +53,11 @@ struct Sink {
     wake: Notify,
 }
 
-/// How each request is attempted.
+/// How each request is attempted: its timeout, then its retries.
 #[derive(Clone, Copy, Debug)]
 struct Attempts {
     timeout: Duration,
-    retries: usize,
-    backoff_min: Duration,
-    backoff_max: Duration,
-    jitter: bool,
+    backoff: Backoff,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -86,12 +83,21 @@ impl Notifier {
             return Self::disabled();
         }
         let poster = Arc::new(poster);
+        let backoff = Backoff::doubling(
+            settings.backoff_min,
+            settings.backoff_max.max(settings.backoff_min),
+        )
+        .retries(settings.retries)
+        // Honour Retry-After (Slack's rate limit), within the backoff ceiling.
+        .retry_after(RetryAfter::Lengthens)
+        .jitter(if settings.jitter {
+            Jitter::Lengthen
+        } else {
+            Jitter::None
+        });
         let attempts = Attempts {
             timeout: settings.timeout,
-            retries: settings.retries,
-            backoff_min: settings.backoff_min,
-            backoff_max: settings.backoff_max.max(settings.backoff_min),
-            jitter: settings.jitter,
+            backoff,
         };
         let sinks: Vec<Arc<Sink>> = settings
             .urls
@@ -139,7 +145,7 @@ impl Notifier {
             Verdict::Suppress => {
                 s.metrics.deduped.inc();
                 tracing::debug!(
-                    namespace = %n.namespace, pod = %n.pod, reason = n.outcome.reason(),
+                    namespace = %n.namespace, pod = %n.pod, reason = n.reason(),
                     "notification held back: the same one was sent within the dedupe window"
                 );
                 return Submitted::Deduped;
@@ -222,19 +228,13 @@ async fn deliver<P: Poster>(
     a: Attempts,
     metrics: &NotifyMetrics,
 ) {
-    let mut builder = ExponentialBuilder::default()
-        .with_min_delay(a.backoff_min)
-        .with_max_delay(a.backoff_max)
-        .with_max_times(a.retries);
-    if a.jitter {
-        builder = builder.with_jitter();
-    }
-    let mut delays = builder.build();
+    // No stop: cancelling is the drain task's.
+    let mut pacer = Pacer::new(&a.backoff);
     let mut attempt = 1;
     loop {
         let verdict = match tokio::time::timeout(a.timeout, poster.post(url, payload)).await {
             Ok(Ok(resp)) => judge(resp),
-            Ok(Err(e)) => Answer::Retry("connect", e.0, None),
+            Ok(Err(e)) => Answer::Retry("connect", e.to_string(), None),
             Err(_) => Answer::Retry("timeout", format!("no answer within {:?}", a.timeout), None),
         };
         let (reason, detail) = match verdict {
@@ -244,16 +244,14 @@ async fn deliver<P: Poster>(
                 return;
             }
             Answer::Final(reason, detail) => (reason, detail),
-            Answer::Retry(reason, detail, retry_after) => match delays.next() {
+            Answer::Retry(reason, detail, retry_after) => match pacer.next(retry_after) {
                 Some(delay) => {
-                    // Honour Retry-After (Slack's rate limit), within the backoff ceiling.
-                    let delay = retry_after.map_or(delay, |ra| ra.min(a.backoff_max).max(delay));
                     metrics.retries.inc();
                     tracing::info!(
                         sink = %url, attempt, error = %detail, retry_in = ?delay,
                         "notification not delivered; will retry"
                     );
-                    tokio::time::sleep(delay).await;
+                    pacer.wait(delay).await;
                     attempt += 1;
                     continue;
                 }
