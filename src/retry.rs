@@ -1,6 +1,6 @@
 //! One way to wait before trying again. Every retry in reloadlet takes its delays from a
 //! [`Backoff`] (the policy: first delay, cap, how many, jitter, what a `Retry-After` does, a
-//! deadline) and waits through a [`Pacer`]: a signal while its container restarts, an
+//! deadline) and waits through a [`Retries`]: a signal while its container restarts, an
 //! eviction a PodDisruptionBudget refuses, a pod's reload request, a webhook notification.
 //! The API watches ([`crate::k8s::api_backoff`]) and the state writer thread
 //! ([`crate::agent::state_writer`]) take the same [`Delays`] (kube's `StreamBackoff` and a
@@ -163,14 +163,14 @@ pub fn spread(d: Duration) -> Duration {
 }
 
 /// Paces one piece of work's retries: the delays of its [`Backoff`], its deadline (counted
-/// from the pacer's creation: create it before the first attempt) and its stop.
-pub struct Pacer {
+/// from the retries's creation: create it before the first attempt) and its stop.
+pub struct Retries {
     delays: Delays,
     started: tokio::time::Instant,
     stop: Option<CancellationToken>,
 }
 
-impl Pacer {
+impl Retries {
     pub fn new(policy: &Backoff) -> Self {
         Self {
             delays: policy.delays(),
@@ -179,8 +179,8 @@ impl Pacer {
         }
     }
 
-    /// Once `stop` is cancelled a failure is final ([`Pacer::next`] gives up) and a wait
-    /// in progress ends ([`Pacer::wait`] returns `false`).
+    /// Once `stop` is cancelled a failure is final ([`Retries::next`] gives up) and a wait
+    /// in progress ends ([`Retries::wait`] returns `false`).
     pub fn stopped_by(mut self, stop: CancellationToken) -> Self {
         self.stop = Some(stop);
         self
@@ -208,7 +208,7 @@ impl Pacer {
         self.delays.hold_at_cap();
     }
 
-    /// Since the pacer was created.
+    /// Since the retries was created.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
@@ -323,11 +323,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_pacer_waits_each_delay_then_gives_up() {
         let policy = Backoff::doubling(ms(500), s(60)).retries(4);
-        let mut pacer = Pacer::new(&policy).stopped_by(CancellationToken::new());
+        let mut retries = Retries::new(&policy).stopped_by(CancellationToken::new());
         let start = tokio::time::Instant::now();
         let mut at = Vec::new();
-        while let Some(delay) = pacer.next(None) {
-            assert!(pacer.wait(delay).await);
+        while let Some(delay) = retries.next(None) {
+            assert!(retries.wait(delay).await);
             at.push(start.elapsed().as_millis());
         }
         assert_eq!(at, [500, 1500, 3500, 7500]);
@@ -336,29 +336,29 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn no_retry_starts_past_the_deadline() {
         let policy = Backoff::doubling(s(1), s(30)).give_up_after(s(60));
-        let mut pacer = Pacer::new(&policy);
+        let mut retries = Retries::new(&policy);
         let mut waited = Vec::new();
-        while let Some(delay) = pacer.next(None) {
-            assert!(pacer.wait(delay).await);
+        while let Some(delay) = retries.next(None) {
+            assert!(retries.wait(delay).await);
             waited.push(delay.as_secs());
         }
         // 1+2+4+8+16 = 31 s; 31 + 30 > 60.
         assert_eq!(waited, [1, 2, 4, 8, 16]);
-        assert_eq!(pacer.elapsed(), s(31));
+        assert_eq!(retries.elapsed(), s(31));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stop_ends_a_wait_and_makes_the_next_failure_final() {
         let stop = CancellationToken::new();
-        let mut pacer = Pacer::new(&Backoff::doubling(s(1), s(30))).stopped_by(stop.clone());
-        let delay = pacer.next(None).unwrap();
+        let mut retries = Retries::new(&Backoff::doubling(s(1), s(30))).stopped_by(stop.clone());
+        let delay = retries.next(None).unwrap();
         let cancel = async {
             tokio::time::sleep(ms(300)).await;
             stop.cancel();
         };
-        let (waited, ()) = tokio::join!(pacer.wait(delay), cancel);
+        let (waited, ()) = tokio::join!(retries.wait(delay), cancel);
         assert!(!waited);
-        assert_eq!(pacer.elapsed(), ms(300));
-        assert_eq!(pacer.next(None), None);
+        assert_eq!(retries.elapsed(), ms(300));
+        assert_eq!(retries.next(None), None);
     }
 }

@@ -6,7 +6,7 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
 use crate::host::state_file::PendingEviction;
 use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
-use crate::retry::{Backoff, Jitter, Pacer, RetryAfter};
+use crate::retry::{Backoff, Jitter, Retries, RetryAfter};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -196,7 +196,7 @@ impl Inner {
             uid: pod.uid.clone(),
             dry_run: self.report.dry_run(),
         };
-        let mut pacer = Pacer::new(&self.settings.backoff());
+        let mut retries = Retries::new(&self.settings.backoff());
         let mut last_warning: Option<Instant> = None;
         // Since when a PodDisruptionBudget has refused it (for notifications).
         let mut first_refusal: Option<Instant> = None;
@@ -258,14 +258,16 @@ impl Inner {
                     }
                     // Errors other than a PDB refusal will not clear soon: retry at the cap,
                     // and stay there.
-                    pacer.hold_at_cap();
+                    retries.hold_at_cap();
                     None
                 }
             };
             // No limit, no deadline, no stop (cancelling is the caller's, which keeps the
             // job pending): there always is a next delay.
-            let delay = pacer.next(retry_after).unwrap_or(self.settings.max_backoff);
-            pacer.wait(delay).await;
+            let delay = retries
+                .next(retry_after)
+                .unwrap_or(self.settings.max_backoff);
+            retries.wait(delay).await;
         }
     }
 

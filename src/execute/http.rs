@@ -13,7 +13,7 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
 use crate::core::policy::{Cause, HttpTarget, SignalTarget};
 use crate::ports::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, PodRef};
-use crate::retry::{Backoff, Jitter, Pacer};
+use crate::retry::{Backoff, Jitter, Retries};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -307,7 +307,7 @@ impl Inner {
     }
 
     async fn run(&self, job: &HttpJob) {
-        let mut pacer = Pacer::new(&self.settings.backoff()).stopped_by(self.stop.clone());
+        let mut retries = Retries::new(&self.settings.backoff()).stopped_by(self.stop.clone());
         let mut attempts = 0u32;
         let method = job.target.spec.method.as_str();
         loop {
@@ -356,8 +356,8 @@ impl Inner {
                 }
                 Verdict::Retry(why) => why,
             };
-            let Some(delay) = pacer.next(None) else {
-                let elapsed = pacer.elapsed();
+            let Some(delay) = retries.next(None) else {
+                let elapsed = retries.elapsed();
                 let note = format!(
                     "{method} {url} failed {attempts} time(s) in {}, last: {error}: {}",
                     humantime::format_duration(Duration::from_secs(elapsed.as_secs())),
@@ -367,7 +367,7 @@ impl Inner {
                 return;
             };
             tracing::warn!(pod = %pod.full_name(), method, url, attempts, error = %error, retry_in_ms = delay.as_millis() as u64, action = "http", "reload request failed; will retry");
-            if !pacer.wait(delay).await {
+            if !retries.wait(delay).await {
                 tracing::info!(pod = %pod.full_name(), "shutting down: reload request dropped");
                 return;
             }

@@ -18,7 +18,7 @@ use crate::host::process::Delivery;
 use crate::host::state_file::PendingEviction;
 use crate::outbound::notify::Notifier;
 use crate::ports::{ContainerProcesses, EventSink, Evictor, HttpCaller, PodRef};
-use crate::retry::Pacer;
+use crate::retry::Retries;
 use crate::serve::metrics::Metrics;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
@@ -276,14 +276,14 @@ impl Inner {
     /// After a failed attempt: retries (0.5 s doubling) while the container restarts, none
     /// at shutdown; `SignalFailed` once they are used up.
     async fn retry(self: Arc<Self>, mut job: SignalJob, mut error: SignalError) {
-        let mut pacer = Pacer::new(&signal::RETRY).stopped_by(self.stop.clone());
+        let mut retries = Retries::new(&signal::RETRY).stopped_by(self.stop.clone());
         loop {
-            let Some(delay) = pacer.next(None) else {
+            let Some(delay) = retries.next(None) else {
                 self.give_up(&job, &error);
                 return;
             };
             tracing::warn!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
-            if !pacer.wait(delay).await {
+            if !retries.wait(delay).await {
                 tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: signal retry dropped");
                 return;
             }

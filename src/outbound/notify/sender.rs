@@ -11,7 +11,7 @@ use super::format::{render, Format, Payload};
 use super::metrics::{FailureLabels, NotifyMetrics};
 use super::poster::{PostResponse, Poster};
 use super::secret_url::SecretUrl;
-use crate::retry::{Backoff, Jitter, Pacer, RetryAfter};
+use crate::retry::{Backoff, Jitter, Retries, RetryAfter};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -229,7 +229,7 @@ async fn deliver<P: Poster>(
     metrics: &NotifyMetrics,
 ) {
     // No stop: cancelling is the drain task's.
-    let mut pacer = Pacer::new(&a.backoff);
+    let mut retries = Retries::new(&a.backoff);
     let mut attempt = 1;
     loop {
         let verdict = match tokio::time::timeout(a.timeout, poster.post(url, payload)).await {
@@ -244,14 +244,14 @@ async fn deliver<P: Poster>(
                 return;
             }
             Answer::Final(reason, detail) => (reason, detail),
-            Answer::Retry(reason, detail, retry_after) => match pacer.next(retry_after) {
+            Answer::Retry(reason, detail, retry_after) => match retries.next(retry_after) {
                 Some(delay) => {
                     metrics.retries.inc();
                     tracing::info!(
                         sink = %url, attempt, error = %detail, retry_in = ?delay,
                         "notification not delivered; will retry"
                     );
-                    pacer.wait(delay).await;
+                    retries.wait(delay).await;
                     attempt += 1;
                     continue;
                 }
