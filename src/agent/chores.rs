@@ -80,7 +80,11 @@ impl Chores {
     /// `NoDisruptionBudget` warnings and the state write, once after a burst of changes.
     pub fn run(&mut self, pods: &Pods, volumes: &mut VolumeTracker, exec: &Executor) {
         self.warn_unprotected_evictions(pods, exec);
-        if volumes.dirty() || self.evictions_changed(exec) {
+        if self.store.is_none() {
+            // Without a store the change stays "unsaved" for ever, and the loop would arm the
+            // chores timer again after every turn: one wakeup a second while idle.
+            volumes.not_persisted();
+        } else if volumes.dirty() || self.evictions_changed(exec) {
             self.save_state(pods.synced(), volumes, exec);
         }
     }

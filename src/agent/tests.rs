@@ -417,6 +417,22 @@ async fn a_swap_event_queued_before_the_first_hash_changes_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn without_a_state_store_the_chores_do_not_come_back() {
+    let mut w = world(None);
+    w.change_at(now());
+    assert!(w.agent.volumes.dirty());
+    w.agent.chores.soon(now());
+    let due = w.agent.chores.next().unwrap();
+    assert!(w.agent.chores.take_due(due));
+    w.agent
+        .chores
+        .run(&w.agent.pods, &mut w.agent.volumes, &w.agent.exec);
+    // The loop arms the chores again after a turn only while something is unsaved.
+    assert!(!w.agent.volumes.dirty());
+    assert_eq!(w.agent.chores.next(), None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_pod_gone_drops_each_of_its_volumes_in_one_call() {
     let mut w = world(None);
     w.change_at(now());

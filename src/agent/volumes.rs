@@ -146,6 +146,11 @@ impl VolumeTracker {
         self.dirty
     }
 
+    /// Nothing is persisted (no state store): the changes need no write.
+    pub fn not_persisted(&mut self) {
+        self.dirty = false;
+    }
+
     /// What to persist: the last digest acted on per volume.
     pub fn snapshot(&mut self) -> Vec<(VolumeKey, VolumeDigest)> {
         self.dirty = false;
