@@ -62,6 +62,10 @@ pub struct ControllerArgs {
     /// read every Secret in the cluster.
     #[arg(long, env = "RELOADLET_ENV_CONSUMERS_SECRETS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub env_consumers_secrets: bool,
+    /// Decide and log, write nothing: no nudge or baseline patch, evictions are sent with
+    /// dryRun=All (as the agent's --dry-run).
+    #[arg(long, env = "RELOADLET_DRY_RUN")]
+    pub dry_run: bool,
     #[command(flatten)]
     pub notify: crate::outbound::notify::NotifyArgs,
 }
@@ -80,6 +84,8 @@ pub struct ControllerSettings {
     pub env_configmaps: bool,
     pub env_secrets: bool,
     pub notify: crate::outbound::notify::NotifySettings,
+    /// `--dry-run`: the executor writes nothing.
+    pub dry_run: bool,
     /// Names the controller in notifications and Events (`POD_NAME`, else the hostname).
     pub instance: String,
 }
@@ -152,6 +158,7 @@ impl ControllerArgs {
             env_configmaps: self.env_consumers,
             env_secrets: self.env_consumers_secrets,
             notify,
+            dry_run: self.dry_run,
             instance,
         })
     }

@@ -8,6 +8,7 @@
 
 pub mod evict;
 pub mod http;
+pub mod patch;
 pub mod report;
 pub mod signal;
 

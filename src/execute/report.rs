@@ -177,7 +177,13 @@ fn notification(
         | Outcome::NoDisruptionBudget
         | Outcome::Skipped
         | Outcome::EnvNotReloaded
-        | Outcome::NudgeFailed => return None,
+        | Outcome::NudgeFailed
+        | Outcome::Patched
+        | Outcome::PodGone
+        | Outcome::PatchConflict
+        | Outcome::PatchForbidden
+        | Outcome::PatchFailed
+        | Outcome::NudgeDropped => return None,
     };
     Some((action, outcome))
 }

@@ -1,9 +1,22 @@
-//! The controller loop with a fake API and a paused clock.
+//! The controller loop (the real `run`, its features and the executor) with fakes of every
+//! edge and a paused clock.
 
 use super::*;
-use crate::controller::api::fake::FakePatcher;
-use crate::core::model::{ContainerInfo, ContainerKind, VolumeMount, VolumeSpec};
+use crate::controller::api::ObjectKey;
+use crate::controller::env::hash::ObjectData;
+use crate::controller::env::{EnvConsumers, EnvDeps};
+use crate::controller::fake::FakePatcher;
+use crate::controller::nudge::Nudges;
+use crate::core::model::{ContainerInfo, ContainerKind, SourceRef, VolumeMount, VolumeSpec};
+use crate::core::outcome::Outcome;
+use crate::core::pod_index::PodIndex;
+use crate::execute::evict::Evictions;
+use crate::execute::patch::{PatchError, PatchSettings, Patches};
+use crate::execute::report::Reporter;
+use crate::outbound::notify::Notifier;
+use crate::ports::fake;
 use prometheus_client::registry::Registry;
+use std::sync::RwLock;
 
 const NS: &str = "ns";
 
@@ -69,21 +82,41 @@ struct Harness {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// A reporter whose Events go to `events` (notifications off unless `notifier`).
+fn reporter(events: Arc<fake::Events>, notifier: Notifier, dry_run: bool) -> Reporter {
+    let metrics = crate::serve::metrics::Metrics::new(&mut Registry::default());
+    Reporter::new(events, notifier, metrics, dry_run, "controller-0".into())
+}
+
+/// The nudge feature over `patcher`, through the executor.
+fn nudges(patcher: &FakePatcher, report: &Reporter, metrics: &ControllerMetrics) -> Nudges {
+    let patches = Patches::new(
+        PatchSettings::nudges(),
+        Arc::new(patcher.clone()),
+        report.clone(),
+        CancellationToken::new(),
+    );
+    Nudges::new(false, 20, patches, metrics.clone())
+}
+
 fn start(leader: bool, pods: Vec<PodInfo>, patcher: FakePatcher) -> Harness {
+    start_in(leader, pods, patcher, NamespaceFilter::default())
+}
+
+fn start_in(
+    leader: bool,
+    pods: Vec<PodInfo>,
+    patcher: FakePatcher,
+    filter: NamespaceFilter,
+) -> Harness {
     for p in &pods {
         patcher.put(p.clone());
     }
     let metrics = ControllerMetrics::new(&mut Registry::default());
     let health = Arc::new(Health::default());
-    let controller = Controller::new(
-        Arc::new(patcher.clone()),
-        NamespaceFilter::default(),
-        false,
-        20,
-        leader,
-        metrics.clone(),
-        health.clone(),
-    );
+    let report = reporter(Arc::default(), Notifier::disabled(), false);
+    let controller = Controller::new(filter, leader, metrics.clone(), health.clone())
+        .with(Box::new(nudges(&patcher, &report, &metrics)));
     let (tx, rx) = mpsc::channel(64);
     let stop = CancellationToken::new();
     let task = tokio::spawn(controller.run(rx, stop.clone()));
@@ -161,10 +194,7 @@ async fn a_change_nudges_only_qualifying_pods_at_once_then_after_1s_and_3s() {
             "web=configmap/cfg@11#3"
         ]
     );
-    assert_eq!(
-        h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Patched),
-        3
-    );
+    assert_eq!(h.metrics.get(SourceKind::ConfigMap, Outcome::Patched), 3);
     // The same version again (a resync) and an unrelated object: nothing.
     h.update("cfg", "11").await;
     h.update("unrelated", "5").await;
@@ -217,7 +247,7 @@ async fn forbidden_is_one_request_per_pod_and_no_retries() {
     assert_eq!(h.patcher.gets(), 0);
     assert_eq!(
         h.metrics
-            .get(SourceKind::ConfigMap, NudgeOutcome::Forbidden),
+            .get(SourceKind::ConfigMap, Outcome::PatchForbidden),
         2
     );
     h.stop().await;
@@ -262,11 +292,8 @@ async fn not_found_and_conflict_are_re_read_and_retried_once() {
         ]
     );
     assert_eq!(h.patcher.gets(), 2);
-    assert_eq!(h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Gone), 1);
-    assert_eq!(
-        h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Patched),
-        3
-    );
+    assert_eq!(h.metrics.get(SourceKind::ConfigMap, Outcome::PodGone), 1);
+    assert_eq!(h.metrics.get(SourceKind::ConfigMap, Outcome::Patched), 3);
     h.stop().await;
 }
 
@@ -306,11 +333,10 @@ async fn a_change_seen_before_the_pod_list_still_finds_its_pods() {
 /// The env consumers and notifications in the loop, with fakes of every edge.
 mod env_consumers {
     use super::*;
-    use crate::controller::api::fake::FakeEnvApi;
+    use crate::controller::fake::FakeEnvApi;
     use crate::core::model::{EnvKeys, EnvRef};
     use crate::execute::evict::EvictionSettings;
-    use crate::outbound::notify::{FakePoster, Notifier, NotifySettings, SecretUrl};
-    use crate::ports::fake;
+    use crate::outbound::notify::{FakePoster, NotifySettings, SecretUrl};
 
     fn env_pod(name: &str, action: &str) -> PodInfo {
         PodInfo {
@@ -334,6 +360,49 @@ mod env_consumers {
             text: [("LOG".to_string(), log.to_string())].into(),
             ..ObjectData::default()
         }
+    }
+
+    /// The nudge and env features over the fakes, through the executor.
+    fn env_controller(
+        patcher: &FakePatcher,
+        api: &Arc<FakeEnvApi>,
+        evictor: Arc<fake::Evictor>,
+        reporter: Reporter,
+        stop: &CancellationToken,
+    ) -> Controller {
+        let metrics = ControllerMetrics::new(&mut Registry::default());
+        let index = Arc::new(RwLock::new(PodIndex::default()));
+        let evictions = Evictions::new(
+            EvictionSettings::default(),
+            evictor,
+            reporter.clone(),
+            index.clone(),
+            stop.clone(),
+        );
+        let baselines = Patches::new(
+            PatchSettings::baselines(),
+            Arc::new(patcher.clone()),
+            reporter.clone(),
+            stop.clone(),
+        );
+        let nudges = nudges(patcher, &reporter, &metrics);
+        Controller::new(
+            NamespaceFilter::default(),
+            true,
+            metrics,
+            Arc::new(Health::default()),
+        )
+        .with(Box::new(nudges))
+        .with(Box::new(EnvConsumers::new(EnvDeps {
+            api: api.clone(),
+            evictions,
+            index,
+            baselines,
+            reporter,
+            configmaps: true,
+            secrets: false,
+            stop: stop.clone(),
+        })))
     }
 
     #[tokio::test(start_paused = true)]
@@ -365,40 +434,9 @@ mod env_consumers {
             crate::outbound::notify::NotifyMetrics::new(&mut registry),
             CancellationToken::new(),
         );
-        let reporter = Reporter::new(
-            events.clone(),
-            notifier,
-            crate::serve::metrics::Metrics::new(&mut registry),
-            false,
-            "controller-0".into(),
-        );
+        let reporter = reporter(events.clone(), notifier, false);
         let stop = CancellationToken::new();
-        let index = Arc::new(RwLock::new(PodIndex::default()));
-        let evictions = Evictions::new(
-            EvictionSettings::default(),
-            evictor.clone(),
-            reporter.clone(),
-            index.clone(),
-            stop.clone(),
-        );
-        let controller = Controller::new(
-            Arc::new(patcher.clone()),
-            NamespaceFilter::default(),
-            false,
-            20,
-            true,
-            ControllerMetrics::new(&mut Registry::default()),
-            Arc::new(Health::default()),
-        )
-        .with_reporter(reporter)
-        .with_env(EnvDeps {
-            api: api.clone(),
-            evictions,
-            index,
-            configmaps: true,
-            secrets: false,
-            stop: stop.clone(),
-        });
+        let controller = env_controller(&patcher, &api, evictor.clone(), reporter, &stop);
         let (tx, rx) = mpsc::channel(64);
         let task = tokio::spawn(controller.run(rx, stop.clone()));
         tx.send(Input::PodsListed(pods)).await.unwrap();
@@ -410,7 +448,7 @@ mod env_consumers {
         .unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         // First sight: baselines written, nothing done; only the read object was read.
-        assert_eq!(api.writes.lock().unwrap().len(), 2);
+        assert_eq!(patcher.baseline_writes().len(), 2);
         assert!(api
             .reads
             .lock()
@@ -474,7 +512,7 @@ mod env_consumers {
             .note
             .contains("configmap app-env (env) changed"));
         // The acknowledged warning rewrote the signal pod's baseline (so it is not repeated).
-        assert_eq!(api.writes.lock().unwrap().len(), 3);
+        assert_eq!(patcher.baseline_writes().len(), 3);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while poster.requests().len() < 2 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
