@@ -4,6 +4,7 @@
 
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
+use super::watch_loop::{self, Change, Pacing};
 use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, ObjectKey};
 use crate::controller::env::hash::ObjectData;
 use crate::controller::lease::LeaseRecord;
@@ -16,8 +17,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use std::future::Future;
 use tokio::sync::mpsc;
@@ -45,10 +45,7 @@ where
         SourceKind::ConfigMap => "configmaps",
         SourceKind::Secret => "secrets",
     };
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    let mut listed: Vec<(ObjectKey, String)> = Vec::new();
-    let key = |meta: &ObjectMeta| -> Option<(ObjectKey, String)> {
+    let key = move |meta: &ObjectMeta| -> Option<(ObjectKey, String)> {
         Some((
             ObjectKey {
                 kind,
@@ -58,32 +55,26 @@ where
             meta.resource_version.clone()?,
         ))
     };
-    while let Some(item) = stream.next().await {
-        let input = match item {
-            Ok(Event::Init) => {
-                listed.clear();
-                continue;
-            }
-            Ok(Event::InitApply(o)) => {
-                listed.extend(key(&o.metadata));
-                continue;
-            }
-            Ok(Event::InitDone) => Input::ObjectsListed {
-                kind,
-                objects: std::mem::take(&mut listed),
+    let config = watcher::Config::default();
+    let changes = watch_loop::changes(
+        api,
+        config,
+        Pacing::Default,
+        move |o: &PartialObjectMeta<K>| key(&o.metadata),
+    );
+    futures::pin_mut!(changes);
+    while let Some(change) = changes.next().await {
+        let input = match change {
+            Change::Listed(objects) => Input::ObjectsListed { kind, objects },
+            Change::Applied((key, resource_version)) => Input::Object {
+                key,
+                resource_version,
             },
-            Ok(Event::Apply(o)) => match key(&o.metadata) {
-                Some((key, resource_version)) => Input::Object {
-                    key,
-                    resource_version,
-                },
-                None => continue,
-            },
-            Ok(Event::Delete(o)) => match key(&o.metadata) {
+            Change::Deleted(o) => match key(&o.metadata) {
                 Some((key, _)) => Input::ObjectDeleted(key),
                 None => continue,
             },
-            Err(e) => Input::WatchError {
+            Change::Failed(e) => Input::WatchError {
                 what,
                 error: e.to_string(),
             },
@@ -97,33 +88,21 @@ where
 /// Pods in all namespaces (label selector applied by the API server).
 pub async fn watch_pods(client: Client, label_selector: Option<String>, tx: mpsc::Sender<Input>) {
     let api: Api<PodView> = Api::all(client);
-    let mut wc = watcher::Config::default();
+    let mut config = watcher::Config::default();
     if let Some(sel) = &label_selector {
-        wc = wc.labels(sel);
+        config = config.labels(sel);
     }
-    let stream = watcher::watcher(api, wc).default_backoff();
-    futures::pin_mut!(stream);
-    let mut listed: Vec<PodInfo> = Vec::new();
-    while let Some(item) = stream.next().await {
-        let input = match item {
-            Ok(Event::Init) => {
-                listed.clear();
-                continue;
-            }
-            Ok(Event::InitApply(pod)) => {
-                listed.extend(pod_info(&pod));
-                continue;
-            }
-            Ok(Event::InitDone) => Input::PodsListed(std::mem::take(&mut listed)),
-            Ok(Event::Apply(pod)) => match pod_info(&pod) {
-                Some(info) => Input::PodApplied(info),
-                None => continue,
-            },
-            Ok(Event::Delete(pod)) => match pod.metadata.uid {
+    let changes = watch_loop::changes(api, config, Pacing::Default, pod_info);
+    futures::pin_mut!(changes);
+    while let Some(change) = changes.next().await {
+        let input = match change {
+            Change::Listed(pods) => Input::PodsListed(pods),
+            Change::Applied(info) => Input::PodApplied(info),
+            Change::Deleted(pod) => match pod.metadata.uid {
                 Some(uid) => Input::PodDeleted { uid },
                 None => continue,
             },
-            Err(e) => Input::WatchError {
+            Change::Failed(e) => Input::WatchError {
                 what: "pods",
                 error: e.to_string(),
             },
