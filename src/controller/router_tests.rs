@@ -330,6 +330,86 @@ async fn a_change_seen_before_the_pod_list_still_finds_its_pods() {
     h.stop().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_namespace_filter_keeps_pods_and_objects_out_where_they_enter() {
+    let outside = PodInfo {
+        uid: "uid-outside".into(),
+        namespace: "other".into(),
+        ..pod("outside", false)
+    };
+    let filter = crate::config::scope::namespace_filter(&[], &["other".to_string()]);
+    let pods = vec![pod("web", false), outside.clone()];
+    let h = start_in(true, pods.clone(), FakePatcher::default(), filter);
+    h.send(Input::PodsListed(pods)).await;
+    let other_cfg = ObjectKey {
+        namespace: "other".into(),
+        ..cm_key("cfg")
+    };
+    h.send(Input::ObjectsListed {
+        kind: SourceKind::ConfigMap,
+        objects: vec![(cm_key("cfg"), "1".into()), (other_cfg.clone(), "1".into())],
+    })
+    .await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert_eq!(h.metrics.watched_pods.get(), 1);
+    assert_eq!(h.metrics.watched_objects.get(), 1);
+    // A change outside: nothing; the pod outside updated: still not followed.
+    h.send(Input::Object {
+        key: other_cfg,
+        resource_version: "2".into(),
+    })
+    .await;
+    h.send(Input::PodApplied(outside)).await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.values(), Vec::<String>::new());
+    assert_eq!(h.metrics.watched_pods.get(), 1);
+    h.update("cfg", "2").await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert_eq!(h.values(), ["web=configmap/cfg@2"]);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_dry_run_the_real_loop_counts_nudges_and_patches_nothing() {
+    let patcher = FakePatcher::default();
+    patcher.put(pod("web", false));
+    let metrics = ControllerMetrics::new(&mut Registry::default());
+    let report = reporter(Arc::default(), Notifier::disabled(), true);
+    let controller = Controller::new(
+        NamespaceFilter::default(),
+        true,
+        metrics.clone(),
+        Arc::new(Health::default()),
+    )
+    .with(Box::new(nudges(&patcher, &report, &metrics)));
+    let (tx, rx) = mpsc::channel(64);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(controller.run(rx, stop.clone()));
+    tx.send(Input::PodsListed(vec![pod("web", false)]))
+        .await
+        .unwrap();
+    tx.send(Input::ObjectsListed {
+        kind: SourceKind::ConfigMap,
+        objects: vec![(cm_key("cfg"), "1".into())],
+    })
+    .await
+    .unwrap();
+    tx.send(Input::Object {
+        key: cm_key("cfg"),
+        resource_version: "2".into(),
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(patcher.patches().is_empty());
+    assert_eq!(patcher.gets(), 0);
+    // The nudge and its two re-nudges, each a dry run.
+    assert_eq!(metrics.get(SourceKind::ConfigMap, Outcome::DryRun), 3);
+    assert_eq!(metrics.get(SourceKind::ConfigMap, Outcome::Patched), 0);
+    stop.cancel();
+    task.await.unwrap();
+}
+
 /// The env consumers and notifications in the loop, with fakes of every edge.
 mod env_consumers {
     use super::*;
