@@ -5,7 +5,7 @@
 //!   patch one annotation (`reloadlet.io/projection-nudge`) on each running pod that opted in
 //!   and projects it, so the kubelet syncs the pod — and re-projects its volumes — at once
 //!   instead of at its next periodic sync (60–90 s).
-//! - [`env`]: env-var consumers, evicted (or warned about) when a key they read changes.
+//! - [`env`](mod@env): env-var consumers, evicted (or warned about) when a key they read changes.
 //!
 //! Every write (pod patches, evictions) is a job of the executor (`crate::execute`), which
 //! owns `--dry-run`, timeouts and retries. Pure: `nudge::qualify`, `nudge::schedule`,

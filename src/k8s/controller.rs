@@ -1,6 +1,7 @@
 //! The kube edges of `reloadlet controller`: metadata-only watches of ConfigMaps/Secrets, the
-//! pod watch, the nudge patch and the Lease. Everything is converted to the kube-free types of
-//! [`crate::controller::api`] here.
+//! pod watch (both through [`super::watch_loop`]), the pod patches the executor writes
+//! ([`crate::execute::patch::Patcher`]), the env consumers' GET and the Lease. Everything is
+//! converted to the kube-free types of [`crate::controller::api`] here.
 
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
