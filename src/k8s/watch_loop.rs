@@ -39,7 +39,7 @@ pub fn changes<K, T>(
     api: Api<K>,
     config: watcher::Config,
     pacing: Pacing,
-    mut convert: impl FnMut(&K) -> Option<T> + Send + 'static,
+    convert: impl FnMut(&K) -> Option<T> + Send + 'static,
 ) -> impl Stream<Item = Change<T, K>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -52,6 +52,19 @@ where
         Pacing::Default => events.default_backoff().boxed(),
         Pacing::UntilData => events.backoff(WatchBackoff::new(progress.clone())).boxed(),
     };
+    gather(events, progress, convert)
+}
+
+/// The watcher's events as [`Change`]s: each relist gathered, progress signalled on data.
+fn gather<K, T>(
+    events: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    progress: Progress,
+    mut convert: impl FnMut(&K) -> Option<T> + Send + 'static,
+) -> impl Stream<Item = Change<T, K>> + Send
+where
+    K: Send,
+    T: Send + 'static,
+{
     events
         .scan(Vec::new(), move |listed: &mut Vec<T>, event| {
             if matches!(
@@ -94,6 +107,46 @@ pub fn worth_an_error(count: u32, code: Option<u16>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_relist_is_one_complete_list_and_skipped_objects_stay_out() {
+        let gone = || watcher::Error::NoResourceVersion;
+        let events = futures::stream::iter(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(1)),
+            Ok(Event::InitApply(-1)),
+            Ok(Event::InitApply(2)),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(3)),
+            Ok(Event::Apply(-3)),
+            Ok(Event::Delete(1)),
+            Err(gone()),
+            // A relist started over after an error: only what this one lists.
+            Ok(Event::Init),
+            Ok(Event::InitApply(9)),
+            Ok(Event::Init),
+            Ok(Event::InitApply(4)),
+            Ok(Event::InitDone),
+        ]);
+        let positive = |n: &i32| (*n > 0).then_some(*n);
+        let changes: Vec<String> = gather(events, Progress::default(), positive)
+            .map(|c| match c {
+                Change::Failed(_) => "failed".to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+            .await;
+        assert_eq!(
+            changes,
+            [
+                "Listed([1, 2])",
+                "Applied(3)",
+                "Deleted(1)",
+                "failed",
+                "Listed([4])"
+            ]
+        );
+    }
 
     #[test]
     fn an_error_is_logged_at_once_when_hopeless_else_on_the_third_failure() {
