@@ -369,8 +369,8 @@ async fn explain(args: ExplainArgs, format: LogFormat) -> ExitCode {
         "{}",
         explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid)
     );
-    print!("{}", reloadlet::controller::qualify::explain(&info));
-    print!("{}", reloadlet::controller::env_hash::explain(&info));
+    print!("{}", reloadlet::controller::nudge::qualify::explain(&info));
+    print!("{}", reloadlet::controller::env::hash::explain(&info));
     ExitCode::SUCCESS
 }
 

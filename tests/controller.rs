@@ -533,3 +533,40 @@ async fn secrets_are_watched_metadata_only_and_only_with_the_secrets_flag() {
     assert!(!controller.log().contains("s3"), "Secret data in the log");
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_dry_run_a_change_is_logged_and_counted_and_no_pod_is_patched() {
+    let node = scene().await;
+    let controller = Controller::start(&node, &["--leader-elect=false", "--dry-run"], &[]).await;
+    let rv = node
+        .api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]))
+        .metadata
+        .resource_version
+        .unwrap();
+    let value = format!("configmap/app-cfg@{rv}#3");
+    until("the third nudge of web logged as a dry run", WAIT, || {
+        let log = controller.log();
+        log.contains("dry-run: would patch") && log.contains(&value)
+    })
+    .await;
+    let series = "reloadlet_nudges_total{kind=\"configmap\",outcome=\"dry_run\"}";
+    until("dry-run nudges counted", WAIT, || {
+        controller.metric(series) == 3.0
+    })
+    .await;
+    // Nothing written: no nudge, no env baseline (the `env` pod reads app-cfg through env).
+    let pod_writes: Vec<RequestRecord> = node
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/pods/") && r.method == "PATCH")
+        .collect();
+    assert!(pod_writes.is_empty(), "{pod_writes:?}");
+    assert_eq!(nudge_of(&node, "web"), None);
+    assert_eq!(
+        controller.metric("reloadlet_nudges_total{kind=\"configmap\",outcome=\"patched\"}"),
+        0.0
+    );
+    controller.stop().await;
+}

@@ -521,3 +521,47 @@ async fn measure_env_scale() {
     );
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_dry_run_no_baseline_is_written_and_the_eviction_is_asked_with_dry_run_all() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.apply_configmap(app_env("info", "80"));
+    let web = replicaset(
+        &node,
+        "web",
+        1,
+        "evict",
+        vec![env_key("LOG", "configmap", "app-env", "LOG")],
+    )
+    .await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION, "--dry-run"], &[]).await;
+    // The baseline is taken (in memory only: its write is a dry run).
+    until("the baseline write logged as a dry run", WAIT, || {
+        let log = controller.log();
+        log.contains("dry-run: would patch") && log.contains(BASELINE)
+    })
+    .await;
+    node.api.apply_configmap(app_env("debug", "80"));
+    let asked = eventually("an eviction asked with dryRun=All", WAIT, || {
+        let evictions = node.api.evictions();
+        (!evictions.is_empty()).then_some(evictions)
+    })
+    .await;
+    assert!(asked.iter().all(|e| e.dry_run), "{asked:?}");
+    assert!(evicted_uids(&node).is_empty());
+    let pods = node.api.pods_of_replicaset(NS, "web");
+    assert_eq!(uids(&pods), web, "the pod stays");
+    assert!(pods.iter().all(running));
+    for p in &pods {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        assert_eq!(
+            baseline_of(&node, &name),
+            None,
+            "{name}: no baseline written"
+        );
+    }
+    controller.stop().await;
+}

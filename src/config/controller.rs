@@ -1,6 +1,6 @@
 //! `reloadlet controller` flags and environment, parsed once into [`ControllerSettings`].
 
-use super::scope::LogFormat;
+use super::scope::{LogFormat, ScopeArgs};
 use crate::core::filters::NamespaceFilter;
 use clap::{ArgAction, Args};
 use std::net::SocketAddr;
@@ -44,15 +44,10 @@ pub struct ControllerArgs {
     pub listen: SocketAddr,
     #[arg(long, env = "RELOADLET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Only nudge pods in these namespaces (comma-separated; default: all).
-    #[arg(long, env = "RELOADLET_NAMESPACES", value_delimiter = ',')]
-    pub namespaces: Vec<String>,
-    /// Never nudge pods in these namespaces (wins over --namespaces).
-    #[arg(long, env = "RELOADLET_EXCLUDE_NAMESPACES", value_delimiter = ',')]
-    pub exclude_namespaces: Vec<String>,
-    /// Only nudge pods matching this label selector.
-    #[arg(long, env = "RELOADLET_POD_SELECTOR")]
-    pub pod_selector: Option<String>,
+    /// Which pods may be nudged or evicted, and `--dry-run`: the agent's flags and
+    /// environment.
+    #[command(flatten)]
+    pub scope: ScopeArgs,
     /// Follow the data of the ConfigMaps that opted-in pods read through env/envFrom (only
     /// those), and evict or warn when a key they read changes (docs/env-consumers.md).
     /// `--env-consumers=false` turns it off.
@@ -80,6 +75,9 @@ pub struct ControllerSettings {
     pub env_configmaps: bool,
     pub env_secrets: bool,
     pub notify: crate::outbound::notify::NotifySettings,
+    /// `--dry-run`: the executor writes nothing (no nudge or baseline patch; evictions are
+    /// sent with dryRun=All).
+    pub dry_run: bool,
     /// Names the controller in notifications and Events (`POD_NAME`, else the hostname).
     pub instance: String,
 }
@@ -137,7 +135,8 @@ impl ControllerArgs {
         } else {
             None
         };
-        let pod_selector = self.pod_selector.clone().filter(|s| !s.is_empty());
+        let scope = &self.scope;
+        let pod_selector = scope.pod_selector.clone().filter(|s| !s.is_empty());
         if let Some(sel) = &pod_selector {
             super::scope::parse_pod_selector(sel)?;
         }
@@ -147,11 +146,12 @@ impl ControllerArgs {
             election,
             listen: self.listen,
             log_format: self.log_format,
-            filter: super::scope::namespace_filter(&self.namespaces, &self.exclude_namespaces),
+            filter: super::scope::namespace_filter(&scope.namespaces, &scope.exclude_namespaces),
             pod_selector,
             env_configmaps: self.env_consumers,
             env_secrets: self.env_consumers_secrets,
             notify,
+            dry_run: scope.dry_run,
             instance,
         })
     }
@@ -236,6 +236,19 @@ mod tests {
                 == 5
         );
         assert!(Wrap::try_parse_from(["x", "--max-nudges-per-second", "0"]).is_err());
+    }
+
+    #[test]
+    fn dry_run_is_the_agents_flag() {
+        let s = |argv: &[&str]| {
+            let mut v = vec!["--leader-elect=false"];
+            v.extend_from_slice(argv);
+            parse(&v).settings(None).unwrap()
+        };
+        if std::env::var_os("RELOADLET_DRY_RUN").is_none() {
+            assert!(!s(&[]).dry_run, "off by default");
+        }
+        assert!(s(&["--dry-run"]).dry_run);
     }
 
     #[test]

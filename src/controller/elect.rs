@@ -134,7 +134,7 @@ async fn try_once<S: LeaseStore>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::api::fake::FakeLeaseStore;
+    use super::super::fake::FakeLeaseStore;
     use super::*;
 
     fn clock() -> String {

@@ -1,47 +1,23 @@
 //! The controller's Prometheus metrics (`reloadlet_nudges_total`, …), on their own registry.
 
 use crate::core::model::SourceKind;
+use crate::core::outcome::Outcome;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// How one nudge ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NudgeOutcome {
-    Patched,
-    /// The pod was gone (404, and still gone on re-read).
-    Gone,
-    /// 409 twice, or the pod changed identity.
-    Conflict,
-    /// 403: the controller's RBAC (or an admission policy) refuses the patch.
-    Forbidden,
-    Failed,
-    /// Over `--max-nudges-per-second`.
-    Dropped,
-}
-
-impl NudgeOutcome {
-    pub const ALL: [NudgeOutcome; 6] = [
-        Self::Patched,
-        Self::Gone,
-        Self::Conflict,
-        Self::Forbidden,
-        Self::Failed,
-        Self::Dropped,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Patched => "patched",
-            Self::Gone => "gone",
-            Self::Conflict => "conflict",
-            Self::Forbidden => "forbidden",
-            Self::Failed => "failed",
-            Self::Dropped => "dropped",
-        }
-    }
-}
+/// How a nudge can end (the `outcome` label of `reloadlet_nudges_total`, each series created
+/// at 0): one vocabulary with the executor's.
+pub const NUDGE_OUTCOMES: [Outcome; 6] = [
+    Outcome::Patched,
+    Outcome::PodGone,
+    Outcome::PatchConflict,
+    Outcome::PatchForbidden,
+    Outcome::PatchFailed,
+    Outcome::NudgeDropped,
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NudgeLabels {
@@ -107,7 +83,7 @@ impl ControllerMetrics {
             m.watch_errors.clone(),
         );
         for kind in [SourceKind::ConfigMap, SourceKind::Secret] {
-            for outcome in NudgeOutcome::ALL {
+            for outcome in NUDGE_OUTCOMES {
                 let _ = m.nudges.get_or_create(&NudgeLabels {
                     kind: kind.as_str(),
                     outcome: outcome.as_str(),
@@ -120,7 +96,7 @@ impl ControllerMetrics {
         m
     }
 
-    pub fn count(&self, kind: SourceKind, outcome: NudgeOutcome, n: u64) {
+    pub fn count(&self, kind: SourceKind, outcome: Outcome, n: u64) {
         self.nudges
             .get_or_create(&NudgeLabels {
                 kind: kind.as_str(),
@@ -129,7 +105,7 @@ impl ControllerMetrics {
             .inc_by(n);
     }
 
-    pub fn get(&self, kind: SourceKind, outcome: NudgeOutcome) -> u64 {
+    pub fn get(&self, kind: SourceKind, outcome: Outcome) -> u64 {
         self.nudges
             .get_or_create(&NudgeLabels {
                 kind: kind.as_str(),

@@ -1,17 +1,24 @@
-//! `reloadlet controller`: fast projection. When a ConfigMap (or, with `--secrets`, a Secret)
-//! changes, patch one annotation (`reloadlet.io/projection-nudge`) on each running pod that
-//! opted in and projects it, so the kubelet syncs the pod — and re-projects its volumes — at
-//! once instead of at its next periodic sync (60–90 s).
+//! `reloadlet controller`: the cluster loop. One [`router`] routes what the watches and the
+//! election say to features that each own their state and decide:
 //!
-//! Pure: [`qualify`] (which pods), [`nudges`] (baselines, schedule, coalescing, rate cap),
-//! [`lease`] (election decisions). Edges behind traits: [`api`]. Loops: [`run`], [`elect`].
+//! - [`nudge`]: fast projection. When a ConfigMap (or, with `--secrets`, a Secret) changes,
+//!   patch one annotation (`reloadlet.io/projection-nudge`) on each running pod that opted in
+//!   and projects it, so the kubelet syncs the pod — and re-projects its volumes — at once
+//!   instead of at its next periodic sync (60–90 s).
+//! - [`env`](mod@env): env-var consumers, evicted (or warned about) when a key they read changes.
+//!
+//! Every write (pod patches, evictions) is a job of the executor (`crate::execute`), which
+//! owns `--dry-run`, timeouts and retries. Pure: `nudge::qualify`, `nudge::schedule`,
+//! `env::hash`, `env::tracker`, [`lease`]. Edges behind traits: [`api`]. Loops: [`router`],
+//! [`elect`].
 
 pub mod api;
 pub mod elect;
 pub mod env;
-pub mod env_hash;
+#[cfg(test)]
+pub mod fake;
+pub mod feature;
 pub mod lease;
 pub mod metrics;
-pub mod nudges;
-pub mod qualify;
-pub mod run;
+pub mod nudge;
+pub mod router;

@@ -64,6 +64,18 @@ pub enum Outcome {
     /// The controller: a projection nudge (pod patch) failed (a notification, no Event; the
     /// nudge metrics count it).
     NudgeFailed,
+    /// The controller's pod patches (`reloadlet_nudges_total{outcome}`; no Event, not in
+    /// `reloadlet_actions_total`): written.
+    Patched,
+    /// The pod was gone (404, and still gone on re-read; or another pod of the same name).
+    PodGone,
+    /// 409 twice, or the pod changed identity.
+    PatchConflict,
+    /// 403: the controller's RBAC (or an admission policy) refuses the patch.
+    PatchForbidden,
+    PatchFailed,
+    /// A nudge over `--max-nudges-per-second`, not sent.
+    NudgeDropped,
 }
 
 /// A Kubernetes Event's reason and type.
@@ -94,6 +106,12 @@ impl Outcome {
             Self::Skipped => "skipped",
             Self::EnvNotReloaded => "env_not_reloaded",
             Self::NudgeFailed => "nudge_failed",
+            Self::Patched => "patched",
+            Self::PodGone => "gone",
+            Self::PatchConflict => "conflict",
+            Self::PatchForbidden => "forbidden",
+            Self::PatchFailed => "failed",
+            Self::NudgeDropped => "dropped",
         }
     }
 
@@ -114,6 +132,12 @@ impl Outcome {
             Self::NoDisruptionBudget => ("NoDisruptionBudget", true),
             Self::EnvNotReloaded => ("EnvNotReloaded", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
+            Self::Patched
+            | Self::PodGone
+            | Self::PatchConflict
+            | Self::PatchForbidden
+            | Self::PatchFailed
+            | Self::NudgeDropped => return None,
         };
         Some(EventKind { reason, warning })
     }
@@ -138,6 +162,12 @@ impl Outcome {
             Self::InvalidAnnotation | Self::EnvNotReloaded => &[None],
             Self::DryRun => &[Signal, Evict, Http],
             Self::NoDisruptionBudget | Self::Skipped | Self::NudgeFailed => &[],
+            Self::Patched
+            | Self::PodGone
+            | Self::PatchConflict
+            | Self::PatchForbidden
+            | Self::PatchFailed
+            | Self::NudgeDropped => &[],
         }
     }
 }

@@ -4,10 +4,12 @@
 //! only) and the reporting of each typed [`Outcome`] as a metric and an Event.
 //!
 //! The HTTP action (`http.rs`: paced retries, one job per pod, bounded concurrency) is the
-//! third kind of effect, with its own outcomes `Reloaded` / `ReloadFailed`.
+//! third kind of effect, with its own outcomes `Reloaded` / `ReloadFailed`. The controller's
+//! pod patches (`patch.rs`: the projection nudge, the env baseline) are the fourth.
 
 pub mod evict;
 pub mod http;
+pub mod patch;
 pub mod report;
 pub mod signal;
 

@@ -1,23 +1,24 @@
 //! The kube edges of `reloadlet controller`: metadata-only watches of ConfigMaps/Secrets, the
-//! pod watch, the nudge patch and the Lease. Everything is converted to the kube-free types of
-//! [`crate::controller::api`] here.
+//! pod watch (both through [`super::watch_loop`]), the pod patches the executor writes
+//! ([`crate::execute::patch::Patcher`]), the env consumers' GET and the Lease. Everything is
+//! converted to the kube-free types of [`crate::controller::api`] here.
 
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
-use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, PatchError, PodPatcher};
-use crate::controller::env_hash::ObjectData;
+use super::watch_loop::{self, Change, Pacing};
+use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, ObjectKey};
+use crate::controller::env::hash::ObjectData;
 use crate::controller::lease::LeaseRecord;
-use crate::controller::nudges::ObjectKey;
-use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
+use crate::core::annotations::PROJECTION_NUDGE;
 use crate::core::model::{PodInfo, SourceKind};
+use crate::execute::patch::{PatchError, PatchRequest, Patcher};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use std::future::Future;
 use tokio::sync::mpsc;
@@ -45,10 +46,7 @@ where
         SourceKind::ConfigMap => "configmaps",
         SourceKind::Secret => "secrets",
     };
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    let mut listed: Vec<(ObjectKey, String)> = Vec::new();
-    let key = |meta: &ObjectMeta| -> Option<(ObjectKey, String)> {
+    let key = move |meta: &ObjectMeta| -> Option<(ObjectKey, String)> {
         Some((
             ObjectKey {
                 kind,
@@ -58,32 +56,26 @@ where
             meta.resource_version.clone()?,
         ))
     };
-    while let Some(item) = stream.next().await {
-        let input = match item {
-            Ok(Event::Init) => {
-                listed.clear();
-                continue;
-            }
-            Ok(Event::InitApply(o)) => {
-                listed.extend(key(&o.metadata));
-                continue;
-            }
-            Ok(Event::InitDone) => Input::ObjectsListed {
-                kind,
-                objects: std::mem::take(&mut listed),
+    let config = watcher::Config::default();
+    let changes = watch_loop::changes(
+        api,
+        config,
+        Pacing::Default,
+        move |o: &PartialObjectMeta<K>| key(&o.metadata),
+    );
+    futures::pin_mut!(changes);
+    while let Some(change) = changes.next().await {
+        let input = match change {
+            Change::Listed(objects) => Input::ObjectsListed { kind, objects },
+            Change::Applied((key, resource_version)) => Input::Object {
+                key,
+                resource_version,
             },
-            Ok(Event::Apply(o)) => match key(&o.metadata) {
-                Some((key, resource_version)) => Input::Object {
-                    key,
-                    resource_version,
-                },
-                None => continue,
-            },
-            Ok(Event::Delete(o)) => match key(&o.metadata) {
+            Change::Deleted(o) => match key(&o.metadata) {
                 Some((key, _)) => Input::ObjectDeleted(key),
                 None => continue,
             },
-            Err(e) => Input::WatchError {
+            Change::Failed(e) => Input::WatchError {
                 what,
                 error: e.to_string(),
             },
@@ -97,33 +89,21 @@ where
 /// Pods in all namespaces (label selector applied by the API server).
 pub async fn watch_pods(client: Client, label_selector: Option<String>, tx: mpsc::Sender<Input>) {
     let api: Api<PodView> = Api::all(client);
-    let mut wc = watcher::Config::default();
+    let mut config = watcher::Config::default();
     if let Some(sel) = &label_selector {
-        wc = wc.labels(sel);
+        config = config.labels(sel);
     }
-    let stream = watcher::watcher(api, wc).default_backoff();
-    futures::pin_mut!(stream);
-    let mut listed: Vec<PodInfo> = Vec::new();
-    while let Some(item) = stream.next().await {
-        let input = match item {
-            Ok(Event::Init) => {
-                listed.clear();
-                continue;
-            }
-            Ok(Event::InitApply(pod)) => {
-                listed.extend(pod_info(&pod));
-                continue;
-            }
-            Ok(Event::InitDone) => Input::PodsListed(std::mem::take(&mut listed)),
-            Ok(Event::Apply(pod)) => match pod_info(&pod) {
-                Some(info) => Input::PodApplied(info),
-                None => continue,
-            },
-            Ok(Event::Delete(pod)) => match pod.metadata.uid {
+    let changes = watch_loop::changes(api, config, Pacing::Default, pod_info);
+    futures::pin_mut!(changes);
+    while let Some(change) = changes.next().await {
+        let input = match change {
+            Change::Listed(pods) => Input::PodsListed(pods),
+            Change::Applied(info) => Input::PodApplied(info),
+            Change::Deleted(pod) => match pod.metadata.uid {
                 Some(uid) => Input::PodDeleted { uid },
                 None => continue,
             },
-            Err(e) => Input::WatchError {
+            Change::Failed(e) => Input::WatchError {
                 what: "pods",
                 error: e.to_string(),
             },
@@ -147,9 +127,20 @@ impl KubePatcher {
     }
 }
 
-/// The whole patch body: exactly one annotation.
+/// The nudge patch body: exactly one annotation.
 pub fn nudge_patch(value: &str) -> serde_json::Value {
     serde_json::json!({ "metadata": { "annotations": { PROJECTION_NUDGE: value } } })
+}
+
+/// The patch body of `req`: exactly one annotation, conditional on the pod's UID when the
+/// request names one (a pod replaced under the same name is never written for its
+/// predecessor).
+pub fn annotation_patch(req: &PatchRequest) -> serde_json::Value {
+    let annotations = serde_json::json!({ req.annotation: req.value });
+    match &req.uid {
+        Some(uid) => serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } }),
+        None => serde_json::json!({ "metadata": { "annotations": annotations } }),
+    }
 }
 
 fn patch_error(e: kube::Error) -> PatchError {
@@ -161,45 +152,45 @@ fn patch_error(e: kube::Error) -> PatchError {
     }
 }
 
-impl PodPatcher for KubePatcher {
-    fn patch_nudge(
-        &self,
-        namespace: &str,
-        name: &str,
-        value: &str,
-    ) -> impl Future<Output = Result<(), PatchError>> + Send {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let (name, body) = (name.to_owned(), nudge_patch(value));
-        async move {
+impl Patcher for KubePatcher {
+    fn patch<'a>(&'a self, req: &'a PatchRequest) -> BoxFuture<'a, Result<(), PatchError>> {
+        Box::pin(async move {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.into()),
                 ..PatchParams::default()
             };
-            api.patch(&name, &params, &Patch::Merge(&body))
-                .await
-                .map(|_| ())
-                .map_err(patch_error)
-        }
+            let body = annotation_patch(req);
+            match api.patch(&req.name, &params, &Patch::Merge(&body)).await {
+                Ok(_) => Ok(()),
+                // Conditional on the UID — 404: gone; 409/422: another pod of the same name.
+                Err(kube::Error::Api(s))
+                    if req.uid.is_some() && matches!(s.code, 404 | 409 | 422) =>
+                {
+                    Err(PatchError::NotFound)
+                }
+                Err(e) => Err(patch_error(e)),
+            }
+        })
     }
 
-    fn get(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<PodInfo>, PatchError>> + Send {
-        let api: Api<PodView> = Api::namespaced(self.client.clone(), namespace);
-        let name = name.to_owned();
-        async move {
-            match api.get_opt(&name).await {
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodInfo>, PatchError>> {
+        Box::pin(async move {
+            let api: Api<PodView> = Api::namespaced(self.client.clone(), namespace);
+            match api.get_opt(name).await {
                 Ok(pod) => Ok(pod.as_ref().and_then(pod_info)),
                 Err(e) => Err(patch_error(e)),
             }
-        }
+        })
     }
 }
 
-/// The env consumers' edges: a GET of one referenced object (full, data included: only ever
-/// for objects some opted-in pod reads through env), and the baseline annotation.
+/// The env consumers' edge: a GET of one referenced object (full, data included: only ever
+/// for objects some opted-in pod reads through env).
 pub struct KubeEnvApi {
     client: Client,
 }
@@ -208,12 +199,6 @@ impl KubeEnvApi {
     pub fn new(client: Client) -> Self {
         Self { client }
     }
-}
-
-/// The baseline patch: exactly one annotation, conditional on the pod's UID (a pod replaced
-/// under the same name is never written for its predecessor).
-pub fn baseline_patch(uid: &str, value: &str) -> serde_json::Value {
-    serde_json::json!({ "metadata": { "uid": uid, "annotations": { ENV_BASELINE: value } } })
 }
 
 impl EnvApi for KubeEnvApi {
@@ -249,29 +234,6 @@ impl EnvApi for KubeEnvApi {
                         secret: true,
                     }))
                 }
-            }
-        })
-    }
-
-    fn write_baseline<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-        uid: &'a str,
-        value: &'a str,
-    ) -> BoxFuture<'a, Result<bool, String>> {
-        Box::pin(async move {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-            let params = PatchParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..PatchParams::default()
-            };
-            let body = baseline_patch(uid, value);
-            match api.patch(name, &params, &Patch::Merge(&body)).await {
-                Ok(_) => Ok(true),
-                // 404: gone; 409/422: the UID differs (a new pod of the same name).
-                Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => Ok(false),
-                Err(e) => Err(e.to_string()),
             }
         })
     }
@@ -383,6 +345,24 @@ mod tests {
         assert_eq!(
             nudge_patch("configmap/app-cfg@12#2").to_string(),
             r#"{"metadata":{"annotations":{"reloadlet.io/projection-nudge":"configmap/app-cfg@12#2"}}}"#
+        );
+        let nudge = PatchRequest {
+            namespace: "ns".into(),
+            name: "web".into(),
+            uid: None,
+            annotation: PROJECTION_NUDGE,
+            value: "configmap/app-cfg@12#2".into(),
+        };
+        assert_eq!(annotation_patch(&nudge), nudge_patch(&nudge.value));
+        let baseline = PatchRequest {
+            uid: Some("u1".into()),
+            annotation: crate::core::annotations::ENV_BASELINE,
+            value: "configmap/app=ab12".into(),
+            ..nudge
+        };
+        assert_eq!(
+            annotation_patch(&baseline).to_string(),
+            r#"{"metadata":{"annotations":{"reloadlet.io/env-baseline":"configmap/app=ab12"},"uid":"u1"}}"#
         );
     }
 }

@@ -2,14 +2,14 @@
 //! [`BudgetIndex`], with the same non-resetting backoff and failure reporting as the pod
 //! watch. Failures here never make the agent unready: budgets only feed a warning.
 
-use super::api_backoff::{self, FailureTracker, Progress, WatchBackoff};
+use super::api_backoff::{self, FailureTracker};
+use super::watch_loop::{self, Change, Pacing};
 use crate::core::disruption_budgets::BudgetIndex;
 use crate::core::label_selector::{LabelSelector, Requirement};
 use futures::StreamExt;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeSelector;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use std::sync::{Arc, RwLock};
 
@@ -59,45 +59,31 @@ fn write(budgets: &SharedBudgets) -> std::sync::RwLockWriteGuard<'_, BudgetIndex
 /// Runs forever, keeping `budgets` current.
 pub async fn run(client: Client, budgets: SharedBudgets, metrics: api_backoff::ApiMetrics) {
     let api: Api<PodDisruptionBudget> = Api::all(client);
-    let progress = Progress::default();
-    let stream = watcher::watcher(api, watcher::Config::default())
-        .backoff(WatchBackoff::new(progress.clone()));
-    futures::pin_mut!(stream);
+    let entry = |pdb: &PodDisruptionBudget| {
+        let (ns, name) = key_of(pdb);
+        Some((ns, name, selector_of(pdb)))
+    };
+    let changes = watch_loop::changes(api, watcher::Config::default(), Pacing::UntilData, entry);
+    futures::pin_mut!(changes);
     let mut failures = FailureTracker::new(api_backoff::PDBS, metrics);
-    let mut relist = Vec::new();
-    while let Some(item) = stream.next().await {
-        if matches!(
-            item,
-            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_))
-        ) {
-            progress.made();
-            if failures.on_success() > 0 {
-                tracing::info!("PodDisruptionBudget watch works again");
-            }
+    while let Some(change) = changes.next().await {
+        if !matches!(change, Change::Failed(_)) && failures.on_success() > 0 {
+            tracing::info!("PodDisruptionBudget watch works again");
         }
-        match item {
-            Ok(Event::Init) => relist.clear(),
-            Ok(Event::InitApply(pdb)) => {
-                let (ns, name) = key_of(&pdb);
-                relist.push((ns, name, selector_of(&pdb)));
-            }
-            Ok(Event::InitDone) => write(&budgets).reset(std::mem::take(&mut relist)),
-            Ok(Event::Apply(pdb)) => {
-                let (ns, name) = key_of(&pdb);
-                write(&budgets).apply(&ns, &name, selector_of(&pdb));
-            }
-            Ok(Event::Delete(pdb)) => {
+        match change {
+            Change::Listed(all) => write(&budgets).reset(all),
+            Change::Applied((ns, name, selector)) => write(&budgets).apply(&ns, &name, selector),
+            Change::Deleted(pdb) => {
                 let (ns, name) = key_of(&pdb);
                 write(&budgets).delete(&ns, &name);
             }
-            Err(e) => {
+            Change::Failed(e) => {
                 let code = api_backoff::status_code(&e);
                 if code == Some(410) {
                     continue;
                 }
                 let failure = failures.on_error(code, &e.to_string());
-                let hopeless = matches!(code, Some(400 | 401 | 403 | 404));
-                if (failure.count == 1 && hopeless) || (failure.count == 3 && !hopeless) {
+                if watch_loop::worth_an_error(failure.count, code) {
                     tracing::error!(
                         code,
                         resource = "poddisruptionbudgets",

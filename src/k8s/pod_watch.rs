@@ -3,15 +3,15 @@
 //! Failures back off up to 5 minutes (see [`super::api_backoff`]), are logged once with what
 //! is missing, counted, and shown by `/readyz`.
 
-use super::api_backoff::{self, FailureTracker, Progress, WatchBackoff};
+use super::api_backoff::{self, FailureTracker};
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
+use super::watch_loop::{self, Change, Pacing};
 use crate::core::label_selector::LabelSelector;
 use crate::core::model::PodInfo;
 use crate::serve::health::Health;
 use futures::StreamExt;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -56,42 +56,25 @@ pub async fn run(
     if let Some(sel) = cfg.label_selector.as_ref().filter(|s| !s.is_empty()) {
         wc = wc.labels(&sel.to_string());
     }
-    let progress = Progress::default();
-    let stream = watcher::watcher(api, wc).backoff(WatchBackoff::new(progress.clone()));
-    futures::pin_mut!(stream);
+    let changes = watch_loop::changes(api, wc, Pacing::UntilData, pod_info);
+    futures::pin_mut!(changes);
     let mut failures = FailureTracker::new(api_backoff::PODS, report.metrics);
-    let mut relist: Vec<PodInfo> = Vec::new();
-    while let Some(item) = stream.next().await {
-        if matches!(
-            item,
-            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_))
-        ) {
-            progress.made();
+    while let Some(change) = changes.next().await {
+        if !matches!(change, Change::Failed(_)) {
             let after = failures.on_success();
             if after > 0 {
                 tracing::info!(failures = after, "pod watch works again");
                 report.health.set_problem(None);
             }
         }
-        let update = match item {
-            Ok(Event::Init) => {
-                relist.clear();
-                continue;
-            }
-            Ok(Event::InitApply(pod)) => {
-                relist.extend(pod_info(&pod));
-                continue;
-            }
-            Ok(Event::InitDone) => PodUpdate::Resync(std::mem::take(&mut relist)),
-            Ok(Event::Apply(pod)) => match pod_info(&pod) {
-                Some(info) => PodUpdate::Apply(info),
-                None => continue,
-            },
-            Ok(Event::Delete(pod)) => match pod.metadata.uid {
+        let update = match change {
+            Change::Listed(pods) => PodUpdate::Resync(pods),
+            Change::Applied(info) => PodUpdate::Apply(info),
+            Change::Deleted(pod) => match pod.metadata.uid {
                 Some(uid) => PodUpdate::Delete { uid },
                 None => continue,
             },
-            Err(e) => {
+            Change::Failed(e) => {
                 let code = api_backoff::status_code(&e);
                 if code == Some(410) {
                     // Compaction: the watcher relists; nothing is wrong with the API.
@@ -99,10 +82,10 @@ pub async fn run(
                     PodUpdate::WatchError(e.to_string())
                 } else {
                     let failure = failures.on_error(code, &e.to_string());
-                    let hopeless = matches!(code, Some(400 | 401 | 403 | 404));
+                    let hopeless = watch_loop::hopeless(code);
                     // One error when it cannot heal by itself (or once a transient error has
                     // repeated three times); the retries are paced and not logged above debug.
-                    if (failure.count == 1 && hopeless) || (failure.count == 3 && !hopeless) {
+                    if watch_loop::worth_an_error(failure.count, code) {
                         tracing::error!(
                             code,
                             resource = "pods",

@@ -3,11 +3,14 @@
 use crate::config::controller::ControllerSettings;
 use crate::controller::api::Input;
 use crate::controller::elect::{self, ElectionSettings};
+use crate::controller::env::{EnvConsumers, EnvDeps};
 use crate::controller::metrics::ControllerMetrics;
-use crate::controller::run::{Controller, EnvDeps};
+use crate::controller::nudge::Nudges;
+use crate::controller::router::Controller;
 use crate::core::model::SourceKind;
 use crate::core::pod_index::PodIndex;
 use crate::execute::evict::{EvictionSettings, Evictions};
+use crate::execute::patch::{PatchSettings, Patcher, Patches};
 use crate::execute::report::Reporter;
 use crate::k8s::client::Clients;
 use crate::k8s::controller::{
@@ -101,6 +104,7 @@ pub async fn serve(
         env_consumers = settings.env_configmaps,
         env_consumers_secrets = settings.env_secrets,
         max_nudges_per_second = settings.max_nudges_per_second,
+        dry_run = settings.dry_run,
         leader_elect = settings.election.is_some(),
         identity = settings.election.as_ref().map(|e| e.identity.as_str()).unwrap_or(""),
         listen = %settings.listen,
@@ -120,6 +124,7 @@ pub async fn serve(
             CancellationToken::new(),
         )
     };
+    // Every write goes through the executor, which decides --dry-run and timeouts.
     let reporter = Reporter::new(
         Arc::new(QueuedRecorder::spawn(
             clients.main.clone(),
@@ -127,39 +132,51 @@ pub async fn serve(
         )),
         notifier,
         action_metrics,
-        false,
+        settings.dry_run,
         settings.instance.clone(),
     );
-    let controller = Controller::new(
-        Arc::new(KubePatcher::new(clients.main.clone())),
-        settings.filter.clone(),
+    let patcher: Arc<dyn Patcher> = Arc::new(KubePatcher::new(clients.main.clone()));
+    let patches = |settings: PatchSettings| {
+        Patches::new(
+            settings,
+            patcher.clone(),
+            reporter.clone(),
+            shutdown.clone(),
+        )
+    };
+    let nudges = Nudges::new(
         settings.secrets,
         settings.max_nudges_per_second,
+        patches(PatchSettings::nudges()),
+        metrics.clone(),
+    );
+    let mut controller = Controller::new(
+        settings.filter.clone(),
         settings.election.is_none(),
         metrics,
         health,
     )
-    .with_reporter(reporter.clone());
-    let controller = if settings.env_configmaps || settings.env_secrets {
+    .with(Box::new(nudges));
+    if settings.env_configmaps || settings.env_secrets {
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(
             EvictionSettings::default(),
             Arc::new(KubeEvictor::new(clients.eviction.clone())),
-            reporter,
+            reporter.clone(),
             index.clone(),
             shutdown.clone(),
         );
-        controller.with_env(EnvDeps {
+        controller = controller.with(Box::new(EnvConsumers::new(EnvDeps {
             api: Arc::new(KubeEnvApi::new(clients.main.clone())),
             evictions,
             index,
+            baselines: patches(PatchSettings::baselines()),
+            reporter: reporter.clone(),
             configmaps: settings.env_configmaps,
             secrets: settings.env_secrets,
             stop: shutdown.clone(),
-        })
-    } else {
-        controller
-    };
+        })));
+    }
     controller.run(rx, shutdown.clone()).await;
     if let Some(task) = election_task {
         // Releases the Lease so a standby takes over at once.

@@ -1,6 +1,6 @@
 //! Env consumers, the bookkeeping (pure, synchronous): which objects the tracked pods read
 //! through env, what each pod's baseline digest is, which fetches are needed, and which pods a
-//! fetched object changed for. The loop in [`super::run`] does the fetching, the acting and the
+//! fetched object changed for. The feature in [`super`] does the fetching, the acting and the
 //! annotation writes.
 //!
 //! Ordering: every fetch carries a sequence number taken when it is sent. A result older than
@@ -8,8 +8,8 @@
 //! order), and a pod's first baseline is only taken from a fetch sent after the pod was first
 //! seen (a GET answered with data older than the pod never becomes its baseline).
 
-use super::env_hash::{digest, format_baseline, parse_baseline, references, ObjectData, Selector};
-use super::nudges::ObjectKey;
+use super::hash::{digest, format_baseline, parse_baseline, references, ObjectData, Selector};
+use crate::controller::api::ObjectKey;
 use crate::core::annotations::ENV_BASELINE;
 use crate::core::model::{PodInfo, SourceRef};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -91,7 +91,7 @@ impl EnvTracker {
     }
 
     /// A pod was added or changed (only call for pods that pass
-    /// [`super::env_hash::env_eligible`]). Returns the objects to fetch: those of references
+    /// [`super::hash::env_eligible`]). Returns the objects to fetch: those of references
     /// with no baseline yet.
     pub fn put_pod(&mut self, pod: &PodInfo) -> Vec<ObjectKey> {
         let refs = references(pod, self.configmaps, self.secrets);

@@ -1,18 +1,11 @@
 //! When to write which nudge (pure): baselines of object versions, the re-nudge schedule,
 //! per-pod coalescing and the rate cap. Time is passed in; nothing here sleeps.
 
+use crate::controller::api::ObjectKey;
 use crate::core::model::SourceKind;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
-
-/// A ConfigMap or Secret, by namespace and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    pub kind: SourceKind,
-    pub namespace: String,
-    pub name: String,
-}
 
 /// What a newly seen resourceVersion means.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,9 +1,22 @@
-//! The controller loop with a fake API and a paused clock.
+//! The controller loop (the real `run`, its features and the executor) with fakes of every
+//! edge and a paused clock.
 
 use super::*;
-use crate::controller::api::fake::FakePatcher;
-use crate::core::model::{ContainerInfo, ContainerKind, VolumeMount, VolumeSpec};
+use crate::controller::api::ObjectKey;
+use crate::controller::env::hash::ObjectData;
+use crate::controller::env::{EnvConsumers, EnvDeps};
+use crate::controller::fake::FakePatcher;
+use crate::controller::nudge::Nudges;
+use crate::core::model::{ContainerInfo, ContainerKind, SourceRef, VolumeMount, VolumeSpec};
+use crate::core::outcome::Outcome;
+use crate::core::pod_index::PodIndex;
+use crate::execute::evict::Evictions;
+use crate::execute::patch::{PatchError, PatchSettings, Patches};
+use crate::execute::report::Reporter;
+use crate::outbound::notify::Notifier;
+use crate::ports::fake;
 use prometheus_client::registry::Registry;
+use std::sync::RwLock;
 
 const NS: &str = "ns";
 
@@ -69,21 +82,41 @@ struct Harness {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// A reporter whose Events go to `events` (notifications off unless `notifier`).
+fn reporter(events: Arc<fake::Events>, notifier: Notifier, dry_run: bool) -> Reporter {
+    let metrics = crate::serve::metrics::Metrics::new(&mut Registry::default());
+    Reporter::new(events, notifier, metrics, dry_run, "controller-0".into())
+}
+
+/// The nudge feature over `patcher`, through the executor.
+fn nudges(patcher: &FakePatcher, report: &Reporter, metrics: &ControllerMetrics) -> Nudges {
+    let patches = Patches::new(
+        PatchSettings::nudges(),
+        Arc::new(patcher.clone()),
+        report.clone(),
+        CancellationToken::new(),
+    );
+    Nudges::new(false, 20, patches, metrics.clone())
+}
+
 fn start(leader: bool, pods: Vec<PodInfo>, patcher: FakePatcher) -> Harness {
+    start_in(leader, pods, patcher, NamespaceFilter::default())
+}
+
+fn start_in(
+    leader: bool,
+    pods: Vec<PodInfo>,
+    patcher: FakePatcher,
+    filter: NamespaceFilter,
+) -> Harness {
     for p in &pods {
         patcher.put(p.clone());
     }
     let metrics = ControllerMetrics::new(&mut Registry::default());
     let health = Arc::new(Health::default());
-    let controller = Controller::new(
-        Arc::new(patcher.clone()),
-        NamespaceFilter::default(),
-        false,
-        20,
-        leader,
-        metrics.clone(),
-        health.clone(),
-    );
+    let report = reporter(Arc::default(), Notifier::disabled(), false);
+    let controller = Controller::new(filter, leader, metrics.clone(), health.clone())
+        .with(Box::new(nudges(&patcher, &report, &metrics)));
     let (tx, rx) = mpsc::channel(64);
     let stop = CancellationToken::new();
     let task = tokio::spawn(controller.run(rx, stop.clone()));
@@ -161,10 +194,7 @@ async fn a_change_nudges_only_qualifying_pods_at_once_then_after_1s_and_3s() {
             "web=configmap/cfg@11#3"
         ]
     );
-    assert_eq!(
-        h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Patched),
-        3
-    );
+    assert_eq!(h.metrics.get(SourceKind::ConfigMap, Outcome::Patched), 3);
     // The same version again (a resync) and an unrelated object: nothing.
     h.update("cfg", "11").await;
     h.update("unrelated", "5").await;
@@ -217,7 +247,7 @@ async fn forbidden_is_one_request_per_pod_and_no_retries() {
     assert_eq!(h.patcher.gets(), 0);
     assert_eq!(
         h.metrics
-            .get(SourceKind::ConfigMap, NudgeOutcome::Forbidden),
+            .get(SourceKind::ConfigMap, Outcome::PatchForbidden),
         2
     );
     h.stop().await;
@@ -262,11 +292,8 @@ async fn not_found_and_conflict_are_re_read_and_retried_once() {
         ]
     );
     assert_eq!(h.patcher.gets(), 2);
-    assert_eq!(h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Gone), 1);
-    assert_eq!(
-        h.metrics.get(SourceKind::ConfigMap, NudgeOutcome::Patched),
-        3
-    );
+    assert_eq!(h.metrics.get(SourceKind::ConfigMap, Outcome::PodGone), 1);
+    assert_eq!(h.metrics.get(SourceKind::ConfigMap, Outcome::Patched), 3);
     h.stop().await;
 }
 
@@ -303,14 +330,93 @@ async fn a_change_seen_before_the_pod_list_still_finds_its_pods() {
     h.stop().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_namespace_filter_keeps_pods_and_objects_out_where_they_enter() {
+    let outside = PodInfo {
+        uid: "uid-outside".into(),
+        namespace: "other".into(),
+        ..pod("outside", false)
+    };
+    let filter = crate::config::scope::namespace_filter(&[], &["other".to_string()]);
+    let pods = vec![pod("web", false), outside.clone()];
+    let h = start_in(true, pods.clone(), FakePatcher::default(), filter);
+    h.send(Input::PodsListed(pods)).await;
+    let other_cfg = ObjectKey {
+        namespace: "other".into(),
+        ..cm_key("cfg")
+    };
+    h.send(Input::ObjectsListed {
+        kind: SourceKind::ConfigMap,
+        objects: vec![(cm_key("cfg"), "1".into()), (other_cfg.clone(), "1".into())],
+    })
+    .await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert_eq!(h.metrics.watched_pods.get(), 1);
+    assert_eq!(h.metrics.watched_objects.get(), 1);
+    // A change outside: nothing; the pod outside updated: still not followed.
+    h.send(Input::Object {
+        key: other_cfg,
+        resource_version: "2".into(),
+    })
+    .await;
+    h.send(Input::PodApplied(outside)).await;
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(h.values(), Vec::<String>::new());
+    assert_eq!(h.metrics.watched_pods.get(), 1);
+    h.update("cfg", "2").await;
+    h.run_for(Duration::from_millis(10)).await;
+    assert_eq!(h.values(), ["web=configmap/cfg@2"]);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_dry_run_the_real_loop_counts_nudges_and_patches_nothing() {
+    let patcher = FakePatcher::default();
+    patcher.put(pod("web", false));
+    let metrics = ControllerMetrics::new(&mut Registry::default());
+    let report = reporter(Arc::default(), Notifier::disabled(), true);
+    let controller = Controller::new(
+        NamespaceFilter::default(),
+        true,
+        metrics.clone(),
+        Arc::new(Health::default()),
+    )
+    .with(Box::new(nudges(&patcher, &report, &metrics)));
+    let (tx, rx) = mpsc::channel(64);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(controller.run(rx, stop.clone()));
+    tx.send(Input::PodsListed(vec![pod("web", false)]))
+        .await
+        .unwrap();
+    tx.send(Input::ObjectsListed {
+        kind: SourceKind::ConfigMap,
+        objects: vec![(cm_key("cfg"), "1".into())],
+    })
+    .await
+    .unwrap();
+    tx.send(Input::Object {
+        key: cm_key("cfg"),
+        resource_version: "2".into(),
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(patcher.patches().is_empty());
+    assert_eq!(patcher.gets(), 0);
+    // The nudge and its two re-nudges, each a dry run.
+    assert_eq!(metrics.get(SourceKind::ConfigMap, Outcome::DryRun), 3);
+    assert_eq!(metrics.get(SourceKind::ConfigMap, Outcome::Patched), 0);
+    stop.cancel();
+    task.await.unwrap();
+}
+
 /// The env consumers and notifications in the loop, with fakes of every edge.
 mod env_consumers {
     use super::*;
-    use crate::controller::api::fake::FakeEnvApi;
+    use crate::controller::fake::FakeEnvApi;
     use crate::core::model::{EnvKeys, EnvRef};
     use crate::execute::evict::EvictionSettings;
-    use crate::outbound::notify::{FakePoster, Notifier, NotifySettings, SecretUrl};
-    use crate::ports::fake;
+    use crate::outbound::notify::{FakePoster, NotifySettings, SecretUrl};
 
     fn env_pod(name: &str, action: &str) -> PodInfo {
         PodInfo {
@@ -334,6 +440,49 @@ mod env_consumers {
             text: [("LOG".to_string(), log.to_string())].into(),
             ..ObjectData::default()
         }
+    }
+
+    /// The nudge and env features over the fakes, through the executor.
+    fn env_controller(
+        patcher: &FakePatcher,
+        api: &Arc<FakeEnvApi>,
+        evictor: Arc<fake::Evictor>,
+        reporter: Reporter,
+        stop: &CancellationToken,
+    ) -> Controller {
+        let metrics = ControllerMetrics::new(&mut Registry::default());
+        let index = Arc::new(RwLock::new(PodIndex::default()));
+        let evictions = Evictions::new(
+            EvictionSettings::default(),
+            evictor,
+            reporter.clone(),
+            index.clone(),
+            stop.clone(),
+        );
+        let baselines = Patches::new(
+            PatchSettings::baselines(),
+            Arc::new(patcher.clone()),
+            reporter.clone(),
+            stop.clone(),
+        );
+        let nudges = nudges(patcher, &reporter, &metrics);
+        Controller::new(
+            NamespaceFilter::default(),
+            true,
+            metrics,
+            Arc::new(Health::default()),
+        )
+        .with(Box::new(nudges))
+        .with(Box::new(EnvConsumers::new(EnvDeps {
+            api: api.clone(),
+            evictions,
+            index,
+            baselines,
+            reporter,
+            configmaps: true,
+            secrets: false,
+            stop: stop.clone(),
+        })))
     }
 
     #[tokio::test(start_paused = true)]
@@ -365,40 +514,9 @@ mod env_consumers {
             crate::outbound::notify::NotifyMetrics::new(&mut registry),
             CancellationToken::new(),
         );
-        let reporter = Reporter::new(
-            events.clone(),
-            notifier,
-            crate::serve::metrics::Metrics::new(&mut registry),
-            false,
-            "controller-0".into(),
-        );
+        let reporter = reporter(events.clone(), notifier, false);
         let stop = CancellationToken::new();
-        let index = Arc::new(RwLock::new(PodIndex::default()));
-        let evictions = Evictions::new(
-            EvictionSettings::default(),
-            evictor.clone(),
-            reporter.clone(),
-            index.clone(),
-            stop.clone(),
-        );
-        let controller = Controller::new(
-            Arc::new(patcher.clone()),
-            NamespaceFilter::default(),
-            false,
-            20,
-            true,
-            ControllerMetrics::new(&mut Registry::default()),
-            Arc::new(Health::default()),
-        )
-        .with_reporter(reporter)
-        .with_env(EnvDeps {
-            api: api.clone(),
-            evictions,
-            index,
-            configmaps: true,
-            secrets: false,
-            stop: stop.clone(),
-        });
+        let controller = env_controller(&patcher, &api, evictor.clone(), reporter, &stop);
         let (tx, rx) = mpsc::channel(64);
         let task = tokio::spawn(controller.run(rx, stop.clone()));
         tx.send(Input::PodsListed(pods)).await.unwrap();
@@ -410,7 +528,7 @@ mod env_consumers {
         .unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
         // First sight: baselines written, nothing done; only the read object was read.
-        assert_eq!(api.writes.lock().unwrap().len(), 2);
+        assert_eq!(patcher.baseline_writes().len(), 2);
         assert!(api
             .reads
             .lock()
@@ -474,7 +592,7 @@ mod env_consumers {
             .note
             .contains("configmap app-env (env) changed"));
         // The acknowledged warning rewrote the signal pod's baseline (so it is not repeated).
-        assert_eq!(api.writes.lock().unwrap().len(), 3);
+        assert_eq!(patcher.baseline_writes().len(), 3);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while poster.requests().len() < 2 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;

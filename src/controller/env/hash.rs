@@ -1,0 +1,290 @@
+//! Env consumers, the pure part: which keys of a ConfigMap/Secret a pod reads through
+//! `env`/`envFrom`, the digest of exactly those values, the baseline annotation, and what a
+//! change does to the pod.
+//!
+//! What the kubelet puts into a container's environment (kubernetes
+//! `pkg/kubelet/kubelet_pods.go`, `makeEnvironmentVariables`): for `configMapKeyRef` the value of
+//! `configMap.Data[key]` (`secret.Data[key]` for `secretKeyRef`), the container failing to start
+//! when it is missing unless `optional`; for `envFrom` every key of `configMap.Data`
+//! (`secret.Data`) as `<prefix><key>`, nothing when an `optional` object is missing. It reads
+//! them once, when it creates the container: a running container never sees a change.
+
+use crate::core::annotations::{self, Action};
+use crate::core::model::{EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A ConfigMap's or Secret's values, held only while the digests of its consumers are computed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectData {
+    /// ConfigMap `data`.
+    pub text: BTreeMap<String, String>,
+    /// ConfigMap `binaryData`, Secret `data`.
+    pub binary: BTreeMap<String, Vec<u8>>,
+    /// A Secret: `envFrom` reads `binary` (its `data`), not `text`.
+    pub secret: bool,
+}
+
+/// What one pod reads of one object: the union of its containers' references.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Selector {
+    pub keys: EnvKeys,
+    pub optional: bool,
+}
+
+/// The pod's env references grouped per object (sorted, deduplicated), restricted to the kinds
+/// followed (`secrets`: with `--env-consumers-secrets`) and to the pod's
+/// `reloadlet.io/configmaps` / `reloadlet.io/secrets` lists when it has them.
+pub fn references(
+    pod: &PodInfo,
+    configmaps: bool,
+    secrets: bool,
+) -> BTreeMap<SourceRef, Vec<Selector>> {
+    let policy = annotations::parse(&pod.annotations).ok().flatten();
+    let mut out: BTreeMap<SourceRef, Vec<Selector>> = BTreeMap::new();
+    for r in &pod.env {
+        let followed = match r.source.kind {
+            SourceKind::ConfigMap => configmaps,
+            SourceKind::Secret => secrets,
+        };
+        if !followed || !listed(policy.as_ref(), r) {
+            continue;
+        }
+        let sel = Selector {
+            keys: r.keys.clone(),
+            optional: r.optional,
+        };
+        let list = out.entry(r.source.clone()).or_default();
+        if !list.contains(&sel) {
+            list.push(sel);
+        }
+    }
+    for list in out.values_mut() {
+        list.sort();
+    }
+    out
+}
+
+fn listed(policy: Option<&annotations::PodPolicy>, r: &EnvRef) -> bool {
+    let Some(policy) = policy.filter(|p| p.narrowed()) else {
+        return true;
+    };
+    let list = match r.source.kind {
+        SourceKind::ConfigMap => &policy.configmaps,
+        SourceKind::Secret => &policy.secrets,
+    };
+    list.as_ref().is_some_and(|l| l.contains(&r.source.name))
+}
+
+/// The digest (16 hex digits of SHA-256) of exactly what `selectors` read of `data` (`None`:
+/// the object does not exist). Every field is length-prefixed and tagged, so a missing key, an
+/// empty value and a binary value all differ, and the result does not depend on key order.
+pub fn digest(selectors: &[Selector], data: Option<&ObjectData>) -> String {
+    let mut h = Sha256::new();
+    let mut field = |tag: &[u8], bytes: &[u8]| {
+        h.update(tag);
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    let mut sorted: Vec<&Selector> = selectors.iter().collect();
+    sorted.sort();
+    sorted.dedup();
+    match data {
+        None => field(b"absent", b""),
+        Some(data) => {
+            for sel in sorted {
+                match &sel.keys {
+                    EnvKeys::Key(key) => {
+                        field(b"key", key.as_bytes());
+                        match (data.text.get(key), data.binary.get(key)) {
+                            (Some(v), _) => field(b"text", v.as_bytes()),
+                            (None, Some(b)) => field(b"binary", b),
+                            (None, None) => field(b"missing", b""),
+                        }
+                    }
+                    // envFrom reads `data` of a ConfigMap (never `binaryData`) and `data` of a
+                    // Secret (held in `binary`).
+                    EnvKeys::All { prefix } => {
+                        field(b"all", prefix.as_bytes());
+                        if data.secret {
+                            for (k, v) in &data.binary {
+                                field(b"name", k.as_bytes());
+                                field(b"binary", v);
+                            }
+                        } else {
+                            for (k, v) in &data.text {
+                                field(b"name", k.as_bytes());
+                                field(b"text", v.as_bytes());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    hex::encode(&h.finalize()[..8])
+}
+
+/// The value of `reloadlet.io/env-baseline`: `configmap/app-env=0123456789abcdef,…`, sorted.
+pub fn format_baseline(digests: &BTreeMap<SourceRef, String>) -> String {
+    digests
+        .iter()
+        .map(|(s, d)| format!("{}/{}={d}", s.kind.as_str(), s.name))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Parses `reloadlet.io/env-baseline`; entries that do not parse are left out (a baseline is
+/// then taken again for them).
+pub fn parse_baseline(value: &str) -> BTreeMap<SourceRef, String> {
+    let mut out = BTreeMap::new();
+    for entry in value.split(',') {
+        let Some((source, digest)) = entry.trim().split_once('=') else {
+            continue;
+        };
+        let Some((kind, name)) = source.split_once('/') else {
+            continue;
+        };
+        let kind = match kind {
+            "configmap" => SourceKind::ConfigMap,
+            "secret" => SourceKind::Secret,
+            _ => continue,
+        };
+        let valid = digest.len() == 16 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+        if valid && !name.is_empty() {
+            out.insert(
+                SourceRef {
+                    kind,
+                    name: name.to_owned(),
+                },
+                digest.to_owned(),
+            );
+        }
+    }
+    out
+}
+
+/// Does the controller follow this pod's env at all? (opted in with a valid annotation,
+/// running, not terminating).
+pub fn env_eligible(pod: &PodInfo) -> Result<(), String> {
+    match annotations::parse(&pod.annotations) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err("the pod has no reloadlet.io/action annotation".into()),
+        Err(e) => return Err(format!("invalid annotation: {e}")),
+    }
+    if pod.terminating {
+        return Err("the pod is terminating".into());
+    }
+    if pod.phase != "Running" {
+        return Err(format!("the pod is not running (phase {:?})", pod.phase));
+    }
+    Ok(())
+}
+
+/// What a change of an env source does to a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnvDecision {
+    /// Evict through the Eviction API (the agent's eviction, PDB-respecting).
+    Evict,
+    /// Warning `EvictionRefused`: no controller owns the pod and it did not allow it.
+    Refused(String),
+    /// Warning `EnvNotReloaded`: a signal or HTTP reload cannot refresh env.
+    NotReloaded(String),
+}
+
+/// `reloadlet.io/action: evict` or `reloadlet.io/env-action: evict` evict (unowned pods only
+/// with `reloadlet.io/evict-unowned: "true"`); any other action gets `EnvNotReloaded`.
+pub fn decide(pod: &PodInfo, source: &SourceRef) -> EnvDecision {
+    let policy = annotations::parse(&pod.annotations).ok().flatten();
+    let env_evicts = annotations::env_evicts(&pod.annotations).unwrap_or(false);
+    let (evict, allow_unowned) = match policy.as_ref().map(|p| &p.action) {
+        Some(Action::Evict { allow_unowned }) => (true, *allow_unowned),
+        _ => (
+            env_evicts,
+            pod.annotations
+                .get(annotations::EVICT_UNOWNED)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+        ),
+    };
+    if !evict {
+        return EnvDecision::NotReloaded(format!(
+            "{source} changed, but the pod reads it through env, which a running container never sees again; a signal or HTTP reload cannot refresh it. Mount it as a volume instead, or set reloadlet.io/env-action: evict to have the pod evicted (and recreated by its controller) on such a change"
+        ));
+    }
+    if !pod.has_controller && !allow_unowned {
+        return EnvDecision::Refused(format!(
+            "not evicting: the pod has no controller to recreate it (set reloadlet.io/evict-unowned: \"true\" to allow): {} changed",
+            Cause(source)
+        ));
+    }
+    EnvDecision::Evict
+}
+
+/// The cause in Events and logs: `configmap app-env (env) changed`.
+pub struct Cause<'a>(pub &'a SourceRef);
+
+impl fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (env)", self.0)
+    }
+}
+
+pub fn cause(source: &SourceRef) -> String {
+    format!("{} changed", Cause(source))
+}
+
+/// The `explain` lines: each env reference and what a change of it would do.
+pub fn explain(pod: &PodInfo) -> String {
+    let mut out = String::from("  env consumers (reloadlet controller):\n");
+    if pod.env.is_empty() {
+        out.push_str("    no env or envFrom reference to a ConfigMap or Secret\n");
+        return out;
+    }
+    for r in &pod.env {
+        let what = match &r.keys {
+            EnvKeys::Key(k) => format!("key {k:?}"),
+            EnvKeys::All { prefix } if prefix.is_empty() => "envFrom (every key)".to_owned(),
+            EnvKeys::All { prefix } => format!("envFrom (every key, prefix {prefix:?})"),
+        };
+        let optional = if r.optional { ", optional" } else { "" };
+        out.push_str(&format!(
+            "    container {}: {} {what}{optional}\n",
+            r.container, r.source
+        ));
+    }
+    let verdict = |source: &SourceRef| -> String {
+        if let Err(why) = env_eligible(pod) {
+            return format!("nothing: {why}");
+        }
+        if !references(pod, true, true).contains_key(source) {
+            return "nothing: reloadlet.io/configmaps / reloadlet.io/secrets leave it out".into();
+        }
+        let when = match source.kind {
+            SourceKind::ConfigMap => "",
+            SourceKind::Secret => " (if the controller runs with --env-consumers-secrets)",
+        };
+        match decide(pod, source) {
+            EnvDecision::Evict => format!("the pod is evicted (PDB-respecting){when}"),
+            EnvDecision::Refused(_) => format!(
+                "EvictionRefused{when}: no controller owns the pod (reloadlet.io/evict-unowned: \"true\" allows it)"
+            ),
+            EnvDecision::NotReloaded(_) => format!(
+                "Warning EnvNotReloaded{when} (reloadlet.io/env-action: evict evicts instead)"
+            ),
+        }
+    };
+    let mut sources: Vec<&SourceRef> = pod.env.iter().map(|r| &r.source).collect();
+    sources.dedup();
+    for source in sources {
+        out.push_str(&format!(
+            "    a change of {source} (a key it reads): {}\n",
+            verdict(source)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "hash_tests.rs"]
+mod tests;

@@ -1,0 +1,375 @@
+//! Table tests of the env consumers' pure part.
+
+use super::*;
+
+fn key(k: &str) -> Selector {
+    Selector {
+        keys: EnvKeys::Key(k.into()),
+        optional: false,
+    }
+}
+fn all(prefix: &str) -> Selector {
+    Selector {
+        keys: EnvKeys::All {
+            prefix: prefix.into(),
+        },
+        optional: false,
+    }
+}
+fn data(text: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ObjectData {
+    ObjectData {
+        text: text
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        binary: binary
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect(),
+        secret: false,
+    }
+}
+
+/// (what, selectors, before, after, changed?)
+type Case = (
+    &'static str,
+    Vec<Selector>,
+    Option<ObjectData>,
+    Option<ObjectData>,
+    bool,
+);
+
+#[test]
+fn a_digest_changes_exactly_when_what_the_pod_reads_changes() {
+    let base = data(&[("LOG", "info"), ("PORT", "80")], &[]);
+    // (what, selectors, before, after, changed?)
+    let cases: Vec<Case> = vec![
+        (
+            "referenced key changed",
+            vec![key("LOG")],
+            Some(base.clone()),
+            Some(data(&[("LOG", "debug"), ("PORT", "80")], &[])),
+            true,
+        ),
+        (
+            "unreferenced key changed",
+            vec![key("LOG")],
+            Some(base.clone()),
+            Some(data(&[("LOG", "info"), ("PORT", "81")], &[])),
+            false,
+        ),
+        (
+            "unreferenced key added",
+            vec![key("LOG")],
+            Some(base.clone()),
+            Some(data(&[("LOG", "info"), ("PORT", "80"), ("X", "1")], &[])),
+            false,
+        ),
+        (
+            "identical re-apply",
+            vec![key("LOG")],
+            Some(base.clone()),
+            Some(base.clone()),
+            false,
+        ),
+        (
+            "missing vs empty",
+            vec![key("NEW")],
+            Some(base.clone()),
+            Some(data(&[("LOG", "info"), ("PORT", "80"), ("NEW", "")], &[])),
+            true,
+        ),
+        (
+            "text vs binary with the same bytes",
+            vec![key("K")],
+            Some(data(&[("K", "v")], &[])),
+            Some(data(&[], &[("K", b"v")])),
+            true,
+        ),
+        (
+            "envFrom: any key changed",
+            vec![all("")],
+            Some(base.clone()),
+            Some(data(&[("LOG", "info"), ("PORT", "81")], &[])),
+            true,
+        ),
+        (
+            "envFrom: key added",
+            vec![all("")],
+            Some(base.clone()),
+            Some(data(&[("LOG", "info"), ("PORT", "80"), ("X", "")], &[])),
+            true,
+        ),
+        (
+            "envFrom: binaryData of a ConfigMap is not read",
+            vec![all("")],
+            Some(base.clone()),
+            Some(data(&[("LOG", "info"), ("PORT", "80")], &[("B", b"x")])),
+            false,
+        ),
+        (
+            "optional object appears",
+            vec![Selector {
+                optional: true,
+                ..key("LOG")
+            }],
+            None,
+            Some(base.clone()),
+            true,
+        ),
+        (
+            "optional object disappears",
+            vec![Selector {
+                optional: true,
+                ..all("")
+            }],
+            Some(base.clone()),
+            None,
+            true,
+        ),
+        (
+            "missing object stays missing",
+            vec![key("LOG")],
+            None,
+            None,
+            false,
+        ),
+        (
+            "empty object vs missing object",
+            vec![all("")],
+            Some(ObjectData::default()),
+            None,
+            true,
+        ),
+    ];
+    for (what, sels, before, after, changed) in cases {
+        let a = digest(&sels, before.as_ref());
+        let b = digest(&sels, after.as_ref());
+        assert_eq!(a != b, changed, "{what}");
+        assert_eq!(a.len(), 16, "{what}");
+    }
+}
+
+#[test]
+fn a_digest_does_not_depend_on_order_and_a_prefix_is_part_of_it() {
+    let d = data(&[("A", "1"), ("B", "2")], &[]);
+    assert_eq!(
+        digest(&[key("A"), key("B")], Some(&d)),
+        digest(&[key("B"), key("A"), key("B")], Some(&d))
+    );
+    assert_ne!(digest(&[all("")], Some(&d)), digest(&[all("X_")], Some(&d)));
+    // Key and value boundaries are length-prefixed: ("AB","") ≠ ("A","B").
+    assert_ne!(
+        digest(&[all("")], Some(&data(&[("AB", "")], &[]))),
+        digest(&[all("")], Some(&data(&[("A", "B")], &[])))
+    );
+}
+
+#[test]
+fn the_baseline_annotation_round_trips_and_skips_garbage() {
+    let mut m = BTreeMap::new();
+    let cm = SourceRef {
+        kind: SourceKind::ConfigMap,
+        name: "app-env".into(),
+    };
+    let s = SourceRef {
+        kind: SourceKind::Secret,
+        name: "db".into(),
+    };
+    m.insert(cm.clone(), "0123456789abcdef".to_owned());
+    m.insert(s, "fedcba9876543210".to_owned());
+    let text = format_baseline(&m);
+    assert_eq!(
+        text,
+        "configmap/app-env=0123456789abcdef,secret/db=fedcba9876543210"
+    );
+    assert_eq!(parse_baseline(&text), m);
+    let junk = parse_baseline("configmap/app-env=0123456789abcdef,x/y=1,secret/z=short,=,");
+    assert_eq!(junk.len(), 1);
+    assert!(junk.contains_key(&cm));
+}
+
+fn pod(ann: &[(&str, &str)], owned: bool) -> PodInfo {
+    let r = |kind, name: &str, keys| EnvRef {
+        source: SourceRef {
+            kind,
+            name: name.into(),
+        },
+        keys,
+        optional: false,
+        container: "app".into(),
+    };
+    PodInfo {
+        uid: "u".into(),
+        namespace: "ns".into(),
+        name: "web".into(),
+        annotations: ann
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        has_controller: owned,
+        phase: "Running".into(),
+        env: vec![
+            r(SourceKind::ConfigMap, "app-env", EnvKeys::Key("LOG".into())),
+            r(SourceKind::ConfigMap, "app-env", EnvKeys::Key("LOG".into())),
+            r(
+                SourceKind::ConfigMap,
+                "shared",
+                EnvKeys::All {
+                    prefix: "S_".into(),
+                },
+            ),
+            r(SourceKind::Secret, "db", EnvKeys::Key("PASSWORD".into())),
+        ],
+        ..PodInfo::default()
+    }
+}
+
+#[test]
+fn references_follow_the_kinds_enabled_and_the_narrowing_lists() {
+    let p = pod(&[("reloadlet.io/action", "evict")], true);
+    let names = |m: BTreeMap<SourceRef, Vec<Selector>>| {
+        m.into_iter()
+            .map(|(s, sel)| (s.to_string(), sel.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(references(&p, true, false)),
+        [
+            ("configmap app-env".into(), 1),
+            ("configmap shared".into(), 1)
+        ]
+    );
+    assert_eq!(references(&p, true, true).len(), 3);
+    let narrowed = pod(
+        &[
+            ("reloadlet.io/action", "evict"),
+            ("reloadlet.io/configmaps", "shared"),
+        ],
+        true,
+    );
+    assert_eq!(
+        names(references(&narrowed, true, true)),
+        [("configmap shared".into(), 1)]
+    );
+}
+
+#[test]
+fn decisions() {
+    let cm = SourceRef {
+        kind: SourceKind::ConfigMap,
+        name: "app-env".into(),
+    };
+    let cases: Vec<(&str, PodInfo, &str)> = vec![
+        (
+            "evict, owned",
+            pod(&[("reloadlet.io/action", "evict")], true),
+            "evict",
+        ),
+        (
+            "evict, unowned",
+            pod(&[("reloadlet.io/action", "evict")], false),
+            "refused",
+        ),
+        (
+            "evict, unowned but allowed",
+            pod(
+                &[
+                    ("reloadlet.io/action", "evict"),
+                    ("reloadlet.io/evict-unowned", "true"),
+                ],
+                false,
+            ),
+            "evict",
+        ),
+        (
+            "signal",
+            pod(&[("reloadlet.io/action", "signal")], true),
+            "warn",
+        ),
+        (
+            "signal with env-action evict",
+            pod(
+                &[
+                    ("reloadlet.io/action", "signal"),
+                    ("reloadlet.io/env-action", "evict"),
+                ],
+                true,
+            ),
+            "evict",
+        ),
+        (
+            "signal with env-action evict, unowned",
+            pod(
+                &[
+                    ("reloadlet.io/action", "signal"),
+                    ("reloadlet.io/env-action", "evict"),
+                ],
+                false,
+            ),
+            "refused",
+        ),
+    ];
+    for (what, p, want) in cases {
+        let got = match decide(&p, &cm) {
+            EnvDecision::Evict => "evict",
+            EnvDecision::Refused(m) => {
+                assert!(m.contains("configmap app-env (env) changed"), "{m}");
+                "refused"
+            }
+            EnvDecision::NotReloaded(m) => {
+                assert!(
+                    m.contains("configmap app-env") && m.contains("reloadlet.io/env-action: evict"),
+                    "{m}"
+                );
+                "warn"
+            }
+        };
+        assert_eq!(got, want, "{what}");
+    }
+    assert_eq!(cause(&cm), "configmap app-env (env) changed");
+}
+
+#[test]
+fn eligibility_and_an_invalid_env_action() {
+    assert!(env_eligible(&pod(&[("reloadlet.io/action", "signal")], true)).is_ok());
+    assert!(env_eligible(&pod(&[], true)).is_err());
+    let bad = pod(
+        &[
+            ("reloadlet.io/action", "signal"),
+            ("reloadlet.io/env-action", "restart"),
+        ],
+        true,
+    );
+    let e = env_eligible(&bad).unwrap_err();
+    assert!(e.contains("reloadlet.io/env-action"), "{e}");
+    let mut pending = pod(&[("reloadlet.io/action", "signal")], true);
+    pending.phase = "Pending".into();
+    assert!(env_eligible(&pending).is_err());
+}
+
+#[test]
+fn explain_lists_each_reference_and_its_consequence() {
+    let text = explain(&pod(&[("reloadlet.io/action", "signal")], true));
+    assert!(
+        text.contains("container app: configmap app-env key \"LOG\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("configmap shared envFrom (every key, prefix \"S_\")"),
+        "{text}"
+    );
+    assert!(
+        text.contains("a change of configmap app-env (a key it reads): Warning EnvNotReloaded"),
+        "{text}"
+    );
+    assert!(
+        text.contains("a change of secret db (a key it reads): Warning EnvNotReloaded (if the controller runs with --env-consumers-secrets)"),
+        "{text}"
+    );
+    let evict = explain(&pod(&[("reloadlet.io/action", "evict")], true));
+    assert!(
+        evict.contains("the pod is evicted (PDB-respecting)"),
+        "{evict}"
+    );
+}

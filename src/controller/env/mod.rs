@@ -1,0 +1,299 @@
+//! The env-consumer feature (docs/env-consumers.md): which objects opted-in pods read through
+//! env ([`tracker`], [`hash`]), one GET of each when it changes (retried with backoff), and
+//! what a change does: an eviction through the executor's [`Evictions`], or a warning; the
+//! baseline annotations are patch jobs of the executor.
+
+pub mod hash;
+pub mod tracker;
+
+use super::api::{EnvApi, ObjectKey};
+use super::feature::{Feature, Routed, World};
+use crate::core::model::{PodInfo, SourceKind};
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pod_index::PodIndex;
+use crate::execute::evict::{EvictJob, Evictions};
+use crate::execute::patch::{PatchJob, PatchKind, Patches};
+use crate::execute::report::Reporter;
+use crate::ports::PodRef;
+use crate::retry::{Backoff, Retries};
+use futures::future::BoxFuture;
+use hash::{EnvDecision, ObjectData};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracker::{EnvChange, EnvTracker};
+
+/// At most this many GETs at a time.
+const FETCHES_IN_FLIGHT: usize = 8;
+/// A failed GET of an env consumer's source: again after 0.5 s, doubling up to a minute,
+/// until it succeeds or the controller stops.
+const FETCH_RETRY: Backoff = Backoff::doubling(Duration::from_millis(500), Duration::from_secs(60));
+
+/// What the env consumers need from outside.
+pub struct EnvDeps {
+    pub api: Arc<dyn EnvApi>,
+    /// The agent's eviction executor (PDB-respecting, paced, one per pod).
+    pub evictions: Evictions,
+    /// The env-consumer pods, shared with `evictions` (it stops when a pod is gone).
+    pub index: Arc<RwLock<PodIndex>>,
+    /// Writes the baseline annotations.
+    pub baselines: Patches,
+    /// Warnings (`EnvNotReloaded`, `EvictionRefused`) as metrics, Events and notifications.
+    pub reporter: Reporter,
+    pub configmaps: bool,
+    pub secrets: bool,
+    /// Stops fetch retries.
+    pub stop: CancellationToken,
+}
+
+/// One GET answered.
+struct Fetched {
+    key: ObjectKey,
+    seq: u64,
+    data: Option<ObjectData>,
+    seen: std::time::Instant,
+}
+
+pub struct EnvConsumers {
+    deps: EnvDeps,
+    tracker: EnvTracker,
+    fetched_tx: mpsc::UnboundedSender<Fetched>,
+    fetched_rx: mpsc::UnboundedReceiver<Fetched>,
+    fetches: Arc<Semaphore>,
+}
+
+impl EnvConsumers {
+    pub fn new(deps: EnvDeps) -> Self {
+        let (fetched_tx, fetched_rx) = mpsc::unbounded_channel();
+        Self {
+            tracker: EnvTracker::new(deps.configmaps, deps.secrets),
+            deps,
+            fetched_tx,
+            fetched_rx,
+            fetches: Arc::new(Semaphore::new(FETCHES_IN_FLIGHT)),
+        }
+    }
+
+    fn index(&self) -> std::sync::RwLockWriteGuard<'_, PodIndex> {
+        self.deps.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A pod added or changed: follow its env references (or stop following them).
+    fn put_pod(&mut self, pod: &PodInfo, world: &World) {
+        if hash::env_eligible(pod).is_err() || pod.env.is_empty() {
+            self.remove_pod(&pod.uid);
+            return;
+        }
+        let fetch = self.tracker.put_pod(pod);
+        if self.tracker.tracks(&pod.uid) {
+            self.index().apply(pod.clone());
+        } else {
+            self.index().delete(&pod.uid);
+        }
+        if world.leader && world.pods_listed {
+            let now = Instant::now().into_std();
+            for key in fetch {
+                self.fetch(key, None, now);
+            }
+        }
+    }
+
+    fn remove_pod(&mut self, uid: &str) {
+        self.tracker.remove_pod(uid);
+        self.index().delete(uid);
+    }
+
+    /// A ConfigMap/Secret's resourceVersion (`None`: deleted), from the metadata watch.
+    fn object(&mut self, key: &ObjectKey, rv: Option<&str>, world: &World) {
+        if !world.leader || !world.pods_listed {
+            return;
+        }
+        if self.tracker.needs_fetch(key, rv) {
+            self.fetch(key.clone(), rv, Instant::now().into_std());
+        }
+    }
+
+    /// After a relist of `kind`: what changed (or vanished) during a watch gap.
+    fn relisted(&mut self, kind: SourceKind, objects: &[(ObjectKey, String)], world: &World) {
+        let rvs: HashMap<&ObjectKey, &str> = objects.iter().map(|(k, v)| (k, v.as_str())).collect();
+        let tracked: Vec<ObjectKey> = self
+            .tracker
+            .objects()
+            .into_iter()
+            .filter(|k| k.kind == kind)
+            .collect();
+        for key in tracked {
+            let rv = rvs.get(&key).copied();
+            self.object(&key, rv, world);
+        }
+    }
+
+    /// Compares every env consumer's baseline with what its objects hold now (a change made
+    /// while the controller was down, or led by another replica, is acted on here).
+    fn fetch_all(&mut self, world: &World) {
+        if !world.leader {
+            return;
+        }
+        let now = Instant::now().into_std();
+        // Those the relist replayed just before were fetched already: one GET each.
+        for key in self.tracker.unrequested() {
+            self.fetch(key, None, now);
+        }
+    }
+
+    /// One GET of `key` (retried with backoff while it fails); its answer comes back to
+    /// [`Self::fetched`].
+    fn fetch(&mut self, key: ObjectKey, rv: Option<&str>, seen: std::time::Instant) {
+        let seq = self.tracker.start_fetch(&key, rv);
+        let api = self.deps.api.clone();
+        let tx = self.fetched_tx.clone();
+        let permits = self.fetches.clone();
+        let stop = self.deps.stop.clone();
+        tokio::spawn(async move {
+            let mut retries = Retries::new(&FETCH_RETRY).stopped_by(stop.clone());
+            let read_until_done = async {
+                loop {
+                    // The permit is held for the read only, not for the wait after it.
+                    let read = match permits.clone().acquire_owned().await {
+                        Ok(_permit) => api.read(&key).await,
+                        Err(_) => return None,
+                    };
+                    let error = match read {
+                        Ok(data) => return Some(data),
+                        Err(e) => e,
+                    };
+                    let delay = retries.next(None)?;
+                    tracing::warn!(kind = key.kind.as_str(), namespace = %key.namespace, name = %key.name, error = %error, retry_in_ms = delay.as_millis() as u64, "cannot read an env consumer's source; retrying");
+                    if !retries.wait(delay).await {
+                        return None;
+                    }
+                }
+            };
+            // A stop also ends a read in flight.
+            let data = tokio::select! {
+                _ = stop.cancelled() => return,
+                data = read_until_done => match data {
+                    Some(data) => data,
+                    None => return,
+                },
+            };
+            let _ = tx.send(Fetched {
+                key,
+                seq,
+                data,
+                seen,
+            });
+        });
+    }
+
+    fn fetched(&mut self, fetched: Fetched, world: &World) {
+        if !world.leader {
+            return;
+        }
+        let changes = self
+            .tracker
+            .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
+        drop(fetched.data);
+        for change in changes {
+            self.act(&change, fetched.seen);
+        }
+    }
+
+    /// What a change of one env source does to one pod.
+    fn act(&mut self, change: &EnvChange, seen: std::time::Instant) {
+        let pod = {
+            let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
+            index.get(&change.uid).cloned()
+        };
+        let Some(pod) = pod else { return };
+        let source = change.source.clone();
+        let cause = hash::cause(&source);
+        let pod_ref = PodRef::from(&pod);
+        let report = &self.deps.reporter;
+        match hash::decide(&pod, &source) {
+            EnvDecision::Evict => {
+                tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "env source changed; evicting");
+                self.deps.evictions.request(EvictJob {
+                    pod: pod_ref,
+                    cause,
+                    first_seen: Some(seen),
+                    sources: vec![source],
+                });
+                self.tracker.acting(change);
+            }
+            EnvDecision::Refused(note) => {
+                let outcome = Outcome::Refused;
+                tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", outcome = outcome.as_str(), "{note}");
+                report.record(&pod_ref, ActionKind::Evict, outcome, note, &[source]);
+                self.tracker.acknowledge(change);
+            }
+            EnvDecision::NotReloaded(note) => {
+                let outcome = Outcome::EnvNotReloaded;
+                tracing::warn!(pod = %pod.full_name(), cause = %cause, outcome = outcome.as_str(), "{note}");
+                report.record(&pod_ref, ActionKind::None, outcome, note, &[source]);
+                self.tracker.acknowledge(change);
+            }
+        }
+    }
+}
+
+impl Feature for EnvConsumers {
+    fn kinds(&self) -> Vec<SourceKind> {
+        let mut kinds = vec![SourceKind::ConfigMap];
+        if self.deps.secrets {
+            kinds.push(SourceKind::Secret);
+        }
+        kinds
+    }
+
+    fn route(&mut self, event: Routed<'_>, world: &World) {
+        match event {
+            Routed::Object {
+                key,
+                resource_version,
+            } => self.object(key, resource_version, world),
+            Routed::Listed { kind, objects } => self.relisted(kind, objects, world),
+            Routed::PodPut(pod) => self.put_pod(pod, world),
+            Routed::PodRemoved(pod) => self.remove_pod(&pod.uid),
+            Routed::PodsListed => self.fetch_all(world),
+            Routed::Leader(leader) => {
+                self.tracker.forget_fetches();
+                if leader && world.pods_listed {
+                    self.fetch_all(world);
+                }
+            }
+        }
+    }
+
+    fn wake<'a>(&'a mut self, world: &'a World) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(fetched) = self.fetched_rx.recv().await {
+                self.fetched(fetched, world);
+            }
+        })
+    }
+
+    /// Baseline annotations to write (leader only), a few at a time.
+    fn settle(&mut self, world: &World) {
+        if !world.leader {
+            return;
+        }
+        for w in self.tracker.writes() {
+            let job = PatchJob {
+                pod: PodRef {
+                    uid: w.uid,
+                    namespace: w.namespace,
+                    name: w.name,
+                },
+                kind: PatchKind::EnvBaseline,
+                value: w.value,
+            };
+            // Not retried; a failure is logged by the executor and the baseline stays in
+            // memory, written with the pod's next one.
+            self.deps.baselines.request(job, |_| {});
+        }
+    }
+}

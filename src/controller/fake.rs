@@ -1,0 +1,214 @@
+//! In-memory fakes of the controller's edges that record what was asked of them (tests only).
+
+use super::api::{EnvApi, LeaseError, LeaseStore, ObjectKey};
+use super::env::hash::ObjectData;
+use super::lease::LeaseRecord;
+use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
+use crate::core::model::PodInfo;
+use crate::execute::patch::{PatchError, PatchRequest, Patcher};
+use futures::future::BoxFuture;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+/// Objects by key; records reads.
+#[derive(Default)]
+pub struct FakeEnvApi {
+    pub objects: Mutex<HashMap<ObjectKey, ObjectData>>,
+    pub reads: Mutex<Vec<ObjectKey>>,
+}
+
+impl EnvApi for FakeEnvApi {
+    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, String>> {
+        self.reads.lock().unwrap().push(key.clone());
+        let found = self.objects.lock().unwrap().get(key).cloned();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+}
+
+#[derive(Default)]
+struct PatcherState {
+    pods: HashMap<(String, String), PodInfo>,
+    /// (annotation, namespace, name, value) of every patch request, in order.
+    patches: Vec<(&'static str, String, String, String)>,
+    gets: usize,
+    scripted: VecDeque<PatchError>,
+    always: Option<PatchError>,
+    hang: bool,
+}
+
+/// Pods by namespace/name; every patch is recorded (and applied to the stored pod).
+#[derive(Clone, Default)]
+pub struct FakePatcher {
+    state: Arc<Mutex<PatcherState>>,
+}
+
+impl FakePatcher {
+    pub fn put(&self, pod: PodInfo) {
+        let mut s = self.state.lock().unwrap();
+        s.pods
+            .insert((pod.namespace.clone(), pod.name.clone()), pod);
+    }
+    pub fn remove(&self, namespace: &str, name: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.pods.remove(&(namespace.to_owned(), name.to_owned()));
+    }
+    /// The next patches fail with these errors, in order.
+    pub fn fail_next(&self, errors: impl IntoIterator<Item = PatchError>) {
+        self.state.lock().unwrap().scripted.extend(errors);
+    }
+    /// Every patch fails with this error.
+    pub fn fail_always(&self, error: PatchError) {
+        self.state.lock().unwrap().always = Some(error);
+    }
+    /// Patches never answer (while `true`).
+    pub fn hang(&self, hang: bool) {
+        self.state.lock().unwrap().hang = hang;
+    }
+    /// `(namespace, name, value)` of every nudge patch request, in order.
+    pub fn patches(&self) -> Vec<(String, String, String)> {
+        self.written(PROJECTION_NUDGE)
+    }
+    /// `(namespace, name, value)` of every env baseline write, in order.
+    pub fn baseline_writes(&self) -> Vec<(String, String, String)> {
+        self.written(ENV_BASELINE)
+    }
+    fn written(&self, annotation: &str) -> Vec<(String, String, String)> {
+        let s = self.state.lock().unwrap();
+        s.patches
+            .iter()
+            .filter(|(a, ..)| *a == annotation)
+            .map(|(_, ns, name, value)| (ns.clone(), name.clone(), value.clone()))
+            .collect()
+    }
+    pub fn gets(&self) -> usize {
+        self.state.lock().unwrap().gets
+    }
+}
+
+impl Patcher for FakePatcher {
+    fn patch<'a>(&'a self, req: &'a PatchRequest) -> BoxFuture<'a, Result<(), PatchError>> {
+        let mut s = self.state.lock().unwrap();
+        s.patches.push((
+            req.annotation,
+            req.namespace.clone(),
+            req.name.clone(),
+            req.value.clone(),
+        ));
+        if s.hang {
+            return Box::pin(std::future::pending());
+        }
+        let result = if let Some(e) = s.always.clone() {
+            Err(e)
+        } else if let Some(e) = s.scripted.pop_front() {
+            Err(e)
+        } else {
+            match s.pods.get_mut(&(req.namespace.clone(), req.name.clone())) {
+                Some(p) if req.uid.as_ref().is_none_or(|uid| *uid == p.uid) => {
+                    p.annotations
+                        .insert(req.annotation.to_owned(), req.value.clone());
+                    Ok(())
+                }
+                _ => Err(PatchError::NotFound),
+            }
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodInfo>, PatchError>> {
+        let mut s = self.state.lock().unwrap();
+        s.gets += 1;
+        let pod = s
+            .pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned();
+        Box::pin(std::future::ready(Ok(pod)))
+    }
+}
+
+#[derive(Default)]
+struct LeaseState {
+    record: Option<(LeaseRecord, u64)>,
+    writes: usize,
+    down: bool,
+}
+
+/// One Lease shared by every clone (two candidates can share one store).
+#[derive(Clone, Default)]
+pub struct FakeLeaseStore {
+    state: Arc<Mutex<LeaseState>>,
+}
+
+impl FakeLeaseStore {
+    pub fn holder(&self) -> Option<String> {
+        let s = self.state.lock().unwrap();
+        s.record.as_ref().and_then(|(r, _)| r.holder.clone())
+    }
+    pub fn record(&self) -> Option<LeaseRecord> {
+        self.state
+            .lock()
+            .unwrap()
+            .record
+            .as_ref()
+            .map(|(r, _)| r.clone())
+    }
+    /// Every request fails while down.
+    pub fn set_down(&self, down: bool) {
+        self.state.lock().unwrap().down = down;
+    }
+    pub fn writes(&self) -> usize {
+        self.state.lock().unwrap().writes
+    }
+}
+
+impl LeaseStore for FakeLeaseStore {
+    fn get(
+        &self,
+    ) -> impl Future<Output = Result<Option<(LeaseRecord, String)>, LeaseError>> + Send {
+        let s = self.state.lock().unwrap();
+        let r = if s.down {
+            Err(LeaseError::Other("API unavailable".into()))
+        } else {
+            Ok(s.record.as_ref().map(|(r, v)| (r.clone(), v.to_string())))
+        };
+        std::future::ready(r)
+    }
+    fn create(&self, record: &LeaseRecord) -> impl Future<Output = Result<(), LeaseError>> + Send {
+        let mut s = self.state.lock().unwrap();
+        let r = if s.down {
+            Err(LeaseError::Other("API unavailable".into()))
+        } else if s.record.is_some() {
+            Err(LeaseError::Conflict)
+        } else {
+            s.writes += 1;
+            s.record = Some((record.clone(), 1));
+            Ok(())
+        };
+        std::future::ready(r)
+    }
+    fn replace(
+        &self,
+        record: &LeaseRecord,
+        resource_version: &str,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send {
+        let mut s = self.state.lock().unwrap();
+        let r = if s.down {
+            Err(LeaseError::Other("API unavailable".into()))
+        } else {
+            match &s.record {
+                Some((_, v)) if v.to_string() == resource_version => {
+                    let next = v + 1;
+                    s.writes += 1;
+                    s.record = Some((record.clone(), next));
+                    Ok(())
+                }
+                _ => Err(LeaseError::Conflict),
+            }
+        };
+        std::future::ready(r)
+    }
+}

@@ -1,0 +1,397 @@
+//! Pod patches of the controller: the projection nudge and the env baseline, each exactly
+//! one annotation. A timeout per call, bounded concurrency, one re-read and retry after a
+//! 404/409 (nudges only), `--dry-run` (nothing is written, the patch is logged) and a typed
+//! [`Outcome`] handed back to the feature that asked, reported through the [`Reporter`].
+
+use super::report::Reporter;
+use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
+use crate::core::model::{PodInfo, SourceRef};
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::ports::PodRef;
+use futures::future::BoxFuture;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
+    #[error("not found")]
+    NotFound,
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One annotation to write on one pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PatchRequest {
+    pub namespace: String,
+    pub name: String,
+    /// `Some`: conditional on the pod's UID (a pod replaced under the same name is never
+    /// written for its predecessor; the edge answers `NotFound`).
+    pub uid: Option<String>,
+    pub annotation: &'static str,
+    pub value: String,
+}
+
+/// The pod edge of the controller's writes (kube in `crate::k8s::controller`, a fake in tests).
+pub trait Patcher: Send + Sync + 'static {
+    /// A JSON merge patch of exactly `metadata.annotations[req.annotation]`.
+    fn patch<'a>(&'a self, req: &'a PatchRequest) -> BoxFuture<'a, Result<(), PatchError>>;
+    /// `Ok(None)`: the pod does not exist.
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodInfo>, PatchError>>;
+}
+
+/// Which of the controller's patches (what is logged and reported).
+#[derive(Clone, Debug)]
+pub enum PatchKind {
+    /// `reloadlet.io/projection-nudge` for a change of `source`. After a 404/409 the pod is
+    /// read again and, if it is still the same pod and `still_wanted` holds, patched once
+    /// more. A failure is notified (`NudgeFailed`).
+    Nudge {
+        source: SourceRef,
+        still_wanted: fn(&PodInfo, &SourceRef) -> bool,
+    },
+    /// `reloadlet.io/env-baseline`, conditional on the pod's UID, never retried (a 403 from
+    /// RBAC or an admission policy would repeat for every pod): the baseline stays in memory.
+    EnvBaseline,
+}
+
+#[derive(Clone, Debug)]
+pub struct PatchJob {
+    pub pod: PodRef,
+    pub kind: PatchKind,
+    pub value: String,
+}
+
+impl PatchJob {
+    fn request(&self) -> PatchRequest {
+        let (annotation, uid) = match self.kind {
+            PatchKind::Nudge { .. } => (PROJECTION_NUDGE, None),
+            PatchKind::EnvBaseline => (ENV_BASELINE, Some(self.pod.uid.clone())),
+        };
+        PatchRequest {
+            namespace: self.pod.namespace.clone(),
+            name: self.pod.name.clone(),
+            uid,
+            annotation,
+            value: self.value.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct PatchSettings {
+    /// Patches in flight at once.
+    pub max_in_flight: usize,
+    /// One call may take this long; then it counts as failed.
+    pub call_timeout: Duration,
+}
+
+impl PatchSettings {
+    /// Nudges: every due nudge at once (the scheduler's rate cap paces them).
+    pub fn nudges() -> Self {
+        Self {
+            max_in_flight: Semaphore::MAX_PERMITS,
+            call_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Baseline writes: a few at a time.
+    pub fn baselines() -> Self {
+        Self {
+            max_in_flight: 4,
+            call_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Patches {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: PatchSettings,
+    patcher: Arc<dyn Patcher>,
+    report: Reporter,
+    permits: Semaphore,
+    stop: CancellationToken,
+    /// A 403 is logged once until a patch succeeds again.
+    forbidden_reported: AtomicBool,
+}
+
+impl Patches {
+    pub fn new(
+        settings: PatchSettings,
+        patcher: Arc<dyn Patcher>,
+        report: Reporter,
+        stop: CancellationToken,
+    ) -> Self {
+        let permits = Semaphore::new(settings.max_in_flight.clamp(1, Semaphore::MAX_PERMITS));
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                patcher,
+                report,
+                permits,
+                stop,
+                forbidden_reported: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Writes `job` on the runtime; `done` gets its outcome (not called when shutdown stops
+    /// it first).
+    pub fn request(&self, job: PatchJob, done: impl FnOnce(Outcome) + Send + 'static) {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let outcome = tokio::select! {
+                _ = inner.stop.cancelled() => return,
+                outcome = inner.run(&job) => outcome,
+            };
+            done(outcome);
+        });
+    }
+}
+
+impl Inner {
+    async fn run(&self, job: &PatchJob) -> Outcome {
+        let req = job.request();
+        if self.report.dry_run() {
+            let outcome = Outcome::DryRun;
+            tracing::info!(pod = %job.pod.full_name(), annotation = req.annotation, value = %req.value, outcome = outcome.as_str(), "dry-run: would patch the pod's annotation");
+            return outcome;
+        }
+        let result = match self.call(&req).await {
+            Err(PatchError::NotFound | PatchError::Conflict(_))
+                if matches!(job.kind, PatchKind::Nudge { .. }) =>
+            {
+                self.again(job, &req).await
+            }
+            other => other,
+        };
+        self.finish(job, result)
+    }
+
+    /// One call, within the timeout, holding a permit.
+    async fn call(&self, req: &PatchRequest) -> Result<(), PatchError> {
+        let Ok(_permit) = self.permits.acquire().await else {
+            return Err(PatchError::Other("shutting down".into()));
+        };
+        let timeout = self.settings.call_timeout;
+        tokio::time::timeout(timeout, self.patcher.patch(req))
+            .await
+            .unwrap_or_else(|_| Err(no_answer(timeout)))
+    }
+
+    /// After a 404/409 of a nudge: the pod is read again and, if it is still the same pod
+    /// and still wanted, patched once more.
+    async fn again(&self, job: &PatchJob, req: &PatchRequest) -> Result<(), PatchError> {
+        let PatchKind::Nudge {
+            source,
+            still_wanted,
+        } = &job.kind
+        else {
+            return Err(PatchError::NotFound);
+        };
+        let timeout = self.settings.call_timeout;
+        let read = tokio::time::timeout(timeout, self.patcher.get(&req.namespace, &req.name))
+            .await
+            .unwrap_or_else(|_| Err(no_answer(timeout)))?;
+        match read {
+            Some(pod) if pod.uid == job.pod.uid && still_wanted(&pod, source) => {
+                self.call(req).await
+            }
+            Some(_) | None => Err(PatchError::NotFound),
+        }
+    }
+
+    /// The outcome of a patch: its log line and, for a failed nudge, its notification.
+    fn finish(&self, job: &PatchJob, result: Result<(), PatchError>) -> Outcome {
+        let pod = job.pod.full_name();
+        let outcome = match &result {
+            Ok(()) => Outcome::Patched,
+            Err(PatchError::NotFound) => Outcome::PodGone,
+            Err(PatchError::Conflict(_)) => Outcome::PatchConflict,
+            Err(PatchError::Forbidden(_)) => Outcome::PatchForbidden,
+            Err(PatchError::Other(_)) => Outcome::PatchFailed,
+        };
+        let source = match &job.kind {
+            PatchKind::EnvBaseline => {
+                if let Err(
+                    e @ (PatchError::Conflict(_) | PatchError::Forbidden(_) | PatchError::Other(_)),
+                ) = &result
+                {
+                    tracing::warn!(pod_uid = %job.pod.uid, error = %e, "could not write the env baseline annotation; keeping it in memory (a restart before it is written takes a new baseline)");
+                }
+                return outcome;
+            }
+            PatchKind::Nudge { source, .. } => source,
+        };
+        let error = match result {
+            Ok(()) => {
+                self.forbidden_reported.store(false, Ordering::Relaxed);
+                tracing::debug!(pod = %pod, value = %job.value, "nudged");
+                return outcome;
+            }
+            Err(PatchError::NotFound) => return outcome,
+            Err(e) => e,
+        };
+        match &error {
+            PatchError::Conflict(_) => {
+                tracing::warn!(pod = %pod, error = %error, "nudge conflicted twice; the kubelet's periodic sync will project the change");
+            }
+            PatchError::Forbidden(_) => {
+                if !self.forbidden_reported.swap(true, Ordering::Relaxed) {
+                    tracing::error!(pod = %pod, error = %error, "patching pods is forbidden: check the controller's ClusterRole (pods patch) and admission policies; changes will wait for the kubelet's periodic sync");
+                }
+            }
+            _ => {
+                tracing::warn!(pod = %pod, error = %error, "nudge failed; the kubelet's periodic sync will project the change");
+            }
+        }
+        let note = format!(
+            "projection nudge {} failed: {error}; the kubelet's periodic sync will project {source}",
+            job.value
+        );
+        self.report.publish(
+            &job.pod,
+            ActionKind::None,
+            Outcome::NudgeFailed,
+            note,
+            std::slice::from_ref(source),
+        );
+        outcome
+    }
+}
+
+fn no_answer(timeout: Duration) -> PatchError {
+    PatchError::Other(format!(
+        "no answer from the API server within {}",
+        humantime::format_duration(timeout)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fake::FakePatcher;
+    use crate::ports::fake;
+    use crate::serve::metrics::Metrics;
+
+    fn patches(patcher: &FakePatcher, dry_run: bool) -> (Patches, Arc<fake::Events>) {
+        let events = Arc::new(fake::Events::default());
+        let report = Reporter::new(
+            events.clone(),
+            crate::outbound::notify::Notifier::disabled(),
+            Metrics::new(&mut prometheus_client::registry::Registry::default()),
+            dry_run,
+            "controller-0".into(),
+        );
+        let settings = PatchSettings {
+            max_in_flight: 1,
+            call_timeout: Duration::from_secs(10),
+        };
+        let p = Patches::new(
+            settings,
+            Arc::new(patcher.clone()),
+            report,
+            CancellationToken::new(),
+        );
+        (p, events)
+    }
+
+    fn nudge(value: &str) -> PatchJob {
+        PatchJob {
+            pod: PodRef {
+                uid: "u1".into(),
+                namespace: "ns".into(),
+                name: "web".into(),
+            },
+            kind: PatchKind::Nudge {
+                source: SourceRef {
+                    kind: crate::core::model::SourceKind::ConfigMap,
+                    name: "cfg".into(),
+                },
+                still_wanted: |_, _| true,
+            },
+            value: value.into(),
+        }
+    }
+
+    async fn outcome(p: &Patches, job: PatchJob) -> Outcome {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        p.request(job, move |o| {
+            let _ = tx.send(o);
+        });
+        rx.await.unwrap()
+    }
+
+    fn pod() -> PodInfo {
+        PodInfo {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            ..PodInfo::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_answers_fails_after_its_timeout_and_is_notified() {
+        let patcher = FakePatcher::default();
+        patcher.put(pod());
+        patcher.hang(true);
+        let (p, events) = patches(&patcher, false);
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            outcome(&p, nudge("configmap/cfg@2")).await,
+            Outcome::PatchFailed
+        );
+        assert!(started.elapsed() >= Duration::from_secs(10));
+        // No Event for a nudge (its notification only).
+        assert!(events.reasons().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dry_run_writes_nothing() {
+        let patcher = FakePatcher::default();
+        patcher.put(pod());
+        let (p, _) = patches(&patcher, true);
+        assert_eq!(outcome(&p, nudge("configmap/cfg@2")).await, Outcome::DryRun);
+        let mut baseline = nudge("configmap/cfg=abc");
+        baseline.kind = PatchKind::EnvBaseline;
+        assert_eq!(outcome(&p, baseline).await, Outcome::DryRun);
+        assert!(patcher.patches().is_empty());
+        assert!(patcher.baseline_writes().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_baseline_is_conditional_on_the_uid_and_never_re_read() {
+        let patcher = FakePatcher::default();
+        let (p, _) = patches(&patcher, false);
+        let mut job = nudge("configmap/cfg=abc");
+        job.kind = PatchKind::EnvBaseline;
+        // The pod is gone: one request, no re-read.
+        assert_eq!(outcome(&p, job.clone()).await, Outcome::PodGone);
+        assert_eq!(patcher.gets(), 0);
+        patcher.put(pod());
+        assert_eq!(outcome(&p, job).await, Outcome::Patched);
+        assert_eq!(
+            patcher.baseline_writes(),
+            [
+                ("ns".into(), "web".into(), "configmap/cfg=abc".into()),
+                ("ns".into(), "web".into(), "configmap/cfg=abc".into())
+            ]
+        );
+    }
+}
