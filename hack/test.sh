@@ -13,6 +13,11 @@ fi
 hack/install-test-deps.sh
 hack/install-manifest-tools.sh
 
+echo "== image (hack/build-image.sh: static musl binary, OCI image built offline with buildah)" >&2
+hack/build-image.sh
+# The image and runtime tests (tests/image_*.rs, tests/runtime_*.rs) run here, never skip.
+export RELOADLET_REQUIRE_IMAGE=1
+
 echo "== cargo fmt / clippy" >&2
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
