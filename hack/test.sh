@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as root (the simulated node makes cgroups, tmpfs mounts and PID
-# namespaces): formatting and lints, every Rust test (unit, simulated-node integration,
-# parser fuzzing on stable), and the rendered-manifest checks.
+# namespaces): the OCI image (hack/build-image.sh), formatting and lints, every Rust test
+# (unit, simulated-node integration, parser fuzzing on stable, the image under podman with
+# the chart's posture), and the rendered-manifest checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
