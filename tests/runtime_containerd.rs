@@ -19,96 +19,11 @@ use nodesim::runtime::random_container_id;
 use runtime_support::*;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const NODE: &str = "node-a";
 const NS: &str = "web";
-
-fn nginx_conf(port: u16, body: &str) -> String {
-    format!(
-        r#"daemon off;
-master_process on;
-worker_processes 1;
-pid /run/nginx/nginx.pid;
-error_log /run/nginx/error.log notice;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path /run/nginx/body;
-    proxy_temp_path /run/nginx/proxy;
-    fastcgi_temp_path /run/nginx/fastcgi;
-    uwsgi_temp_path /run/nginx/uwsgi;
-    scgi_temp_path /run/nginx/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{ return 200 "{body}"; }}
-    }}
-}}
-"#
-    )
-}
-
-/// The agent binary, stopped (SIGTERM, then SIGKILL) on drop.
-struct Agent {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Agent {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while std::time::Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie has exited too.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(false)
-}
-
-fn parent(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    stat.rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
@@ -304,22 +219,8 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
         ("the sandbox", sandbox),
         ("the sibling", sidecar),
     ] {
-        assert!(alive(pid), "{what} (pid {pid}) was not signalled");
+        assert!(running(pid), "{what} (pid {pid}) was not signalled");
     }
     drop(agent);
     drop(containerd);
-}
-
-/// Polls `f` every 20 ms until it holds or `timeout` passes.
-async fn wait_poll(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
