@@ -163,6 +163,19 @@ impl Containerd {
             .unwrap_or_else(|| panic!("container {id} has no running task"))
     }
 
+    /// Stops container `id` (SIGKILL), deletes its task and the container, as the kubelet
+    /// has the runtime do for a deleted pod.
+    pub fn stop(&mut self, id: &str) {
+        let quiet = |cmd: &mut Command| {
+            let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        };
+        quiet(self.ctr().args(["task", "kill", "--signal", "SIGKILL", id]));
+        wait_until(Duration::from_secs(10), || self.pid(id).is_none());
+        quiet(self.ctr().args(["task", "delete", "--force", id]));
+        quiet(self.ctr().args(["container", "delete", id]));
+        self.containers.retain(|c| c != id);
+    }
+
     /// The PID of container `id`'s task when it runs.
     pub fn pid(&self, id: &str) -> Option<i32> {
         let out = self.ctr().args(["task", "ls"]).output().ok()?;
