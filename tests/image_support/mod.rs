@@ -442,14 +442,24 @@ impl Podman {
         }
     }
 
-    /// Removes the parent cgroup (every hierarchy) once its containers are gone.
+    /// Removes the parent cgroup (every hierarchy; podman puts each container in
+    /// `libpod-<id>` and conmon in `conmon` under it) once their processes are gone: conmon
+    /// exits just after its container, so this polls for up to 10 s.
     pub fn remove_cgroups(&self) {
-        let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return;
-        };
-        for h in hierarchies.flatten() {
-            let top = h.path().join(self.cgroup_parent.trim_start_matches('/'));
-            remove_cgroup_tree(&top);
+        let tops: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+            .map(|d| {
+                d.flatten()
+                    .map(|h| h.path().join(self.cgroup_parent.trim_start_matches('/')))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            tops.iter().for_each(|top| remove_cgroup_tree(top));
+            if tops.iter().all(|t| !t.exists()) || std::time::Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
 }
