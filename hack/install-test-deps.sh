@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine (idempotent):
 # nginx (the real workload the tests reload), util-linux's unshare/nsenter, tini, dumb-init
-# and catatonit (real signal-forwarding inits); checks
+# and catatonit (real signal-forwarding inits), buildah, podman, conmon, runc, containerd and
+# busybox-static (the image and real-runtime tests), musl-tools (the static binary); checks
 # that cargo is on the PATH (the Rust toolchain is the one prerequisite).
 #
 # It touches nothing it did not start: the tests and the demo run their own nginx
@@ -49,8 +50,10 @@ command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 || need+
 command -v musl-gcc >/dev/null 2>&1 || need+=(musl-tools)
 if ((${#need[@]})); then
   apt_install "${need[@]}"
-  if [[ " ${need[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1; then
-    echo "install-test-deps: installed nginx without starting its service; Debian enables it at boot" \
-      "(to keep it off: systemctl disable nginx)" >&2
-  fi
+  for svc in nginx containerd; do
+    if [[ " ${need[*]} " == *" $svc "* ]] && command -v systemctl >/dev/null 2>&1; then
+      echo "install-test-deps: installed $svc without starting its service; Debian enables it at boot" \
+        "(to keep it off: systemctl disable $svc)" >&2
+    fi
+  done
 fi
