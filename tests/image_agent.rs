@@ -140,6 +140,20 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         r#"--set-json=extraEnv=[{"name":"RELOADLET_EVICTION_BACKOFF","value":"200ms"},{"name":"RELOADLET_EVICTION_BACKOFF_MAX","value":"1s"}]"#.into(),
     ]);
     let ds = find_kind(&docs, "DaemonSet");
+    // The image the chart names is the one built, and its USER agrees with the chart's
+    // runAsUser (the Dockerfile's `USER 0:0`, `ENTRYPOINT ["/reloadlet"]`).
+    let image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap();
+    let config = node.podman.inspect(
+        image,
+        "{{.Config.User}} {{json .Config.Entrypoint}} {{index .Labels \"org.opencontainers.image.version\"}}",
+    );
+    let run_as = &ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsUser"];
+    assert_eq!(
+        config,
+        format!("{run_as}:0 [\"/reloadlet\"] {}", env!("CARGO_PKG_VERSION"))
+    );
     let args = node.run_args(
         &ds["spec"]["template"],
         "reloadlet-x7k2p",
