@@ -1,9 +1,10 @@
 //! nginx as a real container's PID 1 in CRI-O's shape: conmon creates each container with
 //! runc and stays its parent, in the kubelet's cgroupfs layout as CRI-O names it
 //! (`/kubepods/besteffort/pod<uid>/crio-<id>`, conmon in the sibling `crio-conmon-<id>`),
-//! beside an infra (pause) container (catatonit -P) and a sibling container. reloadlet (the binary) gets a ConfigMap change and sends SIGHUP to
-//! nginx's master: same PID, the new config served; conmon, the infra container and the
-//! sibling are not signalled (a `sleep` would die of SIGHUP).
+//! beside an infra (pause) container (catatonit -P) and a sibling container. reloadlet (the
+//! binary) gets a ConfigMap change and sends SIGHUP to nginx's master: same PID, the new config served; conmon, the infra container and the
+//! sibling are not signalled (a `sleep` would die of SIGHUP). Then `action: evict`: a
+//! ReplicaSet's pod under conmon is evicted through the Eviction API and replaced.
 //!
 //! Skips in one line where conmon, runc, nginx, busybox or catatonit is missing;
 //! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure.
@@ -218,6 +219,91 @@ async fn nginx_in_a_conmon_runc_container_is_reloaded_by_sighup() {
     ] {
         assert!(running(pid), "{what} (pid {pid}) was not signalled");
     }
+    // `action: evict`: a ReplicaSet's pod running under conmon is evicted through the
+    // Eviction API and replaced.
+    api.apply_configmap(
+        serde_json::from_value(json!({"metadata": {"name": "app-conf", "namespace": NS},
+            "data": {"k": "v1"}}))
+        .unwrap(),
+    );
+    let template = serde_json::from_value(json!({
+        "metadata": {"labels": {"app": "app"}, "annotations": {"reloadlet.io/action": "evict"}},
+        "spec": {
+            "containers": [{"name": "app", "image": "busybox",
+                            "volumeMounts": [{"name": "conf", "mountPath": "/config"}]}],
+            "volumes": [{"name": "conf", "configMap": {"name": "app-conf"}}]
+        }
+    }))
+    .unwrap();
+    api.create_replicaset(NS, "app", 1, template, NODE);
+    let old = api
+        .pods_of_replicaset(NS, "app")
+        .pop()
+        .expect("the ReplicaSet's pod");
+    let (old_name, old_uid) = (
+        old.metadata.name.clone().unwrap(),
+        old.metadata.uid.clone().unwrap(),
+    );
+    let app_conf = root
+        .join("pods")
+        .join(&old_uid)
+        .join("volumes/kubernetes.io~configmap/conf");
+    std::fs::create_dir_all(&app_conf).unwrap();
+    let write_app = |v: &str| {
+        let payload = BTreeMap::from([("k".to_string(), FileProjection::new(v))]);
+        atomic_writer::write(&app_conf, &payload).unwrap();
+    };
+    write_app("v1");
+    let app_id = random_container_id();
+    let mut app_mounts = host_mounts();
+    app_mounts.push((app_conf.as_path(), "/config", true));
+    conmon.run(
+        &app_id,
+        &rootfs,
+        &format!("/kubepods/besteffort/pod{old_uid}"),
+        &app_mounts,
+        &["/usr/bin/busybox", "sleep", "3600"],
+    );
+    let status = json!({
+        "phase": "Running", "qosClass": "BestEffort", "podIP": "127.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [
+            {"name": "app", "containerID": format!("cri-o://{app_id}"), "image": "busybox",
+             "imageID": "", "ready": true, "restartCount": 0, "started": true,
+             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+        ]
+    });
+    api.set_pod_status(NS, &old_name, serde_json::from_value(status).unwrap());
+    let ok = wait_poll(Duration::from_secs(30), || tracked(&listen) >= 2.0).await;
+    assert!(
+        ok,
+        "the agent never tracked the app's volume:\n{}",
+        agent.log()
+    );
+    api.apply_configmap(
+        serde_json::from_value(json!({"metadata": {"name": "app-conf", "namespace": NS},
+            "data": {"k": "v2"}}))
+        .unwrap(),
+    );
+    write_app("v2");
+    let evicted = wait_poll(Duration::from_secs(30), || {
+        api.evictions()
+            .iter()
+            .any(|e| e.pod == old_name && e.code == 201)
+    })
+    .await;
+    assert!(evicted, "the app's pod was never evicted:\n{}", agent.log());
+    // The kubelet's part of a deletion: stop the container, confirm the pod is gone.
+    conmon.stop(&app_id);
+    api.finalize_pod(NS, &old_name);
+    let replaced = wait_poll(Duration::from_secs(10), || {
+        let pods = api.pods_of_replicaset(NS, "app");
+        pods.len() == 1 && pods[0].metadata.uid.as_deref() != Some(old_uid.as_str())
+    })
+    .await;
+    assert!(replaced, "the ReplicaSet replaced the evicted pod");
+    assert!(running(master), "nginx was not touched by the eviction");
+
     drop(agent);
     drop(conmon);
 }

@@ -447,6 +447,38 @@ impl Conmon {
     }
 }
 
+impl Conmon {
+    /// Stops container `id` (SIGKILL), waits for its conmon to leave and deletes it, as
+    /// CRI-O does for a deleted pod; removes its cgroups.
+    pub fn stop(&mut self, id: &str) {
+        let conmon_key = format!("conmon:{id}");
+        let mine: Vec<(String, i32, String)> = self
+            .containers
+            .iter()
+            .filter(|c| c.0 == id || c.0 == conmon_key)
+            .cloned()
+            .collect();
+        self.containers.retain(|c| c.0 != id && c.0 != conmon_key);
+        let quiet = |mut cmd: Command| {
+            let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        };
+        let mut kill = self.runc();
+        kill.args(["kill", id, "KILL"]);
+        quiet(kill);
+        for (_, conmon, _) in &mine {
+            if *conmon > 0 {
+                wait_until(Duration::from_secs(10), || !running(*conmon));
+            }
+        }
+        let mut delete = self.runc();
+        delete.args(["delete", "--force", id]);
+        quiet(delete);
+        for (_, _, cgroup) in &mine {
+            remove_cgroup(cgroup);
+        }
+    }
+}
+
 fn hierarchies() -> Vec<PathBuf> {
     std::fs::read_dir("/sys/fs/cgroup")
         .map(|d| d.flatten().map(|e| e.path()).collect())
