@@ -32,7 +32,9 @@ RUN hack/build-release.sh --arch "${TARGETARCH:-$(uname -m)}" --out /out
 # publishes no version tags (only latest/nonroot/debug and digests), so the
 # runtime stage starts empty. The CA bundle is only for a kubeconfig outside
 # the cluster: in a pod the agent trusts the service account's ca.crt.
-FROM scratch
+# hack/build-image.sh builds this stage alone (--target runtime), offline, with a local
+# directory standing in for the builder stage.
+FROM scratch AS runtime
 ARG VERSION=dev
 ARG REVISION=""
 LABEL org.opencontainers.image.title="reloadlet" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine (idempotent):
 # nginx (the real workload the tests reload), util-linux's unshare/nsenter, tini, dumb-init
-# and catatonit (real signal-forwarding inits); checks
+# and catatonit (real signal-forwarding inits), buildah, podman, conmon, runc, containerd and
+# busybox-static (the image and real-runtime tests), musl-tools (the static binary); checks
 # that cargo is on the PATH (the Rust toolchain is the one prerequisite).
 #
 # It touches nothing it did not start: the tests and the demo run their own nginx
@@ -35,10 +36,24 @@ command -v unshare >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || need
 for init in tini dumb-init catatonit; do
   command -v "$init" >/dev/null 2>&1 || need+=("$init")
 done
+# The image and real container runtimes (tests/image_*.rs, tests/runtime_*.rs,
+# hack/build-image.sh): buildah builds the image, podman (with conmon, runc and catatonit, its
+# pause process's init) runs it, containerd 1.6 with ctr runs workloads, busybox-static gives
+# the containers a shell. musl-tools: musl-gcc for the static binary the image ships
+# (hack/build-release.sh). No daemon is started: the tests start containerd themselves.
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v conmon >/dev/null 2>&1 || need+=(conmon)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 || need+=(containerd)
+[[ -x /bin/busybox ]] || need+=(busybox-static)
+command -v musl-gcc >/dev/null 2>&1 || need+=(musl-tools)
 if ((${#need[@]})); then
   apt_install "${need[@]}"
-  if [[ " ${need[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1; then
-    echo "install-test-deps: installed nginx without starting its service; Debian enables it at boot" \
-      "(to keep it off: systemctl disable nginx)" >&2
-  fi
+  for svc in nginx containerd; do
+    if [[ " ${need[*]} " == *" $svc "* ]] && command -v systemctl >/dev/null 2>&1; then
+      echo "install-test-deps: installed $svc without starting its service; Debian enables it at boot" \
+        "(to keep it off: systemctl disable $svc)" >&2
+    fi
+  done
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as root (the simulated node makes cgroups, tmpfs mounts and PID
-# namespaces): formatting and lints, every Rust test (unit, simulated-node integration,
-# parser fuzzing on stable), and the rendered-manifest checks.
+# namespaces): the OCI image (hack/build-image.sh), formatting and lints, every Rust test
+# (unit, simulated-node integration, parser fuzzing on stable, the image under podman with
+# the chart's posture), and the rendered-manifest checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,11 @@ fi
 
 hack/install-test-deps.sh
 hack/install-manifest-tools.sh
+
+echo "== image (hack/build-image.sh: static musl binary, OCI image built offline with buildah)" >&2
+hack/build-image.sh
+# The image and runtime tests (tests/image_*.rs, tests/runtime_*.rs) run here, never skip.
+export RELOADLET_REQUIRE_IMAGE=1
 
 echo "== cargo fmt / clippy" >&2
 cargo fmt --all -- --check

@@ -1,7 +1,7 @@
 //! A whole simulated node in a temp dir: the API server (with a kubeconfig for it), the
 //! kubelet root, and the simulated kubelet. Used by the tests, the demo and the benchmark.
 
-use crate::apiserver::ApiServer;
+use crate::apiserver::{ApiServer, ApiServerOptions};
 use crate::kubelet::{KubeletOptions, SimKubelet};
 use std::path::PathBuf;
 
@@ -21,8 +21,18 @@ impl SimNode {
         prefix: &str,
         configure: impl FnOnce(&mut KubeletOptions),
     ) -> anyhow::Result<SimNode> {
+        Self::start_with_api(node_name, prefix, ApiServerOptions::default(), configure).await
+    }
+
+    /// [`SimNode::start`] with these API server options (e.g. TLS and bearer tokens).
+    pub async fn start_with_api(
+        node_name: &str,
+        prefix: &str,
+        api_opts: ApiServerOptions,
+        configure: impl FnOnce(&mut KubeletOptions),
+    ) -> anyhow::Result<SimNode> {
         let dir = tempfile::Builder::new().prefix(prefix).tempdir()?;
-        let api = ApiServer::start().await?;
+        let api = ApiServer::start_with(api_opts).await?;
         api.write_kubeconfig(&dir.path().join("kubeconfig"))?;
         let root = dir.path().join("kubelet");
         std::fs::create_dir_all(root.join("pods"))?;

@@ -19,6 +19,7 @@ mod pdb_watch;
 mod records;
 mod render;
 mod replicaset;
+mod secure;
 pub mod selectors;
 mod server;
 mod shared;
@@ -60,6 +61,12 @@ pub struct ApiServerOptions {
     pub response_delay: Option<Duration>,
     /// Lifetime of a watch whose client sends no `timeoutSeconds`.
     pub default_watch_timeout: Duration,
+    /// Serve HTTPS with a certificate from the server's own CA ([`ApiServer::ca_pem`]),
+    /// as a pod reaches its cluster's API server.
+    pub tls: bool,
+    /// `Some`: every request needs `Authorization: Bearer <one of these>`, else 401
+    /// (changed later by [`ApiServer::set_tokens`]). `None`: no authentication.
+    pub bearer_tokens: Option<Vec<String>>,
 }
 
 impl Default for ApiServerOptions {
@@ -71,6 +78,8 @@ impl Default for ApiServerOptions {
             auto_finalize: false,
             response_delay: None,
             default_watch_timeout: Duration::from_secs(1800),
+            tls: false,
+            bearer_tokens: None,
         }
     }
 }
@@ -81,11 +90,15 @@ pub enum ApiServerError {
     /// Binding 127.0.0.1:0 failed.
     #[error("cannot bind the simulated API server on 127.0.0.1: {0}")]
     Bind(#[source] std::io::Error),
+    /// Making the CA, the serving certificate or the TLS configuration failed.
+    #[error("cannot set up the simulated API server's TLS: {0}")]
+    Tls(String),
 }
 
 struct Handle {
     shared: Arc<Shared>,
     addr: SocketAddr,
+    ca_pem: Option<String>,
     change_tx: broadcast::Sender<ApiChange>,
     shutdown_tx: tokio_watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -138,13 +151,34 @@ impl ApiServer {
             opts.default_watch_timeout,
             opts.response_delay,
         ));
+        shared.set_tokens(opts.bearer_tokens.clone());
+        let pki = if opts.tls {
+            Some(secure::Pki::generate().map_err(|e| ApiServerError::Tls(format!("{e:#}")))?)
+        } else {
+            None
+        };
+        let ca_pem = pki.as_ref().map(|p| p.ca_pem.clone());
         let app = server::router(shared.clone());
         let mut stop = shutdown_rx;
         let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let stopped = async move {
                 let _ = stop.wait_for(|s| *s).await;
-            });
-            if let Err(e) = serve.await {
+            };
+            let served = match pki {
+                Some(pki) => {
+                    let tls = secure::TlsListener {
+                        tcp: listener,
+                        acceptor: pki.acceptor,
+                    };
+                    axum::serve(tls, app).with_graceful_shutdown(stopped).await
+                }
+                None => {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                }
+            };
+            if let Err(e) = served {
                 tracing::warn!("simulated API server stopped: {e}");
             }
         });
@@ -152,6 +186,7 @@ impl ApiServer {
             inner: Arc::new(Handle {
                 shared,
                 addr,
+                ca_pem,
                 change_tx,
                 shutdown_tx,
                 task: Mutex::new(Some(task)),
@@ -163,15 +198,47 @@ impl ApiServer {
         self.inner.shared.lock()
     }
 
-    /// `http://127.0.0.1:<port>`
+    /// `http://127.0.0.1:<port>`, or `https://` with [`ApiServerOptions::tls`].
     pub fn url(&self) -> String {
-        format!("http://{}", self.inner.addr)
+        let scheme = if self.inner.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.inner.addr)
     }
 
-    /// A kubeconfig whose current context points at this server (no auth).
+    /// The address the server listens on (127.0.0.1 and a free port).
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// With [`ApiServerOptions::tls`]: the PEM of the CA that signed the serving certificate
+    /// (valid for 127.0.0.1, `localhost` and `kubernetes.default.svc`), what a service
+    /// account's `ca.crt` holds.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.inner.ca_pem.as_deref()
+    }
+
+    /// Replaces the bearer tokens the server accepts (`None`: no authentication), e.g. to
+    /// retire a rotated service account token. Requests already being served are unaffected.
+    pub fn set_tokens(&self, tokens: Option<Vec<String>>) {
+        self.inner.shared.set_tokens(tokens);
+    }
+
+    /// A kubeconfig whose current context points at this server (no auth; with TLS, it
+    /// trusts the server's CA).
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        let ca = match self.ca_pem() {
+            Some(pem) => {
+                let ca_path = path.with_extension("ca.crt");
+                std::fs::write(&ca_path, pem)?;
+                format!("\n    certificate-authority: {}", ca_path.display())
+            }
+            None => String::new(),
+        };
         let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: nodesim\n  cluster:\n    server: {}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: nodesim\n  cluster:\n    server: {}{ca}\n\
              contexts:\n- name: nodesim\n  context:\n    cluster: nodesim\n    user: nodesim\n    namespace: default\n\
              current-context: nodesim\nusers:\n- name: nodesim\n  user: {{}}\npreferences: {{}}\n",
             self.url()

@@ -24,6 +24,8 @@ pub struct RequestRecord {
     pub content_type: String,
     /// The body of a POST, PUT or PATCH ("" for other methods).
     pub body: String,
+    /// The bearer token the request carried ("" when none).
+    pub token: String,
 }
 
 impl RequestRecord {

@@ -85,6 +85,7 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
             .to_string()
     };
     let accept = header_text(req.headers(), header::ACCEPT);
+    let token = super::secure::bearer(req.headers());
     let content_type = header_text(req.headers(), header::CONTENT_TYPE);
     // Writes are small: keep their body for the log and hand it on.
     let (req, body) = if matches!(method.as_str(), "POST" | "PUT" | "PATCH") {
@@ -112,6 +113,7 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
     let outage = *shared.outage.borrow();
     let resp = match outage {
         Some(code) => ApiStatus::outage(code).into_response(),
+        None if !shared.authenticates(&token) => super::secure::unauthorized().into_response(),
         None => next.run(req).await,
     };
     if eviction {
@@ -127,6 +129,7 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
         accept,
         content_type,
         body,
+        token,
     });
     resp
 }

@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     pub in_flight: std::sync::atomic::AtomicUsize,
     /// Watch streams open right now, per resource.
     pub open_watches: Mutex<BTreeMap<Resource, usize>>,
+    /// The bearer tokens accepted; `None`: no authentication.
+    tokens: Mutex<Option<Vec<String>>>,
 }
 
 impl Shared {
@@ -46,6 +48,20 @@ impl Shared {
             default_watch_timeout,
             in_flight: Default::default(),
             open_watches: Default::default(),
+            tokens: Mutex::new(None),
+        }
+    }
+
+    /// Replaces the accepted bearer tokens (`None`: no authentication).
+    pub fn set_tokens(&self, tokens: Option<Vec<String>>) {
+        *self.tokens.lock().unwrap_or_else(|e| e.into_inner()) = tokens;
+    }
+
+    /// Whether a request bearing `token` ("" for none) is authenticated.
+    pub fn authenticates(&self, token: &str) -> bool {
+        match &*self.tokens.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => true,
+            Some(known) => !token.is_empty() && known.iter().any(|t| t == token),
         }
     }
 

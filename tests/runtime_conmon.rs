@@ -1,0 +1,309 @@
+//! nginx as a real container's PID 1 in CRI-O's shape: conmon creates each container with
+//! runc and stays its parent, in the kubelet's cgroupfs layout as CRI-O names it
+//! (`/kubepods/besteffort/pod<uid>/crio-<id>`, conmon in the sibling `crio-conmon-<id>`),
+//! beside an infra (pause) container (catatonit -P) and a sibling container. reloadlet (the
+//! binary) gets a ConfigMap change and sends SIGHUP to nginx's master: same PID, the new config served; conmon, the infra container and the
+//! sibling are not signalled (a `sleep` would die of SIGHUP). Then `action: evict`: a
+//! ReplicaSet's pod under conmon is evicted through the Eviction API and replaced.
+//!
+//! Skips in one line where conmon, runc, nginx, busybox or catatonit is missing;
+//! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure.
+
+mod runtime_support;
+#[path = "support/wait.rs"]
+mod wait;
+
+use nodesim::apiserver::ApiServer;
+use nodesim::atomic_writer::{self, FileProjection};
+use nodesim::probe::http_get;
+use nodesim::runtime::random_container_id;
+use runtime_support::*;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const NODE: &str = "node-a";
+const NS: &str = "web";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nginx_in_a_conmon_runc_container_is_reloaded_by_sighup() {
+    if !wait::root_or_skip() {
+        return;
+    }
+    if let Some(why) = missing(&["conmon", "runc", "nginx", "busybox", "catatonit"]) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("reloadlet-rt-")
+        .tempdir()
+        .unwrap();
+    let api = ApiServer::start().await.unwrap();
+    api.write_kubeconfig(&tmp.path().join("kubeconfig"))
+        .unwrap();
+    let root = tmp.path().join("kubelet");
+    let port = free_port();
+
+    // The pod as the API knows it: nginx with its ConfigMap, and a sibling.
+    api.apply_configmap(
+        serde_json::from_value(json!({"metadata": {"name": "nginx-conf", "namespace": NS},
+            "data": {"nginx.conf": nginx_conf(port, "v1")}}))
+        .unwrap(),
+    );
+    let pod = api.create_pod(
+        serde_json::from_value(json!({
+            "metadata": {"name": "nginx-0", "namespace": NS, "annotations": {
+                "reloadlet.io/action": "signal",
+                "reloadlet.io/containers": "nginx"
+            }},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [
+                    {"name": "nginx", "image": "nginx", "volumeMounts": [
+                        {"name": "conf", "mountPath": "/config"},
+                        {"name": "run", "mountPath": "/run/nginx"}
+                    ]},
+                    {"name": "sidecar", "image": "busybox"}
+                ],
+                "volumes": [
+                    {"name": "conf", "configMap": {"name": "nginx-conf"}},
+                    {"name": "run", "emptyDir": {}}
+                ]
+            }
+        }))
+        .unwrap(),
+    );
+    let uid = pod.metadata.uid.clone().unwrap();
+
+    // The kubelet's part: the volumes, written as the kubelet writes them.
+    let volumes = root.join("pods").join(&uid).join("volumes");
+    let conf_dir = volumes.join("kubernetes.io~configmap/conf");
+    let run_dir = volumes.join("kubernetes.io~empty-dir/run");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let write_conf = |body: &str| {
+        let payload = BTreeMap::from([(
+            "nginx.conf".to_string(),
+            FileProjection::new(nginx_conf(port, body)),
+        )]);
+        atomic_writer::write(&conf_dir, &payload).unwrap();
+    };
+    write_conf("v1");
+
+    // The runtime's part: infra, nginx, sibling, each in its cgroup under the pod's.
+    let mut conmon = Conmon::new(&tmp.path().join("crio"));
+    let rootfs = rootfs(tmp.path());
+    let pod_cgroup = format!("/kubepods/besteffort/pod{uid}");
+    let (sandbox_id, nginx_id, sidecar_id) = (
+        random_container_id(),
+        random_container_id(),
+        random_container_id(),
+    );
+    let (infra_conmon, sandbox) = conmon.run(
+        &sandbox_id,
+        &rootfs,
+        &pod_cgroup,
+        &host_mounts(),
+        &["/usr/bin/catatonit", "-P"],
+    );
+    let mut nginx_mounts = host_mounts();
+    nginx_mounts.push((conf_dir.as_path(), "/config", true));
+    nginx_mounts.push((run_dir.as_path(), "/run/nginx", false));
+    let (nginx_conmon, master) = conmon.run(
+        &nginx_id,
+        &rootfs,
+        &pod_cgroup,
+        &nginx_mounts,
+        &["/usr/sbin/nginx", "-c", "/config/nginx.conf"],
+    );
+    let (sidecar_conmon, sidecar) = conmon.run(
+        &sidecar_id,
+        &rootfs,
+        &pod_cgroup,
+        &host_mounts(),
+        &["/usr/bin/busybox", "sleep", "3600"],
+    );
+    assert_eq!(parent(master), nginx_conmon, "conmon is nginx's parent");
+    let status = json!({
+        "phase": "Running", "qosClass": "BestEffort", "podIP": "127.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [
+            {"name": "nginx", "containerID": format!("cri-o://{nginx_id}"), "image": "nginx",
+             "imageID": "", "ready": true, "restartCount": 0, "started": true,
+             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
+            {"name": "sidecar", "containerID": format!("cri-o://{sidecar_id}"), "image": "busybox",
+             "imageID": "", "ready": true, "restartCount": 0, "started": true,
+             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+        ]
+    });
+    api.set_pod_status(NS, "nginx-0", serde_json::from_value(status).unwrap());
+
+    let addr = format!("127.0.0.1:{port}");
+    wait::eventually(
+        "nginx serves v1 from its container",
+        Duration::from_secs(20),
+        || http_get(&addr, "/").filter(|(c, b)| *c == 200 && b == "v1"),
+    )
+    .await;
+
+    let listen = format!("127.0.0.1:{}", free_port());
+    let log = tmp.path().join("agent.log");
+    let agent = Agent {
+        child: Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+            .args(["--node-name", NODE, "--listen", &listen, "--debounce", "0s"])
+            .arg("--kubelet-root")
+            .arg(&root)
+            .arg("--state-dir")
+            .arg(tmp.path().join("state"))
+            .env("KUBECONFIG", tmp.path().join("kubeconfig"))
+            .env("RUST_LOG", "reloadlet=debug,info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn reloadlet"),
+        log,
+    };
+    let tracked = |listen: &str| {
+        http_get(listen, "/metrics")
+            .map(|(_, m)| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("reloadlet_volumes_tracked "))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            })
+            .unwrap_or(0.0)
+    };
+    let ok = wait_poll(Duration::from_secs(30), || tracked(&listen) >= 1.0).await;
+    assert!(
+        ok,
+        "the agent never tracked nginx's volume:\n{}",
+        agent.log()
+    );
+
+    // The ConfigMap changes; the kubelet writes the volume.
+    api.apply_configmap(
+        serde_json::from_value(json!({"metadata": {"name": "nginx-conf", "namespace": NS},
+            "data": {"nginx.conf": nginx_conf(port, "v2")}}))
+        .unwrap(),
+    );
+    write_conf("v2");
+    let served = wait_poll(Duration::from_secs(30), || {
+        http_get(&addr, "/").is_some_and(|(c, b)| c == 200 && b == "v2")
+    })
+    .await;
+    assert!(served, "nginx never served v2:\n{}", agent.log());
+    assert!(running(master), "the same master, reloaded in place");
+    let pid_file = std::fs::read_to_string(run_dir.join("nginx.pid")).unwrap();
+    // nginx writes its PID as its own namespace sees it: 1, the container's init.
+    assert_eq!(pid_file.trim(), "1", "nginx is the container's PID 1");
+    let error_log = std::fs::read_to_string(run_dir.join("error.log")).unwrap_or_default();
+    assert_eq!(
+        error_log.matches("signal 1 (SIGHUP) received").count(),
+        1,
+        "exactly one SIGHUP, to the master:\n{error_log}"
+    );
+    let signaled = wait_poll(Duration::from_secs(10), || {
+        api.events()
+            .iter()
+            .any(|e| e.reason == "Signaled" && e.regarding_name == "nginx-0")
+    })
+    .await;
+    assert!(signaled, "a Signaled event:\n{}", agent.log());
+    for (what, pid) in [
+        ("nginx's conmon", nginx_conmon),
+        ("the infra container's conmon", infra_conmon),
+        ("the sibling's conmon", sidecar_conmon),
+        ("the infra container", sandbox),
+        ("the sibling", sidecar),
+    ] {
+        assert!(running(pid), "{what} (pid {pid}) was not signalled");
+    }
+    // `action: evict`: a ReplicaSet's pod running under conmon is evicted through the
+    // Eviction API and replaced.
+    api.apply_configmap(
+        serde_json::from_value(json!({"metadata": {"name": "app-conf", "namespace": NS},
+            "data": {"k": "v1"}}))
+        .unwrap(),
+    );
+    let template = serde_json::from_value(json!({
+        "metadata": {"labels": {"app": "app"}, "annotations": {"reloadlet.io/action": "evict"}},
+        "spec": {
+            "containers": [{"name": "app", "image": "busybox",
+                            "volumeMounts": [{"name": "conf", "mountPath": "/config"}]}],
+            "volumes": [{"name": "conf", "configMap": {"name": "app-conf"}}]
+        }
+    }))
+    .unwrap();
+    api.create_replicaset(NS, "app", 1, template, NODE);
+    let old = api
+        .pods_of_replicaset(NS, "app")
+        .pop()
+        .expect("the ReplicaSet's pod");
+    let (old_name, old_uid) = (
+        old.metadata.name.clone().unwrap(),
+        old.metadata.uid.clone().unwrap(),
+    );
+    let app_conf = root
+        .join("pods")
+        .join(&old_uid)
+        .join("volumes/kubernetes.io~configmap/conf");
+    std::fs::create_dir_all(&app_conf).unwrap();
+    let write_app = |v: &str| {
+        let payload = BTreeMap::from([("k".to_string(), FileProjection::new(v))]);
+        atomic_writer::write(&app_conf, &payload).unwrap();
+    };
+    write_app("v1");
+    let app_id = random_container_id();
+    let mut app_mounts = host_mounts();
+    app_mounts.push((app_conf.as_path(), "/config", true));
+    conmon.run(
+        &app_id,
+        &rootfs,
+        &format!("/kubepods/besteffort/pod{old_uid}"),
+        &app_mounts,
+        &["/usr/bin/busybox", "sleep", "3600"],
+    );
+    let status = json!({
+        "phase": "Running", "qosClass": "BestEffort", "podIP": "127.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [
+            {"name": "app", "containerID": format!("cri-o://{app_id}"), "image": "busybox",
+             "imageID": "", "ready": true, "restartCount": 0, "started": true,
+             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+        ]
+    });
+    api.set_pod_status(NS, &old_name, serde_json::from_value(status).unwrap());
+    let ok = wait_poll(Duration::from_secs(30), || tracked(&listen) >= 2.0).await;
+    assert!(
+        ok,
+        "the agent never tracked the app's volume:\n{}",
+        agent.log()
+    );
+    api.apply_configmap(
+        serde_json::from_value(json!({"metadata": {"name": "app-conf", "namespace": NS},
+            "data": {"k": "v2"}}))
+        .unwrap(),
+    );
+    write_app("v2");
+    let evicted = wait_poll(Duration::from_secs(30), || {
+        api.evictions()
+            .iter()
+            .any(|e| e.pod == old_name && e.code == 201)
+    })
+    .await;
+    assert!(evicted, "the app's pod was never evicted:\n{}", agent.log());
+    // The kubelet's part of a deletion: stop the container, confirm the pod is gone.
+    conmon.stop(&app_id);
+    api.finalize_pod(NS, &old_name);
+    let replaced = wait_poll(Duration::from_secs(10), || {
+        let pods = api.pods_of_replicaset(NS, "app");
+        pods.len() == 1 && pods[0].metadata.uid.as_deref() != Some(old_uid.as_str())
+    })
+    .await;
+    assert!(replaced, "the ReplicaSet replaced the evicted pod");
+    assert!(running(master), "nginx was not touched by the eviction");
+
+    drop(agent);
+    drop(conmon);
+}

@@ -1,0 +1,227 @@
+//! Workloads in real containers: a private containerd (its own root, state, sockets and
+//! config, started and stopped by the test) running containers through `ctr` with runc, or
+//! conmon + runc in CRI-O's shape, in
+//! the kubelet's cgroupfs layout, with the kubelet's volume directories bind-mounted at the
+//! pod spec's mount paths. The test plays the kubelet's part: it writes the volumes (nodesim's
+//! AtomicWriter, as the kubelet writes them) and reports the container IDs in the pod's
+//! status, as the kubelet does from CRI.
+//!
+//! Dropped even after a failed assertion: tasks killed and deleted, containers deleted,
+//! containerd stopped, any shim of this containerd killed (found by this test's unique socket
+//! address in its command line, never by name), the cgroups removed. Nothing already running
+//! on the machine is touched.
+#![allow(dead_code)]
+
+mod conmon;
+mod containerd;
+#[allow(unused_imports)] // each test binary uses one runtime
+pub use conmon::Conmon;
+#[allow(unused_imports)]
+pub use containerd::{Containerd, NAMESPACE};
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+pub fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(tool))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Why containerd tests cannot run here, in one line; `RELOADLET_REQUIRE_IMAGE=1`
+/// (hack/test.sh) turns a missing runtime into a failure.
+pub fn missing(tools: &[&str]) -> Option<String> {
+    let gone: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| which(t).is_none())
+        .collect();
+    if gone.is_empty() {
+        return None;
+    }
+    let line = format!(
+        "{} not installed (hack/install-test-deps.sh)",
+        gone.join(", ")
+    );
+    if std::env::var("RELOADLET_REQUIRE_IMAGE").as_deref() == Ok("1") {
+        panic!("RELOADLET_REQUIRE_IMAGE=1 but {line}");
+    }
+    Some(line)
+}
+
+fn check(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    out
+}
+
+/// Blocks (polling every 20 ms) until `f` holds or `timeout` passes.
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// A root filesystem with no image: empty directories for the mount points, `/usr` (and the
+/// usrmerge links to it) and `/etc` from the host bind-mounted read-only by [`host_mounts`].
+pub fn rootfs(dir: &Path) -> PathBuf {
+    let root = dir.join("rootfs");
+    for d in ["usr", "etc", "proc", "dev", "sys", "tmp", "run", "var"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for (link, to) in [
+        ("bin", "usr/bin"),
+        ("sbin", "usr/sbin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        let _ = std::os::unix::fs::symlink(to, root.join(link));
+    }
+    root
+}
+
+/// The host's `/usr` and `/etc`, read-only: nginx and its libraries without an image.
+pub fn host_mounts() -> Vec<(&'static Path, &'static str, bool)> {
+    vec![
+        (Path::new("/usr"), "/usr", true),
+        (Path::new("/etc"), "/etc", true),
+    ]
+}
+
+fn hierarchies() -> Vec<PathBuf> {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// Whether `pid` runs (a zombie does not).
+pub fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// Removes `cgroup` in every hierarchy (waiting briefly for it to empty), then its parents
+/// while they are empty.
+fn remove_cgroup(cgroup: &str) {
+    for h in hierarchies() {
+        let leaf = h.join(cgroup.trim_start_matches('/'));
+        wait_until(Duration::from_secs(2), || {
+            std::fs::remove_dir(&leaf).is_ok() || !leaf.exists()
+        });
+        let mut dir = leaf.parent().map(Path::to_path_buf);
+        while let Some(d) = dir.filter(|d| *d != h) {
+            if d.exists() && std::fs::remove_dir(&d).is_err() {
+                break;
+            }
+            dir = d.parent().map(Path::to_path_buf);
+        }
+    }
+}
+
+/// nginx's config: in the foreground, writing under /run/nginx, serving `body` on `port`.
+pub fn nginx_conf(port: u16, body: &str) -> String {
+    format!(
+        r#"daemon off;
+master_process on;
+worker_processes 1;
+pid /run/nginx/nginx.pid;
+error_log /run/nginx/error.log notice;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path /run/nginx/body;
+    proxy_temp_path /run/nginx/proxy;
+    fastcgi_temp_path /run/nginx/fastcgi;
+    uwsgi_temp_path /run/nginx/uwsgi;
+    scgi_temp_path /run/nginx/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ return 200 "{body}"; }}
+    }}
+}}
+"#
+    )
+}
+
+/// The agent binary, stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Agent {
+    pub child: Child,
+    pub log: std::path::PathBuf,
+}
+
+impl Agent {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The parent PID of `pid`.
+pub fn parent(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat.rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Polls `f` every 20 ms until it holds or `timeout` passes.
+pub async fn wait_poll(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
