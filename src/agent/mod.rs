@@ -115,12 +115,12 @@ impl Agent {
             legacy,
             hash_key,
             index.clone(),
-            settings.max_volume_bytes,
+            settings.volumes.max_volume_bytes,
             &metrics,
         );
         let exec = Executor::new(
             &settings.node_name,
-            settings.dry_run,
+            settings.scope.dry_run,
             eviction,
             &deps,
             metrics.clone(),
@@ -129,8 +129,8 @@ impl Agent {
         );
         let pods = Pods::new(
             index,
-            Debouncer::new(settings.debounce),
-            settings.namespaces.clone(),
+            Debouncer::new(settings.volumes.debounce),
+            settings.scope.namespaces.clone(),
             deps.processes.clone(),
             health.clone(),
             metrics.clone(),
@@ -195,7 +195,7 @@ impl Agent {
                 Wake::Watch(batch) => {
                     let batch = batch.map_err(|e| anyhow::anyhow!("volume watcher failed: {e}"))?;
                     self.on_watch(&watcher, batch);
-                    if self.settings.debounce.is_zero() {
+                    if self.settings.volumes.debounce.is_zero() {
                         // No window: act in this turn rather than after a timer.
                         self.fire_due();
                     }
@@ -209,7 +209,7 @@ impl Agent {
                 Wake::Pod(None) => pods_open = false,
                 Wake::Hashed(Some(done)) => {
                     self.on_hashed(done);
-                    if self.settings.debounce.is_zero() {
+                    if self.settings.volumes.debounce.is_zero() {
                         self.fire_due();
                     }
                 }

@@ -60,7 +60,7 @@ async fn start() -> Running {
         processes,
         dir,
         ..
-    } = world_with(None, |s| s.debounce = WINDOW);
+    } = world_with(None, |s| s.volumes.debounce = WINDOW);
     project(&volume_dir(dir.path()), 1, "v1");
     let watcher = VolumeWatcher::new(dir.path(), WatcherOptions::default()).unwrap();
     let swaps = agent
