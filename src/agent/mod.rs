@@ -218,7 +218,10 @@ impl Agent {
                 Wake::Changed => self.chores.soon(now()),
             }
             // A pod's arrival hashes the volumes that waited for it: keep the gauge current.
-            self.metrics.volumes_tracked.set(self.volumes.len() as i64);
+            self.metrics
+                .watch
+                .volumes_tracked
+                .set(self.volumes.len() as i64);
             if self.volumes.dirty() {
                 self.chores.soon(now());
             }
@@ -260,16 +263,21 @@ impl Agent {
 
     fn update_watch_gauges(&mut self, watcher: &VolumeWatcher) {
         let stats = watcher.stats();
-        self.metrics.inotify_watches.set(stats.watches as i64);
-        self.metrics.watched_volumes.set(stats.volumes as i64);
+        self.metrics.watch.inotify_watches.set(stats.watches as i64);
+        self.metrics.watch.watched_volumes.set(stats.volumes as i64);
         self.metrics
+            .watch
             .unwatched_volumes
             .set(stats.unwatched_volumes as i64);
-        self.metrics.volumes_tracked.set(self.volumes.len() as i64);
         self.metrics
+            .watch
+            .volumes_tracked
+            .set(self.volumes.len() as i64);
+        self.metrics
+            .watch
             .inotify_overflows
             .inc_by(stats.overflows.saturating_sub(self.last_stats.overflows));
-        self.metrics.inotify_watch_limit_errors.inc_by(
+        self.metrics.watch.inotify_watch_limit_errors.inc_by(
             stats
                 .watch_limit_errors
                 .saturating_sub(self.last_stats.watch_limit_errors),

@@ -68,7 +68,7 @@ async fn start() -> Running {
         .swap_counters(VolumePlugin::ConfigMap)
         .0
         .clone();
-    let tracked = agent.metrics.volumes_tracked.clone();
+    let tracked = agent.metrics.watch.volumes_tracked.clone();
     let (pods, rx) = mpsc::channel(16);
     pods.send(PodUpdate::Resync(vec![pod("signal")]))
         .await
