@@ -138,17 +138,17 @@ fn init_tracing(format: LogFormat) {
 async fn run(settings: Settings) -> ExitCode {
     let format = settings.log_format;
     let fail = |reason: &str| fail(format, reason);
-    let store = match StateStore::open(&settings.state_dir) {
+    let store = match StateStore::open(&settings.paths.state_dir) {
         Ok(s) => Some(s),
         Err(e) => return fail(&format!("{e} (set --state-dir to a writable directory)")),
     };
     let arming = std::time::Instant::now();
     let (hot, stats) = match HotThread::spawn(
-        settings.kubelet_root.clone(),
+        settings.paths.kubelet_root.clone(),
         WatcherOptions {
-            rescan_interval: settings.rescan_interval,
+            rescan_interval: settings.volumes.rescan_interval,
         },
-        settings.hot_thread_slice,
+        settings.volumes.hot_thread_slice,
     ) {
         Ok(armed) => armed,
         Err(e @ reloadlet::host::inotify::WatchError::PodsDir { .. }) => {
@@ -157,7 +157,7 @@ async fn run(settings: Settings) -> ExitCode {
         Err(e) => {
             return fail(&format!(
                 "cannot watch {}: {e}",
-                settings.kubelet_root.display()
+                settings.paths.kubelet_root.display()
             ))
         }
     };
@@ -198,7 +198,7 @@ async fn run(settings: Settings) -> ExitCode {
         clients.main.clone(),
         PodWatchConfig {
             node_name: settings.node_name.clone(),
-            label_selector: settings.pod_selector.clone(),
+            label_selector: settings.scope.selector.clone(),
         },
         pod_tx,
         PodWatchReport {
@@ -241,19 +241,19 @@ async fn run(settings: Settings) -> ExitCode {
             clients.main.clone(),
             format!("reloadlet-{}", settings.node_name),
         )),
-        processes: Arc::new(ProcFs::new(&settings.proc_root)),
+        processes: Arc::new(ProcFs::new(&settings.paths.proc_root)),
         evictor: Arc::new(KubeEvictor::new(clients.eviction.clone())),
         notifier,
     };
     let eviction = EvictionSettings {
-        max_in_flight: settings.max_evictions_in_flight,
-        initial_backoff: settings.eviction_backoff,
-        max_backoff: settings.eviction_backoff_max,
+        max_in_flight: settings.eviction.max_in_flight,
+        initial_backoff: settings.eviction.backoff,
+        max_backoff: settings.eviction.backoff_max,
         ..EvictionSettings::default()
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_on_signal(shutdown.clone()));
-    tracing::info!(node = %settings.node_name, kubelet_root = %settings.kubelet_root.display(), debounce = ?settings.debounce, dry_run = settings.dry_run, listen = %settings.listen, "reloadlet started");
+    tracing::info!(node = %settings.node_name, kubelet_root = %settings.paths.kubelet_root.display(), debounce = ?settings.volumes.debounce, dry_run = settings.scope.dry_run, listen = %settings.listen, "reloadlet started");
     let agent = Agent::new(
         settings,
         eviction,

@@ -9,12 +9,14 @@ fn exported() -> BTreeSet<String> {
     let m = Metrics::new(&mut reg);
     m.action(ActionKind::Signal, Outcome::Signaled);
     m.observe_latency(ActionKind::Signal, 0.001);
-    m.swaps
+    m.watch
+        .swaps
         .get_or_create(&PluginLabels {
             plugin: "configmap",
         })
         .inc();
-    m.swaps_unchanged
+    m.watch
+        .swaps_unchanged
         .get_or_create(&PluginLabels {
             plugin: "configmap",
         })

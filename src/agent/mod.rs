@@ -115,12 +115,12 @@ impl Agent {
             legacy,
             hash_key,
             index.clone(),
-            settings.max_volume_bytes,
+            settings.volumes.max_volume_bytes,
             &metrics,
         );
         let exec = Executor::new(
             &settings.node_name,
-            settings.dry_run,
+            settings.scope.dry_run,
             eviction,
             &deps,
             metrics.clone(),
@@ -129,8 +129,8 @@ impl Agent {
         );
         let pods = Pods::new(
             index,
-            Debouncer::new(settings.debounce),
-            settings.namespaces.clone(),
+            Debouncer::new(settings.volumes.debounce),
+            settings.scope.namespaces.clone(),
             deps.processes.clone(),
             health.clone(),
             metrics.clone(),
@@ -195,7 +195,7 @@ impl Agent {
                 Wake::Watch(batch) => {
                     let batch = batch.map_err(|e| anyhow::anyhow!("volume watcher failed: {e}"))?;
                     self.on_watch(&watcher, batch);
-                    if self.settings.debounce.is_zero() {
+                    if self.settings.volumes.debounce.is_zero() {
                         // No window: act in this turn rather than after a timer.
                         self.fire_due();
                     }
@@ -209,7 +209,7 @@ impl Agent {
                 Wake::Pod(None) => pods_open = false,
                 Wake::Hashed(Some(done)) => {
                     self.on_hashed(done);
-                    if self.settings.debounce.is_zero() {
+                    if self.settings.volumes.debounce.is_zero() {
                         self.fire_due();
                     }
                 }
@@ -218,7 +218,10 @@ impl Agent {
                 Wake::Changed => self.chores.soon(now()),
             }
             // A pod's arrival hashes the volumes that waited for it: keep the gauge current.
-            self.metrics.volumes_tracked.set(self.volumes.len() as i64);
+            self.metrics
+                .watch
+                .volumes_tracked
+                .set(self.volumes.len() as i64);
             if self.volumes.dirty() {
                 self.chores.soon(now());
             }
@@ -260,16 +263,21 @@ impl Agent {
 
     fn update_watch_gauges(&mut self, watcher: &VolumeWatcher) {
         let stats = watcher.stats();
-        self.metrics.inotify_watches.set(stats.watches as i64);
-        self.metrics.watched_volumes.set(stats.volumes as i64);
+        self.metrics.watch.inotify_watches.set(stats.watches as i64);
+        self.metrics.watch.watched_volumes.set(stats.volumes as i64);
         self.metrics
+            .watch
             .unwatched_volumes
             .set(stats.unwatched_volumes as i64);
-        self.metrics.volumes_tracked.set(self.volumes.len() as i64);
         self.metrics
+            .watch
+            .volumes_tracked
+            .set(self.volumes.len() as i64);
+        self.metrics
+            .watch
             .inotify_overflows
             .inc_by(stats.overflows.saturating_sub(self.last_stats.overflows));
-        self.metrics.inotify_watch_limit_errors.inc_by(
+        self.metrics.watch.inotify_watch_limit_errors.inc_by(
             stats
                 .watch_limit_errors
                 .saturating_sub(self.last_stats.watch_limit_errors),

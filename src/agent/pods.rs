@@ -139,7 +139,10 @@ impl Pods {
     /// nudge's delay): its action follows after the debounce.
     pub fn content_changed(&mut self, key: &VolumeKey, at: Instant, now: Instant) {
         if let Some(delay) = self.nudges.on_swap(&key.pod_uid, now) {
-            self.metrics.projection_delay.observe(delay.as_secs_f64());
+            self.metrics
+                .timing
+                .projection_delay
+                .observe(delay.as_secs_f64());
             tracing::debug!(volume = %key, delay_ms = delay.as_secs_f64() * 1e3, "projection nudge answered");
         }
         self.debouncer.add(&key.pod_uid, &key.volume, at);
@@ -198,14 +201,14 @@ impl Pods {
                 // Decoding a full pod list is the agent's largest allocation: hand it back.
                 crate::host::memory::release_free_heap();
                 if self.synced {
-                    self.metrics.api_watch_restarts.inc();
+                    self.metrics.watch.api_watch_restarts.inc();
                 } else {
                     self.synced = true;
                     entered.first_sync = true;
                 }
             }
             PodUpdate::WatchError(e) => {
-                self.metrics.api_watch_restarts.inc();
+                self.metrics.watch.api_watch_restarts.inc();
                 if self.synced {
                     tracing::warn!(error = %e, cached_pods = self.index_len(), "pod watch failed; retrying with backoff (signals keep working from the cached pods)");
                 } else {
@@ -213,7 +216,7 @@ impl Pods {
                 }
             }
         }
-        self.metrics.watched_pods.set(self.index_len() as i64);
+        self.metrics.watch.watched_pods.set(self.index_len() as i64);
         entered
     }
 
@@ -221,7 +224,10 @@ impl Pods {
     fn see_nudge(&mut self, pod: &PodInfo, now: Instant) {
         let nudge = pod.annotations.get(PROJECTION_NUDGE).map(String::as_str);
         if let Some(delay) = self.nudges.on_pod(&pod.uid, nudge, now) {
-            self.metrics.projection_delay.observe(delay.as_secs_f64());
+            self.metrics
+                .timing
+                .projection_delay
+                .observe(delay.as_secs_f64());
         }
     }
 

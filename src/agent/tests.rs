@@ -2,6 +2,7 @@
 //! (processes, Eviction API, Events), a real volume in a temp dir and explicit instants.
 
 use super::*;
+use crate::config::agent::{EvictionLimits, HostPaths, VolumeSettings};
 use crate::config::LogFormat;
 use crate::core::annotations;
 use crate::core::model::{
@@ -30,22 +31,27 @@ pub(super) struct World {
 pub(super) fn settings(dir: &Path) -> Settings {
     Settings {
         node_name: "node-1".into(),
-        kubelet_root: dir.into(),
-        proc_root: "/proc".into(),
-        debounce: Duration::ZERO,
-        hot_thread_slice: Duration::ZERO,
+        paths: HostPaths {
+            kubelet_root: dir.into(),
+            proc_root: "/proc".into(),
+            state_dir: dir.join("state"),
+        },
+        volumes: VolumeSettings {
+            debounce: Duration::ZERO,
+            hot_thread_slice: Duration::ZERO,
+            max_volume_bytes: 1 << 20,
+            rescan_interval: Duration::from_secs(60),
+        },
         listen: "127.0.0.1:0".parse().unwrap(),
-        dry_run: false,
         log_format: LogFormat::Text,
-        namespaces: Default::default(),
-        pod_selector: None,
-        state_dir: dir.join("state"),
-        max_evictions_in_flight: 10,
-        max_volume_bytes: 1 << 20,
-        rescan_interval: Duration::from_secs(60),
+        // No namespace filter, no selector, not a dry run.
+        scope: Default::default(),
+        eviction: EvictionLimits {
+            max_in_flight: 10,
+            backoff: Duration::from_secs(5),
+            backoff_max: Duration::from_secs(120),
+        },
         shutdown_grace: Duration::from_secs(5),
-        eviction_backoff: Duration::from_secs(5),
-        eviction_backoff_max: Duration::from_secs(120),
         notify: Default::default(),
         http_ca_file: None,
     }
@@ -486,7 +492,7 @@ async fn ready_only_once_the_first_pod_lists_signal_targets_are_looked_up() {
 async fn pods_outside_the_namespace_filter_are_not_looked_up_ahead() {
     use std::sync::atomic::Ordering;
     let mut w = world_with(None, |s| {
-        s.namespaces.exclude.insert("web".into());
+        s.scope.namespaces.exclude.insert("web".into());
     });
     w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
     w.agent.on_pod(PodUpdate::Apply(pod("signal")));

@@ -60,7 +60,7 @@ async fn start() -> Running {
         processes,
         dir,
         ..
-    } = world_with(None, |s| s.debounce = WINDOW);
+    } = world_with(None, |s| s.volumes.debounce = WINDOW);
     project(&volume_dir(dir.path()), 1, "v1");
     let watcher = VolumeWatcher::new(dir.path(), WatcherOptions::default()).unwrap();
     let swaps = agent
@@ -68,7 +68,7 @@ async fn start() -> Running {
         .swap_counters(VolumePlugin::ConfigMap)
         .0
         .clone();
-    let tracked = agent.metrics.volumes_tracked.clone();
+    let tracked = agent.metrics.watch.volumes_tracked.clone();
     let (pods, rx) = mpsc::channel(16);
     pods.send(PodUpdate::Resync(vec![pod("signal")]))
         .await

@@ -16,25 +16,8 @@ pub struct ControllerArgs {
     /// counted (the kubelet's periodic sync stays the fallback).
     #[arg(long, env = "RELOADLET_MAX_NUDGES_PER_SECOND", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub max_nudges_per_second: u32,
-    /// Elect one active replica through the Lease `reloadlet-controller` (--leader-elect=false
-    /// for a single replica outside a cluster).
-    #[arg(long, env = "RELOADLET_LEADER_ELECT", default_value_t = true, action = ArgAction::Set)]
-    pub leader_elect: bool,
-    /// The namespace of the Lease (the controller's own, from the downward API).
-    #[arg(long, env = "POD_NAMESPACE")]
-    pub lease_namespace: Option<String>,
-    /// This replica's identity in the Lease (default: the hostname).
-    #[arg(long, env = "POD_NAME")]
-    pub identity: Option<String>,
-    /// How long a Lease not renewed stays with its holder.
-    #[arg(long, env = "RELOADLET_LEASE_DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
-    pub lease_duration: Duration,
-    /// The leader steps down when it could not renew for this long.
-    #[arg(long, env = "RELOADLET_RENEW_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub renew_deadline: Duration,
-    /// Between leader-election tries.
-    #[arg(long, env = "RELOADLET_RETRY_PERIOD", default_value = "2s", value_parser = humantime::parse_duration)]
-    pub retry_period: Duration,
+    #[command(flatten)]
+    pub election: ElectionArgs,
     /// Address of /healthz, /readyz and /metrics.
     #[arg(
         long,
@@ -59,6 +42,30 @@ pub struct ControllerArgs {
     pub env_consumers_secrets: bool,
     #[command(flatten)]
     pub notify: crate::outbound::notify::NotifyArgs,
+}
+
+/// Leader election: whether, through which Lease namespace, as whom, and its timing.
+#[derive(Debug, Clone, Args)]
+pub struct ElectionArgs {
+    /// Elect one active replica through the Lease `reloadlet-controller` (--leader-elect=false
+    /// for a single replica outside a cluster).
+    #[arg(long, env = "RELOADLET_LEADER_ELECT", default_value_t = true, action = ArgAction::Set)]
+    pub leader_elect: bool,
+    /// The namespace of the Lease (the controller's own, from the downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease (default: the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// How long a Lease not renewed stays with its holder.
+    #[arg(long, env = "RELOADLET_LEASE_DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+    /// The leader steps down when it could not renew for this long.
+    #[arg(long, env = "RELOADLET_RENEW_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub renew_deadline: Duration,
+    /// Between leader-election tries.
+    #[arg(long, env = "RELOADLET_RETRY_PERIOD", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub retry_period: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -97,29 +104,30 @@ pub const LEASE_NAME: &str = "reloadlet-controller";
 impl ControllerArgs {
     /// `hostname` is used when `POD_NAME` is not set.
     pub fn settings(&self, hostname: Option<String>) -> Result<ControllerSettings, String> {
-        let instance = self
+        let el = &self.election;
+        let instance = el
             .identity
             .clone()
             .filter(|s| !s.is_empty())
             .or(hostname.clone().filter(|s| !s.is_empty()))
             .unwrap_or_else(|| "reloadlet-controller".into());
         let notify = self.notify.clone().settings(&|k| std::env::var(k).ok())?;
-        let election = if self.leader_elect {
-            let namespace = self
+        let election = if el.leader_elect {
+            let namespace = el
                 .lease_namespace
                 .clone()
                 .filter(|s| !s.is_empty())
                 .ok_or("--leader-elect needs the controller's namespace: set POD_NAMESPACE (downward API metadata.namespace) or --lease-namespace")?;
-            let identity = self
+            let identity = el
                 .identity
                 .clone()
                 .filter(|s| !s.is_empty())
                 .or(hostname.filter(|s| !s.is_empty()))
                 .ok_or("--leader-elect needs an identity: set POD_NAME or --identity")?;
-            if self.renew_deadline >= self.lease_duration {
+            if el.renew_deadline >= el.lease_duration {
                 return Err("--renew-deadline must be shorter than --lease-duration".into());
             }
-            if self.retry_period >= self.renew_deadline || self.retry_period.is_zero() {
+            if el.retry_period >= el.renew_deadline || el.retry_period.is_zero() {
                 return Err(
                     "--retry-period must be above zero and shorter than --renew-deadline".into(),
                 );
@@ -128,9 +136,9 @@ impl ControllerArgs {
                 namespace,
                 name: LEASE_NAME.into(),
                 identity,
-                lease_duration: self.lease_duration,
-                renew_deadline: self.renew_deadline,
-                retry_period: self.retry_period,
+                lease_duration: el.lease_duration,
+                renew_deadline: el.renew_deadline,
+                retry_period: el.retry_period,
             })
         } else {
             None
@@ -206,7 +214,7 @@ mod tests {
         );
 
         let no_ns = parse(&["--identity", "c-1"]);
-        if no_ns.lease_namespace.is_none() {
+        if no_ns.election.lease_namespace.is_none() {
             assert!(no_ns.settings(None).unwrap_err().contains("POD_NAMESPACE"));
         }
         let off = parse(&[
@@ -221,7 +229,7 @@ mod tests {
         assert!(s.filter.check("b").is_some());
         assert!(s.filter.check("a").is_none());
         let host = parse(&["--lease-namespace", "x"]);
-        if host.identity.is_none() {
+        if host.election.identity.is_none() {
             assert_eq!(
                 host.settings(Some("node-1".into()))
                     .unwrap()

@@ -88,15 +88,18 @@ mod tests {
             "a,b",
         ])
         .unwrap();
-        assert_eq!(cli.run.debounce, Duration::ZERO);
+        assert_eq!(cli.run.watch.debounce, Duration::ZERO);
         assert_eq!(cli.run.listen.port(), 9102);
         assert_eq!(cli.run.scope.namespaces, ["a", "b"]);
-        assert_eq!(cli.run.kubelet_root, PathBuf::from("/var/lib/kubelet"));
+        assert_eq!(
+            cli.run.paths.kubelet_root,
+            PathBuf::from("/var/lib/kubelet")
+        );
         let cli = parse(&["--node-name", "n1"]).unwrap();
-        assert_eq!(cli.run.debounce, Duration::from_millis(250));
-        assert_eq!(cli.run.hot_thread_slice, Duration::from_micros(100));
+        assert_eq!(cli.run.watch.debounce, Duration::from_millis(250));
+        assert_eq!(cli.run.watch.hot_thread_slice, Duration::from_micros(100));
         let cli = parse(&["--node-name", "n1", "--hot-thread-slice", "0s"]).unwrap();
-        assert_eq!(cli.run.hot_thread_slice, Duration::ZERO);
+        assert_eq!(cli.run.watch.hot_thread_slice, Duration::ZERO);
     }
 
     #[test]
@@ -146,7 +149,7 @@ mod tests {
             assert!(parse_byte_quantity(bad).is_err(), "{bad}");
         }
         let cli = parse(&["--node-name", "n1", "--max-volume-bytes", "64Mi"]).unwrap();
-        assert_eq!(cli.run.max_volume_bytes, 64 << 20);
+        assert_eq!(cli.run.volumes.max_volume_bytes, 64 << 20);
         assert!(parse(&["--node-name", "n1", "--max-volume-bytes", "24mi"]).is_err());
     }
 

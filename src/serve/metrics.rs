@@ -43,14 +43,25 @@ pub struct LatencyLabels {
     pub action: &'static str,
 }
 
-/// Every metric reloadlet exports; cloning shares the same series.
+/// Every metric reloadlet exports; cloning shares the same series. Grouped by area: what is
+/// watched ([`WatchMetrics`]), what was done (`actions`, `evictions_pending`), how long it
+/// took ([`TimingMetrics`]), and what was lost.
 #[derive(Clone)]
 pub struct Metrics {
+    pub watch: WatchMetrics,
+    pub actions: Family<ActionLabels, Counter>,
+    pub evictions_pending: Gauge,
+    pub timing: TimingMetrics,
+    pub events_dropped: Counter,
+    pub state_write_errors: Counter,
+}
+
+/// The volumes and pods the agent watches: the swaps seen, the watches held, and the
+/// watches' troubles.
+#[derive(Clone)]
+pub struct WatchMetrics {
     pub swaps: Family<PluginLabels, Counter>,
     pub swaps_unchanged: Family<PluginLabels, Counter>,
-    pub actions: Family<ActionLabels, Counter>,
-    pub latency: Family<LatencyLabels, Histogram>,
-    pub evictions_pending: Gauge,
     pub watched_pods: Gauge,
     pub watched_volumes: Gauge,
     pub volumes_tracked: Gauge,
@@ -59,8 +70,13 @@ pub struct Metrics {
     pub inotify_overflows: Counter,
     pub inotify_watch_limit_errors: Counter,
     pub api_watch_restarts: Counter,
-    pub events_dropped: Counter,
-    pub state_write_errors: Counter,
+}
+
+/// The histograms.
+#[derive(Clone)]
+pub struct TimingMetrics {
+    /// From the first swap to the action, by action ([`Metrics::observe_latency`]).
+    pub latency: Family<LatencyLabels, Histogram>,
     /// From a new `reloadlet.io/projection-nudge` on a pod to its next changed swap.
     pub projection_delay: Histogram,
 }
@@ -68,33 +84,37 @@ pub struct Metrics {
 impl Metrics {
     pub fn new(registry: &mut Registry) -> Self {
         let m = Self {
-            swaps: Family::default(),
-            swaps_unchanged: Family::default(),
+            watch: WatchMetrics {
+                swaps: Family::default(),
+                swaps_unchanged: Family::default(),
+                watched_pods: Gauge::default(),
+                watched_volumes: Gauge::default(),
+                volumes_tracked: Gauge::default(),
+                inotify_watches: Gauge::default(),
+                unwatched_volumes: Gauge::default(),
+                inotify_overflows: Counter::default(),
+                inotify_watch_limit_errors: Counter::default(),
+                api_watch_restarts: Counter::default(),
+            },
             actions: Family::default(),
-            latency: Family::new_with_constructor(|| Histogram::new(LATENCY_BUCKETS)),
             evictions_pending: Gauge::default(),
-            watched_pods: Gauge::default(),
-            watched_volumes: Gauge::default(),
-            volumes_tracked: Gauge::default(),
-            inotify_watches: Gauge::default(),
-            unwatched_volumes: Gauge::default(),
-            inotify_overflows: Counter::default(),
-            inotify_watch_limit_errors: Counter::default(),
-            api_watch_restarts: Counter::default(),
+            timing: TimingMetrics {
+                latency: Family::new_with_constructor(|| Histogram::new(LATENCY_BUCKETS)),
+                projection_delay: Histogram::new(exponential_buckets(0.05, 2.0, 10)),
+            },
             events_dropped: Counter::default(),
             state_write_errors: Counter::default(),
-            projection_delay: Histogram::new(exponential_buckets(0.05, 2.0, 10)),
         };
         let r = registry;
         r.register(
             "volume_swaps",
             "Volume `..data` swaps seen, by volume plugin",
-            m.swaps.clone(),
+            m.watch.swaps.clone(),
         );
         r.register(
             "volume_swaps_unchanged",
             "Swaps skipped because the content hash did not change",
-            m.swaps_unchanged.clone(),
+            m.watch.swaps_unchanged.clone(),
         );
         r.register(
             "actions",
@@ -104,12 +124,12 @@ impl Metrics {
         r.register(
             "action_latency_seconds",
             "Time from seeing the volume swap to the action (signal sent / eviction accepted)",
-            m.latency.clone(),
+            m.timing.latency.clone(),
         );
         r.register(
             "projection_delay_seconds",
             "Time from seeing a new reloadlet.io/projection-nudge on a pod to its next changed volume swap (how fast kubelets answer the controller)",
-            m.projection_delay.clone(),
+            m.timing.projection_delay.clone(),
         );
         r.register(
             "evictions_pending",
@@ -119,42 +139,42 @@ impl Metrics {
         r.register(
             "watched_pods",
             "Pods of this node in the pod index",
-            m.watched_pods.clone(),
+            m.watch.watched_pods.clone(),
         );
         r.register(
             "watched_volumes",
             "ConfigMap/Secret/projected volumes watched",
-            m.watched_volumes.clone(),
+            m.watch.watched_volumes.clone(),
         );
         r.register(
             "volumes_tracked",
             "Volumes whose current content hash is known (a later change is detected)",
-            m.volumes_tracked.clone(),
+            m.watch.volumes_tracked.clone(),
         );
         r.register(
             "inotify_watches",
             "inotify watches held",
-            m.inotify_watches.clone(),
+            m.watch.inotify_watches.clone(),
         );
         r.register(
             "unwatched_volumes",
             "Volumes without a watch (limit reached), rescanned periodically",
-            m.unwatched_volumes.clone(),
+            m.watch.unwatched_volumes.clone(),
         );
         r.register(
             "inotify_overflows",
             "inotify queue overflows (each followed by a full rescan)",
-            m.inotify_overflows.clone(),
+            m.watch.inotify_overflows.clone(),
         );
         r.register(
             "inotify_watch_limit_errors",
             "inotify_add_watch failures with ENOSPC (fs.inotify.max_user_watches reached)",
-            m.inotify_watch_limit_errors.clone(),
+            m.watch.inotify_watch_limit_errors.clone(),
         );
         r.register(
             "api_watch_restarts",
             "Pod watch errors and relists",
-            m.api_watch_restarts.clone(),
+            m.watch.api_watch_restarts.clone(),
         );
         r.register(
             "events_dropped",
@@ -181,7 +201,7 @@ impl Metrics {
             }
         }
         for action in ActionKind::iter().filter(|a| *a != ActionKind::None) {
-            let _ = self.latency.get_or_create(&LatencyLabels {
+            let _ = self.timing.latency.get_or_create(&LatencyLabels {
                 action: action.as_str(),
             });
         }
@@ -189,8 +209,8 @@ impl Metrics {
             let labels = PluginLabels {
                 plugin: plugin.as_str(),
             };
-            let _ = self.swaps.get_or_create(&labels);
-            let _ = self.swaps_unchanged.get_or_create(&labels);
+            let _ = self.watch.swaps.get_or_create(&labels);
+            let _ = self.watch.swaps_unchanged.get_or_create(&labels);
         }
     }
 
@@ -201,8 +221,8 @@ impl Metrics {
             plugin: plugin.as_str(),
         };
         (
-            self.swaps.get_or_create(&labels).clone(),
-            self.swaps_unchanged.get_or_create(&labels).clone(),
+            self.watch.swaps.get_or_create(&labels).clone(),
+            self.watch.swaps_unchanged.get_or_create(&labels).clone(),
         )
     }
 
@@ -216,7 +236,8 @@ impl Metrics {
     }
 
     pub fn observe_latency(&self, action: ActionKind, seconds: f64) {
-        self.latency
+        self.timing
+            .latency
             .get_or_create(&LatencyLabels {
                 action: action.as_str(),
             })
@@ -247,7 +268,8 @@ mod tests {
         let mut reg = Registry::with_prefix("reloadlet");
         let m = Metrics::new(&mut reg);
         m.action(ActionKind::Signal, Outcome::Signaled);
-        m.swaps
+        m.watch
+            .swaps
             .get_or_create(&PluginLabels {
                 plugin: "configmap",
             })
