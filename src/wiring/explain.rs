@@ -1,0 +1,138 @@
+//! `reloadlet explain`: one pod read from the API, its budgets and its containers' main
+//! processes looked up on this node, and the report of what reloadlet would do.
+
+use crate::config::ExplainArgs;
+use crate::explain;
+use crate::host::process::{ContainerProcesses, ProcFs};
+use crate::k8s::client::Clients;
+use crate::k8s::pdb_watch;
+use crate::k8s::pod_convert;
+use crate::k8s::pod_view::PodView;
+use std::collections::BTreeMap;
+
+/// The report of `reloadlet explain --pod NS/NAME` (`Err`: why there is none).
+pub async fn report(args: ExplainArgs) -> Result<String, String> {
+    let fail = |reason: &str| -> Result<String, String> { Err(reason.to_owned()) };
+    let scope = match args.scope.scope() {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    let (namespace, name) = args.pod;
+    let clients = match Clients::infer().await {
+        Ok(c) => c,
+        Err(e) => {
+            return fail(&format!(
+                "no Kubernetes configuration (in-cluster or KUBECONFIG): {e}"
+            ))
+        }
+    };
+    let api: kube::Api<PodView> = kube::Api::namespaced(clients.main.clone(), &namespace);
+    let pod = match api.get(&name).await {
+        Ok(p) => p,
+        Err(e) => return fail(&format!("cannot get pod {namespace}/{name}: {e}")),
+    };
+    let Some(info) = pod_convert::pod_info(&pod) else {
+        return fail(&format!("pod {namespace}/{name} has no uid or spec"));
+    };
+    let pod_node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let this_node = args.node_name.filter(|n| !n.is_empty());
+    let elsewhere = match (&pod_node, &this_node) {
+        (Some(p), Some(t)) if p != t => Some(p.clone()),
+        _ => None,
+    };
+    let other_node = match &elsewhere {
+        Some(node) => {
+            let (agent_ns, agent_labels) = own_pod_identity(clients.main.clone()).await;
+            Some(explain::OtherNode {
+                node: node.clone(),
+                command: explain::reach_agent_command(
+                    &agent_ns,
+                    &agent_labels,
+                    node,
+                    &info.full_name(),
+                ),
+            })
+        }
+        None => None,
+    };
+    let budgets = pdb_watch::list_namespace(clients.main.clone(), &namespace)
+        .await
+        .map(|idx| idx.selecting(&namespace, &info.labels))
+        .map_err(|e| e.to_string());
+    let processes = ProcFs::new(args.proc_root);
+    let main_pid = |container: &str| -> Result<crate::explain::MainProcessView, String> {
+        let c = info
+            .containers
+            .iter()
+            .find(|c| c.name == container)
+            .ok_or("unknown container")?;
+        let id = c.container_id.as_ref().ok_or("no container id yet")?;
+        match processes.inspect(&info.uid, id) {
+            Ok((main, status)) => Ok(crate::explain::MainProcessView {
+                pid: main.pid,
+                status: Ok(status),
+            }),
+            Err(e) => processes
+                .find_main_process(&info.uid, id)
+                .map(|main| crate::explain::MainProcessView {
+                    pid: main.pid,
+                    status: Err(e.to_string()),
+                })
+                .map_err(|e| e.to_string()),
+        }
+    };
+    let ctx = explain::Context {
+        scope: &scope,
+        pod_node: pod_node.as_deref(),
+        other_node,
+        budgets: Some(budgets),
+    };
+    let mut text = explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid);
+    text.push_str(&crate::controller::nudge::qualify::explain(&info));
+    text.push_str(&crate::controller::env::hash::explain(&info));
+    Ok(text)
+}
+
+/// The namespace and identifying labels of the pod `explain` runs in (to name the agent on
+/// another node): POD_NAMESPACE (else the ServiceAccount's namespace file) and POD_NAME (else
+/// HOSTNAME), read from the API; per-revision labels are left out. Falls back to the labels
+/// the manifests set.
+async fn own_pod_identity(client: kube::Client) -> (String, BTreeMap<String, String>) {
+    let namespace = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "reloadlet".into());
+    let fallback: BTreeMap<String, String> = [(
+        "app.kubernetes.io/name".to_string(),
+        "reloadlet".to_string(),
+    )]
+    .into();
+    let name = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_default();
+    if name.is_empty() {
+        return (namespace, fallback);
+    }
+    let api: kube::Api<PodView> = kube::Api::namespaced(client, &namespace);
+    let labels = match api.get(&name).await {
+        Ok(p) => p
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "controller-revision-hash" | "pod-template-generation" | "pod-template-hash"
+                )
+            })
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    };
+    (namespace, if labels.is_empty() { fallback } else { labels })
+}
