@@ -237,6 +237,12 @@ async fn every_decision_is_one_structured_json_line() {
     node.api.create_pod(opted_in("j", "web", "c", &out));
     node.wait_running("j", "web").await;
     node.wait_tracked(2).await;
+    // Running is not yet listening: the recorder says READY once its handler is installed (a
+    // SIGHUP before that is dropped by the kernel, as reloadlet's own log line then says).
+    eventually("the recorder ready", WAIT, || {
+        recorder_ready(&out).then_some(())
+    })
+    .await;
     node.api.apply_configmap(configmap("j", "c", &[("k", "2")]));
     eventually("signaled", WAIT, || {
         (signals_in(&out) == ["SIGHUP"]).then_some(())
