@@ -177,6 +177,12 @@ impl Executor {
         &self.inner.runtime
     }
 
+    /// Tells structural PodDisruptionBudget blocks from transient ones with these budgets
+    /// (`reloadlet.io/on-blocked`).
+    pub fn use_budgets(&self, budgets: Arc<RwLock<crate::core::disruption_budgets::BudgetIndex>>) {
+        self.inner.evictions.use_budgets(budgets);
+    }
+
     /// Evicts a pod (at most one eviction per pod at a time).
     pub fn evict(&self, job: EvictJob) -> bool {
         self.inner.evictions.request(job)
