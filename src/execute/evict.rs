@@ -90,6 +90,9 @@ struct Inner {
     cancel: CancellationToken,
     /// Pod UID → the job in progress.
     jobs: Mutex<HashMap<String, EvictJob>>,
+    /// Pod UID → cancelled when the pod is deleted or starts terminating (ends a long wait
+    /// on a structural block at once).
+    ends: Mutex<HashMap<String, CancellationToken>>,
     /// Woken when a job starts or ends (what is persisted changed).
     changed: Arc<tokio::sync::Notify>,
     /// The async runtime eviction tasks run on (the caller may be the hot thread, which
@@ -116,6 +119,7 @@ impl Evictions {
                 permits,
                 cancel,
                 jobs: Mutex::default(),
+                ends: Mutex::default(),
                 changed: Arc::default(),
                 runtime: tokio::runtime::Handle::current(),
             }),
@@ -130,6 +134,15 @@ impl Evictions {
         }
     }
 
+    /// The pod was deleted or is terminating: a wait on a structural block ends at once (the
+    /// job then sees the pod gone).
+    pub fn pod_gone(&self, uid: &str) {
+        let ends = self.inner.ends.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(end) = ends.get(uid) {
+            end.cancel();
+        }
+    }
+
     /// Starts evicting `job.pod` unless an eviction of that pod is already pending: a change
     /// that arrives meanwhile is served by the same eviction.
     pub fn request(&self, job: EvictJob) -> bool {
@@ -140,6 +153,11 @@ impl Evictions {
                 return false;
             }
             jobs.insert(job.pod.uid.clone(), job.clone());
+            self.inner
+                .ends
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(job.pod.uid.clone(), CancellationToken::new());
             self.inner
                 .report
                 .metrics()
@@ -157,6 +175,11 @@ impl Evictions {
                 }
                 _ = inner.run(&job) => {}
             }
+            inner
+                .ends
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&uid);
             let mut jobs = inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
             jobs.remove(&uid);
             inner
@@ -363,11 +386,21 @@ impl Inner {
 
     /// Waits `delay` while a budget blocks the pod's eviction structurally; ends sooner when
     /// the budgets change so that the block is no longer structural (scaled up, the budget
-    /// relaxed or deleted), or the pod's `on-blocked` turned to `rollout`.
+    /// relaxed or deleted), the pod's `on-blocked` turned to `rollout`, or the pod went away.
     async fn wait_structural(&self, pod: &PodRef, delay: Duration) {
         let deadline = tokio::time::Instant::now() + delay;
+        let end = self
+            .ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
         let Some(budgets) = self.budgets.get() else {
-            tokio::time::sleep_until(deadline).await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = end.cancelled() => {}
+            }
             return;
         };
         let mut versions = budgets
@@ -377,9 +410,13 @@ impl Inner {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
+                _ = end.cancelled() => return,
                 changed = versions.changed() => {
                     if changed.is_err() {
-                        tokio::time::sleep_until(deadline).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(deadline) => {}
+                            _ = end.cancelled() => {}
+                        }
                         return;
                     }
                     let (mode, coverage) = self.situation(pod);

@@ -294,3 +294,18 @@ async fn a_structural_budget_that_starts_to_allow_ends_the_wait_at_once() {
     assert_eq!(s.api.calls().len(), 2);
     assert_eq!(s.events.reasons(), ["EvictionBlocked", "EvictionRequested"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_during_a_structural_wait_ends_its_eviction_at_once() {
+    let s = Setup::new(None, status(2, 2, 2, 0));
+    s.run_for(Duration::from_secs(10)).await;
+    assert!(s.evictions.is_pending("u1"));
+    s.evictions.inner.index.write().unwrap().delete("u1");
+    s.evictions.pod_gone("u1");
+    s.run_for(Duration::from_secs(10)).await;
+    assert!(
+        !s.evictions.is_pending("u1"),
+        "still waiting for a deleted pod"
+    );
+    assert_eq!(s.api.calls().len(), 1);
+}

@@ -194,14 +194,19 @@ impl Executor {
         self.inner.http.request(job);
     }
 
-    /// A pod was updated: ends its reload request if a container it is for restarted.
+    /// A pod was updated: ends its reload request if a container it is for restarted, and a
+    /// long eviction wait if it is terminating.
     pub fn pod_updated(&self, pod: &PodInfo) {
         self.inner.http.pod_updated(pod);
+        if pod.terminating {
+            self.inner.evictions.pod_gone(&pod.uid);
+        }
     }
 
-    /// A pod was deleted: ends its reload request.
+    /// A pod was deleted: ends its reload request and any eviction wait.
     pub fn pod_deleted(&self, uid: &str) {
         self.inner.http.pod_deleted(uid);
+        self.inner.evictions.pod_gone(uid);
     }
 
     pub fn pending_evictions(&self) -> Vec<PendingEviction> {
