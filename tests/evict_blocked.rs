@@ -167,6 +167,30 @@ async fn wait_on_a_structural_block_warns_at_once_in_plain_words_and_stops_askin
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_workload_scaled_up_during_the_long_wait_is_evicted_without_waiting_it_out() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.create_pdb(pdb(json!({"minAvailable": 2})));
+    let originals = replicas(&mut node, 2, 300, None).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-conf", &[("k", "v2")]));
+    eventually(
+        "EvictionBlocked on both pods",
+        Duration::from_secs(10),
+        || (events(&node, "EvictionBlocked").len() >= 2).then_some(()),
+    )
+    .await;
+    // Three replicas, two needed: no longer structural; the 5-minute wait ends.
+    assert!(node.api.scale_replicaset(NS, "web", 3));
+    eventually(
+        "both originals evicted, one at a time",
+        Duration::from_secs(60),
+        || (evicted_uids(&node) == originals).then_some(()),
+    )
+    .await;
+    assert_budgets_held(&node);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn rollout_on_a_structural_block_sends_no_eviction_request_at_all() {
     let mut node = Node::start(NodeOptions::default()).await;
     node.api.create_pdb(pdb(json!({"minAvailable": 2})));
