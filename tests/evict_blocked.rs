@@ -127,6 +127,32 @@ fn events(node: &Node, reason: &str) -> Vec<nodesim::apiserver::RecordedEvent> {
         .collect()
 }
 
+/// `reloadlet explain` for a pod of the node, as the DaemonSet would run it.
+fn explain(node: &Node, pod: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        .args(["explain", "--pod", &format!("{NS}/{pod}")])
+        .env("KUBECONFIG", node.kubeconfig())
+        .env("NODE_NAME", NODE)
+        .env_remove("RELOADLET_DRY_RUN")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn a_pod_name(node: &Node) -> String {
+    node.api.pods_of_replicaset(NS, "web")[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap()
+}
+
 fn assert_budgets_held(node: &Node) {
     let violations = node.api.invariant_violations();
     assert!(violations.is_empty(), "{violations:?}");
@@ -164,6 +190,15 @@ async fn wait_on_a_structural_block_warns_at_once_in_plain_words_and_stops_askin
     assert!(evicted_uids(&node).is_empty());
     assert!(node.metric("reloadlet_evictions_pending") >= 2.0);
     assert_budgets_held(&node);
+    let text = explain(&node, &a_pod_name(&node));
+    for expected in [
+        "protected by PodDisruptionBudget web",
+        "expected pods 2, desired healthy 2, currently healthy 2, disruptions allowed 0",
+        "structural block: PodDisruptionBudget web needs 2 of 2 pods healthy",
+        "on a change (on-blocked: wait): Warning EvictionBlocked at once, the eviction asked again every 5m",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -225,6 +260,11 @@ async fn rollout_on_a_structural_block_sends_no_eviction_request_at_all() {
     );
     assert_eq!(uids(&node.api.pods_of_replicaset(NS, "web")), originals);
     assert!(events(&node, "EvictionBlocked").is_empty());
+    let text = explain(&node, &a_pod_name(&node));
+    assert!(
+        text.contains("on a change (on-blocked: rollout): no eviction is sent"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
