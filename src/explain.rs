@@ -2,6 +2,7 @@
 //! the caller supplies the main PIDs it could find, the node, and the PDBs).
 
 use crate::core::annotations::Action;
+use crate::core::disruption_budgets::{Block, Coverage};
 use crate::core::filters::Scope;
 use crate::core::model::{ContainerKind, PodInfo, SourceRef};
 use crate::core::policy::{self, Decision};
@@ -17,9 +18,9 @@ pub struct Context<'a> {
     pub pod_node: Option<&'a str>,
     /// Set when the pod runs on another node than this agent's.
     pub other_node: Option<OtherNode>,
-    /// Names of the PodDisruptionBudgets that select the pod, or why they could not be read;
-    /// `None`: not looked up.
-    pub budgets: Option<Result<Vec<String>, String>>,
+    /// The PodDisruptionBudgets that select the pod (with their status), or why they could
+    /// not be read; `None`: not looked up.
+    pub budgets: Option<Result<Coverage, String>>,
 }
 
 impl<'a> Context<'a> {
@@ -32,6 +33,55 @@ impl<'a> Context<'a> {
             budgets: None,
         }
     }
+}
+
+/// The budget section of an evict pod: which PodDisruptionBudget, its arithmetic, whether a
+/// block is structural, and what the agent will do about it (`reloadlet.io/on-blocked`).
+fn budget_lines(w: &mut String, pod: &PodInfo, budgets: &Result<Coverage, String>) {
+    use crate::core::rollout::{on_blocked, OnBlocked};
+    let (name, status) = match budgets {
+        Err(e) => {
+            let _ = writeln!(w, "  PodDisruptionBudgets could not be read: {e}");
+            return;
+        }
+        Ok(Coverage::None) => {
+            let _ = writeln!(
+                w,
+                "  WARNING (NoDisruptionBudget): {}",
+                crate::core::disruption_budgets::no_budget_note()
+            );
+            return;
+        }
+        Ok(Coverage::Several(names)) => {
+            let _ = writeln!(w, "  WARNING: selected by more than one PodDisruptionBudget ({}): the Eviction API refuses to evict such a pod (500) until only one selects it", names.join(", "));
+            return;
+        }
+        Ok(Coverage::One { name, status }) => (name, status),
+    };
+    let _ = writeln!(w, "  protected by PodDisruptionBudget {name}");
+    let Some(status) = status else {
+        let _ = writeln!(w, "    status: not yet processed by the disruption controller (observedGeneration behind); evictions wait for it");
+        return;
+    };
+    let _ = writeln!(w, "    {}", status.arithmetic());
+    let Ok((mode, timeout)) = on_blocked(&pod.annotations) else {
+        return; // the annotation error is printed with the policy
+    };
+    let timeout = humantime::format_duration(timeout);
+    let then = match (status.block(), mode) {
+        (None, _) => "an eviction is allowed now".to_owned(),
+        (Some(Block::Structural), OnBlocked::Wait) => format!(
+            "structural block: {}\n    on a change (on-blocked: wait): Warning EvictionBlocked at once, the eviction asked again every 5m until the budget or the replicas change",
+            status.structural_note(name)
+        ),
+        (Some(Block::Structural), OnBlocked::Rollout) => format!(
+            "structural block: {}\n    on a change (on-blocked: rollout): no eviction is sent; Normal EvictionHandedOff, reloadlet controller rolls the pod's workload",
+            status.structural_note(name)
+        ),
+        (Some(Block::Transient), OnBlocked::Wait) => "transient block (a pod not healthy yet, or another eviction in flight): the eviction is retried with the usual backoff until it passes (on-blocked: wait)".to_owned(),
+        (Some(Block::Transient), OnBlocked::Rollout) => format!("transient block (a pod not healthy yet, or another eviction in flight): the eviction is retried with the usual backoff; if the block outlasts blocked-timeout {timeout}, reloadlet controller rolls the pod's workload (on-blocked: rollout)"),
+    };
+    let _ = writeln!(w, "    {then}");
 }
 
 /// The pod is on `node`; `command` reaches that node's agent.
@@ -141,21 +191,8 @@ pub fn report(
             if !pod.has_controller && !allow_unowned {
                 let _ = writeln!(w, "  WARNING: the pod has no controller; evictions will be refused (set reloadlet.io/evict-unowned: \"true\")");
             }
-            match &ctx.budgets {
-                Some(Ok(names)) if names.is_empty() => {
-                    let _ = writeln!(
-                        w,
-                        "  WARNING (NoDisruptionBudget): {}",
-                        crate::core::disruption_budgets::no_budget_note()
-                    );
-                }
-                Some(Ok(names)) => {
-                    let _ = writeln!(w, "  protected by PodDisruptionBudget {}", names.join(", "));
-                }
-                Some(Err(e)) => {
-                    let _ = writeln!(w, "  PodDisruptionBudgets could not be read: {e}");
-                }
-                None => {}
+            if let Some(budgets) = &ctx.budgets {
+                budget_lines(w, pod, budgets);
             }
         }
     }
@@ -390,5 +427,65 @@ mod tests {
         };
         let ctx = Context::new(&excluded);
         assert!(report(&pod, &ctx, &[], &|_| Ok(view(&handler))).contains("not acted on"));
+    }
+
+    #[test]
+    fn the_budget_section_shows_the_arithmetic_the_block_and_what_will_happen() {
+        use crate::core::disruption_budgets::BudgetStatus;
+        let pod = |on_blocked: &str| PodInfo {
+            annotations: [
+                ("reloadlet.io/action".to_string(), "evict".to_string()),
+                (
+                    "reloadlet.io/on-blocked".to_string(),
+                    on_blocked.to_string(),
+                ),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let one = |expected, desired, current, allowed| {
+            Ok(Coverage::One {
+                name: "web".into(),
+                status: Some(BudgetStatus {
+                    expected_pods: expected,
+                    desired_healthy: desired,
+                    current_healthy: current,
+                    disruptions_allowed: allowed,
+                }),
+            })
+        };
+        let lines = |on_blocked, budgets| {
+            let mut w = String::new();
+            budget_lines(&mut w, &pod(on_blocked), &budgets);
+            w
+        };
+        let wait = lines("wait", one(2, 2, 2, 0));
+        assert!(
+            wait.contains(
+                "expected pods 2, desired healthy 2, currently healthy 2, disruptions allowed 0"
+            ),
+            "{wait}"
+        );
+        assert!(
+            wait.contains("structural block: PodDisruptionBudget web needs 2 of 2 pods healthy"),
+            "{wait}"
+        );
+        assert!(wait.contains("asked again every 5m"), "{wait}");
+        let rollout = lines("rollout", one(2, 2, 2, 0));
+        assert!(rollout.contains("no eviction is sent"), "{rollout}");
+        assert!(
+            rollout.contains("reloadlet controller rolls the pod's workload"),
+            "{rollout}"
+        );
+        let transient = lines("rollout", one(3, 2, 2, 0));
+        assert!(transient.contains("transient block"), "{transient}");
+        assert!(transient.contains("blocked-timeout 10m"), "{transient}");
+        assert!(!transient.contains("structural"), "{transient}");
+        assert!(lines("wait", one(3, 2, 3, 1)).contains("an eviction is allowed now"));
+        let several = lines("wait", Ok(Coverage::Several(vec!["a".into(), "b".into()])));
+        assert!(
+            several.contains("more than one PodDisruptionBudget (a, b)"),
+            "{several}"
+        );
     }
 }

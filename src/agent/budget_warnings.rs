@@ -77,6 +77,7 @@ impl BudgetWarnings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::disruption_budgets::Budget;
     use crate::core::label_selector::LabelSelector;
 
     fn pod(uid: &str, action: &str, app: &str) -> PodInfo {
@@ -105,7 +106,7 @@ mod tests {
         idx.write().unwrap().reset(vec![(
             "shop".into(),
             "web".into(),
-            LabelSelector::parse("app=web").ok(),
+            Budget::new(LabelSelector::parse("app=web").ok(), None),
         )]);
         let due: Vec<String> = w.due(&pods).into_iter().map(|p| p.uid).collect();
         assert_eq!(due, ["b"]);

@@ -148,11 +148,13 @@ impl Agent {
         }
     }
 
-    /// Warns about evict pods that no PodDisruptionBudget in `budgets` selects.
+    /// Warns about evict pods that no PodDisruptionBudget in `budgets` selects, and tells
+    /// structural budget blocks from transient ones (`reloadlet.io/on-blocked`).
     pub fn with_budgets(
         mut self,
         budgets: Arc<RwLock<crate::core::disruption_budgets::BudgetIndex>>,
     ) -> Self {
+        self.exec.use_budgets(budgets.clone());
         self.chores.with_budgets(budgets);
         self
     }

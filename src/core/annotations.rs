@@ -3,6 +3,7 @@
 //! Annotations are user input: every error is a sentence that can go into a Warning Event.
 
 use crate::core::model::{ReloadSignal, SignalCheck};
+use crate::core::rollout::{self, BlockedError, BLOCKED_TIMEOUT, ON_BLOCKED};
 use std::collections::BTreeMap;
 
 pub const PREFIX: &str = "reloadlet.io/";
@@ -34,7 +35,7 @@ pub const ENV_ACTION: &str = "reloadlet.io/env-action";
 /// the pod (`configmap/<name>=<16 hex>,…`).
 pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
 
-const KNOWN: [&str; 16] = [
+const KNOWN: [&str; 18] = [
     ENV_ACTION,
     ENV_BASELINE,
     ACTION,
@@ -51,6 +52,8 @@ const KNOWN: [&str; 16] = [
     SIGNAL_CHECK,
     FAST_PROJECTION,
     PROJECTION_NUDGE,
+    ON_BLOCKED,
+    BLOCKED_TIMEOUT,
 ];
 /// Kubernetes object names are at most 253 characters; a list longer than this is not a typo.
 const MAX_LIST_ITEMS: usize = 64;
@@ -186,8 +189,11 @@ pub enum AnnotationError {
     InvalidHttpMethod(String),
     #[error("{HTTP_SCHEME}: {0:?} is not valid; use \"http\" (the default) or \"https\"")]
     InvalidHttpScheme(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline")]
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout")]
     UnknownKey(String),
+    /// `reloadlet.io/on-blocked` / `reloadlet.io/blocked-timeout` (core::rollout).
+    #[error(transparent)]
+    Blocked(#[from] BlockedError),
 }
 
 /// Parses the pod's annotations. `Ok(None)`: the pod did not opt in (no `reloadlet.io/action`).
@@ -224,6 +230,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
     }
     fast_projection(annotations)?;
     env_evicts(annotations)?;
+    rollout::on_blocked(annotations)?;
     Ok(Some(PodPolicy {
         action,
         containers: parse_list(annotations, CONTAINERS, "container", is_dns_label)?,
@@ -753,6 +760,28 @@ mod tests {
         assert_eq!(
             parse(&ann(&[(ACTION, "signal"), (CONTAINERS, &many)])),
             Err(AnnotationError::TooManyItems(CONTAINERS))
+        );
+    }
+
+    #[test]
+    fn on_blocked_and_blocked_timeout_are_known_and_checked() {
+        let evict = |extra: &[(&str, &str)]| {
+            let mut pairs = vec![(ACTION, "evict")];
+            pairs.extend_from_slice(extra);
+            parse(&ann(&pairs)).map(|p| p.is_some())
+        };
+        assert_eq!(
+            evict(&[(ON_BLOCKED, "rollout"), (BLOCKED_TIMEOUT, "15m")]),
+            Ok(true)
+        );
+        assert_eq!(evict(&[(ON_BLOCKED, "wait")]), Ok(true));
+        assert_eq!(
+            evict(&[(ON_BLOCKED, "force")]).unwrap_err().to_string(),
+            "reloadlet.io/on-blocked: \"force\" is not valid; use \"wait\" (the default) or \"rollout\""
+        );
+        assert_eq!(
+            evict(&[(BLOCKED_TIMEOUT, "soon")]).unwrap_err().to_string(),
+            "reloadlet.io/blocked-timeout: \"soon\" is not a duration above 0s (e.g. 10m, 1h)"
         );
     }
 

@@ -46,6 +46,10 @@ pub enum Outcome {
     Evicted,
     EvictionBlocked,
     EvictionFailed,
+    /// `reloadlet.io/on-blocked: rollout` and a PodDisruptionBudget that can never allow the
+    /// eviction: no eviction sent (or no more), the change left to the controller's rollout
+    /// (Normal `EvictionHandedOff`).
+    EvictionHandedOff,
     Refused,
     /// The pod's reload endpoint answered 2xx (Normal `Reloaded`).
     Reloaded,
@@ -96,6 +100,7 @@ impl Outcome {
             Self::Evicted => "evicted",
             Self::EvictionBlocked => "eviction_blocked",
             Self::EvictionFailed => "eviction_failed",
+            Self::EvictionHandedOff => "eviction_handed_off",
             Self::Refused => "refused",
             Self::Reloaded => "reloaded",
             Self::ReloadFailed => "reload_failed",
@@ -124,6 +129,7 @@ impl Outcome {
             Self::Evicted => ("EvictionRequested", false),
             Self::EvictionBlocked => ("EvictionBlocked", true),
             Self::EvictionFailed => ("EvictionFailed", true),
+            Self::EvictionHandedOff => ("EvictionHandedOff", false),
             Self::Refused => ("EvictionRefused", true),
             Self::Reloaded => ("Reloaded", false),
             Self::ReloadFailed => ("ReloadFailed", true),
@@ -155,9 +161,11 @@ impl Outcome {
                 &[Signal]
             }
             Self::SubPathNotUpdated => &[Signal, Http],
-            Self::Evicted | Self::EvictionBlocked | Self::EvictionFailed | Self::Refused => {
-                &[Evict]
-            }
+            Self::Evicted
+            | Self::EvictionBlocked
+            | Self::EvictionFailed
+            | Self::EvictionHandedOff
+            | Self::Refused => &[Evict],
             Self::Reloaded | Self::ReloadFailed => &[Http],
             Self::InvalidAnnotation | Self::EnvNotReloaded => &[None],
             Self::DryRun => &[Signal, Evict, Http],
@@ -188,6 +196,7 @@ impl Outcome {
                 | Self::Evicted
                 | Self::EvictionBlocked
                 | Self::EvictionFailed
+                | Self::EvictionHandedOff
                 | Self::Reloaded
                 | Self::ReloadFailed
                 | Self::EnvNotReloaded
@@ -235,6 +244,7 @@ mod tests {
                 ("evicted", "EvictionRequested", false),
                 ("eviction_blocked", "EvictionBlocked", true),
                 ("eviction_failed", "EvictionFailed", true),
+                ("eviction_handed_off", "EvictionHandedOff", false),
                 ("refused", "EvictionRefused", true),
                 ("reloaded", "Reloaded", false),
                 ("reload_failed", "ReloadFailed", true),

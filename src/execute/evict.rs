@@ -1,14 +1,24 @@
 //! Eviction jobs: one at most per pod, paced retries while a PodDisruptionBudget says no,
 //! bounded concurrency, Events that tell the operator what is going on.
+//!
+//! A budget that can never allow the eviction while the workload keeps its size (a
+//! *structural* block, [`crate::core::disruption_budgets::Block`], known from the PDB watch's
+//! index) is told at once and then asked about no more often than every
+//! [`EvictionSettings::structural_retry`] (`reloadlet.io/on-blocked: wait`, the default), or
+//! not asked at all: the change is left to the controller's rollout (`on-blocked: rollout`,
+//! Normal `EvictionHandedOff`). A transient block (a pod still starting, another eviction in
+//! flight) is retried as every refusal.
 
 use super::report::Reporter;
+use crate::core::disruption_budgets::{BudgetIndex, BudgetStatus, Coverage};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
+use crate::core::rollout::{self, OnBlocked};
 use crate::host::state_file::PendingEviction;
 use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
 use crate::retry::{Backoff, Jitter, Retries, RetryAfter};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +34,10 @@ pub struct EvictionSettings {
     /// One eviction call may take this long (it holds one of `max_in_flight` permits
     /// meanwhile); then it counts as failed and is retried.
     pub call_timeout: Duration,
+    /// While a budget blocks the eviction structurally (`reloadlet.io/on-blocked: wait`), it
+    /// is asked again no more often than this (sooner only once the budget changes so that
+    /// the block is no longer structural).
+    pub structural_retry: Duration,
 }
 
 impl EvictionSettings {
@@ -44,6 +58,7 @@ impl Default for EvictionSettings {
             max_backoff: Duration::from_secs(120),
             warn_every: Duration::from_secs(300),
             call_timeout: Duration::from_secs(30),
+            structural_retry: Duration::from_secs(300),
         }
     }
 }
@@ -69,10 +84,15 @@ struct Inner {
     evictor: Arc<dyn Evictor>,
     report: Reporter,
     index: Arc<RwLock<PodIndex>>,
+    /// The PodDisruptionBudgets, once the agent follows them (tells structural blocks).
+    budgets: OnceLock<Arc<RwLock<BudgetIndex>>>,
     permits: Semaphore,
     cancel: CancellationToken,
     /// Pod UID → the job in progress.
     jobs: Mutex<HashMap<String, EvictJob>>,
+    /// Pod UID → cancelled when the pod is deleted or starts terminating (ends a long wait
+    /// on a structural block at once).
+    ends: Mutex<HashMap<String, CancellationToken>>,
     /// Woken when a job starts or ends (what is persisted changed).
     changed: Arc<tokio::sync::Notify>,
     /// The async runtime eviction tasks run on (the caller may be the hot thread, which
@@ -95,12 +115,31 @@ impl Evictions {
                 evictor,
                 report,
                 index,
+                budgets: OnceLock::new(),
                 permits,
                 cancel,
                 jobs: Mutex::default(),
+                ends: Mutex::default(),
                 changed: Arc::default(),
                 runtime: tokio::runtime::Handle::current(),
             }),
+        }
+    }
+
+    /// Tells structural blocks from transient ones with these budgets (kept by the PDB
+    /// watch). Without them every refusal is retried as a transient one.
+    pub fn use_budgets(&self, budgets: Arc<RwLock<BudgetIndex>>) {
+        if self.inner.budgets.set(budgets).is_err() {
+            tracing::debug!("eviction budgets already set; keeping the first");
+        }
+    }
+
+    /// The pod was deleted or is terminating: a wait on a structural block ends at once (the
+    /// job then sees the pod gone).
+    pub fn pod_gone(&self, uid: &str) {
+        let ends = self.inner.ends.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(end) = ends.get(uid) {
+            end.cancel();
         }
     }
 
@@ -114,6 +153,11 @@ impl Evictions {
                 return false;
             }
             jobs.insert(job.pod.uid.clone(), job.clone());
+            self.inner
+                .ends
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(job.pod.uid.clone(), CancellationToken::new());
             self.inner
                 .report
                 .metrics()
@@ -131,6 +175,11 @@ impl Evictions {
                 }
                 _ = inner.run(&job) => {}
             }
+            inner
+                .ends
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&uid);
             let mut jobs = inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
             jobs.remove(&uid);
             inner
@@ -188,6 +237,30 @@ impl Inner {
         }
     }
 
+    /// The pod's `reloadlet.io/on-blocked` (an invalid value was refused before the job
+    /// started; one that became invalid since counts as the default, `wait`) and the budgets
+    /// that select it.
+    fn situation(&self, pod: &PodRef) -> (OnBlocked, Coverage) {
+        let (mode, labels) = {
+            let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+            match index.get(&pod.uid) {
+                Some(p) => (
+                    rollout::on_blocked(&p.annotations).map_or(OnBlocked::Wait, |(m, _)| m),
+                    p.labels.clone(),
+                ),
+                None => return (OnBlocked::Wait, Coverage::None),
+            }
+        };
+        let coverage = match self.budgets.get() {
+            Some(budgets) => budgets
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .coverage(&pod.namespace, &labels),
+            None => Coverage::None,
+        };
+        (mode, coverage)
+    }
+
     async fn run(&self, job: &EvictJob) {
         let pod = &job.pod;
         let req = EvictRequest {
@@ -200,10 +273,20 @@ impl Inner {
         let mut last_warning: Option<Instant> = None;
         // Since when a PodDisruptionBudget has refused it (for notifications).
         let mut first_refusal: Option<Instant> = None;
+        // The last refusal was a structural block (already told).
+        let mut structural_told = false;
         let mut attempts = 0u32;
         loop {
             if let Err(why) = self.still_wanted(pod) {
                 tracing::info!(pod = %full(pod), reason = why, "eviction no longer needed");
+                return;
+            }
+            // `on-blocked: rollout` and a block known before asking: no eviction at all.
+            if let (OnBlocked::Rollout, Some((budget, status))) = {
+                let (mode, coverage) = self.situation(pod);
+                (mode, coverage.structural().map(|(n, s)| (n.to_owned(), s)))
+            } {
+                self.handed_off(job, &budget, status, attempts);
                 return;
             }
             let outcome = {
@@ -233,10 +316,40 @@ impl Inner {
                     return;
                 }
                 EvictOutcome::Blocked { cause, retry_after } => {
+                    let since = *first_refusal.get_or_insert_with(Instant::now);
+                    let (mode, coverage) = self.situation(pod);
+                    if let Some((budget, status)) = coverage.structural() {
+                        if mode == OnBlocked::Rollout {
+                            self.handed_off(job, budget, status, attempts);
+                            return;
+                        }
+                        let outcome = Outcome::EvictionBlocked;
+                        self.report.count(ActionKind::Evict, outcome);
+                        let every = self.settings.structural_retry;
+                        tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), budget, cause = %cause, attempts, budget_status = %status.arithmetic(), "PodDisruptionBudget can never allow the eviction while the workload keeps its size; will retry every {}", humantime::format_duration(every));
+                        if !structural_told || warn_now {
+                            last_warning = Some(Instant::now());
+                            let note = format!(
+                                "{}; will retry every {}: {cause} ({})",
+                                status.structural_note(budget),
+                                humantime::format_duration(every),
+                                job.cause
+                            );
+                            self.report
+                                .blocked(pod, note, &job.sources, since.elapsed());
+                        }
+                        structural_told = true;
+                        let delay = retries
+                            .next(retry_after)
+                            .unwrap_or(self.settings.max_backoff)
+                            .max(every);
+                        self.wait_structural(pod, delay).await;
+                        continue;
+                    }
+                    structural_told = false;
                     let outcome = Outcome::EvictionBlocked;
                     self.report.count(ActionKind::Evict, outcome);
                     tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
-                    let since = *first_refusal.get_or_insert_with(Instant::now);
                     if warn_now {
                         last_warning = Some(Instant::now());
                         let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
@@ -271,6 +384,72 @@ impl Inner {
         }
     }
 
+    /// Waits `delay` while a budget blocks the pod's eviction structurally; ends sooner when
+    /// the budgets change so that the block is no longer structural (scaled up, the budget
+    /// relaxed or deleted), the pod's `on-blocked` turned to `rollout`, or the pod went away.
+    async fn wait_structural(&self, pod: &PodRef, delay: Duration) {
+        let deadline = tokio::time::Instant::now() + delay;
+        let end = self
+            .ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
+        let Some(budgets) = self.budgets.get() else {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = end.cancelled() => {}
+            }
+            return;
+        };
+        let mut versions = budgets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .subscribe();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = end.cancelled() => return,
+                changed = versions.changed() => {
+                    if changed.is_err() {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(deadline) => {}
+                            _ = end.cancelled() => {}
+                        }
+                        return;
+                    }
+                    let (mode, coverage) = self.situation(pod);
+                    if coverage.structural().is_none() || mode == OnBlocked::Rollout {
+                        tracing::info!(pod = %full(pod), "the PodDisruptionBudget no longer blocks the eviction for good; asking again");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `on-blocked: rollout` and a structural block: nothing (more) is sent; the change is
+    /// the controller's (it rolls the pod's workload).
+    fn handed_off(&self, job: &EvictJob, budget: &str, status: BudgetStatus, attempts: u32) {
+        let pod = &job.pod;
+        let outcome = Outcome::EvictionHandedOff;
+        let sent = if attempts == 0 {
+            "no eviction sent".to_owned()
+        } else {
+            format!("no further eviction sent after {attempts} refused")
+        };
+        tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), budget, budget_status = %status.arithmetic(), cause = %job.cause, attempts, "{sent}; the change is left to reloadlet controller's rollout");
+        let note = format!(
+            "{}; {} is rollout: {sent}, reloadlet controller rolls the pod's workload instead ({})",
+            status.structural_note(budget),
+            rollout::ON_BLOCKED,
+            job.cause
+        );
+        self.report
+            .record(pod, ActionKind::Evict, outcome, note, &job.sources);
+    }
+
     fn evicted(&self, job: &EvictJob, attempts: u32) {
         let pod = &job.pod;
         if self.report.dry_run() {
@@ -292,57 +471,5 @@ impl Inner {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::model::PodInfo;
-    use crate::ports::fake;
-    use crate::serve::metrics::Metrics;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
-        let pod = PodInfo {
-            uid: "u1".into(),
-            namespace: "ns".into(),
-            name: "web".into(),
-            ..Default::default()
-        };
-        let mut index = PodIndex::default();
-        index.apply(pod.clone());
-        // The first call never answers; the next evicts.
-        let evictor = Arc::new(fake::Evictor::answering([None]));
-        let events = Arc::new(fake::Events::default());
-        let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
-        let evictions = Evictions::new(
-            EvictionSettings {
-                max_in_flight: 1,
-                ..EvictionSettings::default()
-            },
-            evictor.clone(),
-            Reporter::new(
-                events.clone(),
-                crate::outbound::notify::Notifier::disabled(),
-                metrics,
-                false,
-                "node-1".into(),
-            ),
-            Arc::new(RwLock::new(index)),
-            CancellationToken::new(),
-        );
-        evictions.request(EvictJob {
-            pod: PodRef::from(&pod),
-            cause: "configmap app changed".into(),
-            first_seen: None,
-            sources: vec![],
-        });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
-        while evictions.is_pending("u1") && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        assert!(
-            !evictions.is_pending("u1"),
-            "the hung call was never given up"
-        );
-        assert_eq!(evictor.calls(), 2);
-        assert_eq!(events.reasons(), ["EvictionFailed", "EvictionRequested"]);
-    }
-}
+#[path = "evict_tests.rs"]
+mod tests;

@@ -177,6 +177,12 @@ impl Executor {
         &self.inner.runtime
     }
 
+    /// Tells structural PodDisruptionBudget blocks from transient ones with these budgets
+    /// (`reloadlet.io/on-blocked`).
+    pub fn use_budgets(&self, budgets: Arc<RwLock<crate::core::disruption_budgets::BudgetIndex>>) {
+        self.inner.evictions.use_budgets(budgets);
+    }
+
     /// Evicts a pod (at most one eviction per pod at a time).
     pub fn evict(&self, job: EvictJob) -> bool {
         self.inner.evictions.request(job)
@@ -188,14 +194,19 @@ impl Executor {
         self.inner.http.request(job);
     }
 
-    /// A pod was updated: ends its reload request if a container it is for restarted.
+    /// A pod was updated: ends its reload request if a container it is for restarted, and a
+    /// long eviction wait if it is terminating.
     pub fn pod_updated(&self, pod: &PodInfo) {
         self.inner.http.pod_updated(pod);
+        if pod.terminating {
+            self.inner.evictions.pod_gone(&pod.uid);
+        }
     }
 
-    /// A pod was deleted: ends its reload request.
+    /// A pod was deleted: ends its reload request and any eviction wait.
     pub fn pod_deleted(&self, uid: &str) {
         self.inner.http.pod_deleted(uid);
+        self.inner.evictions.pod_gone(uid);
     }
 
     pub fn pending_evictions(&self) -> Vec<PendingEviction> {

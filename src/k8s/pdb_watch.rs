@@ -1,10 +1,12 @@
 //! Follows every PodDisruptionBudget of the cluster (policy/v1, list/watch) into a shared
 //! [`BudgetIndex`], with the same non-resetting backoff and failure reporting as the pod
-//! watch. Failures here never make the agent unready: budgets only feed a warning.
+//! watch. Failures here never make the agent unready: budgets feed a warning and tell a
+//! structural block (no eviction can ever pass) from a transient one; without them every
+//! refusal is treated as transient.
 
 use super::api_backoff::{self, FailureTracker};
 use super::watch_loop::{self, Change, Pacing};
-use crate::core::disruption_budgets::BudgetIndex;
+use crate::core::disruption_budgets::{Budget, BudgetIndex, BudgetStatus};
 use crate::core::label_selector::{LabelSelector, Requirement};
 use futures::StreamExt;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -45,6 +47,29 @@ fn convert(sel: &KubeSelector) -> Option<LabelSelector> {
     Some(LabelSelector { requirements })
 }
 
+/// The budget's status as the disruption controller last wrote it; `None` when it has not
+/// processed the current generation yet (`status.observedGeneration < metadata.generation`,
+/// as the eviction subresource checks in kubernetes `pkg/registry/core/pod/storage/
+/// eviction.go`, `checkAndDecrement`) or never wrote one.
+pub fn status_of(pdb: &PodDisruptionBudget) -> Option<BudgetStatus> {
+    let status = pdb.status.as_ref()?;
+    let observed = status.observed_generation.unwrap_or(0);
+    if observed < pdb.metadata.generation.unwrap_or(0) || status.observed_generation.is_none() {
+        return None;
+    }
+    Some(BudgetStatus {
+        expected_pods: status.expected_pods,
+        desired_healthy: status.desired_healthy,
+        current_healthy: status.current_healthy,
+        disruptions_allowed: status.disruptions_allowed,
+    })
+}
+
+/// The budget as the index keeps it.
+pub fn budget_of(pdb: &PodDisruptionBudget) -> Budget {
+    Budget::new(selector_of(pdb), status_of(pdb))
+}
+
 fn key_of(pdb: &PodDisruptionBudget) -> (String, String) {
     (
         pdb.metadata.namespace.clone().unwrap_or_default(),
@@ -61,7 +86,7 @@ pub async fn run(client: Client, budgets: SharedBudgets, metrics: api_backoff::A
     let api: Api<PodDisruptionBudget> = Api::all(client);
     let entry = |pdb: &PodDisruptionBudget| {
         let (ns, name) = key_of(pdb);
-        Some((ns, name, selector_of(pdb)))
+        Some((ns, name, budget_of(pdb)))
     };
     let changes = watch_loop::changes(api, watcher::Config::default(), Pacing::UntilData, entry);
     futures::pin_mut!(changes);
@@ -72,7 +97,7 @@ pub async fn run(client: Client, budgets: SharedBudgets, metrics: api_backoff::A
         }
         match change {
             Change::Listed(all) => write(&budgets).reset(all),
-            Change::Applied((ns, name, selector)) => write(&budgets).apply(&ns, &name, selector),
+            Change::Applied((ns, name, budget)) => write(&budgets).apply(&ns, &name, budget),
             Change::Deleted(pdb) => {
                 let (ns, name) = key_of(&pdb);
                 write(&budgets).delete(&ns, &name);
@@ -106,7 +131,7 @@ pub async fn list_namespace(client: Client, namespace: &str) -> Result<BudgetInd
             .iter()
             .map(|p| {
                 let (ns, name) = key_of(p);
-                (ns, name, selector_of(p))
+                (ns, name, budget_of(p))
             })
             .collect(),
     );
@@ -134,5 +159,34 @@ mod tests {
         }))
         .unwrap();
         assert!(selector_of(&none).is_none());
+    }
+
+    #[test]
+    fn keeps_the_status_once_the_disruption_controller_processed_the_generation() {
+        let pdb = |generation: i64, observed: Option<i64>| -> PodDisruptionBudget {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "shop", "generation": generation},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+                "status": {"observedGeneration": observed, "expectedPods": 2,
+                    "desiredHealthy": 2, "currentHealthy": 2, "disruptionsAllowed": 0}
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            status_of(&pdb(3, Some(3))),
+            Some(BudgetStatus {
+                expected_pods: 2,
+                desired_healthy: 2,
+                current_healthy: 2,
+                disruptions_allowed: 0
+            })
+        );
+        assert_eq!(status_of(&pdb(4, Some(3))), None, "still being processed");
+        assert_eq!(status_of(&pdb(1, None)), None, "never processed");
+        let bare: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "x", "namespace": "shop"}, "spec": {}
+        }))
+        .unwrap();
+        assert_eq!(status_of(&bare), None);
     }
 }

@@ -57,7 +57,7 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     };
     let budgets = pdb_watch::list_namespace(clients.main.clone(), &namespace)
         .await
-        .map(|idx| idx.selecting(&namespace, &info.labels))
+        .map(|idx| idx.coverage(&namespace, &info.labels))
         .map_err(|e| e.to_string());
     let processes = ProcFs::new(args.proc_root);
     let main_pid = |container: &str| -> Result<crate::explain::MainProcessView, String> {
