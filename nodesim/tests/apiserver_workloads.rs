@@ -18,7 +18,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{watcher, WatchStreamExt};
-use nodesim::apiserver::{ApiChange, ApiServer, WorkloadKind};
+use nodesim::apiserver::{
+    ApiChange, ApiServer, ApiServerOptions, Rollout, RolloutSpec, WorkloadKind,
+};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -627,4 +629,142 @@ async fn deleting_a_deployment_deletes_its_replicasets_and_pods() {
     })
     .await;
     assert!(server.replicasets_of_deployment(NS, "web").is_empty());
+}
+
+fn rollout(name: &str, replicas: i32) -> Rollout {
+    Rollout {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        spec: Some(RolloutSpec {
+            replicas: Some(replicas),
+            selector: selector(name),
+            template: template(&[("app", name)]),
+            rest: [("strategy".to_string(), json!({"canary": {}}))].into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn argo_rollouts_are_unknown_unless_enabled() {
+    let server = ApiServer::start().await.unwrap();
+    let c = client(&server);
+    let req = get_request;
+    let err = c
+        .request_text(req("/apis/argoproj.io/v1alpha1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
+    let api: Api<Rollout> = Api::namespaced(c, NS);
+    let err = api.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
+
+    let server = ApiServer::start_with(ApiServerOptions {
+        argo_rollouts: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let text = client(&server)
+        .request_text(req("/apis/argoproj.io/v1alpha1"))
+        .await
+        .unwrap();
+    assert!(text.contains("\"rollouts\""), "{text}");
+}
+
+fn get_request(path: &str) -> axum::http::Request<Vec<u8>> {
+    axum::http::Request::get(path).body(Vec::new()).unwrap()
+}
+
+#[tokio::test]
+async fn a_rollouts_restart_at_replaces_older_pods_one_at_a_time() {
+    let server = ApiServer::start_with(ApiServerOptions {
+        argo_rollouts: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let _kubelet = kubelet(&server);
+    let api: Api<Rollout> = Api::namespaced(client(&server), NS);
+    let created = api
+        .create(&PostParams::default(), &rollout("web", 2))
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.generation, Some(1));
+    eventually(10, "2 ready pods", || {
+        server
+            .get_rollout(NS, "web")
+            .and_then(|r| r.status?.get("readyReplicas")?.as_i64())
+            == Some(2)
+    })
+    .await;
+    let before: BTreeSet<String> = all_pods_of(&server, WorkloadKind::Rollout, "web")
+        .iter()
+        .map(name)
+        .collect();
+    let pod = server.get_pod(NS, before.iter().next().unwrap()).unwrap();
+    let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+    let rs: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(client(&server), NS);
+    let rs_owner = rs
+        .get(&owner.name)
+        .await
+        .unwrap()
+        .metadata
+        .owner_references
+        .unwrap();
+    assert_eq!(
+        (rs_owner[0].api_version.as_str(), rs_owner[0].kind.as_str()),
+        ("argoproj.io/v1alpha1", "Rollout")
+    );
+    let readiness = server
+        .track_readiness(WorkloadKind::Rollout, NS, "web")
+        .unwrap();
+    // `metav1.Time` has whole seconds: restartAt must fall in a later second than the
+    // pods' creation to be after it.
+    let created = all_pods_of(&server, WorkloadKind::Rollout, "web")
+        .iter()
+        .filter_map(|p| Some(p.metadata.creation_timestamp.clone()?.0.as_second()))
+        .max()
+        .unwrap();
+    eventually(5, "the next second", || {
+        k8s_openapi::jiff::Timestamp::now().as_second() > created
+    })
+    .await;
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let patched = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"restartAt": now}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.generation, Some(2));
+    eventually(10, "restartedAt recorded", || {
+        server
+            .get_rollout(NS, "web")
+            .and_then(|r| r.status?.get("restartedAt").cloned())
+            == Some(serde_json::to_value(&now).unwrap())
+    })
+    .await;
+    let after: BTreeSet<String> = all_pods_of(&server, WorkloadKind::Rollout, "web")
+        .iter()
+        .map(name)
+        .collect();
+    assert_eq!(after.len(), 2);
+    assert!(before.is_disjoint(&after), "{before:?} {after:?}");
+    let log = readiness.log();
+    assert_eq!(log.min_ready(), Some(1), "one at a time: {log:?}");
+    assert_eq!(log.max_running(), 2, "{log:?}");
 }

@@ -45,9 +45,17 @@ fn routes<T: Stored + Send + Sync + 'static>(prefix: &str) -> Router<Arc<Shared>
         )
 }
 
-/// ConfigMaps, Secrets and Leases.
-pub(crate) fn router() -> Router<Arc<Shared>> {
-    routes::<ConfigMap>("/api/v1")
+/// ConfigMaps, Secrets, Leases, apps/v1 workloads, and Argo Rollouts when `argo`.
+pub(crate) fn router(argo: bool) -> Router<Arc<Shared>> {
+    let base = if argo {
+        routes::<super::argo::Rollout>("/apis/argoproj.io/v1alpha1").route(
+            "/apis/argoproj.io/v1alpha1",
+            get(|| async { Json(super::argo::discovery()) }),
+        )
+    } else {
+        Router::new()
+    };
+    base.merge(routes::<ConfigMap>("/api/v1"))
         .merge(routes::<Secret>("/api/v1"))
         .merge(routes::<Lease>("/apis/coordination.k8s.io/v1"))
         .merge(routes::<Deployment>("/apis/apps/v1"))

@@ -8,6 +8,7 @@
 //! Tests and the simulated kubelet drive it in-process through [`ApiServer`]; reloadlet
 //! reaches it over HTTP through the kubeconfig from [`ApiServer::write_kubeconfig`].
 
+mod argo;
 mod daemonset;
 mod deployment;
 mod disruption;
@@ -33,6 +34,7 @@ mod watch;
 mod workloads;
 mod workloads_api;
 
+pub use argo::{Rollout, RolloutSpec};
 pub use disruption::{compute_status, expected_and_desired, scaled_value, BudgetError};
 pub use events::merge_patch;
 pub use model::ApiChange;
@@ -74,6 +76,9 @@ pub struct ApiServerOptions {
     /// `Some`: every request needs `Authorization: Bearer <one of these>`, else 401
     /// (changed later by [`ApiServer::set_tokens`]). `None`: no authentication.
     pub bearer_tokens: Option<Vec<String>>,
+    /// Serve Argo Rollouts' `argoproj.io/v1alpha1` `Rollout` (as a cluster with its CRD
+    /// installed); off: that group answers 404.
+    pub argo_rollouts: bool,
 }
 
 impl Default for ApiServerOptions {
@@ -87,6 +92,7 @@ impl Default for ApiServerOptions {
             default_watch_timeout: Duration::from_secs(1800),
             tls: false,
             bearer_tokens: None,
+            argo_rollouts: false,
         }
     }
 }
@@ -165,7 +171,7 @@ impl ApiServer {
             None
         };
         let ca_pem = pki.as_ref().map(|p| p.ca_pem.clone());
-        let app = server::router(shared.clone());
+        let app = server::router(shared.clone(), opts.argo_rollouts);
         let mut stop = shutdown_rx;
         let task = tokio::spawn(async move {
             let stopped = async move {

@@ -55,6 +55,8 @@ pub(crate) enum Resource {
     Deployments,
     StatefulSets,
     DaemonSets,
+    /// Argo Rollouts (`argoproj.io/v1alpha1`), when enabled (see [`super::argo`]).
+    Rollouts,
     /// `apps/v1` ReplicaSets: served read-only from the emulation's [`ReplicaSetSim`]s.
     ReplicaSets,
 }

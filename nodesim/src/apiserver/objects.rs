@@ -196,6 +196,7 @@ impl State {
             Resource::Deployments => self.workloads.deployments.values().map(to_value).collect(),
             Resource::StatefulSets => self.workloads.statefulsets.values().map(to_value).collect(),
             Resource::DaemonSets => self.workloads.daemonsets.values().map(to_value).collect(),
+            Resource::Rollouts => self.workloads.rollouts.values().map(to_value).collect(),
             Resource::ReplicaSets => self
                 .replicasets
                 .values()

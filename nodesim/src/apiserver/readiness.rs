@@ -15,6 +15,8 @@ pub enum WorkloadKind {
     Deployment,
     StatefulSet,
     DaemonSet,
+    /// An Argo Rollout (with [`super::ApiServerOptions::argo_rollouts`]).
+    Rollout,
 }
 
 /// The pods of a workload at one change of the server's pods.
@@ -85,6 +87,7 @@ impl State {
             WorkloadKind::Deployment => w.deployments.get(key)?.metadata.uid.clone(),
             WorkloadKind::StatefulSet => w.statefulsets.get(key)?.metadata.uid.clone(),
             WorkloadKind::DaemonSet => w.daemonsets.get(key)?.metadata.uid.clone(),
+            WorkloadKind::Rollout => w.rollouts.get(key)?.metadata.uid.clone(),
         }?;
         let log = Arc::new(Mutex::new(ReadinessLog::default()));
         self.workloads.trackers.push(Tracker {

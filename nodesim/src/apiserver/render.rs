@@ -136,6 +136,7 @@ pub(crate) fn kind_of(resource: Resource) -> (&'static str, &'static str) {
         Resource::StatefulSets => ("StatefulSet", "apps/v1"),
         Resource::DaemonSets => ("DaemonSet", "apps/v1"),
         Resource::ReplicaSets => ("ReplicaSet", "apps/v1"),
+        Resource::Rollouts => ("Rollout", "argoproj.io/v1alpha1"),
     }
 }
 

@@ -36,6 +36,7 @@ pub(crate) struct Workloads {
     pub deployments: BTreeMap<Key, Deployment>,
     pub statefulsets: BTreeMap<Key, StatefulSet>,
     pub daemonsets: BTreeMap<Key, DaemonSet>,
+    pub rollouts: BTreeMap<Key, super::argo::Rollout>,
     /// The nodes pods are scheduled on (a template's `nodeName` wins); DaemonSets run one
     /// pod on each.
     pub nodes: Vec<String>,
@@ -238,7 +239,11 @@ impl Stored for Deployment {
                     new.spec != old.spec || new.metadata.annotations != old.metadata.annotations;
                 bump_generation(&mut new.metadata, &old.metadata, changed);
             }
-            None => new.status = None,
+            None => {
+                // PrepareForCreate: no status, generation 1.
+                new.status = None;
+                new.metadata.generation = Some(1);
+            }
         }
     }
 }
@@ -284,7 +289,11 @@ impl Stored for StatefulSet {
                 new.status = old.status.clone();
                 bump_generation(&mut new.metadata, &old.metadata, new.spec != old.spec);
             }
-            None => new.status = None,
+            None => {
+                // PrepareForCreate: no status, generation 1.
+                new.status = None;
+                new.metadata.generation = Some(1);
+            }
         }
     }
 }
@@ -322,7 +331,11 @@ impl Stored for DaemonSet {
                 new.status = old.status.clone();
                 bump_generation(&mut new.metadata, &old.metadata, new.spec != old.spec);
             }
-            None => new.status = None,
+            None => {
+                // PrepareForCreate: no status, generation 1.
+                new.status = None;
+                new.metadata.generation = Some(1);
+            }
         }
     }
 }
@@ -472,6 +485,7 @@ impl State {
             changed |= self.sync_deployments();
             changed |= self.sync_statefulsets();
             changed |= self.sync_daemonsets();
+            changed |= self.sync_rollouts();
             self.reconcile_replicasets();
             if !changed {
                 break;

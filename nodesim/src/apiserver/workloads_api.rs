@@ -2,7 +2,7 @@
 //! of a workload and its readiness log (see [`super::workloads`]).
 
 use super::objects::{self, Stored};
-use super::{key, ApiServer, ApiStatus, ReadinessWatch, WorkloadKind};
+use super::{key, ApiServer, ApiStatus, ReadinessWatch, Rollout, WorkloadKind};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -76,8 +76,25 @@ impl ApiServer {
             WorkloadKind::DaemonSet => {
                 serde_json::to_value(st.patch_object::<DaemonSet>(&k, how, &body, "", false)?)
             }
+            WorkloadKind::Rollout => {
+                serde_json::to_value(st.patch_object::<Rollout>(&k, how, &body, "", false)?)
+            }
         };
         Ok(v.unwrap_or_default())
+    }
+    /// Creates or replaces an Argo Rollout (as [`ApiServer::apply_deployment`]); served
+    /// over HTTP only with [`super::ApiServerOptions::argo_rollouts`].
+    pub fn apply_rollout(&self, r: Rollout) -> Result<Rollout, ApiStatus> {
+        r.validate()?;
+        Ok(self.state().apply_object(r))
+    }
+    /// One Rollout.
+    pub fn get_rollout(&self, namespace: &str, name: &str) -> Option<Rollout> {
+        self.state()
+            .workloads
+            .rollouts
+            .get(&key(namespace, name))
+            .cloned()
     }
     /// Pods of a workload (through its ReplicaSets for a Deployment), terminating ones
     /// included, ordered by namespace and name.
@@ -98,6 +115,11 @@ impl ApiServer {
             WorkloadKind::DaemonSet => st
                 .workloads
                 .daemonsets
+                .get(&k)
+                .and_then(|d| d.metadata.uid.clone()),
+            WorkloadKind::Rollout => st
+                .workloads
+                .rollouts
                 .get(&k)
                 .and_then(|d| d.metadata.uid.clone()),
         };
