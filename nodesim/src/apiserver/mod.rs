@@ -1,9 +1,12 @@
 //! A stateful Kubernetes API server on loopback that the real kube client talks to:
 //! pods (list/watch/get/patch/delete), the eviction subresource with
 //! PodDisruptionBudgets (list/watch across namespaces), Events of both APIs, ConfigMaps, Secrets and
-//! coordination.k8s.io Leases (list/watch/get/create/update/patch/delete), whole or as
-//! `PartialObjectMetadata`, ReplicaSet emulation, fault injection and logs of what was
-//! asked (see `shared/reference/eviction-facts.md`).
+//! coordination.k8s.io Leases and `apps/v1` Deployments, StatefulSets, DaemonSets
+//! (list/watch/get/create/update/patch/delete), whole or as `PartialObjectMetadata`, with
+//! controllers after kube-controller-manager's (`deployment.rs`, `statefulset.rs`,
+//! `daemonset.rs`, ReplicaSet emulation) and optionally Argo Rollouts (`argo.rs`); a
+//! workload's readiness at every change ([`ApiServer::track_readiness`]); fault injection
+//! and logs of what was asked (see `shared/reference/eviction-facts.md`).
 //!
 //! Tests and the simulated kubelet drive it in-process through [`ApiServer`]; reloadlet
 //! reaches it over HTTP through the kubeconfig from [`ApiServer::write_kubeconfig`].
