@@ -768,3 +768,55 @@ async fn a_rollouts_restart_at_replaces_older_pods_one_at_a_time() {
     assert_eq!(log.min_ready(), Some(1), "one at a time: {log:?}");
     assert_eq!(log.max_running(), 2, "{log:?}");
 }
+
+#[tokio::test]
+async fn a_partition_keeps_lower_ordinals_and_a_paused_deployment_does_not_roll() {
+    let server = ApiServer::start().await.unwrap();
+    let _kubelet = kubelet(&server);
+    let mut set = statefulset("db", 3, "RollingUpdate");
+    set.spec.as_mut().unwrap().update_strategy = Some(StatefulSetUpdateStrategy {
+        type_: Some("RollingUpdate".into()),
+        rolling_update: Some(
+            k8s_openapi::api::apps::v1::RollingUpdateStatefulSetStrategy {
+                partition: Some(2),
+                max_unavailable: None,
+            },
+        ),
+    });
+    server.apply_statefulset(set).unwrap();
+    let mut paused = deployment("web", 1, None);
+    paused.spec.as_mut().unwrap().paused = Some(true);
+    server.apply_deployment(paused).unwrap();
+    eventually(10, "ready", || {
+        server
+            .get_statefulset(NS, "db")
+            .and_then(|s| s.status?.ready_replicas)
+            == Some(3)
+    })
+    .await;
+    // Paused from the start: no ReplicaSet, no pod.
+    assert!(server.replicasets_of_deployment(NS, "web").is_empty());
+    server
+        .merge_patch_workload(WorkloadKind::StatefulSet, NS, "db", &restart_patch("t1"))
+        .unwrap();
+    eventually(10, "db-2 replaced", || {
+        server
+            .get_pod(NS, "db-2")
+            .is_some_and(|p| restarted_at(&p).as_deref() == Some("t1") && !terminating(&p))
+            && server
+                .get_statefulset(NS, "db")
+                .and_then(|s| s.status?.ready_replicas)
+                == Some(3)
+    })
+    .await;
+    for ord in [0, 1] {
+        let p = server.get_pod(NS, &format!("db-{ord}")).unwrap();
+        assert!(
+            restarted_at(&p).is_none(),
+            "db-{ord} is below the partition"
+        );
+    }
+    let status = server.get_statefulset(NS, "db").unwrap().status.unwrap();
+    assert_eq!(status.updated_replicas, Some(1));
+    assert_ne!(status.current_revision, status.update_revision);
+}
