@@ -680,6 +680,14 @@ async fn argo_rollouts_are_unknown_unless_enabled() {
         .await
         .unwrap();
     assert!(text.contains("\"rollouts\""), "{text}");
+    // kube's discovery of the pinned group finds the kind.
+    let gv = kube::core::GroupVersion::gv("argoproj.io", "v1alpha1");
+    let group = kube::discovery::pinned_group(&client(&server), &gv)
+        .await
+        .unwrap();
+    let (ar, caps) = group.recommended_kind("Rollout").unwrap();
+    assert_eq!(ar.plural, "rollouts");
+    assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
 }
 
 fn get_request(path: &str) -> axum::http::Request<Vec<u8>> {
