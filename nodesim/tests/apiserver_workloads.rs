@@ -288,6 +288,7 @@ async fn recreate_has_a_moment_without_a_ready_pod() {
 #[tokio::test]
 async fn three_replicas_roll_within_surge_and_unavailable() {
     let server = ApiServer::start().await.unwrap();
+    server.set_nodes(&["node-a", "node-b", "node-c"]);
     let _kubelet = kubelet(&server);
     server.apply_deployment(deployment("api", 3, None)).unwrap();
     eventually(10, "3 ready pods", || rolled_count(&server, "api") == 3).await;
@@ -310,6 +311,12 @@ async fn three_replicas_roll_within_surge_and_unavailable() {
         .map(name)
         .collect();
     assert!(before.is_disjoint(&after), "every pod replaced");
+    // Spread over the three nodes, as a scheduler would.
+    let nodes: BTreeSet<String> = all_pods_of(&server, WorkloadKind::Deployment, "api")
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
     // 25%/25% of 3: surge 1 (rounded up), unavailable 0 (rounded down).
     let log = readiness.log();
     assert_eq!(log.min_ready(), Some(3), "{log:?}");
