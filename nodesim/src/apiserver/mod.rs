@@ -1,13 +1,19 @@
 //! A stateful Kubernetes API server on loopback that the real kube client talks to:
 //! pods (list/watch/get/patch/delete), the eviction subresource with
 //! PodDisruptionBudgets (list/watch across namespaces), Events of both APIs, ConfigMaps, Secrets and
-//! coordination.k8s.io Leases (list/watch/get/create/update/patch/delete), whole or as
-//! `PartialObjectMetadata`, ReplicaSet emulation, fault injection and logs of what was
-//! asked (see `shared/reference/eviction-facts.md`).
+//! coordination.k8s.io Leases and `apps/v1` Deployments, StatefulSets, DaemonSets
+//! (list/watch/get/create/update/patch/delete), whole or as `PartialObjectMetadata`, with
+//! controllers after kube-controller-manager's (`deployment.rs`, `statefulset.rs`,
+//! `daemonset.rs`, ReplicaSet emulation) and optionally Argo Rollouts (`argo.rs`); a
+//! workload's readiness at every change ([`ApiServer::track_readiness`]); fault injection
+//! and logs of what was asked (see `shared/reference/eviction-facts.md`).
 //!
 //! Tests and the simulated kubelet drive it in-process through [`ApiServer`]; reloadlet
 //! reaches it over HTTP through the kubeconfig from [`ApiServer::write_kubeconfig`].
 
+mod argo;
+mod daemonset;
+mod deployment;
 mod disruption;
 mod events;
 mod eviction;
@@ -16,6 +22,7 @@ mod model;
 mod objects;
 mod pdb_store;
 mod pdb_watch;
+mod readiness;
 mod records;
 mod render;
 mod replicaset;
@@ -23,13 +30,18 @@ mod secure;
 pub mod selectors;
 mod server;
 mod shared;
+mod statefulset;
 mod status;
 mod store;
 mod watch;
+mod workloads;
+mod workloads_api;
 
+pub use argo::{Rollout, RolloutSpec};
 pub use disruption::{compute_status, expected_and_desired, scaled_value, BudgetError};
 pub use events::merge_patch;
 pub use model::ApiChange;
+pub use readiness::{ReadinessLog, ReadinessWatch, ReadySample, WorkloadKind};
 pub use records::{EvictionRecord, InvariantRecord, RecordedEvent, RequestRecord};
 pub use status::ApiStatus;
 
@@ -67,6 +79,9 @@ pub struct ApiServerOptions {
     /// `Some`: every request needs `Authorization: Bearer <one of these>`, else 401
     /// (changed later by [`ApiServer::set_tokens`]). `None`: no authentication.
     pub bearer_tokens: Option<Vec<String>>,
+    /// Serve Argo Rollouts' `argoproj.io/v1alpha1` `Rollout` (as a cluster with its CRD
+    /// installed); off: that group answers 404.
+    pub argo_rollouts: bool,
 }
 
 impl Default for ApiServerOptions {
@@ -80,6 +95,7 @@ impl Default for ApiServerOptions {
             default_watch_timeout: Duration::from_secs(1800),
             tls: false,
             bearer_tokens: None,
+            argo_rollouts: false,
         }
     }
 }
@@ -158,7 +174,7 @@ impl ApiServer {
             None
         };
         let ca_pem = pki.as_ref().map(|p| p.ca_pem.clone());
-        let app = server::router(shared.clone());
+        let app = server::router(shared.clone(), opts.argo_rollouts);
         let mut stop = shutdown_rx;
         let task = tokio::spawn(async move {
             let stopped = async move {

@@ -28,7 +28,7 @@ type Params = Query<HashMap<String, String>>;
 type Answer = Result<Response, ApiStatus>;
 
 /// The server's routes.
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+pub(crate) fn router(shared: Arc<Shared>, argo_rollouts: bool) -> Router {
     Router::new()
         .route("/api/v1/pods", get(list_all_pods))
         .route("/api/v1/namespaces/{ns}/pods", get(list_ns_pods))
@@ -53,7 +53,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             "/api/v1/namespaces/{ns}/events/{name}",
             get(get_event_core).patch(patch_event_core),
         )
-        .merge(http_objects::router())
+        .merge(http_objects::router(argo_rollouts))
         .route(
             "/apis/policy/v1/poddisruptionbudgets",
             get(super::pdb_watch::list_or_watch_all),
