@@ -95,7 +95,7 @@ pub struct VolumeTracker {
     index: Arc<RwLock<PodIndex>>,
     max_bytes: u64,
     /// `(swaps, swaps_unchanged)` per plugin, resolved once ([`Metrics::swap_counters`]).
-    swap_counters: [(Counter, Counter); 3],
+    swap_counters: [(Counter, Counter); 4],
     /// Something to persist changed since the last [`Self::snapshot`].
     dirty: bool,
 }

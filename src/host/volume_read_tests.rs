@@ -202,6 +202,7 @@ fn mixed_spec() -> VolumeSpec {
         service_account_token: true,
         source_paths: vec![(app, vec!["a.conf".into(), "./conf.d/b.conf".into()])],
         other_paths: vec!["labels".into(), "token".into(), "meta/annotations".into()],
+        csi: None,
     }
 }
 
@@ -272,6 +273,7 @@ fn downward_api_and_token_files_are_not_hashed_configmap_and_secret_parts_are() 
 fn a_volume_of_only_token_and_downward_api_files_has_an_empty_digest() {
     let spec = VolumeSpec {
         other_paths: vec!["token".into(), "labels".into()],
+        csi: None,
         service_account_token: true,
         ..VolumeSpec::default()
     };
@@ -362,6 +364,7 @@ fn keyed_digests_are_what_the_saved_state_holds() {
             vec!["a.conf".into()],
         )],
         other_paths: vec!["z".into()],
+        csi: None,
         ..VolumeSpec::default()
     };
     let split = hash_volume(dir.path(), 1 << 20, &key(), &Layout::of(&spec))
