@@ -41,6 +41,8 @@ pub(super) fn settings(dir: &Path) -> Settings {
             hot_thread_slice: Duration::ZERO,
             max_volume_bytes: 1 << 20,
             rescan_interval: Duration::from_secs(60),
+            csi_drivers: Vec::new(),
+            csi_settle: Duration::from_secs(2),
         },
         listen: "127.0.0.1:0".parse().unwrap(),
         log_format: LogFormat::Text,

@@ -414,3 +414,27 @@ fn legacy_hash_is_what_version_0_1_saved() {
         "3494ce5fe4874eb7802c9b2c9bd2afa9cf434dd068bb7e5056548b61ab3a92d3"
     );
 }
+
+#[test]
+fn csi_volumes_written_in_place_hash_their_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = HashKey::from_bytes([7; 32]);
+    let hash = |layout: &Layout| hash_volume(dir.path(), 1 << 20, &key, layout).unwrap();
+    // Empty (published, nothing written; or the bare directory after an unmount).
+    assert_eq!(hash(&Layout::csi()), None);
+    std::fs::write(dir.path().join("db-password"), "s3cret").unwrap();
+    std::fs::write(dir.path().join("db-user"), "app").unwrap();
+    let first = hash(&Layout::csi()).expect("written in place");
+    // A Secret volume's layout never reads a volume without `..data`.
+    assert_eq!(hash(&Layout::whole()), None);
+    // The same bytes rewritten: the same hash; other bytes: another.
+    std::fs::write(dir.path().join("db-user"), "app").unwrap();
+    assert_eq!(hash(&Layout::csi()), Some(first.clone()));
+    std::fs::write(dir.path().join("db-user"), "app2").unwrap();
+    let second = hash(&Layout::csi()).unwrap();
+    assert_ne!(second, first);
+    // An AtomicWriter's first write under way (`..<timestamp>`, `..data_tmp`) is left out.
+    std::fs::create_dir(dir.path().join("..2026_11_26_13_00_00.1")).unwrap();
+    std::fs::write(dir.path().join("..2026_11_26_13_00_00.1/x"), "y").unwrap();
+    assert_eq!(hash(&Layout::csi()), Some(second));
+}
