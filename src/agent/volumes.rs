@@ -25,7 +25,11 @@ use prometheus_client::metrics::counter::Counter;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+#[path = "volumes_settle.rs"]
+mod settle;
+use settle::Settling;
 
 /// Volumes whose last hash read more than this are hashed on the hasher thread
 /// ([`hasher`]); smaller ones in place, on the hot thread. A volume not hashed yet is sized
@@ -74,16 +78,6 @@ struct VolumeState {
     legacy: Option<[u8; 32]>,
     look: Look,
     after: AfterAction,
-}
-
-/// CSI volumes written in place, waiting for their writes to settle (`--csi-settle`): a
-/// driver writing several files one after another is looked at once, after the last one.
-#[derive(Debug, Default)]
-struct Settling {
-    after: Duration,
-    /// When each volume is due, and its directory. Empty unless a CSI volume is being
-    /// written in place: the loop's deadline costs nothing for other volumes.
-    due: HashMap<VolumeKey, (Instant, PathBuf)>,
 }
 
 /// A volume whose content changed at `at`: its pod's action follows after the debounce.
@@ -146,36 +140,6 @@ impl VolumeTracker {
             settling: Settling::default(),
         };
         (tracker, hashed)
-    }
-
-    /// `--csi-settle`: how long after its last write in place a CSI volume is looked at.
-    pub fn with_csi_settle(mut self, after: Duration) -> Self {
-        self.settling.after = after;
-        self
-    }
-
-    /// When the next CSI volume written in place is due ([`Self::look_settled`]).
-    pub fn next_settled(&self) -> Option<Instant> {
-        self.settling.due.values().map(|(at, _)| *at).min()
-    }
-
-    /// Looks at the CSI volumes whose writes in place settled by `now`: a change is its
-    /// keyed hash differing from the last one acted on.
-    pub fn look_settled(&mut self, now: Instant, changed: &mut impl FnMut(Changed<'_>)) {
-        if self.settling.due.is_empty() {
-            return;
-        }
-        let due: Vec<(VolumeKey, PathBuf)> = self
-            .settling
-            .due
-            .iter()
-            .filter(|(_, (at, _))| *at <= now)
-            .map(|(k, (_, dir))| (k.clone(), dir.clone()))
-            .collect();
-        for (key, dir) in due {
-            self.settling.due.remove(&key);
-            self.look_at(&key, dir, LookCause::Written, now, changed);
-        }
     }
 
     /// Volumes whose content is known.
@@ -249,14 +213,7 @@ impl VolumeTracker {
         if cause == LookCause::Swap {
             self.swap_counters(key.plugin).0.inc();
         } else if cause == LookCause::Written {
-            // Each write moves the look on: one hash after the last of them.
-            let at = now + self.settling.after;
-            match self.settling.due.get_mut(key) {
-                Some(due) => *due = (at, dir),
-                None => {
-                    self.settling.due.insert(key.clone(), (at, dir));
-                }
-            }
+            self.settling.written(key, dir, now);
             return;
         }
         self.look_at(key, dir, cause, now, changed);
@@ -264,7 +221,7 @@ impl VolumeTracker {
 
     /// The volume is gone (its directory removed).
     pub fn forget_volume(&mut self, key: &VolumeKey) {
-        self.settling.due.remove(key);
+        self.settling.forget(|k| k == key);
         self.states.remove(key);
         self.swapped.retain(|k| k != key);
         self.detector.forget_volume(key);
@@ -273,7 +230,7 @@ impl VolumeTracker {
 
     /// Every volume of the pod is gone: one entry per volume dropped.
     pub fn forget_pod(&mut self, pod_uid: &str) {
-        self.settling.due.retain(|k, _| k.pod_uid != pod_uid);
+        self.settling.forget(|k| k.pod_uid == pod_uid);
         self.states.retain(|k, _| k.pod_uid != pod_uid);
         self.swapped.retain(|k| k.pod_uid != pod_uid);
         self.detector.forget_pod(pod_uid);
