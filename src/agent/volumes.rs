@@ -212,7 +212,10 @@ impl VolumeTracker {
     ) {
         if cause == LookCause::Swap {
             self.swap_counters(key.plugin).0.inc();
-        } else if cause == LookCause::Written {
+        } else if key.plugin == VolumePlugin::Csi {
+            // A write in place, and also the mount appearing or going (a driver may still
+            // be writing its first files): one look once the writes settled, so a partly
+            // written volume is never a baseline.
             self.settling.written(key, dir, now);
             return;
         }
