@@ -117,6 +117,32 @@ async fn an_atomic_rotation_signals_once_and_identical_bytes_do_nothing() {
         assert!(!text.contains(secret), "secret in the state file");
         assert!(!log.contains(secret), "secret in the log");
     }
+    // Keyed as a Secret volume's: the saved digest is the node key's, and no other key's.
+    let saved: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let csi_key = format!("{uid}/csi/secrets");
+    let saved = saved["volumes"][&csi_key][""].as_str().unwrap().to_owned();
+    let node_key: [u8; 32] = fs::read(node.path("state").join("hash.key"))
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let digest_with = |key: [u8; 32]| {
+        let d = reloadlet::host::volume_read::hash_volume(
+            &db.mount_dir(),
+            1 << 20,
+            &reloadlet::core::volume_digest::HashKey::from_bytes(key),
+            &reloadlet::host::volume_read::Layout::csi(),
+        )
+        .unwrap()
+        .unwrap();
+        d.get("")
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    assert_eq!(digest_with(node_key), saved);
+    assert_ne!(digest_with([0; 32]), saved);
+    assert!(!log.contains(&saved[..12]), "a digest prefix in the log");
 
     // Pod deletion: the kubelet unpublishes (unmount) and removes the volume: no action.
     node.api.delete_pod(NS, "app");
