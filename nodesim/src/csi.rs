@@ -200,3 +200,39 @@ impl Drop for CsiVolume {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishes_like_the_kubelet_and_the_driver_and_cleans_up() {
+        let root = tempfile::tempdir().unwrap();
+        let vol = CsiVolume::publish(
+            root.path(),
+            "uid-1",
+            "certs",
+            "csi.cert-manager.io",
+            WriteStyle::Atomic,
+            &[("tls.crt", "1")],
+        )
+        .unwrap();
+        let dir = root
+            .path()
+            .join("pods/uid-1/volumes/kubernetes.io~csi/certs");
+        let data: serde_json::Value =
+            serde_json::from_slice(&fs::read(dir.join("vol_data.json")).unwrap()).unwrap();
+        assert_eq!(data["driverName"], "csi.cert-manager.io");
+        assert_eq!(data["specVolID"], "certs");
+        assert_eq!(data["volumeLifecycleMode"], "Ephemeral");
+        assert_eq!(vol.mount_dir(), dir.join("mount"));
+        let first = fs::read_link(dir.join("mount/..data")).unwrap();
+        vol.rotate(&[("tls.crt", "1")]).unwrap();
+        assert_eq!(fs::read_link(dir.join("mount/..data")).unwrap(), first);
+        vol.rotate(&[("tls.crt", "2")]).unwrap();
+        assert_ne!(fs::read_link(dir.join("mount/..data")).unwrap(), first);
+        assert_eq!(fs::read_to_string(dir.join("mount/tls.crt")).unwrap(), "2");
+        drop(vol);
+        assert!(!dir.exists());
+    }
+}
