@@ -200,7 +200,10 @@ pub fn report(
     for v in &pod.volumes {
         let changed: BTreeSet<String> = [v.name.clone()].into();
         let decision = policy::decide(pod, &changed);
-        let sources: Vec<String> = v.sources.iter().map(ToString::to_string).collect();
+        let mut sources: Vec<String> = v.sources.iter().map(ToString::to_string).collect();
+        if let Some(csi) = &v.csi {
+            sources.push(SourceRef::csi(&v.name, csi).to_string());
+        }
         let verdict = match &decision {
             Decision::Signal {
                 targets, signal, ..
@@ -239,6 +242,9 @@ pub fn report(
                     "      {source}: never triggers (a cluster CA rotation would reload every pod at once); name it in reloadlet.io/configmaps to count it"
                 );
             }
+        }
+        if let Some(csi) = &v.csi {
+            let _ = writeln!(w, "{}", csi_note(&policy, &v.name, csi));
         }
         if !v.other_paths.is_empty() {
             let _ = writeln!(
@@ -320,6 +326,32 @@ pub fn signal_check_note(action: &Action, main: &MainProcessView) -> String {
         Verdict::Withhold(_) => "NOT sent, Warning SignalNotHandled",
     };
     format!("\n      on a change: {signal} {fate}: {what}")
+}
+
+/// The lines of a CSI volume (docs/csi.md): its driver and class, whether it counts, and why
+/// fast projection has no part in it.
+fn csi_note(
+    policy: &crate::core::annotations::PodPolicy,
+    volume: &str,
+    csi: &crate::core::model::CsiVolumeSpec,
+) -> String {
+    let class = csi
+        .class
+        .as_ref()
+        .map(|c| format!(", SecretProviderClass {c}"))
+        .unwrap_or_default();
+    let counts = if policy::csi_counts(policy, volume, csi) {
+        "counts"
+    } else {
+        "does not count: neither reloadlet.io/secretproviderclasses nor reloadlet.io/csi-volumes names it, and another narrowing list is set"
+    };
+    format!(
+        "      CSI volume, driver {}{class}: {counts}; watched when the agent's --csi-drivers lists {} (default: {})\n      \
+         fast projection does not apply: the driver, not the kubelet, decides when to write",
+        csi.driver,
+        csi.driver,
+        crate::host::inotify::DEFAULT_CSI_DRIVERS.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -487,5 +519,60 @@ mod tests {
             several.contains("more than one PodDisruptionBudget (a, b)"),
             "{several}"
         );
+    }
+
+    #[test]
+    fn explains_csi_volumes_driver_class_counting_and_no_fast_projection() {
+        let csi = |name: &str, driver: &str, class: Option<&str>| VolumeSpec {
+            name: name.into(),
+            csi: Some(crate::core::model::CsiVolumeSpec {
+                driver: driver.into(),
+                class: class.map(Into::into),
+            }),
+            ..Default::default()
+        };
+        let pod = PodInfo {
+            uid: "u1".into(),
+            namespace: "web".into(),
+            name: "app-0".into(),
+            annotations: [
+                ("reloadlet.io/action".to_string(), "signal".to_string()),
+                (
+                    "reloadlet.io/secretproviderclasses".to_string(),
+                    "vault-db".to_string(),
+                ),
+            ]
+            .into(),
+            volumes: vec![
+                csi("secrets", "secrets-store.csi.k8s.io", Some("vault-db")),
+                csi("certs", "csi.cert-manager.io", None),
+            ],
+            containers: vec![ContainerInfo {
+                name: "app".into(),
+                kind: ContainerKind::Regular,
+                mounts: ["secrets", "certs"]
+                    .map(|v| VolumeMount {
+                        volume: v.into(),
+                        sub_path: false,
+                    })
+                    .to_vec(),
+                container_id: None,
+                running: true,
+                ports: Vec::new(),
+            }],
+            has_controller: true,
+            ..Default::default()
+        };
+        let scope = Scope::default();
+        let text = report(&pod, &Context::new(&scope), &[], &|_| Err("n/a".into()));
+        for want in [
+            "secrets [secretproviderclass vault-db (volume secrets)]: triggers SIGHUP to app",
+            "CSI volume, driver secrets-store.csi.k8s.io, SecretProviderClass vault-db: counts;",
+            "certs [csi volume certs (csi.cert-manager.io)]: does not trigger",
+            "CSI volume, driver csi.cert-manager.io: does not count",
+            "fast projection does not apply: the driver, not the kubelet, decides when to write",
+        ] {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
     }
 }

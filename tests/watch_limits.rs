@@ -157,6 +157,7 @@ async fn watch_limit_scenario() {
     fs::write(LIMIT, "6").unwrap();
     let opts = WatcherOptions {
         rescan_interval: Duration::from_millis(100),
+        ..Default::default()
     };
     let mut w = VolumeWatcher::new(k.root(), opts).unwrap();
     let found = collect_until(&mut w, SOON, |all| all.len() >= 4).await;

@@ -354,6 +354,7 @@ async fn a_missing_or_unusable_pods_dir_is_a_clear_error() {
         k.root(),
         WatcherOptions {
             rescan_interval: Duration::ZERO,
+            ..Default::default()
         },
     )
     .unwrap_err();

@@ -118,6 +118,7 @@ impl Agent {
             settings.volumes.max_volume_bytes,
             &metrics,
         );
+        let volumes = volumes.with_csi_settle(settings.volumes.csi_settle);
         let exec = Executor::new(
             &settings.node_name,
             settings.scope.dry_run,
@@ -233,10 +234,14 @@ impl Agent {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        match (self.pods.debouncer().next_deadline(), self.chores.next()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.pods.debouncer().next_deadline(),
+            self.chores.next(),
+            self.volumes.next_settled(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn on_watch(&mut self, watcher: &VolumeWatcher, batch: Vec<WatchEvent>) {
@@ -332,6 +337,10 @@ impl Agent {
     /// Acts on the changes whose debounce window ended by `now`, then hashes the volumes
     /// taken as changed on the kubelet's word.
     fn fire_due_at(&mut self, now: Instant) {
+        let pods = &mut self.pods;
+        self.volumes.look_settled(now, &mut |c: Changed<'_>| {
+            pods.content_changed(c.key, c.at, now)
+        });
         self.fire_changes_due(now);
         let pods = &self.pods;
         self.volumes.hash_swapped(|uid| pods.pending(uid));

@@ -41,6 +41,8 @@ pub(super) fn settings(dir: &Path) -> Settings {
             hot_thread_slice: Duration::ZERO,
             max_volume_bytes: 1 << 20,
             rescan_interval: Duration::from_secs(60),
+            csi_drivers: Vec::new(),
+            csi_settle: Duration::from_secs(2),
         },
         listen: "127.0.0.1:0".parse().unwrap(),
         log_format: LogFormat::Text,
@@ -514,4 +516,69 @@ async fn ready_at_once_when_the_first_pod_list_has_nothing_to_signal() {
         w.processes.warms.load(std::sync::atomic::Ordering::Relaxed),
         0
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_csi_volume_written_in_place_is_acted_on_once_after_the_writes_settled() {
+    let mut w = world(None);
+    let mut p = pod("signal");
+    p.volumes = vec![VolumeSpec {
+        name: "conf".into(),
+        csi: Some(crate::core::model::CsiVolumeSpec {
+            driver: "secrets-store.csi.k8s.io".into(),
+            class: Some("vault-db".into()),
+        }),
+        ..Default::default()
+    }];
+    w.agent.on_pod(PodUpdate::Resync(vec![p]));
+    let k = VolumeKey {
+        plugin: VolumePlugin::Csi,
+        ..key()
+    };
+    let dir = w.volume_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |v: &str, file: &str| std::fs::write(dir.join(file), v).unwrap();
+    let look = |w: &mut World, cause: LookCause, at: Instant| {
+        let pods = &mut w.agent.pods;
+        w.agent
+            .volumes
+            .look(&k, dir.clone(), cause, at, &mut |c: Changed<'_>| {
+                pods.content_changed(c.key, c.at, at)
+            });
+    };
+    let s = Duration::from_secs(2);
+    let t0 = now();
+    for f in ["a", "b", "c"] {
+        write("1", f);
+    }
+    // The mount seen: a baseline once settled, no action.
+    look(&mut w, LookCause::Remounted, t0);
+    assert_eq!(w.agent.next_deadline(), Some(t0 + s));
+    w.agent.fire_due_at(t0 + s);
+    assert_eq!(w.agent.volumes.len(), 1);
+    // Three files over one second: one look, after the last write.
+    let t1 = t0 + Duration::from_secs(10);
+    for (i, f) in ["a", "b", "c"].into_iter().enumerate() {
+        write("2", f);
+        look(
+            &mut w,
+            LookCause::Written,
+            t1 + Duration::from_millis(500) * i as u32,
+        );
+    }
+    let due = t1 + Duration::from_secs(1) + s;
+    assert_eq!(w.agent.next_deadline(), Some(due));
+    w.agent.fire_due_at(due - Duration::from_millis(1));
+    w.settle().await;
+    assert_eq!(w.processes.sent(), 0, "acted on before the writes settled");
+    w.agent.fire_due_at(due);
+    w.settle().await;
+    assert_eq!(w.processes.sent(), 1);
+    assert_eq!(w.events.reasons(), ["Signaled"]);
+    // The same bytes written again: hashed, unchanged, nothing.
+    write("2", "a");
+    look(&mut w, LookCause::Written, due);
+    w.agent.fire_due_at(due + s);
+    w.settle().await;
+    assert_eq!(w.processes.sent(), 1);
 }

@@ -27,6 +27,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+#[path = "volumes_settle.rs"]
+mod settle;
+use settle::Settling;
+
 /// Volumes whose last hash read more than this are hashed on the hasher thread
 /// ([`hasher`]); smaller ones in place, on the hot thread. A volume not hashed yet is sized
 /// from its files' metadata first ([`crate::host::volume_read::content_bytes`]).
@@ -95,9 +99,10 @@ pub struct VolumeTracker {
     index: Arc<RwLock<PodIndex>>,
     max_bytes: u64,
     /// `(swaps, swaps_unchanged)` per plugin, resolved once ([`Metrics::swap_counters`]).
-    swap_counters: [(Counter, Counter); 3],
+    swap_counters: [(Counter, Counter); 4],
     /// Something to persist changed since the last [`Self::snapshot`].
     dirty: bool,
+    settling: Settling,
 }
 
 impl VolumeTracker {
@@ -132,6 +137,7 @@ impl VolumeTracker {
             max_bytes,
             swap_counters: VolumePlugin::ALL.map(|p| metrics.swap_counters(p)),
             dirty: false,
+            settling: Settling::default(),
         };
         (tracker, hashed)
     }
@@ -206,12 +212,19 @@ impl VolumeTracker {
     ) {
         if cause == LookCause::Swap {
             self.swap_counters(key.plugin).0.inc();
+        } else if key.plugin == VolumePlugin::Csi {
+            // A write in place, and also the mount appearing or going (a driver may still
+            // be writing its first files): one look once the writes settled, so a partly
+            // written volume is never a baseline.
+            self.settling.written(key, dir, now);
+            return;
         }
         self.look_at(key, dir, cause, now, changed);
     }
 
     /// The volume is gone (its directory removed).
     pub fn forget_volume(&mut self, key: &VolumeKey) {
+        self.settling.forget(|k| k == key);
         self.states.remove(key);
         self.swapped.retain(|k| k != key);
         self.detector.forget_volume(key);
@@ -220,6 +233,7 @@ impl VolumeTracker {
 
     /// Every volume of the pod is gone: one entry per volume dropped.
     pub fn forget_pod(&mut self, pod_uid: &str) {
+        self.settling.forget(|k| k.pod_uid == pod_uid);
         self.states.retain(|k, _| k.pod_uid != pod_uid);
         self.swapped.retain(|k| k.pod_uid != pod_uid);
         self.detector.forget_pod(pod_uid);
@@ -241,8 +255,10 @@ impl VolumeTracker {
     /// those of its ConfigMap/Secret sources, known from the pod spec; `None` until the pod is
     /// known (the volume is then looked at again, see [`Self::look_deferred`]).
     fn layout(&self, key: &VolumeKey) -> Option<Layout> {
-        if key.plugin != VolumePlugin::Projected {
-            return Some(Layout::whole());
+        match key.plugin {
+            VolumePlugin::Csi => return Some(Layout::csi()),
+            VolumePlugin::ConfigMap | VolumePlugin::Secret => return Some(Layout::whole()),
+            VolumePlugin::Projected => {}
         }
         let index = read_index(&self.index);
         let pod = index.get(&key.pod_uid)?;

@@ -91,6 +91,48 @@ pub struct VolumeArgs {
     /// How often volumes that could not get an inotify watch are rescanned.
     #[arg(long, env = "RELOADLET_RESCAN_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub rescan_interval: Duration,
+    /// The CSI drivers whose inline volumes are watched, comma-separated; replaces the
+    /// default list ("" watches none). Volumes of other drivers are never watched.
+    #[arg(
+        long,
+        env = "RELOADLET_CSI_DRIVERS",
+        default_value = "secrets-store.csi.k8s.io,csi.cert-manager.io,spiffe.csi.cert-manager.io"
+    )]
+    pub csi_drivers: String,
+    /// A CSI volume written in place (not through `..data`) is looked at this long after its
+    /// last write.
+    #[arg(long, env = "RELOADLET_CSI_SETTLE", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub csi_settle: Duration,
+}
+
+/// `--csi-drivers`: CSI driver names (the `CSIDriver` object's name: at most 63 characters
+/// of `[a-z0-9.-]`, beginning and ending with an alphanumeric, kubernetes
+/// `pkg/apis/storage/validation/validation.go`, `validateCSIDriverName`).
+fn csi_drivers(raw: &str) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for name in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let valid = name.len() <= 63
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+            && name
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+            && name
+                .bytes()
+                .last()
+                .is_some_and(|b| b.is_ascii_alphanumeric());
+        if !valid {
+            return Err(format!(
+                "--csi-drivers: {name:?} is not a CSI driver name (at most 63 characters of a-z, 0-9, '.' and '-', alphanumeric at both ends)"
+            ));
+        }
+        if !out.iter().any(|d| d == name) {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
 }
 
 /// How refused evictions are retried.
@@ -142,6 +184,10 @@ pub struct VolumeSettings {
     pub hot_thread_slice: Duration,
     pub max_volume_bytes: u64,
     pub rescan_interval: Duration,
+    /// `--csi-drivers`: whose inline CSI volumes are watched (docs/csi.md).
+    pub csi_drivers: Vec<String>,
+    /// `--csi-settle`: how long after its last write in place a CSI volume is looked at.
+    pub csi_settle: Duration,
 }
 
 /// `--max-evictions-in-flight`, `--eviction-backoff`, `--eviction-backoff-max` (never shorter
@@ -192,6 +238,8 @@ impl RunArgs {
                 hot_thread_slice: self.watch.hot_thread_slice,
                 max_volume_bytes: self.volumes.max_volume_bytes,
                 rescan_interval: self.volumes.rescan_interval,
+                csi_drivers: csi_drivers(&self.volumes.csi_drivers)?,
+                csi_settle: self.volumes.csi_settle,
             },
             listen: self.listen,
             log_format,
@@ -203,5 +251,24 @@ impl RunArgs {
             },
             shutdown_grace: self.shutdown_grace,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csi_drivers;
+
+    #[test]
+    fn csi_driver_lists_replace_the_default_and_reject_bad_names() {
+        assert_eq!(
+            csi_drivers(" secrets-store.csi.k8s.io, csi.cert-manager.io,csi.cert-manager.io ")
+                .unwrap(),
+            vec!["secrets-store.csi.k8s.io", "csi.cert-manager.io"]
+        );
+        assert_eq!(csi_drivers("").unwrap(), Vec::<String>::new());
+        for bad in ["Secrets.Store", "-x", "x.", "a/b", &"a".repeat(64)] {
+            let err = csi_drivers(bad).unwrap_err();
+            assert!(err.starts_with("--csi-drivers: "), "{err}");
+        }
     }
 }

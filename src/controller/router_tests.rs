@@ -44,6 +44,7 @@ fn pod(name: &str, sub_path: bool) -> PodInfo {
             service_account_token: false,
             source_paths: Vec::new(),
             other_paths: Vec::new(),
+            csi: None,
         }],
         containers: vec![ContainerInfo {
             name: "app".into(),

@@ -12,6 +12,11 @@ pub const SIGNAL: &str = "reloadlet.io/signal";
 pub const CONTAINERS: &str = "reloadlet.io/containers";
 pub const CONFIGMAPS: &str = "reloadlet.io/configmaps";
 pub const SECRETS: &str = "reloadlet.io/secrets";
+/// Narrowing to CSI volumes of the Secrets Store driver by SecretProviderClass
+/// (`csi.volumeAttributes.secretProviderClass`), docs/csi.md.
+pub const SECRET_PROVIDER_CLASSES: &str = "reloadlet.io/secretproviderclasses";
+/// Narrowing to CSI volumes by pod volume name (any driver reloadlet watches), docs/csi.md.
+pub const CSI_VOLUMES: &str = "reloadlet.io/csi-volumes";
 pub const EVICT_UNOWNED: &str = "reloadlet.io/evict-unowned";
 /// `"off"`: signal without first checking that the process handles the signal.
 pub const SIGNAL_CHECK: &str = "reloadlet.io/signal-check";
@@ -35,7 +40,7 @@ pub const ENV_ACTION: &str = "reloadlet.io/env-action";
 /// the pod (`configmap/<name>=<16 hex>,…`).
 pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
 
-const KNOWN: [&str; 18] = [
+const KNOWN: [&str; 20] = [
     ENV_ACTION,
     ENV_BASELINE,
     ACTION,
@@ -48,6 +53,8 @@ const KNOWN: [&str; 18] = [
     CONTAINERS,
     CONFIGMAPS,
     SECRETS,
+    SECRET_PROVIDER_CLASSES,
+    CSI_VOLUMES,
     EVICT_UNOWNED,
     SIGNAL_CHECK,
     FAST_PROJECTION,
@@ -147,11 +154,18 @@ pub struct PodPolicy {
     /// ConfigMap/Secret source counts; when either is set, only the listed sources count.
     pub configmaps: Option<Vec<String>>,
     pub secrets: Option<Vec<String>>,
+    /// `reloadlet.io/secretproviderclasses` / `reloadlet.io/csi-volumes`: narrowing lists too
+    /// (any one set, and only the listed sources count).
+    pub secret_provider_classes: Option<Vec<String>>,
+    pub csi_volumes: Option<Vec<String>>,
 }
 
 impl PodPolicy {
     pub fn narrowed(&self) -> bool {
-        self.configmaps.is_some() || self.secrets.is_some()
+        self.configmaps.is_some()
+            || self.secrets.is_some()
+            || self.secret_provider_classes.is_some()
+            || self.csi_volumes.is_some()
     }
 }
 
@@ -189,7 +203,7 @@ pub enum AnnotationError {
     InvalidHttpMethod(String),
     #[error("{HTTP_SCHEME}: {0:?} is not valid; use \"http\" (the default) or \"https\"")]
     InvalidHttpScheme(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout")]
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, secretproviderclasses, csi-volumes, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout")]
     UnknownKey(String),
     /// `reloadlet.io/on-blocked` / `reloadlet.io/blocked-timeout` (core::rollout).
     #[error(transparent)]
@@ -236,6 +250,13 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         containers: parse_list(annotations, CONTAINERS, "container", is_dns_label)?,
         configmaps: parse_list(annotations, CONFIGMAPS, "ConfigMap", is_dns_subdomain)?,
         secrets: parse_list(annotations, SECRETS, "Secret", is_dns_subdomain)?,
+        secret_provider_classes: parse_list(
+            annotations,
+            SECRET_PROVIDER_CLASSES,
+            "SecretProviderClass",
+            is_dns_subdomain,
+        )?,
+        csi_volumes: parse_list(annotations, CSI_VOLUMES, "volume", is_dns_label)?,
     }))
 }
 
@@ -424,6 +445,8 @@ mod tests {
             containers: None,
             configmaps: None,
             secrets: None,
+            secret_provider_classes: None,
+            csi_volumes: None,
         }
     }
 
@@ -513,6 +536,8 @@ mod tests {
                     containers: None,
                     configmaps: None,
                     secrets: None,
+                    secret_provider_classes: None,
+                    csi_volumes: None,
                 })),
             ),
             (
@@ -524,6 +549,8 @@ mod tests {
                     containers: None,
                     configmaps: None,
                     secrets: None,
+                    secret_provider_classes: None,
+                    csi_volumes: None,
                 })),
             ),
             (
@@ -578,6 +605,8 @@ mod tests {
             containers: None,
             configmaps: None,
             secrets: None,
+            secret_provider_classes: None,
+            csi_volumes: None,
         }
     }
 

@@ -10,10 +10,13 @@ pub enum VolumePlugin {
     ConfigMap,
     Secret,
     Projected,
+    /// An inline CSI volume (`spec.volumes[].csi`) of a driver reloadlet is told to watch
+    /// (`--csi-drivers`); its files live in `<volume>/mount` (docs/csi.md).
+    Csi,
 }
 
 impl VolumePlugin {
-    pub const ALL: [VolumePlugin; 3] = [Self::ConfigMap, Self::Secret, Self::Projected];
+    pub const ALL: [VolumePlugin; 4] = [Self::ConfigMap, Self::Secret, Self::Projected, Self::Csi];
 
     /// The directory name under `pods/<uid>/volumes/` (`kubernetes.io/configmap` escaped).
     pub fn dir_name(self) -> &'static str {
@@ -21,6 +24,9 @@ impl VolumePlugin {
             Self::ConfigMap => "kubernetes.io~configmap",
             Self::Secret => "kubernetes.io~secret",
             Self::Projected => "kubernetes.io~projected",
+            // kubernetes `pkg/volume/csi/csi_mounter.go`, `getTargetPath`: the escaped
+            // `kubernetes.io/csi` plugin name.
+            Self::Csi => "kubernetes.io~csi",
         }
     }
 
@@ -34,6 +40,7 @@ impl VolumePlugin {
             Self::ConfigMap => "configmap",
             Self::Secret => "secret",
             Self::Projected => "projected",
+            Self::Csi => "csi",
         }
     }
 }
@@ -62,6 +69,11 @@ impl fmt::Display for VolumeKey {
 pub enum SourceKind {
     ConfigMap,
     Secret,
+    /// A Secrets Store CSI volume: `name` reads `<class> (volume <volume>)`
+    /// ([`SourceRef::csi`]).
+    SecretProviderClass,
+    /// A CSI volume of another known driver: `name` reads `<volume> (<driver>)`.
+    CsiVolume,
 }
 
 impl SourceKind {
@@ -69,11 +81,20 @@ impl SourceKind {
         match self {
             Self::ConfigMap => "configmap",
             Self::Secret => "secret",
+            Self::SecretProviderClass => "secretproviderclass",
+            Self::CsiVolume => "csi volume",
         }
+    }
+
+    /// A source the kubelet projects from an API object (a ConfigMap or a Secret), as opposed
+    /// to the files a CSI driver writes.
+    pub fn is_api_object(self) -> bool {
+        matches!(self, Self::ConfigMap | Self::Secret)
     }
 }
 
-/// A ConfigMap or Secret that feeds a volume.
+/// A ConfigMap or Secret that feeds a volume, or the CSI volume a driver writes (for CSI
+/// kinds `name` is the text events and logs show, see [`SourceRef::csi`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SourceRef {
     pub kind: SourceKind,
@@ -84,6 +105,38 @@ impl fmt::Display for SourceRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.kind.as_str(), self.name)
     }
+}
+
+impl SourceRef {
+    /// The source a CSI volume stands for in causes: "secretproviderclass vault-db (volume
+    /// secrets)" for the Secrets Store driver with a class, "csi volume certs
+    /// (csi.cert-manager.io)" otherwise. Never a file name, content or hash.
+    pub fn csi(volume: &str, csi: &CsiVolumeSpec) -> Self {
+        match &csi.class {
+            Some(class) => Self {
+                kind: SourceKind::SecretProviderClass,
+                name: format!("{class} (volume {volume})"),
+            },
+            None => Self {
+                kind: SourceKind::CsiVolume,
+                name: format!("{volume} ({})", csi.driver),
+            },
+        }
+    }
+}
+
+/// The Secrets Store CSI driver's name (kubernetes-sigs/secrets-store-csi-driver).
+pub const SECRETS_STORE_DRIVER: &str = "secrets-store.csi.k8s.io";
+/// Its volume attribute naming the SecretProviderClass (`csi.volumeAttributes`).
+pub const SECRET_PROVIDER_CLASS_ATTRIBUTE: &str = "secretProviderClass";
+
+/// An inline CSI volume as the pod spec declares it (`spec.volumes[].csi`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CsiVolumeSpec {
+    /// `csi.driver`.
+    pub driver: String,
+    /// `csi.volumeAttributes.secretProviderClass` of a Secrets Store volume.
+    pub class: Option<String>,
 }
 
 /// The ConfigMap the root-CA publisher keeps in every namespace, projected into every pod by
@@ -109,6 +162,8 @@ pub struct VolumeSpec {
     /// serviceAccountToken `path`, clusterTrustBundle `path`. They change on a pod label edit or
     /// a token refresh and are left out of the content hash.
     pub other_paths: Vec<String>,
+    /// An inline CSI volume: its driver and class (`None` for every other volume type).
+    pub csi: Option<CsiVolumeSpec>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -371,6 +426,30 @@ mod tests {
         assert_eq!(
             VolumePlugin::from_dir_name("kubernetes.io~downward-api"),
             None
+        );
+        assert_eq!(
+            VolumePlugin::from_dir_name("kubernetes.io~csi"),
+            Some(VolumePlugin::Csi)
+        );
+    }
+
+    #[test]
+    fn csi_sources_name_class_or_driver_and_volume() {
+        let spc = CsiVolumeSpec {
+            driver: SECRETS_STORE_DRIVER.into(),
+            class: Some("vault-db".into()),
+        };
+        assert_eq!(
+            SourceRef::csi("secrets", &spc).to_string(),
+            "secretproviderclass vault-db (volume secrets)"
+        );
+        let cm = CsiVolumeSpec {
+            driver: "csi.cert-manager.io".into(),
+            class: None,
+        };
+        assert_eq!(
+            SourceRef::csi("certs", &cm).to_string(),
+            "csi volume certs (csi.cert-manager.io)"
         );
     }
 }

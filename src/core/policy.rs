@@ -2,8 +2,8 @@
 
 use crate::core::annotations::{self, Action, HttpPort, HttpSpec, PodPolicy};
 use crate::core::model::{
-    ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SignalCheck, SourceKind,
-    SourceRef, ROOT_CA_CONFIGMAP,
+    ContainerId, ContainerInfo, ContainerKind, CsiVolumeSpec, PodInfo, ReloadSignal, SignalCheck,
+    SourceKind, SourceRef, ROOT_CA_CONFIGMAP,
 };
 use crate::core::outcome::ActionKind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -152,7 +152,39 @@ pub fn validated_policy(pod: &PodInfo) -> Result<Option<PodPolicy>, String> {
             }
         }
     }
+    validate_csi_lists(pod, &policy)?;
     Ok(Some(policy))
+}
+
+/// `reloadlet.io/secretproviderclasses` and `reloadlet.io/csi-volumes` name CSI volumes of the
+/// pod (a name that matches none is a typo: nothing would ever trigger).
+fn validate_csi_lists(pod: &PodInfo, policy: &PodPolicy) -> Result<(), String> {
+    let csi: Vec<(&str, &CsiVolumeSpec)> = pod
+        .volumes
+        .iter()
+        .filter_map(|v| v.csi.as_ref().map(|c| (v.name.as_str(), c)))
+        .collect();
+    for class in policy.secret_provider_classes.iter().flatten() {
+        if !csi
+            .iter()
+            .any(|(_, c)| c.class.as_deref() == Some(class.as_str()))
+        {
+            return Err(format!(
+                "{}: no CSI volume of the pod uses SecretProviderClass {class:?} \
+                 (csi.volumeAttributes.secretProviderClass)",
+                annotations::SECRET_PROVIDER_CLASSES
+            ));
+        }
+    }
+    for volume in policy.csi_volumes.iter().flatten() {
+        if !csi.iter().any(|(name, _)| name == volume) {
+            return Err(format!(
+                "{}: the pod has no CSI volume {volume:?}",
+                annotations::CSI_VOLUMES
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The volumes whose content changed, each with the sources whose files changed (`None`: any
@@ -365,6 +397,13 @@ fn triggering_volumes<'a>(
         let Some(spec) = pod.volume(name) else {
             continue;
         };
+        if let Some(csi) = &spec.csi {
+            // The driver writes the whole volume: one source, whatever files changed.
+            if csi_counts(policy, name, csi) {
+                out.push((name.as_str(), vec![SourceRef::csi(name, csi)]));
+            }
+            continue;
+        }
         let counted: Vec<SourceRef> = spec
             .sources
             .iter()
@@ -385,6 +424,21 @@ pub fn source_counts(pod: &PodInfo, source: &SourceRef) -> bool {
     matches!(validated_policy(pod), Ok(Some(p)) if counts(&p, source))
 }
 
+/// Whether a change of the CSI volume `volume` can trigger the pod's action: no narrowing list
+/// is set, or `reloadlet.io/csi-volumes` names the volume, or
+/// `reloadlet.io/secretproviderclasses` names its class.
+pub fn csi_counts(policy: &PodPolicy, volume: &str, csi: &CsiVolumeSpec) -> bool {
+    if !policy.narrowed() {
+        return true;
+    }
+    let named = |list: &Option<Vec<String>>, item: Option<&str>| {
+        list.as_ref()
+            .is_some_and(|l| item.is_some_and(|i| l.iter().any(|x| x == i)))
+    };
+    named(&policy.csi_volumes, Some(volume))
+        || named(&policy.secret_provider_classes, csi.class.as_deref())
+}
+
 fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
     let named =
         |list: &Option<Vec<String>>| list.as_ref().is_some_and(|l| l.contains(&source.name));
@@ -398,6 +452,8 @@ fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
     let list = match source.kind {
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
+        // Counted by volume and class ([`csi_counts`]), never by this name.
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return false,
     };
     named(list)
 }

@@ -49,6 +49,7 @@ impl Fixture {
             service_account_token: true,
             source_paths: vec![(cm("kube-root-ca.crt"), vec!["ca.crt".into()])],
             other_paths: vec!["token".into(), "namespace".into()],
+            csi: None,
         });
         self
     }
@@ -497,4 +498,103 @@ fn http_follows_the_same_narrowing_as_signal() {
         panic!()
     };
     assert_eq!(cause.to_string(), "configmap prometheus-config changed");
+}
+
+fn csi_pod() -> Fixture {
+    let mut f = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("conf", vec![cm("app-conf")])
+        .container("app", &["conf", "secrets", "certs"]);
+    for (name, driver, class) in [
+        ("secrets", "secrets-store.csi.k8s.io", Some("vault-db")),
+        ("certs", "csi.cert-manager.io", None),
+    ] {
+        f.0.volumes.push(VolumeSpec {
+            name: name.into(),
+            csi: Some(crate::core::model::CsiVolumeSpec {
+                driver: driver.into(),
+                class: class.map(Into::into),
+            }),
+            ..Default::default()
+        });
+    }
+    f
+}
+
+fn cause(d: &Decision) -> String {
+    match d {
+        Decision::Signal { cause, .. } => cause.to_string(),
+        other => panic!("expected Signal, got {other:?}"),
+    }
+}
+
+#[test]
+fn csi_volumes_trigger_and_name_class_or_driver() {
+    let p = csi_pod().0;
+    assert_eq!(
+        cause(&decide(&p, &changed(&["secrets"]))),
+        "secretproviderclass vault-db (volume secrets) changed"
+    );
+    assert_eq!(
+        cause(&decide(&p, &changed(&["certs"]))),
+        "csi volume certs (csi.cert-manager.io) changed"
+    );
+}
+
+#[test]
+fn csi_narrowing_by_class_and_by_volume() {
+    // (annotation, value, changed volume, triggers)
+    let cases = [
+        (
+            "reloadlet.io/secretproviderclasses",
+            "vault-db",
+            "secrets",
+            true,
+        ),
+        (
+            "reloadlet.io/secretproviderclasses",
+            "vault-db",
+            "certs",
+            false,
+        ),
+        (
+            "reloadlet.io/secretproviderclasses",
+            "vault-db",
+            "conf",
+            false,
+        ),
+        ("reloadlet.io/csi-volumes", "certs", "certs", true),
+        ("reloadlet.io/csi-volumes", "certs", "secrets", false),
+        ("reloadlet.io/csi-volumes", "secrets", "secrets", true),
+        // Any narrowing list leaves unlisted CSI volumes out, as for ConfigMaps/Secrets.
+        ("reloadlet.io/configmaps", "app-conf", "secrets", false),
+        ("reloadlet.io/configmaps", "app-conf", "conf", true),
+    ];
+    for (key, value, volume, triggers) in cases {
+        let p = csi_pod().annotate(key, value).0;
+        let d = decide(&p, &changed(&[volume]));
+        assert_eq!(
+            matches!(d, Decision::Signal { .. }),
+            triggers,
+            "{key}={value}, {volume} changed: {d:?}"
+        );
+    }
+}
+
+#[test]
+fn csi_narrowing_lists_must_name_the_pods_csi_volumes() {
+    for (key, value) in [
+        ("reloadlet.io/secretproviderclasses", "vault-typo"),
+        ("reloadlet.io/csi-volumes", "conf"),
+        ("reloadlet.io/csi-volumes", "nope"),
+    ] {
+        let p = csi_pod().annotate(key, value).0;
+        match decide(&p, &changed(&["secrets"])) {
+            Decision::Invalid { message } => {
+                assert!(message.starts_with(key), "{message}");
+                assert!(message.contains(value), "{message}");
+            }
+            other => panic!("{key}={value}: expected Invalid, got {other:?}"),
+        }
+    }
 }

@@ -57,6 +57,8 @@ pub fn matching(workload: &Workload<'_>, changed: &Changed<'_>) -> Option<&'stat
     let (explicit, typed_auto) = match changed.kind {
         SourceKind::ConfigMap => (CONFIGMAP_RELOAD, CONFIGMAP_AUTO),
         SourceKind::Secret => (SECRET_RELOAD, SECRET_AUTO),
+        // Reloader's annotations name ConfigMaps and Secrets only.
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return None,
     };
     let relevant = |a: &BTreeMap<String, String>| {
         [explicit, SEARCH, AUTO, typed_auto]

@@ -40,6 +40,9 @@ pub struct Layout {
     excluded: HashSet<String>,
     /// Written by a ConfigMap/Secret source with `items`: path → part.
     claimed: HashMap<String, String>,
+    /// A CSI volume: without `..data` its driver writes the files in place, and the volume
+    /// directory itself is hashed ([`Layout::csi`]).
+    in_place: bool,
 }
 
 impl Layout {
@@ -47,6 +50,20 @@ impl Layout {
     /// volume whose spec names no path.
     pub fn whole() -> Self {
         Self::default()
+    }
+
+    /// A CSI volume: every file counts. With `..data` (a driver using the AtomicWriter: the
+    /// Secrets Store driver since PR #520 when the provider returns contents, cert-manager's
+    /// csi-lib) the tree behind it is hashed as for a Secret; without it (files written in
+    /// place by older Secrets Store providers, kubernetes-sigs/secrets-store-csi-driver#551)
+    /// the volume directory itself, leaving out top-level `..*` entries (an AtomicWriter's
+    /// first write under way). An empty directory (not published yet, or unmounted) is not
+    /// written.
+    pub fn csi() -> Self {
+        Self {
+            in_place: true,
+            ..Self::default()
+        }
     }
 
     /// The layout of a projected volume (`spec` from the pod's spec).
@@ -170,14 +187,30 @@ pub fn hash_volume_counted(
     key: &HashKey,
     layout: &Layout,
 ) -> CountedResult {
-    let Some(root) = data_dir(volume_dir)? else {
-        return Ok(None);
+    let root = match data_dir(volume_dir)? {
+        Some(root) => root,
+        None if layout.in_place => match fs_sys::open(volume_dir, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => Root {
+                path: volume_dir.to_path_buf(),
+                target: PathBuf::new(),
+                fd,
+            },
+            Err(Errno::NOENT) => return Ok(None),
+            Err(errno) => return Err(io_error(volume_dir.to_path_buf(), errno)),
+        },
+        None => return Ok(None),
     };
+    let in_place = root.target.as_os_str().is_empty();
     let target = DataTarget(root.target.as_os_str().as_bytes().to_vec());
     let mut walker = Walker::new(max_bytes);
+    walker.skip_top_dotdot = in_place;
     walker.walk(root, |rel| {
         layout.part_of(&String::from_utf8_lossy(rel)).is_some()
     })?;
+    if in_place && walker.entries.is_empty() {
+        // Nothing published (or unmounted): not written, as a volume without `..data`.
+        return Ok(None);
+    }
     let digest = keyed_digest(key, &walker.entries, |rel: &str| layout.part_of(rel));
     let read = walker.limit - walker.budget;
     Ok(Some(CountedHash {
@@ -285,6 +318,8 @@ struct Walker {
     budget: u64,
     limit: u64,
     entries: Vec<Entry>,
+    /// A CSI volume written in place: its top-level `..*` entries are not its content.
+    skip_top_dotdot: bool,
 }
 
 impl Walker {
@@ -293,6 +328,7 @@ impl Walker {
             budget: max_bytes,
             limit: max_bytes,
             entries: Vec::new(),
+            skip_top_dotdot: false,
         }
     }
 
@@ -325,6 +361,9 @@ impl Walker {
             let entry = entry.map_err(|e| io_error(dir_path(), e))?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
+                continue;
+            }
+            if self.skip_top_dotdot && rel.is_empty() && name.starts_with(b"..") {
                 continue;
             }
             children.push((name.to_vec(), entry.file_type()));

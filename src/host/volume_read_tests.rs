@@ -202,6 +202,7 @@ fn mixed_spec() -> VolumeSpec {
         service_account_token: true,
         source_paths: vec![(app, vec!["a.conf".into(), "./conf.d/b.conf".into()])],
         other_paths: vec!["labels".into(), "token".into(), "meta/annotations".into()],
+        csi: None,
     }
 }
 
@@ -272,6 +273,7 @@ fn downward_api_and_token_files_are_not_hashed_configmap_and_secret_parts_are() 
 fn a_volume_of_only_token_and_downward_api_files_has_an_empty_digest() {
     let spec = VolumeSpec {
         other_paths: vec!["token".into(), "labels".into()],
+        csi: None,
         service_account_token: true,
         ..VolumeSpec::default()
     };
@@ -362,6 +364,7 @@ fn keyed_digests_are_what_the_saved_state_holds() {
             vec!["a.conf".into()],
         )],
         other_paths: vec!["z".into()],
+        csi: None,
         ..VolumeSpec::default()
     };
     let split = hash_volume(dir.path(), 1 << 20, &key(), &Layout::of(&spec))
@@ -410,4 +413,28 @@ fn legacy_hash_is_what_version_0_1_saved() {
         hex::encode(legacy_sha256(dir.path(), 1 << 20).unwrap().unwrap()),
         "3494ce5fe4874eb7802c9b2c9bd2afa9cf434dd068bb7e5056548b61ab3a92d3"
     );
+}
+
+#[test]
+fn csi_volumes_written_in_place_hash_their_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = HashKey::from_bytes([7; 32]);
+    let hash = |layout: &Layout| hash_volume(dir.path(), 1 << 20, &key, layout).unwrap();
+    // Empty (published, nothing written; or the bare directory after an unmount).
+    assert_eq!(hash(&Layout::csi()), None);
+    std::fs::write(dir.path().join("db-password"), "s3cret").unwrap();
+    std::fs::write(dir.path().join("db-user"), "app").unwrap();
+    let first = hash(&Layout::csi()).expect("written in place");
+    // A Secret volume's layout never reads a volume without `..data`.
+    assert_eq!(hash(&Layout::whole()), None);
+    // The same bytes rewritten: the same hash; other bytes: another.
+    std::fs::write(dir.path().join("db-user"), "app").unwrap();
+    assert_eq!(hash(&Layout::csi()), Some(first.clone()));
+    std::fs::write(dir.path().join("db-user"), "app2").unwrap();
+    let second = hash(&Layout::csi()).unwrap();
+    assert_ne!(second, first);
+    // An AtomicWriter's first write under way (`..<timestamp>`, `..data_tmp`) is left out.
+    std::fs::create_dir(dir.path().join("..2026_11_26_13_00_00.1")).unwrap();
+    std::fs::write(dir.path().join("..2026_11_26_13_00_00.1/x"), "y").unwrap();
+    assert_eq!(hash(&Layout::csi()), Some(second));
 }

@@ -34,6 +34,8 @@ pub async fn watch_objects(client: Client, kind: SourceKind, tx: mpsc::Sender<In
         SourceKind::Secret => {
             watch_meta(Api::<PartialObjectMeta<Secret>>::all(client), kind, tx).await
         }
+        // Files a CSI driver writes on a node: no API object to watch (docs/csi.md).
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume => {}
     }
 }
 
@@ -45,6 +47,7 @@ where
     let what = match kind {
         SourceKind::ConfigMap => "configmaps",
         SourceKind::Secret => "secrets",
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return,
     };
     let key = move |meta: &ObjectMeta| -> Option<(ObjectKey, String)> {
         Some((
@@ -234,6 +237,8 @@ impl EnvApi for KubeEnvApi {
                         secret: true,
                     }))
                 }
+                // Never an env reference: no API object behind it.
+                SourceKind::SecretProviderClass | SourceKind::CsiVolume => Ok(None),
             }
         })
     }

@@ -4,8 +4,9 @@
 
 use super::pod_view::{ContainerStatusView, ContainerView, PodSpecView, PodView, VolumeView};
 use crate::core::model::{
-    ContainerId, ContainerInfo, ContainerKind, EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef,
-    VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
+    ContainerId, ContainerInfo, ContainerKind, CsiVolumeSpec, EnvKeys, EnvRef, PodInfo, SourceKind,
+    SourceRef, VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY, SECRETS_STORE_DRIVER,
+    SECRET_PROVIDER_CLASS_ATTRIBUTE,
 };
 use k8s_openapi::api::core::v1::KeyToPath;
 
@@ -239,6 +240,24 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
             .collect();
         (!paths.is_empty()).then_some(paths)
     };
+    if let Some(c) = &v.csi {
+        // The Secrets Store driver reads its class from this attribute
+        // (kubernetes-sigs/secrets-store-csi-driver `pkg/secrets-store/nodeserver.go`,
+        // `NodePublishVolume`: `attrib[secretProviderClassField]`).
+        let class = (c.driver == SECRETS_STORE_DRIVER)
+            .then(|| {
+                c.volume_attributes
+                    .as_ref()
+                    .and_then(|a| a.get(SECRET_PROVIDER_CLASS_ATTRIBUTE))
+                    .cloned()
+            })
+            .flatten();
+        spec.csi = Some(CsiVolumeSpec {
+            driver: c.driver.clone(),
+            class,
+        });
+        return spec;
+    }
     if let Some(c) = &v.config_map {
         spec.sources.push(cm(&c.name));
     }
@@ -289,6 +308,33 @@ mod tests {
     use super::*;
     use crate::core::model::ContainerRuntime;
     use serde_json::json;
+
+    #[test]
+    fn csi_volumes_keep_driver_and_the_secrets_store_class_only() {
+        let volume = |v: serde_json::Value| volume_spec(&serde_json::from_value(v).unwrap());
+        let spc = volume(json!({"name": "secrets", "csi": {
+            "driver": "secrets-store.csi.k8s.io", "readOnly": true,
+            "volumeAttributes": {"secretProviderClass": "vault-db"}}}));
+        assert_eq!(
+            spc.csi,
+            Some(CsiVolumeSpec {
+                driver: "secrets-store.csi.k8s.io".into(),
+                class: Some("vault-db".into())
+            })
+        );
+        assert!(spc.sources.is_empty());
+        let cm = volume(json!({"name": "certs", "csi": {
+            "driver": "csi.cert-manager.io",
+            "volumeAttributes": {"csi.cert-manager.io/issuer-name": "ca", "secretProviderClass": "x"}}}));
+        assert_eq!(
+            cm.csi,
+            Some(CsiVolumeSpec {
+                driver: "csi.cert-manager.io".into(),
+                class: None
+            })
+        );
+        assert_eq!(volume(json!({"name": "data", "emptyDir": {}})).csi, None);
+    }
 
     #[test]
     fn converts_a_realistic_pod() {

@@ -61,6 +61,17 @@ pub struct VolumeView {
     pub config_map: Option<ConfigMapVolumeSource>,
     pub secret: Option<SecretVolumeSource>,
     pub projected: Option<ProjectedVolumeSource>,
+    /// An inline CSI volume: only its driver and attributes are read (docs/csi.md).
+    pub csi: Option<CsiVolumeView>,
+}
+
+/// `spec.volumes[].csi` (`CSIVolumeSource`): the driver and `volumeAttributes`, of which only
+/// `secretProviderClass` is kept.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CsiVolumeView {
+    pub driver: String,
+    pub volume_attributes: Option<std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -42,6 +42,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         settings.paths.kubelet_root.clone(),
         WatcherOptions {
             rescan_interval: settings.volumes.rescan_interval,
+            csi_drivers: settings.volumes.csi_drivers.clone(),
         },
         settings.volumes.hot_thread_slice,
     ) {

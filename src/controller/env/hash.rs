@@ -47,6 +47,7 @@ pub fn references(
         let followed = match r.source.kind {
             SourceKind::ConfigMap => configmaps,
             SourceKind::Secret => secrets,
+            SourceKind::SecretProviderClass | SourceKind::CsiVolume => false,
         };
         if !followed || !listed(policy.as_ref(), r) {
             continue;
@@ -73,6 +74,7 @@ fn listed(policy: Option<&annotations::PodPolicy>, r: &EnvRef) -> bool {
     let list = match r.source.kind {
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return false,
     };
     list.as_ref().is_some_and(|l| l.contains(&r.source.name))
 }
@@ -263,6 +265,7 @@ pub fn explain(pod: &PodInfo) -> String {
         let when = match source.kind {
             SourceKind::ConfigMap => "",
             SourceKind::Secret => " (if the controller runs with --env-consumers-secrets)",
+            SourceKind::SecretProviderClass | SourceKind::CsiVolume => "",
         };
         match decide(pod, source) {
             EnvDecision::Evict => format!("the pod is evicted (PDB-respecting){when}"),

@@ -87,6 +87,10 @@ pub fn qualifies(pod: &PodInfo, object: &SourceRef) -> Result<(), NotQualified> 
     let listed = match object.kind {
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
+        // The driver, not the kubelet, writes a CSI volume: nothing to nudge.
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume => {
+            return Err(NotQualified::NotProjected)
+        }
     };
     let named = listed.as_ref().is_some_and(|l| l.contains(&object.name));
     let root_ca = object.kind == SourceKind::ConfigMap && object.name == KUBE_ROOT_CA;
@@ -125,6 +129,9 @@ pub fn explain(pod: &PodInfo) -> String {
                 SourceKind::ConfigMap => "nudged when it changes".to_owned(),
                 SourceKind::Secret => {
                     "nudged when it changes (if the controller runs with --secrets)".to_owned()
+                }
+                SourceKind::SecretProviderClass | SourceKind::CsiVolume => {
+                    "not nudged: the CSI driver decides when to write".to_owned()
                 }
             },
             Err(reason) => format!("not nudged: {reason}"),
@@ -187,6 +194,7 @@ mod tests {
                     service_account_token: false,
                     source_paths: Vec::new(),
                     other_paths: Vec::new(),
+                    csi: None,
                 },
                 VolumeSpec {
                     name: "both".into(),
@@ -194,6 +202,7 @@ mod tests {
                     service_account_token: false,
                     source_paths: Vec::new(),
                     other_paths: Vec::new(),
+                    csi: None,
                 },
                 VolumeSpec {
                     name: "kube-api-access".into(),
@@ -201,6 +210,7 @@ mod tests {
                     service_account_token: true,
                     source_paths: Vec::new(),
                     other_paths: Vec::new(),
+                    csi: None,
                 },
             ],
             containers: vec![container(

@@ -254,6 +254,7 @@ impl Scheduler {
                 match pick.change.kind {
                     SourceKind::ConfigMap => self.dropped.configmap += 1,
                     SourceKind::Secret => self.dropped.secret += 1,
+                    SourceKind::SecretProviderClass | SourceKind::CsiVolume => {}
                 }
                 continue;
             }

@@ -42,6 +42,9 @@ pub enum LookCause {
     Remounted,
     /// After a queue overflow, or periodically for volumes that could not be watched.
     Rescan,
+    /// A file of a CSI volume was written in place: looked at once the writes have settled
+    /// (`--csi-settle`).
+    Written,
 }
 
 /// What the watcher reports.
@@ -81,12 +84,24 @@ pub struct WatcherOptions {
     /// their watches retried). Also the mount check period if the mount table cannot be
     /// watched. Must not be zero.
     pub rescan_interval: Duration,
+    /// The CSI drivers whose inline volumes are watched (`--csi-drivers`); a volume of any
+    /// other driver is never watched.
+    pub csi_drivers: Vec<String>,
 }
+
+/// The CSI drivers watched unless `--csi-drivers` says otherwise: the Secrets Store CSI
+/// driver and cert-manager's csi-driver and csi-driver-spiffe (docs/csi.md).
+pub const DEFAULT_CSI_DRIVERS: [&str; 3] = [
+    "secrets-store.csi.k8s.io",
+    "csi.cert-manager.io",
+    "spiffe.csi.cert-manager.io",
+];
 
 impl Default for WatcherOptions {
     fn default() -> Self {
         Self {
             rescan_interval: Duration::from_secs(30),
+            csi_drivers: DEFAULT_CSI_DRIVERS.map(str::to_owned).to_vec(),
         }
     }
 }
@@ -167,6 +182,7 @@ impl VolumeWatcher {
         let inotify =
             unsafe { AsyncFd::register(inotify) }.map_err(|e| WatchError::Register(e.into()))?;
         let mut tree = Tree::new(pods_dir.clone(), watches);
+        tree.follow_csi_drivers(opts.csi_drivers.clone());
         tree.arm_root().map_err(|source| WatchError::WatchRoot {
             path: pods_dir,
             source,

@@ -1,7 +1,9 @@
 //! The directories of the kubelet tree the watcher cares about, and how they nest.
 //!
-//! `<root>/pods` → `<uid>` → `volumes` → `kubernetes.io~<plugin>` → `<volume>`.
-//! Pure: no I/O, table-tested.
+//! `<root>/pods` → `<uid>` → `volumes` → `kubernetes.io~<plugin>` → `<volume>`; a CSI
+//! volume's files are one level deeper, `kubernetes.io~csi/<volume>/mount` (kubernetes
+//! `pkg/volume/csi/csi_mounter.go`: `GetPath` is `<pod volume dir>/mount`, and `vol_data.json`
+//! sits beside it, written by `csi_plugin.go` `NewMounter`). Pure: no I/O, table-tested.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +11,11 @@ use crate::core::model::{VolumeKey, VolumePlugin};
 
 /// The name the kubelet's AtomicWriter gives the symlink it swaps atomically.
 pub(crate) const DATA_LINK: &str = "..data";
+/// The CSI target directory inside a CSI volume's directory (`csi_mounter.go`, `GetPath`).
+pub(crate) const CSI_MOUNT: &str = "mount";
+/// The kubelet's record of a CSI volume, beside [`CSI_MOUNT`] (`csi_plugin.go`,
+/// `volDataFileName`).
+pub(crate) const CSI_VOL_DATA: &str = "vol_data.json";
 
 /// One watched directory of the kubelet tree.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,7 +28,10 @@ pub(crate) enum Node {
     Volumes(String),
     /// `pods/<uid>/volumes/kubernetes.io~<plugin>`.
     Plugin(String, VolumePlugin),
-    /// `pods/<uid>/volumes/kubernetes.io~<plugin>/<volume>`.
+    /// `pods/<uid>/volumes/kubernetes.io~csi/<volume>`: holds `vol_data.json` and, once the
+    /// driver published it, `mount/` (the [`Node::Volume`]).
+    CsiDir(VolumeKey),
+    /// `pods/<uid>/volumes/kubernetes.io~<plugin>/<volume>` (a CSI volume: `…/<volume>/mount`).
     Volume(VolumeKey),
 }
 
@@ -33,6 +43,7 @@ impl Node {
             Node::Pod(uid) => pods_dir.join(uid),
             Node::Volumes(uid) => pods_dir.join(uid).join("volumes"),
             Node::Plugin(uid, plugin) => pods_dir.join(uid).join("volumes").join(plugin.dir_name()),
+            Node::CsiDir(key) => csi_dir_path(pods_dir, key),
             Node::Volume(key) => volume_path(pods_dir, key),
         }
     }
@@ -48,11 +59,19 @@ impl Node {
             Node::Volumes(uid) => {
                 VolumePlugin::from_dir_name(name).map(|p| Node::Plugin(uid.clone(), p))
             }
-            Node::Plugin(uid, plugin) => Some(Node::Volume(VolumeKey {
-                pod_uid: uid.clone(),
-                plugin: *plugin,
-                volume: name.to_owned(),
-            })),
+            Node::Plugin(uid, plugin) => {
+                let key = VolumeKey {
+                    pod_uid: uid.clone(),
+                    plugin: *plugin,
+                    volume: name.to_owned(),
+                };
+                Some(if *plugin == VolumePlugin::Csi {
+                    Node::CsiDir(key)
+                } else {
+                    Node::Volume(key)
+                })
+            }
+            Node::CsiDir(key) => (name == CSI_MOUNT).then(|| Node::Volume(key.clone())),
             Node::Volume(_) => None,
         }
     }
@@ -62,7 +81,7 @@ impl Node {
         match self {
             Node::Pods => None,
             Node::Pod(uid) | Node::Volumes(uid) | Node::Plugin(uid, _) => Some(uid),
-            Node::Volume(key) => Some(&key.pod_uid),
+            Node::CsiDir(key) | Node::Volume(key) => Some(&key.pod_uid),
         }
     }
 
@@ -72,9 +91,12 @@ impl Node {
             (Node::Pods, _) => true,
             (Node::Pod(uid), o) => o.pod_uid() == Some(uid.as_str()),
             (Node::Volumes(uid), Node::Volumes(u) | Node::Plugin(u, _)) => u == uid,
-            (Node::Volumes(uid), Node::Volume(k)) => &k.pod_uid == uid,
+            (Node::Volumes(uid), Node::Volume(k) | Node::CsiDir(k)) => &k.pod_uid == uid,
             (Node::Plugin(uid, p), Node::Plugin(u, q)) => u == uid && p == q,
-            (Node::Plugin(uid, p), Node::Volume(k)) => &k.pod_uid == uid && k.plugin == *p,
+            (Node::Plugin(uid, p), Node::Volume(k) | Node::CsiDir(k)) => {
+                &k.pod_uid == uid && k.plugin == *p
+            }
+            (Node::CsiDir(a), Node::CsiDir(b) | Node::Volume(b)) => a == b,
             (Node::Volume(a), Node::Volume(b)) => a == b,
             _ => false,
         }
@@ -86,8 +108,18 @@ impl Node {
     }
 }
 
-/// `<pods_dir>/<uid>/volumes/<plugin dir>/<volume>`.
+/// `<pods_dir>/<uid>/volumes/<plugin dir>/<volume>` (for a CSI volume, its `mount/`).
 pub(crate) fn volume_path(pods_dir: &Path, key: &VolumeKey) -> PathBuf {
+    let dir = csi_dir_path(pods_dir, key);
+    if key.plugin == VolumePlugin::Csi {
+        dir.join(CSI_MOUNT)
+    } else {
+        dir
+    }
+}
+
+/// `<pods_dir>/<uid>/volumes/<plugin dir>/<volume>`.
+fn csi_dir_path(pods_dir: &Path, key: &VolumeKey) -> PathBuf {
     pods_dir
         .join(&key.pod_uid)
         .join("volumes")
@@ -140,10 +172,56 @@ mod tests {
             ),
             (vol("u1", VolumePlugin::ConfigMap, "cfg"), "..data", None),
             (vol("u1", VolumePlugin::ConfigMap, "cfg"), "app.conf", None),
+            (
+                Node::Volumes("u1".into()),
+                "kubernetes.io~csi",
+                Some(Node::Plugin("u1".into(), VolumePlugin::Csi)),
+            ),
+            (
+                Node::Plugin("u1".into(), VolumePlugin::Csi),
+                "certs",
+                Some(Node::CsiDir(csi("certs"))),
+            ),
+            (
+                Node::CsiDir(csi("certs")),
+                "mount",
+                Some(vol("u1", VolumePlugin::Csi, "certs")),
+            ),
+            (Node::CsiDir(csi("certs")), "vol_data.json", None),
+            (Node::CsiDir(csi("certs")), "other", None),
+            (vol("u1", VolumePlugin::Csi, "certs"), "tls.crt", None),
         ];
         for (parent, name, want) in cases {
             assert_eq!(parent.child(name), want, "{parent:?} / {name:?}");
         }
+    }
+
+    fn csi(name: &str) -> VolumeKey {
+        VolumeKey {
+            pod_uid: "u1".into(),
+            plugin: VolumePlugin::Csi,
+            volume: name.into(),
+        }
+    }
+
+    #[test]
+    fn csi_paths_and_subtrees() {
+        let root = Path::new("/var/lib/kubelet/pods");
+        assert_eq!(
+            vol("u1", VolumePlugin::Csi, "certs").path(root),
+            Path::new("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/certs/mount")
+        );
+        assert_eq!(
+            Node::CsiDir(csi("certs")).path(root),
+            Path::new("/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/certs")
+        );
+        let v = vol("u1", VolumePlugin::Csi, "certs");
+        assert!(Node::CsiDir(csi("certs")).contains(&v));
+        assert!(!Node::CsiDir(csi("db")).contains(&v));
+        assert!(Node::Plugin("u1".into(), VolumePlugin::Csi).contains(&Node::CsiDir(csi("db"))));
+        assert!(Node::Pod("u1".into()).contains(&Node::CsiDir(csi("db"))));
+        assert!(Node::Volumes("u1".into()).contains(&Node::CsiDir(csi("db"))));
+        assert!(!v.contains(&Node::CsiDir(csi("certs"))));
     }
 
     #[test]

@@ -5,17 +5,23 @@ use std::ffi::OsStr;
 use inotify::{EventMask, WatchMask};
 
 use super::node::{Node, DATA_LINK};
-use crate::core::model::VolumeKey;
+use crate::core::model::{VolumeKey, VolumePlugin};
 
 /// The watch mask for a node: only the events the watcher acts on.
 ///
 /// Directories above volumes: children appearing or going away. Volume directories: the
-/// `..data` swap (`IN_MOVED_TO`). Every node: itself going away. `IN_IGNORED` and
-/// `IN_UNMOUNT` are always delivered.
+/// `..data` swap (`IN_MOVED_TO`); a CSI volume also its files written in place
+/// (`IN_CLOSE_WRITE`, or a file renamed in), as older Secrets Store providers write them
+/// (kubernetes-sigs/secrets-store-csi-driver#551) — configMap/secret/projected volumes never
+/// pay for those events. Every node: itself going away. `IN_IGNORED` and `IN_UNMOUNT` are
+/// always delivered.
 pub(crate) fn mask_for(node: &Node) -> WatchMask {
     let always =
         WatchMask::DELETE_SELF | WatchMask::MOVE_SELF | WatchMask::ONLYDIR | WatchMask::EXCL_UNLINK;
     match node {
+        Node::Volume(key) if key.plugin == VolumePlugin::Csi => {
+            always | WatchMask::MOVED_TO | WatchMask::CLOSE_WRITE
+        }
         Node::Volume(_) => always | WatchMask::MOVED_TO,
         _ => {
             always
@@ -34,6 +40,8 @@ pub(crate) enum Reaction {
     Overflow,
     /// `..data` was swapped in this volume.
     Swap(VolumeKey),
+    /// A file of this CSI volume was written in place (or renamed in).
+    Written(VolumeKey),
     /// The kernel dropped the watch of this node (`IN_IGNORED`).
     Dropped(Node),
     /// The node's directory went away, moved, or a mount on it came or went: look again.
@@ -66,6 +74,12 @@ pub(crate) fn react(node: Option<&Node>, mask: EventMask, name: Option<&OsStr>) 
     if let Node::Volume(key) = node {
         return if mask.contains(EventMask::MOVED_TO) && name == DATA_LINK {
             Reaction::Swap(key.clone())
+        } else if key.plugin == VolumePlugin::Csi
+            && !name.starts_with("..")
+            && mask.intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO)
+        {
+            // Not the AtomicWriter's own `..data_tmp`/`..<timestamp>` entries.
+            Reaction::Written(key.clone())
         } else {
             Reaction::Nothing
         };
@@ -220,6 +234,50 @@ mod tests {
                 "{node:?} {mask:?} {name:?}"
             );
         }
+    }
+
+    #[test]
+    fn csi_volumes_report_writes_in_place_and_the_swap() {
+        let key = VolumeKey {
+            pod_uid: "u".into(),
+            plugin: VolumePlugin::Csi,
+            volume: "certs".into(),
+        };
+        let vol = Node::Volume(key.clone());
+        let cases = [
+            (EventMask::MOVED_TO, "..data", Reaction::Swap(key.clone())),
+            (
+                EventMask::CLOSE_WRITE,
+                "tls.crt",
+                Reaction::Written(key.clone()),
+            ),
+            (
+                EventMask::MOVED_TO,
+                "tls.key",
+                Reaction::Written(key.clone()),
+            ),
+            (EventMask::MOVED_TO, "..data_tmp", Reaction::Nothing),
+            (EventMask::CLOSE_WRITE, "..2026_11_26.1", Reaction::Nothing),
+            (EventMask::CREATE, "tls.crt", Reaction::Nothing),
+        ];
+        for (mask, name, want) in cases {
+            assert_eq!(
+                react(Some(&vol), mask, Some(OsStr::new(name))),
+                want,
+                "{name}"
+            );
+        }
+        assert!(mask_for(&vol).contains(WatchMask::CLOSE_WRITE | WatchMask::MOVED_TO));
+        // A configMap volume is not told about writes in place.
+        let cm = Node::Volume(VolumeKey {
+            plugin: VolumePlugin::ConfigMap,
+            ..key.clone()
+        });
+        assert_eq!(
+            react(Some(&cm), EventMask::CLOSE_WRITE, Some(OsStr::new("a"))),
+            Reaction::Nothing
+        );
+        assert!(!mask_for(&cm).contains(WatchMask::CLOSE_WRITE));
     }
 
     #[test]

@@ -12,9 +12,10 @@ use inotify::{EventMask, WatchMask};
 use tracing::{debug, error, warn};
 
 use super::book::{Recorded, WatchBook};
-use super::node::Node;
+use super::node::{Node, CSI_VOL_DATA};
 use super::react::{mask_for, react, Reaction};
 use super::{LookCause, WatchEvent};
+use crate::core::model::{VolumeKey, VolumePlugin};
 
 /// The sysctl that bounds inotify watches per user.
 pub(crate) const WATCH_LIMIT_SYSCTL: &str = "fs.inotify.max_user_watches";
@@ -52,6 +53,8 @@ enum Armed {
     Watched,
     Unwatched,
     Missing,
+    /// A CSI volume of a driver not followed: never watched.
+    Ignored,
 }
 
 /// The watched tree: the books plus the kernel watches and the events they produce.
@@ -64,6 +67,8 @@ pub(crate) struct Tree<A: WatchApi> {
     watch_limit_errors: u64,
     limit_logged: bool,
     root_gone: bool,
+    /// The CSI drivers whose volumes are followed (`--csi-drivers`).
+    csi_drivers: Vec<String>,
 }
 
 impl<A: WatchApi> Tree<A> {
@@ -77,7 +82,34 @@ impl<A: WatchApi> Tree<A> {
             watch_limit_errors: 0,
             limit_logged: false,
             root_gone: false,
+            csi_drivers: Vec::new(),
         }
+    }
+
+    /// Follows the CSI volumes of these drivers (none by default).
+    pub(crate) fn follow_csi_drivers(&mut self, drivers: Vec<String>) {
+        self.csi_drivers = drivers;
+    }
+
+    /// Whether a CSI volume not known yet is of a followed driver, from the `driverName` of
+    /// the kubelet's `vol_data.json` beside `mount/` (kubernetes `pkg/volume/csi/csi_plugin.go`,
+    /// `NewMounter`: written before `NodePublishVolume` creates the target). Unreadable: not
+    /// followed (the file always precedes the mount).
+    fn csi_followed(&self, key: &VolumeKey) -> bool {
+        let path = Node::CsiDir(key.clone())
+            .path(&self.pods_dir)
+            .join(CSI_VOL_DATA);
+        let driver = std::fs::read(&path).ok().and_then(|bytes| {
+            let data: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+            data.get("driverName")?.as_str().map(str::to_owned)
+        });
+        let followed = driver
+            .as_ref()
+            .is_some_and(|d| self.csi_drivers.iter().any(|f| f == d));
+        if !followed {
+            debug!(volume = %key, driver = ?driver, "CSI volume of a driver not followed (--csi-drivers); not watched");
+        }
+        followed
     }
 
     pub(crate) fn pods_dir(&self) -> &Path {
@@ -130,6 +162,10 @@ impl<A: WatchApi> Tree<A> {
             Reaction::Swap(key) => self.out.push(WatchEvent::Look {
                 key,
                 cause: LookCause::Swap,
+            }),
+            Reaction::Written(key) => self.out.push(WatchEvent::Look {
+                key,
+                cause: LookCause::Written,
             }),
             Reaction::Overflow => self.overflow(),
             Reaction::Dropped(node) => {
@@ -231,6 +267,14 @@ impl<A: WatchApi> Tree<A> {
     /// Watches `node` (watch first, then read its children, so nothing created in between
     /// is missed) and everything below it.
     fn arm(&mut self, node: Node, walk: Walk, seen: &mut BTreeSet<Node>) -> Armed {
+        if let Node::Volume(key) = &node {
+            if key.plugin == VolumePlugin::Csi
+                && !self.book.is_known(&node)
+                && !self.csi_followed(key)
+            {
+                return Armed::Ignored;
+            }
+        }
         let path = node.path(&self.pods_dir);
         let armed = match self.api.add(&path, mask_for(&node)) {
             Ok(wd) => self.record(node.clone(), wd, walk),
@@ -451,6 +495,39 @@ mod tests {
             .collect();
         keys.sort();
         keys
+    }
+
+    #[test]
+    fn csi_volumes_are_followed_by_driver_from_vol_data_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path().join("pods");
+        let csi = |volume: &str| VolumeKey {
+            pod_uid: "u".into(),
+            plugin: VolumePlugin::Csi,
+            volume: volume.into(),
+        };
+        for (volume, driver) in [
+            ("certs", Some("csi.cert-manager.io")),
+            ("data", Some("ebs.csi.aws.com")),
+            ("nodata", None),
+        ] {
+            let mount = Node::Volume(csi(volume)).path(&pods);
+            std::fs::create_dir_all(&mount).unwrap();
+            if let Some(driver) = driver {
+                let json = format!(r#"{{"driverName":"{driver}","specVolID":"{volume}"}}"#);
+                std::fs::write(mount.parent().unwrap().join("vol_data.json"), json).unwrap();
+            }
+        }
+        let mut tree = Tree::new(pods, FakeKernel::default());
+        tree.follow_csi_drivers(vec!["csi.cert-manager.io".into()]);
+        tree.arm_root().unwrap();
+        tree.discover_all();
+        assert_eq!(
+            looks(&tree.take_events(), LookCause::Discovered),
+            vec![csi("certs")]
+        );
+        assert!(tree.book().wd_of(&Node::Volume(csi("data"))).is_none());
+        assert_eq!(tree.book().volume_count(), 1);
     }
 
     #[test]
