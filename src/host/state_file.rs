@@ -7,10 +7,16 @@
 //! The directory is `0700`, the key and the state file `0600` (existing ones are tightened at
 //! start), like the kubelet's own root-only volume directories.
 //!
+//! Since pacing (docs/pacing.md) the file also holds, per pod UID, the pacer of each pod with
+//! something pending or recent (`pacers`: times and volume names only, never content), an
+//! additive field of version 2: a file without it reads as no pacers, and an older agent
+//! ignores it.
+//!
 //! Version 1 (reloadlet 0.1) held an unkeyed SHA-256 of each whole volume. It is read once
 //! for migration ([`SavedState::legacy_hashes`]) and never written again.
 
 use crate::core::model::{VolumeKey, VolumePlugin};
+use crate::core::pacing::Pacer;
 use crate::core::volume_digest::{HashKey, VolumeDigest};
 use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -46,6 +52,9 @@ pub struct SavedState {
     pub volumes: BTreeMap<String, BTreeMap<String, String>>,
     #[serde(default)]
     pub pending_evictions: Vec<PendingEviction>,
+    /// Pod UID → its pacer (what was deferred, the flap breaker's history).
+    #[serde(default)]
+    pub pacers: BTreeMap<String, Pacer>,
     /// From a version-1 file: `<pod uid>/<plugin>/<volume>` → hex unkeyed SHA-256 of the whole
     /// volume. Used once for migration, never written.
     #[serde(skip)]
@@ -178,6 +187,7 @@ impl StateStore {
                         key_id: self.key.id(),
                         volumes: BTreeMap::new(),
                         pending_evictions: v1.pending_evictions,
+                        pacers: BTreeMap::new(),
                         legacy: v1.volumes,
                     }
                 }
@@ -197,12 +207,14 @@ impl StateStore {
         &self,
         pending_evictions: &[PendingEviction],
         volumes: &[(VolumeKey, VolumeDigest)],
+        pacers: &BTreeMap<String, Pacer>,
     ) -> io::Result<()> {
         let file = StateFile {
             version: VERSION,
             key_id: self.key.id(),
             volumes: Volumes(volumes),
             pending_evictions,
+            pacers,
         };
         let tmp = self.dir.join(format!(".{FILE}.tmp"));
         let bytes = serde_json::to_vec(&file).map_err(io::Error::other)?;
@@ -230,6 +242,7 @@ struct StateFile<'a> {
     key_id: String,
     volumes: Volumes<'a>,
     pending_evictions: &'a [PendingEviction],
+    pacers: &'a BTreeMap<String, Pacer>,
 }
 
 /// `<pod uid>/<plugin>/<volume>` → part → hex digest.
@@ -384,7 +397,7 @@ mod tests {
             name: "web-0".into(),
             cause: "configmap a changed".into(),
         }];
-        store.save(&pending, &volumes).unwrap();
+        store.save(&pending, &volumes, &Default::default()).unwrap();
         // Lower-case hex, as version 2 files have always been written.
         let text = fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert!(text.contains(&hex::encode([255u8; 32])), "{text}");
@@ -403,6 +416,33 @@ mod tests {
     }
 
     #[test]
+    fn pacers_round_trip_and_a_file_without_them_reads_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path()).unwrap();
+        let now = jiff::Timestamp::from_second(1_795_694_400).unwrap();
+        let mut pacer = Pacer::default();
+        pacer.changed(now, "config");
+        let pacers: BTreeMap<String, Pacer> = [("u1".to_string(), pacer)].into();
+        store.save(&[], &[], &pacers).unwrap();
+        assert_eq!(store.load().pacers, pacers);
+        // Volume names and times only: nothing of the content.
+        let text = fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(
+            text.contains("\"pacers\"") && text.contains("config"),
+            "{text}"
+        );
+        // A version-2 file from before pacing.
+        let old = format!(
+            r#"{{"version":2,"key_id":"{}","volumes":{{}},"pending_evictions":[]}}"#,
+            store.key().id()
+        );
+        fs::write(dir.path().join(FILE), old).unwrap();
+        let loaded = store.load();
+        assert!(loaded.pacers.is_empty());
+        assert_eq!(loaded.version, VERSION);
+    }
+
+    #[test]
     fn dir_key_and_state_are_private_and_existing_ones_are_tightened() {
         let parent = tempfile::tempdir().unwrap();
         let dir = parent.path().join("state");
@@ -416,7 +456,7 @@ mod tests {
         assert_eq!(mode(&dir.join(FILE)), 0o600);
         assert_eq!(mode(&dir.join(KEY_FILE)), 0o600);
         assert_eq!(fs::read(dir.join(KEY_FILE)).unwrap().len(), 32);
-        store.save(&[], &[]).unwrap();
+        store.save(&[], &[], &Default::default()).unwrap();
         assert_eq!(mode(&dir.join(FILE)), 0o600);
         // A fresh dir, created by us.
         let fresh = parent.path().join("a/b");
@@ -436,7 +476,11 @@ mod tests {
         let store = StateStore::open(dir.path()).unwrap();
         let first = store.key().clone();
         store
-            .save(&[], &[(key("u1", "tls"), digest(&[(REST, 7)]))])
+            .save(
+                &[],
+                &[(key("u1", "tls"), digest(&[(REST, 7)]))],
+                &Default::default(),
+            )
             .unwrap();
         let again = StateStore::open(dir.path()).unwrap();
         assert_eq!(again.key(), &first);
@@ -478,7 +522,9 @@ mod tests {
             )
             .unwrap()
             .unwrap();
-            store.save(&[], &[(key("u1", "pw"), d)]).unwrap();
+            store
+                .save(&[], &[(key("u1", "pw"), d)], &Default::default())
+                .unwrap();
             files.push(fs::read_to_string(dir.path().join(FILE)).unwrap());
         }
         let hex_in = |text: &str| -> Vec<String> {
@@ -516,7 +562,11 @@ mod tests {
         assert_eq!(loaded.pending_evictions.len(), 1);
         // Written back as version 2, without the unkeyed hashes.
         store
-            .save(&loaded.pending_evictions, &loaded.volume_digests())
+            .save(
+                &loaded.pending_evictions,
+                &loaded.volume_digests(),
+                &loaded.pacers,
+            )
             .unwrap();
         let text = fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert!(text.contains("\"version\":2"), "{text}");
