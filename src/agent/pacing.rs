@@ -9,48 +9,14 @@
 use crate::core::debounce::PendingChange;
 use crate::core::model::PodInfo;
 use crate::core::pacing::spec::{ANNOTATIONS, DEBOUNCE};
+pub use crate::core::pacing::WallClock;
 use crate::core::pacing::{
     ActionClass, Deferral, FlapReport, Pacer, PacingDefaults, PacingSpec, Step,
 };
 use crate::serve::metrics::PacingMetrics;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
-
-/// Wall time read from the agent's clock: one wall-clock reading at start plus the time
-/// elapsed on Tokio's clock since, so a paused clock drives windows and intervals in tests.
-#[derive(Clone, Copy, Debug)]
-pub struct WallClock {
-    wall: Timestamp,
-    mono: Instant,
-}
-
-/// Nothing is held longer than this before it is looked at again (a window a year away still
-/// wakes the loop, harmlessly, once a day).
-const LONGEST_SLEEP: Duration = Duration::from_secs(86_400);
-
-impl WallClock {
-    pub fn new(wall: Timestamp, mono: Instant) -> Self {
-        Self { wall, mono }
-    }
-
-    /// The wall time at `t`.
-    pub fn at(&self, t: Instant) -> Timestamp {
-        let elapsed = t.saturating_duration_since(self.mono);
-        SignedDuration::try_from(elapsed)
-            .ok()
-            .and_then(|d| self.wall.checked_add(d).ok())
-            .unwrap_or(Timestamp::MAX)
-    }
-
-    /// When, on the agent's clock, the wall time `at` comes (`now` at the earliest, a day
-    /// from `now` at the latest).
-    pub fn instant(&self, at: Timestamp, now: Instant) -> Instant {
-        let ahead = at.duration_since(self.at(now));
-        let ahead = Duration::try_from(ahead).unwrap_or(Duration::ZERO);
-        now + ahead.min(LONGEST_SLEEP)
-    }
-}
 
 /// What pacing says of a change that is due.
 #[derive(Debug)]
@@ -181,7 +147,11 @@ impl PodPacing {
         fresh: bool,
         now: Instant,
     ) -> Paced {
-        let spec = match self.specs.get(pod_uid) {
+        // Most pods have no pacing annotation: no lookup while none has.
+        let spec = match (!self.specs.is_empty())
+            .then(|| self.specs.get(pod_uid))
+            .flatten()
+        {
             None => &self.plain,
             Some(Ok(s)) => &s.spec,
             Some(Err(message)) => return Paced::Refused(message.clone()),
