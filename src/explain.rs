@@ -257,6 +257,97 @@ pub fn report(
     out
 }
 
+/// The pod's pacing (docs/pacing.md): what its annotations mean over the flags, and the next
+/// maintenance window in its zone. The agent's live state (what is deferred, whether the pod
+/// is held as flapping) is not read here: its Events and `reloadlet_pacing_*` metrics show it.
+pub fn pacing(
+    pod: &PodInfo,
+    defaults: &crate::core::pacing::PacingDefaults,
+    now: jiff::Timestamp,
+) -> String {
+    use crate::core::pacing::{spec, PacingSpec, WindowActions};
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(w, "  pacing:");
+    let spec = match PacingSpec::parse(&pod.annotations, defaults) {
+        Ok(spec) => spec,
+        Err(e) => {
+            let _ = writeln!(
+                w,
+                "    INVALID: {e}; no action on this pod until it is fixed"
+            );
+            return out;
+        }
+    };
+    let human = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    match pod.annotations.get(spec::DEBOUNCE) {
+        Some(_) => {
+            let _ = writeln!(
+                w,
+                "    debounce: {} after the last change ({})",
+                human(spec.debounce),
+                spec::DEBOUNCE
+            );
+        }
+        None => {
+            let _ = writeln!(w, "    debounce: the agent's --debounce");
+        }
+    }
+    if spec.min_interval.is_zero() {
+        let _ = writeln!(w, "    minimum interval: none");
+    } else {
+        let _ = writeln!(
+            w,
+            "    minimum interval: {} between two actions",
+            human(spec.min_interval)
+        );
+    }
+    match spec.flap {
+        Some(f) => {
+            let _ = writeln!(
+                w,
+                "    flap breaker: more than {} actions within {} hold the pod until its sources are quiet for {}",
+                f.count,
+                human(f.window),
+                human(f.window)
+            );
+        }
+        None => {
+            let _ = writeln!(w, "    flap breaker: off");
+        }
+    }
+    match &spec.window {
+        None => {
+            let _ = writeln!(w, "    maintenance window: none (actions run when due)");
+        }
+        Some((window, actions)) => {
+            let held = match actions {
+                WindowActions::Disruptive => "evictions",
+                WindowActions::All => "every action",
+            };
+            let pattern = pod.annotations.get(spec::WINDOW).map_or("", String::as_str);
+            let state = match window.closes(now) {
+                Some(closes) => format!("open now, until {closes}"),
+                None => format!("next opens {}", window.describe_next(now)),
+            };
+            let _ = writeln!(
+                w,
+                "    maintenance window: {pattern:?} in {}, holds {held}; {state}",
+                window.zone_name()
+            );
+            if let Some(max) = spec.max_defer {
+                let _ = writeln!(
+                    w,
+                    "    a deferred action runs at the latest {} after its change (--max-defer)",
+                    human(max)
+                );
+            }
+        }
+    }
+    let _ = writeln!(w, "    deferred now / held as flapping: see the pod's ReloadDeferred and ReloadFlapping Events (the agent's live state is not read by explain)");
+    out
+}
+
 /// What `explain` could learn about a container's main process.
 #[derive(Clone, Debug)]
 pub struct MainProcessView {
@@ -289,6 +380,39 @@ pub fn signal_check_note(action: &Action, main: &MainProcessView) -> String {
 mod tests {
     use super::*;
     use crate::core::model::{ContainerInfo, SourceKind, VolumeMount, VolumeSpec};
+
+    #[test]
+    fn explains_the_pacing_and_the_next_window() {
+        let mut pod = PodInfo::default();
+        let now: jiff::Timestamp = "2026-11-26T12:00:00Z".parse().unwrap();
+        let defaults = crate::core::pacing::PacingDefaults::default();
+        let text = pacing(&pod, &defaults, now);
+        assert!(text.contains("the agent's --debounce"), "{text}");
+        assert!(text.contains("more than 10 actions within 10m"), "{text}");
+        assert!(text.contains("maintenance window: none"), "{text}");
+        for (k, v) in [
+            ("reloadlet.io/window", "0 2 * * *"),
+            ("reloadlet.io/window-timezone", "Europe/Berlin"),
+            ("reloadlet.io/min-interval", "5m"),
+            ("reloadlet.io/flap-threshold", "off"),
+        ] {
+            pod.annotations.insert(k.into(), v.into());
+        }
+        let text = pacing(&pod, &defaults, now);
+        assert!(text.contains("minimum interval: 5m"), "{text}");
+        assert!(text.contains("flap breaker: off"), "{text}");
+        assert!(
+            text.contains("Europe/Berlin, holds evictions; next opens 2026-11-27 02:00 CET"),
+            "{text}"
+        );
+        pod.annotations
+            .insert("reloadlet.io/window-timezone".into(), "Moon/Base".into());
+        let text = pacing(&pod, &defaults, now);
+        assert!(
+            text.contains("INVALID: reloadlet.io/window-timezone"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn explains_targets_warnings_and_pids() {

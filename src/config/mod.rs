@@ -56,6 +56,9 @@ pub struct ExplainArgs {
     pub proc_root: PathBuf,
     #[command(flatten)]
     pub scope: ScopeArgs,
+    /// The agent's pacing flags (environment), for the pod's pacing section.
+    #[command(flatten)]
+    pub pacing: scope::PacingArgs,
 }
 
 fn parse_pod_ref(s: &str) -> Result<(String, String), String> {
