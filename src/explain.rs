@@ -259,7 +259,7 @@ pub fn report(
 
 /// The pod's pacing (docs/pacing.md): what its annotations mean over the flags, and the next
 /// maintenance window in its zone. The agent's live state (what is deferred, whether the pod
-/// is held as flapping) is not read here: its Events and `reloadlet_pacing_*` metrics show it.
+/// is held as flapping) is not read here: its Events and pacing metrics show it.
 pub fn pacing(
     pod: &PodInfo,
     defaults: &crate::core::pacing::PacingDefaults,
