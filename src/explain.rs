@@ -260,9 +260,13 @@ pub fn report(
 /// The pod's pacing (docs/pacing.md): what its annotations mean over the flags, and the next
 /// maintenance window in its zone. The agent's live state (what is deferred, whether the pod
 /// is held as flapping) is not read here: its Events and pacing metrics show it.
+///
+/// `saved`: the pod's pacer from the agent's state file, when it could be read (it is written
+/// a second or so after each change, so it may lag the live agent a little).
 pub fn pacing(
     pod: &PodInfo,
     defaults: &crate::core::pacing::PacingDefaults,
+    saved: Option<&crate::core::pacing::Pacer>,
     now: jiff::Timestamp,
 ) -> String {
     use crate::core::pacing::{spec, PacingSpec, WindowActions};
@@ -344,8 +348,45 @@ pub fn pacing(
             }
         }
     }
-    let _ = writeln!(w, "    deferred now / held as flapping: see the pod's ReloadDeferred and ReloadFlapping Events (the agent's live state is not read by explain)");
+    match saved {
+        None => {
+            let _ = writeln!(w, "    deferred now / held as flapping: nothing saved by this node's agent (see the pod's ReloadDeferred and ReloadFlapping Events)");
+        }
+        Some(pacer) => saved_state(w, pod, &spec, pacer, now),
+    }
     out
+}
+
+/// What the agent's saved pacer says: what is pending and until when, an open episode.
+fn saved_state(
+    w: &mut String,
+    pod: &PodInfo,
+    spec: &crate::core::pacing::PacingSpec,
+    pacer: &crate::core::pacing::Pacer,
+    now: jiff::Timestamp,
+) {
+    use crate::core::pacing::{ActionClass, Step};
+    if let Some(last) = pacer.last_action() {
+        let _ = writeln!(w, "    last action: {last}");
+    }
+    let class = match policy::validated_policy(pod) {
+        Ok(Some(p)) if matches!(p.action, Action::Evict { .. }) => ActionClass::Disruptive,
+        _ => ActionClass::InPlace,
+    };
+    // A copy: explain changes nothing.
+    let mut pacer = pacer.clone();
+    let line = match pacer.poll(spec, class, now) {
+        Step::Idle => "nothing deferred".to_owned(),
+        Step::Act => "a change is due now".to_owned(),
+        Step::Wait { at } => format!("a change waits for quiet until {at} (debounce)"),
+        Step::Defer { until, why, .. } => {
+            format!("a change is deferred until {until} ({})", why.as_str())
+        }
+        Step::Flapping { until, .. } => {
+            format!("held as flapping until its sources are quiet, at the earliest {until}")
+        }
+    };
+    let _ = writeln!(w, "    {line} (as last saved by this node's agent)");
 }
 
 /// What `explain` could learn about a container's main process.
@@ -386,7 +427,7 @@ mod tests {
         let mut pod = PodInfo::default();
         let now: jiff::Timestamp = "2026-11-26T12:00:00Z".parse().unwrap();
         let defaults = crate::core::pacing::PacingDefaults::default();
-        let text = pacing(&pod, &defaults, now);
+        let text = pacing(&pod, &defaults, None, now);
         assert!(text.contains("the agent's --debounce"), "{text}");
         assert!(text.contains("more than 10 actions within 10m"), "{text}");
         assert!(text.contains("maintenance window: none"), "{text}");
@@ -398,7 +439,7 @@ mod tests {
         ] {
             pod.annotations.insert(k.into(), v.into());
         }
-        let text = pacing(&pod, &defaults, now);
+        let text = pacing(&pod, &defaults, None, now);
         assert!(text.contains("minimum interval: 5m"), "{text}");
         assert!(text.contains("flap breaker: off"), "{text}");
         assert!(
@@ -407,9 +448,21 @@ mod tests {
         );
         pod.annotations
             .insert("reloadlet.io/window-timezone".into(), "Moon/Base".into());
-        let text = pacing(&pod, &defaults, now);
+        let text = pacing(&pod, &defaults, None, now);
         assert!(
             text.contains("INVALID: reloadlet.io/window-timezone"),
+            "{text}"
+        );
+        // What the agent saved: a change deferred to the window.
+        pod.annotations
+            .insert("reloadlet.io/window-timezone".into(), "UTC".into());
+        pod.annotations
+            .insert("reloadlet.io/action".into(), "evict".into());
+        let mut pacer = crate::core::pacing::Pacer::default();
+        pacer.changed(now, "conf");
+        let text = pacing(&pod, &defaults, Some(&pacer), now);
+        assert!(
+            text.contains("deferred until 2026-11-27T02:00:00Z (maintenance window)"),
             "{text}"
         );
     }

@@ -92,6 +92,20 @@ impl SavedState {
     }
 }
 
+/// The pacers saved in `dir`'s state file, read only (for `explain` in the agent's pod: it
+/// neither creates nor tightens anything). `None`: no file, or one that cannot be read.
+pub fn read_pacers(dir: &Path) -> Option<BTreeMap<String, Pacer>> {
+    let bytes = fs::read(dir.join(FILE)).ok()?;
+    #[derive(Deserialize)]
+    struct PacersOnly {
+        version: u32,
+        #[serde(default)]
+        pacers: BTreeMap<String, Pacer>,
+    }
+    let saved: PacersOnly = serde_json::from_slice(&bytes).ok()?;
+    (saved.version == VERSION).then_some(saved.pacers)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("state dir {dir}: {source}")]

@@ -61,6 +61,8 @@ fn pacers_round_trip_and_a_file_without_them_reads_as_none() {
     let pacers: BTreeMap<String, Pacer> = [("u1".to_string(), pacer)].into();
     store.save(&[], &[], &pacers).unwrap();
     assert_eq!(store.load().pacers, pacers);
+    assert_eq!(read_pacers(dir.path()), Some(pacers.clone()));
+    assert_eq!(read_pacers(&dir.path().join("nowhere")), None);
     // Volume names and times only: nothing of the content.
     let text = fs::read_to_string(dir.path().join(FILE)).unwrap();
     assert!(
