@@ -138,7 +138,8 @@ impl PodPacing {
     }
 
     /// Whether the change may be acted on now (`fresh`: new since the last look, not one held
-    /// coming due; `source`: what changed, for the flap report).
+    /// coming due; `source`: what changed, named in a flap report — only asked for when the
+    /// fast path does not take the action).
     pub fn gate(
         &mut self,
         pod_uid: &str,
@@ -146,6 +147,7 @@ impl PodPacing {
         class: ActionClass,
         fresh: bool,
         now: Instant,
+        source: impl FnOnce() -> String,
     ) -> Paced {
         // Most pods have no pacing annotation: no lookup while none has.
         let spec = match (!self.specs.is_empty())
@@ -165,8 +167,7 @@ impl PodPacing {
             return Paced::Act;
         }
         if fresh {
-            let source = change.volumes.iter().next().map_or("", String::as_str);
-            pacer.changed(wall, source);
+            pacer.changed(wall, &source());
         }
         let (until, notice, deferred) = match pacer.poll(spec, class, wall) {
             Step::Idle | Step::Act => {

@@ -383,14 +383,26 @@ impl Pods {
         let volumes: Vec<&str> = change.volumes.iter().map(String::as_str).collect();
         let decision = self.decisions.decide(&pod, changed(&pod));
         let pod: &PodInfo = &pod;
-        let kind = match &decision {
-            Decision::Evict { .. } => Some(ActionKind::Evict),
-            Decision::Http { .. } => Some(ActionKind::Http),
-            Decision::Signal { .. } => Some(ActionKind::Signal),
-            _ => None,
+        let (kind, sources) = match &decision {
+            Decision::Evict { cause } => (Some(ActionKind::Evict), &cause.sources[..]),
+            Decision::Http { cause, .. } => (Some(ActionKind::Http), &cause.sources[..]),
+            Decision::Signal { cause, .. } => (Some(ActionKind::Signal), &cause.sources[..]),
+            _ => (None, &[][..]),
+        };
+        // What keeps changing, for a flap report: the pod's changed sources, else its volumes.
+        let source = || match sources {
+            [] => format!("volume {}", volumes.join(", volume ")),
+            _ => sources
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
         };
         if let Some(kind) = kind {
-            match self.pacing.gate(uid, change, class_of(kind), fresh, now) {
+            match self
+                .pacing
+                .gate(uid, change, class_of(kind), fresh, now, source)
+            {
                 Paced::Act => {}
                 Paced::Held(notice) => {
                     report_notice(pod, kind, notice, &volumes, exec);
@@ -505,7 +517,7 @@ fn report_notice(
         Some(Notice::Flapping(r)) => (
             Outcome::Flapping,
             format!(
-                "volume {} changed {} times within {}: holding the {} until it has been quiet for {}",
+                "{} changed {} times within {}: holding the {} until it has been quiet for {}",
                 r.source,
                 r.changes,
                 humantime::format_duration(r.within),

@@ -8,9 +8,9 @@
 //! start), like the kubelet's own root-only volume directories.
 //!
 //! Since pacing (docs/pacing.md) the file also holds, per pod UID, the pacer of each pod with
-//! something pending or recent (`pacers`: times and volume names only, never content), an
-//! additive field of version 2: a file without it reads as no pacers, and an older agent
-//! ignores it.
+//! something pending or recent (`pacers`: times and ConfigMap/Secret names only, never
+//! content), an additive field of version 2: a file without it reads as no pacers, and an
+//! older agent ignores it.
 //!
 //! Version 1 (reloadlet 0.1) held an unkeyed SHA-256 of each whole volume. It is read once
 //! for migration ([`SavedState::legacy_hashes`]) and never written again.
