@@ -77,10 +77,6 @@ impl PodPacing {
         }
     }
 
-    pub fn clock(&self) -> WallClock {
-        self.clock
-    }
-
     /// Tests set the wall time the agent's clock starts from.
     #[cfg(test)]
     pub fn set_clock(&mut self, clock: WallClock) {
@@ -228,11 +224,6 @@ impl PodPacing {
 
     pub fn next_deadline(&self) -> Option<Instant> {
         self.held.values().map(|h| h.wake).min()
-    }
-
-    /// Every held change, at once (shutdown: they are saved, not acted on).
-    pub fn held_count(&self) -> usize {
-        self.held.len()
     }
 
     /// The pod left: what was held for it, and its history, are dropped.
