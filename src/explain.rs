@@ -300,6 +300,138 @@ pub fn report(
     out
 }
 
+/// The pod's pacing (docs/pacing.md): what its annotations mean over the flags, and the next
+/// maintenance window in its zone. The agent's live state (what is deferred, whether the pod
+/// is held as flapping) is not read here: its Events and pacing metrics show it.
+///
+/// `saved`: the pod's pacer from the agent's state file, when it could be read (it is written
+/// a second or so after each change, so it may lag the live agent a little).
+pub fn pacing(
+    pod: &PodInfo,
+    defaults: &crate::core::pacing::PacingDefaults,
+    saved: Option<&crate::core::pacing::Pacer>,
+    now: jiff::Timestamp,
+) -> String {
+    use crate::core::pacing::{spec, PacingSpec, WindowActions};
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(w, "  pacing:");
+    let spec = match PacingSpec::parse(&pod.annotations, defaults) {
+        Ok(spec) => spec,
+        Err(e) => {
+            let _ = writeln!(
+                w,
+                "    INVALID: {e}; no action on this pod until it is fixed"
+            );
+            return out;
+        }
+    };
+    let human = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    match pod.annotations.get(spec::DEBOUNCE) {
+        Some(_) => {
+            let _ = writeln!(
+                w,
+                "    debounce: {} after the last change ({})",
+                human(spec.debounce),
+                spec::DEBOUNCE
+            );
+        }
+        None => {
+            let _ = writeln!(w, "    debounce: the agent's --debounce");
+        }
+    }
+    if spec.min_interval.is_zero() {
+        let _ = writeln!(w, "    minimum interval: none");
+    } else {
+        let _ = writeln!(
+            w,
+            "    minimum interval: {} between two actions",
+            human(spec.min_interval)
+        );
+    }
+    match spec.flap {
+        Some(f) => {
+            let _ = writeln!(
+                w,
+                "    flap breaker: more than {} actions within {} hold the pod until its sources are quiet for {}",
+                f.count,
+                human(f.window),
+                human(f.window)
+            );
+        }
+        None => {
+            let _ = writeln!(w, "    flap breaker: off");
+        }
+    }
+    match &spec.window {
+        None => {
+            let _ = writeln!(w, "    maintenance window: none (actions run when due)");
+        }
+        Some((window, actions)) => {
+            let held = match actions {
+                WindowActions::Disruptive => "evictions",
+                WindowActions::All => "every action",
+            };
+            let pattern = pod.annotations.get(spec::WINDOW).map_or("", String::as_str);
+            let state = match window.closes(now) {
+                Some(closes) => format!("open now, until {closes}"),
+                None => format!("next opens {}", window.describe_next(now)),
+            };
+            let _ = writeln!(
+                w,
+                "    maintenance window: {pattern:?} in {}, holds {held}; {state}",
+                window.zone_name()
+            );
+            if let Some(max) = spec.max_defer {
+                let _ = writeln!(
+                    w,
+                    "    a deferred action runs at the latest {} after its change (--max-defer)",
+                    human(max)
+                );
+            }
+        }
+    }
+    match saved {
+        None => {
+            let _ = writeln!(w, "    deferred now / held as flapping: nothing saved by this node's agent (see the pod's ReloadDeferred and ReloadFlapping Events)");
+        }
+        Some(pacer) => saved_state(w, pod, &spec, pacer, now),
+    }
+    out
+}
+
+/// What the agent's saved pacer says: what is pending and until when, an open episode.
+fn saved_state(
+    w: &mut String,
+    pod: &PodInfo,
+    spec: &crate::core::pacing::PacingSpec,
+    pacer: &crate::core::pacing::Pacer,
+    now: jiff::Timestamp,
+) {
+    use crate::core::pacing::{ActionClass, Step};
+    if let Some(last) = pacer.last_action() {
+        let _ = writeln!(w, "    last action: {last}");
+    }
+    let class = match policy::validated_policy(pod) {
+        Ok(Some(p)) if matches!(p.action, Action::Evict { .. }) => ActionClass::Disruptive,
+        _ => ActionClass::InPlace,
+    };
+    // A copy: explain changes nothing.
+    let mut pacer = pacer.clone();
+    let line = match pacer.poll(spec, class, now) {
+        Step::Idle => "nothing deferred".to_owned(),
+        Step::Act => "a change is due now".to_owned(),
+        Step::Wait { at } => format!("a change waits for quiet until {at} (debounce)"),
+        Step::Defer { until, why, .. } => {
+            format!("a change is deferred until {until} ({})", why.as_str())
+        }
+        Step::Flapping { until, .. } => {
+            format!("held as flapping until its sources are quiet, at the earliest {until}")
+        }
+    };
+    let _ = writeln!(w, "    {line} (as last saved by this node's agent)");
+}
+
 /// What `explain` could learn about a container's main process.
 #[derive(Clone, Debug)]
 pub struct MainProcessView {
@@ -358,6 +490,51 @@ fn csi_note(
 mod tests {
     use super::*;
     use crate::core::model::{ContainerInfo, SourceKind, VolumeMount, VolumeSpec};
+
+    #[test]
+    fn explains_the_pacing_and_the_next_window() {
+        let mut pod = PodInfo::default();
+        let now: jiff::Timestamp = "2026-11-26T12:00:00Z".parse().unwrap();
+        let defaults = crate::core::pacing::PacingDefaults::default();
+        let text = pacing(&pod, &defaults, None, now);
+        assert!(text.contains("the agent's --debounce"), "{text}");
+        assert!(text.contains("more than 10 actions within 10m"), "{text}");
+        assert!(text.contains("maintenance window: none"), "{text}");
+        for (k, v) in [
+            ("reloadlet.io/window", "0 2 * * *"),
+            ("reloadlet.io/window-timezone", "Europe/Berlin"),
+            ("reloadlet.io/min-interval", "5m"),
+            ("reloadlet.io/flap-threshold", "off"),
+        ] {
+            pod.annotations.insert(k.into(), v.into());
+        }
+        let text = pacing(&pod, &defaults, None, now);
+        assert!(text.contains("minimum interval: 5m"), "{text}");
+        assert!(text.contains("flap breaker: off"), "{text}");
+        assert!(
+            text.contains("Europe/Berlin, holds evictions; next opens 2026-11-27 02:00 CET"),
+            "{text}"
+        );
+        pod.annotations
+            .insert("reloadlet.io/window-timezone".into(), "Moon/Base".into());
+        let text = pacing(&pod, &defaults, None, now);
+        assert!(
+            text.contains("INVALID: reloadlet.io/window-timezone"),
+            "{text}"
+        );
+        // What the agent saved: a change deferred to the window.
+        pod.annotations
+            .insert("reloadlet.io/window-timezone".into(), "UTC".into());
+        pod.annotations
+            .insert("reloadlet.io/action".into(), "evict".into());
+        let mut pacer = crate::core::pacing::Pacer::default();
+        pacer.changed(now, "conf");
+        let text = pacing(&pod, &defaults, Some(&pacer), now);
+        assert!(
+            text.contains("deferred until 2026-11-27T02:00:00Z (maintenance window)"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn explains_targets_warnings_and_pids() {

@@ -85,7 +85,7 @@ impl Chores {
             // chores timer again after every turn: one wakeup a second while idle.
             volumes.not_persisted();
         } else if volumes.dirty() || self.evictions_changed(exec) {
-            self.save_state(pods.synced(), volumes, exec);
+            self.save_state(pods, volumes, exec);
         }
     }
 
@@ -131,8 +131,8 @@ impl Chores {
 
     /// Hands a snapshot to the state writer thread: the encoding, write and fsyncs never
     /// hold up the hot thread.
-    fn save_state(&mut self, synced: bool, volumes: &mut VolumeTracker, exec: &Executor) {
-        if let Some(snapshot) = self.snapshot(synced, volumes, exec) {
+    fn save_state(&mut self, pods: &Pods, volumes: &mut VolumeTracker, exec: &Executor) {
+        if let Some(snapshot) = self.snapshot(pods, volumes, exec) {
             if let Some(writer) = &self.store {
                 writer.save(snapshot);
             }
@@ -141,11 +141,12 @@ impl Chores {
 
     fn snapshot(
         &mut self,
-        synced: bool,
+        pods: &Pods,
         volumes: &mut VolumeTracker,
         exec: &Executor,
     ) -> Option<Snapshot> {
         self.store.as_ref()?;
+        let synced = pods.synced();
         // Until the first sync, pending evictions from the last run are kept as they were.
         if synced {
             self.saved.pending_evictions = exec.pending_evictions();
@@ -153,12 +154,13 @@ impl Chores {
         Some(Snapshot {
             pending_evictions: self.saved.pending_evictions.clone(),
             volumes: volumes.snapshot(),
+            pacers: pods.pacing().snapshot(super::now()),
         })
     }
 
     /// The last state write, at shutdown, waited for.
-    pub async fn flush(&mut self, synced: bool, volumes: &mut VolumeTracker, exec: &Executor) {
-        if let Some(snapshot) = self.snapshot(synced, volumes, exec) {
+    pub async fn flush(&mut self, pods: &Pods, volumes: &mut VolumeTracker, exec: &Executor) {
+        if let Some(snapshot) = self.snapshot(pods, volumes, exec) {
             if let Some(writer) = &mut self.store {
                 writer.flush(snapshot).await;
             }

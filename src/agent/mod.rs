@@ -13,10 +13,13 @@ pub mod hasher;
 pub mod hot_slice;
 pub mod hot_thread;
 mod migrate;
+pub mod pacing;
 mod pods;
 pub mod state_writer;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_pacing;
 #[cfg(test)]
 mod tests_run;
 mod volumes;
@@ -35,7 +38,7 @@ use crate::k8s::pod_watch::PodUpdate;
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 use chores::Chores;
-use pods::Pods;
+use pods::{Acted, Pods};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -128,10 +131,16 @@ impl Agent {
             index.clone(),
             stop_evictions,
         );
+        // Wall time for pacing, read once here and carried forward on the agent's clock.
+        let clock = pacing::WallClock::new(jiff::Timestamp::now(), now());
+        let mut paced =
+            pacing::PodPacing::new(settings.pacing.clone(), clock, metrics.pacing.clone());
+        paced.restore(std::mem::take(&mut saved.pacers));
         let pods = Pods::new(
             index,
             Debouncer::new(settings.volumes.debounce),
             settings.scope.namespaces.clone(),
+            paced,
             deps.processes.clone(),
             health.clone(),
             metrics.clone(),
@@ -235,7 +244,7 @@ impl Agent {
 
     fn next_deadline(&self) -> Option<Instant> {
         [
-            self.pods.debouncer().next_deadline(),
+            self.pods.next_deadline(),
             self.chores.next(),
             self.volumes.next_settled(),
         ]
@@ -349,8 +358,16 @@ impl Agent {
     /// A change of a pod the API has not shown yet waits 1 s more, [`UNKNOWN_POD_ATTEMPTS`]
     /// times at most.
     fn fire_changes_due(&mut self, now: Instant) {
-        for (uid, change) in self.pods.take_due(now) {
-            if self.act_on(&uid, &change) {
+        // Changes held by their pod's pacing whose time came: decided again, not new changes.
+        for (uid, change) in self.pods.take_held_due(now) {
+            if self.act_on(&uid, &change, false, now) == Acted::Unknown {
+                tracing::info!(pod_uid = %uid, "the pod of a held change is gone; no action");
+                self.volumes.given_up(&uid);
+            }
+        }
+        for (uid, mut change) in self.pods.take_due(now) {
+            self.pods.pacing_mut().merge_held(&uid, &mut change);
+            if self.act_on(&uid, &change, true, now) != Acted::Unknown {
                 continue;
             }
             if change.attempts < UNKNOWN_POD_ATTEMPTS {
@@ -366,28 +383,39 @@ impl Agent {
 
     /// Decides and acts on a pod's change, then records its content as handled. `false`
     /// when the pod is not (yet) in the index.
-    fn act_on(&mut self, uid: &str, change: &crate::core::debounce::PendingChange) -> bool {
+    /// `fresh`: a new change (not a held one coming due).
+    fn act_on(
+        &mut self,
+        uid: &str,
+        change: &crate::core::debounce::PendingChange,
+        fresh: bool,
+        now: Instant,
+    ) -> Acted {
         let volumes = &self.volumes;
         let changed =
             |pod: &crate::core::model::PodInfo| volumes.changed_sources(pod, &change.volumes);
-        if !self.pods.act(uid, change, changed, &self.exec) {
-            return false;
+        let acted = self.pods.act(uid, change, fresh, changed, &self.exec, now);
+        if acted == Acted::Done {
+            self.volumes.acted(uid);
         }
-        self.volumes.acted(uid);
-        true
+        acted
     }
 
     async fn shutdown(&mut self) {
         tracing::info!("shutting down: acting on pending changes, then flushing state");
         let deadline = now() + self.settings.shutdown_grace;
         // Finish what is in the debounce window now rather than lose it.
-        let pending = self.pods.take_due(now() + Duration::from_secs(86400 * 365));
-        for (uid, change) in pending {
-            self.act_on(&uid, &change);
+        // Changes held by their pod's pacing stay held: their pacers are saved with the state,
+        // and the changed content is found again at the next start.
+        let at = now();
+        let pending = self.pods.take_due(at + Duration::from_secs(86400 * 365));
+        for (uid, mut change) in pending {
+            self.pods.pacing_mut().merge_held(&uid, &mut change);
+            self.act_on(&uid, &change, true, at);
         }
         self.exec.drain(deadline).await;
         self.chores
-            .flush(self.pods.synced(), &mut self.volumes, &self.exec)
+            .flush(&self.pods, &mut self.volumes, &self.exec)
             .await;
         tracing::info!("state flushed; bye");
     }

@@ -3,6 +3,7 @@
 //! annotations validated, the decision cache) and what acting on a change means for one.
 
 use super::decisions::Decisions;
+use super::pacing::{class_of, Notice, Paced, PodPacing};
 use crate::core::annotations::{Action, PROJECTION_NUDGE};
 use crate::core::debounce::{Debouncer, PendingChange};
 use crate::core::filters::NamespaceFilter;
@@ -54,6 +55,8 @@ pub struct Pods {
     /// about or acted on for them.
     out_of_scope: HashMap<String, String>,
     synced: bool,
+    /// Per-pod pacing: debounce, minimum interval, flap breaker, windows (docs/pacing.md).
+    pacing: PodPacing,
     processes: Arc<dyn ContainerProcesses>,
     health: Arc<Health>,
     metrics: Metrics,
@@ -64,6 +67,7 @@ impl Pods {
         index: Arc<RwLock<PodIndex>>,
         debouncer: Debouncer,
         namespaces: NamespaceFilter,
+        pacing: PodPacing,
         processes: Arc<dyn ContainerProcesses>,
         health: Arc<Health>,
         metrics: Metrics,
@@ -78,6 +82,7 @@ impl Pods {
             namespaces,
             out_of_scope: HashMap::new(),
             synced: false,
+            pacing,
             processes,
             health,
             metrics,
@@ -106,6 +111,7 @@ impl Pods {
         !self.out_of_scope.contains_key(&pod.uid)
     }
 
+    #[cfg(test)]
     pub fn debouncer(&self) -> &Debouncer {
         &self.debouncer
     }
@@ -115,14 +121,36 @@ impl Pods {
         &mut self.debouncer
     }
 
-    /// Whether the pod has a change waiting.
+    /// Whether the pod has a change waiting (debounced, or held by its pacing).
     pub fn pending(&self, pod_uid: &str) -> bool {
-        self.debouncer.contains(pod_uid)
+        self.debouncer.contains(pod_uid) || self.pacing.is_held(pod_uid)
     }
 
-    /// The pod's volumes are gone: what was pending for it is dropped.
+    /// The pod's volumes are gone: what was pending or held for it is dropped.
     pub fn drop_pending(&mut self, pod_uid: &str) {
         self.debouncer.remove_pod(pod_uid);
+        self.pacing.forget(pod_uid);
+    }
+
+    pub fn pacing(&self) -> &PodPacing {
+        &self.pacing
+    }
+
+    pub fn pacing_mut(&mut self) -> &mut PodPacing {
+        &mut self.pacing
+    }
+
+    /// When the earliest change waiting (debounced or held) is due.
+    pub fn next_deadline(&self) -> Option<std::time::Instant> {
+        match (self.debouncer.next_deadline(), self.pacing.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The held changes whose time came by `now` (acted on with `fresh: false`).
+    pub fn take_held_due(&mut self, now: Instant) -> Vec<(String, PendingChange)> {
+        self.pacing.take_due(now)
     }
 
     /// The changes whose window closed by `now`.
@@ -145,7 +173,12 @@ impl Pods {
                 .observe(delay.as_secs_f64());
             tracing::debug!(volume = %key, delay_ms = delay.as_secs_f64() * 1e3, "projection nudge answered");
         }
-        self.debouncer.add(&key.pod_uid, &key.volume, at);
+        match self.pacing.debounce_window(&key.pod_uid) {
+            None => self.debouncer.add(&key.pod_uid, &key.volume, at),
+            Some(own) => self
+                .debouncer
+                .add_within(&key.pod_uid, &key.volume, at, own),
+        }
     }
 
     /// Where a pod enters the agent: the namespace filter, once per update.
@@ -236,7 +269,7 @@ impl Pods {
         self.nudges.forget(uid);
         self.decisions.forget(uid);
         exec.pod_deleted(uid);
-        if self.debouncer.remove_pod(uid) {
+        if self.debouncer.remove_pod(uid) | self.pacing.forget(uid) {
             tracing::info!(
                 pod_uid = uid,
                 "pod deleted while its change was pending; no action"
@@ -253,7 +286,14 @@ impl Pods {
         if !self.in_scope(pod) {
             return;
         }
-        match policy::validated_policy(pod) {
+        // The pacing annotations are read on every update (a pod that did not opt in keeps
+        // them for when it does), and refused only for a pod that opted in.
+        let pacing = self.pacing.on_pod(pod);
+        let checked = policy::validated_policy(pod).and_then(|p| match p {
+            Some(_) => pacing,
+            None => Ok(()),
+        });
+        match checked {
             Err(message) => {
                 if self.warned.get(&pod.uid) != Some(&message) {
                     let outcome = Outcome::InvalidAnnotation;
@@ -322,23 +362,61 @@ impl Pods {
 
     /// Decides and acts on a pod's change (`changed`: which sources of its volumes changed).
     /// `false` when the pod is not (yet) in the index.
+    /// `fresh`: a new change, not a held one coming due. Paced (held) changes are kept by
+    /// the pod's pacing and come back through [`Self::take_held_due`].
     pub fn act(
         &mut self,
         uid: &str,
         change: &PendingChange,
+        fresh: bool,
         changed: impl FnOnce(&PodInfo) -> ChangedVolumes,
         exec: &Executor,
-    ) -> bool {
+        now: Instant,
+    ) -> Acted {
         let Some(pod) = self.index().shared(uid) else {
-            return false;
+            return Acted::Unknown;
         };
         if let Some(reason) = self.out_of_scope.get(uid) {
             tracing::debug!(pod = %pod.full_name(), reason, "outside the namespace filter; no action");
-            return true;
+            return Acted::Done;
         }
         let volumes: Vec<&str> = change.volumes.iter().map(String::as_str).collect();
         let decision = self.decisions.decide(&pod, changed(&pod));
         let pod: &PodInfo = &pod;
+        let (kind, sources) = match &decision {
+            Decision::Evict { cause } => (Some(ActionKind::Evict), &cause.sources[..]),
+            Decision::Http { cause, .. } => (Some(ActionKind::Http), &cause.sources[..]),
+            Decision::Signal { cause, .. } => (Some(ActionKind::Signal), &cause.sources[..]),
+            _ => (None, &[][..]),
+        };
+        // What keeps changing, for a flap report: the pod's changed sources, else its volumes.
+        let source = || match sources {
+            [] => format!("volume {}", volumes.join(", volume ")),
+            _ => sources
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        if let Some(kind) = kind {
+            match self
+                .pacing
+                .gate(uid, change, class_of(kind), fresh, now, source)
+            {
+                Paced::Act => {}
+                Paced::Held(notice) => {
+                    report_notice(pod, kind, notice, &volumes, exec);
+                    return Acted::Held;
+                }
+                Paced::Refused(message) => {
+                    let outcome = Outcome::InvalidAnnotation;
+                    tracing::warn!(pod = %pod.full_name(), ?volumes, action = "none", outcome = outcome.as_str(), error = %message, "volume changed but a pacing annotation is invalid; no action");
+                    let note = format!("volume changed, no action: {message}");
+                    exec.report(&pod.into(), ActionKind::None, outcome, note);
+                    return Acted::Done;
+                }
+            }
+        }
         match decision {
             Decision::NotOptedIn => {
                 tracing::debug!(pod = %pod.full_name(), ?volumes, "not opted in; no action");
@@ -403,8 +481,57 @@ impl Pods {
                 }
             }
         }
-        true
+        Acted::Done
     }
+}
+
+/// What became of a change given to [`Pods::act`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Acted {
+    /// The pod is not (yet) in the index.
+    Unknown,
+    /// Decided (acted on, or nothing to do): its content is the one handled.
+    Done,
+    /// Held by the pod's pacing, acted on later.
+    Held,
+}
+
+/// The Event (and notification) of a deferral or a flapping episode, once each.
+fn report_notice(
+    pod: &PodInfo,
+    kind: ActionKind,
+    notice: Option<Notice>,
+    volumes: &[&str],
+    exec: &Executor,
+) {
+    let (outcome, note) = match notice {
+        None => return,
+        Some(Notice::Deferred { until, why }) => (
+            Outcome::Deferred,
+            format!(
+                "{} deferred until {until} ({}); it runs once then, on the latest content",
+                kind.as_str(),
+                why.as_str()
+            ),
+        ),
+        Some(Notice::Flapping(r)) => (
+            Outcome::Flapping,
+            format!(
+                "{} changed {} times within {}: holding the {} until it has been quiet for {}",
+                r.source,
+                r.changes,
+                humantime::format_duration(r.within),
+                kind.as_str(),
+                humantime::format_duration(r.within)
+            ),
+        ),
+    };
+    if outcome == Outcome::Flapping {
+        tracing::warn!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "flap breaker");
+    } else {
+        tracing::info!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "action deferred");
+    }
+    exec.report(&pod.into(), kind, outcome, note);
 }
 
 /// `/readyz` answers 200 from now on: the pod list is in and the main processes of its

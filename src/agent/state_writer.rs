@@ -25,6 +25,8 @@ const RETRY: crate::retry::Backoff =
 pub struct Snapshot {
     pub pending_evictions: Vec<PendingEviction>,
     pub volumes: Vec<(VolumeKey, VolumeDigest)>,
+    /// The pacers of pods with something pending or recent (docs/pacing.md).
+    pub pacers: std::collections::BTreeMap<String, crate::core::pacing::Pacer>,
 }
 
 enum Job {
@@ -156,7 +158,11 @@ fn run(store: &StateStore, jobs: &mpsc::Receiver<Job>, metrics: &Metrics) {
 }
 
 fn write(store: &StateStore, snapshot: &Snapshot, metrics: &Metrics) -> bool {
-    match store.save(&snapshot.pending_evictions, &snapshot.volumes) {
+    match store.save(
+        &snapshot.pending_evictions,
+        &snapshot.volumes,
+        &snapshot.pacers,
+    ) {
         Ok(()) => true,
         Err(e) => {
             metrics.state_write_errors.inc();

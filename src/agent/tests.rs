@@ -55,6 +55,7 @@ pub(super) fn settings(dir: &Path) -> Settings {
         },
         shutdown_grace: Duration::from_secs(5),
         notify: Default::default(),
+        pacing: Default::default(),
         http_ca_file: None,
     }
 }
@@ -80,7 +81,11 @@ pub(super) fn world_with(saved: Option<SavedState>, adjust: impl FnOnce(&mut Set
     let store = saved.map(|saved| {
         let store = StateStore::open(&dir.path().join("state")).unwrap();
         store
-            .save(&saved.pending_evictions, &saved.volume_digests())
+            .save(
+                &saved.pending_evictions,
+                &saved.volume_digests(),
+                &saved.pacers,
+            )
             .unwrap();
         store
     });

@@ -1,6 +1,6 @@
 //! The node agent's flags and environment, validated into [`Settings`].
 
-use super::scope::{parse_byte_quantity, LogFormat, ScopeArgs};
+use super::scope::{parse_byte_quantity, LogFormat, PacingArgs, ScopeArgs};
 use crate::core::filters::Scope;
 use clap::Args;
 use std::net::SocketAddr;
@@ -47,6 +47,9 @@ pub struct RunArgs {
     pub http_ca_file: Option<PathBuf>,
     #[command(flatten)]
     pub notify: crate::outbound::notify::NotifyArgs,
+    /// `--flap-threshold`, `--time-zone`, `--max-defer` (docs/pacing.md).
+    #[command(flatten)]
+    pub pacing: PacingArgs,
 }
 
 /// Where the kubelet and the host's procfs are.
@@ -166,6 +169,9 @@ pub struct Settings {
     pub notify: crate::outbound::notify::NotifySettings,
     /// `--http-ca-file`: verify https reload endpoints against these CAs.
     pub http_ca_file: Option<PathBuf>,
+    /// `--debounce`, `--flap-threshold`, `--time-zone`, `--max-defer`: every pod's pacing
+    /// before its annotations.
+    pub pacing: crate::core::pacing::PacingDefaults,
 }
 
 /// `--kubelet-root`, `--proc-root`, `--state-dir`.
@@ -224,7 +230,9 @@ impl RunArgs {
             eviction_backoff,
             eviction_backoff_max,
         } = self.eviction;
+        let pacing = self.pacing.defaults(self.watch.debounce)?;
         Ok(Settings {
+            pacing,
             notify,
             http_ca_file: self.http_ca_file,
             node_name,

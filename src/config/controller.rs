@@ -1,6 +1,6 @@
 //! `reloadlet controller` flags and environment, parsed once into [`ControllerSettings`].
 
-use super::scope::{LogFormat, ScopeArgs};
+use super::scope::{LogFormat, PacingArgs, ScopeArgs};
 use crate::core::filters::NamespaceFilter;
 use clap::{ArgAction, Args};
 use std::net::SocketAddr;
@@ -42,6 +42,9 @@ pub struct ControllerArgs {
     pub env_consumers_secrets: bool,
     #[command(flatten)]
     pub notify: crate::outbound::notify::NotifyArgs,
+    /// `--flap-threshold`, `--time-zone`, `--max-defer` (docs/pacing.md).
+    #[command(flatten)]
+    pub pacing: PacingArgs,
 }
 
 /// Leader election: whether, through which Lease namespace, as whom, and its timing.
@@ -87,6 +90,9 @@ pub struct ControllerSettings {
     pub dry_run: bool,
     /// Names the controller in notifications and Events (`POD_NAME`, else the hostname).
     pub instance: String,
+    /// `--flap-threshold`, `--time-zone`, `--max-defer` (the controller has no `--debounce`:
+    /// 0 unless a pod sets `reloadlet.io/debounce`).
+    pub pacing: crate::core::pacing::PacingDefaults,
 }
 
 #[derive(Clone, Debug)]
@@ -148,7 +154,9 @@ impl ControllerArgs {
         if let Some(sel) = &pod_selector {
             super::scope::parse_pod_selector(sel)?;
         }
+        let pacing = self.pacing.defaults(Duration::ZERO)?;
         Ok(ControllerSettings {
+            pacing,
             secrets: self.secrets,
             max_nudges_per_second: self.max_nudges_per_second,
             election,

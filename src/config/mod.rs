@@ -56,6 +56,17 @@ pub struct ExplainArgs {
     pub proc_root: PathBuf,
     #[command(flatten)]
     pub scope: ScopeArgs,
+    /// The agent's pacing flags (environment), for the pod's pacing section.
+    #[command(flatten)]
+    pub pacing: scope::PacingArgs,
+    /// The agent's state directory: its saved pacers show what is deferred for the pod (read
+    /// only).
+    #[arg(
+        long,
+        env = "RELOADLET_STATE_DIR",
+        default_value = "/var/lib/reloadlet"
+    )]
+    pub state_dir: PathBuf,
 }
 
 fn parse_pod_ref(s: &str) -> Result<(String, String), String> {

@@ -161,3 +161,93 @@ pub fn parse_byte_quantity(s: &str) -> Result<u64, String> {
     let value = total_num.div_ceil(total_den);
     u64::try_from(value).map_err(|_| format!("{s:?} is too large"))
 }
+
+/// The pacing flags (docs/pacing.md), shared by the agent and the controller so both read the
+/// same names and environment.
+#[derive(Debug, Args, Clone)]
+pub struct PacingArgs {
+    /// The flap breaker: more than <count> actions on one pod within <window> hold it until
+    /// its sources are quiet for <window> (e.g. 10/10m, 3/1m; `off` turns it off). A pod's
+    /// `reloadlet.io/flap-threshold` overrides it.
+    #[arg(long, env = "RELOADLET_FLAP_THRESHOLD", default_value = "10/10m")]
+    pub flap_threshold: String,
+    /// The IANA time zone maintenance windows (`reloadlet.io/window`) are read in, unless a
+    /// pod sets `reloadlet.io/window-timezone`.
+    #[arg(long, env = "RELOADLET_TIME_ZONE", default_value = "UTC")]
+    pub time_zone: String,
+    /// A change deferred to a maintenance window is acted on at the latest this long after it
+    /// was seen (default: it waits for the window however long).
+    #[arg(long, env = "RELOADLET_MAX_DEFER", value_parser = humantime::parse_duration)]
+    pub max_defer: Option<std::time::Duration>,
+}
+
+impl PacingArgs {
+    /// Validates the flags (one-line errors naming the flag); `debounce`: the mode's
+    /// `--debounce` (0 for the controller).
+    pub fn defaults(
+        &self,
+        debounce: std::time::Duration,
+    ) -> Result<crate::core::pacing::PacingDefaults, String> {
+        let flap = crate::core::pacing::FlapThreshold::parse(&self.flap_threshold)
+            .map_err(|e| format!("--flap-threshold: {e}"))?;
+        let zone = self.time_zone.trim();
+        // jiff's bundled IANA database, the one maintenance windows read (core/pacing/window.rs).
+        if jiff::tz::db().get(zone).is_err() {
+            return Err(format!(
+                "--time-zone {zone:?} is not an IANA time zone name (e.g. UTC, Europe/Berlin)"
+            ));
+        }
+        if self.max_defer.is_some_and(|d| d.is_zero()) {
+            return Err("--max-defer must be longer than 0s (leave it unset for never)".into());
+        }
+        Ok(crate::core::pacing::PacingDefaults {
+            debounce,
+            flap,
+            time_zone: zone.to_owned(),
+            max_defer: self.max_defer,
+        })
+    }
+}
+
+#[cfg(test)]
+mod pacing_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: PacingArgs,
+    }
+
+    fn defaults(argv: &[&str]) -> Result<crate::core::pacing::PacingDefaults, String> {
+        Wrap::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))
+            .map_err(|e| e.to_string())?
+            .args
+            .defaults(std::time::Duration::ZERO)
+    }
+
+    #[test]
+    fn pacing_flags_default_and_validate() {
+        let d = defaults(&[]).expect("defaults");
+        assert_eq!(d.flap, Some(crate::core::pacing::FlapThreshold::DEFAULT));
+        assert_eq!((d.time_zone.as_str(), d.max_defer), ("UTC", None));
+        let d = defaults(&[
+            "--flap-threshold=off",
+            "--time-zone=Europe/Berlin",
+            "--max-defer=2h",
+        ])
+        .expect("valid");
+        assert_eq!(d.flap, None);
+        assert_eq!(d.time_zone, "Europe/Berlin");
+        assert_eq!(d.max_defer, Some(std::time::Duration::from_secs(7200)));
+        for (argv, flag) in [
+            (["--flap-threshold=10"], "--flap-threshold"),
+            (["--time-zone=Moon/Base"], "--time-zone"),
+            (["--max-defer=0s"], "--max-defer"),
+        ] {
+            let e = defaults(&argv).expect_err("refused");
+            assert!(e.contains(flag), "{e}");
+        }
+    }
+}

@@ -483,6 +483,7 @@ mod env_consumers {
             configmaps: true,
             secrets: false,
             stop: stop.clone(),
+            pacing: Default::default(),
         })))
     }
 

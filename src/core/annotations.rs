@@ -203,7 +203,7 @@ pub enum AnnotationError {
     InvalidHttpMethod(String),
     #[error("{HTTP_SCHEME}: {0:?} is not valid; use \"http\" (the default) or \"https\"")]
     InvalidHttpScheme(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, secretproviderclasses, csi-volumes, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout")]
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, secretproviderclasses, csi-volumes, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout, debounce, min-interval, flap-threshold, window, window-duration, window-timezone, window-actions")]
     UnknownKey(String),
     /// `reloadlet.io/on-blocked` / `reloadlet.io/blocked-timeout` (core::rollout).
     #[error(transparent)]
@@ -215,10 +215,11 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
     let Some(action) = annotations.get(ACTION) else {
         return Ok(None);
     };
-    if let Some(unknown) = annotations
-        .keys()
-        .find(|k| k.starts_with(PREFIX) && !KNOWN.contains(&k.as_str()))
-    {
+    if let Some(unknown) = annotations.keys().find(|k| {
+        k.starts_with(PREFIX)
+            && !KNOWN.contains(&k.as_str())
+            && !super::pacing::spec::ANNOTATIONS.contains(&k.as_str())
+    }) {
         return Err(AnnotationError::UnknownKey(unknown.clone()));
     }
     let action = match action.trim().to_ascii_lowercase().as_str() {
@@ -582,6 +583,20 @@ mod tests {
             (
                 vec![(ACTION, "signal"), (FAST_PROJECTION, "no")],
                 Err(AnnotationError::InvalidFastProjection("no".into())),
+            ),
+            (
+                // The pacing keys are known here; their values are checked by core/pacing.
+                vec![
+                    (ACTION, "signal"),
+                    ("reloadlet.io/debounce", "2s"),
+                    ("reloadlet.io/min-interval", "1m"),
+                    ("reloadlet.io/flap-threshold", "off"),
+                    ("reloadlet.io/window", "0 2 * * *"),
+                    ("reloadlet.io/window-duration", "1h"),
+                    ("reloadlet.io/window-timezone", "UTC"),
+                    ("reloadlet.io/window-actions", "all"),
+                ],
+                Ok(Some(signal(ReloadSignal::Hup))),
             ),
             (
                 vec![(ACTION, "signal"), ("reloadlet.io/singal", "HUP")],

@@ -33,7 +33,12 @@ impl Debouncer {
 
     /// Records a change of `volume` in pod `pod_uid` seen at `now`.
     pub fn add(&mut self, pod_uid: &str, volume: &str, now: Instant) {
-        let window = self.window;
+        self.add_within(pod_uid, volume, now, self.window);
+    }
+
+    /// [`Self::add`] with a window of the pod's own (a pod that sets `reloadlet.io/debounce`
+    /// is debounced by its pacer: 0 here).
+    pub fn add_within(&mut self, pod_uid: &str, volume: &str, now: Instant, window: Duration) {
         let (_, change) = self.pending.entry(pod_uid.to_owned()).or_insert_with(|| {
             (
                 now + window,

@@ -80,6 +80,11 @@ pub enum Outcome {
     PatchFailed,
     /// A nudge over `--max-nudges-per-second`, not sent.
     NudgeDropped,
+    /// Pacing (docs/pacing.md): the action waits for a maintenance window or the end of a
+    /// minimum interval (Normal `ReloadDeferred`, once per deferral).
+    Deferred,
+    /// Pacing: the flap breaker holds the pod (Warning `ReloadFlapping`, once per episode).
+    Flapping,
 }
 
 /// A Kubernetes Event's reason and type.
@@ -117,6 +122,8 @@ impl Outcome {
             Self::PatchForbidden => "forbidden",
             Self::PatchFailed => "failed",
             Self::NudgeDropped => "dropped",
+            Self::Deferred => "deferred",
+            Self::Flapping => "flapping",
         }
     }
 
@@ -137,6 +144,8 @@ impl Outcome {
             Self::SubPathNotUpdated => ("SubPathNotUpdated", true),
             Self::NoDisruptionBudget => ("NoDisruptionBudget", true),
             Self::EnvNotReloaded => ("EnvNotReloaded", true),
+            Self::Deferred => ("ReloadDeferred", false),
+            Self::Flapping => ("ReloadFlapping", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
             Self::Patched
             | Self::PodGone
@@ -169,7 +178,12 @@ impl Outcome {
             Self::Reloaded | Self::ReloadFailed => &[Http],
             Self::InvalidAnnotation | Self::EnvNotReloaded => &[None],
             Self::DryRun => &[Signal, Evict, Http],
-            Self::NoDisruptionBudget | Self::Skipped | Self::NudgeFailed => &[],
+            // Counted apart: reloadlet_pacing_deferrals_total, reloadlet_flap_episodes_total.
+            Self::NoDisruptionBudget
+            | Self::Skipped
+            | Self::NudgeFailed
+            | Self::Deferred
+            | Self::Flapping => &[],
             Self::Patched
             | Self::PodGone
             | Self::PatchConflict
@@ -201,6 +215,8 @@ impl Outcome {
                 | Self::ReloadFailed
                 | Self::EnvNotReloaded
                 | Self::NudgeFailed
+                | Self::Deferred
+                | Self::Flapping
         )
     }
 
@@ -252,6 +268,8 @@ mod tests {
                 ("subpath_not_updated", "SubPathNotUpdated", true),
                 ("no_disruption_budget", "NoDisruptionBudget", true),
                 ("env_not_reloaded", "EnvNotReloaded", true),
+                ("deferred", "ReloadDeferred", false),
+                ("flapping", "ReloadFlapping", true),
             ]
         );
     }

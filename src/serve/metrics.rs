@@ -54,6 +54,20 @@ pub struct Metrics {
     pub timing: TimingMetrics,
     pub events_dropped: Counter,
     pub state_write_errors: Counter,
+    pub pacing: PacingMetrics,
+}
+
+/// Pacing (docs/pacing.md): what waits, what is held as flapping, and how often.
+#[derive(Clone)]
+pub struct PacingMetrics {
+    /// Actions deferred now (to a maintenance window or the end of a minimum interval).
+    pub deferred: Gauge,
+    /// Pods (workloads) held by the flap breaker now.
+    pub held: Gauge,
+    /// Deferrals reported (each a `ReloadDeferred` Event).
+    pub deferrals: Counter,
+    /// Flapping episodes opened (each a `ReloadFlapping` Event).
+    pub flap_episodes: Counter,
 }
 
 /// The volumes and pods the agent watches: the swaps seen, the watches held, and the
@@ -104,6 +118,12 @@ impl Metrics {
             },
             events_dropped: Counter::default(),
             state_write_errors: Counter::default(),
+            pacing: PacingMetrics {
+                deferred: Gauge::default(),
+                held: Gauge::default(),
+                deferrals: Counter::default(),
+                flap_episodes: Counter::default(),
+            },
         };
         let r = registry;
         r.register(
@@ -185,6 +205,26 @@ impl Metrics {
             "state_write_errors",
             "Failed writes of the state file",
             m.state_write_errors.clone(),
+        );
+        r.register(
+            "pacing_deferred_actions",
+            "Actions deferred now, to a maintenance window or the end of a minimum interval",
+            m.pacing.deferred.clone(),
+        );
+        r.register(
+            "pacing_held_pods",
+            "Pods (workloads) the flap breaker holds now",
+            m.pacing.held.clone(),
+        );
+        r.register(
+            "pacing_deferrals",
+            "Actions deferred (each a ReloadDeferred Event)",
+            m.pacing.deferrals.clone(),
+        );
+        r.register(
+            "pacing_flap_episodes",
+            "Flapping episodes opened (each a ReloadFlapping Event)",
+            m.pacing.flap_episodes.clone(),
         );
         m.precreate();
         m

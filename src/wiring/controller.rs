@@ -175,6 +175,7 @@ pub async fn serve(
             configmaps: settings.env_configmaps,
             secrets: settings.env_secrets,
             stop: shutdown.clone(),
+            pacing: settings.pacing.clone(),
         })));
     }
     controller.run(rx, shutdown.clone()).await;

@@ -90,6 +90,21 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     let mut text = explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid);
     text.push_str(&crate::controller::nudge::qualify::explain(&info));
     text.push_str(&crate::controller::env::hash::explain(&info));
+    match args.pacing.defaults(std::time::Duration::ZERO) {
+        Ok(defaults) => {
+            let saved = crate::host::state_file::read_pacers(&args.state_dir)
+                .and_then(|mut pacers| pacers.remove(&info.uid));
+            text.push_str(&explain::pacing(
+                &info,
+                &defaults,
+                saved.as_ref(),
+                jiff::Timestamp::now(),
+            ))
+        }
+        Err(e) => text.push_str(&format!(
+            "  pacing: the agent's pacing flags are invalid: {e}\n"
+        )),
+    }
     Ok(text)
 }
 

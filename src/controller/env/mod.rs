@@ -4,6 +4,7 @@
 //! baseline annotations are patch jobs of the executor.
 
 pub mod hash;
+pub mod pacing;
 pub mod tracker;
 
 use super::api::{EnvApi, ObjectKey};
@@ -18,6 +19,7 @@ use crate::ports::PodRef;
 use crate::retry::{Backoff, Retries};
 use futures::future::BoxFuture;
 use hash::{EnvDecision, ObjectData};
+use pacing::{EnvNotice, EnvPaced, EnvPacing};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -47,6 +49,8 @@ pub struct EnvDeps {
     pub secrets: bool,
     /// Stops fetch retries.
     pub stop: CancellationToken,
+    /// `--flap-threshold`, `--time-zone`, `--max-defer` (docs/pacing.md).
+    pub pacing: crate::core::pacing::PacingDefaults,
 }
 
 /// One GET answered.
@@ -63,12 +67,19 @@ pub struct EnvConsumers {
     fetched_tx: mpsc::UnboundedSender<Fetched>,
     fetched_rx: mpsc::UnboundedReceiver<Fetched>,
     fetches: Arc<Semaphore>,
+    /// Env evictions paced per pod; `warned`: the pacing error last reported per pod.
+    pacing: EnvPacing,
+    warned: HashMap<String, String>,
 }
 
 impl EnvConsumers {
     pub fn new(deps: EnvDeps) -> Self {
         let (fetched_tx, fetched_rx) = mpsc::unbounded_channel();
+        let clock =
+            crate::core::pacing::WallClock::new(jiff::Timestamp::now(), Instant::now().into_std());
         Self {
+            pacing: EnvPacing::new(deps.pacing.clone(), clock),
+            warned: HashMap::new(),
             tracker: EnvTracker::new(deps.configmaps, deps.secrets),
             deps,
             fetched_tx,
@@ -87,6 +98,7 @@ impl EnvConsumers {
             self.remove_pod(&pod.uid);
             return;
         }
+        self.check_pacing(pod, world);
         let fetch = self.tracker.put_pod(pod);
         if self.tracker.tracks(&pod.uid) {
             self.index().apply(pod.clone());
@@ -101,7 +113,34 @@ impl EnvConsumers {
         }
     }
 
+    /// A bad pacing annotation: one Warning per distinct error (leader only), and no
+    /// eviction of the pod until it is fixed.
+    fn check_pacing(&mut self, pod: &PodInfo, world: &World) {
+        match self.pacing.on_pod(pod) {
+            Ok(()) => {
+                self.warned.remove(&pod.uid);
+            }
+            Err(message) => {
+                if world.leader && self.warned.get(&pod.uid) != Some(&message) {
+                    let outcome = Outcome::InvalidAnnotation;
+                    tracing::warn!(pod = %pod.full_name(), outcome = outcome.as_str(), error = %message, "invalid pacing annotation; no env eviction of this pod until it is fixed");
+                    let note = format!("no env eviction until fixed: {message}");
+                    self.deps.reporter.record(
+                        &PodRef::from(pod),
+                        ActionKind::None,
+                        outcome,
+                        note,
+                        &[],
+                    );
+                    self.warned.insert(pod.uid.clone(), message);
+                }
+            }
+        }
+    }
+
     fn remove_pod(&mut self, uid: &str) {
+        self.pacing.forget(uid);
+        self.warned.remove(uid);
         self.tracker.remove_pod(uid);
         self.index().delete(uid);
     }
@@ -215,14 +254,29 @@ impl EnvConsumers {
         let report = &self.deps.reporter;
         match hash::decide(&pod, &source) {
             EnvDecision::Evict => {
-                tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "env source changed; evicting");
-                self.deps.evictions.request(EvictJob {
-                    pod: pod_ref,
-                    cause,
-                    first_seen: Some(seen),
-                    sources: vec![source],
-                });
+                let now = Instant::now().into_std();
+                match self.pacing.gate(change, seen, true, now) {
+                    EnvPaced::Act => {
+                        tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "env source changed; evicting");
+                        self.deps.evictions.request(EvictJob {
+                            pod: pod_ref,
+                            cause,
+                            first_seen: Some(seen),
+                            sources: vec![source],
+                        });
+                    }
+                    EnvPaced::Held(notice) => {
+                        report_notice(report, &pod, notice, source);
+                    }
+                    EnvPaced::Refused(message) => {
+                        tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", error = %message, "env source changed but a pacing annotation is invalid; no eviction");
+                        return;
+                    }
+                }
+                // Not reported again in this run; the baseline stays until the eviction's
+                // replacement, so a held change is found again after a restart.
                 self.tracker.acting(change);
+                self.update_gauges();
             }
             EnvDecision::Refused(note) => {
                 let outcome = Outcome::Refused;
@@ -238,6 +292,102 @@ impl EnvConsumers {
             }
         }
     }
+}
+
+impl EnvConsumers {
+    /// Held env evictions whose time came: evicted now, once per pod, for every source held.
+    fn fire_held(&mut self) {
+        let now = Instant::now().into_std();
+        for held in self.pacing.take_due(now) {
+            let Some(first) = held.changes.first() else {
+                continue;
+            };
+            let pod = {
+                let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
+                index.get(&first.uid).cloned()
+            };
+            let Some(pod) = pod else { continue };
+            match self.pacing.gate(first, held.seen, false, now) {
+                EnvPaced::Act => {
+                    let sources: Vec<_> = held.changes.iter().map(|c| c.source.clone()).collect();
+                    let cause = sources
+                        .iter()
+                        .map(hash::cause)
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "deferred env eviction is due; evicting");
+                    self.deps.evictions.request(EvictJob {
+                        pod: PodRef::from(&pod),
+                        cause,
+                        first_seen: Some(held.seen),
+                        sources,
+                    });
+                }
+                EnvPaced::Held(notice) => {
+                    let source = first.source.clone();
+                    report_notice(&self.deps.reporter, &pod, notice, source);
+                    // Put the other sources back with it.
+                    for change in held.changes.iter().skip(1) {
+                        self.pacing.gate(change, held.seen, false, now);
+                    }
+                }
+                EnvPaced::Refused(_) => {}
+            }
+        }
+        self.update_gauges();
+    }
+
+    fn update_gauges(&self) {
+        let (deferred, flapping) = self.pacing.counts();
+        let m = &self.deps.reporter.metrics().pacing;
+        m.deferred.set(deferred as i64);
+        m.held.set(flapping as i64);
+    }
+}
+
+/// The Event, notification and counter of a deferral or a flapping episode, once each.
+fn report_notice(
+    report: &Reporter,
+    pod: &PodInfo,
+    notice: Option<EnvNotice>,
+    source: crate::core::model::SourceRef,
+) {
+    let m = &report.metrics().pacing;
+    let (outcome, note) = match notice {
+        None => return,
+        Some(EnvNotice::Deferred { until, why }) => {
+            m.deferrals.inc();
+            (
+                Outcome::Deferred,
+                format!(
+                    "env eviction deferred until {until} ({}); it runs once then: {}",
+                    why.as_str(),
+                    hash::cause(&source)
+                ),
+            )
+        }
+        Some(EnvNotice::Flapping(r)) => {
+            m.flap_episodes.inc();
+            (
+                Outcome::Flapping,
+                format!(
+                    "{} changed {} times within {}: holding the env eviction until it has been quiet for {}",
+                    r.source,
+                    r.changes,
+                    humantime::format_duration(r.within),
+                    humantime::format_duration(r.within)
+                ),
+            )
+        }
+    };
+    tracing::info!(pod = %pod.full_name(), outcome = outcome.as_str(), note, "env eviction paced");
+    report.record(
+        &PodRef::from(pod),
+        ActionKind::Evict,
+        outcome,
+        note,
+        &[source],
+    );
 }
 
 impl Feature for EnvConsumers {
@@ -260,6 +410,10 @@ impl Feature for EnvConsumers {
             Routed::PodRemoved(pod) => self.remove_pod(&pod.uid),
             Routed::PodsListed => self.fetch_all(world),
             Routed::Leader(leader) => {
+                if !leader {
+                    self.pacing.clear_held();
+                    self.update_gauges();
+                }
                 self.tracker.forget_fetches();
                 if leader && world.pods_listed {
                     self.fetch_all(world);
@@ -270,8 +424,18 @@ impl Feature for EnvConsumers {
 
     fn wake<'a>(&'a mut self, world: &'a World) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            if let Some(fetched) = self.fetched_rx.recv().await {
-                self.fetched(fetched, world);
+            let due = self.pacing.next_deadline();
+            tokio::select! {
+                fetched = self.fetched_rx.recv() => {
+                    if let Some(fetched) = fetched {
+                        self.fetched(fetched, world);
+                    }
+                }
+                _ = sleep_until(due) => {
+                    if world.leader {
+                        self.fire_held();
+                    }
+                }
             }
         })
     }
@@ -295,5 +459,12 @@ impl Feature for EnvConsumers {
             // memory, written with the pod's next one.
             self.deps.baselines.request(job, |_| {});
         }
+    }
+}
+
+async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }

@@ -6,10 +6,12 @@
 //! ([`jiff::Timestamp`]) so the state can be saved and a deferral outlives a restart; the
 //! caller passes the time in, so tests drive every rule without waiting.
 
+pub mod clock;
 pub mod pacer;
 pub mod spec;
 pub mod window;
 
+pub use clock::WallClock;
 pub use pacer::{ActionClass, Deferral, FlapReport, Pacer, Step};
 pub use spec::{FlapThreshold, PacingDefaults, PacingError, PacingSpec, WindowActions};
 pub use window::MaintenanceWindow;

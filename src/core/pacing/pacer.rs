@@ -195,6 +195,60 @@ impl Pacer {
         self.flapping_since.take().is_some()
     }
 
+    /// The fast path of a target with nothing to pace but the flap breaker (no debounce of
+    /// its own, no minimum interval, no window) and nothing pending or held: when the breaker
+    /// would not trip, records the action at `now` and returns `true` — O(1), no allocation
+    /// but the history's amortised push. `false`: take the full path ([`Self::changed`],
+    /// [`Self::poll`]), which names the source in the flap report.
+    pub fn act_at_once(&mut self, spec: &PacingSpec, now: Timestamp) -> bool {
+        let plain = spec.debounce.is_zero() && spec.min_interval.is_zero() && spec.window.is_none();
+        if !plain || self.pending.is_some() || self.flapping_since.is_some() {
+            return false;
+        }
+        self.trim(spec.flap, now);
+        if spec
+            .flap
+            .is_some_and(|f| u32::try_from(self.recent.len()).unwrap_or(u32::MAX) >= f.count)
+        {
+            return false;
+        }
+        self.acted(now);
+        self.trim(spec.flap, now);
+        true
+    }
+
+    /// Keeps the history bounded: drops the actions older than the flap window (all of them
+    /// when the breaker is off). Call after [`Self::acted`].
+    pub fn trim(&mut self, flap: Option<FlapThreshold>, now: Timestamp) {
+        match flap {
+            None => self.recent.clear(),
+            Some(flap) => {
+                let cutoff = SignedDuration::try_from(flap.window)
+                    .ok()
+                    .and_then(|w| now.checked_sub(w).ok())
+                    .unwrap_or(Timestamp::MIN);
+                self.forget_before(cutoff);
+            }
+        }
+    }
+
+    /// When the target was last acted on.
+    pub fn last_action(&self) -> Option<Timestamp> {
+        self.last_action
+    }
+
+    /// Whether anything here still matters at `now` for `spec` (a pending change, an open
+    /// episode, actions within the flap window, a minimum interval still running): what
+    /// is worth persisting across a restart.
+    pub fn matters(&self, spec: &PacingSpec, now: Timestamp) -> bool {
+        self.pending.is_some()
+            || self.flapping_since.is_some()
+            || !self.recent.is_empty()
+            || self
+                .last_action
+                .is_some_and(|last| now < add(last, spec.min_interval))
+    }
+
     /// Drops what is older than any window could need (call after [`Self::acted`] with the
     /// target's threshold, so the history stays bounded).
     pub fn forget_before(&mut self, cutoff: Timestamp) {

@@ -319,3 +319,49 @@ fn a_deferred_window_in_a_named_zone_on_a_dst_day() {
     let _ = MaintenanceWindow::new("30 2 * * *", "Europe/Berlin", Duration::from_secs(60))
         .expect("the same window parses directly");
 }
+
+#[test]
+fn the_fast_path_acts_like_the_full_path_and_stays_bounded() {
+    let three = |flap| PacingSpec { flap, ..spec() };
+    let s = three(Some(FlapThreshold {
+        count: 3,
+        window: Duration::from_secs(60),
+    }));
+    let mut p = Pacer::default();
+    // Three actions at once; the fourth within the minute takes the full path, which holds.
+    for i in 0..3 {
+        assert!(p.act_at_once(&s, t(i)), "action {i}");
+    }
+    assert!(!p.act_at_once(&s, t(3)));
+    p.changed(t(3), "configmap/a");
+    assert!(matches!(
+        p.poll(&s, ActionClass::InPlace, t(3)),
+        Step::Flapping {
+            report: Some(FlapReport { changes: 4, .. }),
+            ..
+        }
+    ));
+    // Held: the fast path stays closed until the episode ends.
+    assert!(!p.act_at_once(&s, t(100)));
+    assert_eq!(p.poll(&s, ActionClass::InPlace, t(63)), Step::Act);
+    assert!(p.acted(t(63)));
+    // A minute later the history has aged out: the fast path is open again.
+    assert!(p.act_at_once(&s, t(200)));
+    assert!(p.matters(&s, t(200)));
+    p.trim(s.flap, t(261));
+    assert!(!p.matters(&s, t(261)));
+    assert_eq!(p.last_action(), Some(t(200)));
+    // Breaker off: nothing is kept but the last action.
+    let off = three(None);
+    let mut p = Pacer::default();
+    for i in 0..100 {
+        assert!(p.act_at_once(&off, t(i)));
+    }
+    assert!(!p.matters(&off, t(100)));
+    // Any rule of its own takes the full path.
+    let interval = PacingSpec {
+        min_interval: Duration::from_secs(5),
+        ..spec()
+    };
+    assert!(!Pacer::default().act_at_once(&interval, t(0)));
+}
