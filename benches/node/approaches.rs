@@ -186,6 +186,9 @@ impl Agent {
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_reloadlet").to_owned());
         let child = Command::new(bin)
             .args(["--node-name", NODE, "--debounce", "0s", "--listen", &listen])
+            // Every swap of the run is measured: the flap breaker (10/10m by default) would
+            // hold a pod swapped more often (docs/pacing.md).
+            .args(["--flap-threshold", "off"])
             .arg("--kubelet-root")
             .arg(node.kubelet_root())
             .arg("--state-dir")

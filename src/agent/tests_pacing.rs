@@ -300,3 +300,28 @@ async fn a_pod_deleted_while_held_is_dropped() {
     w.drained().await;
     assert_eq!(w.processes.sent(), 1, "the first change only");
 }
+
+#[tokio::test(start_paused = true)]
+async fn window_actions_all_holds_a_signal_and_max_defer_forces_it() {
+    let mut w = world_with(None, |s| s.pacing.max_defer = Some(secs(10)));
+    let t0 = now();
+    // The window opens at 12:01, 30 s away; --max-defer forces the signal after 10 s.
+    w.start(
+        paced(
+            "signal",
+            &[(spec::WINDOW, "1 12 * * *"), (spec::WINDOW_ACTIONS, "all")],
+        ),
+        t0,
+    );
+    w.swap(2, t0);
+    w.drained().await;
+    assert_eq!(w.processes.sent(), 0, "a signal is held too");
+    let note = &w.notes("ReloadDeferred")[0];
+    assert!(note.contains("2026-11-26T12:00:40Z"), "{note}");
+    w.agent.fire_due_at(t0 + secs(9));
+    w.drained().await;
+    assert_eq!(w.processes.sent(), 0);
+    w.agent.fire_due_at(t0 + secs(10));
+    w.drained().await;
+    assert_eq!(w.processes.sent(), 1, "forced by --max-defer");
+}
