@@ -35,6 +35,14 @@ pub struct Entered {
     pub first_sync: bool,
 }
 
+/// The namespace filter where pods enter, and what it kept out.
+struct Door {
+    filter: NamespaceFilter,
+    /// Pods outside the namespace filter (UID → why): nothing is validated, looked up, warned
+    /// about or acted on for them.
+    outside: HashMap<String, String>,
+}
+
 pub struct Pods {
     index: Arc<RwLock<PodIndex>>,
     /// Changes waiting for their window to close, per pod.
@@ -50,10 +58,7 @@ pub struct Pods {
     warmed: HashSet<(String, String)>,
     /// `--namespaces` / `--exclude-namespaces`, applied once where a pod enters
     /// ([`Self::enter`]).
-    namespaces: NamespaceFilter,
-    /// Pods outside the namespace filter (UID → why): nothing is validated, looked up, warned
-    /// about or acted on for them.
-    out_of_scope: HashMap<String, String>,
+    door: Door,
     synced: bool,
     /// Per-pod pacing: debounce, minimum interval, flap breaker, windows (docs/pacing.md).
     pacing: PodPacing,
@@ -79,8 +84,10 @@ impl Pods {
             nudges: NudgeDelays::default(),
             warned: HashMap::new(),
             warmed: HashSet::new(),
-            namespaces,
-            out_of_scope: HashMap::new(),
+            door: Door {
+                filter: namespaces,
+                outside: HashMap::new(),
+            },
             synced: false,
             pacing,
             processes,
@@ -108,7 +115,7 @@ impl Pods {
 
     /// Whether the pod is inside the namespace filter.
     pub fn in_scope(&self, pod: &PodInfo) -> bool {
-        !self.out_of_scope.contains_key(&pod.uid)
+        !self.door.outside.contains_key(&pod.uid)
     }
 
     #[cfg(test)]
@@ -183,12 +190,12 @@ impl Pods {
 
     /// Where a pod enters the agent: the namespace filter, once per update.
     fn enter(&mut self, pod: &PodInfo) {
-        match self.namespaces.check(&pod.namespace) {
+        match self.door.filter.check(&pod.namespace) {
             Some(reason) => {
-                self.out_of_scope.insert(pod.uid.clone(), reason);
+                self.door.outside.insert(pod.uid.clone(), reason);
             }
             None => {
-                self.out_of_scope.remove(&pod.uid);
+                self.door.outside.remove(&pod.uid);
             }
         }
     }
@@ -276,7 +283,7 @@ impl Pods {
             );
         }
         self.warned.remove(uid);
-        self.out_of_scope.remove(uid);
+        self.door.outside.remove(uid);
         self.warmed.retain(|(pod, _)| pod != uid);
         self.processes.forget_pod(uid);
     }
@@ -376,7 +383,7 @@ impl Pods {
         let Some(pod) = self.index().shared(uid) else {
             return Acted::Unknown;
         };
-        if let Some(reason) = self.out_of_scope.get(uid) {
+        if let Some(reason) = self.door.outside.get(uid) {
             tracing::debug!(pod = %pod.full_name(), reason, "outside the namespace filter; no action");
             return Acted::Done;
         }

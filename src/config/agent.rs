@@ -23,13 +23,6 @@ pub struct RunArgs {
     pub listen: SocketAddr,
     #[command(flatten)]
     pub scope: ScopeArgs,
-    /// Where the last content hash per volume and pending evictions are kept across restarts.
-    #[arg(
-        long,
-        env = "RELOADLET_STATE_DIR",
-        default_value = "/var/lib/reloadlet"
-    )]
-    pub state_dir: PathBuf,
     /// At most this many eviction requests in flight at once (1-1000).
     #[arg(long, env = "RELOADLET_MAX_EVICTIONS_IN_FLIGHT", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_evictions_in_flight: u32,
@@ -52,7 +45,7 @@ pub struct RunArgs {
     pub pacing: PacingArgs,
 }
 
-/// Where the kubelet and the host's procfs are.
+/// Where the kubelet, the host's procfs and reloadlet's state are.
 #[derive(Debug, Args)]
 pub struct HostPathArgs {
     /// The kubelet's root directory (k0s: /var/lib/k0s/kubelet, microk8s: /var/snap/microk8s/common/var/lib/kubelet).
@@ -65,6 +58,13 @@ pub struct HostPathArgs {
     /// Where the host's /proc is (the agent needs hostPID).
     #[arg(long, env = "RELOADLET_PROC_ROOT", default_value = "/proc")]
     pub proc_root: PathBuf,
+    /// Where the last content hash per volume and pending evictions are kept across restarts.
+    #[arg(
+        long,
+        env = "RELOADLET_STATE_DIR",
+        default_value = "/var/lib/reloadlet"
+    )]
+    pub state_dir: PathBuf,
 }
 
 /// How soon a swap is acted on.
@@ -216,6 +216,7 @@ impl RunArgs {
         let HostPathArgs {
             kubelet_root,
             proc_root,
+            state_dir,
         } = self.paths;
         // The kubelet root is checked once, where it is used: `VolumeWatcher::new`.
         if !proc_root.join("self").exists() && !proc_root.join("1").exists() {
@@ -239,7 +240,7 @@ impl RunArgs {
             paths: HostPaths {
                 kubelet_root,
                 proc_root,
-                state_dir: self.state_dir,
+                state_dir,
             },
             volumes: VolumeSettings {
                 debounce: self.watch.debounce,
