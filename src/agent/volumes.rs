@@ -12,9 +12,8 @@ use super::hasher::{self, Hasher};
 use super::migrate::migrate;
 use super::read_index;
 use crate::core::detect::{ChangeDetector, Observation, Recorded};
-use crate::core::model::{PodInfo, VolumeKey, VolumePlugin};
+use crate::core::model::{VolumeKey, VolumePlugin};
 use crate::core::pod_index::PodIndex;
-use crate::core::policy::ChangedVolumes;
 use crate::core::volume_digest::{HashKey, VolumeDigest};
 use crate::host::inotify::LookCause;
 use crate::host::volume_read::{
@@ -22,7 +21,7 @@ use crate::host::volume_read::{
 };
 use crate::serve::metrics::Metrics;
 use prometheus_client::metrics::counter::Counter;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -30,6 +29,8 @@ use std::time::Instant;
 #[path = "volumes_settle.rs"]
 mod settle;
 use settle::Settling;
+#[path = "volumes_sources.rs"]
+mod sources;
 
 /// Volumes whose last hash read more than this are hashed on the hasher thread
 /// ([`hasher`]); smaller ones in place, on the hot thread. A volume not hashed yet is sized
@@ -570,26 +571,6 @@ impl VolumeTracker {
             self.swap_counters(key.plugin).1.inc();
             tracing::warn!(volume = %key, "..data was swapped without a content change: not the kubelet's AtomicWriter? The action was taken for nothing");
         }
-    }
-
-    /// Which sources of each of the pod's changed `volumes` changed since the last action.
-    pub fn changed_sources(&self, pod: &PodInfo, volumes: &BTreeSet<String>) -> ChangedVolumes {
-        volumes
-            .iter()
-            .map(|volume| {
-                let sources = self
-                    .detector
-                    .pending_change(&pod.uid, volume)
-                    .zip(pod.volume(volume))
-                    .map(|((before, now), spec)| {
-                        now.changed_parts(before)
-                            .iter()
-                            .flat_map(|part| Layout::sources_of(spec, part))
-                            .collect::<BTreeSet<_>>()
-                    });
-                (volume.clone(), sources)
-            })
-            .collect()
     }
 }
 
