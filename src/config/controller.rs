@@ -42,6 +42,29 @@ pub struct ControllerArgs {
     pub env_consumers_secrets: bool,
     #[command(flatten)]
     pub notify: crate::outbound::notify::NotifyArgs,
+    #[command(flatten)]
+    pub rollout: RolloutArgs,
+}
+
+/// `reloadlet.io/action: rollout` (docs/rollout.md).
+#[derive(Debug, Clone, Args)]
+pub struct RolloutArgs {
+    /// Roll the owning Deployment/StatefulSet/DaemonSet of `reloadlet.io/action: rollout`
+    /// pods when data they read changes (needs get on pods and ReplicaSets, get/patch on the
+    /// workloads). `--rollout=false` turns it off (Helm `controller.rollout.enabled`).
+    #[arg(long = "rollout", env = "RELOADLET_ROLLOUT", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub enabled: bool,
+    /// Also roll Argo Rollouts (`argoproj.io/v1alpha1`, through `spec.restartAt`). Off by
+    /// default: it needs get/patch on rollouts.argoproj.io.
+    #[arg(long, env = "RELOADLET_ARGO_ROLLOUTS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub argo_rollouts: bool,
+}
+
+/// What the rollout feature does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RolloutSettings {
+    pub enabled: bool,
+    pub argo: bool,
 }
 
 /// Leader election: whether, through which Lease namespace, as whom, and its timing.
@@ -87,6 +110,7 @@ pub struct ControllerSettings {
     pub dry_run: bool,
     /// Names the controller in notifications and Events (`POD_NAME`, else the hostname).
     pub instance: String,
+    pub rollout: RolloutSettings,
 }
 
 #[derive(Clone, Debug)]
@@ -161,6 +185,10 @@ impl ControllerArgs {
             notify,
             dry_run: scope.dry_run,
             instance,
+            rollout: RolloutSettings {
+                enabled: self.rollout.enabled,
+                argo: self.rollout.argo_rollouts,
+            },
         })
     }
 }
@@ -276,6 +304,10 @@ mod tests {
             assert!(!s(&[]).env_secrets, "off by default");
             assert!(s(&["--env-consumers-secrets"]).env_secrets);
             assert!(!s(&["--env-consumers-secrets=false"]).env_secrets);
+            assert!(s(&[]).rollout.enabled, "rollout on by default");
+            assert!(!s(&["--rollout=false"]).rollout.enabled);
+            assert!(!s(&[]).rollout.argo, "Argo Rollouts off by default");
+            assert!(s(&["--argo-rollouts"]).rollout.argo);
         }
         assert!(Wrap::try_parse_from(["x", "--env-consumers=maybe"]).is_err());
         // The agent's notification flags, the same way.

@@ -33,8 +33,14 @@ pub const ENV_ACTION: &str = "reloadlet.io/env-action";
 /// Written by `reloadlet controller` only: the digest of each env reference when it first saw
 /// the pod (`configmap/<name>=<16 hex>,…`).
 pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
+/// Written by `reloadlet controller` only: the digest of what an `action: rollout` pod reads of
+/// each ConfigMap/Secret (volumes and env), like [`ENV_BASELINE`] (docs/rollout.md).
+pub const ROLLOUT_BASELINE: &str = "reloadlet.io/rollout-baseline";
 
-const KNOWN: [&str; 16] = [
+const KNOWN: [&str; 19] = [
+    ROLLOUT_BASELINE,
+    crate::core::rollout::ON_BLOCKED,
+    crate::core::rollout::BLOCKED_TIMEOUT,
     ENV_ACTION,
     ENV_BASELINE,
     ACTION,
@@ -66,6 +72,9 @@ pub enum Action {
         allow_unowned: bool,
     },
     Http(HttpSpec),
+    /// `reloadlet.io/action: rollout`: `reloadlet controller` rolls the owning workload
+    /// (docs/rollout.md); the node agent never acts on the pod.
+    Rollout,
 }
 
 /// The request of `reloadlet.io/action: http` (sent to the pod's IP).
@@ -186,7 +195,7 @@ pub enum AnnotationError {
     InvalidHttpMethod(String),
     #[error("{HTTP_SCHEME}: {0:?} is not valid; use \"http\" (the default) or \"https\"")]
     InvalidHttpScheme(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline")]
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, on-blocked, blocked-timeout, rollout-baseline, containers, configmaps, secrets, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline")]
     UnknownKey(String),
 }
 
@@ -217,6 +226,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
             allow_unowned: parse_bool(annotations.get(EVICT_UNOWNED))?,
         },
         "http" => Action::Http(http_spec(annotations)?),
+        "rollout" => Action::Rollout,
         _ => return Err(AnnotationError::UnknownAction(action.clone())),
     };
     if !matches!(action, Action::Signal { .. }) {

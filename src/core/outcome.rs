@@ -10,6 +10,8 @@ pub enum ActionKind {
     Evict,
     /// `reloadlet.io/action: http`: a reload request to the pod.
     Http,
+    /// `reloadlet.io/action: rollout`: the controller patched the owning workload.
+    Rollout,
     /// No action: an annotation was validated.
     None,
 }
@@ -20,6 +22,7 @@ impl ActionKind {
             Self::Signal => "signal",
             Self::Evict => "evict",
             Self::Http => "http",
+            Self::Rollout => "rollout",
             Self::None => "none",
         }
     }
@@ -30,6 +33,7 @@ impl ActionKind {
             Self::Signal => "Signal",
             Self::Evict => "Evict",
             Self::Http => "Reload",
+            Self::Rollout => "Rollout",
             Self::None => "Validate",
         }
     }
@@ -76,6 +80,12 @@ pub enum Outcome {
     PatchFailed,
     /// A nudge over `--max-nudges-per-second`, not sent.
     NudgeDropped,
+    /// The controller patched a workload's pod template (Normal `RolloutRequested`).
+    RolloutRequested,
+    /// No rollout: the owner cannot be rolled, or the patch failed (Warning
+    /// `RolloutUnsupported` / `RolloutFailed`).
+    RolloutUnsupported,
+    RolloutFailed,
 }
 
 /// A Kubernetes Event's reason and type.
@@ -112,6 +122,9 @@ impl Outcome {
             Self::PatchForbidden => "forbidden",
             Self::PatchFailed => "failed",
             Self::NudgeDropped => "dropped",
+            Self::RolloutRequested => "rollout_requested",
+            Self::RolloutUnsupported => "rollout_unsupported",
+            Self::RolloutFailed => "rollout_failed",
         }
     }
 
@@ -131,6 +144,9 @@ impl Outcome {
             Self::SubPathNotUpdated => ("SubPathNotUpdated", true),
             Self::NoDisruptionBudget => ("NoDisruptionBudget", true),
             Self::EnvNotReloaded => ("EnvNotReloaded", true),
+            Self::RolloutRequested => ("RolloutRequested", false),
+            Self::RolloutUnsupported => ("RolloutUnsupported", true),
+            Self::RolloutFailed => ("RolloutFailed", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
             Self::Patched
             | Self::PodGone
@@ -149,7 +165,7 @@ impl Outcome {
 
     /// The `action` labels this outcome is recorded with (the series pre-created at 0).
     pub fn actions(self) -> &'static [ActionKind] {
-        use ActionKind::{Evict, Http, None, Signal};
+        use ActionKind::{Evict, Http, None, Rollout, Signal};
         match self {
             Self::Signaled | Self::SignalFailed | Self::SignalNotHandled | Self::SignalWithheld => {
                 &[Signal]
@@ -160,7 +176,8 @@ impl Outcome {
             }
             Self::Reloaded | Self::ReloadFailed => &[Http],
             Self::InvalidAnnotation | Self::EnvNotReloaded => &[None],
-            Self::DryRun => &[Signal, Evict, Http],
+            Self::DryRun => &[Signal, Evict, Http, Rollout],
+            Self::RolloutRequested | Self::RolloutUnsupported | Self::RolloutFailed => &[Rollout],
             Self::NoDisruptionBudget | Self::Skipped | Self::NudgeFailed => &[],
             Self::Patched
             | Self::PodGone
@@ -192,6 +209,8 @@ impl Outcome {
                 | Self::ReloadFailed
                 | Self::EnvNotReloaded
                 | Self::NudgeFailed
+                | Self::RolloutRequested
+                | Self::RolloutFailed
         )
     }
 
@@ -242,6 +261,9 @@ mod tests {
                 ("subpath_not_updated", "SubPathNotUpdated", true),
                 ("no_disruption_budget", "NoDisruptionBudget", true),
                 ("env_not_reloaded", "EnvNotReloaded", true),
+                ("rollout_requested", "RolloutRequested", false),
+                ("rollout_unsupported", "RolloutUnsupported", true),
+                ("rollout_failed", "RolloutFailed", true),
             ]
         );
     }

@@ -1,0 +1,59 @@
+//! What an `action: rollout` pod reads (pure): every ConfigMap/Secret of its volumes
+//! (configMap, secret and projected sources; all of their keys, `data` and `binaryData`) and
+//! the keys it references through env/envFrom (as the env consumers), narrowed by
+//! `reloadlet.io/configmaps` / `reloadlet.io/secrets`. `kube-root-ca.crt` counts only when
+//! the pod names it in `reloadlet.io/configmaps` (its publisher rewrites it on CA rotation,
+//! which a workload rollout must not follow by default).
+
+use crate::controller::env::hash::{self, narrowed_in, Selector};
+use crate::core::annotations::{self, Action};
+use crate::core::model::{EnvKeys, PodInfo, SourceKind, SourceRef, ROOT_CA_CONFIGMAP};
+use std::collections::BTreeMap;
+
+/// Does the controller roll this pod's owner on a change? (`action: rollout`, valid
+/// annotations, running, not terminating.)
+pub fn eligible(pod: &PodInfo) -> bool {
+    matches!(
+        annotations::parse(&pod.annotations),
+        Ok(Some(ref p)) if p.action == Action::Rollout
+    ) && !pod.terminating
+        && pod.phase == "Running"
+}
+
+/// The references a rollout pod's baseline covers (`configmaps`/`secrets`: the kinds
+/// followed; Secrets only with `--secrets`).
+pub fn references(
+    pod: &PodInfo,
+    configmaps: bool,
+    secrets: bool,
+) -> BTreeMap<SourceRef, Vec<Selector>> {
+    let mut out = hash::references(pod, configmaps, secrets);
+    let policy = annotations::parse(&pod.annotations).ok().flatten();
+    let whole = Selector {
+        keys: EnvKeys::All {
+            prefix: String::new(),
+        },
+        optional: false,
+        volume: true,
+    };
+    for source in pod.volumes.iter().flat_map(|v| &v.sources) {
+        let followed = match source.kind {
+            SourceKind::ConfigMap => configmaps,
+            SourceKind::Secret => secrets,
+        };
+        let root_ca_named = policy
+            .as_ref()
+            .and_then(|p| p.configmaps.as_ref())
+            .is_some_and(|l| l.iter().any(|n| n == ROOT_CA_CONFIGMAP));
+        let root_ca = source.kind == SourceKind::ConfigMap && source.name == ROOT_CA_CONFIGMAP;
+        if !followed || !narrowed_in(policy.as_ref(), source) || (root_ca && !root_ca_named) {
+            continue;
+        }
+        let list = out.entry(source.clone()).or_default();
+        if !list.contains(&whole) {
+            list.push(whole.clone());
+            list.sort();
+        }
+    }
+    out
+}
