@@ -1,6 +1,7 @@
 //! HTTP for ConfigMaps, Secrets and Leases (list/watch in all namespaces or one, get,
 //! create, update, patch, delete), list pagination shared with pods, and pod PATCH.
 
+use super::model::Resource;
 use super::objects::{PatchType, Stored};
 use super::render::{self, Render};
 use super::selectors::{FieldQuery, LabelQuery};
@@ -14,6 +15,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde_json::{json, Value};
@@ -48,6 +50,64 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
     routes::<ConfigMap>("/api/v1")
         .merge(routes::<Secret>("/api/v1"))
         .merge(routes::<Lease>("/apis/coordination.k8s.io/v1"))
+        .merge(routes::<Deployment>("/apis/apps/v1"))
+        .merge(routes::<StatefulSet>("/apis/apps/v1"))
+        .merge(routes::<DaemonSet>("/apis/apps/v1"))
+        .route("/apis/apps/v1/replicasets", get(list_all_rs))
+        .route("/apis/apps/v1/namespaces/{ns}/replicasets", get(list_ns_rs))
+        .route(
+            "/apis/apps/v1/namespaces/{ns}/replicasets/{name}",
+            get(get_rs),
+        )
+}
+
+/// ReplicaSets are read-only: the emulation's sets as the API serves them (lists and
+/// watches through the same filter; a watch replays the current sets and then only
+/// bookmarks, as the emulation records no ReplicaSet events).
+fn list_rs(
+    shared: Arc<Shared>,
+    ns: Option<String>,
+    p: HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Answer {
+    let how = render::from_headers(headers)?;
+    let filter = filter_of(Resource::ReplicaSets, ns, &p)?;
+    if let Some(req) = watch_of(&shared, filter.clone(), &p, how)? {
+        return start_watch(shared, req);
+    }
+    let how = render::for_list(how)?;
+    let state = shared.lock();
+    let matching: Vec<Value> = state
+        .object_values(Resource::ReplicaSets)
+        .into_iter()
+        .filter(|v| filter.matches_value(v))
+        .collect();
+    let (items, meta) = paginate(&state, matching, &p)?;
+    Ok(Json(render::list(Resource::ReplicaSets, meta, items, how)).into_response())
+}
+
+async fn list_all_rs(AxState(s): Shr, headers: HeaderMap, Query(p): Params) -> Answer {
+    list_rs(s, None, p, &headers)
+}
+
+async fn list_ns_rs(
+    AxState(s): Shr,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+    Query(p): Params,
+) -> Answer {
+    list_rs(s, Some(ns), p, &headers)
+}
+
+async fn get_rs(AxState(s): Shr, Path(key): Path<Key>, headers: HeaderMap) -> Answer {
+    let v = {
+        let st = s.lock();
+        st.replicasets
+            .get(&key)
+            .map(|rs| value(&st.replicaset_object(rs)))
+    }
+    .ok_or_else(|| ApiStatus::not_found("apps", "replicasets", &key.1))?;
+    one(StatusCode::OK, v, &headers)
 }
 
 pub(crate) fn truthy(p: &HashMap<String, String>, k: &str) -> bool {

@@ -8,6 +8,8 @@
 //! Tests and the simulated kubelet drive it in-process through [`ApiServer`]; reloadlet
 //! reaches it over HTTP through the kubeconfig from [`ApiServer::write_kubeconfig`].
 
+mod daemonset;
+mod deployment;
 mod disruption;
 mod events;
 mod eviction;
@@ -16,6 +18,7 @@ mod model;
 mod objects;
 mod pdb_store;
 mod pdb_watch;
+mod readiness;
 mod records;
 mod render;
 mod replicaset;
@@ -23,13 +26,17 @@ mod secure;
 pub mod selectors;
 mod server;
 mod shared;
+mod statefulset;
 mod status;
 mod store;
 mod watch;
+mod workloads;
+mod workloads_api;
 
 pub use disruption::{compute_status, expected_and_desired, scaled_value, BudgetError};
 pub use events::merge_patch;
 pub use model::ApiChange;
+pub use readiness::{ReadinessLog, ReadinessWatch, ReadySample, WorkloadKind};
 pub use records::{EvictionRecord, InvariantRecord, RecordedEvent, RequestRecord};
 pub use status::ApiStatus;
 

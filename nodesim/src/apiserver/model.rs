@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use rand::Rng;
 use std::time::Instant;
@@ -51,6 +51,12 @@ pub(crate) enum Resource {
     ConfigMaps,
     Secrets,
     Leases,
+    /// `apps/v1` Deployments, StatefulSets, DaemonSets (see [`super::workloads`]).
+    Deployments,
+    StatefulSets,
+    DaemonSets,
+    /// `apps/v1` ReplicaSets: served read-only from the emulation's [`ReplicaSetSim`]s.
+    ReplicaSets,
 }
 
 /// One change of a ConfigMap, Secret or Lease, as retained in history and sent to
@@ -112,7 +118,16 @@ pub(crate) struct ReplicaSetSim {
     pub uid: String,
     pub replicas: i32,
     pub template: PodTemplateSpec,
+    /// Where its pods run; empty: the server's nodes, spread (see `State::pick_node`).
     pub node_name: String,
+    /// The Deployment that controls it (`controller: true`), if any.
+    pub owner: Option<OwnerReference>,
+    /// `metadata.labels` (a Deployment's ReplicaSet carries `pod-template-hash`).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The resourceVersion it was created at: orders ReplicaSets oldest first.
+    pub created_rv: u64,
+    /// `metadata.creationTimestamp`.
+    pub created_at: Timestamp,
 }
 
 /// A random RFC 4122 version-4 UID.

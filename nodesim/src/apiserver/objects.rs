@@ -68,6 +68,15 @@ pub(crate) trait Stored:
     fn change(_key: &Key) -> Option<ApiChange> {
         None
     }
+    /// A controller acts on it: every client write is followed by `State::settle`.
+    const CONTROLLED: bool = false;
+    /// The registry strategy of a client write (`PrepareForCreate` / `PrepareForUpdate` and
+    /// defaulting): `old` is the stored object of an update. Controllers' own writes skip it.
+    fn prepare(_old: Option<&Self>, _new: &mut Self) {}
+    /// The registry's validation of a client write (422 when invalid).
+    fn validate(&self) -> Result<(), ApiStatus> {
+        Ok(())
+    }
 }
 
 impl Stored for ConfigMap {
@@ -184,6 +193,14 @@ impl State {
             Resource::ConfigMaps => self.configmaps.values().map(to_value).collect(),
             Resource::Secrets => self.secrets.values().map(to_value).collect(),
             Resource::Leases => self.leases.values().map(to_value).collect(),
+            Resource::Deployments => self.workloads.deployments.values().map(to_value).collect(),
+            Resource::StatefulSets => self.workloads.statefulsets.values().map(to_value).collect(),
+            Resource::DaemonSets => self.workloads.daemonsets.values().map(to_value).collect(),
+            Resource::ReplicaSets => self
+                .replicasets
+                .values()
+                .map(|rs| to_value(&self.replicaset_object(rs)))
+                .collect(),
         }
     }
 
@@ -206,7 +223,20 @@ impl State {
 
     /// Stores `new` over `old` (same key) unless nothing changed; stamps a new
     /// resourceVersion and emits MODIFIED (or ADDED) when it did.
-    fn commit_object<T: Stored>(&mut self, key: &Key, mut new: T) -> T {
+    fn commit_object<T: Stored>(&mut self, key: &Key, new: T) -> T {
+        let out = self.commit_object_as(key, new, true);
+        if T::CONTROLLED {
+            self.settle();
+        }
+        out
+    }
+
+    /// A controller's write (status, scale): no client strategy, no settling.
+    pub(crate) fn commit_by_controller<T: Stored>(&mut self, key: &Key, new: T) -> T {
+        self.commit_object_as(key, new, false)
+    }
+
+    fn commit_object_as<T: Stored>(&mut self, key: &Key, mut new: T, client: bool) -> T {
         let old = T::map(self).get(key).cloned();
         if let Some(old) = &old {
             let meta = new.metadata_mut();
@@ -215,6 +245,9 @@ impl State {
             meta.namespace = old.metadata().namespace.clone();
             meta.resource_version = old.metadata().resource_version.clone();
             meta.generation = old.metadata().generation;
+            if client {
+                T::prepare(Some(old), &mut new);
+            }
             // GuaranteedUpdate: an unchanged object is not written.
             if &new == old {
                 return new;
@@ -225,6 +258,9 @@ impl State {
             self.record_object(key, ChangeKind::Modified, Some(old), &new);
         } else {
             new.metadata_mut().namespace = Some(key.0.clone());
+            if client {
+                T::prepare(None, &mut new);
+            }
             self.stamp_new(new.metadata_mut());
             T::map_mut(self).insert(key.clone(), new.clone());
             self.record_object::<T>(key, ChangeKind::Added, None, &new);
@@ -281,6 +317,7 @@ impl State {
         }
         obj.metadata_mut().resource_version = None;
         obj.metadata_mut().uid = None;
+        obj.validate()?;
         Ok(self.commit_object(&key, obj))
     }
 
@@ -304,6 +341,7 @@ impl State {
             }
         }
         let before = to_value(current);
+        obj.validate()?;
         let out = self.commit_object(key, obj);
         self.own_changes(T::RESOURCE, key, &before, &to_value(&out), "");
         Ok(out)
@@ -351,6 +389,7 @@ impl State {
         if resource_version(obj.metadata()) != resource_version(current.metadata()) {
             return Err(conflict(T::ERROR_GROUP, T::URL_PATH_SEGMENT, &key.1));
         }
+        obj.validate()?;
         let out = self.commit_object(key, obj);
         if how == PatchType::Apply {
             self.own_applied(T::RESOURCE, key, &patch, field_manager);
@@ -373,6 +412,13 @@ impl State {
         let rv = self.next_rv();
         gone.metadata_mut().resource_version = Some(rv.to_string());
         self.record_object(key, ChangeKind::Deleted, None, &gone);
+        if T::CONTROLLED {
+            // The garbage collector deletes its dependents (background propagation).
+            if let Some(uid) = gone.metadata().uid.clone() {
+                self.workloads.deleted_owners.insert(uid);
+            }
+            self.settle();
+        }
         Ok(gone)
     }
 

@@ -132,6 +132,10 @@ pub(crate) fn kind_of(resource: Resource) -> (&'static str, &'static str) {
         Resource::ConfigMaps => ("ConfigMap", "v1"),
         Resource::Secrets => ("Secret", "v1"),
         Resource::Leases => ("Lease", "coordination.k8s.io/v1"),
+        Resource::Deployments => ("Deployment", "apps/v1"),
+        Resource::StatefulSets => ("StatefulSet", "apps/v1"),
+        Resource::DaemonSets => ("DaemonSet", "apps/v1"),
+        Resource::ReplicaSets => ("ReplicaSet", "apps/v1"),
     }
 }
 

@@ -12,10 +12,10 @@ impl ReplicaSetSim {
         controller_uid(pod).is_some_and(|u| u == self.uid)
     }
 
-    fn new_pod(&self, name: String) -> Pod {
+    fn new_pod(&self, name: String, node: String) -> Pod {
         let tmeta = self.template.metadata.clone().unwrap_or_default();
         let mut spec: PodSpec = self.template.spec.clone().unwrap_or_default();
-        spec.node_name = Some(self.node_name.clone());
+        spec.node_name = Some(node);
         Pod {
             metadata: ObjectMeta {
                 name: Some(name),
@@ -30,6 +30,8 @@ impl ReplicaSetSim {
                     controller: Some(true),
                     block_owner_deletion: Some(true),
                 }]),
+                // ReplicaSet pods are `generateName: <rs>-` (controller_utils.go).
+                generate_name: Some(format!("{}-", self.name)),
                 ..Default::default()
             },
             spec: Some(spec),
@@ -75,6 +77,10 @@ impl State {
                 replicas: replicas.max(0),
                 template,
                 node_name: node_name.to_string(),
+                owner: None,
+                labels: Default::default(),
+                created_rv: self.rv,
+                created_at: super::model::now_ts(),
             },
         );
         self.settle();
@@ -123,7 +129,18 @@ impl State {
                             break candidate;
                         }
                     };
-                    let mut pod = rs.new_pod(name);
+                    let siblings: Vec<&Pod> = self.pods.values().filter(|p| rs.owns(p)).collect();
+                    let node = if rs.node_name.is_empty() {
+                        let pinned = rs
+                            .template
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_deref());
+                        self.pick_node(pinned, &siblings)
+                    } else {
+                        rs.node_name.clone()
+                    };
+                    let mut pod = rs.new_pod(name, node);
                     self.stamp_new(&mut pod.metadata);
                     crate::projection::inject_kube_api_access(&mut pod);
 

@@ -36,6 +36,8 @@ pub(crate) struct State {
     pub events_core: BTreeMap<Key, CoreEvent>,
     pub pdbs: BTreeMap<Key, PdbEntry>,
     pub replicasets: BTreeMap<Key, ReplicaSetSim>,
+    /// `apps/v1` workloads and their controllers' bookkeeping (see `super::workloads`).
+    pub workloads: super::workloads::Workloads,
     pub evictions: Vec<EvictionRecord>,
     pub invariants: Vec<InvariantRecord>,
     pub requests: Vec<RequestRecord>,
@@ -67,6 +69,7 @@ impl State {
             events_core: BTreeMap::new(),
             pdbs: BTreeMap::new(),
             replicasets: BTreeMap::new(),
+            workloads: Default::default(),
             evictions: Vec::new(),
             invariants: Vec::new(),
             requests: Vec::new(),
@@ -126,6 +129,7 @@ impl State {
         };
         let _ = self.watch_tx.send(WatchSignal::Pod(Box::new(ev)));
         let _ = self.change_tx.send(change);
+        self.sample_readiness();
     }
 
     /// Stores the pod with a new resourceVersion; ADDED or MODIFIED.
@@ -262,10 +266,10 @@ impl State {
         Some(self.commit_pod(pod))
     }
 
-    /// Runs the controllers after a change: ReplicaSets first (they may add pods), then the
-    /// disruption controller over every PDB.
+    /// Runs the controllers after a change: workloads and ReplicaSets first (they may add
+    /// pods), then the disruption controller over every PDB.
     pub fn settle(&mut self) {
-        self.reconcile_replicasets();
+        self.reconcile_workloads();
         self.recompute_pdbs();
     }
 }

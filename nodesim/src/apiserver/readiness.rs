@@ -1,0 +1,131 @@
+//! A workload's readiness at every change of the server's pods, for tests that must show
+//! a rollout never left a workload without a Ready pod (or that it did): sampled by the
+//! server under its lock each time a pod is committed, so no moment is missed and nothing
+//! polls.
+
+use super::model::Key;
+use super::store::State;
+use super::workloads::is_ready;
+use k8s_openapi::api::core::v1::Pod;
+use std::sync::{Arc, Mutex, Weak};
+
+/// The kind of a workload, for [`super::ApiServer::track_readiness`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+}
+
+/// The pods of a workload at one change of the server's pods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadySample {
+    /// The resourceVersion of the pod change.
+    pub resource_version: u64,
+    /// Pods with condition Ready True and no `deletionTimestamp` (a terminating pod is no
+    /// longer a ready endpoint: EndpointSlice `ready` is false for terminating endpoints).
+    pub ready: usize,
+    /// Pods without a `deletionTimestamp`.
+    pub running: usize,
+    /// Pods with a `deletionTimestamp`, not yet removed.
+    pub terminating: usize,
+}
+
+/// Every distinct state of a workload's pods since tracking began.
+#[derive(Clone, Debug, Default)]
+pub struct ReadinessLog {
+    pub samples: Vec<ReadySample>,
+}
+
+impl ReadinessLog {
+    /// Whether there was a moment with no Ready pod.
+    pub fn ever_zero_ready(&self) -> bool {
+        self.samples.iter().any(|s| s.ready == 0)
+    }
+    /// The fewest Ready pods at any moment.
+    pub fn min_ready(&self) -> Option<usize> {
+        self.samples.iter().map(|s| s.ready).min()
+    }
+    /// The most non-terminating pods at any moment (replicas + surge).
+    pub fn max_running(&self) -> usize {
+        self.samples.iter().map(|s| s.running).max().unwrap_or(0)
+    }
+}
+
+/// A workload's readiness, sampled by the server under its lock on every pod change (not
+/// polled), from [`super::ApiServer::track_readiness`] until dropped.
+#[derive(Clone, Debug)]
+pub struct ReadinessWatch {
+    log: Arc<Mutex<ReadinessLog>>,
+}
+
+impl ReadinessWatch {
+    /// What was seen so far.
+    pub fn log(&self) -> ReadinessLog {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+pub(crate) struct Tracker {
+    /// The workload's UID: its pods are those it controls, directly or through a
+    /// ReplicaSet it controls.
+    uid: String,
+    log: Weak<Mutex<ReadinessLog>>,
+}
+
+impl State {
+    /// Starts a readiness log of a workload; `None` when it does not exist.
+    pub(crate) fn track_readiness(
+        &mut self,
+        kind: WorkloadKind,
+        key: &Key,
+    ) -> Option<ReadinessWatch> {
+        let w = &self.workloads;
+        let uid = match kind {
+            WorkloadKind::Deployment => w.deployments.get(key)?.metadata.uid.clone(),
+            WorkloadKind::StatefulSet => w.statefulsets.get(key)?.metadata.uid.clone(),
+            WorkloadKind::DaemonSet => w.daemonsets.get(key)?.metadata.uid.clone(),
+        }?;
+        let log = Arc::new(Mutex::new(ReadinessLog::default()));
+        self.workloads.trackers.push(Tracker {
+            uid,
+            log: Arc::downgrade(&log),
+        });
+        self.sample_readiness();
+        Some(ReadinessWatch { log })
+    }
+
+    /// One sample per open tracker (kept when it differs from the previous one).
+    pub(crate) fn sample_readiness(&mut self) {
+        self.workloads.trackers.retain(|t| t.log.strong_count() > 0);
+        if self.workloads.trackers.is_empty() {
+            return;
+        }
+        for t in &self.workloads.trackers {
+            let Some(log) = t.log.upgrade() else { continue };
+            let pods: Vec<&Pod> = self
+                .pods
+                .values()
+                .filter(|p| self.pod_of_workload(p, &t.uid))
+                .collect();
+            let terminating = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_some())
+                .count();
+            let sample = ReadySample {
+                resource_version: self.rv,
+                ready: pods.iter().filter(|p| is_ready(p)).count(),
+                running: pods.len() - terminating,
+                terminating,
+            };
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            let same = log.samples.last().is_some_and(|l| {
+                (l.ready, l.running, l.terminating)
+                    == (sample.ready, sample.running, sample.terminating)
+            });
+            if !same {
+                log.samples.push(sample);
+            }
+        }
+    }
+}
