@@ -37,8 +37,10 @@ pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
 /// each ConfigMap/Secret (volumes and env), like [`ENV_BASELINE`] (docs/rollout.md).
 pub const ROLLOUT_BASELINE: &str = "reloadlet.io/rollout-baseline";
 
-const KNOWN: [&str; 19] = [
+const KNOWN: [&str; 20] = [
     ROLLOUT_BASELINE,
+    // Copied from the pod template onto every pod a rollout creates.
+    crate::core::rollout::RESTARTED_FOR,
     crate::core::rollout::ON_BLOCKED,
     crate::core::rollout::BLOCKED_TIMEOUT,
     ENV_ACTION,
@@ -195,7 +197,7 @@ pub enum AnnotationError {
     InvalidHttpMethod(String),
     #[error("{HTTP_SCHEME}: {0:?} is not valid; use \"http\" (the default) or \"https\"")]
     InvalidHttpScheme(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, on-blocked, blocked-timeout, rollout-baseline, containers, configmaps, secrets, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline")]
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, on-blocked, blocked-timeout, rollout-baseline, restarted-for, containers, configmaps, secrets, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline")]
     UnknownKey(String),
 }
 
