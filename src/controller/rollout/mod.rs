@@ -10,6 +10,12 @@
 //! a workload twice for one change, and a change made while no controller ran is rolled once.
 //! Changes that arrive within [`COALESCE`] of the first are one batch: every workload is
 //! patched once per batch, however many of its pods (on however many nodes) qualify.
+//!
+//! Escalation (`reloadlet.io/on-blocked: rollout` on an `action: evict` pod, issue #26 §2):
+//! the agent evicts the pod on the change; when the pod still runs
+//! `reloadlet.io/blocked-timeout` (default 10 m) after the change was seen — its eviction
+//! was blocked by a budget, structurally or for longer than the timeout — the owner is
+//! rolled as above. Seen from the API alone: a pod created before the change, still there.
 
 pub mod refs;
 
@@ -71,6 +77,8 @@ pub struct RolloutFeature {
     /// The batch being gathered, and when it is due.
     pending: BTreeMap<String, Asking>,
     due: Option<Instant>,
+    /// Changes of `on-blocked: rollout` pods, rolled when the pod still runs at the instant.
+    escalations: Vec<(Instant, Asking)>,
     /// Batches handled: the changes whose baseline moves on.
     done_tx: mpsc::UnboundedSender<Vec<EnvChange>>,
     done_rx: mpsc::UnboundedReceiver<Vec<EnvChange>>,
@@ -88,13 +96,14 @@ impl RolloutFeature {
             fetches,
             pending: BTreeMap::new(),
             due: None,
+            escalations: Vec::new(),
             done_tx,
             done_rx,
         }
     }
 
     fn put_pod(&mut self, pod: &PodInfo, world: &World) {
-        if !refs::eligible(pod) {
+        if refs::mode(pod).is_none() {
             self.tracker.remove_pod(&pod.uid);
             return;
         }
@@ -175,6 +184,26 @@ impl RolloutFeature {
             // Not reported again in this run for the same data; the baseline moves once the
             // batch is handled.
             self.tracker.acting(&change);
+            let mode = world.get(&change.uid).and_then(refs::mode);
+            if let Some(refs::Mode::AfterBlocked(timeout)) = mode {
+                tracing::info!(pod = %pod.full_name(), source = %change.source, timeout = %humantime::format_duration(timeout), "evict pod with on-blocked: rollout; its owner is rolled if the pod still runs after the timeout");
+                let at = Instant::now() + timeout;
+                match self
+                    .escalations
+                    .iter_mut()
+                    .find(|(_, a)| a.pod.uid == pod.uid)
+                {
+                    Some((_, asking)) => asking.changes.push(change),
+                    None => self.escalations.push((
+                        at,
+                        Asking {
+                            pod,
+                            changes: vec![change],
+                        },
+                    )),
+                }
+                continue;
+            }
             self.pending
                 .entry(change.uid.clone())
                 .or_insert_with(|| Asking {
@@ -184,6 +213,34 @@ impl RolloutFeature {
                 .changes
                 .push(change);
             self.due.get_or_insert_with(|| Instant::now() + COALESCE);
+        }
+    }
+
+    /// Escalations due: pods created before their change and still running join the batch;
+    /// those gone were evicted (their replacements took a new baseline).
+    fn escalate(&mut self, world: &World) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.escalations)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.escalations = later;
+        for (_, asking) in due {
+            let still = world
+                .get(&asking.pod.uid)
+                .is_some_and(|p| !p.terminating && refs::mode(p).is_some());
+            if !still {
+                continue;
+            }
+            tracing::warn!(pod = %asking.pod.full_name(), "the pod still runs after its blocked-timeout (on-blocked: rollout); rolling its owner");
+            self.pending
+                .entry(asking.pod.uid.clone())
+                .or_insert_with(|| Asking {
+                    pod: asking.pod.clone(),
+                    changes: Vec::new(),
+                })
+                .changes
+                .extend(asking.changes);
+            self.due.get_or_insert(now);
         }
     }
 
@@ -385,6 +442,13 @@ impl Feature for RolloutFeature {
                     None => std::future::pending().await,
                 }
             };
+            let escalation = self.escalations.iter().map(|(at, _)| *at).min();
+            let escalate = async {
+                match escalation {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 Some(fetched) = self.fetched_rx.recv() => self.fetched(fetched, world),
                 Some(handled) = self.done_rx.recv() => {
@@ -398,6 +462,13 @@ impl Feature for RolloutFeature {
                     } else {
                         self.pending.clear();
                         self.due = None;
+                    }
+                }
+                () = escalate => {
+                    if world.leader {
+                        self.escalate(world);
+                    } else {
+                        self.escalations.clear();
                     }
                 }
             }

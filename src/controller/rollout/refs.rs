@@ -8,16 +8,37 @@
 use crate::controller::env::hash::{self, narrowed_in, Selector};
 use crate::core::annotations::{self, Action};
 use crate::core::model::{EnvKeys, PodInfo, SourceKind, SourceRef, ROOT_CA_CONFIGMAP};
+use crate::core::rollout::{on_blocked, OnBlocked};
 use std::collections::BTreeMap;
 
-/// Does the controller roll this pod's owner on a change? (`action: rollout`, valid
-/// annotations, running, not terminating.)
-pub fn eligible(pod: &PodInfo) -> bool {
-    matches!(
-        annotations::parse(&pod.annotations),
-        Ok(Some(ref p)) if p.action == Action::Rollout
-    ) && !pod.terminating
-        && pod.phase == "Running"
+/// When a change rolls a pod's owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `action: rollout`: at once.
+    Now,
+    /// `action: evict` with `reloadlet.io/on-blocked: rollout`: when the pod still runs
+    /// this long after the change (its eviction was blocked; the agent keeps trying).
+    AfterBlocked(std::time::Duration),
+}
+
+/// Does the controller roll this pod's owner on a change, and when? (`action: rollout`, or
+/// `action: evict` with `on-blocked: rollout`; valid annotations, running, not terminating.)
+/// Invalid `on-blocked` / `blocked-timeout` values are the agent's to report (it sees the
+/// change on its node); the controller then does nothing.
+pub fn mode(pod: &PodInfo) -> Option<Mode> {
+    if pod.terminating || pod.phase != "Running" {
+        return None;
+    }
+    match annotations::parse(&pod.annotations) {
+        Ok(Some(p)) if p.action == Action::Rollout => Some(Mode::Now),
+        Ok(Some(p)) if matches!(p.action, Action::Evict { .. }) => {
+            match on_blocked(&pod.annotations) {
+                Ok((OnBlocked::Rollout, timeout)) => Some(Mode::AfterBlocked(timeout)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// The references a rollout pod's baseline covers (`configmaps`/`secrets`: the kinds

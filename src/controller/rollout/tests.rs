@@ -596,3 +596,62 @@ async fn a_failed_patch_is_retried_then_warned_about() {
     assert!(events[0].2.contains("denied by ValidatingAdmissionPolicy"));
     h.stop().await;
 }
+
+/// An `action: evict` pod of Deployment `name` with `on-blocked: rollout` after `timeout`.
+fn blocked_pod(name: &str, timeout: Option<&str>) -> PodInfo {
+    let mut p = with(pod(name), "reloadlet.io/action", "evict");
+    p.annotations
+        .insert("reloadlet.io/on-blocked".into(), "rollout".into());
+    if let Some(t) = timeout {
+        p.annotations
+            .insert("reloadlet.io/blocked-timeout".into(), t.into());
+    }
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_blocked_rollout_rolls_the_owner_only_when_the_pod_outlives_its_timeout() {
+    let workloads = Arc::new(FakeWorkloads::default());
+    for (p, d) in [
+        ("stuck", "a"),
+        ("evicted", "b"),
+        ("plain", "c"),
+        ("bad", "d"),
+    ] {
+        workloads.deployment_pod(NS, p, d, Strategy::deployment_default(1));
+    }
+    let stuck = blocked_pod("stuck", Some("1m"));
+    let evicted = blocked_pod("evicted", None);
+    // action evict without on-blocked, and with an unknown value: never rolled.
+    let plain = with(pod("plain"), "reloadlet.io/action", "evict");
+    let bad = with(
+        blocked_pod("bad", None),
+        "reloadlet.io/on-blocked",
+        "escalate",
+    );
+    let h = start(objects(), workloads, FakePatcher::default(), false);
+    h.list(vec![stuck, evicted.clone(), plain, bad]).await;
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    // The agent's eviction of "evicted" succeeded: the pod is gone.
+    h.tx.send(Input::PodDeleted {
+        uid: evicted.uid.clone(),
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    assert!(h.workloads.patched().is_empty(), "not before the timeout");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let patched = h.workloads.patched();
+    assert_eq!(patched.len(), 1, "{patched:?}");
+    assert_eq!(patched[0].0, deployment("a"));
+    // The default timeout (10 m) of the evicted pod passes: nothing more (it is gone).
+    tokio::time::sleep(Duration::from_secs(11 * 60)).await;
+    assert_eq!(h.workloads.patched().len(), 1);
+    let events = h.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].0.as_str(), events[0].1),
+        ("stuck", "RolloutRequested")
+    );
+    h.stop().await;
+}
