@@ -328,3 +328,69 @@ async fn statefulsets_and_daemonsets_roll_on_delete_and_unowned_pods_are_warned_
     );
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eviction_no_budget_allows_ends_in_one_rollout_after_blocked_timeout() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    change(&node, "web-cfg", "v1");
+    // One replica, minAvailable 1: no eviction can ever succeed.
+    node.api.create_pdb(
+        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": NS},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
+        .unwrap(),
+    );
+    let mut tpl = template("web");
+    tpl["metadata"]["annotations"]["reloadlet.io/action"] = json!("evict");
+    tpl["metadata"]["annotations"]["reloadlet.io/on-blocked"] = json!("rollout");
+    tpl["metadata"]["annotations"]["reloadlet.io/blocked-timeout"] = json!("4s");
+    let mut s = spec("web", json!({"replicas": 1}));
+    s["template"] = tpl;
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    node.start_agent(&[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    let old = settled(&node, WorkloadKind::Deployment, "web", 1).await;
+    let readiness = node
+        .api
+        .track_readiness(WorkloadKind::Deployment, NS, "web")
+        .unwrap();
+
+    change(&node, "web-cfg", "v2");
+    until("the agent's eviction refused by the budget", WAIT, || {
+        node.api.evictions().iter().any(|e| e.code == 429)
+    })
+    .await;
+    eventually(
+        "the Deployment rolled and the old pod replaced",
+        WAIT,
+        || {
+            let live: Vec<Pod> = node
+                .api
+                .pods_of_workload(WorkloadKind::Deployment, NS, "web")
+                .into_iter()
+                .filter(running_ready)
+                .collect();
+            let ids = uids(&live);
+            (ids.len() == 1 && ids.is_disjoint(&old)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(workload_patches(&node, "deployments/web"), 1);
+    assert!(
+        node.api.evictions().iter().all(|e| e.code != 201),
+        "no eviction succeeded"
+    );
+    assert!(node.api.invariant_violations().is_empty());
+    let log = readiness.log();
+    assert!(!log.ever_zero_ready(), "{log:?}");
+    never("a second rollout", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+    })
+    .await;
+    controller.stop().await;
+}
