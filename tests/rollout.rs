@@ -117,6 +117,19 @@ fn events(node: &Node, reason: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// `reloadlet explain --pod apps/<name>` against the simulated API server.
+fn explain(node: &Node, name: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        .args(["explain", "--pod", &format!("{NS}/{name}")])
+        .env("KUBECONFIG", node.kubeconfig())
+        .env("NODE_NAME", NODE)
+        .env_remove("POD_NAME")
+        .env_remove("POD_NAMESPACE")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 fn change(node: &Node, name: &str, value: &str) {
     node.api
         .apply_configmap(configmap(NS, name, &[("app.conf", value)]));
@@ -142,6 +155,18 @@ async fn a_one_replica_deployment_rolls_surge_first_once_per_change_and_never_tw
         .api
         .track_readiness(WorkloadKind::Deployment, NS, "web")
         .unwrap();
+    let pod_name = node
+        .api
+        .pods_of_workload(WorkloadKind::Deployment, NS, "web")[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let text = explain(&node, &pod_name);
+    assert!(
+        text.contains("rolls Deployment apps/web") && text.contains("surges: yes"),
+        "{text}"
+    );
 
     // Labels only: nothing rolls.
     node.api

@@ -90,6 +90,8 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     let mut text = explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid);
     text.push_str(&crate::controller::nudge::qualify::explain(&info));
     text.push_str(&crate::controller::env::hash::explain(&info));
+    let workloads = crate::k8s::workloads::KubeWorkloads::new(clients.main.clone());
+    text.push_str(&crate::controller::rollout::explain::explain(&info, &workloads).await);
     Ok(text)
 }
 

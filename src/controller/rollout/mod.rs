@@ -17,6 +17,7 @@
 //! was blocked by a budget, structurally or for longer than the timeout — the owner is
 //! rolled as above. Seen from the API alone: a pod created before the change, still there.
 
+pub mod explain;
 pub mod refs;
 
 use super::api::{EnvApi, ObjectKey, WorkloadApi};
