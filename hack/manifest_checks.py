@@ -47,7 +47,9 @@ CONTROLLER_RULES = frozenset(
     + [("apps", "replicasets", "get")]
     + [("apps", w, v) for w in ("deployments", "statefulsets", "daemonsets") for v in ("get", "patch")]
 )
-CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch")])
+# controller.secrets: list/watch (metadata for nudges) and get (rollout pods reading a Secret,
+# docs/rollout.md; rollout is on by default).
+CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch"), ("", "secrets", "get")])
 # Leader election (src/controller/settings.rs LEASE_NAME; src/k8s/controller.rs
 # KubeLeaseStore: get_opt, create, replace): create cannot be limited by resourceNames.
 LEASE_NAME = "reloadlet-controller"
