@@ -655,3 +655,51 @@ async fn on_blocked_rollout_rolls_the_owner_only_when_the_pod_outlives_its_timeo
     );
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_secret_rolls_nothing_without_secrets() {
+    let workloads = Arc::new(FakeWorkloads::default());
+    workloads.deployment_pod(NS, "web", "web", Strategy::deployment_default(1));
+    let mut p = pod("web");
+    p.env.clear();
+    p.volumes[0].sources = vec![SourceRef {
+        kind: SourceKind::Secret,
+        name: "creds".into(),
+    }];
+    let secret = ObjectKey {
+        kind: SourceKind::Secret,
+        namespace: NS.into(),
+        name: "creds".into(),
+    };
+    let api = objects();
+    api.objects
+        .lock()
+        .unwrap()
+        .insert(secret.clone(), data(&[("password", "a")]));
+    // `start` runs the feature without --secrets.
+    let h = start(api, workloads, FakePatcher::default(), false);
+    h.list(vec![p]).await;
+    h.api
+        .objects
+        .lock()
+        .unwrap()
+        .insert(secret.clone(), data(&[("password", "b")]));
+    h.tx.send(Input::Object {
+        key: secret.clone(),
+        resource_version: "2".into(),
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(h.workloads.patched().is_empty());
+    assert!(
+        h.api
+            .reads
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|k| k.kind != SourceKind::Secret),
+        "a Secret was read without --secrets"
+    );
+    h.stop().await;
+}
