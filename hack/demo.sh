@@ -3,7 +3,9 @@
 # its real sync timing, with a real nginx pod that reloadlet reloads in place — one ConfigMap
 # change without `reloadlet controller` (the wait for the kubelet's periodic sync), one with
 # it (about a second) — then three replicas replaced one at a time through the Eviction API
-# behind a PodDisruptionBudget, and a real Prometheus reloaded over HTTP (`action: http`).
+# behind a PodDisruptionBudget, a real Prometheus reloaded over HTTP (`action: http`), and a
+# one-replica Deployment without reload support rolled surge-first (`action: rollout`), never
+# without a Ready pod.
 # 30–40 s after the build.
 #
 #   hack/demo.sh                        # kubelet syncFrequency 20 s (a real kubelet: 60 s)

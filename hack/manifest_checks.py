@@ -42,8 +42,14 @@ CONTROLLER_RULES = frozenset(
     + [("", "pods", v) for v in ("get", "list", "watch", "patch")]
     + [("", "pods/eviction", "create")]
     + [("events.k8s.io", "events", v) for v in ("create", "patch")]
+    # Rollout (on by default, docs/rollout.md; src/k8s/workloads.rs): a pod's ReplicaSet
+    # (get, metadata only), the workload's strategy (get) and its one template patch.
+    + [("apps", "replicasets", "get")]
+    + [("apps", w, v) for w in ("deployments", "statefulsets", "daemonsets") for v in ("get", "patch")]
 )
-CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch")])
+# controller.secrets: list/watch (metadata for nudges) and get (rollout pods reading a Secret,
+# docs/rollout.md; rollout is on by default).
+CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch"), ("", "secrets", "get")])
 # Leader election (src/controller/settings.rs LEASE_NAME; src/k8s/controller.rs
 # KubeLeaseStore: get_opt, create, replace): create cannot be limited by resourceNames.
 LEASE_NAME = "reloadlet-controller"
@@ -53,6 +59,9 @@ LEASE_RULES = {
 }
 NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
 BASELINE_ANNOTATION = "reloadlet.io/env-baseline"
+ROLLOUT_BASELINE_ANNOTATION = "reloadlet.io/rollout-baseline"
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+RESTARTED_FOR = "reloadlet.io/restarted-for"
 # Kinds of the optional monitoring objects, and the suffix of the dashboard ConfigMap's name.
 MONITORING_KINDS = {"PrometheusRule", "ConfigMap"}
 DASHBOARD_SUFFIX = "-grafana-dashboard"
@@ -620,7 +629,7 @@ def _controller_sa(r: Render) -> list[dict]:
     return [{"kind": "ServiceAccount", "name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}]
 
 
-@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch (+ secrets list/watch with controller.secrets)")
+@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch (+ secrets list/watch with controller.secrets)")
 def _controller_rules(r: Render) -> tuple[bool, str]:
     if not r.controller:
         return None
@@ -953,6 +962,58 @@ POLICY_CASES = [
     ("sets the env baseline", _ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef,secret/db=fedcba9876543210"), "", True),
     ("writes a malformed env baseline", _ann(BASELINE_ANNOTATION, "configmap/app-env=xyz"), "", False),
     ("sets the env baseline and changes another annotation", _both(_ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef"), _ann("team", "b")), "", False),
+    ("sets the rollout baseline", _ann(ROLLOUT_BASELINE_ANNOTATION, "configmap/app-cfg=0123456789abcdef"), "", True),
+    ("writes a malformed rollout baseline", _ann(ROLLOUT_BASELINE_ANNOTATION, "configmap/app-cfg"), "", False),
+    ("sets the rollout annotations on the pod itself", _ann(RESTARTED_AT, "2026-11-26T12:00:00Z"), "", False),
+]
+
+
+def _sample_deployment() -> dict:
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "apps", "uid": "d1", "resourceVersion": "100",
+                     "labels": {"app": "web"}, "annotations": {"deployment.kubernetes.io/revision": "3"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}, "annotations": {"reloadlet.io/action": "rollout"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+            },
+        },
+    }
+
+
+def _tmpl(key: str, value: str | None):
+    def fn(d: dict) -> None:
+        anns = d["spec"]["template"]["metadata"].setdefault("annotations", {})
+        if value is None:
+            anns.pop(key, None)
+        else:
+            anns[key] = value
+    return fn
+
+
+_ROLL = _both(_tmpl(RESTARTED_AT, "2026-11-26T12:00:00.123Z"), _tmpl(RESTARTED_FOR, "configmap/app-cfg,secret/db"))
+
+# (description, edit of the old Deployment, subresource, allowed?)
+WORKLOAD_CASES = [
+    ("writes restartedAt and restarted-for", _ROLL, "", True),
+    ("writes restartedAt only (kubectl rollout restart's patch)", _tmpl(RESTARTED_AT, "2026-11-26T12:00:00+02:00"), "", True),
+    ("changes the replicas", _both(_ROLL, lambda d: d["spec"].update(replicas=0)), "", False),
+    ("changes the image", _both(_ROLL, lambda d: d["spec"]["template"]["spec"]["containers"][0].update(image="evil:1")), "", False),
+    ("changes the strategy", lambda d: d["spec"].update(strategy={"type": "Recreate"}), "", False),
+    ("pauses the Deployment", lambda d: d["spec"].update(paused=True), "", False),
+    ("changes a template label", lambda d: d["spec"]["template"]["metadata"]["labels"].update(app="evil"), "", False),
+    ("adds another template annotation", _both(_ROLL, _tmpl("x", "1")), "", False),
+    ("removes a template annotation", _tmpl("reloadlet.io/action", None), "", False),
+    ("changes another template annotation's value", _both(_ROLL, _tmpl("reloadlet.io/action", "signal")), "", False),
+    ("changes the workload's own annotations", lambda d: d["metadata"]["annotations"].update(x="1"), "", False),
+    ("changes the workload's labels", lambda d: d["metadata"]["labels"].update(x="1"), "", False),
+    ("writes a restartedAt that is no time", _tmpl(RESTARTED_AT, "now"), "", False),
+    ("writes a malformed restarted-for", _tmpl(RESTARTED_FOR, "everything"), "", False),
+    ("scales through the scale subresource", lambda d: d["spec"].update(replicas=5), "scale", False),
 ]
 
 
@@ -982,6 +1043,39 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
             continue
         if got != allowed:
             problems.append(f"an update that {desc} is {'admitted' if got else 'rejected'}")
+    return not problems, "; ".join(problems)
+
+
+@render_check("admission policy: a workload update by the controller may change only the restartedAt and restarted-for template annotations")
+def _policy_workloads(r: Render) -> tuple[bool, str]:
+    if not r.admission_policy:
+        return None
+    vap, _ = _policy(r)
+    rules = _get(vap, "spec", "matchConstraints", "resourceRules", default=[])
+    problems = []
+    for res in ("deployments", "statefulsets", "daemonsets"):
+        if not any("apps" in (x.get("apiGroups") or []) and res in (x.get("resources") or [])
+                   and f"{res}/*" in (x.get("resources") or []) and "UPDATE" in (x.get("operations") or [])
+                   for x in rules):
+            problems.append(f"{res} (and its subresources) not matched on UPDATE")
+    try:
+        policy = _Policy(vap)
+    except ImportError:
+        return False, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
+    except Exception as e:  # noqa: BLE001
+        return False, f"does not compile: {' '.join(str(e).split())[:300]}"
+    user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
+    old = _sample_deployment()
+    for desc, fn, sub, allowed in WORKLOAD_CASES:
+        req = {"operation": "UPDATE", "subResource": sub, "namespace": "apps", "name": "web",
+               "userInfo": {"username": user}, "object": _edit(old, fn), "oldObject": old}
+        try:
+            got = not policy.matches(req) or policy.admits(req)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{desc}: evaluation failed: {e}")
+            continue
+        if got != allowed:
+            problems.append(f"a workload update that {desc} is {'admitted' if got else 'rejected'}")
     return not problems, "; ".join(problems)
 
 

@@ -303,7 +303,8 @@ CS, CNP, CNC, KNP = "chart-secrets", "chart-no-policy", "chart-no-controller", "
 OBJECTS = "objects: exactly the expected kinds and names"
 CLUSTER_SCOPED = "objects: cluster-scoped objects carry no metadata.namespace"
 C_RULES = ("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch,"
-           " pods/eviction create, events create/patch (+ secrets list/watch with controller.secrets)")
+           " pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets"
+           " get/patch (+ secrets list/watch with controller.secrets)")
 C_SECRETS = "controller: Secrets list/watch and --secrets only with controller.secrets"
 C_LEASE = "controller rbac: leases create, get/update on its own Lease, through a Role in its namespace"
 C_BINDING = "controller rbac: bound to the controller's ServiceAccount only"
@@ -316,6 +317,7 @@ C_LINUX = "controller pod: Linux nodes only (nodeSelector kubernetes.io/os: linu
 C_SELECTORS = "controller pod: agent and controller selectors never match each other's pods"
 P_BINDING = "admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs"
 P_CEL = "admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected"
+P_WORKLOADS = "admission policy: a workload update by the controller may change only the restartedAt and restarted-for template annotations"
 P_USER = "admission policy: applies to the controller's ServiceAccount (system:serviceaccount:<ns>:<name>) only"
 AGREE = "agree: security-relevant fields identical"
 
@@ -501,6 +503,28 @@ MUTATIONS += [
     Mutation("policy lets the spec change",
              lambda c: _replace_in(_validation(c, CD, "object.spec"), "expression", "object.spec == oldObject.spec &&", ""),
              P_CEL, CD),
+    Mutation("controller may update (not only patch) Deployments",
+             lambda c: next(r for r in _c(c, CD, "ClusterRole")["rules"] if "deployments" in r["resources"])["verbs"].append("update"),
+             C_RULES, CD),
+    Mutation("controller may delete pods through the rollout's workload rule",
+             lambda c: _c(c, K, "ClusterRole")["rules"].append({"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["delete"]}),
+             C_RULES, K),
+    Mutation("policy lets a workload's replicas change",
+             lambda c: _replace_in(_validation(c, K, "object.spec.?replicas"), "expression",
+                                   "object.spec.?replicas == oldObject.spec.?replicas &&", ""),
+             P_WORKLOADS, K),
+    Mutation("policy lets any pod template annotation change",
+             lambda c: _replace_in(_validation(c, CD, "variables.newTemplate.all"), "expression",
+                                   "&& variables.oldTemplate[k] == variables.newTemplate[k]", ""),
+             P_WORKLOADS, CD),
+    Mutation("policy does not match StatefulSets",
+             lambda c: [r["resources"].remove(x) for r in _vap(c, CR)["spec"]["matchConstraints"]["resourceRules"]
+                        for x in ("statefulsets", "statefulsets/*") if x in r["resources"]],
+             P_WORKLOADS, CR),
+    Mutation("policy accepts any restartedAt",
+             lambda c: _replace_in(_validation(c, K, "variables.restartedAt].matches"), "expression",
+                                   "variables.newTemplate[variables.restartedAt].matches(", "true || variables.newTemplate[variables.restartedAt].matches("),
+             P_WORKLOADS, K),
     Mutation("policy without the subresource rule",
              lambda c: _vap(c, K)["spec"].update(validations=[v for v in _vap(c, K)["spec"]["validations"]
                                                               if "subResource" not in v["expression"]]),

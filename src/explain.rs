@@ -178,6 +178,15 @@ pub fn report(
                 }
             );
         }
+        Action::Rollout => {
+            let _ = writeln!(
+                w,
+                "  action: rollout — reloadlet controller patches the owning workload's pod template (kubectl.kubernetes.io/restartedAt) once per change; the node agent never signals, evicts or calls this pod"
+            );
+            if !pod.has_controller {
+                let _ = writeln!(w, "  WARNING (RolloutUnsupported): the pod has no controlling owner; nothing will roll it");
+            }
+        }
         Action::Evict { allow_unowned } => {
             let _ = writeln!(
                 w,

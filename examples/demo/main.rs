@@ -8,6 +8,7 @@
 mod evictions;
 mod http;
 mod nginx;
+mod rollout;
 mod support;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -319,6 +320,9 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     // --- 4. the http action: real Prometheus, no reload sidecar ---
     let http_took = http::scene(&node, &listen).await?;
 
+    // --- 5. the rollout action: a one-replica Deployment without reload support ---
+    let (rolled, zero_ready) = rollout::scene(&node).await?;
+
     say("summary: kubectl apply -> nginx serves the new config");
     println!(
         "    controller off: {:>7.3} s  (the kubelet's periodic sync, due {window} after the pod's last sync\n                               here, on the next 1 s tick; {real_window} with the default syncFrequency {})",
@@ -341,6 +345,11 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
             took.as_secs_f64()
         );
     }
+    println!(
+        "    one-replica Deployment rolled surge-first in {:.1} s; a moment without a Ready pod: {}",
+        rolled.as_secs_f64(),
+        if zero_ready { "YES" } else { "never" }
+    );
     say("done; cleaning up the simulated node");
     drop(controller);
     drop(agent);

@@ -45,6 +45,29 @@ pub struct ControllerArgs {
     /// `--flap-threshold`, `--time-zone`, `--max-defer` (docs/pacing.md).
     #[command(flatten)]
     pub pacing: PacingArgs,
+    #[command(flatten)]
+    pub rollout: RolloutArgs,
+}
+
+/// `reloadlet.io/action: rollout` (docs/rollout.md).
+#[derive(Debug, Clone, Args)]
+pub struct RolloutArgs {
+    /// Roll the owning Deployment/StatefulSet/DaemonSet of `reloadlet.io/action: rollout`
+    /// pods when data they read changes (needs get on pods and ReplicaSets, get/patch on the
+    /// workloads). `--rollout=false` turns it off (Helm `controller.rollout.enabled`).
+    #[arg(long = "rollout", env = "RELOADLET_ROLLOUT", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub enabled: bool,
+    /// Also roll Argo Rollouts (`argoproj.io/v1alpha1`, through `spec.restartAt`). Off by
+    /// default: it needs get/patch on rollouts.argoproj.io.
+    #[arg(long, env = "RELOADLET_ARGO_ROLLOUTS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub argo_rollouts: bool,
+}
+
+/// What the rollout feature does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RolloutSettings {
+    pub enabled: bool,
+    pub argo: bool,
 }
 
 /// Leader election: whether, through which Lease namespace, as whom, and its timing.
@@ -93,6 +116,7 @@ pub struct ControllerSettings {
     /// `--flap-threshold`, `--time-zone`, `--max-defer` (the controller has no `--debounce`:
     /// 0 unless a pod sets `reloadlet.io/debounce`).
     pub pacing: crate::core::pacing::PacingDefaults,
+    pub rollout: RolloutSettings,
 }
 
 #[derive(Clone, Debug)]
@@ -169,6 +193,10 @@ impl ControllerArgs {
             notify,
             dry_run: scope.dry_run,
             instance,
+            rollout: RolloutSettings {
+                enabled: self.rollout.enabled,
+                argo: self.rollout.argo_rollouts,
+            },
         })
     }
 }
@@ -284,6 +312,10 @@ mod tests {
             assert!(!s(&[]).env_secrets, "off by default");
             assert!(s(&["--env-consumers-secrets"]).env_secrets);
             assert!(!s(&["--env-consumers-secrets=false"]).env_secrets);
+            assert!(s(&[]).rollout.enabled, "rollout on by default");
+            assert!(!s(&["--rollout=false"]).rollout.enabled);
+            assert!(!s(&[]).rollout.argo, "Argo Rollouts off by default");
+            assert!(s(&["--argo-rollouts"]).rollout.argo);
         }
         assert!(Wrap::try_parse_from(["x", "--env-consumers=maybe"]).is_err());
         // The agent's notification flags, the same way.

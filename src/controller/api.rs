@@ -5,6 +5,7 @@
 use super::env::hash::ObjectData;
 use super::lease::LeaseRecord;
 use crate::core::model::{PodInfo, SourceKind};
+use crate::core::rollout::{OwnerRef, Strategy, WorkloadRef};
 use futures::future::BoxFuture;
 use std::future::Future;
 
@@ -74,4 +75,27 @@ pub trait LeaseStore: Send + Sync + 'static {
         record: &LeaseRecord,
         resource_version: &str,
     ) -> impl Future<Output = Result<(), LeaseError>> + Send;
+}
+
+/// The rollout feature's reads (`reloadlet.io/action: rollout`): who owns a pod, who owns a
+/// ReplicaSet, and a workload's update strategy. The patch itself goes through the executor
+/// (`crate::execute::rollout`).
+pub trait WorkloadApi: Send + Sync + 'static {
+    /// The pod's controlling owner (`Ok(None)`: none, or the pod is gone).
+    fn pod_owner<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>>;
+    /// A ReplicaSet's controlling owner (`Ok(None)`: none, or no such ReplicaSet).
+    fn replica_set_owner<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>>;
+    /// The workload's update strategy, defaults filled in (`Ok(None)`: no such workload).
+    fn strategy<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<Strategy>, String>>;
 }

@@ -1,11 +1,13 @@
 //! In-memory fakes of the controller's edges that record what was asked of them (tests only).
 
-use super::api::{EnvApi, LeaseError, LeaseStore, ObjectKey};
+use super::api::{EnvApi, LeaseError, LeaseStore, ObjectKey, WorkloadApi};
 use super::env::hash::ObjectData;
 use super::lease::LeaseRecord;
 use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
 use crate::core::model::PodInfo;
+use crate::core::rollout::{OwnerRef, Strategy, WorkloadKind, WorkloadRef};
 use crate::execute::patch::{PatchError, PatchRequest, Patcher};
+use crate::execute::rollout::WorkloadPatcher;
 use futures::future::BoxFuture;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -68,6 +70,10 @@ impl FakePatcher {
     /// `(namespace, name, value)` of every nudge patch request, in order.
     pub fn patches(&self) -> Vec<(String, String, String)> {
         self.written(PROJECTION_NUDGE)
+    }
+    /// `(namespace, name, value)` of every rollout baseline write, in order.
+    pub fn rollout_baselines(&self) -> Vec<(String, String, String)> {
+        self.written(crate::core::annotations::ROLLOUT_BASELINE)
     }
     /// `(namespace, name, value)` of every env baseline write, in order.
     pub fn baseline_writes(&self) -> Vec<(String, String, String)> {
@@ -210,5 +216,122 @@ impl LeaseStore for FakeLeaseStore {
             }
         };
         std::future::ready(r)
+    }
+}
+
+/// Owners of pods and ReplicaSets, workload strategies; every workload patch is recorded.
+#[derive(Default)]
+pub struct FakeWorkloads {
+    /// `(namespace, pod)` → its controlling owner.
+    pub pod_owners: Mutex<HashMap<(String, String), OwnerRef>>,
+    /// `(namespace, replica set)` → its controlling owner.
+    pub rs_owners: Mutex<HashMap<(String, String), OwnerRef>>,
+    pub strategies: Mutex<HashMap<WorkloadRef, Strategy>>,
+    pub patches: Mutex<Vec<(WorkloadRef, serde_json::Value)>>,
+    /// The next patches fail with these errors.
+    pub fail: Mutex<VecDeque<PatchError>>,
+}
+
+impl FakeWorkloads {
+    /// `pod` is owned by ReplicaSet `<deployment>-rs` of Deployment `deployment`.
+    pub fn deployment_pod(&self, namespace: &str, pod: &str, deployment: &str, strategy: Strategy) {
+        let rs = format!("{deployment}-rs");
+        self.pod_owners.lock().unwrap().insert(
+            (namespace.into(), pod.into()),
+            OwnerRef {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: rs.clone(),
+            },
+        );
+        self.rs_owners.lock().unwrap().insert(
+            (namespace.into(), rs),
+            OwnerRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: deployment.into(),
+            },
+        );
+        self.strategies.lock().unwrap().insert(
+            WorkloadRef {
+                kind: WorkloadKind::Deployment,
+                namespace: namespace.into(),
+                name: deployment.into(),
+            },
+            strategy,
+        );
+    }
+
+    /// `pod` is owned directly by `kind` `name` (StatefulSet, DaemonSet, Job …).
+    pub fn owned_pod(&self, namespace: &str, pod: &str, kind: &str, name: &str) {
+        let api_version = if kind == "Job" { "batch/v1" } else { "apps/v1" };
+        self.pod_owners.lock().unwrap().insert(
+            (namespace.into(), pod.into()),
+            OwnerRef {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: name.into(),
+            },
+        );
+    }
+
+    pub fn patched(&self) -> Vec<(WorkloadRef, serde_json::Value)> {
+        self.patches.lock().unwrap().clone()
+    }
+}
+
+impl WorkloadApi for FakeWorkloads {
+    fn pod_owner<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>> {
+        let found = self
+            .pod_owners
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn replica_set_owner<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>> {
+        let found = self
+            .rs_owners
+            .lock()
+            .unwrap()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn strategy<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<Strategy>, String>> {
+        let found = self.strategies.lock().unwrap().get(workload).copied();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+}
+
+impl WorkloadPatcher for FakeWorkloads {
+    fn patch<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+        patch: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), PatchError>> {
+        self.patches
+            .lock()
+            .unwrap()
+            .push((workload.clone(), patch.clone()));
+        let result = match self.fail.lock().unwrap().pop_front() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        Box::pin(std::future::ready(result))
     }
 }

@@ -6,6 +6,8 @@
 //!   and projects it, so the kubelet syncs the pod — and re-projects its volumes — at once
 //!   instead of at its next periodic sync (60–90 s).
 //! - [`env`](mod@env): env-var consumers, evicted (or warned about) when a key they read changes.
+//! - [`rollout`]: `reloadlet.io/action: rollout` pods: their owning workload is rolled (one
+//!   pod template patch) when data they read changes (docs/rollout.md).
 //!
 //! Every write (pod patches, evictions) is a job of the executor (`crate::execute`), which
 //! owns `--dry-run`, timeouts and retries. Pure: `nudge::qualify`, `nudge::schedule`,
@@ -21,4 +23,5 @@ pub mod feature;
 pub mod lease;
 pub mod metrics;
 pub mod nudge;
+pub mod rollout;
 pub mod router;

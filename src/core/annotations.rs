@@ -39,8 +39,14 @@ pub const ENV_ACTION: &str = "reloadlet.io/env-action";
 /// Written by `reloadlet controller` only: the digest of each env reference when it first saw
 /// the pod (`configmap/<name>=<16 hex>,…`).
 pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
+/// Written by `reloadlet controller` only: the digest of what an `action: rollout` pod reads of
+/// each ConfigMap/Secret (volumes and env), like [`ENV_BASELINE`] (docs/rollout.md).
+pub const ROLLOUT_BASELINE: &str = "reloadlet.io/rollout-baseline";
 
-const KNOWN: [&str; 20] = [
+const KNOWN: [&str; 22] = [
+    ROLLOUT_BASELINE,
+    // Copied from the pod template onto every pod a rollout creates.
+    crate::core::rollout::RESTARTED_FOR,
     ENV_ACTION,
     ENV_BASELINE,
     ACTION,
@@ -76,6 +82,9 @@ pub enum Action {
         allow_unowned: bool,
     },
     Http(HttpSpec),
+    /// `reloadlet.io/action: rollout`: `reloadlet controller` rolls the owning workload
+    /// (docs/rollout.md); the node agent never acts on the pod.
+    Rollout,
 }
 
 /// The request of `reloadlet.io/action: http` (sent to the pod's IP).
@@ -171,7 +180,9 @@ impl PodPolicy {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AnnotationError {
-    #[error("{ACTION}: {0:?} is not an action; use \"signal\", \"evict\" or \"http\"")]
+    #[error(
+        "{ACTION}: {0:?} is not an action; use \"signal\", \"evict\", \"http\" or \"rollout\""
+    )]
     UnknownAction(String),
     #[error("{SIGNAL}: {0:?} is not an allowed signal; use one of HUP, INT, QUIT, USR1, USR2, TERM, WINCH (with or without SIG)")]
     UnknownSignal(String),
@@ -203,7 +214,7 @@ pub enum AnnotationError {
     InvalidHttpMethod(String),
     #[error("{HTTP_SCHEME}: {0:?} is not valid; use \"http\" (the default) or \"https\"")]
     InvalidHttpScheme(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, secretproviderclasses, csi-volumes, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout, debounce, min-interval, flap-threshold, window, window-duration, window-timezone, window-actions")]
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, secretproviderclasses, csi-volumes, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout, rollout-baseline, restarted-for, debounce, min-interval, flap-threshold, window, window-duration, window-timezone, window-actions")]
     UnknownKey(String),
     /// `reloadlet.io/on-blocked` / `reloadlet.io/blocked-timeout` (core::rollout).
     #[error(transparent)]
@@ -238,6 +249,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
             allow_unowned: parse_bool(annotations.get(EVICT_UNOWNED))?,
         },
         "http" => Action::Http(http_spec(annotations)?),
+        "rollout" => Action::Rollout,
         _ => return Err(AnnotationError::UnknownAction(action.clone())),
     };
     if !matches!(action, Action::Signal { .. }) {

@@ -10,6 +10,8 @@ pub enum ActionKind {
     Evict,
     /// `reloadlet.io/action: http`: a reload request to the pod.
     Http,
+    /// `reloadlet.io/action: rollout`: the controller patched the owning workload.
+    Rollout,
     /// No action: an annotation was validated.
     None,
 }
@@ -20,6 +22,7 @@ impl ActionKind {
             Self::Signal => "signal",
             Self::Evict => "evict",
             Self::Http => "http",
+            Self::Rollout => "rollout",
             Self::None => "none",
         }
     }
@@ -30,6 +33,7 @@ impl ActionKind {
             Self::Signal => "Signal",
             Self::Evict => "Evict",
             Self::Http => "Reload",
+            Self::Rollout => "Rollout",
             Self::None => "Validate",
         }
     }
@@ -85,6 +89,12 @@ pub enum Outcome {
     Deferred,
     /// Pacing: the flap breaker holds the pod (Warning `ReloadFlapping`, once per episode).
     Flapping,
+    /// The controller patched a workload's pod template (Normal `RolloutRequested`).
+    RolloutRequested,
+    /// No rollout: the owner cannot be rolled, or the patch failed (Warning
+    /// `RolloutUnsupported` / `RolloutFailed`).
+    RolloutUnsupported,
+    RolloutFailed,
 }
 
 /// A Kubernetes Event's reason and type.
@@ -124,6 +134,9 @@ impl Outcome {
             Self::NudgeDropped => "dropped",
             Self::Deferred => "deferred",
             Self::Flapping => "flapping",
+            Self::RolloutRequested => "rollout_requested",
+            Self::RolloutUnsupported => "rollout_unsupported",
+            Self::RolloutFailed => "rollout_failed",
         }
     }
 
@@ -146,6 +159,9 @@ impl Outcome {
             Self::EnvNotReloaded => ("EnvNotReloaded", true),
             Self::Deferred => ("ReloadDeferred", false),
             Self::Flapping => ("ReloadFlapping", true),
+            Self::RolloutRequested => ("RolloutRequested", false),
+            Self::RolloutUnsupported => ("RolloutUnsupported", true),
+            Self::RolloutFailed => ("RolloutFailed", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
             Self::Patched
             | Self::PodGone
@@ -164,7 +180,7 @@ impl Outcome {
 
     /// The `action` labels this outcome is recorded with (the series pre-created at 0).
     pub fn actions(self) -> &'static [ActionKind] {
-        use ActionKind::{Evict, Http, None, Signal};
+        use ActionKind::{Evict, Http, None, Rollout, Signal};
         match self {
             Self::Signaled | Self::SignalFailed | Self::SignalNotHandled | Self::SignalWithheld => {
                 &[Signal]
@@ -177,7 +193,8 @@ impl Outcome {
             | Self::Refused => &[Evict],
             Self::Reloaded | Self::ReloadFailed => &[Http],
             Self::InvalidAnnotation | Self::EnvNotReloaded => &[None],
-            Self::DryRun => &[Signal, Evict, Http],
+            Self::DryRun => &[Signal, Evict, Http, Rollout],
+            Self::RolloutRequested | Self::RolloutUnsupported | Self::RolloutFailed => &[Rollout],
             // Counted apart: reloadlet_pacing_deferrals_total, reloadlet_flap_episodes_total.
             Self::NoDisruptionBudget
             | Self::Skipped
@@ -217,6 +234,8 @@ impl Outcome {
                 | Self::NudgeFailed
                 | Self::Deferred
                 | Self::Flapping
+                | Self::RolloutRequested
+                | Self::RolloutFailed
         )
     }
 
@@ -270,6 +289,9 @@ mod tests {
                 ("env_not_reloaded", "EnvNotReloaded", true),
                 ("deferred", "ReloadDeferred", false),
                 ("flapping", "ReloadFlapping", true),
+                ("rollout_requested", "RolloutRequested", false),
+                ("rollout_unsupported", "RolloutUnsupported", true),
+                ("rollout_failed", "RolloutFailed", true),
             ]
         );
     }

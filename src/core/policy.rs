@@ -229,6 +229,11 @@ pub fn decide_changes(pod: &PodInfo, changed: &ChangedVolumes) -> Decision {
             decide_signal(pod, &policy, &volumes, (signal, check), cause)
         }
         Action::Http(ref spec) => decide_http(pod, &policy, &volumes, spec, cause),
+        Action::Rollout => Decision::NothingToDo {
+            reason: format!(
+                "action rollout: reloadlet controller rolls the owning workload ({cause}); the node agent never signals, evicts or calls this pod"
+            ),
+        },
         Action::Evict { allow_unowned } => {
             if pod.terminating {
                 return Decision::AlreadyTerminating;

@@ -11,6 +11,7 @@ pub mod evict;
 pub mod http;
 pub mod patch;
 pub mod report;
+pub mod rollout;
 pub mod signal;
 
 use crate::core::model::{PodInfo, SourceRef};

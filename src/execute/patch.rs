@@ -4,7 +4,7 @@
 //! [`Outcome`] handed back to the feature that asked, reported through the [`Reporter`].
 
 use super::report::Reporter;
-use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
+use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE, ROLLOUT_BASELINE};
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::ports::PodRef;
@@ -64,6 +64,8 @@ pub enum PatchKind {
     /// `reloadlet.io/env-baseline`, conditional on the pod's UID, never retried (a 403 from
     /// RBAC or an admission policy would repeat for every pod): the baseline stays in memory.
     EnvBaseline,
+    /// `reloadlet.io/rollout-baseline` of an `action: rollout` pod, as [`Self::EnvBaseline`].
+    RolloutBaseline,
 }
 
 #[derive(Clone, Debug)]
@@ -78,6 +80,7 @@ impl PatchJob {
         let (annotation, uid) = match self.kind {
             PatchKind::Nudge { .. } => (PROJECTION_NUDGE, None),
             PatchKind::EnvBaseline => (ENV_BASELINE, Some(self.pod.uid.clone())),
+            PatchKind::RolloutBaseline => (ROLLOUT_BASELINE, Some(self.pod.uid.clone())),
         };
         PatchRequest {
             namespace: self.pod.namespace.clone(),
@@ -227,12 +230,12 @@ impl Inner {
             Err(PatchError::Other(_)) => Outcome::PatchFailed,
         };
         let source = match &job.kind {
-            PatchKind::EnvBaseline => {
+            PatchKind::EnvBaseline | PatchKind::RolloutBaseline => {
                 if let Err(
                     e @ (PatchError::Conflict(_) | PatchError::Forbidden(_) | PatchError::Other(_)),
                 ) = &result
                 {
-                    tracing::warn!(pod_uid = %job.pod.uid, error = %e, "could not write the env baseline annotation; keeping it in memory (a restart before it is written takes a new baseline)");
+                    tracing::warn!(pod_uid = %job.pod.uid, error = %e, "could not write the baseline annotation; keeping it in memory (a restart before it is written takes a new baseline)");
                 }
                 return outcome;
             }

@@ -146,7 +146,7 @@ pub fn annotation_patch(req: &PatchRequest) -> serde_json::Value {
     }
 }
 
-fn patch_error(e: kube::Error) -> PatchError {
+pub(super) fn patch_error(e: kube::Error) -> PatchError {
     match e {
         kube::Error::Api(s) if s.code == 404 => PatchError::NotFound,
         kube::Error::Api(s) if s.code == 409 => PatchError::Conflict(s.message),

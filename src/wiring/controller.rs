@@ -6,18 +6,21 @@ use crate::controller::elect::{self, ElectionSettings};
 use crate::controller::env::{EnvConsumers, EnvDeps};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::nudge::Nudges;
+use crate::controller::rollout::{RolloutDeps, RolloutFeature};
 use crate::controller::router::Controller;
 use crate::core::model::SourceKind;
 use crate::core::pod_index::PodIndex;
 use crate::execute::evict::{EvictionSettings, Evictions};
 use crate::execute::patch::{PatchSettings, Patcher, Patches};
 use crate::execute::report::Reporter;
+use crate::execute::rollout::Rollouts;
 use crate::k8s::client::Clients;
 use crate::k8s::controller::{
     now_rfc3339, watch_objects, watch_pods, KubeEnvApi, KubeLeaseStore, KubePatcher,
 };
 use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
+use crate::k8s::workloads::KubeWorkloads;
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
 use prometheus_client::registry::Registry;
@@ -105,6 +108,8 @@ pub async fn serve(
         env_consumers_secrets = settings.env_secrets,
         max_nudges_per_second = settings.max_nudges_per_second,
         dry_run = settings.dry_run,
+        rollout = settings.rollout.enabled,
+        argo_rollouts = settings.rollout.argo,
         leader_elect = settings.election.is_some(),
         identity = settings.election.as_ref().map(|e| e.identity.as_str()).unwrap_or(""),
         listen = %settings.listen,
@@ -176,6 +181,24 @@ pub async fn serve(
             secrets: settings.env_secrets,
             stop: shutdown.clone(),
             pacing: settings.pacing.clone(),
+        })));
+    }
+    if settings.rollout.enabled {
+        let workloads = Arc::new(KubeWorkloads::new(clients.main.clone()));
+        controller = controller.with(Box::new(RolloutFeature::new(RolloutDeps {
+            api: Arc::new(KubeEnvApi::new(clients.main.clone())),
+            workloads: workloads.clone(),
+            rollouts: Rollouts::new(
+                workloads,
+                reporter.clone(),
+                std::time::Duration::from_secs(10),
+                shutdown.clone(),
+            ),
+            baselines: patches(PatchSettings::baselines()),
+            secrets: settings.secrets,
+            argo: settings.rollout.argo,
+            now: now_rfc3339,
+            stop: shutdown.clone(),
         })));
     }
     controller.run(rx, shutdown.clone()).await;

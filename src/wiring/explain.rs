@@ -105,6 +105,8 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
             "  pacing: the agent's pacing flags are invalid: {e}\n"
         )),
     }
+    let workloads = crate::k8s::workloads::KubeWorkloads::new(clients.main.clone());
+    text.push_str(&crate::controller::rollout::explain::explain(&info, &workloads).await);
     Ok(text)
 }
 

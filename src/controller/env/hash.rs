@@ -31,6 +31,9 @@ pub struct ObjectData {
 pub struct Selector {
     pub keys: EnvKeys,
     pub optional: bool,
+    /// Read through a volume (the rollout feature): `EnvKeys::All` then covers `binaryData`
+    /// too, as the kubelet writes both into the volume.
+    pub volume: bool,
 }
 
 /// The pod's env references grouped per object (sorted, deduplicated), restricted to the kinds
@@ -55,6 +58,7 @@ pub fn references(
         let sel = Selector {
             keys: r.keys.clone(),
             optional: r.optional,
+            volume: false,
         };
         let list = out.entry(r.source.clone()).or_default();
         if !list.contains(&sel) {
@@ -68,15 +72,22 @@ pub fn references(
 }
 
 fn listed(policy: Option<&annotations::PodPolicy>, r: &EnvRef) -> bool {
+    narrowed_in(policy, &r.source)
+}
+
+/// Does `reloadlet.io/configmaps` / `reloadlet.io/secrets` (when the pod has either) name
+/// `source`?
+pub fn narrowed_in(policy: Option<&annotations::PodPolicy>, source: &SourceRef) -> bool {
     let Some(policy) = policy.filter(|p| p.narrowed()) else {
         return true;
     };
-    let list = match r.source.kind {
+    let r = source;
+    let list = match r.kind {
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
         SourceKind::SecretProviderClass | SourceKind::CsiVolume => return false,
     };
-    list.as_ref().is_some_and(|l| l.contains(&r.source.name))
+    list.as_ref().is_some_and(|l| l.contains(&r.name))
 }
 
 /// The digest (16 hex digits of SHA-256) of exactly what `selectors` read of `data` (`None`:
@@ -109,7 +120,18 @@ pub fn digest(selectors: &[Selector], data: Option<&ObjectData>) -> String {
                     // Secret (held in `binary`).
                     EnvKeys::All { prefix } => {
                         field(b"all", prefix.as_bytes());
-                        if data.secret {
+                        if sel.volume {
+                            // A volume holds every key of `data` and `binaryData`.
+                            field(b"volume", b"");
+                            for (k, v) in &data.text {
+                                field(b"name", k.as_bytes());
+                                field(b"text", v.as_bytes());
+                            }
+                            for (k, v) in &data.binary {
+                                field(b"name", k.as_bytes());
+                                field(b"binary", v);
+                            }
+                        } else if data.secret {
                             for (k, v) in &data.binary {
                                 field(b"name", k.as_bytes());
                                 field(b"binary", v);
@@ -171,6 +193,9 @@ pub fn parse_baseline(value: &str) -> BTreeMap<SourceRef, String> {
 /// running, not terminating).
 pub fn env_eligible(pod: &PodInfo) -> Result<(), String> {
     match annotations::parse(&pod.annotations) {
+        Ok(Some(p)) if p.action == Action::Rollout => {
+            return Err("action rollout: a change rolls the owning workload instead".into())
+        }
         Ok(Some(_)) => {}
         Ok(None) => return Err("the pod has no reloadlet.io/action annotation".into()),
         Err(e) => return Err(format!("invalid annotation: {e}")),

@@ -6,6 +6,7 @@ fn key(k: &str) -> Selector {
     Selector {
         keys: EnvKeys::Key(k.into()),
         optional: false,
+        volume: false,
     }
 }
 fn all(prefix: &str) -> Selector {
@@ -14,6 +15,7 @@ fn all(prefix: &str) -> Selector {
             prefix: prefix.into(),
         },
         optional: false,
+        volume: false,
     }
 }
 fn data(text: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ObjectData {

@@ -54,11 +54,68 @@ pub struct EnvDeps {
 }
 
 /// One GET answered.
-struct Fetched {
-    key: ObjectKey,
-    seq: u64,
-    data: Option<ObjectData>,
-    seen: std::time::Instant,
+pub(super) struct Fetched {
+    pub key: ObjectKey,
+    pub seq: u64,
+    pub data: Option<ObjectData>,
+    pub seen: std::time::Instant,
+}
+
+/// One GET of `what.key` on the runtime (retried with backoff while it fails, at most
+/// [`FETCHES_IN_FLIGHT`] per feature at a time); `what` comes back on `tx` with its data.
+/// Shared by the env consumers and the rollout feature.
+pub(super) fn spawn_read(
+    api: &Arc<dyn EnvApi>,
+    permits: &Arc<Semaphore>,
+    stop: &CancellationToken,
+    tx: &mpsc::UnboundedSender<Fetched>,
+    mut what: Fetched,
+) {
+    let api = api.clone();
+    let tx = tx.clone();
+    let permits = permits.clone();
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let key = what.key.clone();
+        let mut retries = Retries::new(&FETCH_RETRY).stopped_by(stop.clone());
+        let read_until_done = async {
+            loop {
+                // The permit is held for the read only, not for the wait after it.
+                let read = match permits.clone().acquire_owned().await {
+                    Ok(_permit) => api.read(&key).await,
+                    Err(_) => return None,
+                };
+                let error = match read {
+                    Ok(data) => return Some(data),
+                    Err(e) => e,
+                };
+                let delay = retries.next(None)?;
+                tracing::warn!(kind = key.kind.as_str(), namespace = %key.namespace, name = %key.name, error = %error, retry_in_ms = delay.as_millis() as u64, "cannot read a ConfigMap/Secret a pod consumes; retrying");
+                if !retries.wait(delay).await {
+                    return None;
+                }
+            }
+        };
+        // A stop also ends a read in flight.
+        what.data = tokio::select! {
+            _ = stop.cancelled() => return,
+            data = read_until_done => match data {
+                Some(data) => data,
+                None => return,
+            },
+        };
+        let _ = tx.send(what);
+    });
+}
+
+/// A new pair of the channel [`spawn_read`] answers on, and its permits.
+pub(super) fn read_channel() -> (
+    mpsc::UnboundedSender<Fetched>,
+    mpsc::UnboundedReceiver<Fetched>,
+    Arc<Semaphore>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, rx, Arc::new(Semaphore::new(FETCHES_IN_FLIGHT)))
 }
 
 pub struct EnvConsumers {
@@ -187,45 +244,18 @@ impl EnvConsumers {
     /// [`Self::fetched`].
     fn fetch(&mut self, key: ObjectKey, rv: Option<&str>, seen: std::time::Instant) {
         let seq = self.tracker.start_fetch(&key, rv);
-        let api = self.deps.api.clone();
-        let tx = self.fetched_tx.clone();
-        let permits = self.fetches.clone();
-        let stop = self.deps.stop.clone();
-        tokio::spawn(async move {
-            let mut retries = Retries::new(&FETCH_RETRY).stopped_by(stop.clone());
-            let read_until_done = async {
-                loop {
-                    // The permit is held for the read only, not for the wait after it.
-                    let read = match permits.clone().acquire_owned().await {
-                        Ok(_permit) => api.read(&key).await,
-                        Err(_) => return None,
-                    };
-                    let error = match read {
-                        Ok(data) => return Some(data),
-                        Err(e) => e,
-                    };
-                    let delay = retries.next(None)?;
-                    tracing::warn!(kind = key.kind.as_str(), namespace = %key.namespace, name = %key.name, error = %error, retry_in_ms = delay.as_millis() as u64, "cannot read an env consumer's source; retrying");
-                    if !retries.wait(delay).await {
-                        return None;
-                    }
-                }
-            };
-            // A stop also ends a read in flight.
-            let data = tokio::select! {
-                _ = stop.cancelled() => return,
-                data = read_until_done => match data {
-                    Some(data) => data,
-                    None => return,
-                },
-            };
-            let _ = tx.send(Fetched {
+        spawn_read(
+            &self.deps.api,
+            &self.fetches,
+            &self.deps.stop,
+            &self.fetched_tx,
+            Fetched {
                 key,
                 seq,
-                data,
+                data: None,
                 seen,
-            });
-        });
+            },
+        );
     }
 
     fn fetched(&mut self, fetched: Fetched, world: &World) {

@@ -53,8 +53,15 @@ pub struct BaselineWrite {
     pub value: String,
 }
 
+/// What a pod reads of which objects (env references; for the rollout feature, volumes too).
+pub type RefsFn = fn(&PodInfo, bool, bool) -> BTreeMap<SourceRef, Vec<Selector>>;
+
+/// The tracker serves the env consumers (`reloadlet.io/env-baseline`, env references) and the
+/// rollout feature (`reloadlet.io/rollout-baseline`, volume and env references) alike.
 #[derive(Debug)]
 pub struct EnvTracker {
+    refs: RefsFn,
+    annotation: &'static str,
     configmaps: bool,
     secrets: bool,
     pods: HashMap<String, PodEnv>,
@@ -78,7 +85,14 @@ fn key_of(namespace: &str, source: &SourceRef) -> ObjectKey {
 
 impl EnvTracker {
     pub fn new(configmaps: bool, secrets: bool) -> Self {
+        Self::with(references, ENV_BASELINE, configmaps, secrets)
+    }
+
+    /// A tracker of what `refs` says each pod reads, its baseline kept in `annotation`.
+    pub fn with(refs: RefsFn, annotation: &'static str, configmaps: bool, secrets: bool) -> Self {
         Self {
+            refs,
+            annotation,
             configmaps,
             secrets,
             pods: HashMap::new(),
@@ -94,12 +108,12 @@ impl EnvTracker {
     /// [`super::hash::env_eligible`]). Returns the objects to fetch: those of references
     /// with no baseline yet.
     pub fn put_pod(&mut self, pod: &PodInfo) -> Vec<ObjectKey> {
-        let refs = references(pod, self.configmaps, self.secrets);
+        let refs = (self.refs)(pod, self.configmaps, self.secrets);
         if refs.is_empty() {
             self.remove_pod(&pod.uid);
             return Vec::new();
         }
-        let annotation = pod.annotations.get(ENV_BASELINE).cloned();
+        let annotation = pod.annotations.get(self.annotation).cloned();
         let seq = self.seq;
         let entry = self.pods.entry(pod.uid.clone()).or_insert_with(|| PodEnv {
             namespace: pod.namespace.clone(),
@@ -309,6 +323,13 @@ impl EnvTracker {
 
     pub fn pods(&self) -> usize {
         self.pods.len()
+    }
+
+    /// The namespace and name of a tracked pod.
+    pub fn pod_name(&self, uid: &str) -> Option<(&str, &str)> {
+        self.pods
+            .get(uid)
+            .map(|p| (p.namespace.as_str(), p.name.as_str()))
     }
 
     pub fn objects_len(&self) -> usize {

@@ -22,6 +22,9 @@ pub enum NotQualified {
     InvalidAnnotation(AnnotationError),
     /// `reloadlet.io/fast-projection: "false"`.
     OptedOut,
+    /// `reloadlet.io/action: rollout`: new pods replace the pod; nothing reads its volumes
+    /// again, so a nudge would be a wasted write.
+    Rollout,
     NotRunning(String),
     Terminating,
     /// The pod does not project the object in any volume.
@@ -40,6 +43,9 @@ impl fmt::Display for NotQualified {
             Self::NotOptedIn => f.write_str("the pod has no reloadlet.io/action annotation"),
             Self::InvalidAnnotation(e) => write!(f, "invalid annotation: {e}"),
             Self::OptedOut => f.write_str("the pod says reloadlet.io/fast-projection: \"false\""),
+            Self::Rollout => f.write_str(
+                "action rollout: the controller rolls the workload, which replaces the pod",
+            ),
             Self::NotRunning(phase) => write!(f, "the pod is not running (phase {phase:?})"),
             Self::Terminating => f.write_str("the pod is terminating"),
             Self::NotProjected => f.write_str("no volume of the pod projects it"),
@@ -62,6 +68,9 @@ pub fn pod_eligible(pod: &PodInfo) -> Result<crate::core::annotations::PodPolicy
     };
     if !annotations::fast_projection(&pod.annotations).unwrap_or(true) {
         return Err(NotQualified::OptedOut);
+    }
+    if policy.action == annotations::Action::Rollout {
+        return Err(NotQualified::Rollout);
     }
     if pod.terminating {
         return Err(NotQualified::Terminating);

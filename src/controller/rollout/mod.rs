@@ -1,0 +1,501 @@
+//! The rollout feature (`reloadlet.io/action: rollout`, docs/rollout.md): when the data an
+//! opted-in pod reads of a ConfigMap (a Secret with `--secrets`) changes — only the keys it
+//! consumes, through volumes or env — the pod's owning workload is rolled: one JSON merge
+//! patch of its pod template (`kubectl.kubernetes.io/restartedAt`), written by the executor
+//! (`crate::execute::rollout`).
+//!
+//! The bookkeeping is the env consumers' ([`EnvTracker`], one GET per changed object, a
+//! digest of what each pod reads, a baseline annotation on the pod:
+//! `reloadlet.io/rollout-baseline`), so a controller restart or a leader change never rolls
+//! a workload twice for one change, and a change made while no controller ran is rolled once.
+//! Changes that arrive within [`COALESCE`] of the first are one batch: every workload is
+//! patched once per batch, however many of its pods (on however many nodes) qualify.
+//!
+//! Escalation (`reloadlet.io/on-blocked: rollout` on an `action: evict` pod, issue #26 §2):
+//! the agent evicts the pod on the change; when the pod still runs
+//! `reloadlet.io/blocked-timeout` (default 10 m) after the change was seen — its eviction
+//! was blocked by a budget, structurally or for longer than the timeout — the owner is
+//! rolled as above. Seen from the API alone: a pod created before the change, still there.
+
+pub mod explain;
+pub mod refs;
+
+use super::api::{EnvApi, ObjectKey, WorkloadApi};
+use super::env::tracker::{EnvChange, EnvTracker};
+use super::env::{read_channel, spawn_read, Fetched};
+use super::feature::{Feature, Routed, World};
+use crate::core::annotations::ROLLOUT_BASELINE;
+use crate::core::model::{PodInfo, SourceKind, SourceRef};
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::rollout::{restart_patch, workload_of, WorkloadKind, WorkloadRef};
+use crate::execute::patch::{PatchJob, PatchKind, Patches};
+use crate::execute::rollout::{RolloutJob, Rollouts};
+use crate::ports::PodRef;
+use futures::future::BoxFuture;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Changes seen within this long of the first one are rolled together (one patch per
+/// workload).
+pub const COALESCE: Duration = Duration::from_secs(1);
+
+/// What the rollout feature needs from outside.
+pub struct RolloutDeps {
+    /// GETs of the ConfigMaps/Secrets the pods read.
+    pub api: Arc<dyn EnvApi>,
+    /// Pod and ReplicaSet owners, workload strategies.
+    pub workloads: Arc<dyn WorkloadApi>,
+    /// The workload patches (and their reporting).
+    pub rollouts: Rollouts,
+    /// Writes the baseline annotations.
+    pub baselines: Patches,
+    /// Follow Secrets too (`--secrets`).
+    pub secrets: bool,
+    /// Roll Argo Rollouts (`--argo-rollouts`).
+    pub argo: bool,
+    /// `kubectl.kubernetes.io/restartedAt`'s value: now, RFC 3339.
+    pub now: fn() -> String,
+    pub stop: CancellationToken,
+}
+
+/// One pod's changes in a batch.
+#[derive(Clone, Debug)]
+struct Asking {
+    pod: PodRef,
+    changes: Vec<EnvChange>,
+}
+
+pub struct RolloutFeature {
+    deps: RolloutDeps,
+    tracker: EnvTracker,
+    fetched_tx: mpsc::UnboundedSender<Fetched>,
+    fetched_rx: mpsc::UnboundedReceiver<Fetched>,
+    fetches: Arc<Semaphore>,
+    /// The batch being gathered, and when it is due.
+    pending: BTreeMap<String, Asking>,
+    due: Option<Instant>,
+    /// Changes of `on-blocked: rollout` pods, rolled when the pod still runs at the instant.
+    escalations: Vec<(Instant, Asking)>,
+    /// Batches handled: the changes whose baseline moves on.
+    done_tx: mpsc::UnboundedSender<Vec<EnvChange>>,
+    done_rx: mpsc::UnboundedReceiver<Vec<EnvChange>>,
+}
+
+impl RolloutFeature {
+    pub fn new(deps: RolloutDeps) -> Self {
+        let (fetched_tx, fetched_rx, fetches) = read_channel();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Self {
+            tracker: EnvTracker::with(refs::references, ROLLOUT_BASELINE, true, deps.secrets),
+            deps,
+            fetched_tx,
+            fetched_rx,
+            fetches,
+            pending: BTreeMap::new(),
+            due: None,
+            escalations: Vec::new(),
+            done_tx,
+            done_rx,
+        }
+    }
+
+    fn put_pod(&mut self, pod: &PodInfo, world: &World) {
+        if refs::mode(pod).is_none() {
+            self.tracker.remove_pod(&pod.uid);
+            return;
+        }
+        let fetch = self.tracker.put_pod(pod);
+        if world.leader && world.pods_listed {
+            let now = std::time::Instant::now();
+            for key in fetch {
+                self.fetch(key, None, now);
+            }
+        }
+    }
+
+    fn object(&mut self, key: &ObjectKey, rv: Option<&str>, world: &World) {
+        if world.leader && world.pods_listed && self.tracker.needs_fetch(key, rv) {
+            self.fetch(key.clone(), rv, std::time::Instant::now());
+        }
+    }
+
+    fn relisted(&mut self, kind: SourceKind, objects: &[(ObjectKey, String)], world: &World) {
+        let rvs: HashMap<&ObjectKey, &str> = objects.iter().map(|(k, v)| (k, v.as_str())).collect();
+        for key in self
+            .tracker
+            .objects()
+            .into_iter()
+            .filter(|k| k.kind == kind)
+        {
+            let rv = rvs.get(&key).copied();
+            self.object(&key, rv, world);
+        }
+    }
+
+    /// Compares every pod's baseline with what its objects hold now.
+    fn fetch_all(&mut self, world: &World) {
+        if !world.leader {
+            return;
+        }
+        let now = std::time::Instant::now();
+        for key in self.tracker.unrequested() {
+            self.fetch(key, None, now);
+        }
+    }
+
+    fn fetch(&mut self, key: ObjectKey, rv: Option<&str>, seen: std::time::Instant) {
+        let seq = self.tracker.start_fetch(&key, rv);
+        let what = Fetched {
+            key,
+            seq,
+            data: None,
+            seen,
+        };
+        spawn_read(
+            &self.deps.api,
+            &self.fetches,
+            &self.deps.stop,
+            &self.fetched_tx,
+            what,
+        );
+    }
+
+    /// An object read: the pods whose consumed data changed join the batch.
+    fn fetched(&mut self, fetched: Fetched, world: &World) {
+        if !world.leader {
+            return;
+        }
+        let changes = self
+            .tracker
+            .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
+        drop(fetched.data);
+        for change in changes {
+            let Some((namespace, name)) = self.tracker.pod_name(&change.uid) else {
+                continue;
+            };
+            let pod = PodRef {
+                uid: change.uid.clone(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            };
+            // Not reported again in this run for the same data; the baseline moves once the
+            // batch is handled.
+            self.tracker.acting(&change);
+            let mode = world.get(&change.uid).and_then(refs::mode);
+            if let Some(refs::Mode::AfterBlocked(timeout)) = mode {
+                tracing::info!(pod = %pod.full_name(), source = %change.source, timeout = %humantime::format_duration(timeout), "evict pod with on-blocked: rollout; its owner is rolled if the pod still runs after the timeout");
+                let at = Instant::now() + timeout;
+                match self
+                    .escalations
+                    .iter_mut()
+                    .find(|(_, a)| a.pod.uid == pod.uid)
+                {
+                    Some((_, asking)) => asking.changes.push(change),
+                    None => self.escalations.push((
+                        at,
+                        Asking {
+                            pod,
+                            changes: vec![change],
+                        },
+                    )),
+                }
+                continue;
+            }
+            self.pending
+                .entry(change.uid.clone())
+                .or_insert_with(|| Asking {
+                    pod,
+                    changes: Vec::new(),
+                })
+                .changes
+                .push(change);
+            self.due.get_or_insert_with(|| Instant::now() + COALESCE);
+        }
+    }
+
+    /// Escalations due: pods created before their change and still running join the batch;
+    /// those gone were evicted (their replacements took a new baseline).
+    fn escalate(&mut self, world: &World) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.escalations)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.escalations = later;
+        for (_, asking) in due {
+            let still = world
+                .get(&asking.pod.uid)
+                .is_some_and(|p| !p.terminating && refs::mode(p).is_some());
+            if !still {
+                continue;
+            }
+            tracing::warn!(pod = %asking.pod.full_name(), "the pod still runs after its blocked-timeout (on-blocked: rollout); rolling its owner");
+            self.pending
+                .entry(asking.pod.uid.clone())
+                .or_insert_with(|| Asking {
+                    pod: asking.pod.clone(),
+                    changes: Vec::new(),
+                })
+                .changes
+                .extend(asking.changes);
+            self.due.get_or_insert(now);
+        }
+    }
+
+    /// The batch is due: resolved and rolled on the runtime.
+    fn flush(&mut self) {
+        self.due = None;
+        let batch: Vec<Asking> = std::mem::take(&mut self.pending).into_values().collect();
+        if batch.is_empty() {
+            return;
+        }
+        let workloads = self.deps.workloads.clone();
+        let rollouts = self.deps.rollouts.clone();
+        let now = self.deps.now;
+        let argo = self.deps.argo;
+        let done = self.done_tx.clone();
+        let stop = self.deps.stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                handled = roll(batch, workloads.as_ref(), &rollouts, now, argo) => {
+                    let _ = done.send(handled);
+                }
+            }
+        });
+    }
+}
+
+/// Resolves each asking pod's workload, groups them, and patches each workload once.
+/// Returns the changes dealt with for good (rolled, or reported as unsupported).
+async fn roll(
+    batch: Vec<Asking>,
+    workloads: &dyn WorkloadApi,
+    rollouts: &Rollouts,
+    now: fn() -> String,
+    argo: bool,
+) -> Vec<EnvChange> {
+    let report = rollouts.reporter();
+    let mut handled = Vec::new();
+    let mut groups: BTreeMap<WorkloadRef, Vec<Asking>> = BTreeMap::new();
+    let mut rs_owners = HashMap::new();
+    for asking in batch {
+        let pod = &asking.pod;
+        let owner = match workloads.pod_owner(&pod.namespace, &pod.name).await {
+            Ok(owner) => owner,
+            Err(e) => {
+                tracing::warn!(pod = %pod.full_name(), error = %e, "cannot read the pod's owner; the change is rolled with the next one");
+                continue;
+            }
+        };
+        let mut rs_owner = None;
+        if let Some(o) = owner.as_ref().filter(|o| o.kind == "ReplicaSet") {
+            let key = (pod.namespace.clone(), o.name.clone());
+            if !rs_owners.contains_key(&key) {
+                match workloads.replica_set_owner(&pod.namespace, &o.name).await {
+                    Ok(found) => {
+                        rs_owners.insert(key.clone(), found);
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %pod.full_name(), replica_set = %o.name, error = %e, "cannot read the pod's ReplicaSet; the change is rolled with the next one");
+                        continue;
+                    }
+                }
+            }
+            rs_owner = rs_owners.get(&key).cloned().flatten();
+        }
+        match workload_of(&pod.namespace, owner.as_ref(), |_| rs_owner) {
+            Ok(w) if w.kind == WorkloadKind::ArgoRollout && !argo => {
+                let why = format!("the pod belongs to Argo Rollout {}, and the controller runs without --argo-rollouts (Helm controller.rollout.argoRollouts)", w.name);
+                let sources = sources_of(std::slice::from_ref(&asking));
+                unsupported(report, pod, &why, &sources);
+                handled.extend(asking.changes);
+            }
+            Ok(w) => groups.entry(w).or_default().push(asking),
+            Err(why) => {
+                let sources = sources_of(std::slice::from_ref(&asking));
+                unsupported(report, pod, &why.to_string(), &sources);
+                handled.extend(asking.changes);
+            }
+        }
+    }
+    for (workload, asking) in groups {
+        let sources = sources_of(&asking);
+        let regarding = asking[0].pod.clone();
+        let name = format!(
+            "{} {}/{}",
+            workload.kind.as_str(),
+            workload.namespace,
+            workload.name
+        );
+        let facts = match workloads.strategy(&workload).await {
+            Ok(Some(strategy)) => strategy.facts(workload.kind, &workload.name),
+            Ok(None) => {
+                let why = format!("{name} does not exist (any more)");
+                unsupported(report, &regarding, &why, &sources);
+                handled.extend(asking.into_iter().flat_map(|a| a.changes));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(workload = %name, error = %e, "cannot read the workload; the change is rolled with the next one");
+                continue;
+            }
+        };
+        let facts = match facts {
+            Ok(facts) => facts,
+            Err(why) => {
+                unsupported(report, &regarding, &why.to_string(), &sources);
+                handled.extend(asking.into_iter().flat_map(|a| a.changes));
+                continue;
+            }
+        };
+        let cause = sources
+            .iter()
+            .map(|s| format!("{}/{}", s.kind.as_str(), s.name))
+            .collect::<Vec<_>>()
+            .join(",");
+        let job = RolloutJob {
+            patch: restart_patch(workload.kind, &now(), &cause),
+            cause: format!("{} changed", list(&sources)),
+            strategy_note: facts.note,
+            regarding,
+            pods: asking.len(),
+            sources,
+            workload,
+        };
+        let outcome = rollouts.run(&job).await;
+        if matches!(outcome, Outcome::RolloutRequested | Outcome::DryRun) {
+            handled.extend(asking.into_iter().flat_map(|a| a.changes));
+        }
+    }
+    handled
+}
+
+fn sources_of(asking: &[Asking]) -> Vec<SourceRef> {
+    let set: BTreeSet<SourceRef> = asking
+        .iter()
+        .flat_map(|a| a.changes.iter().map(|c| c.source.clone()))
+        .collect();
+    set.into_iter().collect()
+}
+
+fn list(sources: &[SourceRef]) -> String {
+    sources
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Warning `RolloutUnsupported` on the pod, and a log line; nothing is written.
+fn unsupported(
+    report: &crate::execute::report::Reporter,
+    pod: &PodRef,
+    why: &str,
+    sources: &[SourceRef],
+) {
+    let outcome = Outcome::RolloutUnsupported;
+    let note = format!(
+        "reloadlet.io/action: rollout: {} changed, nothing rolled: {why}",
+        list(sources)
+    );
+    tracing::warn!(pod = %pod.full_name(), action = "rollout", outcome = outcome.as_str(), "{note}");
+    report.record(pod, ActionKind::Rollout, outcome, note, sources);
+}
+
+impl Feature for RolloutFeature {
+    fn kinds(&self) -> Vec<SourceKind> {
+        let mut kinds = vec![SourceKind::ConfigMap];
+        if self.deps.secrets {
+            kinds.push(SourceKind::Secret);
+        }
+        kinds
+    }
+
+    fn route(&mut self, event: Routed<'_>, world: &World) {
+        match event {
+            Routed::Object {
+                key,
+                resource_version,
+            } => self.object(key, resource_version, world),
+            Routed::Listed { kind, objects } => self.relisted(kind, objects, world),
+            Routed::PodPut(pod) => self.put_pod(pod, world),
+            Routed::PodRemoved(pod) => self.tracker.remove_pod(&pod.uid),
+            Routed::PodsListed => self.fetch_all(world),
+            Routed::Leader(leader) => {
+                self.tracker.forget_fetches();
+                if leader && world.pods_listed {
+                    self.fetch_all(world);
+                }
+            }
+        }
+    }
+
+    fn wake<'a>(&'a mut self, world: &'a World) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let due = self.due;
+            let sleep = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let escalation = self.escalations.iter().map(|(at, _)| *at).min();
+            let escalate = async {
+                match escalation {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(fetched) = self.fetched_rx.recv() => self.fetched(fetched, world),
+                Some(handled) = self.done_rx.recv() => {
+                    for change in &handled {
+                        self.tracker.acknowledge(change);
+                    }
+                }
+                () = sleep => {
+                    if world.leader {
+                        self.flush();
+                    } else {
+                        self.pending.clear();
+                        self.due = None;
+                    }
+                }
+                () = escalate => {
+                    if world.leader {
+                        self.escalate(world);
+                    } else {
+                        self.escalations.clear();
+                    }
+                }
+            }
+        })
+    }
+
+    /// Baseline annotations to write (leader only).
+    fn settle(&mut self, world: &World) {
+        if !world.leader {
+            return;
+        }
+        for w in self.tracker.writes() {
+            let job = PatchJob {
+                pod: PodRef {
+                    uid: w.uid,
+                    namespace: w.namespace,
+                    name: w.name,
+                },
+                kind: PatchKind::RolloutBaseline,
+                value: w.value,
+            };
+            self.deps.baselines.request(job, |_| {});
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,144 @@
+//! The controller's workload write for `reloadlet.io/action: rollout`: exactly one JSON merge
+//! patch of a Deployment's, StatefulSet's or DaemonSet's pod template annotations (an Argo
+//! Rollout's `spec.restartAt`), built by `core::rollout::restart_patch`. A timeout per call,
+//! a few retries of errors that may pass (the patch is idempotent: the same value written
+//! twice is one template change), `--dry-run` (the patch is logged, nothing is sent) and the
+//! typed [`Outcome`] reported through the [`Reporter`].
+
+use super::patch::PatchError;
+use super::report::Reporter;
+use crate::core::model::SourceRef;
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::rollout::WorkloadRef;
+use crate::ports::PodRef;
+use crate::retry::{Backoff, Retries};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The workload edge of the rollout (kube in `crate::k8s::workloads`, a fake in tests).
+pub trait WorkloadPatcher: Send + Sync + 'static {
+    /// One JSON merge patch (`application/merge-patch+json`) of `workload`.
+    fn patch<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+        patch: &'a Value,
+    ) -> BoxFuture<'a, Result<(), PatchError>>;
+}
+
+/// One rollout: the patch of one workload for one change.
+#[derive(Clone, Debug)]
+pub struct RolloutJob {
+    pub workload: WorkloadRef,
+    pub patch: Value,
+    /// `configmap app-config changed`.
+    pub cause: String,
+    /// What the workload's strategy will do (`RolloutFacts::note`).
+    pub strategy_note: &'static str,
+    /// The pod the Event is published on (one of those that asked for the rollout).
+    pub regarding: PodRef,
+    /// How many pods of the workload asked for it.
+    pub pods: usize,
+    pub sources: Vec<SourceRef>,
+}
+
+/// A failed patch that may pass (timeout, 5xx, 409): again after 1 s, 2 s, 4 s.
+const RETRY: Backoff = Backoff::doubling(Duration::from_secs(1), Duration::from_secs(4)).retries(3);
+
+#[derive(Clone)]
+pub struct Rollouts {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    patcher: Arc<dyn WorkloadPatcher>,
+    report: Reporter,
+    call_timeout: Duration,
+    stop: CancellationToken,
+}
+
+impl Rollouts {
+    pub fn new(
+        patcher: Arc<dyn WorkloadPatcher>,
+        report: Reporter,
+        call_timeout: Duration,
+        stop: CancellationToken,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                patcher,
+                report,
+                call_timeout,
+                stop,
+            }),
+        }
+    }
+
+    pub fn reporter(&self) -> &Reporter {
+        &self.inner.report
+    }
+
+    /// Patches the workload (or logs the patch on `--dry-run`) and reports the outcome.
+    pub async fn run(&self, job: &RolloutJob) -> Outcome {
+        let inner = &self.inner;
+        let w = &job.workload;
+        let workload = format!("{} {}/{}", w.kind.as_str(), w.namespace, w.name);
+        if inner.report.dry_run() {
+            let outcome = Outcome::DryRun;
+            tracing::info!(workload = %workload, patch = %job.patch, cause = %job.cause, outcome = outcome.as_str(), "dry-run: would patch the workload's pod template");
+            inner.report.count(ActionKind::Rollout, outcome);
+            return outcome;
+        }
+        let mut retries = Retries::new(&RETRY).stopped_by(inner.stop.clone());
+        let result = loop {
+            let timeout = inner.call_timeout;
+            let result = tokio::time::timeout(timeout, inner.patcher.patch(w, &job.patch))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(PatchError::Other(format!(
+                        "no answer from the API server within {}",
+                        humantime::format_duration(timeout)
+                    )))
+                });
+            let error = match result {
+                Err(e @ (PatchError::Other(_) | PatchError::Conflict(_))) => e,
+                done => break done,
+            };
+            let Some(delay) = retries.next(None) else {
+                break Err(error);
+            };
+            tracing::warn!(workload = %workload, error = %error, retry_in_ms = delay.as_millis() as u64, "workload patch failed; retrying");
+            if !retries.wait(delay).await {
+                break Err(error);
+            }
+        };
+        let (outcome, note) = match result {
+            Ok(()) => (
+                Outcome::RolloutRequested,
+                format!(
+                    "rolled {workload} ({} of its pods asked): {}; {}",
+                    job.pods, job.cause, job.strategy_note
+                ),
+            ),
+            Err(e) => (
+                Outcome::RolloutFailed,
+                format!("could not roll {workload} ({}): {e}", job.cause),
+            ),
+        };
+        if outcome == Outcome::RolloutRequested {
+            tracing::info!(workload = %workload, cause = %job.cause, action = "rollout", outcome = outcome.as_str(), "{note}");
+        } else {
+            tracing::warn!(workload = %workload, cause = %job.cause, action = "rollout", outcome = outcome.as_str(), "{note}");
+        }
+        inner.report.record(
+            &job.regarding,
+            ActionKind::Rollout,
+            outcome,
+            note,
+            &job.sources,
+        );
+        outcome
+    }
+}

@@ -1,0 +1,291 @@
+//! The kube edges of the rollout feature (`reloadlet.io/action: rollout`): the owner of a pod
+//! and of a ReplicaSet (metadata-only GETs: `PartialObjectMetadata`), a workload's update
+//! strategy (one GET), and the one JSON merge patch of the workload
+//! ([`crate::execute::rollout::WorkloadPatcher`]). Converted to the kube-free types of
+//! `crate::core::rollout` here.
+
+use super::controller::FIELD_MANAGER;
+use crate::controller::api::WorkloadApi;
+use crate::core::rollout::{IntOrPercent, OwnerRef, Strategy, WorkloadKind, WorkloadRef};
+use crate::execute::patch::PatchError;
+use crate::execute::rollout::WorkloadPatcher;
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::Value;
+
+pub struct KubeWorkloads {
+    client: Client,
+}
+
+impl KubeWorkloads {
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    fn argo(&self, namespace: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+        Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &ApiResource::from_gvk_with_plural(&gvk, "rollouts"),
+        )
+    }
+}
+
+/// The `ownerReferences` entry with `controller: true`.
+pub fn controller_of(meta: &ObjectMeta) -> Option<OwnerRef> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| OwnerRef {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        })
+}
+
+/// `25%` or `1` (an unparsable string counts as 0, as apimachinery's
+/// `GetScaledValueFromIntOrPercent` would refuse it and the API server validates it).
+fn int_or_percent(v: Option<&IntOrString>, default: IntOrPercent) -> IntOrPercent {
+    match v {
+        None => default,
+        Some(IntOrString::Int(i)) => IntOrPercent::Int(*i),
+        Some(IntOrString::String(s)) => match s.strip_suffix('%') {
+            Some(p) => IntOrPercent::Percent(p.trim().parse().unwrap_or(0)),
+            None => IntOrPercent::Int(s.trim().parse().unwrap_or(0)),
+        },
+    }
+}
+
+/// A Deployment's strategy; the defaults are the API server's (kubernetes
+/// `pkg/apis/apps/v1/defaults.go`, `SetDefaults_Deployment`: replicas 1, RollingUpdate,
+/// maxSurge and maxUnavailable 25 %).
+pub fn deployment_strategy(d: &Deployment) -> Strategy {
+    let spec = d.spec.as_ref();
+    let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
+    let strategy = spec.and_then(|s| s.strategy.as_ref());
+    if strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate") {
+        return Strategy::Recreate;
+    }
+    let rolling = strategy.and_then(|s| s.rolling_update.as_ref());
+    Strategy::Rolling {
+        replicas,
+        max_surge: int_or_percent(
+            rolling.and_then(|r| r.max_surge.as_ref()),
+            IntOrPercent::Percent(25),
+        ),
+        max_unavailable: int_or_percent(
+            rolling.and_then(|r| r.max_unavailable.as_ref()),
+            IntOrPercent::Percent(25),
+        ),
+    }
+}
+
+/// A StatefulSet's: `RollingUpdate` by default (`SetDefaults_StatefulSet`).
+pub fn stateful_set_strategy(s: &StatefulSet) -> Strategy {
+    let kind = s
+        .spec
+        .as_ref()
+        .and_then(|s| s.update_strategy.as_ref())
+        .and_then(|u| u.type_.as_deref());
+    match kind {
+        Some("OnDelete") => Strategy::OnDelete,
+        _ => Strategy::OrderedRolling,
+    }
+}
+
+/// A DaemonSet's: `RollingUpdate`, maxSurge 0, maxUnavailable 1 by default
+/// (`SetDefaults_DaemonSet`).
+pub fn daemon_set_strategy(d: &DaemonSet) -> Strategy {
+    let strategy = d.spec.as_ref().and_then(|s| s.update_strategy.as_ref());
+    if strategy.and_then(|u| u.type_.as_deref()) == Some("OnDelete") {
+        return Strategy::OnDelete;
+    }
+    let surge = strategy
+        .and_then(|u| u.rolling_update.as_ref())
+        .and_then(|r| r.max_surge.as_ref());
+    Strategy::DaemonSetRolling {
+        max_surge: int_or_percent(surge, IntOrPercent::Int(0)),
+    }
+}
+
+/// What an Argo Rollout's restart (`spec.restartAt`) does: no new ReplicaSet and no surge —
+/// the Rollout controller deletes the pods created before `restartAt`, as many at a time as
+/// `maxUnavailable` allows (one when it is 0), blueGreen or canary alike (argo-rollouts
+/// docs/features/restart.md; `maxUnavailable` defaults to 25 %: `utils/defaults/defaults.go`,
+/// `GetMaxUnavailableOrDefault`).
+pub fn argo_strategy(spec: &Value) -> Strategy {
+    let replicas = spec
+        .get("replicas")
+        .and_then(Value::as_i64)
+        .and_then(|r| i32::try_from(r).ok())
+        .unwrap_or(1);
+    let strategy = spec.get("strategy");
+    let unavailable = ["canary", "blueGreen"]
+        .iter()
+        .filter_map(|k| strategy.and_then(|s| s.get(*k)))
+        .find_map(|s| s.get("maxUnavailable"))
+        .and_then(|v| serde_json::from_value::<IntOrString>(v.clone()).ok());
+    Strategy::Rolling {
+        replicas,
+        max_surge: IntOrPercent::Int(0),
+        max_unavailable: int_or_percent(unavailable.as_ref(), IntOrPercent::Percent(25)),
+    }
+}
+
+impl WorkloadApi for KubeWorkloads {
+    fn pod_owner<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>> {
+        Box::pin(async move {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+            let meta = api
+                .get_metadata_opt(name)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(meta.and_then(|m| controller_of(&m.metadata)))
+        })
+    }
+
+    fn replica_set_owner<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>> {
+        Box::pin(async move {
+            let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), namespace);
+            let meta = api
+                .get_metadata_opt(name)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(meta.and_then(|m| controller_of(&m.metadata)))
+        })
+    }
+
+    fn strategy<'a>(
+        &'a self,
+        w: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<Strategy>, String>> {
+        Box::pin(async move {
+            let c = self.client.clone();
+            let ns = w.namespace.as_str();
+            let found = match w.kind {
+                WorkloadKind::Deployment => Api::<Deployment>::namespaced(c, ns)
+                    .get_opt(&w.name)
+                    .await
+                    .map(|d| d.as_ref().map(deployment_strategy)),
+                WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
+                    .get_opt(&w.name)
+                    .await
+                    .map(|s| s.as_ref().map(stateful_set_strategy)),
+                WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
+                    .get_opt(&w.name)
+                    .await
+                    .map(|d| d.as_ref().map(daemon_set_strategy)),
+                WorkloadKind::ArgoRollout => self
+                    .argo(ns)
+                    .get_opt(&w.name)
+                    .await
+                    .map(|r| r.map(|r| argo_strategy(&r.data["spec"]))),
+            };
+            found.map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl WorkloadPatcher for KubeWorkloads {
+    fn patch<'a>(
+        &'a self,
+        w: &'a WorkloadRef,
+        patch: &'a Value,
+    ) -> BoxFuture<'a, Result<(), PatchError>> {
+        Box::pin(async move {
+            let c = self.client.clone();
+            let ns = w.namespace.as_str();
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            let p = Patch::Merge(patch);
+            let result = match w.kind {
+                WorkloadKind::Deployment => Api::<Deployment>::namespaced(c, ns)
+                    .patch(&w.name, &params, &p)
+                    .await
+                    .map(drop),
+                WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
+                    .patch(&w.name, &params, &p)
+                    .await
+                    .map(drop),
+                WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
+                    .patch(&w.name, &params, &p)
+                    .await
+                    .map(drop),
+                WorkloadKind::ArgoRollout => {
+                    self.argo(ns).patch(&w.name, &params, &p).await.map(drop)
+                }
+            };
+            result.map_err(super::controller::patch_error)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_api_servers() {
+        let d: Deployment = serde_json::from_value(serde_json::json!({"spec": {
+            "selector": {}, "template": {}}}))
+        .unwrap();
+        assert_eq!(deployment_strategy(&d), Strategy::deployment_default(1));
+        let d: Deployment = serde_json::from_value(serde_json::json!({"spec": {
+            "replicas": 3, "selector": {}, "template": {},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "50%"}}}}))
+        .unwrap();
+        assert_eq!(
+            deployment_strategy(&d),
+            Strategy::Rolling {
+                replicas: 3,
+                max_surge: IntOrPercent::Int(0),
+                max_unavailable: IntOrPercent::Percent(50)
+            }
+        );
+        let d: Deployment = serde_json::from_value(serde_json::json!({"spec": {
+            "selector": {}, "template": {}, "strategy": {"type": "Recreate"}}}))
+        .unwrap();
+        assert_eq!(deployment_strategy(&d), Strategy::Recreate);
+        let s: StatefulSet = serde_json::from_value(serde_json::json!({"spec": {
+            "selector": {}, "template": {}, "serviceName": "x",
+            "updateStrategy": {"type": "OnDelete"}}}))
+        .unwrap();
+        assert_eq!(stateful_set_strategy(&s), Strategy::OnDelete);
+        let ds: DaemonSet = serde_json::from_value(serde_json::json!({"spec": {
+            "selector": {}, "template": {}}}))
+        .unwrap();
+        assert_eq!(
+            daemon_set_strategy(&ds),
+            Strategy::DaemonSetRolling {
+                max_surge: IntOrPercent::Int(0)
+            }
+        );
+        assert_eq!(
+            argo_strategy(
+                &serde_json::json!({"replicas": 2, "strategy": {"canary": {"maxSurge": 1, "maxUnavailable": 0}}})
+            ),
+            Strategy::Rolling {
+                replicas: 2,
+                max_surge: IntOrPercent::Int(0),
+                max_unavailable: IntOrPercent::Int(0)
+            }
+        );
+    }
+}

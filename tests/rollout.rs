@@ -1,0 +1,421 @@
+//! `reloadlet.io/action: rollout` end to end: `reloadlet controller` against the simulated
+//! API server, whose Deployment, StatefulSet and DaemonSet controllers roll a changed pod
+//! template as kube-controller-manager does (a Deployment surge-first), and whose kubelet
+//! runs the pods. What a user sees: the workload patched once per change, a rollout that
+//! never leaves it without a Ready pod, Events, and nothing else touched.
+
+mod common;
+#[path = "support/controller_process.rs"]
+mod controller_process;
+
+use common::fixtures::{configmap, pod};
+use common::*;
+use controller_process::ControllerProcess;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
+use nodesim::apiserver::WorkloadKind;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const NS: &str = "apps";
+const BASELINE: &str = "reloadlet.io/rollout-baseline";
+const NO_ELECTION: &str = "--leader-elect=false";
+const WAIT: Duration = Duration::from_secs(40);
+/// How long "nothing happens" is watched for.
+const QUIET: Duration = Duration::from_secs(3);
+
+/// A pod template: `action: rollout`, ConfigMap `cfg` mounted, no reload support at all.
+fn template(app: &str) -> Value {
+    json!({
+        "metadata": {
+            "labels": {"app": app},
+            "annotations": {
+                "reloadlet.io/action": "rollout",
+                "nodesim.reloadlet.io/ready-delay-ms": "500"
+            }
+        },
+        "spec": {
+            "containers": [{"name": "app", "image": "app",
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": format!("{app}-cfg")}}]
+        }
+    })
+}
+
+fn spec(app: &str, extra: Value) -> Value {
+    let mut s = json!({
+        "selector": {"matchLabels": {"app": app}},
+        "template": template(app),
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        s[k] = v.clone();
+    }
+    s
+}
+
+fn object<T: serde::de::DeserializeOwned>(name: &str, spec: Value) -> T {
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": NS}, "spec": spec}))
+        .unwrap()
+}
+
+fn running_ready(p: &Pod) -> bool {
+    let status = p.status.as_ref();
+    p.metadata.deletion_timestamp.is_none()
+        && status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn uids(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
+}
+
+/// Waits until `n` pods of the workload run, are Ready and carry their rollout baseline.
+async fn settled(node: &Node, kind: WorkloadKind, name: &str, n: usize) -> BTreeSet<String> {
+    let pods = eventually(
+        &format!("{name}: {n} Ready pods with baselines"),
+        WAIT,
+        || {
+            let pods: Vec<Pod> = node
+                .api
+                .pods_of_workload(kind, NS, name)
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let done = pods.len() == n
+                && pods.iter().all(|p| {
+                    running_ready(p)
+                        && p.metadata
+                            .annotations
+                            .as_ref()
+                            .is_some_and(|a| a.contains_key(BASELINE))
+                });
+            done.then_some(pods)
+        },
+    )
+    .await;
+    uids(&pods)
+}
+
+/// PATCH requests to the workload `resource/name` (e.g. `deployments/web`).
+fn workload_patches(node: &Node, resource_name: &str) -> usize {
+    node.api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/{resource_name}")))
+        .count()
+}
+
+fn events(node: &Node, reason: &str) -> Vec<(String, String, String)> {
+    node.api
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == reason)
+        .map(|e| (e.regarding_kind, e.regarding_name, e.note))
+        .collect()
+}
+
+/// `reloadlet explain --pod apps/<name>` against the simulated API server.
+fn explain(node: &Node, name: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        .args(["explain", "--pod", &format!("{NS}/{name}")])
+        .env("KUBECONFIG", node.kubeconfig())
+        .env("NODE_NAME", NODE)
+        .env_remove("POD_NAME")
+        .env_remove("POD_NAMESPACE")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn change(node: &Node, name: &str, value: &str) {
+    node.api
+        .apply_configmap(configmap(NS, name, &[("app.conf", value)]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_replica_deployment_rolls_surge_first_once_per_change_and_never_twice() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    change(&node, "web-cfg", "v1");
+    node.api
+        .apply_deployment(object::<Deployment>(
+            "web",
+            spec("web", json!({"replicas": 1})),
+        ))
+        .unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    let old = settled(&node, WorkloadKind::Deployment, "web", 1).await;
+    let readiness = node
+        .api
+        .track_readiness(WorkloadKind::Deployment, NS, "web")
+        .unwrap();
+    let pod_name = node
+        .api
+        .pods_of_workload(WorkloadKind::Deployment, NS, "web")[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let text = explain(&node, &pod_name);
+    assert!(
+        text.contains("rolls Deployment apps/web") && text.contains("surges: yes"),
+        "{text}"
+    );
+
+    // Labels only: nothing rolls.
+    node.api
+        .merge_patch_configmap(NS, "web-cfg", &json!({"metadata": {"labels": {"x": "1"}}}))
+        .unwrap();
+    never("a patch after a label-only change", QUIET, || {
+        workload_patches(&node, "deployments/web") > 0
+    })
+    .await;
+
+    change(&node, "web-cfg", "v2");
+    let new = eventually("a new Ready pod replaced the old one", WAIT, || {
+        let pods = node
+            .api
+            .pods_of_workload(WorkloadKind::Deployment, NS, "web");
+        let live: Vec<Pod> = pods.into_iter().filter(running_ready).collect();
+        let ids = uids(&live);
+        (ids.len() == 1 && ids.is_disjoint(&old)).then_some(ids)
+    })
+    .await;
+    assert_eq!(workload_patches(&node, "deployments/web"), 1);
+    let log = readiness.log();
+    assert!(
+        !log.ever_zero_ready(),
+        "a moment without a Ready pod: {log:?}"
+    );
+    assert!(log.max_running() >= 2, "not surge-first: {log:?}");
+    let d = node.api.get_deployment(NS, "web").unwrap();
+    let anns = d
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert!(anns.contains_key("kubectl.kubernetes.io/restartedAt"));
+    assert_eq!(anns["reloadlet.io/restarted-for"], "configmap/web-cfg");
+    let requested = events(&node, "RolloutRequested");
+    assert_eq!(requested.len(), 1, "{requested:?}");
+    assert!(
+        requested[0].2.contains("Deployment apps/web"),
+        "{requested:?}"
+    );
+
+    // A restarted controller rolls nothing again.
+    settled(&node, WorkloadKind::Deployment, "web", 1).await;
+    controller.stop().await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    never("a second patch after a restart", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+    })
+    .await;
+    assert!(new.iter().all(|u| !old.contains(u)));
+
+    // Changed while no controller runs: rolled once when one is back.
+    controller.stop().await;
+    change(&node, "web-cfg", "v3");
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    until("the change made while down is rolled", WAIT, || {
+        workload_patches(&node, "deployments/web") == 2
+    })
+    .await;
+    never("a third patch", QUIET, || {
+        workload_patches(&node, "deployments/web") > 2
+    })
+    .await;
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn statefulsets_and_daemonsets_roll_on_delete_and_unowned_pods_are_warned_about() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    for app in ["db", "agent", "frozen", "bare"] {
+        change(&node, &format!("{app}-cfg"), "v1");
+    }
+    node.api
+        .apply_statefulset(object::<StatefulSet>(
+            "db",
+            spec("db", json!({"replicas": 1, "serviceName": "db"})),
+        ))
+        .unwrap();
+    node.api
+        .apply_daemonset(object::<DaemonSet>("agent", spec("agent", json!({}))))
+        .unwrap();
+    node.api
+        .apply_statefulset(object::<StatefulSet>(
+            "frozen",
+            spec(
+                "frozen",
+                json!({"replicas": 1, "serviceName": "frozen", "updateStrategy": {"type": "OnDelete"}}),
+            ),
+        ))
+        .unwrap();
+    let bare: Pod = serde_json::from_value({
+        let mut p = serde_json::to_value(
+            pod(NS, "bare")
+                .annotate("reloadlet.io/action", "rollout")
+                .configmap_volume("cfg", "bare-cfg")
+                .build(),
+        )
+        .unwrap();
+        p["spec"]["containers"] = json!([{"name": "app", "image": "app"}]);
+        p
+    })
+    .unwrap();
+    node.api.create_pod(bare);
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    let db = settled(&node, WorkloadKind::StatefulSet, "db", 1).await;
+    let agent = settled(&node, WorkloadKind::DaemonSet, "agent", 1).await;
+    let frozen = settled(&node, WorkloadKind::StatefulSet, "frozen", 1).await;
+    until("the bare pod's baseline", WAIT, || {
+        node.api
+            .get_pod(NS, "bare")
+            .and_then(|p| p.metadata.annotations)
+            .is_some_and(|a| a.contains_key(BASELINE))
+    })
+    .await;
+
+    for app in ["db", "agent", "frozen", "bare"] {
+        change(&node, &format!("{app}-cfg"), "v2");
+    }
+    for (kind, name, old) in [
+        (WorkloadKind::StatefulSet, "db", &db),
+        (WorkloadKind::DaemonSet, "agent", &agent),
+    ] {
+        eventually(&format!("{name} replaced its pod"), WAIT, || {
+            let live: Vec<Pod> = node
+                .api
+                .pods_of_workload(kind, NS, name)
+                .into_iter()
+                .filter(running_ready)
+                .collect();
+            let ids = uids(&live);
+            (ids.len() == 1 && ids.is_disjoint(old)).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(workload_patches(&node, "statefulsets/db"), 1);
+    assert_eq!(workload_patches(&node, "daemonsets/agent"), 1);
+    let unsupported = eventually("two RolloutUnsupported warnings", WAIT, || {
+        let e = events(&node, "RolloutUnsupported");
+        (e.len() >= 2).then_some(e)
+    })
+    .await;
+    assert!(
+        unsupported
+            .iter()
+            .any(|(k, n, note)| k == "Pod" && n == "bare" && note.contains("no controlling owner")),
+        "{unsupported:?}"
+    );
+    assert!(
+        unsupported
+            .iter()
+            .any(|(_, _, note)| note.contains("StatefulSet frozen uses updateStrategy OnDelete")),
+        "{unsupported:?}"
+    );
+    never(
+        "the OnDelete StatefulSet patched or its pod replaced",
+        QUIET,
+        || {
+            workload_patches(&node, "statefulsets/frozen") > 0
+                || uids(
+                    &node
+                        .api
+                        .pods_of_workload(WorkloadKind::StatefulSet, NS, "frozen"),
+                ) != frozen
+        },
+    )
+    .await;
+    let notes: Vec<String> = events(&node, "RolloutRequested")
+        .into_iter()
+        .map(|e| e.2)
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("StatefulSet apps/db") && n.contains("one pod at a time")),
+        "{notes:?}"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eviction_no_budget_allows_ends_in_one_rollout_after_blocked_timeout() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    change(&node, "web-cfg", "v1");
+    // One replica, minAvailable 1: no eviction can ever succeed.
+    node.api.create_pdb(
+        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": NS},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
+        .unwrap(),
+    );
+    let mut tpl = template("web");
+    tpl["metadata"]["annotations"]["reloadlet.io/action"] = json!("evict");
+    tpl["metadata"]["annotations"]["reloadlet.io/on-blocked"] = json!("rollout");
+    tpl["metadata"]["annotations"]["reloadlet.io/blocked-timeout"] = json!("4s");
+    let mut s = spec("web", json!({"replicas": 1}));
+    s["template"] = tpl;
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    node.start_agent(&[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    let old = settled(&node, WorkloadKind::Deployment, "web", 1).await;
+    let readiness = node
+        .api
+        .track_readiness(WorkloadKind::Deployment, NS, "web")
+        .unwrap();
+
+    change(&node, "web-cfg", "v2");
+    until("the agent's eviction refused by the budget", WAIT, || {
+        node.api.evictions().iter().any(|e| e.code == 429)
+    })
+    .await;
+    eventually(
+        "the Deployment rolled and the old pod replaced",
+        WAIT,
+        || {
+            let live: Vec<Pod> = node
+                .api
+                .pods_of_workload(WorkloadKind::Deployment, NS, "web")
+                .into_iter()
+                .filter(running_ready)
+                .collect();
+            let ids = uids(&live);
+            (ids.len() == 1 && ids.is_disjoint(&old)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(workload_patches(&node, "deployments/web"), 1);
+    assert!(
+        node.api.evictions().iter().all(|e| e.code != 201),
+        "no eviction succeeded"
+    );
+    assert!(node.api.invariant_violations().is_empty());
+    let log = readiness.log();
+    assert!(!log.ever_zero_ready(), "{log:?}");
+    never("a second rollout", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+    })
+    .await;
+    controller.stop().await;
+}
