@@ -102,21 +102,34 @@ pub struct ControllerSettings {
     pub election: Option<LeaseTarget>,
     pub listen: SocketAddr,
     pub log_format: LogFormat,
-    pub filter: NamespaceFilter,
-    pub pod_selector: Option<String>,
+    pub scope: ControllerScope,
     /// Follow env consumers of ConfigMaps / of Secrets.
-    pub env_configmaps: bool,
-    pub env_secrets: bool,
+    pub env: EnvKinds,
     pub notify: crate::outbound::notify::NotifySettings,
-    /// `--dry-run`: the executor writes nothing (no nudge or baseline patch; evictions are
-    /// sent with dryRun=All).
-    pub dry_run: bool,
     /// Names the controller in notifications and Events (`POD_NAME`, else the hostname).
     pub instance: String,
     /// `--flap-threshold`, `--time-zone`, `--max-defer` (the controller has no `--debounce`:
     /// 0 unless a pod sets `reloadlet.io/debounce`).
     pub pacing: crate::core::pacing::PacingDefaults,
     pub rollout: RolloutSettings,
+}
+
+/// Which pods the controller may act on, and whether it writes at all.
+#[derive(Clone, Debug)]
+pub struct ControllerScope {
+    pub filter: NamespaceFilter,
+    /// `--pod-selector`, validated; applied by the API server on the pod watch.
+    pub pod_selector: Option<String>,
+    /// `--dry-run`: the executor writes nothing (no nudge or baseline patch; evictions are
+    /// sent with dryRun=All).
+    pub dry_run: bool,
+}
+
+/// `--env-consumers` / `--env-consumers-secrets`.
+#[derive(Clone, Copy, Debug)]
+pub struct EnvKinds {
+    pub configmaps: bool,
+    pub secrets: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -186,12 +199,19 @@ impl ControllerArgs {
             election,
             listen: self.listen,
             log_format: self.log_format,
-            filter: super::scope::namespace_filter(&scope.namespaces, &scope.exclude_namespaces),
-            pod_selector,
-            env_configmaps: self.env_consumers,
-            env_secrets: self.env_consumers_secrets,
+            scope: ControllerScope {
+                filter: super::scope::namespace_filter(
+                    &scope.namespaces,
+                    &scope.exclude_namespaces,
+                ),
+                pod_selector,
+                dry_run: scope.dry_run,
+            },
+            env: EnvKinds {
+                configmaps: self.env_consumers,
+                secrets: self.env_consumers_secrets,
+            },
             notify,
-            dry_run: scope.dry_run,
             instance,
             rollout: RolloutSettings {
                 enabled: self.rollout.enabled,
@@ -232,7 +252,7 @@ mod tests {
             "app in (web),tier!=db",
         ]);
         assert_eq!(
-            good.settings(None).unwrap().pod_selector.as_deref(),
+            good.settings(None).unwrap().scope.pod_selector.as_deref(),
             Some("app in (web),tier!=db")
         );
     }
@@ -262,8 +282,8 @@ mod tests {
         ]);
         let s = off.settings(None).unwrap();
         assert!(s.election.is_none());
-        assert!(s.filter.check("b").is_some());
-        assert!(s.filter.check("a").is_none());
+        assert!(s.scope.filter.check("b").is_some());
+        assert!(s.scope.filter.check("a").is_none());
         let host = parse(&["--lease-namespace", "x"]);
         if host.election.identity.is_none() {
             assert_eq!(
@@ -290,9 +310,9 @@ mod tests {
             parse(&v).settings(None).unwrap()
         };
         if std::env::var_os("RELOADLET_DRY_RUN").is_none() {
-            assert!(!s(&[]).dry_run, "off by default");
+            assert!(!s(&[]).scope.dry_run, "off by default");
         }
-        assert!(s(&["--dry-run"]).dry_run);
+        assert!(s(&["--dry-run"]).scope.dry_run);
     }
 
     #[test]
@@ -303,15 +323,15 @@ mod tests {
             parse(&v).settings(None).unwrap()
         };
         if std::env::var_os("RELOADLET_ENV_CONSUMERS").is_none() {
-            assert!(s(&[]).env_configmaps, "on by default");
-            assert!(!s(&["--env-consumers=false"]).env_configmaps);
-            assert!(s(&["--env-consumers"]).env_configmaps);
-            assert!(s(&["--env-consumers", "true"]).env_configmaps);
+            assert!(s(&[]).env.configmaps, "on by default");
+            assert!(!s(&["--env-consumers=false"]).env.configmaps);
+            assert!(s(&["--env-consumers"]).env.configmaps);
+            assert!(s(&["--env-consumers", "true"]).env.configmaps);
         }
         if std::env::var_os("RELOADLET_ENV_CONSUMERS_SECRETS").is_none() {
-            assert!(!s(&[]).env_secrets, "off by default");
-            assert!(s(&["--env-consumers-secrets"]).env_secrets);
-            assert!(!s(&["--env-consumers-secrets=false"]).env_secrets);
+            assert!(!s(&[]).env.secrets, "off by default");
+            assert!(s(&["--env-consumers-secrets"]).env.secrets);
+            assert!(!s(&["--env-consumers-secrets=false"]).env.secrets);
             assert!(s(&[]).rollout.enabled, "rollout on by default");
             assert!(!s(&["--rollout=false"]).rollout.enabled);
             assert!(!s(&[]).rollout.argo, "Argo Rollouts off by default");

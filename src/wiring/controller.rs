@@ -57,7 +57,7 @@ pub async fn serve(
     let (tx, rx) = mpsc::channel::<Input>(1024);
     tokio::spawn(watch_pods(
         clients.main.clone(),
-        settings.pod_selector.clone(),
+        settings.scope.pod_selector.clone(),
         tx.clone(),
     ));
     tokio::spawn(watch_objects(
@@ -66,7 +66,7 @@ pub async fn serve(
         tx.clone(),
     ));
     // Secrets' metadata: for nudges (--secrets) and for env consumers (--env-consumers-secrets).
-    if settings.secrets || settings.env_secrets {
+    if settings.secrets || settings.env.secrets {
         tokio::spawn(watch_objects(
             clients.main.clone(),
             SourceKind::Secret,
@@ -104,10 +104,10 @@ pub async fn serve(
     drop(tx);
     tracing::info!(
         secrets = settings.secrets,
-        env_consumers = settings.env_configmaps,
-        env_consumers_secrets = settings.env_secrets,
+        env_consumers = settings.env.configmaps,
+        env_consumers_secrets = settings.env.secrets,
         max_nudges_per_second = settings.max_nudges_per_second,
-        dry_run = settings.dry_run,
+        dry_run = settings.scope.dry_run,
         rollout = settings.rollout.enabled,
         argo_rollouts = settings.rollout.argo,
         leader_elect = settings.election.is_some(),
@@ -137,7 +137,7 @@ pub async fn serve(
         )),
         notifier,
         action_metrics,
-        settings.dry_run,
+        settings.scope.dry_run,
         settings.instance.clone(),
     );
     let patcher: Arc<dyn Patcher> = Arc::new(KubePatcher::new(clients.main.clone()));
@@ -156,13 +156,13 @@ pub async fn serve(
         metrics.clone(),
     );
     let mut controller = Controller::new(
-        settings.filter.clone(),
+        settings.scope.filter.clone(),
         settings.election.is_none(),
         metrics,
         health,
     )
     .with(Box::new(nudges));
-    if settings.env_configmaps || settings.env_secrets {
+    if settings.env.configmaps || settings.env.secrets {
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(
             EvictionSettings::default(),
@@ -177,8 +177,8 @@ pub async fn serve(
             index,
             baselines: patches(PatchSettings::baselines()),
             reporter: reporter.clone(),
-            configmaps: settings.env_configmaps,
-            secrets: settings.env_secrets,
+            configmaps: settings.env.configmaps,
+            secrets: settings.env.secrets,
             stop: shutdown.clone(),
             pacing: settings.pacing.clone(),
         })));
