@@ -3,9 +3,11 @@
 //! [`SimKubelet`](crate::kubelet::SimKubelet).
 
 use crate::apiserver::ApiChange;
-use crate::kubelet::{KubeletApi, KubeletOptions, PodHandles, SyncMode, SyncReason};
+use crate::kubelet_api::KubeletApi;
+use crate::kubelet_options::{KubeletOptions, PodHandles};
 use crate::kubelet_pod::{PodState, Stage};
 use crate::kubelet_sync::{self, next_tick, SyncRecord};
+use crate::kubelet_sync::{SyncMode, SyncReason};
 use crate::projection;
 use crate::runtime::SimRuntime;
 use crate::volumes::SourceKind;

@@ -12,6 +12,8 @@
 use crate::cgroups::{self, Cgroup, CgroupError, CgroupMounts};
 use crate::flavor::{CgroupDriver, CgroupVersion, QosClass, Runtime};
 use crate::mount_targets;
+use crate::runtime_container::Running;
+pub use crate::runtime_container::{BindMount, ContainerHandle, ContainerSpec};
 use crate::runtime_shim::{
     cleanup, init_script, release_targets, reset_signals, shim_argv, wait_for_exec, PidNs,
 };
@@ -21,7 +23,7 @@ use std::fs;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CONTAINER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -36,27 +38,6 @@ pub struct RuntimeConfig {
     pub log_dir: PathBuf,
 }
 
-/// A bind mount into the container's mount namespace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BindMount {
-    /// Host path: a volume dir, or for a `subPath` the resolved file/dir under `..data/`.
-    pub source: PathBuf,
-    /// `mountPath` in the container.
-    pub target: PathBuf,
-    pub read_only: bool,
-}
-
-/// What to run as a container.
-#[derive(Clone, Debug, Default)]
-pub struct ContainerSpec {
-    pub name: String,
-    /// `command` + `args`, non-empty.
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub working_dir: Option<PathBuf>,
-    pub mounts: Vec<BindMount>,
-}
-
 /// The pod-level settings of a sandbox.
 #[derive(Clone, Debug)]
 pub struct SandboxSpec {
@@ -66,33 +47,6 @@ pub struct SandboxSpec {
     pub share_process_namespace: bool,
     /// `hostPID: true`: no PID namespace at all.
     pub host_pid: bool,
-}
-
-/// A running container (or sandbox) as tests see it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerHandle {
-    pub name: String,
-    /// 64 hex chars.
-    pub id: String,
-    pub runtime: Runtime,
-    /// The container cgroup relative to the hierarchy root, as in `/proc/<pid>/cgroup`.
-    pub cgroup: String,
-    /// The container cgroup's directory in each hierarchy.
-    pub cgroup_paths: Vec<PathBuf>,
-    /// Host PID of the container's main process (the command).
-    pub main_pid: i32,
-    /// Host PID of the shim, the main process's parent (outside the container cgroup).
-    pub shim_pid: i32,
-    /// CRI-O: the process in `crio-conmon-<id>` (the shim).
-    pub conmon_pid: Option<i32>,
-    pub log_path: PathBuf,
-}
-
-impl ContainerHandle {
-    /// `<runtime>://<id>`, as in `status.containerStatuses[].containerID`.
-    pub fn container_id(&self) -> String {
-        self.runtime.container_id(&self.id)
-    }
 }
 
 /// A container that ran to completion.
@@ -145,19 +99,6 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Run
         path: path.to_owned(),
         source,
     }
-}
-
-/// A running process group of ours: the handle plus what must be cleaned up.
-#[derive(Debug)]
-pub(crate) struct Running {
-    pub(crate) handle: ContainerHandle,
-    pub(crate) spec: ContainerSpec,
-    pub(crate) shim: Child,
-    pub(crate) cgroup: Cgroup,
-    pub(crate) conmon_cgroup: Option<Cgroup>,
-    /// Mount targets on the host this container holds (the container's root is the host's;
-    /// see [`crate::mount_targets`]).
-    pub(crate) targets: Vec<PathBuf>,
 }
 
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 
 use crate::cgroups::Cgroup;
 use crate::mount_targets;
-use crate::runtime::{ContainerSpec, Running};
+use crate::runtime_container::{ContainerSpec, Running};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fs;
