@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The benchmark (as root), about 2–3 minutes at the defaults. On one simulated node:
-#  1. swap -> signal latency (p50, p99, misses) and memory of reloadlet (--debounce 0s) and of
-#     two references, the floor (examples/floor.rs: one inotify fd, kill(2) on ..data) and an
-#     inotifywait + kill sidecar per volume, at 100 and at 1,000 volumes, with the ratios
-#     against the bar of issue 14; reloadlet's wakeups while idle;
+#  1. swap -> signal latency (p50, p99, max, misses) and memory of reloadlet (--debounce 0s;
+#     the glibc build and the image's static binary) and of two references, the floor
+#     (examples/floor.rs: one inotify fd, kill(2) on ..data) and an inotifywait + kill
+#     sidecar per volume, at 100 and at 1,000 volumes, with the ratios
+#     against the bars of issues 14 and 30; reloadlet's wakeups while idle; the swaps are
+#     made by a separate process (examples/swapper.rs), as the kubelet's are;
 #  2. an eviction burst of 100 pods.
 # Sizes (environment): BENCH_SMALL (100) and BENCH_LARGE (1000) volumes, BENCH_VOLS_PER_POD (4),
 # BENCH_SWAPS per approach and size (400), BENCH_RATE swaps/s (50), BENCH_DEADLINE_MS for a
-# miss (1000), BENCH_IDLE_SECS (10; 0 skips), BENCH_SIDECAR_MAX (200) sidecars at most.
+# miss (1000), BENCH_IDLE_SECS (10; 0 skips), BENCH_SIDECAR_MAX (200) sidecars at most,
+# BENCH_SMAPS_DIR (unset) receives /proc/PID/smaps of each reloadlet run, BENCH_STATIC_BIN a
+# static binary to measure instead of building one.
 # The sidecar fleet may need fs.inotify.max_user_instances raised above its default of 128:
 # the benchmark raises it for the fleet's lifetime only and restores it (so does this script
 # on exit, should the benchmark be killed).
@@ -29,6 +33,16 @@ instances=/proc/sys/fs/inotify/max_user_instances
 original=$(cat "$instances")
 trap 'echo "$original" > "$instances"' EXIT
 cargo build --release --quiet --examples
+# The image's static (musl) binary beside the glibc build, where musl-gcc is installed
+# (Debian: musl-tools; rustup target x86_64-unknown-linux-musl): issue 30's RSS bar for it.
+if [[ -z "${BENCH_STATIC_BIN:-}" ]] && command -v musl-gcc >/dev/null &&
+    rustup target list --installed 2>/dev/null | grep -qx "$(uname -m)-unknown-linux-musl"; then
+    hack/build-release.sh --arch "$(uname -m)" --out target/bench-static >/dev/null &&
+        export BENCH_STATIC_BIN="$PWD/target/bench-static/reloadlet" ||
+        echo "hack/bench.sh: the static build failed; the static binary is skipped" >&2
+fi
+[[ -n "${BENCH_STATIC_BIN:-}" ]] ||
+    echo "hack/bench.sh: no static binary (musl-gcc or the musl target missing); skipped" >&2
 cargo bench --bench node
 # 3. fast projection (reloadlet controller), about 2.5 minutes: ConfigMap update -> SIGHUP with
 #    and without the controller under the kubelet's real sync timing, and the controller at

@@ -173,8 +173,23 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts reloadlet with `--debounce 0s` and waits for /readyz.
-    pub fn start(node: &SimNode, log: &Path, state_dir: &Path) -> Agent {
+    /// The glibc build this benchmark was compiled with (`RELOADLET_BIN` overrides it).
+    pub fn glibc_binary() -> PathBuf {
+        std::env::var_os("RELOADLET_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_reloadlet")))
+    }
+
+    /// The image's static (musl) binary, when `BENCH_STATIC_BIN` names one (`hack/bench.sh`
+    /// builds it with `hack/build-release.sh` where musl-gcc is installed).
+    pub fn static_binary() -> Option<PathBuf> {
+        std::env::var_os("BENCH_STATIC_BIN")
+            .map(PathBuf::from)
+            .filter(|p| p.is_file())
+    }
+
+    /// Starts reloadlet (`bin`) with `--debounce 0s` and waits for /readyz.
+    pub fn start(node: &SimNode, bin: &Path, log: &Path, state_dir: &Path) -> Agent {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -182,8 +197,6 @@ impl Agent {
             .port();
         let listen = format!("127.0.0.1:{port}");
         let t0 = Instant::now();
-        let bin = std::env::var("RELOADLET_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_reloadlet").to_owned());
         let child = Command::new(bin)
             .args(["--node-name", NODE, "--debounce", "0s", "--listen", &listen])
             // Every swap of the run is measured: the flap breaker (10/10m by default) would

@@ -40,7 +40,12 @@ pub async fn evict_bench(pods: usize) {
             .expect("pod runs");
     }
     s.api.set_response_delay(None);
-    let agent = Agent::start(&s, &s.path("reloadlet.log"), &s.path("state"));
+    let agent = Agent::start(
+        &s,
+        &Agent::glibc_binary(),
+        &s.path("reloadlet.log"),
+        &s.path("state"),
+    );
     agent.wait_metric("reloadlet_volumes_tracked", (2 * pods) as f64);
     s.api.set_response_delay(Some(Duration::from_millis(20)));
     // The kubelet re-projects the ConfigMap into every pod: all swaps land within a burst.

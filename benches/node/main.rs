@@ -192,6 +192,8 @@ enum Kind {
     Floor,
     Sidecar,
     Reloadlet,
+    /// The image's static (musl) binary, same flags.
+    Static,
 }
 
 /// Everything measured for one approach at one size.
@@ -249,6 +251,10 @@ async fn signal_bench(k: &Knobs) {
             kinds.push(Kind::Sidecar);
         }
         kinds.push(Kind::Reloadlet);
+        let static_bin = Agent::static_binary();
+        if static_bin.is_some() {
+            kinds.push(Kind::Static);
+        }
         let order: Vec<Kind> = kinds.iter().chain(kinds.iter().rev()).copied().collect();
         let raised = match &sidecar {
             Ok(Some(to)) => match procs::Raised::to(procs::MAX_USER_INSTANCES, *to) {
@@ -294,12 +300,16 @@ async fn signal_bench(k: &Knobs) {
                     }
                     Err(e) => m.note = e,
                 },
-                Kind::Reloadlet => {
+                Kind::Reloadlet | Kind::Static => {
+                    let bin = match kind {
+                        Kind::Static => static_bin.clone().expect("checked above"),
+                        _ => Agent::glibc_binary(),
+                    };
                     let log = node.path(&format!("reloadlet-{n}-{turn}.log"));
                     // A fresh state dir: a first start, no catch-up for swaps made while
                     // the other approaches ran.
                     let state = node.path(&format!("state-{si}-{n}-{turn}"));
-                    let agent = Agent::start(&node, &log, &state);
+                    let agent = Agent::start(&node, &bin, &log, &state);
                     agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
                     let ready = agent.ready_after;
                     let before = agent.metric(SIGNALED);
@@ -307,6 +317,11 @@ async fn signal_bench(k: &Knobs) {
                     m.outcome
                         .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
                     m.memory = m.memory.max(Memory::of(&[agent.pid()]));
+                    if let Some(dir) = std::env::var_os("BENCH_SMAPS_DIR") {
+                        // Where the memory is, mapping by mapping (docs/architecture.md).
+                        let to = PathBuf::from(dir).join(format!("{kind:?}-{n}-{turn}.smaps"));
+                        let _ = std::fs::copy(format!("/proc/{}/smaps", agent.pid()), to);
+                    }
                     let counted = agent.metric(SIGNALED) - before;
                     if m.outcome.misses > 0 {
                         println!(
@@ -322,11 +337,16 @@ async fn signal_bench(k: &Knobs) {
                         .trim()
                         .to_owned();
                     println!(
-                        "   reloadlet start -> /readyz {:.0} ms, {counted} signals counted, peak RSS {:.1} MiB; {armed}",
+                        "   {} start -> /readyz {:.0} ms, {counted} signals counted, peak RSS {:.1} MiB; {armed}",
+                        format!("{kind:?}").to_lowercase(),
                         ready.as_secs_f64() * 1e3,
                         procs::peak_rss_mib(agent.pid())
                     );
-                    if si == sizes.len() - 1 && second_half && !k.idle.is_zero() {
+                    if *kind == Kind::Reloadlet
+                        && si == sizes.len() - 1
+                        && second_half
+                        && !k.idle.is_zero()
+                    {
                         summary.idle = Some(idle_wakeups(&agent, k.idle));
                     }
                 }

@@ -2,7 +2,8 @@
 //!
 //! Swaps run open loop at a fixed rate (swap `k` is due at `start + k / rate`, whether or not
 //! earlier ones were answered), each a kubelet AtomicWriter update of one volume
-//! ([`nodesim::bench_support::timed_update`], clock read just before the rename). The
+//! ([`nodesim::bench_support::timed_update`], clock read just before the rename), made by a
+//! separate process (`examples/swapper.rs`), as the kubelet's are. The
 //! targets are ordered so that consecutive swaps hit different pods; a pod is swapped again
 //! only after `pods / rate` seconds.
 //!
@@ -11,10 +12,12 @@
 //! swap and before both the miss deadline and `p`'s next swap, minus the swap's clock. No such
 //! SIGHUP: a miss. A SIGHUP matched to no swap: an extra signal.
 
-use crate::approaches::Target;
-use nodesim::bench_support::{monotonic_ns, timed_update};
+use crate::approaches::{example, Target};
+use nodesim::bench_support::monotonic_ns;
+use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Swap {
@@ -22,22 +25,36 @@ pub struct Swap {
     pub at_ns: i128,
 }
 
-/// Swaps `targets[k % len]` for `k` in `ks`, at `rate` per second. `tag` makes the bytes
-/// differ from every earlier turn's: the kubelet never swaps unchanged content, and
+/// Swaps `targets[k % len]` for `k` in `ks`, at `rate` per second, from a separate process
+/// (`examples/swapper.rs`: the kubelet is not the watcher's process either). `tag` makes the
+/// bytes differ from every earlier turn's: the kubelet never swaps unchanged content, and
 /// reloadlet rightly ignores a swap that leaves the bytes as they were.
 pub fn run(targets: &[Target], ks: std::ops::Range<usize>, rate: f64, tag: &str) -> Vec<Swap> {
-    let start = Instant::now();
-    let first = ks.start;
-    ks.map(|k| {
-        let due = start + Duration::from_secs_f64((k - first) as f64 / rate);
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait); // pacing the open-loop schedule
+    let mut child = Command::new(example("swapper"))
+        .arg(rate.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the swapper starts");
+    let picked: Vec<&Target> = ks.clone().map(|k| &targets[k % targets.len()]).collect();
+    {
+        let mut stdin = std::io::BufWriter::new(child.stdin.take().expect("piped stdin"));
+        for (k, t) in ks.zip(&picked) {
+            writeln!(stdin, "{}\t{tag}-{k}", t.dir.display()).expect("the schedule is written");
         }
-        let t = &targets[k % targets.len()];
-        let at_ns = timed_update(&t.dir, "k", format!("{tag}-{k}").as_bytes()).unwrap();
-        Swap { pod: t.pod, at_ns }
-    })
-    .collect()
+    } // stdin closed: the swaps start
+    let out = child.wait_with_output().expect("the swapper ends");
+    assert!(out.status.success(), "the swapper failed: {}", out.status);
+    let times: Vec<i128> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().parse().expect("a CLOCK_MONOTONIC time per swap"))
+        .collect();
+    assert_eq!(times.len(), picked.len(), "one time per swap");
+    picked
+        .iter()
+        .zip(times)
+        .map(|(t, at_ns)| Swap { pod: t.pod, at_ns })
+        .collect()
 }
 
 /// What one approach did with one batch of swaps.
