@@ -252,6 +252,9 @@ pub struct PodInfo {
     pub containers: Vec<ContainerInfo>,
     /// An `ownerReferences` entry with `controller: true` exists.
     pub has_controller: bool,
+    /// That entry (kind and name): the controller's `--reloader-compat` finds the pod's
+    /// workload through it (boxed: read rarely, and every pod input carries a `PodInfo`).
+    pub controller: Option<Box<crate::core::rollout::OwnerRef>>,
     /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
     pub phase: String,
     /// `metadata.deletionTimestamp` is set.

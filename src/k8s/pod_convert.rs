@@ -48,6 +48,7 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
             .iter()
             .flatten()
             .any(|o| o.controller == Some(true)),
+        controller: super::workloads::controller_of(meta).map(Box::new),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
         terminating: meta.deletion_timestamp.is_some(),
         env: env_refs(spec),
@@ -384,6 +385,11 @@ mod tests {
         let info = pod_info(&pod).unwrap();
         assert_eq!(info.full_name(), "shop/web-0");
         assert!(info.has_controller);
+        let owner = info.controller.as_ref().unwrap();
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("ReplicaSet", "web")
+        );
         assert!(!info.terminating);
         let kinds: Vec<_> = info
             .containers

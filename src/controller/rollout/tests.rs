@@ -145,6 +145,7 @@ fn start(
         ),
         secrets: false,
         argo: false,
+        reloader_compat: false,
         now,
         stop: stop.clone(),
     });
