@@ -118,4 +118,10 @@ pub trait WorkloadApi: Send + Sync + 'static {
         &'a self,
         workload: &'a WorkloadRef,
     ) -> BoxFuture<'a, Result<Option<Strategy>, String>>;
+    /// The workload's own annotations, read metadata-only (`Ok(None)`: no such workload;
+    /// `explain` of `--reloader-compat`).
+    fn annotations<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, String>>;
 }

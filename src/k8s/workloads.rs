@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 pub struct KubeWorkloads {
     client: Client,
@@ -197,6 +198,38 @@ impl WorkloadApi for KubeWorkloads {
                     .map(|r| r.map(|r| argo_strategy(&r.data["spec"]))),
             };
             found.map_err(|e| e.to_string())
+        })
+    }
+
+    fn annotations<'a>(
+        &'a self,
+        w: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, String>> {
+        Box::pin(async move {
+            let c = self.client.clone();
+            let ns = w.namespace.as_str();
+            // Metadata-only GETs (`as=PartialObjectMetadata`): no pod template is read.
+            let meta = match w.kind {
+                WorkloadKind::Deployment => Api::<Deployment>::namespaced(c, ns)
+                    .get_metadata_opt(&w.name)
+                    .await
+                    .map(|o| o.map(|o| o.metadata)),
+                WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
+                    .get_metadata_opt(&w.name)
+                    .await
+                    .map(|o| o.map(|o| o.metadata)),
+                WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
+                    .get_metadata_opt(&w.name)
+                    .await
+                    .map(|o| o.map(|o| o.metadata)),
+                WorkloadKind::ArgoRollout => self
+                    .argo(ns)
+                    .get_metadata_opt(&w.name)
+                    .await
+                    .map(|o| o.map(|o| o.metadata)),
+            };
+            meta.map(|m| m.map(|m| m.annotations.unwrap_or_default()))
+                .map_err(|e| e.to_string())
         })
     }
 }

@@ -271,27 +271,16 @@ impl Compat {
             })
             .collect()
     }
-
-    /// What `explain` says of a pod: the Reloader annotation that governs it and where it
-    /// sits (`None`: none does).
-    pub fn describe_pod(&self, pod: &PodInfo) -> Option<String> {
-        let (workload, annotations) = self.governing(pod)?;
-        Some(explain_line(
-            workload,
-            annotations,
-            &pod.annotations,
-            self.secrets,
-        ))
-    }
 }
 
-/// `explain`'s sentence for a workload governed by Reloader's annotations (`workload`: its
-/// own annotations, `template`: its pod template's).
+/// `explain`'s sentence for a workload governed by Reloader's annotations (`own`: its
+/// own annotations, `template`: its pod template's; `secrets`: whether the controller runs
+/// with `--secrets`, `None` when not known).
 pub fn explain_line(
     workload: &WorkloadRef,
     own: &BTreeMap<String, String>,
     template: &BTreeMap<String, String>,
-    secrets: bool,
+    secrets: Option<bool>,
 ) -> String {
     let (annotations, from) = if relevant(own) {
         (own, describe(workload))
@@ -310,15 +299,19 @@ pub fn explain_line(
     .filter_map(|k| annotations.get(*k).map(|v| format!("{k}: {v}")))
     .collect();
     let mut line = format!(
-        "Reloader's annotations ({}) on {from}: rolled by the controller as reloadlet.io/action: rollout (--reloader-compat)",
+        "{} on {from}: rolled by the controller as reloadlet.io/action: rollout (--reloader-compat)",
         keys.join(", ")
     );
     let w = Workload {
         annotations: own,
         template,
     };
-    if !secrets && rc::wants_secrets(&w) {
-        line.push_str("; Secrets roll nothing: the controller runs without --secrets (Helm controller.secrets)");
+    if rc::wants_secrets(&w) {
+        match secrets {
+            Some(true) => {}
+            Some(false) => line.push_str("; Secrets roll nothing: the controller runs without --secrets (Helm controller.secrets)"),
+            None => line.push_str("; its Secret annotations need the controller's --secrets (Helm controller.secrets): without it no Secret change rolls it"),
+        }
     }
     line
 }

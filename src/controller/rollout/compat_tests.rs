@@ -303,14 +303,19 @@ fn each_reloader_annotation_decides_which_changes_roll() {
 #[test]
 fn explain_names_the_annotation_and_the_missing_secrets_flag() {
     let w = workload(WorkloadKind::Deployment, "web");
-    let line = explain_line(&w, &ann(&[(rc::SECRET_AUTO, "true")]), &ann(&[]), false);
+    let line = explain_line(
+        &w,
+        &ann(&[(rc::SECRET_AUTO, "true")]),
+        &ann(&[]),
+        Some(false),
+    );
     assert!(
         line.contains("secret.reloader.stakater.com/auto: true"),
         "{line}"
     );
     assert!(line.contains("Deployment ns/web"), "{line}");
     assert!(line.contains("without --secrets"), "{line}");
-    let line = explain_line(&w, &ann(&[]), &ann(&[(rc::CONFIGMAP_AUTO, "true")]), false);
+    let line = explain_line(&w, &ann(&[]), &ann(&[(rc::CONFIGMAP_AUTO, "true")]), None);
     assert!(line.contains("its pod template"), "{line}");
     assert!(!line.contains("--secrets"), "{line}");
 }
