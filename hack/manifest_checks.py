@@ -50,6 +50,10 @@ CONTROLLER_RULES = frozenset(
 # controller.secrets: list/watch (metadata for nudges) and get (rollout pods reading a Secret,
 # docs/rollout.md; rollout is on by default).
 CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch"), ("", "secrets", "get")])
+# controller.reloaderCompat (--reloader-compat, src/k8s/workload_meta.rs): the workloads'
+# metadata, listed and watched.
+CONTROLLER_COMPAT_RULES = frozenset(
+    [("apps", w, v) for w in ("deployments", "statefulsets", "daemonsets") for v in ("list", "watch")])
 # Leader election (src/controller/settings.rs LEASE_NAME; src/k8s/controller.rs
 # KubeLeaseStore: get_opt, create, replace): create cannot be limited by resourceNames.
 LEASE_NAME = "reloadlet-controller"
@@ -156,6 +160,8 @@ class Render:
     admission_policy: bool = True
     # The controller also watches Secrets (controller.secrets=true).
     controller_secrets: bool = False
+    # The controller understands Reloader's annotations (controller.reloaderCompat=true).
+    reloader_compat: bool = False
 
 
 @dataclass
@@ -629,7 +635,7 @@ def _controller_sa(r: Render) -> list[dict]:
     return [{"kind": "ServiceAccount", "name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}]
 
 
-@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch (+ secrets list/watch with controller.secrets)")
+@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch (+ secrets list/watch with controller.secrets; + workloads list/watch with controller.reloaderCompat)")
 def _controller_rules(r: Render) -> tuple[bool, str]:
     if not r.controller:
         return None
@@ -647,6 +653,7 @@ def _controller_rules(r: Render) -> tuple[bool, str]:
             problems.append(f"unexpected rule fields {sorted(rule)}")
         granted |= _rule_triples(rule)
     want = CONTROLLER_RULES | (CONTROLLER_SECRET_RULES if r.controller_secrets else frozenset())
+    want |= CONTROLLER_COMPAT_RULES if r.reloader_compat else frozenset()
     extra, missing = granted - want, want - granted
     if extra:
         problems.append(f"extra {sorted(extra)}")
@@ -671,6 +678,22 @@ def _controller_secrets(r: Render) -> tuple[bool, str]:
     else:
         ok = not grants and not flag
     return ok, "" if ok else f"secrets rules {grants}, --secrets {flag}, want {'on' if r.controller_secrets else 'off'}"
+
+
+@render_check("controller: workloads list/watch and --reloader-compat only with controller.reloaderCompat")
+def _controller_reloader_compat(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    name = r.fullname + CONTROLLER_SUFFIX
+    rules = [rule for d in _bound_roles(r.docs, name, r.namespace) for rule in d.get("rules") or []]
+    grants = {t for rule in rules for t in _rule_triples(rule) if t[2] in ("list", "watch")
+              and t[1] in ("deployments", "statefulsets", "daemonsets", "rollouts", "*")}
+    c = _ccontainer(r)
+    flag = "--reloader-compat" in (c.get("args") or []) or any(
+        e.get("name") == "RELOADLET_RELOADER_COMPAT" and str(e.get("value", "")).lower() not in ("", "false")
+        for e in c.get("env") or [])
+    ok = (grants == CONTROLLER_COMPAT_RULES and flag) if r.reloader_compat else (not grants and not flag)
+    return ok, "" if ok else f"workload list/watch {sorted(grants)}, --reloader-compat {flag}, want {'on' if r.reloader_compat else 'off'}"
 
 
 @render_check("controller rbac: leases create, get/update on its own Lease, through a Role in its namespace")
