@@ -433,3 +433,46 @@ async fn an_eviction_no_budget_allows_ends_in_one_rollout_after_blocked_timeout(
     .await;
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_keys_a_volume_projects_through_items_roll() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    let cfg = |app: &str, other: &str| {
+        node.api.apply_configmap(configmap(
+            NS,
+            "web-cfg",
+            &[("app.conf", app), ("other.conf", other)],
+        ));
+    };
+    cfg("v1", "x1");
+    let mut s = spec("web", json!({"replicas": 1}));
+    s["template"]["spec"]["volumes"][0]["configMap"]["items"] =
+        json!([{"key": "app.conf", "path": "app.conf"}]);
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    settled(&node, WorkloadKind::Deployment, "web", 1).await;
+
+    // A key the volume does not project: the pod never sees it, nothing rolls.
+    cfg("v1", "x2");
+    never("a patch for a key the volume does not project", QUIET, || {
+        workload_patches(&node, "deployments/web") > 0
+    })
+    .await;
+    // The projected key: one rollout.
+    cfg("v2", "x2");
+    until("the Deployment rolled", WAIT, || {
+        workload_patches(&node, "deployments/web") == 1
+    })
+    .await;
+    never("a second patch", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+    })
+    .await;
+    controller.stop().await;
+}

@@ -158,6 +158,9 @@ pub struct VolumeSpec {
     /// The files a ConfigMap/Secret source writes when the spec says so (`items[].path`);
     /// a source missing here writes every key of its object (names unknown from the spec).
     pub source_paths: Vec<(SourceRef, Vec<String>)>,
+    /// The keys a ConfigMap/Secret source projects when it lists `items` (`items[].key`);
+    /// a source missing here projects every key of its object (`data` and `binaryData`).
+    pub source_keys: Vec<(SourceRef, Vec<String>)>,
     /// Files of a projected volume that no ConfigMap/Secret writes: downwardAPI `items[].path`,
     /// serviceAccountToken `path`, clusterTrustBundle `path`. They change on a pod label edit or
     /// a token refresh and are left out of the content hash.
