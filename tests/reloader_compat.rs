@@ -266,14 +266,18 @@ async fn every_reloader_annotation_rolls_what_reloader_would_once_and_nothing_el
         "{anns:?}"
     );
     // Nothing else of the workloads was written (the patches are the template annotations).
-    let requested: Vec<String> = node
+    let requested: Vec<(String, String)> = node
         .api
         .events()
         .into_iter()
         .filter(|e| e.reason == "RolloutRequested")
-        .map(|e| e.note)
+        .map(|e| (e.regarding_kind, e.regarding_name))
         .collect();
     assert_eq!(requested.len(), 4, "{requested:?}");
+    assert!(
+        requested.iter().all(|(kind, _)| kind == "Deployment"),
+        "{requested:?}"
+    );
     controller.stop().await;
 }
 

@@ -207,6 +207,12 @@ async fn a_one_replica_deployment_rolls_surge_first_once_per_change_and_never_tw
     assert_eq!(anns["reloadlet.io/restarted-for"], "configmap/web-cfg");
     let requested = events(&node, "RolloutRequested");
     assert_eq!(requested.len(), 1, "{requested:?}");
+    // Regarding the workload, not a pod (issue #26).
+    assert_eq!(
+        (requested[0].0.as_str(), requested[0].1.as_str()),
+        ("Deployment", "web"),
+        "{requested:?}"
+    );
     assert!(
         requested[0].2.contains("Deployment apps/web"),
         "{requested:?}"
@@ -460,9 +466,11 @@ async fn only_the_keys_a_volume_projects_through_items_roll() {
 
     // A key the volume does not project: the pod never sees it, nothing rolls.
     cfg("v1", "x2");
-    never("a patch for a key the volume does not project", QUIET, || {
-        workload_patches(&node, "deployments/web") > 0
-    })
+    never(
+        "a patch for a key the volume does not project",
+        QUIET,
+        || workload_patches(&node, "deployments/web") > 0,
+    )
     .await;
     // The projected key: one rollout.
     cfg("v2", "x2");

@@ -113,11 +113,12 @@ pub trait WorkloadApi: Send + Sync + 'static {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>>;
-    /// The workload's update strategy, defaults filled in (`Ok(None)`: no such workload).
+    /// The workload's update strategy, defaults filled in, and its UID (the Events'
+    /// `regarding`); `Ok(None)`: no such workload.
     fn strategy<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<Strategy>, String>>;
+    ) -> BoxFuture<'a, Result<Option<(Strategy, String)>, String>>;
     /// The workload's own annotations, read metadata-only (`Ok(None)`: no such workload;
     /// `explain` of `--reloader-compat`).
     fn annotations<'a>(

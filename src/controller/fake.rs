@@ -314,8 +314,13 @@ impl WorkloadApi for FakeWorkloads {
     fn strategy<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<Strategy>, String>> {
-        let found = self.strategies.lock().unwrap().get(workload).copied();
+    ) -> BoxFuture<'a, Result<Option<(Strategy, String)>, String>> {
+        let found = self
+            .strategies
+            .lock()
+            .unwrap()
+            .get(workload)
+            .map(|s| (*s, format!("uid-{}", workload.name)));
         Box::pin(std::future::ready(Ok(found)))
     }
 

@@ -130,7 +130,7 @@ async fn own(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
         workload.name
     );
     match workloads.strategy(&workload).await {
-        Ok(Some(strategy)) => match strategy.facts(workload.kind, &workload.name) {
+        Ok(Some((strategy, _))) => match strategy.facts(workload.kind, &workload.name) {
             Ok(facts) => out.push_str(&format!(
                 "    rolls {name}: {}; surges: {}; downtime: {}\n",
                 facts.note,

@@ -343,8 +343,8 @@ async fn roll(
             workload.namespace,
             workload.name
         );
-        let facts = match workloads.strategy(&workload).await {
-            Ok(Some(strategy)) => strategy.facts(workload.kind, &workload.name),
+        let (facts, uid) = match workloads.strategy(&workload).await {
+            Ok(Some((strategy, uid))) => (strategy.facts(workload.kind, &workload.name), uid),
             Ok(None) => {
                 let why = format!("{name} does not exist (any more)");
                 unsupported(report, &regarding, &why, &sources);
@@ -377,6 +377,7 @@ async fn roll(
             pods: asking.len(),
             sources,
             workload,
+            uid,
         };
         let outcome = rollouts.run(&job).await;
         if matches!(outcome, Outcome::RolloutRequested | Outcome::DryRun) {
