@@ -11,6 +11,7 @@
 #      agent do
 #      The controller's variants: the chart with controller.secrets=true,
 #      controller.reloaderCompat=true (and refusing it without controller.rollout),
+#      controller.rollout.argoRollouts=true (its RBAC and the policy on spec.restartAt),
 #      controller.admissionPolicy=false, controller.enabled=false; deploy/ with
 #      the admission-policy line, and with both controller lines, deleted from
 #      deploy/base/kustomization.yaml (the documented way to turn them off); and
@@ -97,6 +98,7 @@ render "$out/chart-release.yaml" helm template prod "$chart" -n apps-prod "${mon
 render "$out/chart-knobs.yaml" helm template knobs "$chart" -n knobs-ns -f "$out/knobs-values.json"
 render "$out/chart-secrets.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.secrets=true
 render "$out/chart-compat.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.reloaderCompat=true
+render "$out/chart-argo.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.rollout.argoRollouts=true
 render "$out/chart-no-policy.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.admissionPolicy=false \
   --kube-version "$OLDEST_KUBE"
 render "$out/chart-no-controller.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.enabled=false \
@@ -167,7 +169,7 @@ validate() {
   if grep "Couldn't find schema" <<<"$log" | grep -v 'monitoring.coreos.com/'; then return 1; fi
 }
 for v in $KUBE_VERSIONS; do
-  for r in kustomize chart-default chart-full chart-release chart-knobs chart-secrets chart-compat monitoring "${overlay_renders[@]}" \
+  for r in kustomize chart-default chart-full chart-release chart-knobs chart-secrets chart-compat chart-argo monitoring "${overlay_renders[@]}" \
     chart-no-policy chart-no-controller kustomize-no-policy kustomize-no-controller; do
     step "kubernetes-validate --strict -k $v ($r)" validate "$v" "$out/$r.yaml"
   done
@@ -181,7 +183,7 @@ args=(--kustomize "$out/kustomize.yaml" --chart-default "$out/chart-default.yaml
   --chart-full "$out/chart-full.yaml" --chart-full-kubelet-root "$full_kubelet_root"
   --chart-release "$out/chart-release.yaml" --chart-knobs "$out/chart-knobs.yaml"
   --monitoring "$out/monitoring.yaml" --repo "$root" "${overlay_args[@]}"
-  --chart-secrets "$out/chart-secrets.yaml" --chart-compat "$out/chart-compat.yaml" --chart-no-policy "$out/chart-no-policy.yaml"
+  --chart-secrets "$out/chart-secrets.yaml" --chart-compat "$out/chart-compat.yaml" --chart-argo "$out/chart-argo.yaml" --chart-no-policy "$out/chart-no-policy.yaml"
   --chart-no-controller "$out/chart-no-controller.yaml" --kustomize-no-policy "$out/kustomize-no-policy.yaml"
   --kustomize-no-controller "$out/kustomize-no-controller.yaml")
 
