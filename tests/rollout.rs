@@ -484,3 +484,74 @@ async fn only_the_keys_a_volume_projects_through_items_roll() {
     .await;
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_argo_rollout_is_restarted_through_spec_restart_at_once() {
+    if !root_or_skip() {
+        return;
+    }
+    // A cluster with Argo Rollouts' CRD: the simulated API server serves argoproj.io.
+    let defaults = NodeOptions::default();
+    let sim = nodesim::node::SimNode::start_with_api(
+        NODE,
+        "reloadlet-it-",
+        nodesim::apiserver::ApiServerOptions {
+            argo_rollouts: true,
+            ..Default::default()
+        },
+        |k| {
+            k.runtime = defaults.runtime;
+            k.driver = defaults.driver;
+            k.cgroup_version = defaults.cgroup_version;
+        },
+    )
+    .await
+    .expect("simulated node");
+    let node = Node { agent: None, sim };
+    node.api.set_nodes(&[NODE]);
+    change(&node, "canary-cfg", "v1");
+    let mut rollout: nodesim::apiserver::Rollout = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "canary", "namespace": NS},
+        "spec": spec("canary", json!({"replicas": 1, "strategy": {"canary": {}}})),
+    }))
+    .unwrap();
+    rollout.metadata.namespace = Some(NS.into());
+    node.api.apply_rollout(rollout).unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION, "--argo-rollouts"], &[]).await;
+    let old = settled(&node, WorkloadKind::Rollout, "canary", 1).await;
+
+    change(&node, "canary-cfg", "v2");
+    eventually("the Rollout restarted its pod", WAIT, || {
+        let live: Vec<Pod> = node
+            .api
+            .pods_of_workload(WorkloadKind::Rollout, NS, "canary")
+            .into_iter()
+            .filter(running_ready)
+            .collect();
+        let ids = uids(&live);
+        (ids.len() == 1 && ids.is_disjoint(&old)).then_some(())
+    })
+    .await;
+    assert_eq!(workload_patches(&node, "rollouts/canary"), 1);
+    let r = node.api.get_rollout(NS, "canary").unwrap();
+    let spec = r.spec.unwrap();
+    assert!(spec.restart_at.is_some(), "spec.restartAt written");
+    // Only spec.restartAt: the template's annotations are as applied.
+    let anns = spec.template.metadata.unwrap().annotations.unwrap();
+    assert!(
+        !anns.contains_key("kubectl.kubernetes.io/restartedAt"),
+        "{anns:?}"
+    );
+    let requested = events(&node, "RolloutRequested");
+    assert_eq!(requested.len(), 1, "{requested:?}");
+    assert_eq!(
+        (requested[0].0.as_str(), requested[0].1.as_str()),
+        ("Rollout", "canary")
+    );
+    never("a second patch", QUIET, || {
+        workload_patches(&node, "rollouts/canary") > 1
+    })
+    .await;
+    controller.stop().await;
+}
