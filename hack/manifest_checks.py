@@ -639,7 +639,7 @@ def _controller_sa(r: Render) -> list[dict]:
     return [{"kind": "ServiceAccount", "name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}]
 
 
-@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch (+ secrets list/watch with controller.secrets; + workloads list/watch with controller.reloaderCompat)")
+@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch (+ secrets list/watch with controller.secrets)")
 def _controller_rules(r: Render) -> tuple[bool, str]:
     if not r.controller:
         return None
