@@ -16,7 +16,8 @@
 //!   directly; a ReplicaSet named `<deployment>-<pod-template-hash>` (kubernetes
 //!   `pkg/controller/deployment/sync.go`, `getNewReplicaSet`: `Name: d.Name + "-" +
 //!   podTemplateSpecHash`, the same hash in the pod's `pod-template-hash` label) or
-//!   `<rollout>-<rollouts-pod-template-hash>` (Argo Rollouts, `rollout/replicaset.go`).
+//!   `<rollout>-<rollouts-pod-template-hash>` (argoproj/argo-rollouts `rollout/sync.go`,
+//!   `createDesiredReplicaSet`: `Name: c.rollout.Name + "-" + podTemplateSpecHash`).
 //!   The roll itself resolves the owner again through the API, as for every rollout.
 //! - Explicit lists (`configmap.reloader.stakater.com/reload: a,b`) roll even for objects
 //!   the workload does not reference (Reloader's matcher does not look at references for
@@ -192,17 +193,15 @@ impl Compat {
                 let old: Vec<WorkloadRef> = self
                     .workloads
                     .keys()
-                    .filter(|w| w.kind == *kind)
+                    .filter(|w| w.kind == *kind && !fresh.contains_key(*w))
                     .cloned()
                     .collect();
                 for w in old {
-                    if fresh.get(&w) != self.workloads.get(&w) {
-                        touched.push(w.clone());
-                    }
                     self.workloads.remove(&w);
+                    touched.push(w);
                 }
                 for (w, a) in fresh {
-                    if !touched.contains(&w) && !self.workloads.contains_key(&w) {
+                    if self.workloads.get(&w) != Some(&a) {
                         touched.push(w.clone());
                     }
                     self.workloads.insert(w, a);

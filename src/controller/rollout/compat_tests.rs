@@ -187,6 +187,12 @@ fn a_workload_change_names_the_pods_to_look_at_again() {
     let applied = WorkloadChange::Applied(meta(&[(rc::AUTO, "true")]));
     assert_eq!(c.workload(&applied, &world), ["u1"]);
     assert!(c.workload(&applied, &world).is_empty(), "unchanged");
+    let relisted =
+        WorkloadChange::Listed(WorkloadKind::Deployment, vec![meta(&[(rc::AUTO, "true")])]);
+    assert!(
+        c.workload(&relisted, &world).is_empty(),
+        "relisted as it was"
+    );
     let listed = WorkloadChange::Listed(WorkloadKind::Deployment, vec![]);
     assert_eq!(c.workload(&listed, &world), ["u1"], "gone from the list");
     assert!(c.governing(&pod(&[])).is_none());
