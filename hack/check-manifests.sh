@@ -10,6 +10,8 @@
 #      accepting/rejecting quantities and durations as the API server and the
 #      agent do
 #      The controller's variants: the chart with controller.secrets=true,
+#      controller.reloaderCompat=true (and refusing it without controller.rollout),
+#      controller.rollout.argoRollouts=true (its RBAC and the policy on spec.restartAt),
 #      controller.admissionPolicy=false, controller.enabled=false; deploy/ with
 #      the admission-policy line, and with both controller lines, deleted from
 #      deploy/base/kustomization.yaml (the documented way to turn them off); and
@@ -95,6 +97,8 @@ render "$out/chart-release.yaml" helm template prod "$chart" -n apps-prod "${mon
   "$root/hack" >"$out/knobs-values.json"
 render "$out/chart-knobs.yaml" helm template knobs "$chart" -n knobs-ns -f "$out/knobs-values.json"
 render "$out/chart-secrets.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.secrets=true
+render "$out/chart-compat.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.reloaderCompat=true
+render "$out/chart-argo.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.rollout.argoRollouts=true
 render "$out/chart-no-policy.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.admissionPolicy=false \
   --kube-version "$OLDEST_KUBE"
 render "$out/chart-no-controller.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.enabled=false \
@@ -120,6 +124,13 @@ refuses_policy_below_1_30() {
   grep -q 'set controller.admissionPolicy=false' <<<"$log"
 }
 step "chart refuses the admission policy below Kubernetes 1.30, naming controller.admissionPolicy=false" refuses_policy_below_1_30
+refuses_compat_without_rollout() {
+  local log
+  if log="$(helm template reloadlet "$chart" -n reloadlet-system --set controller.reloaderCompat=true \
+    --set controller.rollout.enabled=false 2>&1)"; then return 1; fi
+  grep -q 'set controller.rollout.enabled=true' <<<"$log"
+}
+step "chart refuses controller.reloaderCompat without controller.rollout.enabled" refuses_compat_without_rollout
 step "helm lint --strict (monitoring, createNamespace, privileged)" helm lint --strict "$chart" "${full_values[@]}"
 rejects_unknown_value() { ! helm lint --strict "$chart" --set no.such.value=1; }
 step "helm lint rejects an unknown value (values.schema.json)" rejects_unknown_value
@@ -158,7 +169,7 @@ validate() {
   if grep "Couldn't find schema" <<<"$log" | grep -v 'monitoring.coreos.com/'; then return 1; fi
 }
 for v in $KUBE_VERSIONS; do
-  for r in kustomize chart-default chart-full chart-release chart-knobs chart-secrets monitoring "${overlay_renders[@]}" \
+  for r in kustomize chart-default chart-full chart-release chart-knobs chart-secrets chart-compat chart-argo monitoring "${overlay_renders[@]}" \
     chart-no-policy chart-no-controller kustomize-no-policy kustomize-no-controller; do
     step "kubernetes-validate --strict -k $v ($r)" validate "$v" "$out/$r.yaml"
   done
@@ -172,7 +183,7 @@ args=(--kustomize "$out/kustomize.yaml" --chart-default "$out/chart-default.yaml
   --chart-full "$out/chart-full.yaml" --chart-full-kubelet-root "$full_kubelet_root"
   --chart-release "$out/chart-release.yaml" --chart-knobs "$out/chart-knobs.yaml"
   --monitoring "$out/monitoring.yaml" --repo "$root" "${overlay_args[@]}"
-  --chart-secrets "$out/chart-secrets.yaml" --chart-no-policy "$out/chart-no-policy.yaml"
+  --chart-secrets "$out/chart-secrets.yaml" --chart-compat "$out/chart-compat.yaml" --chart-argo "$out/chart-argo.yaml" --chart-no-policy "$out/chart-no-policy.yaml"
   --chart-no-controller "$out/chart-no-controller.yaml" --kustomize-no-policy "$out/kustomize-no-policy.yaml"
   --kustomize-no-controller "$out/kustomize-no-controller.yaml")
 

@@ -160,6 +160,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--chart-knobs")
     p.add_argument("--overlay", action="append", default=[], metavar="NAME=FILE=KUBELET_ROOT")
     p.add_argument("--chart-secrets")
+    p.add_argument("--chart-compat")
+    p.add_argument("--chart-argo")
     p.add_argument("--chart-no-policy")
     p.add_argument("--chart-no-controller")
     p.add_argument("--kustomize-no-policy")
@@ -185,6 +187,10 @@ def main(argv: list[str]) -> int:
                                             fullname="knobs-agent", namespace="knobs-ns")
         if args.chart_secrets:
             renders["chart-secrets"] = Render("chart-secrets", load_docs(args.chart_secrets), controller_secrets=True)
+        if args.chart_compat:
+            renders["chart-compat"] = Render("chart-compat", load_docs(args.chart_compat), reloader_compat=True)
+        if args.chart_argo:
+            renders["chart-argo"] = Render("chart-argo", load_docs(args.chart_argo), argo=True)
         if args.chart_no_policy:
             renders["chart-no-policy"] = Render("chart-no-policy", load_docs(args.chart_no_policy), admission_policy=False)
         if args.chart_no_controller:

@@ -50,6 +50,12 @@ CONTROLLER_RULES = frozenset(
 # controller.secrets: list/watch (metadata for nudges) and get (rollout pods reading a Secret,
 # docs/rollout.md; rollout is on by default).
 CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch"), ("", "secrets", "get")])
+# controller.reloaderCompat (--reloader-compat, src/k8s/workload_meta.rs): the workloads'
+# metadata, listed and watched.
+CONTROLLER_COMPAT_RULES = frozenset(
+    [("apps", w, v) for w in ("deployments", "statefulsets", "daemonsets") for v in ("list", "watch")])
+# controller.rollout.argoRollouts: the Rollout's spec.restartAt (src/k8s/workloads.rs).
+CONTROLLER_ARGO_RULES = frozenset([("argoproj.io", "rollouts", v) for v in ("get", "patch")])
 # Leader election (src/controller/settings.rs LEASE_NAME; src/k8s/controller.rs
 # KubeLeaseStore: get_opt, create, replace): create cannot be limited by resourceNames.
 LEASE_NAME = "reloadlet-controller"
@@ -156,6 +162,10 @@ class Render:
     admission_policy: bool = True
     # The controller also watches Secrets (controller.secrets=true).
     controller_secrets: bool = False
+    # The controller understands Reloader's annotations (controller.reloaderCompat=true).
+    reloader_compat: bool = False
+    # The controller rolls Argo Rollouts (controller.rollout.argoRollouts=true).
+    argo: bool = False
 
 
 @dataclass
@@ -647,6 +657,8 @@ def _controller_rules(r: Render) -> tuple[bool, str]:
             problems.append(f"unexpected rule fields {sorted(rule)}")
         granted |= _rule_triples(rule)
     want = CONTROLLER_RULES | (CONTROLLER_SECRET_RULES if r.controller_secrets else frozenset())
+    want |= CONTROLLER_COMPAT_RULES if r.reloader_compat else frozenset()
+    want |= CONTROLLER_ARGO_RULES if r.argo else frozenset()
     extra, missing = granted - want, want - granted
     if extra:
         problems.append(f"extra {sorted(extra)}")
@@ -671,6 +683,22 @@ def _controller_secrets(r: Render) -> tuple[bool, str]:
     else:
         ok = not grants and not flag
     return ok, "" if ok else f"secrets rules {grants}, --secrets {flag}, want {'on' if r.controller_secrets else 'off'}"
+
+
+@render_check("controller: workloads list/watch and --reloader-compat only with controller.reloaderCompat")
+def _controller_reloader_compat(r: Render) -> tuple[bool, str]:
+    if not r.controller:
+        return None
+    name = r.fullname + CONTROLLER_SUFFIX
+    rules = [rule for d in _bound_roles(r.docs, name, r.namespace) for rule in d.get("rules") or []]
+    grants = {t for rule in rules for t in _rule_triples(rule) if t[2] in ("list", "watch")
+              and t[1] in ("deployments", "statefulsets", "daemonsets", "rollouts", "*")}
+    c = _ccontainer(r)
+    flag = "--reloader-compat" in (c.get("args") or []) or any(
+        e.get("name") == "RELOADLET_RELOADER_COMPAT" and str(e.get("value", "")).lower() not in ("", "false")
+        for e in c.get("env") or [])
+    ok = (grants == CONTROLLER_COMPAT_RULES and flag) if r.reloader_compat else (not grants and not flag)
+    return ok, "" if ok else f"workload list/watch {sorted(grants)}, --reloader-compat {flag}, want {'on' if r.reloader_compat else 'off'}"
 
 
 @render_check("controller rbac: leases create, get/update on its own Lease, through a Role in its namespace")
@@ -1076,6 +1104,79 @@ def _policy_workloads(r: Render) -> tuple[bool, str]:
             continue
         if got != allowed:
             problems.append(f"a workload update that {desc} is {'admitted' if got else 'rejected'}")
+    return not problems, "; ".join(problems)
+
+
+def _sample_rollout() -> dict:
+    return {
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "web", "namespace": "apps", "uid": "r1", "resourceVersion": "100",
+                     "labels": {"app": "web"}, "annotations": {"rollout.argoproj.io/revision": "2"}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"canary": {"maxSurge": "25%", "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}, "annotations": {"reloadlet.io/action": "rollout"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+            },
+        },
+    }
+
+
+def _spec(key: str, value: Any):
+    def fn(d: dict) -> None:
+        d["spec"][key] = value
+    return fn
+
+
+# (description, edit of the old Rollout, subresource, allowed?)
+ARGO_CASES = [
+    ("writes spec.restartAt (Argo Rollouts' restart)", _spec("restartAt", "2026-11-26T12:00:00Z"), "", True),
+    ("writes a restartAt that is no time", _spec("restartAt", "now"), "", False),
+    ("writes restartAt and changes the replicas", _both(_spec("restartAt", "2026-11-26T12:00:00Z"), _spec("replicas", 0)), "", False),
+    ("changes the canary strategy", _spec("strategy", {"canary": {"maxUnavailable": 2}}), "", False),
+    ("points the Rollout at another workload", _spec("workloadRef", {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x"}), "", False),
+    ("adds analysis", _spec("analysis", {"successfulRunHistoryLimit": 1}), "", False),
+    ("writes the rollout annotations into its template", _tmpl(RESTARTED_AT, "2026-11-26T12:00:00Z"), "", True),
+    ("changes another template annotation", _tmpl("x", "1"), "", False),
+    ("pauses the Rollout", _spec("paused", True), "", False),
+    ("writes restartAt through the status subresource", _spec("restartAt", "2026-11-26T12:00:00Z"), "status", False),
+]
+
+
+@render_check("admission policy: with Argo Rollouts, an update of a Rollout by the controller may change only spec.restartAt (and never restartAt of another workload)")
+def _policy_argo(r: Render) -> tuple[bool, str]:
+    if not r.admission_policy:
+        return None
+    vap, _ = _policy(r)
+    rules = _get(vap, "spec", "matchConstraints", "resourceRules", default=[])
+    matched = any("argoproj.io" in (x.get("apiGroups") or []) and "rollouts" in (x.get("resources") or [])
+                  and "rollouts/*" in (x.get("resources") or []) and "UPDATE" in (x.get("operations") or [])
+                  for x in rules)
+    problems = []
+    if matched != r.argo:
+        problems.append(f"Rollouts {'not ' if r.argo else ''}matched on UPDATE")
+    try:
+        policy = _Policy(vap)
+    except ImportError:
+        return False, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
+    except Exception as e:  # noqa: BLE001
+        return False, f"does not compile: {' '.join(str(e).split())[:300]}"
+    user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
+    cases = [(*c, _sample_rollout()) for c in ARGO_CASES] if r.argo else []
+    cases.append(("writes spec.restartAt on a Deployment", _spec("restartAt", "2026-11-26T12:00:00Z"), "", False,
+                  _sample_deployment()))
+    for desc, fn, sub, allowed, old in cases:
+        req = {"operation": "UPDATE", "subResource": sub, "namespace": "apps", "name": "web",
+               "userInfo": {"username": user}, "object": _edit(old, fn), "oldObject": old}
+        try:
+            got = not policy.matches(req) or policy.admits(req)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{desc}: evaluation failed: {e}")
+            continue
+        if got != allowed:
+            problems.append(f"an update that {desc} is {'admitted' if got else 'rejected'}")
     return not problems, "; ".join(problems)
 
 

@@ -549,3 +549,28 @@ MUTATIONS += [
              lambda c: _vap(c, CD)["spec"]["validations"][0].update(message="no"),
              AGREE, f"{K} vs {CD}"),
 ]
+
+
+# --- controller.reloaderCompat and controller.rollout.argoRollouts --------------------
+CC, CA = "chart-compat", "chart-argo"
+C_COMPAT = "controller: workloads list/watch and --reloader-compat only with controller.reloaderCompat"
+P_ARGO = ("admission policy: with Argo Rollouts, an update of a Rollout by the controller may change only"
+          " spec.restartAt (and never restartAt of another workload)")
+
+MUTATIONS += [
+    Mutation("deployments list/watch without controller.reloaderCompat",
+             lambda c: _c(c, CD, "ClusterRole")["rules"].append(
+                 {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]}),
+             C_COMPAT, CD),
+    Mutation("controller.reloaderCompat without --reloader-compat",
+             lambda c: _drop_args(_cc(c, CC), "--reloader-compat"),
+             C_COMPAT, CC),
+    Mutation("a Rollout's workloadRef left open",
+             lambda c: _replace_in(_validation(c, CA, "workloadRef"), "expression",
+                                   "object.spec.?workloadRef == oldObject.spec.?workloadRef", "true"),
+             P_ARGO, CA),
+    Mutation("spec.restartAt allowed on every workload",
+             lambda c: _replace_in(_validation(c, K, "variables.isArgoRollout ||"), "expression",
+                                   "variables.isArgoRollout ||", "true ||"),
+             P_ARGO, K),
+]

@@ -45,9 +45,35 @@ pub struct PodEvent {
     pub note: String,
 }
 
+/// An object an Event is about other than a pod (a rolled workload): its `regarding`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl From<&PodRef> for ObjectRef {
+    fn from(p: &PodRef) -> Self {
+        Self {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            uid: p.uid.clone(),
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        }
+    }
+}
+
 /// Where the agent sends Kubernetes Events (`k8s::events::QueuedRecorder`).
 pub trait EventSink: Send + Sync {
-    fn publish(&self, pod: &PodRef, event: PodEvent);
+    fn publish(&self, pod: &PodRef, event: PodEvent) {
+        self.publish_about(&ObjectRef::from(pod), event);
+    }
+    /// An Event regarding `object`.
+    fn publish_about(&self, object: &ObjectRef, event: PodEvent);
     /// Events dropped so far because the queue was full.
     fn dropped(&self) -> u64 {
         0
@@ -133,24 +159,34 @@ pub mod fake {
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
-    /// Records every Event.
+    /// Records every Event: on pods, and on other objects (workloads).
     #[derive(Default)]
-    pub struct Events(pub Mutex<Vec<(PodRef, PodEvent)>>);
+    pub struct Events(
+        pub Mutex<Vec<(PodRef, PodEvent)>>,
+        pub Mutex<Vec<(ObjectRef, PodEvent)>>,
+    );
 
     impl Events {
         pub fn reasons(&self) -> Vec<&'static str> {
-            self.0
+            let mut reasons: Vec<_> = self
+                .0
                 .lock()
                 .unwrap()
                 .iter()
                 .map(|(_, e)| e.reason)
-                .collect()
+                .collect();
+            reasons.extend(self.1.lock().unwrap().iter().map(|(_, e)| e.reason));
+            reasons
         }
     }
 
     impl EventSink for Events {
         fn publish(&self, pod: &PodRef, event: PodEvent) {
             self.0.lock().unwrap().push((pod.clone(), event));
+        }
+
+        fn publish_about(&self, object: &ObjectRef, event: PodEvent) {
+            self.1.lock().unwrap().push((object.clone(), event));
         }
     }
 

@@ -207,6 +207,12 @@ async fn a_one_replica_deployment_rolls_surge_first_once_per_change_and_never_tw
     assert_eq!(anns["reloadlet.io/restarted-for"], "configmap/web-cfg");
     let requested = events(&node, "RolloutRequested");
     assert_eq!(requested.len(), 1, "{requested:?}");
+    // Regarding the workload, not a pod (issue #26).
+    assert_eq!(
+        (requested[0].0.as_str(), requested[0].1.as_str()),
+        ("Deployment", "web"),
+        "{requested:?}"
+    );
     assert!(
         requested[0].2.contains("Deployment apps/web"),
         "{requested:?}"
@@ -429,6 +435,122 @@ async fn an_eviction_no_budget_allows_ends_in_one_rollout_after_blocked_timeout(
     assert!(!log.ever_zero_ready(), "{log:?}");
     never("a second rollout", QUIET, || {
         workload_patches(&node, "deployments/web") > 1
+    })
+    .await;
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_keys_a_volume_projects_through_items_roll() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    let cfg = |app: &str, other: &str| {
+        node.api.apply_configmap(configmap(
+            NS,
+            "web-cfg",
+            &[("app.conf", app), ("other.conf", other)],
+        ));
+    };
+    cfg("v1", "x1");
+    let mut s = spec("web", json!({"replicas": 1}));
+    s["template"]["spec"]["volumes"][0]["configMap"]["items"] =
+        json!([{"key": "app.conf", "path": "app.conf"}]);
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    settled(&node, WorkloadKind::Deployment, "web", 1).await;
+
+    // A key the volume does not project: the pod never sees it, nothing rolls.
+    cfg("v1", "x2");
+    never(
+        "a patch for a key the volume does not project",
+        QUIET,
+        || workload_patches(&node, "deployments/web") > 0,
+    )
+    .await;
+    // The projected key: one rollout.
+    cfg("v2", "x2");
+    until("the Deployment rolled", WAIT, || {
+        workload_patches(&node, "deployments/web") == 1
+    })
+    .await;
+    never("a second patch", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+    })
+    .await;
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_argo_rollout_is_restarted_through_spec_restart_at_once() {
+    if !root_or_skip() {
+        return;
+    }
+    // A cluster with Argo Rollouts' CRD: the simulated API server serves argoproj.io.
+    let defaults = NodeOptions::default();
+    let sim = nodesim::node::SimNode::start_with_api(
+        NODE,
+        "reloadlet-it-",
+        nodesim::apiserver::ApiServerOptions {
+            argo_rollouts: true,
+            ..Default::default()
+        },
+        |k| {
+            k.runtime = defaults.runtime;
+            k.driver = defaults.driver;
+            k.cgroup_version = defaults.cgroup_version;
+        },
+    )
+    .await
+    .expect("simulated node");
+    let node = Node { agent: None, sim };
+    node.api.set_nodes(&[NODE]);
+    change(&node, "canary-cfg", "v1");
+    let mut rollout: nodesim::apiserver::Rollout = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "canary", "namespace": NS},
+        "spec": spec("canary", json!({"replicas": 1, "strategy": {"canary": {}}})),
+    }))
+    .unwrap();
+    rollout.metadata.namespace = Some(NS.into());
+    node.api.apply_rollout(rollout).unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION, "--argo-rollouts"], &[]).await;
+    let old = settled(&node, WorkloadKind::Rollout, "canary", 1).await;
+
+    change(&node, "canary-cfg", "v2");
+    eventually("the Rollout restarted its pod", WAIT, || {
+        let live: Vec<Pod> = node
+            .api
+            .pods_of_workload(WorkloadKind::Rollout, NS, "canary")
+            .into_iter()
+            .filter(running_ready)
+            .collect();
+        let ids = uids(&live);
+        (ids.len() == 1 && ids.is_disjoint(&old)).then_some(())
+    })
+    .await;
+    assert_eq!(workload_patches(&node, "rollouts/canary"), 1);
+    let r = node.api.get_rollout(NS, "canary").unwrap();
+    let spec = r.spec.unwrap();
+    assert!(spec.restart_at.is_some(), "spec.restartAt written");
+    // Only spec.restartAt: the template's annotations are as applied.
+    let anns = spec.template.metadata.unwrap().annotations.unwrap();
+    assert!(
+        !anns.contains_key("kubectl.kubernetes.io/restartedAt"),
+        "{anns:?}"
+    );
+    let requested = events(&node, "RolloutRequested");
+    assert_eq!(requested.len(), 1, "{requested:?}");
+    assert_eq!(
+        (requested[0].0.as_str(), requested[0].1.as_str()),
+        ("Rollout", "canary")
+    );
+    never("a second patch", QUIET, || {
+        workload_patches(&node, "rollouts/canary") > 1
     })
     .await;
     controller.stop().await;

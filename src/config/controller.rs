@@ -61,6 +61,12 @@ pub struct RolloutArgs {
     /// default: it needs get/patch on rollouts.argoproj.io.
     #[arg(long, env = "RELOADLET_ARGO_ROLLOUTS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub argo_rollouts: bool,
+    /// Also roll Deployments, StatefulSets, DaemonSets (and Argo Rollouts with
+    /// `--argo-rollouts`) that carry Stakater Reloader's annotations, as `action: rollout`
+    /// (docs/rollout.md). Off by default, so that reloadlet beside a running Reloader never
+    /// doubles its rollouts; needs list/watch on those workloads (metadata only is read).
+    #[arg(long, env = "RELOADLET_RELOADER_COMPAT", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub reloader_compat: bool,
 }
 
 /// What the rollout feature does.
@@ -68,6 +74,8 @@ pub struct RolloutArgs {
 pub struct RolloutSettings {
     pub enabled: bool,
     pub argo: bool,
+    /// `--reloader-compat` (only with the rollout feature on).
+    pub reloader_compat: bool,
 }
 
 /// Leader election: whether, through which Lease namespace, as whom, and its timing.
@@ -155,6 +163,9 @@ impl ControllerArgs {
             .or(hostname.clone().filter(|s| !s.is_empty()))
             .unwrap_or_else(|| "reloadlet-controller".into());
         let notify = self.notify.clone().settings(&|k| std::env::var(k).ok())?;
+        if self.rollout.reloader_compat && !self.rollout.enabled {
+            return Err("--reloader-compat rolls workloads through the rollout feature: it needs --rollout (Helm controller.rollout.enabled)".into());
+        }
         let election = if el.leader_elect {
             let namespace = el
                 .lease_namespace
@@ -216,6 +227,7 @@ impl ControllerArgs {
             rollout: RolloutSettings {
                 enabled: self.rollout.enabled,
                 argo: self.rollout.argo_rollouts,
+                reloader_compat: self.rollout.reloader_compat,
             },
         })
     }
@@ -336,6 +348,20 @@ mod tests {
             assert!(!s(&["--rollout=false"]).rollout.enabled);
             assert!(!s(&[]).rollout.argo, "Argo Rollouts off by default");
             assert!(s(&["--argo-rollouts"]).rollout.argo);
+        }
+        if std::env::var_os("RELOADLET_RELOADER_COMPAT").is_none() {
+            assert!(
+                !s(&[]).rollout.reloader_compat,
+                "Reloader compat off by default"
+            );
+            assert!(s(&["--reloader-compat"]).rollout.reloader_compat);
+            assert!(!s(&["--reloader-compat=false"]).rollout.reloader_compat);
+            let off = parse(&[
+                "--leader-elect=false",
+                "--reloader-compat",
+                "--rollout=false",
+            ]);
+            assert!(off.settings(None).unwrap_err().contains("--rollout"));
         }
         assert!(Wrap::try_parse_from(["x", "--env-consumers=maybe"]).is_err());
         // The agent's notification flags, the same way.

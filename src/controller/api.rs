@@ -5,8 +5,9 @@
 use super::env::hash::ObjectData;
 use super::lease::LeaseRecord;
 use crate::core::model::{PodInfo, SourceKind};
-use crate::core::rollout::{OwnerRef, Strategy, WorkloadRef};
+use crate::core::rollout::{OwnerRef, Strategy, WorkloadKind, WorkloadRef};
 use futures::future::BoxFuture;
+use std::collections::BTreeMap;
 use std::future::Future;
 
 /// A ConfigMap or Secret, by namespace and name.
@@ -39,11 +40,30 @@ pub enum Input {
     PodsListed(Vec<PodInfo>),
     /// Leadership gained (`true`) or lost.
     Leader(bool),
+    /// A workload's metadata (`--reloader-compat`).
+    Workload(WorkloadChange),
     /// A watch failed; it retries with backoff.
     WatchError {
         what: &'static str,
         error: String,
     },
+}
+
+/// A Deployment's, StatefulSet's, DaemonSet's or Argo Rollout's own annotations (its
+/// metadata, watched metadata-only with `--reloader-compat`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadMeta {
+    pub workload: WorkloadRef,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// What the workload metadata watches say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkloadChange {
+    Applied(WorkloadMeta),
+    Deleted(WorkloadRef),
+    /// The complete list of `kind` after a (re)list.
+    Listed(WorkloadKind, Vec<WorkloadMeta>),
 }
 
 /// The env-consumer edge: one GET of a referenced ConfigMap/Secret (its data, held only
@@ -93,9 +113,16 @@ pub trait WorkloadApi: Send + Sync + 'static {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>>;
-    /// The workload's update strategy, defaults filled in (`Ok(None)`: no such workload).
+    /// The workload's update strategy, defaults filled in, and its UID (the Events'
+    /// `regarding`); `Ok(None)`: no such workload.
     fn strategy<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<Strategy>, String>>;
+    ) -> BoxFuture<'a, Result<Option<(Strategy, String)>, String>>;
+    /// The workload's own annotations, read metadata-only (`Ok(None)`: no such workload;
+    /// `explain` of `--reloader-compat`).
+    fn annotations<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, String>>;
 }

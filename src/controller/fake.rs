@@ -227,6 +227,8 @@ pub struct FakeWorkloads {
     /// `(namespace, replica set)` → its controlling owner.
     pub rs_owners: Mutex<HashMap<(String, String), OwnerRef>>,
     pub strategies: Mutex<HashMap<WorkloadRef, Strategy>>,
+    /// Workloads' own annotations (a workload with a strategy and none here has none).
+    pub annotations: Mutex<HashMap<WorkloadRef, std::collections::BTreeMap<String, String>>>,
     pub patches: Mutex<Vec<(WorkloadRef, serde_json::Value)>>,
     /// The next patches fail with these errors.
     pub fail: Mutex<VecDeque<PatchError>>,
@@ -312,9 +314,25 @@ impl WorkloadApi for FakeWorkloads {
     fn strategy<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<Strategy>, String>> {
-        let found = self.strategies.lock().unwrap().get(workload).copied();
+    ) -> BoxFuture<'a, Result<Option<(Strategy, String)>, String>> {
+        let found = self
+            .strategies
+            .lock()
+            .unwrap()
+            .get(workload)
+            .map(|s| (*s, format!("uid-{}", workload.name)));
         Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn annotations<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<std::collections::BTreeMap<String, String>>, String>> {
+        let exists = self.strategies.lock().unwrap().contains_key(workload);
+        let found = self.annotations.lock().unwrap().get(workload).cloned();
+        Box::pin(std::future::ready(Ok(
+            found.or_else(|| exists.then(Default::default))
+        )))
     }
 }
 

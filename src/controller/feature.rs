@@ -2,7 +2,7 @@
 //! decides, and hands its writes to the executor. Adding one is a new module implementing
 //! [`Feature`] and one `.with(…)` where the controller is built.
 
-use super::api::ObjectKey;
+use super::api::{ObjectKey, WorkloadChange};
 use crate::core::model::{PodInfo, SourceKind};
 use futures::future::BoxFuture;
 use std::collections::{BTreeSet, HashMap};
@@ -29,6 +29,9 @@ pub enum Routed<'a> {
     PodsListed,
     /// Leadership changed.
     Leader(bool),
+    /// A workload's metadata (`--reloader-compat` only; namespaces outside the filter are
+    /// left out).
+    Workload(&'a WorkloadChange),
 }
 
 pub trait Feature: Send {

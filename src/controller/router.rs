@@ -162,6 +162,21 @@ impl Controller {
                     self.route(Routed::Leader(leader));
                 }
             }
+            Input::Workload(change) => {
+                let change = match change {
+                    super::api::WorkloadChange::Listed(kind, mut all) => {
+                        all.retain(|w| self.admitted(&w.workload.namespace));
+                        super::api::WorkloadChange::Listed(kind, all)
+                    }
+                    super::api::WorkloadChange::Applied(w)
+                        if !self.admitted(&w.workload.namespace) =>
+                    {
+                        return;
+                    }
+                    other => other,
+                };
+                self.route(Routed::Workload(&change));
+            }
             Input::WatchError { what, error } => {
                 tracing::warn!(watch = what, %error, "watch failed; retrying with backoff");
                 self.metrics

@@ -43,6 +43,7 @@ fn pod(name: &str, sub_path: bool) -> PodInfo {
             }],
             service_account_token: false,
             source_paths: Vec::new(),
+            source_keys: Vec::new(),
             other_paths: Vec::new(),
             csi: None,
         }],

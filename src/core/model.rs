@@ -158,6 +158,9 @@ pub struct VolumeSpec {
     /// The files a ConfigMap/Secret source writes when the spec says so (`items[].path`);
     /// a source missing here writes every key of its object (names unknown from the spec).
     pub source_paths: Vec<(SourceRef, Vec<String>)>,
+    /// The keys a ConfigMap/Secret source projects when it lists `items` (`items[].key`);
+    /// a source missing here projects every key of its object (`data` and `binaryData`).
+    pub source_keys: Vec<(SourceRef, Vec<String>)>,
     /// Files of a projected volume that no ConfigMap/Secret writes: downwardAPI `items[].path`,
     /// serviceAccountToken `path`, clusterTrustBundle `path`. They change on a pod label edit or
     /// a token refresh and are left out of the content hash.
@@ -252,6 +255,9 @@ pub struct PodInfo {
     pub containers: Vec<ContainerInfo>,
     /// An `ownerReferences` entry with `controller: true` exists.
     pub has_controller: bool,
+    /// That entry (kind and name): the controller's `--reloader-compat` finds the pod's
+    /// workload through it (boxed: read rarely, and every pod input carries a `PodInfo`).
+    pub controller: Option<Box<crate::core::rollout::OwnerRef>>,
     /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
     pub phase: String,
     /// `metadata.deletionTimestamp` is set.

@@ -48,6 +48,7 @@ impl Fixture {
             sources: vec![cm("kube-root-ca.crt")],
             service_account_token: true,
             source_paths: vec![(cm("kube-root-ca.crt"), vec!["ca.crt".into()])],
+            source_keys: Vec::new(),
             other_paths: vec!["token".into(), "namespace".into()],
             csi: None,
         });

@@ -40,6 +40,16 @@ impl WorkloadKind {
             WorkloadKind::ArgoRollout => "Rollout",
         }
     }
+
+    /// The `apiVersion` of the kind (`apps/v1`, `argoproj.io/v1alpha1`).
+    pub fn api_version(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::DaemonSet => {
+                "apps/v1"
+            }
+            WorkloadKind::ArgoRollout => "argoproj.io/v1alpha1",
+        }
+    }
 }
 
 /// A pod's controlling owner reference (`ownerReferences[]` with `controller: true`).

@@ -4,10 +4,17 @@
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::outbound::notify::{Notification, Notifier};
-use crate::ports::{EventSink, PodEvent, PodRef};
+use crate::ports::{EventSink, ObjectRef, PodEvent, PodRef};
 use crate::serve::metrics::Metrics;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Whom an outcome concerns: the pod (named in notifications) and, when the Event is about
+/// another object, that object.
+struct Subject<'a> {
+    pod: &'a PodRef,
+    about: Option<&'a ObjectRef>,
+}
 
 #[derive(Clone)]
 pub struct Reporter {
@@ -56,6 +63,25 @@ impl Reporter {
         self.publish(pod, action, outcome, note, sources);
     }
 
+    /// [`Self::record`] with the Event regarding `object` (the workload a rollout patched)
+    /// instead of the pod; the notification still names `pod`.
+    pub fn record_about(
+        &self,
+        object: &ObjectRef,
+        pod: &PodRef,
+        action: ActionKind,
+        outcome: Outcome,
+        note: String,
+        sources: &[SourceRef],
+    ) {
+        self.count(action, outcome);
+        let subject = Subject {
+            pod,
+            about: Some(object),
+        };
+        self.emit(subject, action, outcome, note, sources, Duration::ZERO);
+    }
+
     /// Counts `outcome` in `reloadlet_actions_total` (when it is counted at all).
     pub fn count(&self, action: ActionKind, outcome: Outcome) {
         if outcome.counted() {
@@ -73,7 +99,8 @@ impl Reporter {
         note: String,
         sources: &[SourceRef],
     ) {
-        self.emit(pod, action, outcome, note, sources, Duration::ZERO);
+        let subject = Subject { pod, about: None };
+        self.emit(subject, action, outcome, note, sources, Duration::ZERO);
     }
 
     /// [`Self::publish`] of `EvictionBlocked`, refused for `blocked_for` so far (a
@@ -86,12 +113,20 @@ impl Reporter {
         blocked_for: Duration,
     ) {
         let outcome = Outcome::EvictionBlocked;
-        self.emit(pod, ActionKind::Evict, outcome, note, sources, blocked_for);
+        let subject = Subject { pod, about: None };
+        self.emit(
+            subject,
+            ActionKind::Evict,
+            outcome,
+            note,
+            sources,
+            blocked_for,
+        );
     }
 
     fn emit(
         &self,
-        pod: &PodRef,
+        subject: Subject<'_>,
         action: ActionKind,
         outcome: Outcome,
         note: String,
@@ -101,6 +136,7 @@ impl Reporter {
         if self.dry_run {
             return;
         }
+        let pod = subject.pod;
         if outcome.notified() {
             self.notifier.notify(&Notification {
                 node: self.node.clone(),
@@ -114,15 +150,16 @@ impl Reporter {
             });
         }
         if let Some(kind) = outcome.event() {
-            self.events.publish(
-                pod,
-                PodEvent {
-                    warning: kind.warning,
-                    reason: kind.reason,
-                    action: action.event_action(),
-                    note,
-                },
-            );
+            let event = PodEvent {
+                warning: kind.warning,
+                reason: kind.reason,
+                action: action.event_action(),
+                note,
+            };
+            match subject.about {
+                Some(object) => self.events.publish_about(object, event),
+                None => self.events.publish(pod, event),
+            }
             // Events are dropped only here (the queue is full): count them now.
             let dropped = self.events.dropped();
             let counted = self.metrics.events_dropped.get();

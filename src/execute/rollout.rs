@@ -10,7 +10,7 @@ use super::report::Reporter;
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::rollout::WorkloadRef;
-use crate::ports::PodRef;
+use crate::ports::{ObjectRef, PodRef};
 use crate::retry::{Backoff, Retries};
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -37,11 +37,14 @@ pub struct RolloutJob {
     pub cause: String,
     /// What the workload's strategy will do (`RolloutFacts::note`).
     pub strategy_note: &'static str,
-    /// The pod the Event is published on (one of those that asked for the rollout).
+    /// One of the pods that asked for the rollout: named in notifications, and the
+    /// `regarding` of a `RolloutFailed` Event (`RolloutRequested` is about the workload).
     pub regarding: PodRef,
     /// How many pods of the workload asked for it.
     pub pods: usize,
     pub sources: Vec<SourceRef>,
+    /// The workload's UID (its Events' `regarding.uid`).
+    pub uid: String,
 }
 
 /// A failed patch that may pass (timeout, 5xx, 409): again after 1 s, 2 s, 4 s.
@@ -132,13 +135,35 @@ impl Rollouts {
         } else {
             tracing::warn!(workload = %workload, cause = %job.cause, action = "rollout", outcome = outcome.as_str(), "{note}");
         }
-        inner.report.record(
-            &job.regarding,
-            ActionKind::Rollout,
-            outcome,
-            note,
-            &job.sources,
-        );
+        if outcome == Outcome::RolloutRequested {
+            // Regarding the workload (issue #26: "RolloutRequested (regarding the workload,
+            // naming the cause)"): `kubectl describe deployment` lists it.
+            let object = ObjectRef {
+                api_version: w.kind.api_version().into(),
+                kind: w.kind.as_str().into(),
+                uid: job.uid.clone(),
+                namespace: w.namespace.clone(),
+                name: w.name.clone(),
+            };
+            let report = &inner.report;
+            report.record_about(
+                &object,
+                &job.regarding,
+                ActionKind::Rollout,
+                outcome,
+                note,
+                &job.sources,
+            );
+        } else {
+            let report = &inner.report;
+            report.record(
+                &job.regarding,
+                ActionKind::Rollout,
+                outcome,
+                note,
+                &job.sources,
+            );
+        }
         outcome
     }
 }

@@ -201,6 +201,7 @@ fn mixed_spec() -> VolumeSpec {
         sources: vec![app.clone(), s],
         service_account_token: true,
         source_paths: vec![(app, vec!["a.conf".into(), "./conf.d/b.conf".into()])],
+        source_keys: Vec::new(),
         other_paths: vec!["labels".into(), "token".into(), "meta/annotations".into()],
         csi: None,
     }

@@ -213,6 +213,7 @@ impl EnvApi for KubeEnvApi {
                     let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
                     let cm = api.get_opt(&key.name).await.map_err(|e| e.to_string())?;
                     Ok(cm.map(|cm| ObjectData {
+                        annotations: cm.metadata.annotations.unwrap_or_default(),
                         text: cm.data.unwrap_or_default(),
                         binary: cm
                             .binary_data
@@ -227,6 +228,7 @@ impl EnvApi for KubeEnvApi {
                     let api: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
                     let secret = api.get_opt(&key.name).await.map_err(|e| e.to_string())?;
                     Ok(secret.map(|s| ObjectData {
+                        annotations: s.metadata.annotations.unwrap_or_default(),
                         text: Default::default(),
                         binary: s
                             .data

@@ -1,4 +1,4 @@
-//! Kubernetes Events on pods, published through kube's event recorder (events.k8s.io/v1)
+//! Kubernetes Events on pods (and on the workloads a rollout patches), published through kube's event recorder (events.k8s.io/v1)
 //! from a bounded queue: publishing never blocks an action; when the API is down and the
 //! queue is full, events are dropped and counted.
 
@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-pub use crate::ports::{EventSink, PodEvent, PodRef};
+pub use crate::ports::{EventSink, ObjectRef, PodEvent, PodRef};
 
 pub struct QueuedRecorder {
-    tx: mpsc::Sender<(PodRef, PodEvent)>,
+    tx: mpsc::Sender<(ObjectRef, PodEvent)>,
     dropped: Arc<AtomicU64>,
 }
 
@@ -21,7 +21,7 @@ impl QueuedRecorder {
 
     /// Starts the publishing task. `instance` names this agent (e.g. `reloadlet-<node>`).
     pub fn spawn(client: Client, instance: String) -> Self {
-        let (tx, mut rx) = mpsc::channel::<(PodRef, PodEvent)>(Self::QUEUE);
+        let (tx, mut rx) = mpsc::channel::<(ObjectRef, PodEvent)>(Self::QUEUE);
         let recorder = Recorder::new(
             client,
             Reporter {
@@ -30,13 +30,13 @@ impl QueuedRecorder {
             },
         );
         tokio::spawn(async move {
-            while let Some((pod, ev)) = rx.recv().await {
+            while let Some((object, ev)) = rx.recv().await {
                 let reference = ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    name: Some(pod.name.clone()),
-                    namespace: Some(pod.namespace.clone()),
-                    uid: Some(pod.uid.clone()),
+                    api_version: Some(object.api_version.clone()),
+                    kind: Some(object.kind.clone()),
+                    name: Some(object.name.clone()),
+                    namespace: Some(object.namespace.clone()),
+                    uid: Some(object.uid.clone()).filter(|u| !u.is_empty()),
                     ..Default::default()
                 };
                 let event = Event {
@@ -51,7 +51,7 @@ impl QueuedRecorder {
                     secondary: None,
                 };
                 if let Err(e) = recorder.publish(&event, &reference).await {
-                    tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), reason = ev.reason, error = %e, "could not publish event");
+                    tracing::warn!(regarding = %format!("{} {}/{}", object.kind, object.namespace, object.name), reason = ev.reason, error = %e, "could not publish event");
                 }
             }
         });
@@ -63,10 +63,10 @@ impl QueuedRecorder {
 }
 
 impl EventSink for QueuedRecorder {
-    fn publish(&self, pod: &PodRef, event: PodEvent) {
-        if self.tx.try_send((pod.clone(), event)).is_err() {
+    fn publish_about(&self, object: &ObjectRef, event: PodEvent) {
+        if self.tx.try_send((object.clone(), event)).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "event queue full; event dropped");
+            tracing::warn!(regarding = %format!("{} {}/{}", object.kind, object.namespace, object.name), "event queue full; event dropped");
         }
     }
 

@@ -10,6 +10,7 @@ pub mod pod_convert;
 pub mod pod_view;
 pub mod pod_watch;
 pub mod watch_loop;
+pub mod workload_meta;
 pub mod workloads;
 
 /// Pods per page when a pod watcher (re)lists. kube-runtime's default is client-go's 500

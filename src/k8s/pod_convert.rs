@@ -48,6 +48,7 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
             .iter()
             .flatten()
             .any(|o| o.controller == Some(true)),
+        controller: super::workloads::controller_of(meta).map(Box::new),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
         terminating: meta.deletion_timestamp.is_some(),
         env: env_refs(spec),
@@ -258,11 +259,26 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
         });
         return spec;
     }
+    // `items` project only the keys they list (kubernetes `pkg/volume/configmap/
+    // configmap.go` and `pkg/volume/secret/secret.go`, `MakePayload`: without items every
+    // key of `data` and `binaryData`, with items only `items[].key`).
+    let item_keys = |items: Option<&Vec<KeyToPath>>| -> Option<Vec<String>> {
+        let keys: Vec<String> = items.into_iter().flatten().map(|i| i.key.clone()).collect();
+        (!keys.is_empty()).then_some(keys)
+    };
     if let Some(c) = &v.config_map {
+        if let Some(keys) = item_keys(c.items.as_ref()) {
+            spec.source_keys.push((cm(&c.name), keys));
+        }
         spec.sources.push(cm(&c.name));
     }
-    if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
-        spec.sources.push(secret(s));
+    if let Some(s) = &v.secret {
+        if let Some(name) = s.secret_name.as_deref() {
+            if let Some(keys) = item_keys(s.items.as_ref()) {
+                spec.source_keys.push((secret(name), keys));
+            }
+            spec.sources.push(secret(name));
+        }
     }
     let Some(p) = &v.projected else {
         // A configMap/secret volume has one source: every file is its own.
@@ -279,12 +295,18 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
             if let Some(paths) = paths {
                 spec.source_paths.push((source.clone(), paths));
             }
+            if let Some(keys) = item_keys(c.items.as_ref()) {
+                spec.source_keys.push((source.clone(), keys));
+            }
             spec.sources.push(source);
         }
         if let Some(s) = &src.secret {
             let source = secret(&s.name);
             if let Some(paths) = item_paths(s.items.as_ref()) {
                 spec.source_paths.push((source.clone(), paths));
+            }
+            if let Some(keys) = item_keys(s.items.as_ref()) {
+                spec.source_keys.push((source.clone(), keys));
             }
             spec.sources.push(source);
         }
@@ -308,6 +330,37 @@ mod tests {
     use super::*;
     use crate::core::model::ContainerRuntime;
     use serde_json::json;
+
+    #[test]
+    fn items_keep_the_keys_each_source_projects() {
+        let volume = |v: serde_json::Value| volume_spec(&serde_json::from_value(v).unwrap());
+        let cm = |n: &str| SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: n.into(),
+        };
+        let sec = |n: &str| SourceRef {
+            kind: SourceKind::Secret,
+            name: n.into(),
+        };
+        let keys = |v: &[&str]| v.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        let v = volume(json!({"name": "a", "configMap": {"name": "app",
+            "items": [{"key": "app.conf", "path": "conf/app.conf"}]}}));
+        assert_eq!(v.source_keys, [(cm("app"), keys(&["app.conf"]))]);
+        let v = volume(json!({"name": "b", "secret": {"secretName": "tls",
+            "items": [{"key": "tls.crt", "path": "crt"}, {"key": "tls.key", "path": "key"}]}}));
+        assert_eq!(v.source_keys, [(sec("tls"), keys(&["tls.crt", "tls.key"]))]);
+        let v = volume(json!({"name": "c", "projected": {"sources": [
+            {"configMap": {"name": "one", "items": [{"key": "k", "path": "p"}]}},
+            {"configMap": {"name": "two"}},
+            {"secret": {"name": "s", "items": [{"key": "t", "path": "q"}]}}]}}));
+        assert_eq!(
+            v.source_keys,
+            [(cm("one"), keys(&["k"])), (sec("s"), keys(&["t"]))]
+        );
+        assert!(volume(json!({"name": "d", "configMap": {"name": "all"}}))
+            .source_keys
+            .is_empty());
+    }
 
     #[test]
     fn csi_volumes_keep_driver_and_the_secrets_store_class_only() {
@@ -384,6 +437,11 @@ mod tests {
         let info = pod_info(&pod).unwrap();
         assert_eq!(info.full_name(), "shop/web-0");
         assert!(info.has_controller);
+        let owner = info.controller.as_ref().unwrap();
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("ReplicaSet", "web")
+        );
         assert!(!info.terminating);
         let kinds: Vec<_> = info
             .containers

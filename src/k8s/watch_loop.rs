@@ -43,7 +43,6 @@ pub fn changes<K, T>(
 ) -> impl Stream<Item = Change<T, K>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-    K::DynamicType: Default,
     T: Send + 'static,
 {
     let progress = Progress::default();

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 pub struct KubeWorkloads {
     client: Client,
@@ -173,30 +174,63 @@ impl WorkloadApi for KubeWorkloads {
     fn strategy<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<Strategy>, String>> {
+    ) -> BoxFuture<'a, Result<Option<(Strategy, String)>, String>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
+            let uid = |m: &ObjectMeta| m.uid.clone().unwrap_or_default();
             let found = match w.kind {
                 WorkloadKind::Deployment => Api::<Deployment>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|d| d.as_ref().map(deployment_strategy)),
+                    .map(|d| d.map(|d| (deployment_strategy(&d), uid(&d.metadata)))),
                 WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|s| s.as_ref().map(stateful_set_strategy)),
+                    .map(|s| s.map(|s| (stateful_set_strategy(&s), uid(&s.metadata)))),
                 WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|d| d.as_ref().map(daemon_set_strategy)),
+                    .map(|d| d.map(|d| (daemon_set_strategy(&d), uid(&d.metadata)))),
                 WorkloadKind::ArgoRollout => self
                     .argo(ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|r| r.map(|r| argo_strategy(&r.data["spec"]))),
+                    .map(|r| r.map(|r| (argo_strategy(&r.data["spec"]), uid(&r.metadata)))),
             };
             found.map_err(|e| e.to_string())
+        })
+    }
+
+    fn annotations<'a>(
+        &'a self,
+        w: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, String>> {
+        Box::pin(async move {
+            let c = self.client.clone();
+            let ns = w.namespace.as_str();
+            // Metadata-only GETs (`as=PartialObjectMetadata`): no pod template is read.
+            let meta = match w.kind {
+                WorkloadKind::Deployment => Api::<Deployment>::namespaced(c, ns)
+                    .get_metadata_opt(&w.name)
+                    .await
+                    .map(|o| o.map(|o| o.metadata)),
+                WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
+                    .get_metadata_opt(&w.name)
+                    .await
+                    .map(|o| o.map(|o| o.metadata)),
+                WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
+                    .get_metadata_opt(&w.name)
+                    .await
+                    .map(|o| o.map(|o| o.metadata)),
+                WorkloadKind::ArgoRollout => self
+                    .argo(ns)
+                    .get_metadata_opt(&w.name)
+                    .await
+                    .map(|o| o.map(|o| o.metadata)),
+            };
+            meta.map(|m| m.map(|m| m.annotations.unwrap_or_default()))
+                .map_err(|e| e.to_string())
         })
     }
 }

@@ -74,6 +74,15 @@ pub async fn serve(
         ));
     }
 
+    // Reloader's annotations sit on the workloads: their metadata, only with the compat on.
+    if settings.rollout.enabled && settings.rollout.reloader_compat {
+        crate::k8s::workload_meta::spawn_watches(
+            clients.main.clone(),
+            settings.rollout.argo,
+            tx.clone(),
+        );
+    }
+
     let mut election_task = None;
     if let Some(target) = &settings.election {
         let (leader_tx, mut leader_rx) = watch::channel(false);
@@ -110,6 +119,7 @@ pub async fn serve(
         dry_run = settings.scope.dry_run,
         rollout = settings.rollout.enabled,
         argo_rollouts = settings.rollout.argo,
+        reloader_compat = settings.rollout.reloader_compat,
         leader_elect = settings.election.is_some(),
         identity = settings.election.as_ref().map(|e| e.identity.as_str()).unwrap_or(""),
         listen = %settings.listen,
@@ -197,6 +207,7 @@ pub async fn serve(
             baselines: patches(PatchSettings::baselines()),
             secrets: settings.secrets,
             argo: settings.rollout.argo,
+            reloader_compat: settings.rollout.reloader_compat,
             now: now_rfc3339,
             stop: shutdown.clone(),
         })));

@@ -24,6 +24,9 @@ pub struct ObjectData {
     pub binary: BTreeMap<String, Vec<u8>>,
     /// A Secret: `envFrom` reads `binary` (its `data`), not `text`.
     pub secret: bool,
+    /// The object's annotations (`--reloader-compat`: `reloader.stakater.com/ignore`,
+    /// `reloader.stakater.com/match`); never part of a digest.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// What one pod reads of one object: the union of its containers' references.

@@ -29,6 +29,7 @@ fn data(text: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ObjectData {
             .map(|(k, v)| (k.to_string(), v.to_vec()))
             .collect(),
         secret: false,
+        annotations: Default::default(),
     }
 }
 

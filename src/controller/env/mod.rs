@@ -439,6 +439,7 @@ impl Feature for EnvConsumers {
             Routed::PodPut(pod) => self.put_pod(pod, world),
             Routed::PodRemoved(pod) => self.remove_pod(&pod.uid),
             Routed::PodsListed => self.fetch_all(world),
+            Routed::Workload(_) => {}
             Routed::Leader(leader) => {
                 if !leader {
                     self.pacing.clear_held();

@@ -187,7 +187,7 @@ impl Feature for Nudges {
             }
             Routed::PodRemoved(pod) => self.scheduler.cancel(&pod_key(pod)),
             Routed::Leader(false) => self.scheduler.clear(),
-            Routed::Leader(true) | Routed::PodsListed => {}
+            Routed::Leader(true) | Routed::PodsListed | Routed::Workload(_) => {}
         }
     }
 

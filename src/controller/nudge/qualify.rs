@@ -202,6 +202,7 @@ mod tests {
                     sources: vec![cm("app-cfg")],
                     service_account_token: false,
                     source_paths: Vec::new(),
+                    source_keys: Vec::new(),
                     other_paths: Vec::new(),
                     csi: None,
                 },
@@ -211,6 +212,7 @@ mod tests {
                     service_account_token: false,
                     source_paths: Vec::new(),
                     other_paths: Vec::new(),
+                    source_keys: Vec::new(),
                     csi: None,
                 },
                 VolumeSpec {
@@ -220,6 +222,7 @@ mod tests {
                     source_paths: Vec::new(),
                     other_paths: Vec::new(),
                     csi: None,
+                    source_keys: Vec::new(),
                 },
             ],
             containers: vec![container(

@@ -1,15 +1,72 @@
 //! The `explain` lines of the rollout feature: whether a change rolls the pod's owner, which
 //! workload that is, what its strategy does (and whether it surges), or why nothing would
-//! roll. Reads the owner chain and the strategy through [`WorkloadApi`].
+//! roll; and whether Stakater Reloader's annotations on the pod's workload would roll it
+//! (`--reloader-compat`, [`super::compat`]). Reads the owner chain, the strategy and the
+//! workload's own annotations through [`WorkloadApi`].
 
+use super::compat;
 use super::refs::{self, Mode};
 use crate::controller::api::WorkloadApi;
-use crate::core::annotations::{self, Action};
+use crate::core::annotations::{self, Action, ACTION};
 use crate::core::model::PodInfo;
-use crate::core::rollout::{on_blocked, workload_of, ON_BLOCKED};
+use crate::core::rollout::{on_blocked, workload_of, Unsupported, WorkloadRef, ON_BLOCKED};
 
-/// The section, empty when the pod neither asks for rollouts nor sets `on-blocked`.
+/// The rollout sections: the pod's own (`action: rollout`, `on-blocked`) and Reloader's
+/// annotations; empty when neither applies.
 pub async fn explain(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
+    let mut out = own(pod, workloads).await;
+    out.push_str(&reloader(pod, workloads).await);
+    out
+}
+
+/// The pod's workload through its owner (and ReplicaSet); `Err`: a read failed.
+async fn resolve(
+    pod: &PodInfo,
+    workloads: &dyn WorkloadApi,
+) -> Result<Result<WorkloadRef, Unsupported>, String> {
+    let owner = workloads
+        .pod_owner(&pod.namespace, &pod.name)
+        .await
+        .map_err(|e| format!("the pod's owner could not be read: {e}"))?;
+    let mut rs_owner = None;
+    if let Some(o) = owner.as_ref().filter(|o| o.kind == "ReplicaSet") {
+        rs_owner = workloads
+            .replica_set_owner(&pod.namespace, &o.name)
+            .await
+            .map_err(|e| format!("ReplicaSet {} could not be read: {e}", o.name))?;
+    }
+    Ok(workload_of(&pod.namespace, owner.as_ref(), |_| rs_owner))
+}
+
+/// Reloader's annotations on the pod's workload (or its template): what
+/// `--reloader-compat` makes of them. Empty when there are none.
+async fn reloader(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
+    let Ok(Ok(workload)) = resolve(pod, workloads).await else {
+        return String::new();
+    };
+    let Ok(Some(own)) = workloads.annotations(&workload).await else {
+        return String::new();
+    };
+    if !compat::relevant(&own) && !compat::relevant(&pod.annotations) {
+        return String::new();
+    }
+    let mut out = String::from(
+        "  Reloader's annotations (reloadlet controller --reloader-compat, Helm controller.reloaderCompat; off by default: nothing rolls):\n",
+    );
+    if pod.annotations.contains_key(ACTION) {
+        out.push_str("    not followed for this pod: its own reloadlet.io/action wins\n");
+    } else {
+        out.push_str(&format!(
+            "    {}\n",
+            compat::explain_line(&workload, &own, &pod.annotations, None)
+        ));
+    }
+    out
+}
+
+/// The pod's own section, empty when the pod neither asks for rollouts nor sets
+/// `on-blocked`.
+async fn own(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
     let policy = annotations::parse(&pod.annotations).ok().flatten();
     let rollout = policy.as_ref().is_some_and(|p| p.action == Action::Rollout);
     if !rollout && !pod.annotations.contains_key(ON_BLOCKED) {
@@ -55,30 +112,14 @@ pub async fn explain(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
             }
         ));
     }
-    let owner = match workloads.pod_owner(&pod.namespace, &pod.name).await {
-        Ok(o) => o,
-        Err(e) => {
-            out.push_str(&format!("    the pod's owner could not be read: {e}\n"));
+    let workload = match resolve(pod, workloads).await {
+        Ok(Ok(w)) => w,
+        Ok(Err(why)) => {
+            out.push_str(&format!("    WARNING (RolloutUnsupported): {why}\n"));
             return out;
         }
-    };
-    let mut rs_owner = None;
-    if let Some(o) = owner.as_ref().filter(|o| o.kind == "ReplicaSet") {
-        match workloads.replica_set_owner(&pod.namespace, &o.name).await {
-            Ok(found) => rs_owner = found,
-            Err(e) => {
-                out.push_str(&format!(
-                    "    ReplicaSet {} could not be read: {e}\n",
-                    o.name
-                ));
-                return out;
-            }
-        }
-    }
-    let workload = match workload_of(&pod.namespace, owner.as_ref(), |_| rs_owner) {
-        Ok(w) => w,
-        Err(why) => {
-            out.push_str(&format!("    WARNING (RolloutUnsupported): {why}\n"));
+        Err(e) => {
+            out.push_str(&format!("    {e}\n"));
             return out;
         }
     };
@@ -89,7 +130,7 @@ pub async fn explain(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
         workload.name
     );
     match workloads.strategy(&workload).await {
-        Ok(Some(strategy)) => match strategy.facts(workload.kind, &workload.name) {
+        Ok(Some((strategy, _))) => match strategy.facts(workload.kind, &workload.name) {
             Ok(facts) => out.push_str(&format!(
                 "    rolls {name}: {}; surges: {}; downtime: {}\n",
                 facts.note,
@@ -165,5 +206,32 @@ mod tests {
         assert!(explain(&pod(&[("reloadlet.io/action", "signal")]), &w)
             .await
             .is_empty());
+    }
+
+    #[tokio::test]
+    async fn names_the_reloader_annotation_that_applies_and_when_the_pod_wins() {
+        let w = FakeWorkloads::default();
+        w.deployment_pod("ns", "web-0", "web", Strategy::Recreate);
+        let web = WorkloadRef {
+            kind: crate::core::rollout::WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        w.annotations.lock().unwrap().insert(
+            web,
+            [("secret.reloader.stakater.com/auto".into(), "true".into())].into(),
+        );
+        let text = explain(&pod(&[]), &w).await;
+        assert!(
+            text.contains("secret.reloader.stakater.com/auto: true on Deployment ns/web")
+                && text.contains("--reloader-compat")
+                && text.contains("need the controller's --secrets"),
+            "{text}"
+        );
+        let text = explain(&pod(&[("reloadlet.io/action", "signal")]), &w).await;
+        assert!(text.contains("its own reloadlet.io/action wins"), "{text}");
+        let plain = FakeWorkloads::default();
+        plain.deployment_pod("ns", "web-0", "web", Strategy::Recreate);
+        assert!(explain(&pod(&[]), &plain).await.is_empty());
     }
 }

@@ -17,6 +17,7 @@
 //! was blocked by a budget, structurally or for longer than the timeout — the owner is
 //! rolled as above. Seen from the API alone: a pod created before the change, still there.
 
+pub mod compat;
 pub mod explain;
 pub mod refs;
 
@@ -57,6 +58,8 @@ pub struct RolloutDeps {
     pub secrets: bool,
     /// Roll Argo Rollouts (`--argo-rollouts`).
     pub argo: bool,
+    /// Workloads with Reloader's annotations count as `action: rollout` (`--reloader-compat`).
+    pub reloader_compat: bool,
     /// `kubectl.kubernetes.io/restartedAt`'s value: now, RFC 3339.
     pub now: fn() -> String,
     pub stop: CancellationToken,
@@ -72,6 +75,7 @@ struct Asking {
 pub struct RolloutFeature {
     deps: RolloutDeps,
     tracker: EnvTracker,
+    compat: compat::Compat,
     fetched_tx: mpsc::UnboundedSender<Fetched>,
     fetched_rx: mpsc::UnboundedReceiver<Fetched>,
     fetches: Arc<Semaphore>,
@@ -91,6 +95,7 @@ impl RolloutFeature {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
             tracker: EnvTracker::with(refs::references, ROLLOUT_BASELINE, true, deps.secrets),
+            compat: compat::Compat::new(deps.reloader_compat, deps.secrets, deps.argo),
             deps,
             fetched_tx,
             fetched_rx,
@@ -104,11 +109,11 @@ impl RolloutFeature {
     }
 
     fn put_pod(&mut self, pod: &PodInfo, world: &World) {
-        if refs::mode(pod).is_none() {
+        let Some(tracked) = self.compat.tracked(pod) else {
             self.tracker.remove_pod(&pod.uid);
             return;
-        }
-        let fetch = self.tracker.put_pod(pod);
+        };
+        let fetch = self.tracker.put_pod(&tracked);
         if world.leader && world.pods_listed {
             let now = std::time::Instant::now();
             for key in fetch {
@@ -172,6 +177,13 @@ impl RolloutFeature {
         let changes = self
             .tracker
             .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
+        let changes = self.compat.screen(
+            changes,
+            &fetched.key,
+            fetched.data.as_ref(),
+            world,
+            &mut self.tracker,
+        );
         drop(fetched.data);
         for change in changes {
             let Some((namespace, name)) = self.tracker.pod_name(&change.uid) else {
@@ -331,8 +343,8 @@ async fn roll(
             workload.namespace,
             workload.name
         );
-        let facts = match workloads.strategy(&workload).await {
-            Ok(Some(strategy)) => strategy.facts(workload.kind, &workload.name),
+        let (facts, uid) = match workloads.strategy(&workload).await {
+            Ok(Some((strategy, uid))) => (strategy.facts(workload.kind, &workload.name), uid),
             Ok(None) => {
                 let why = format!("{name} does not exist (any more)");
                 unsupported(report, &regarding, &why, &sources);
@@ -365,6 +377,7 @@ async fn roll(
             pods: asking.len(),
             sources,
             workload,
+            uid,
         };
         let outcome = rollouts.run(&job).await;
         if matches!(outcome, Outcome::RolloutRequested | Outcome::DryRun) {
@@ -425,6 +438,13 @@ impl Feature for RolloutFeature {
             Routed::PodPut(pod) => self.put_pod(pod, world),
             Routed::PodRemoved(pod) => self.tracker.remove_pod(&pod.uid),
             Routed::PodsListed => self.fetch_all(world),
+            Routed::Workload(change) => {
+                for uid in self.compat.workload(change, world) {
+                    if let Some(pod) = world.get(&uid) {
+                        self.put_pod(pod, world);
+                    }
+                }
+            }
             Routed::Leader(leader) => {
                 self.tracker.forget_fetches();
                 if leader && world.pods_listed {

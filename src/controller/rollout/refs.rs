@@ -1,5 +1,7 @@
 //! What an `action: rollout` pod reads (pure): every ConfigMap/Secret of its volumes
-//! (configMap, secret and projected sources; all of their keys, `data` and `binaryData`) and
+//! (configMap, secret and projected sources; all of their keys, `data` and `binaryData`, or
+//! only the keys the source's `items` list — all the kubelet projects, see
+//! `crate::k8s::pod_convert::volume_spec`) and
 //! the keys it references through env/envFrom (as the env consumers), narrowed by
 //! `reloadlet.io/configmaps` / `reloadlet.io/secrets`. `kube-root-ca.crt` counts only when
 //! the pod names it in `reloadlet.io/configmaps` (its publisher rewrites it on CA rotation,
@@ -57,7 +59,11 @@ pub fn references(
         optional: false,
         volume: true,
     };
-    for source in pod.volumes.iter().flat_map(|v| &v.sources) {
+    for (volume, source) in pod
+        .volumes
+        .iter()
+        .flat_map(|v| v.sources.iter().map(move |s| (v, s)))
+    {
         let followed = match source.kind {
             SourceKind::ConfigMap => configmaps,
             SourceKind::Secret => secrets,
@@ -72,11 +78,111 @@ pub fn references(
         if !followed || !narrowed_in(policy.as_ref(), source) || (root_ca && !root_ca_named) {
             continue;
         }
+        let listed = volume
+            .source_keys
+            .iter()
+            .find(|(s, _)| s == source)
+            .map(|(_, keys)| keys);
+        let selectors = match listed {
+            Some(keys) => keys
+                .iter()
+                .map(|k| Selector {
+                    keys: EnvKeys::Key(k.clone()),
+                    optional: false,
+                    volume: true,
+                })
+                .collect(),
+            None => vec![whole.clone()],
+        };
         let list = out.entry(source.clone()).or_default();
-        if !list.contains(&whole) {
-            list.push(whole.clone());
-            list.sort();
+        for sel in selectors {
+            if !list.contains(&sel) {
+                list.push(sel);
+            }
         }
+        list.sort();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::env::hash::{digest, ObjectData};
+    use crate::core::model::VolumeSpec;
+
+    fn cm(name: &str) -> SourceRef {
+        SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: name.into(),
+        }
+    }
+
+    fn data(pairs: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ObjectData {
+        ObjectData {
+            text: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            binary: binary
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_vec()))
+                .collect(),
+            ..ObjectData::default()
+        }
+    }
+
+    #[test]
+    fn only_the_keys_a_volume_projects_through_items_count() {
+        let mut pod = PodInfo {
+            annotations: [("reloadlet.io/action".to_string(), "rollout".to_string())].into(),
+            volumes: vec![VolumeSpec {
+                name: "v".into(),
+                sources: vec![cm("app")],
+                source_keys: vec![(cm("app"), vec!["app.conf".into(), "logo".into()])],
+                ..VolumeSpec::default()
+            }],
+            ..PodInfo::default()
+        };
+        let refs = references(&pod, true, false);
+        let of = |d: &ObjectData| digest(&refs[&cm("app")], Some(d));
+        let before = of(&data(
+            &[("app.conf", "v1"), ("other", "x")],
+            &[("logo", b"1")],
+        ));
+        // A key the volume does not project: the same digest, nothing rolls.
+        let other = of(&data(
+            &[("app.conf", "v1"), ("other", "y")],
+            &[("logo", b"1")],
+        ));
+        assert_eq!(before, other);
+        // A projected key, in `data` or `binaryData`: a change.
+        assert_ne!(
+            before,
+            of(&data(
+                &[("app.conf", "v2"), ("other", "x")],
+                &[("logo", b"1")]
+            ))
+        );
+        assert_ne!(
+            before,
+            of(&data(
+                &[("app.conf", "v1"), ("other", "x")],
+                &[("logo", b"2")]
+            ))
+        );
+
+        // The same object also mounted whole by another volume: every key counts again.
+        pod.volumes.push(VolumeSpec {
+            name: "w".into(),
+            sources: vec![cm("app")],
+            ..VolumeSpec::default()
+        });
+        let refs = references(&pod, true, false);
+        let of = |d: &ObjectData| digest(&refs[&cm("app")], Some(d));
+        assert_ne!(
+            of(&data(&[("app.conf", "v1"), ("other", "x")], &[])),
+            of(&data(&[("app.conf", "v1"), ("other", "y")], &[]))
+        );
+    }
 }

@@ -145,6 +145,7 @@ fn start(
         ),
         secrets: false,
         argo: false,
+        reloader_compat: false,
         now,
         stop: stop.clone(),
     });
@@ -201,14 +202,25 @@ impl Harness {
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
 
+    /// (regarding: the pod's name, or `<Kind> <name>` of another object; reason; note).
     fn events(&self) -> Vec<(String, &'static str, String)> {
-        self.events
+        let mut out: Vec<_> = self
+            .events
             .0
             .lock()
             .unwrap()
             .iter()
             .map(|(p, e)| (p.name.clone(), e.reason, e.note.clone()))
-            .collect()
+            .collect();
+        out.extend(
+            self.events
+                .1
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(o, e)| (format!("{} {}", o.kind, o.name), e.reason, e.note.clone())),
+        );
+        out
     }
 
     /// The pods as the fake API holds them now (baselines written).
@@ -651,7 +663,17 @@ async fn on_blocked_rollout_rolls_the_owner_only_when_the_pod_outlives_its_timeo
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(
         (events[0].0.as_str(), events[0].1),
-        ("stuck", "RolloutRequested")
+        ("Deployment a", "RolloutRequested")
+    );
+    // Regarding the workload, with its apiVersion and UID.
+    let about = h.events.1.lock().unwrap()[0].0.clone();
+    assert_eq!(
+        (
+            about.api_version.as_str(),
+            about.uid.as_str(),
+            about.namespace.as_str()
+        ),
+        ("apps/v1", "uid-a", NS)
     );
     h.stop().await;
 }
