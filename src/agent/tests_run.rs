@@ -176,3 +176,88 @@ async fn shutdown_ends_run() {
     let w = r.stop().await;
     assert_eq!(w.processes.sent(), 0);
 }
+
+/// The signal pod with a projection nudge naming `value` (and `extra` annotations).
+fn nudged(value: &str, extra: &[(&str, &str)]) -> crate::core::model::PodInfo {
+    let mut p = pod("signal");
+    p.annotations.insert(
+        crate::core::annotations::PROJECTION_NUDGE.into(),
+        value.into(),
+    );
+    for (k, v) in extra {
+        p.annotations.insert((*k).into(), (*v).into());
+    }
+    p
+}
+
+impl Running {
+    /// Sends a pod update; returns once the loop took it.
+    async fn update(&self, pod: crate::core::model::PodInfo) {
+        self.pods.send(PodUpdate::Apply(pod)).await.unwrap();
+        until("the pod update to be taken", || {
+            self.pods.capacity() == self.pods.max_capacity()
+        })
+        .await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Lets the loop run `by` of paused time; the signals sent so far (a signal job may run
+    /// off the loop's task: given 200 ms of wall-clock time to show).
+    async fn after(&self, by: Duration) -> usize {
+        let before = self.processes.sent();
+        tokio::time::advance(by).await;
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        while self.processes.sent() == before && std::time::Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+        self.processes.sent()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_swap_a_nudge_announced_is_acted_on_after_the_grace_not_the_debounce() {
+    use crate::core::debounce::ANNOUNCED_GRACE;
+    let r = start().await;
+    // The pod's first sight with a nudge is a baseline; the next value is a new change of
+    // ConfigMap `app`, which volume `conf` projects.
+    r.update(nudged("configmap/app@1", &[])).await;
+    r.update(nudged("configmap/app@2", &[])).await;
+    r.swap(2, "v2").await;
+    assert_eq!(r.after(ANNOUNCED_GRACE - Duration::from_millis(1)).await, 0);
+    assert_eq!(
+        r.after(Duration::from_millis(1)).await,
+        1,
+        "due after the grace"
+    );
+    // The re-nudge of the same change, and the rest of the window: nothing more.
+    r.update(nudged("configmap/app@2#2", &[])).await;
+    assert_eq!(r.after(WINDOW * 10).await, 1);
+    // The next swap nobody announced waits for the debounce again.
+    r.swap(3, "v3").await;
+    assert_eq!(r.after(WINDOW - Duration::from_millis(1)).await, 1);
+    assert_eq!(r.after(Duration::from_millis(1)).await, 2);
+    let w = r.stop().await;
+    assert_eq!(w.events.reasons(), ["Signaled", "Signaled"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nudge_for_another_object_or_a_pods_own_debounce_keeps_the_wait() {
+    use crate::core::debounce::ANNOUNCED_GRACE;
+    let r = start().await;
+    r.update(nudged("configmap/app@1", &[])).await;
+    // Another object: volume `conf` is not announced, the swap waits for the window.
+    r.update(nudged("configmap/other@2", &[])).await;
+    r.swap(2, "v2").await;
+    assert_eq!(r.after(ANNOUNCED_GRACE * 2).await, 0);
+    assert_eq!(r.after(WINDOW).await, 1);
+    // The pod's own `reloadlet.io/debounce` wins over the announcement.
+    let own = [("reloadlet.io/debounce", "5s")];
+    r.update(nudged("configmap/app@3", &own)).await;
+    r.update(nudged("configmap/app@4", &own)).await;
+    r.swap(3, "v3").await;
+    assert_eq!(r.after(ANNOUNCED_GRACE * 2).await, 1);
+    assert_eq!(r.after(Duration::from_secs(5)).await, 2);
+    r.stop().await;
+}
