@@ -298,8 +298,9 @@ mod tests {
         let t0 = Instant::now();
         let window_due = t0 + 250 * MS;
         let grace = 20 * MS;
-        // (announced, swapped, now, due)
-        let cases: &[(&[&str], &[&str], Duration, Option<Duration>)] = &[
+        /// (announced, swapped, now, due)
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], Duration, Option<Duration>);
+        let cases: &[Case] = &[
             // nothing announced: the window stands
             (&[], &["a"], 10 * MS, None),
             // the announced volume swapped: due after the grace
