@@ -127,6 +127,13 @@ async fn wait(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// An offset in `[0, 100 ms)` for the `i`-th change, spread evenly by the golden ratio: the
+/// kubelet's volume manager works in 100 ms passes, and a gap that is a multiple of 100 ms
+/// would meet every pass at the same phase.
+fn phase(i: usize) -> Duration {
+    Duration::from_micros((i as u64 * 61_803) % 100_000)
+}
+
 /// Latencies (sorted) and the number of misses.
 fn latencies(samples: &[Sample]) -> (Vec<Duration>, usize) {
     let mut took = Vec::new();
@@ -214,7 +221,13 @@ pub async fn run(k: &Knobs) -> bool {
     let start = Instant::now();
     let spread = DEFAULT_SYNC_FREQUENCY.as_secs_f64();
     let mut plan: Vec<(Duration, bool, usize)> = (0..fast.len())
-        .map(|i| (Duration::from_millis(500) + k.gap * i as u32, true, i))
+        .map(|i| {
+            (
+                Duration::from_millis(500) + k.gap * i as u32 + phase(i),
+                true,
+                i,
+            )
+        })
         .chain((0..slow.len()).map(|i| {
             (
                 Duration::from_secs_f64(spread * i as f64 / slow.len() as f64),

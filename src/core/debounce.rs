@@ -21,17 +21,21 @@
 //! (`pkg/volume/util/nestedpendingoperations/nestedpendingoperations.go`) starts each
 //! operation in its own goroutine at once. Each ends in `AtomicWriter.Write` (a few small
 //! writes and one rename). So the swaps of one sync are started within the same pass,
-//! microseconds apart, and run in parallel; what spreads them is the Go scheduler, whose
-//! `sysmon` preempts a goroutine that ran 10 ms (`runtime/proc.go` `forcePreemptNS`). The
-//! next pass is 100 ms later (`reconcilerLoopSleepPeriod`). A grace of two such time slices
-//! (20 ms) covers the spread of one pass on a busy node and stays far from the next pass.
+//! microseconds apart, and run in parallel (sub-millisecond apart on an idle node); what can
+//! spread them is the Go scheduler on a saturated node, whose `sysmon` preempts a goroutine
+//! that ran 10 ms (`runtime/proc.go` `forcePreemptNS`) so that a waiting one gets a thread.
+//! The next pass is 100 ms later (`reconcilerLoopSleepPeriod`). A grace of one such time
+//! slice (10 ms) covers the spread of one pass, stays far from the next pass, and is small
+//! beside the kubelet's own update → swap (0–200 ms of the two loops alone). The agent's
+//! side adds nothing: its loop reads the watch before it fires a due change (`agent/mod.rs`,
+//! a biased `select!`), so a swap already queued when the grace ends joins the change.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 /// After the last announced volume swapped, how long the other swaps of the same reconciler
 /// pass are waited for (module docs).
-pub const ANNOUNCED_GRACE: Duration = Duration::from_millis(20);
+pub const ANNOUNCED_GRACE: Duration = Duration::from_millis(10);
 /// An announcement no swap answered within this long is dropped (the kubelet's periodic
 /// sync, 60–90 s, would have projected the change anyway).
 pub const ANNOUNCED_FOR: Duration = Duration::from_secs(120);
@@ -356,8 +360,8 @@ mod tests {
             "not announced: the window"
         );
         d.add("p1", "conf", t0 + 102 * MS);
-        assert_eq!(d.next_deadline(), Some(t0 + 122 * MS));
-        let due = d.take_due(t0 + 122 * MS);
+        assert_eq!(d.next_deadline(), Some(t0 + 102 * MS + ANNOUNCED_GRACE));
+        let due = d.take_due(t0 + 102 * MS + ANNOUNCED_GRACE);
         assert_eq!(due[0].1.volumes, set(&["conf", "other"]));
     }
 
@@ -400,7 +404,7 @@ mod tests {
         d.add("p1", "conf", t0);
         let (_, change) = d.take_due(t0 + ANNOUNCED_GRACE).remove(0);
         d.postpone("p1", change, t0 + 2 * ANNOUNCED_GRACE);
-        d.add("p1", "big", t0 + 30 * MS);
+        d.add("p1", "big", t0 + ANNOUNCED_GRACE + MS);
         let (_, change) = d.take_due(t0 + 2 * ANNOUNCED_GRACE).remove(0);
         assert_eq!(change.attempts, 0);
         assert_eq!(change.volumes, set(&["big", "conf"]));
