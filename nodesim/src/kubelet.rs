@@ -115,6 +115,13 @@ impl SimKubelet {
             .unwrap_or_default()
     }
 
+    /// Every `..data` swap the pod's syncs made so far, oldest first (with
+    /// [`SyncMode::Faithful`], made by the volume manager's passes after the sync).
+    pub fn swaps(&self, pod_uid: &str) -> Vec<crate::kubelet_sync::SwapRecord> {
+        self.ask(|reply| Msg::Swaps(pod_uid.to_owned(), reply))
+            .unwrap_or_default()
+    }
+
     /// The resourceVersion of the pod object the kubelet has last seen (also for
     /// changes that did not sync it). Changes reach the kubelet in the API's order, so
     /// once this shows a version, every earlier change (of any object) was handled.

@@ -1,6 +1,7 @@
 //! One pod as the simulated kubelet runs it: volumes, sandbox and containers, and the
 //! status it reports.
 
+use crate::atomic_writer::WriteOutcome;
 use crate::kubelet_api::{KubeletApi, READY_DELAY_ANNOTATION};
 use crate::projection::{self, SourceLookup};
 use crate::qos::qos_class;
@@ -300,10 +301,19 @@ impl PodState {
         Ok(None)
     }
 
-    /// Writes every volume (no-op when unchanged).
-    pub fn project_all(&mut self, lookup: &dyn SourceLookup) {
-        if let Err(e) = self.volumes.project_all(&self.pod, lookup) {
-            tracing::warn!(pod = ?self.pod.metadata.name, error = %e, "volume sync failed");
+    /// Writes every volume (no-op when unchanged); returns the volumes whose `..data` was
+    /// swapped, each with the monotonic clock just after its swap.
+    pub fn project_all(&mut self, lookup: &dyn SourceLookup) -> Vec<(String, i128)> {
+        match self.volumes.project_all(&self.pod, lookup) {
+            Ok(outcomes) => outcomes
+                .into_iter()
+                .filter(|(_, o, _)| matches!(o, WriteOutcome::Written { .. }))
+                .map(|(name, _, at)| (name, at))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(pod = ?self.pod.metadata.name, error = %e, "volume sync failed");
+                Vec::new()
+            }
         }
     }
 

@@ -25,6 +25,18 @@
 //!   sync projects what the API holds at that moment. A ConfigMap change by itself
 //!   triggers no sync (kubernetes#30189; the documented workaround is changing a pod
 //!   annotation).
+//! - The re-projection is not done by `SyncPod` itself but by the volume manager's two loops
+//!   (`pkg/kubelet/volumemanager/volume_manager.go`, both `wait.Until` with a 100 ms sleep:
+//!   `desiredStateOfWorldPopulatorLoopSleepPeriod`, `reconcilerLoopSleepPeriod`).
+//!   `WaitForAttachAndMount` calls `ReprocessPod`, which only marks the pod for the
+//!   populator; the populator's next pass (`populator/desired_state_of_world_populator.go`
+//!   `processPodVolumes`) marks every volume of the pod remount-required at once
+//!   (`MarkRemountRequired`); the reconciler's next pass after that
+//!   (`reconciler/reconciler_common.go` `mountOrAttachVolumes`) starts one `MountVolume`
+//!   per volume, each in its own goroutine (`nestedpendingoperations.Run`), ending in the
+//!   AtomicWriter. `WaitForAttachAndMount` itself returns at once: the volumes are still
+//!   mounted. So a sync swaps the pod's volumes 0–200 ms after it, all in one reconciler
+//!   pass ([`remount_at`]).
 
 use k8s_openapi::api::core::v1::Pod;
 use rand::Rng;
@@ -65,6 +77,39 @@ pub const RESYNC_JITTER_FACTOR: f64 = 0.5;
 
 /// `syncLoop`'s ticker period.
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
+
+/// `desiredStateOfWorldPopulatorLoopSleepPeriod` (`pkg/kubelet/volumemanager/volume_manager.go`).
+pub const POPULATOR_PERIOD: Duration = Duration::from_millis(100);
+/// `reconcilerLoopSleepPeriod` (same file).
+pub const RECONCILER_PERIOD: Duration = Duration::from_millis(100);
+
+/// The first pass of a loop started at `start` with `period` strictly after `after`.
+fn next_pass(start: Instant, period: Duration, after: Instant) -> Instant {
+    let since = after.saturating_duration_since(start).as_nanos();
+    let n = since / period.as_nanos() + 1;
+    start + Duration::from_nanos(u64::try_from(n * period.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// When the volume manager swaps the volumes of a pod synced at `synced`: the reconciler's
+/// first pass after the populator's first pass after the sync (module docs); the loops
+/// started at `populator` and `reconciler`.
+pub fn remount_at(populator: Instant, reconciler: Instant, synced: Instant) -> Instant {
+    let populated = next_pass(populator, POPULATOR_PERIOD, synced);
+    next_pass(reconciler, RECONCILER_PERIOD, populated)
+}
+
+/// A random phase for one of the volume manager's loops (`[0, period)` after `start`).
+pub fn loop_start(start: Instant, period: Duration) -> Instant {
+    start + period.mul_f64(rand::rng().random::<f64>())
+}
+
+/// One `..data` swap of a volume by a sync, for tests and benchmarks.
+#[derive(Clone, Debug)]
+pub struct SwapRecord {
+    pub volume: String,
+    /// `CLOCK_MONOTONIC` just after the swap ([`crate::bench_support::monotonic_ns`]).
+    pub monotonic_ns: i128,
+}
 
 /// Why a pod was synced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,6 +214,23 @@ mod tests {
         for _ in 0..100 {
             let j = jitter(Duration::from_secs(60), RESYNC_JITTER_FACTOR);
             assert!(j >= Duration::from_secs(60) && j < Duration::from_secs(90));
+        }
+    }
+
+    #[test]
+    fn a_sync_is_remounted_by_the_reconciler_pass_after_the_populator_pass() {
+        let s = Instant::now();
+        let ms = Duration::from_millis;
+        // Populator passes at 30, 130, …; reconciler passes at 70, 170, …
+        let (p, r) = (s + ms(30), s + ms(70));
+        assert_eq!(remount_at(p, r, s + ms(100)), s + ms(170));
+        assert_eq!(remount_at(p, r, s + ms(140)), s + ms(270));
+        // A pass at the very instant of the sync does not see it.
+        assert_eq!(remount_at(p, r, s + ms(130)), s + ms(270));
+        for _ in 0..100 {
+            let (p, r) = (loop_start(s, ms(100)), loop_start(s, ms(100)));
+            let at = remount_at(p, r, s + ms(1000));
+            assert!(at > s + ms(1000) && at <= s + ms(1200), "{:?}", at - s);
         }
     }
 

@@ -6,7 +6,7 @@ use crate::apiserver::ApiChange;
 use crate::kubelet_api::KubeletApi;
 use crate::kubelet_options::{KubeletOptions, PodHandles};
 use crate::kubelet_pod::{PodState, Stage};
-use crate::kubelet_sync::{self, next_tick, SyncRecord};
+use crate::kubelet_sync::{self, next_tick, remount_at, SwapRecord, SyncRecord};
 use crate::kubelet_sync::{SyncMode, SyncReason};
 use crate::projection;
 use crate::runtime::SimRuntime;
@@ -25,6 +25,7 @@ pub(crate) enum Msg {
     RotateTokens(mpsc::Sender<()>),
     Handles(String, mpsc::Sender<Option<PodHandles>>),
     Syncs(String, mpsc::Sender<Vec<SyncRecord>>),
+    Swaps(String, mpsc::Sender<Vec<SwapRecord>>),
     Observed(String, mpsc::Sender<Option<String>>),
     Shutdown(mpsc::Sender<()>),
 }
@@ -39,6 +40,9 @@ enum Timer {
     Sync(String),
     /// [`SyncMode::Faithful`]: the sync right after a phase transition.
     PhaseSync(String),
+    /// [`SyncMode::Faithful`]: the volume manager's reconciler pass that re-projects a synced
+    /// pod's volumes ([`kubelet_sync::remount_at`]).
+    Remount(String),
 }
 
 /// Everything runs on this thread.
@@ -52,6 +56,10 @@ pub(crate) struct Worker {
     started: Instant,
     /// Every sync of every pod, for tests.
     syncs: HashMap<String, Vec<SyncRecord>>,
+    /// Every `..data` swap a sync made, per pod, for tests and benchmarks.
+    swaps: HashMap<String, Vec<SwapRecord>>,
+    /// When the volume manager's populator and reconciler loops started (random phases).
+    volume_loops: (Instant, Instant),
     /// `status.podIP` of each new pod (the CNI plugin's job on a real node).
     pod_ips: crate::pod_ip::PodIps,
 }
@@ -87,6 +95,11 @@ impl Worker {
             timers: Vec::new(),
             started: Instant::now(),
             syncs: HashMap::new(),
+            swaps: HashMap::new(),
+            volume_loops: (
+                kubelet_sync::loop_start(Instant::now(), kubelet_sync::POPULATOR_PERIOD),
+                kubelet_sync::loop_start(Instant::now(), kubelet_sync::RECONCILER_PERIOD),
+            ),
             pod_ips: Default::default(),
         }
     }
@@ -115,6 +128,9 @@ impl Worker {
                 }
                 Msg::Syncs(uid, reply) => {
                     let _ = reply.send(self.syncs.get(&uid).cloned().unwrap_or_default());
+                }
+                Msg::Swaps(uid, reply) => {
+                    let _ = reply.send(self.swaps.get(&uid).cloned().unwrap_or_default());
                 }
                 Msg::Observed(uid, reply) => {
                     let rv = self
@@ -154,6 +170,7 @@ impl Worker {
                 Timer::MarkReady(uid) => self.mark_ready(&uid),
                 Timer::Sync(uid) => self.sync_pod(&uid, SyncReason::Periodic),
                 Timer::PhaseSync(uid) => self.sync_pod(&uid, SyncReason::PhaseTransition),
+                Timer::Remount(uid) => self.sync_volumes(&uid),
             }
         }
     }
@@ -328,10 +345,16 @@ impl Worker {
     }
 
     /// One `SyncPod`: every volume re-projected from the API's current objects (a no-op
-    /// where nothing changed); a pod still waiting for its volumes is retried. Then the
-    /// periodic timer restarts.
+    /// where nothing changed) — with [`SyncMode::Faithful`] by the volume manager's next
+    /// passes, else at once, as for [`SyncReason::Forced`] (`resync_all` returns once
+    /// done); a pod still waiting for its volumes is retried. Then the periodic timer
+    /// restarts.
     fn sync_pod(&mut self, uid: &str, reason: SyncReason) {
+        let faithful = matches!(self.opts.sync_mode, SyncMode::Faithful { .. });
         match self.pods.get(uid).map(|s| s.stage) {
+            Some(Stage::Running) if faithful && reason != SyncReason::Forced => {
+                self.schedule_remount(uid)
+            }
             Some(Stage::Running) => self.sync_volumes(uid),
             Some(Stage::VolumesPending) => self.finish_start(uid),
             Some(Stage::Failed) => {}
@@ -340,6 +363,20 @@ impl Worker {
         }
         self.record_sync(uid, reason);
         self.schedule_periodic(uid);
+    }
+
+    /// The volume manager re-projects the pod's volumes in its next passes; one pending
+    /// remount per pod (the populator processes a pod once per pass).
+    fn schedule_remount(&mut self, uid: &str) {
+        let pending = self
+            .timers
+            .iter()
+            .any(|(_, t)| matches!(t, Timer::Remount(u) if u == uid));
+        if !pending {
+            let (populator, reconciler) = self.volume_loops;
+            let at = remount_at(populator, reconciler, Instant::now());
+            self.timers.push((at, Timer::Remount(uid.to_owned())));
+        }
     }
 
     /// A ConfigMap/Secret changed. The test shortcut projects it at once; the real
@@ -410,8 +447,23 @@ impl Worker {
     }
 
     fn sync_volumes(&mut self, uid: &str) {
-        if let Some(state) = self.pods.get_mut(uid) {
-            state.project_all(self.api.lookup());
+        let Some(state) = self.pods.get_mut(uid) else {
+            return;
+        };
+        if state.stage != Stage::Running {
+            return;
+        }
+        let swapped = state.project_all(self.api.lookup());
+        if !swapped.is_empty() {
+            let records = self.swaps.entry(uid.to_owned()).or_default();
+            records.extend(
+                swapped
+                    .into_iter()
+                    .map(|(volume, monotonic_ns)| SwapRecord {
+                        volume,
+                        monotonic_ns,
+                    }),
+            );
         }
     }
 
@@ -471,7 +523,8 @@ impl Worker {
             return;
         };
         self.timers
-            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) | Timer::Sync(u) | Timer::PhaseSync(u) if u == uid));
+            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) | Timer::Sync(u) | Timer::PhaseSync(u) | Timer::Remount(u) if u == uid));
+        self.swaps.remove(uid);
         let grace = stop_grace(&state.pod, self.opts.max_stop_grace);
         if let Err(e) = self.runtime.stop_sandbox(uid, grace) {
             tracing::warn!(pod_uid = %uid, error = %e, "stopping the pod failed");

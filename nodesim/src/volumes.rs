@@ -324,12 +324,14 @@ impl PodVolumes {
         Ok(Some(outcome))
     }
 
-    /// Writes every configmap/secret/projected/downward-API volume (the kubelet's sync).
+    /// Writes every configmap/secret/projected/downward-API volume (the kubelet's sync), one
+    /// after the other. Each outcome comes with [`crate::bench_support::monotonic_ns`] read
+    /// right after its write (for a swap: just after `..data` was renamed).
     pub fn project_all(
         &mut self,
         pod: &Pod,
         lookup: &dyn SourceLookup,
-    ) -> Result<Vec<(String, WriteOutcome)>, VolumeError> {
+    ) -> Result<Vec<(String, WriteOutcome, i128)>, VolumeError> {
         let names: Vec<String> = self
             .volumes
             .iter()
@@ -339,7 +341,7 @@ impl PodVolumes {
         let mut outcomes = Vec::new();
         for name in names {
             if let Some(outcome) = self.project_volume(&name, pod, lookup)? {
-                outcomes.push((name, outcome));
+                outcomes.push((name, outcome, crate::bench_support::monotonic_ns()));
             }
         }
         Ok(outcomes)

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodesim::kubelet::SyncReason;
+use nodesim::kubelet_sync::{POPULATOR_PERIOD, RECONCILER_PERIOD};
 use nodesim::node::SimNode;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -90,13 +91,22 @@ impl Running {
             .wait_for_pod(&uid, Duration::from_secs(20))
             .expect("the pod runs");
         // The sync right after Pending → Running (pod_workers.go completeWork).
-        wait_until("the phase-transition sync", Duration::from_secs(10), || {
+        let phase_sync = wait_until("the phase-transition sync", Duration::from_secs(10), || {
             node.kubelet
                 .syncs(&uid)
                 .iter()
-                .any(|s| s.reason == SyncReason::PhaseTransition)
-                .then_some(())
+                .find(|s| s.reason == SyncReason::PhaseTransition)
+                .map(|s| s.at)
         });
+        // Its re-projection by the volume manager: at most one populator and one reconciler
+        // period after it (`kubelet_sync::remount_at`), so a change made later is projected
+        // by a later sync only.
+        let remounted = phase_sync + POPULATOR_PERIOD + RECONCILER_PERIOD;
+        wait_until(
+            "the phase-transition sync's remount",
+            Duration::from_secs(10),
+            || (Instant::now() > remounted).then_some(()),
+        );
         let file = node.kubelet_root().join(format!(
             "pods/{uid}/volumes/kubernetes.io~configmap/config/app.conf"
         ));
@@ -177,6 +187,13 @@ async fn a_configmap_change_waits_for_the_pods_sync_which_an_annotation_triggers
     let syncs = r.node.kubelet.syncs(&r.uid);
     assert_eq!(syncs.last().unwrap().reason, SyncReason::PodUpdate);
     assert_eq!(syncs.len(), syncs_before + 1);
+    // The volume manager's pass after the sync swapped the one volume, once.
+    let swaps = r.node.kubelet.swaps(&r.uid);
+    assert_eq!(
+        swaps.iter().map(|s| s.volume.as_str()).collect::<Vec<_>>(),
+        ["config"],
+        "{swaps:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -196,7 +196,7 @@ fn volumes_are_laid_out_mounted_rotated_and_torn_down() {
     assert!(
         again
             .iter()
-            .all(|(_, o)| *o == nodesim::atomic_writer::WriteOutcome::Unchanged),
+            .all(|(_, o, _)| *o == nodesim::atomic_writer::WriteOutcome::Unchanged),
         "{again:?}"
     );
 

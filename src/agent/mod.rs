@@ -366,6 +366,13 @@ impl Agent {
             }
         }
         for (uid, mut change) in self.pods.take_due(now) {
+            if change.announced && self.volumes.hashing(&uid) {
+                // Due on its nudge's announcement, but another volume of the pod is on the
+                // hasher thread: its change may belong to the same sync.
+                let at = now + crate::core::debounce::ANNOUNCED_GRACE;
+                self.pods.postpone(&uid, change, at);
+                continue;
+            }
             self.pods.pacing_mut().merge_held(&uid, &mut change);
             if self.act_on(&uid, &change, true, now) != Acted::Unknown {
                 continue;

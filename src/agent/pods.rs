@@ -8,7 +8,7 @@ use crate::core::annotations::{Action, PROJECTION_NUDGE};
 use crate::core::debounce::{Debouncer, PendingChange};
 use crate::core::filters::NamespaceFilter;
 use crate::core::model::{PodInfo, VolumeKey};
-use crate::core::nudge_delay::NudgeDelays;
+use crate::core::nudge_delay::{announced_volumes, nudged_source, NudgeDelays};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::{IndexChange, PodIndex};
 use crate::core::policy::{self, ChangedVolumes, Decision};
@@ -165,6 +165,12 @@ impl Pods {
         self.debouncer.take_due(now)
     }
 
+    /// A change due on its announcement, decided at `at` instead (a volume of the pod is
+    /// still being hashed: its swap may belong to the same sync).
+    pub fn postpone(&mut self, pod_uid: &str, change: PendingChange, at: Instant) {
+        self.debouncer.postpone(pod_uid, change, at);
+    }
+
     /// A change of a pod not known yet, decided again at `at`.
     pub fn requeue(&mut self, pod_uid: &str, change: PendingChange, at: Instant) {
         self.debouncer.requeue(pod_uid, change, at);
@@ -263,9 +269,21 @@ impl Pods {
         entered
     }
 
-    /// Fast projection: note when a new `reloadlet.io/projection-nudge` value shows up.
+    /// Fast projection: note when a new `reloadlet.io/projection-nudge` value shows up, and
+    /// which of the pod's volumes the sync it causes will swap (the debouncer acts once they
+    /// have, `core::debounce`). A pod with its own `reloadlet.io/debounce` keeps it: nothing
+    /// is announced for it.
     fn see_nudge(&mut self, pod: &PodInfo, now: Instant) {
         let nudge = pod.annotations.get(PROJECTION_NUDGE).map(String::as_str);
+        let own_debounce = self.pacing.debounce_window(&pod.uid).is_some();
+        if self.nudges.is_new(&pod.uid, nudge) && self.in_scope(pod) && !own_debounce {
+            let volumes = nudge
+                .and_then(nudged_source)
+                .map(|source| announced_volumes(pod, &source))
+                .unwrap_or_default();
+            tracing::debug!(pod = %pod.full_name(), ?nudge, ?volumes, "projection nudge: these volumes will swap");
+            self.debouncer.announce(&pod.uid, volumes, now);
+        }
         if let Some(delay) = self.nudges.on_pod(&pod.uid, nudge, now) {
             self.metrics
                 .timing

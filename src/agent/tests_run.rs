@@ -176,3 +176,159 @@ async fn shutdown_ends_run() {
     let w = r.stop().await;
     assert_eq!(w.processes.sent(), 0);
 }
+
+/// The signal pod with a projection nudge naming `value` (and `extra` annotations).
+fn nudged(value: &str, extra: &[(&str, &str)]) -> crate::core::model::PodInfo {
+    let mut p = pod("signal");
+    p.annotations.insert(
+        crate::core::annotations::PROJECTION_NUDGE.into(),
+        value.into(),
+    );
+    for (k, v) in extra {
+        p.annotations.insert((*k).into(), (*v).into());
+    }
+    p
+}
+
+impl Running {
+    /// Sends a pod update; returns once the loop took it.
+    async fn update(&self, pod: crate::core::model::PodInfo) {
+        self.pods.send(PodUpdate::Apply(pod)).await.unwrap();
+        until("the pod update to be taken", || {
+            self.pods.capacity() == self.pods.max_capacity()
+        })
+        .await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Lets the loop run `by` of paused time; the signals sent so far (a signal job may run
+    /// off the loop's task: given 200 ms of wall-clock time to show).
+    async fn after(&self, by: Duration) -> usize {
+        let before = self.processes.sent();
+        tokio::time::advance(by).await;
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        while self.processes.sent() == before && std::time::Instant::now() < deadline {
+            tokio::task::yield_now().await;
+        }
+        self.processes.sent()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_swap_a_nudge_announced_is_acted_on_after_the_grace_not_the_debounce() {
+    use crate::core::debounce::ANNOUNCED_GRACE;
+    let r = start().await;
+    // The pod's first sight with a nudge is a baseline; the next value is a new change of
+    // ConfigMap `app`, which volume `conf` projects.
+    r.update(nudged("configmap/app@1", &[])).await;
+    r.update(nudged("configmap/app@2", &[])).await;
+    r.swap(2, "v2").await;
+    assert_eq!(r.after(ANNOUNCED_GRACE - Duration::from_millis(1)).await, 0);
+    assert_eq!(
+        r.after(Duration::from_millis(1)).await,
+        1,
+        "due after the grace"
+    );
+    // The re-nudge of the same change, and the rest of the window: nothing more.
+    r.update(nudged("configmap/app@2#2", &[])).await;
+    assert_eq!(r.after(WINDOW * 10).await, 1);
+    // The next swap nobody announced waits for the debounce again.
+    r.swap(3, "v3").await;
+    assert_eq!(r.after(WINDOW - Duration::from_millis(1)).await, 1);
+    assert_eq!(r.after(Duration::from_millis(1)).await, 2);
+    let w = r.stop().await;
+    assert_eq!(w.events.reasons(), ["Signaled", "Signaled"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nudge_for_another_object_or_a_pods_own_debounce_keeps_the_wait() {
+    use crate::core::debounce::ANNOUNCED_GRACE;
+    let r = start().await;
+    r.update(nudged("configmap/app@1", &[])).await;
+    // Another object: volume `conf` is not announced, the swap waits for the window.
+    r.update(nudged("configmap/other@2", &[])).await;
+    r.swap(2, "v2").await;
+    assert_eq!(r.after(ANNOUNCED_GRACE * 2).await, 0);
+    assert_eq!(r.after(WINDOW).await, 1);
+    // The pod's own `reloadlet.io/debounce` wins over the announcement.
+    let own = [("reloadlet.io/debounce", "5s")];
+    r.update(nudged("configmap/app@3", &own)).await;
+    r.update(nudged("configmap/app@4", &own)).await;
+    r.swap(3, "v3").await;
+    assert_eq!(r.after(ANNOUNCED_GRACE * 2).await, 1);
+    assert_eq!(r.after(Duration::from_secs(5)).await, 2);
+    r.stop().await;
+}
+
+/// Writes `bytes` of content into a configMap-style volume at `dir` (`..data` → a new write).
+fn write_volume(dir: &Path, turn: u32, bytes: usize) {
+    project(dir, turn, &"x".repeat(bytes));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_announced_change_waits_while_another_volume_of_the_pod_is_on_the_hasher_thread() {
+    use crate::core::debounce::ANNOUNCED_GRACE;
+    use crate::core::model::{SourceKind, SourceRef, VolumeKey, VolumeSpec};
+    use crate::host::inotify::LookCause;
+    let mut w = world_with(None, |s| s.volumes.debounce = WINDOW);
+    let mut p = nudged("configmap/app@1", &[]);
+    p.volumes.push(VolumeSpec {
+        name: "big".into(),
+        sources: vec![SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: "big".into(),
+        }],
+        ..Default::default()
+    });
+    w.agent.on_pod(PodUpdate::Resync(vec![p.clone()]));
+    p.annotations.insert(
+        crate::core::annotations::PROJECTION_NUDGE.into(),
+        "configmap/app@2".into(),
+    );
+    w.agent.on_pod(PodUpdate::Apply(p));
+    let t0 = now();
+    let key = |volume: &str| VolumeKey {
+        pod_uid: UID.into(),
+        plugin: VolumePlugin::ConfigMap,
+        volume: volume.into(),
+    };
+    let (conf, big) = (w.dir.path().join("conf"), w.dir.path().join("big"));
+    // `conf`: known, then swapped (the announced volume).
+    project(&conf, 1, "v1");
+    let pods = &mut w.agent.pods;
+    let mut changed = |c: Changed<'_>| pods.content_changed(c.key, c.at, t0);
+    w.agent.volumes.look_at(
+        &key("conf"),
+        conf.clone(),
+        LookCause::Discovered,
+        t0,
+        &mut changed,
+    );
+    project(&conf, 2, "v2");
+    w.agent
+        .volumes
+        .look_at(&key("conf"), conf, LookCause::Swap, t0, &mut changed);
+    // `big`: over INLINE_HASH_BYTES, looked at: its hash goes to the hasher thread.
+    write_volume(&big, 1, INLINE_HASH_BYTES as usize + 1);
+    w.agent
+        .volumes
+        .look_at(&key("big"), big, LookCause::Swap, t0, &mut changed);
+    assert!(w.agent.volumes.hashing(UID));
+    assert_eq!(w.agent.pods.next_deadline(), Some(t0 + ANNOUNCED_GRACE));
+    // Due on the announcement, but `big` may belong to the same sync: postponed, not acted on.
+    w.agent.fire_due_at(t0 + ANNOUNCED_GRACE);
+    w.agent.exec.drain(now() + Duration::from_secs(60)).await;
+    assert_eq!(w.processes.sent(), 0);
+    assert_eq!(w.agent.pods.next_deadline(), Some(t0 + 2 * ANNOUNCED_GRACE));
+    // The hash is back (the volume's first content, a baseline): the change goes, once.
+    let mut hashed = w.agent.hashed.take().unwrap();
+    let done = hashed.recv().await.unwrap();
+    w.agent.on_hashed(done);
+    assert!(!w.agent.volumes.hashing(UID));
+    w.agent.fire_due_at(t0 + 2 * ANNOUNCED_GRACE);
+    w.agent.exec.drain(now() + Duration::from_secs(60)).await;
+    assert_eq!(w.processes.sent(), 1);
+    assert_eq!(w.events.reasons(), ["Signaled"]);
+}

@@ -198,6 +198,13 @@ impl VolumeTracker {
         }
     }
 
+    /// Whether a volume of the pod is being hashed on the hasher thread.
+    pub fn hashing(&self, pod_uid: &str) -> bool {
+        self.states
+            .iter()
+            .any(|(k, s)| k.pod_uid == pod_uid && matches!(s.look, Look::Hashing { .. }))
+    }
+
     fn look_state(&mut self, key: &VolumeKey) -> Option<&mut Look> {
         self.states.get_mut(key).map(|s| &mut s.look)
     }

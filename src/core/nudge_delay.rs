@@ -2,8 +2,39 @@
 //! `reloadlet.io/projection-nudge` value to the next changed `..data` swap of that pod.
 //! Feeds `reloadlet_projection_delay_seconds`.
 
-use std::collections::HashMap;
+use crate::core::model::{PodInfo, SourceKind, SourceRef};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
+
+/// The object a nudge value names: `configmap/app-cfg@1234#2` → ConfigMap `app-cfg` (the
+/// controller's `Change::value`, `src/controller/nudge/schedule.rs`). `None` for anything else.
+pub fn nudged_source(value: &str) -> Option<SourceRef> {
+    let (kind, rest) = value.split_once('/')?;
+    let (name, _version) = rest.rsplit_once('@')?;
+    let kind = match kind {
+        "configmap" => SourceKind::ConfigMap,
+        "secret" => SourceKind::Secret,
+        _ => return None,
+    };
+    (!name.is_empty()).then(|| SourceRef {
+        kind,
+        name: name.to_owned(),
+    })
+}
+
+/// The pod's volumes the kubelet re-projects from `source` (configMap/secret volumes and
+/// projected sources naming it): the volumes a nudge for `source` announces.
+pub fn announced_volumes(pod: &PodInfo, source: &SourceRef) -> BTreeSet<String> {
+    pod.volumes
+        .iter()
+        .filter(|v| v.sources.contains(source))
+        .map(|v| v.name.clone())
+        .collect()
+}
+
+fn base_of(nudge: &str) -> &str {
+    nudge.split('#').next().unwrap_or(nudge)
+}
 
 /// A nudge older than this is not what made a later swap happen (the kubelet's periodic
 /// sync, 60–90 s, would have answered it anyway).
@@ -29,11 +60,20 @@ pub struct NudgeDelays {
 }
 
 impl NudgeDelays {
+    /// Whether `nudge` is a new change for a pod seen before (not its first sight, which is a
+    /// baseline, nor a re-nudge `#2`, `#3` of the change already seen).
+    pub fn is_new(&self, uid: &str, nudge: Option<&str>) -> bool {
+        match (self.pods.get(uid), nudge) {
+            (Some(p), Some(n)) => p.last_base.as_deref() != Some(base_of(n)),
+            _ => false,
+        }
+    }
+
     /// The pod's current annotation value. The first sight of a pod is a baseline (its nudge
     /// may be old); re-nudges (`#2`, `#3`) of the same change keep the first one's time.
     /// Returns a delay to record when the swap came first (see [`EARLY_WINDOW`]).
     pub fn on_pod(&mut self, uid: &str, nudge: Option<&str>, now: Instant) -> Option<Duration> {
-        let base = nudge.map(|v| v.split('#').next().unwrap_or(v).to_owned());
+        let base = nudge.map(|v| base_of(v).to_owned());
         let Some(p) = self.pods.get_mut(uid) else {
             self.pods.insert(
                 uid.to_owned(),
@@ -122,5 +162,31 @@ mod tests {
         );
         d.forget("u");
         assert_eq!(d.on_swap("u", t0), None);
+    }
+
+    #[test]
+    fn a_nudge_names_its_object_and_is_new_once_per_change() {
+        let cm = |n: &str| SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: n.into(),
+        };
+        assert_eq!(nudged_source("configmap/app-cfg@12"), Some(cm("app-cfg")));
+        assert_eq!(nudged_source("configmap/app-cfg@12#3"), Some(cm("app-cfg")));
+        assert_eq!(
+            nudged_source("secret/tls@9").map(|s| s.kind),
+            Some(SourceKind::Secret)
+        );
+        for bad in ["", "configmap/app", "pod/x@1", "configmap/@1", "garbage"] {
+            assert_eq!(nudged_source(bad), None, "{bad}");
+        }
+        let t0 = Instant::now();
+        let mut d = NudgeDelays::default();
+        assert!(!d.is_new("u", Some("configmap/a@1")), "first sight");
+        d.on_pod("u", Some("configmap/a@1"), t0);
+        assert!(!d.is_new("u", Some("configmap/a@1#2")), "a re-nudge");
+        assert!(!d.is_new("u", None));
+        assert!(d.is_new("u", Some("configmap/a@2")));
+        d.on_pod("u", Some("configmap/a@2"), t0);
+        assert!(!d.is_new("u", Some("configmap/a@2")));
     }
 }
