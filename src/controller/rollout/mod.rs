@@ -17,6 +17,7 @@
 //! was blocked by a budget, structurally or for longer than the timeout — the owner is
 //! rolled as above. Seen from the API alone: a pod created before the change, still there.
 
+pub mod blocked;
 pub mod explain;
 pub mod refs;
 
@@ -83,6 +84,8 @@ pub struct RolloutFeature {
     /// Batches handled: the changes whose baseline moves on.
     done_tx: mpsc::UnboundedSender<Vec<EnvChange>>,
     done_rx: mpsc::UnboundedReceiver<Vec<EnvChange>>,
+    /// The PodDisruptionBudgets, when followed: a structural block rolls at once.
+    budgets: Option<blocked::Budgets>,
 }
 
 impl RolloutFeature {
@@ -100,6 +103,7 @@ impl RolloutFeature {
             escalations: Vec::new(),
             done_tx,
             done_rx,
+            budgets: None,
         }
     }
 
@@ -187,6 +191,11 @@ impl RolloutFeature {
             self.tracker.acting(&change);
             let mode = world.get(&change.uid).and_then(refs::mode);
             if let Some(refs::Mode::AfterBlocked(timeout)) = mode {
+                if self.structurally_blocked(world.get(&change.uid)) {
+                    let changes = vec![change];
+                    self.join_batch(Asking { pod, changes });
+                    continue;
+                }
                 tracing::info!(pod = %pod.full_name(), source = %change.source, timeout = %humantime::format_duration(timeout), "evict pod with on-blocked: rollout; its owner is rolled if the pod still runs after the timeout");
                 let at = Instant::now() + timeout;
                 match self
@@ -452,6 +461,7 @@ impl Feature for RolloutFeature {
             };
             tokio::select! {
                 Some(fetched) = self.fetched_rx.recv() => self.fetched(fetched, world),
+                () = blocked::changed(&mut self.budgets) => self.budgets_changed(world),
                 Some(handled) = self.done_rx.recv() => {
                     for change in &handled {
                         self.tracker.acknowledge(change);
