@@ -211,7 +211,8 @@ pub async fn serve(
             now: now_rfc3339,
             stop: shutdown.clone(),
         })
-        .with_budgets(budgets);
+        .with_budgets(budgets)
+        .with_pacing(settings.pacing.clone());
         controller = controller.with(Box::new(rollout));
     }
     controller.run(rx, shutdown.clone()).await;

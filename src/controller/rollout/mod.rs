@@ -19,6 +19,7 @@
 
 pub mod blocked;
 pub mod explain;
+pub mod pacing;
 pub mod refs;
 
 use super::api::{EnvApi, ObjectKey, WorkloadApi};
@@ -86,6 +87,8 @@ pub struct RolloutFeature {
     done_rx: mpsc::UnboundedReceiver<Vec<EnvChange>>,
     /// The PodDisruptionBudgets, when followed: a structural block rolls at once.
     budgets: Option<blocked::Budgets>,
+    /// Rollouts paced per workload (docs/pacing.md).
+    pacing: Arc<pacing::RolloutPacing>,
 }
 
 impl RolloutFeature {
@@ -104,14 +107,19 @@ impl RolloutFeature {
             done_tx,
             done_rx,
             budgets: None,
+            pacing: Arc::new(pacing::RolloutPacing::with_defaults(Default::default())),
         }
     }
 
     fn put_pod(&mut self, pod: &PodInfo, world: &World) {
-        if refs::mode(pod).is_none() {
+        let Some(mode) = refs::mode(pod) else {
             self.tracker.remove_pod(&pod.uid);
+            self.pacing.forget_pod(&pod.uid);
             return;
-        }
+        };
+        let report = self.deps.rollouts.reporter();
+        let warn = mode == refs::Mode::Now;
+        self.pacing.on_pod(pod, warn, world.leader, report);
         let fetch = self.tracker.put_pod(pod);
         if world.leader && world.pods_listed {
             let now = std::time::Instant::now();
@@ -258,9 +266,15 @@ impl RolloutFeature {
     fn flush(&mut self) {
         self.due = None;
         let batch: Vec<Asking> = std::mem::take(&mut self.pending).into_values().collect();
+        self.spawn_roll(batch, true);
+    }
+
+    /// Resolves and rolls `batch` on the runtime (`fresh`: new changes, not held ones).
+    fn spawn_roll(&mut self, batch: Vec<Asking>, fresh: bool) {
         if batch.is_empty() {
             return;
         }
+        let pacing = self.pacing.clone();
         let workloads = self.deps.workloads.clone();
         let rollouts = self.deps.rollouts.clone();
         let now = self.deps.now;
@@ -270,7 +284,7 @@ impl RolloutFeature {
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                handled = roll(batch, workloads.as_ref(), &rollouts, now, argo) => {
+                handled = roll(batch, workloads.as_ref(), &rollouts, now, argo, (&pacing, fresh)) => {
                     let _ = done.send(handled);
                 }
             }
@@ -286,6 +300,7 @@ async fn roll(
     rollouts: &Rollouts,
     now: fn() -> String,
     argo: bool,
+    (pacing, fresh): (&pacing::RolloutPacing, bool),
 ) -> Vec<EnvChange> {
     let report = rollouts.reporter();
     let mut handled = Vec::new();
@@ -361,6 +376,11 @@ async fn roll(
                 continue;
             }
         };
+        // Paced per workload: held (its baselines stay) or refused, nothing rolled now.
+        let Some(asking) = pacing.admit(&workload, asking, fresh, report) else {
+            continue;
+        };
+        let sources = sources_of(&asking);
         let cause = sources
             .iter()
             .map(|s| format!("{}/{}", s.kind.as_str(), s.name))
@@ -432,9 +452,15 @@ impl Feature for RolloutFeature {
             } => self.object(key, resource_version, world),
             Routed::Listed { kind, objects } => self.relisted(kind, objects, world),
             Routed::PodPut(pod) => self.put_pod(pod, world),
-            Routed::PodRemoved(pod) => self.tracker.remove_pod(&pod.uid),
+            Routed::PodRemoved(pod) => {
+                self.tracker.remove_pod(&pod.uid);
+                self.pacing.forget_pod(&pod.uid);
+            }
             Routed::PodsListed => self.fetch_all(world),
             Routed::Leader(leader) => {
+                if !leader {
+                    self.pacing.clear_held(self.deps.rollouts.reporter());
+                }
                 self.tracker.forget_fetches();
                 if leader && world.pods_listed {
                     self.fetch_all(world);
@@ -462,6 +488,7 @@ impl Feature for RolloutFeature {
             tokio::select! {
                 Some(fetched) = self.fetched_rx.recv() => self.fetched(fetched, world),
                 () = blocked::changed(&mut self.budgets) => self.budgets_changed(world),
+                () = self.pacing.due() => self.release_held(world),
                 Some(handled) = self.done_rx.recv() => {
                     for change in &handled {
                         self.tracker.acknowledge(change);

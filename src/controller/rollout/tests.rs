@@ -718,3 +718,6 @@ async fn a_secret_rolls_nothing_without_secrets() {
 
 #[path = "blocked_tests.rs"]
 mod blocked_tests;
+
+#[path = "pacing_tests.rs"]
+mod pacing_tests;
