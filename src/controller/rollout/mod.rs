@@ -377,6 +377,7 @@ async fn roll(
             }
         };
         // Paced per workload: held (its baselines stay) or refused, nothing rolled now.
+        pacing.seed(&workload, workloads).await;
         let Some(asking) = pacing.admit(&workload, asking, fresh, report) else {
             continue;
         };

@@ -12,6 +12,7 @@
 //! (a plain mutex, never held across an await).
 
 use super::Asking;
+use crate::controller::api::WorkloadApi;
 use crate::controller::metrics::PacingShare;
 use crate::core::model::PodInfo;
 use crate::core::outcome::{ActionKind, Outcome};
@@ -21,7 +22,7 @@ use crate::core::pacing::{
 use crate::core::rollout::WorkloadRef;
 use crate::execute::report::Reporter;
 use crate::ports::PodRef;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::Notify;
@@ -32,6 +33,8 @@ struct Inner {
     book: PacingBook<WorkloadRef, Vec<Asking>>,
     /// The pacing error last reported per pod.
     warned: HashMap<String, String>,
+    /// Workloads whose last rollout was read back from the API in this term.
+    seeded: HashSet<WorkloadRef>,
     gauges: PacingShare,
 }
 
@@ -57,6 +60,7 @@ impl RolloutPacing {
                 specs: PacingSpecs::new(defaults, true),
                 book: PacingBook::new(clock),
                 warned: HashMap::new(),
+                seeded: HashSet::new(),
                 gauges: PacingShare::default(),
             }),
             held: Notify::new(),
@@ -92,6 +96,33 @@ impl RolloutPacing {
         let mut inner = self.lock();
         inner.specs.forget(uid);
         inner.warned.remove(uid);
+    }
+
+    /// The first time a workload is paced in a term (the controller started, or this replica
+    /// became the leader): its last rollout is read back from the API — the pod template's
+    /// `kubectl.kubernetes.io/restartedAt`, which every rollout (reloadlet's, `kubectl rollout
+    /// restart`) writes — so a minimum interval still holds, and the rollout counts for the
+    /// flap breaker. One GET per workload and term; a failed one is retried next time.
+    pub async fn seed(&self, workload: &WorkloadRef, workloads: &dyn WorkloadApi) {
+        if self.lock().seeded.contains(workload) {
+            return;
+        }
+        let at = match workloads.restarted_at(workload).await {
+            Ok(at) => at,
+            Err(e) => {
+                tracing::warn!(workload = %name(workload), error = %e, "cannot read the workload's last rollout; pacing it from what this replica saw");
+                return;
+            }
+        };
+        let mut inner = self.lock();
+        inner.seeded.insert(workload.clone());
+        match at.as_deref().map(str::parse::<jiff::Timestamp>) {
+            Some(Ok(at)) => inner.book.pacer_mut(workload).seed(at),
+            Some(Err(e)) => {
+                tracing::debug!(workload = %name(workload), error = %e, "restartedAt is not an RFC 3339 time; ignored for pacing");
+            }
+            None => {}
+        }
     }
 
     /// Whether `workload` may be rolled now for `asking` (`fresh`: a new batch, not held work
@@ -159,6 +190,7 @@ impl RolloutPacing {
     pub fn clear_held(&self, report: &Reporter) {
         let mut inner = self.lock();
         inner.book.clear_held();
+        inner.seeded.clear();
         let counts = inner.book.counts();
         inner.gauges.set(&report.metrics().pacing, counts);
     }

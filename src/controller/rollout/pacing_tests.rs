@@ -6,10 +6,32 @@ use crate::core::pacing::{PacingDefaults, WallClock};
 
 /// The wall time the paused clock starts from: 12:00:00 UTC.
 fn paced(workloads: Arc<FakeWorkloads>, defaults: PacingDefaults) -> Harness {
+    paced_over(objects(), workloads, defaults)
+}
+
+/// [`paced`] over the objects of `api` (a controller restarted over the same cluster).
+fn paced_over(
+    api: Arc<FakeEnvApi>,
+    workloads: Arc<FakeWorkloads>,
+    defaults: PacingDefaults,
+) -> Harness {
     let clock = WallClock::new(NOW.parse().unwrap(), tokio::time::Instant::now().into_std());
-    start_with(objects(), workloads, FakePatcher::default(), false, |f| {
+    start_with(api, workloads, FakePatcher::default(), false, |f| {
         f.with_pacing_clock(defaults, clock)
     })
+}
+
+/// `pods` as the API holds them now: with the baselines the controller wrote.
+fn with_baselines(h: &Harness, pods: &[PodInfo]) -> Vec<PodInfo> {
+    let written = h.patcher.rollout_baselines();
+    pods.iter()
+        .map(
+            |p| match written.iter().rev().find(|(_, n, _)| *n == p.name) {
+                Some((_, _, v)) => with(p.clone(), ROLLOUT_BASELINE, v),
+                None => p.clone(),
+            },
+        )
+        .collect()
 }
 
 /// Two pods of Deployment `web`, both carrying the template's `annotations`.
@@ -149,5 +171,59 @@ async fn an_invalid_pacing_annotation_is_warned_about_and_nothing_rolls() {
         events[0].2.contains("reloadlet.io/min-interval") && events[0].2.contains("soon"),
         "{events:?}"
     );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_min_interval_holds_across_a_controller_restart() {
+    let (pods, workloads) = web(&[("reloadlet.io/min-interval", "10m")]);
+    let api = objects();
+    let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
+    h.list(pods.clone()).await;
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    // Rolled at 12:00:00 (the harness's restartedAt).
+    assert_eq!(workloads.patched().len(), 1);
+    let survivors = with_baselines(&h, &pods);
+    h.stop().await;
+
+    // A new leader, nothing in memory; the workload's template says when it was rolled.
+    let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
+    h.list(survivors).await;
+    h.change("cfg", "3", &[("app.conf", "v3")]).await;
+    assert_eq!(workloads.patched().len(), 1, "the interval still holds");
+    let events = h.events();
+    assert_eq!(reasons(&h), ["ReloadDeferred"], "{events:?}");
+    assert!(
+        events[0].2.contains("until 2026-11-26T12:10:00Z"),
+        "{events:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(10 * 60)).await;
+    assert_eq!(workloads.patched().len(), 2, "once, when it ends");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rollout_deferred_to_its_window_stays_deferred_across_a_restart() {
+    let (pods, workloads) = web(&[
+        ("reloadlet.io/window", "10 12 * * *"),
+        ("reloadlet.io/window-duration", "10m"),
+    ]);
+    let api = objects();
+    let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
+    h.list(pods.clone()).await;
+    let listed = with_baselines(&h, &pods);
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    assert_eq!(reasons(&h), ["ReloadDeferred"]);
+    h.stop().await;
+
+    // The new leader finds the change again (the baselines did not move) and defers it too.
+    let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
+    h.list(listed).await;
+    assert!(workloads.patched().is_empty());
+    assert_eq!(reasons(&h), ["ReloadDeferred"]);
+    tokio::time::sleep(Duration::from_secs(8 * 60)).await;
+    assert!(workloads.patched().is_empty(), "not before 12:10");
+    tokio::time::sleep(Duration::from_secs(2 * 60)).await;
+    assert_eq!(workloads.patched().len(), 1, "once, in the window");
     h.stop().await;
 }
