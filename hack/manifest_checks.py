@@ -112,6 +112,11 @@ KNOWN_METRICS = frozenset(
         "reloadlet_inotify_watches",
         "reloadlet_inotify_overflows_total",
         "reloadlet_api_watch_restarts_total",
+        # Pacing (docs/pacing.md): the agent's and the controller's (env evictions, rollouts).
+        "reloadlet_pacing_deferred_actions",
+        "reloadlet_pacing_held_pods",
+        "reloadlet_pacing_deferrals_total",
+        "reloadlet_pacing_flap_episodes_total",
     ]
 )
 REQUIRED_ALERTS = {
