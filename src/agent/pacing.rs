@@ -95,7 +95,8 @@ impl PodPacing {
             .book
             .gate(pod_uid, spec, class, fresh, now, source, |_| change.clone());
         match gate {
-            Gate::Act { closed_episode } => {
+            // Nothing is held here: a fresh change took the held one first (`merge_held`).
+            Gate::Act { closed_episode, .. } => {
                 if closed_episode {
                     tracing::info!(
                         pod_uid,

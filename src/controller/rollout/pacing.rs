@@ -157,14 +157,18 @@ impl RolloutPacing {
             hold,
         );
         let notice = match gate {
-            Gate::Act { closed_episode } => {
+            Gate::Act {
+                closed_episode,
+                held,
+            } => {
                 if closed_episode {
                     tracing::info!(workload = %name(workload), "the flapping sources were quiet; rolling once and closing the episode");
                 }
                 inner
                     .gauges
                     .set(&report.metrics().pacing, inner.book.counts());
-                return Some(asking);
+                // What was held for the workload rolls with this batch, once.
+                return Some(merge(held.unwrap_or_default(), asking));
             }
             Gate::Held(notice) => notice,
         };

@@ -16,9 +16,14 @@ use std::time::{Duration, Instant};
 
 /// What pacing says of a change that is due.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Gate {
-    /// Act now (the action is recorded); `closed_episode`: a flapping episode ends with it.
-    Act { closed_episode: bool },
+pub enum Gate<W> {
+    /// Act now (the action is recorded); `closed_episode`: a flapping episode ends with it;
+    /// `held`: work that was held for the target, taken out — this action covers it (act on
+    /// both, or it would come due later and act a second time).
+    Act {
+        closed_episode: bool,
+        held: Option<W>,
+    },
     /// Held until its time (the work is kept, [`PacingBook::take_due`]); what to tell, once.
     Held(Option<Notice>),
 }
@@ -174,7 +179,7 @@ impl<K: Eq + Hash + Clone, W> PacingBook<K, W> {
         now: Instant,
         source: impl FnOnce() -> String,
         hold: impl FnOnce(Option<W>) -> W,
-    ) -> Gate
+    ) -> Gate<W>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -187,6 +192,7 @@ impl<K: Eq + Hash + Clone, W> PacingBook<K, W> {
         if fresh && pacer.act_at_once(spec, wall) {
             return Gate::Act {
                 closed_episode: false,
+                held: self.take_held(key),
             };
         }
         if fresh {
@@ -196,7 +202,11 @@ impl<K: Eq + Hash + Clone, W> PacingBook<K, W> {
             Step::Idle | Step::Act => {
                 let closed_episode = pacer.acted(wall);
                 pacer.trim(spec.flap, wall);
-                return Gate::Act { closed_episode };
+                let held = self.take_held(key);
+                return Gate::Act {
+                    closed_episode,
+                    held,
+                };
             }
             Step::Wait { at } => (at, None, false),
             Step::Defer { until, why, report } => (

@@ -102,7 +102,8 @@ fn held_work_merges_comes_due_once_and_is_counted() {
     assert_eq!(
         gate,
         Gate::Act {
-            closed_episode: false
+            closed_episode: false,
+            held: None
         }
     );
     assert_eq!(b.counts(), (0, 0));
@@ -119,7 +120,8 @@ fn held_work_merges_comes_due_once_and_is_counted() {
     assert_eq!(
         gate,
         Gate::Act {
-            closed_episode: false
+            closed_episode: false,
+            held: None
         }
     );
 }
@@ -145,7 +147,8 @@ fn a_forgotten_target_loses_its_work_and_history_and_snapshots_keep_what_matters
             merge("1")
         ),
         Gate::Act {
-            closed_episode: false
+            closed_episode: false,
+            held: None
         }
     );
     let soon = t0 + Duration::from_secs(10);
@@ -182,4 +185,44 @@ fn a_forgotten_target_loses_its_work_and_history_and_snapshots_keep_what_matters
     let mut again = book("2026-11-26T12:00:00Z", t0);
     again.restore(saved);
     assert!(again.pacer(&a).is_some_and(|p| p.last_action().is_some()));
+}
+
+#[test]
+fn a_fresh_action_takes_the_held_work_with_it_so_it_never_acts_twice() {
+    let t0 = Instant::now();
+    let mut b = book("2026-11-26T12:00:00Z", t0);
+    let mut specs = PacingSpecs::<String>::new(PacingDefaults::default(), false);
+    let k = "web".to_string();
+    specs
+        .read(&k, &annotations(&[(MIN_INTERVAL, "1m")]))
+        .unwrap();
+    let spec = specs.get(&k).unwrap().clone();
+    let gate = |b: &mut PacingBook<String, Vec<&'static str>>, fresh, s: u64, what| {
+        let now = t0 + Duration::from_secs(s);
+        b.gate(
+            &k,
+            &spec,
+            ActionClass::Disruptive,
+            fresh,
+            now,
+            String::new,
+            merge(what),
+        )
+    };
+    assert!(matches!(
+        gate(&mut b, true, 0, "a"),
+        Gate::Act { held: None, .. }
+    ));
+    assert!(matches!(gate(&mut b, true, 10, "b"), Gate::Held(Some(_))));
+    // The interval ended; a fresh change is gated before the held one is taken: one action
+    // for both, and nothing left to come due.
+    assert_eq!(
+        gate(&mut b, true, 60, "c"),
+        Gate::Act {
+            closed_episode: false,
+            held: Some(vec!["b"])
+        }
+    );
+    assert!(b.take_due(t0 + Duration::from_secs(3600)).is_empty());
+    assert_eq!(b.next_deadline(), None);
 }
