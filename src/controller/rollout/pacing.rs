@@ -182,8 +182,16 @@ impl RolloutPacing {
     }
 
     /// The held rollouts whose time came by `now`.
-    pub(super) fn take_due(&self, now: Instant) -> Vec<(WorkloadRef, Vec<Asking>)> {
-        self.lock().book.take_due(now)
+    pub(super) fn take_due(
+        &self,
+        now: Instant,
+        report: &Reporter,
+    ) -> Vec<(WorkloadRef, Vec<Asking>)> {
+        let mut inner = self.lock();
+        let due = inner.book.take_due(now);
+        let counts = inner.book.counts();
+        inner.gauges.set(&report.metrics().pacing, counts);
+        due
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
@@ -239,7 +247,8 @@ impl super::RolloutFeature {
             return;
         }
         let now = tokio::time::Instant::now().into_std();
-        for (_, asking) in self.pacing.take_due(now) {
+        let due = self.pacing.take_due(now, self.deps.rollouts.reporter());
+        for (_, asking) in due {
             let still: Vec<Asking> = asking
                 .into_iter()
                 .filter(|a| {
