@@ -46,6 +46,8 @@ CONTROLLER_RULES = frozenset(
     # (get, metadata only), the workload's strategy (get) and its one template patch.
     + [("apps", "replicasets", "get")]
     + [("apps", w, v) for w in ("deployments", "statefulsets", "daemonsets") for v in ("get", "patch")]
+    # on-blocked: rollout (docs/evictions-blocked.md; src/k8s/pdb_watch.rs): budgets read-only.
+    + [("policy", "poddisruptionbudgets", v) for v in ("list", "watch")]
 )
 # controller.secrets: list/watch (metadata for nudges) and get (rollout pods reading a Secret,
 # docs/rollout.md; rollout is on by default).
@@ -116,6 +118,11 @@ KNOWN_METRICS = frozenset(
         "reloadlet_inotify_watches",
         "reloadlet_inotify_overflows_total",
         "reloadlet_api_watch_restarts_total",
+        # Pacing (docs/pacing.md): the agent's and the controller's (env evictions, rollouts).
+        "reloadlet_pacing_deferred_actions",
+        "reloadlet_pacing_held_pods",
+        "reloadlet_pacing_deferrals_total",
+        "reloadlet_pacing_flap_episodes_total",
     ]
 )
 REQUIRED_ALERTS = {
@@ -639,7 +646,7 @@ def _controller_sa(r: Render) -> list[dict]:
     return [{"kind": "ServiceAccount", "name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}]
 
 
-@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch (+ secrets list/watch with controller.secrets)")
+@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch, poddisruptionbudgets list/watch (+ secrets list/watch with controller.secrets)")
 def _controller_rules(r: Render) -> tuple[bool, str]:
     if not r.controller:
         return None

@@ -304,7 +304,7 @@ OBJECTS = "objects: exactly the expected kinds and names"
 CLUSTER_SCOPED = "objects: cluster-scoped objects carry no metadata.namespace"
 C_RULES = ("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch,"
            " pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets"
-           " get/patch (+ secrets list/watch with controller.secrets)")
+           " get/patch, poddisruptionbudgets list/watch (+ secrets list/watch with controller.secrets)")
 C_SECRETS = "controller: Secrets list/watch and --secrets only with controller.secrets"
 C_LEASE = "controller rbac: leases create, get/update on its own Lease, through a Role in its namespace"
 C_BINDING = "controller rbac: bound to the controller's ServiceAccount only"
@@ -506,6 +506,12 @@ MUTATIONS += [
     Mutation("controller may update (not only patch) Deployments",
              lambda c: next(r for r in _c(c, CD, "ClusterRole")["rules"] if "deployments" in r["resources"])["verbs"].append("update"),
              C_RULES, CD),
+    Mutation("controller cannot follow PodDisruptionBudgets (on-blocked: rollout waits for its timeout)",
+             lambda c: _c(c, CD, "ClusterRole").update(rules=[r for r in _c(c, CD, "ClusterRole")["rules"] if "poddisruptionbudgets" not in r["resources"]]),
+             C_RULES, CD),
+    Mutation("controller may change PodDisruptionBudgets",
+             lambda c: next(r for r in _c(c, K, "ClusterRole")["rules"] if "poddisruptionbudgets" in r["resources"])["verbs"].append("patch"),
+             C_RULES, K),
     Mutation("controller may delete pods through the rollout's workload rule",
              lambda c: _c(c, K, "ClusterRole")["rules"].append({"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["delete"]}),
              C_RULES, K),

@@ -75,7 +75,7 @@ fn budget_lines(w: &mut String, pod: &PodInfo, budgets: &Result<Coverage, String
             status.structural_note(name)
         ),
         (Some(Block::Structural), OnBlocked::Rollout) => format!(
-            "structural block: {}\n    on a change (on-blocked: rollout): no eviction is sent; Normal EvictionHandedOff, reloadlet controller rolls the pod's workload",
+            "structural block: {}\n    on a change (on-blocked: rollout): no eviction is sent; Normal EvictionHandedOff, reloadlet controller rolls the pod's workload at once (it follows the same budget; within a second of the change)",
             status.structural_note(name)
         ),
         (Some(Block::Transient), OnBlocked::Wait) => "transient block (a pod not healthy yet, or another eviction in flight): the eviction is retried with the usual backoff until it passes (on-blocked: wait)".to_owned(),
@@ -692,7 +692,7 @@ mod tests {
         let rollout = lines("rollout", one(2, 2, 2, 0));
         assert!(rollout.contains("no eviction is sent"), "{rollout}");
         assert!(
-            rollout.contains("reloadlet controller rolls the pod's workload"),
+            rollout.contains("reloadlet controller rolls the pod's workload at once"),
             "{rollout}"
         );
         let transient = lines("rollout", one(3, 2, 2, 0));

@@ -1,14 +1,20 @@
 //! `reloadlet.io/on-blocked` on a simulated node: a PodDisruptionBudget that can never allow
 //! an eviction (structural) is told at once and asked about rarely (`wait`), or not asked at
 //! all (`rollout`: the change is left to the controller); a transient block is retried as
-//! usual; a bad value is refused with a Warning and nothing else.
+//! usual; a bad value is refused with a Warning and nothing else. With `reloadlet controller`
+//! running, a structural block under `rollout` rolls the owner at once, once.
 
 mod common;
+#[path = "support/controller_process.rs"]
+mod controller_process;
 
 use common::fixtures::configmap;
 use common::*;
+use controller_process::ControllerProcess;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use nodesim::apiserver::WorkloadKind;
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -337,4 +343,99 @@ async fn a_bad_on_blocked_value_gets_a_warning_and_nothing_else() {
     assert_eq!(uids(&node.api.pods_of_replicaset(NS, "web")), originals);
     assert!(events(&node, "EvictionBlocked").is_empty());
     assert!(events(&node, "EvictionHandedOff").is_empty());
+}
+
+/// PATCH requests to the Deployment `name`.
+fn deployment_patches(node: &Node, name: &str) -> usize {
+    node.api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/deployments/{name}")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rollout_on_a_structural_block_rolls_the_deployment_once_within_seconds_and_evicts_nothing()
+{
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "app-conf", &[("k", "v1")]));
+    // One replica, minAvailable 1: no eviction can ever succeed. The default blocked-timeout
+    // (10 m) is far beyond this test: a rollout within seconds comes from the structural
+    // block alone.
+    node.api.create_pdb(pdb(json!({"minAvailable": 1})));
+    let template = template(
+        500,
+        &node.path("mnt/conf").display().to_string(),
+        Some("rollout"),
+    );
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": template}
+    }))
+    .unwrap();
+    node.api.apply_deployment(deployment).unwrap();
+    node.start_agent(&FAST).await;
+    let controller = ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
+    let live = |node: &Node| -> Vec<Pod> {
+        node.api
+            .pods_of_workload(WorkloadKind::Deployment, NS, "web")
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
+            .collect()
+    };
+    let old = eventually(
+        "one Ready pod with its rollout baseline, the budget counting it",
+        Duration::from_secs(30),
+        || {
+            let pods = live(&node);
+            let baseline = pods.len() == 1
+                && pods[0]
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("reloadlet.io/rollout-baseline"));
+            let status = node.api.get_pdb(NS, "web").and_then(|p| p.status);
+            let counted = status.is_some_and(|s| s.expected_pods == 1 && s.current_healthy == 1);
+            (baseline && counted).then(|| uids(&pods))
+        },
+    )
+    .await;
+    node.wait_tracked(2).await;
+    let readiness = node
+        .api
+        .track_readiness(WorkloadKind::Deployment, NS, "web")
+        .unwrap();
+
+    node.api
+        .apply_configmap(configmap(NS, "app-conf", &[("k", "v2")]));
+    until(
+        "the Deployment patched within seconds of the change",
+        Duration::from_secs(10),
+        || deployment_patches(&node, "web") >= 1,
+    )
+    .await;
+    eventually(
+        "the old pod replaced by a Ready one",
+        Duration::from_secs(30),
+        || {
+            let ids = uids(&live(&node));
+            (ids.len() == 1 && ids.is_disjoint(&old)).then_some(())
+        },
+    )
+    .await;
+    never("a second rollout", Duration::from_secs(3), || {
+        deployment_patches(&node, "web") > 1
+    })
+    .await;
+    assert_eq!(eviction_requests(&node), 0, "no eviction was ever sent");
+    let rolled: Vec<_> = events(&node, "RolloutRequested");
+    assert_eq!(rolled.len(), 1, "{rolled:?}");
+    assert_budgets_held(&node);
+    assert!(!readiness.log().ever_zero_ready(), "{:?}", readiness.log());
+    controller.stop().await;
 }

@@ -555,3 +555,57 @@ async fn an_argo_rollout_is_restarted_through_spec_restart_at_once() {
     .await;
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_min_interval_holds_across_a_controller_restart() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    change(&node, "web-cfg", "v1");
+    let mut s = spec("web", json!({"replicas": 1}));
+    s["template"]["metadata"]["annotations"]["reloadlet.io/min-interval"] = json!("45s");
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    settled(&node, WorkloadKind::Deployment, "web", 1).await;
+    change(&node, "web-cfg", "v2");
+    until("the first rollout", WAIT, || {
+        workload_patches(&node, "deployments/web") == 1
+    })
+    .await;
+    settled(&node, WorkloadKind::Deployment, "web", 1).await;
+    controller.stop().await;
+
+    // A new controller knows nothing of the first rollout but what the Deployment's template
+    // says (restartedAt): the next change waits for the interval.
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    change(&node, "web-cfg", "v3");
+    let deferred = eventually("a ReloadDeferred Event", WAIT, || {
+        let found = events(&node, "ReloadDeferred");
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert!(
+        deferred[0].2.contains("Deployment apps/web") && deferred[0].2.contains("minimum interval"),
+        "{deferred:?}"
+    );
+    never("a second rollout inside the interval", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+    })
+    .await;
+    until(
+        "the deferred rollout when the interval ends",
+        Duration::from_secs(120),
+        || workload_patches(&node, "deployments/web") == 2,
+    )
+    .await;
+    never("a third rollout", QUIET, || {
+        workload_patches(&node, "deployments/web") > 2
+    })
+    .await;
+    assert_eq!(events(&node, "ReloadDeferred").len(), 1);
+    controller.stop().await;
+}

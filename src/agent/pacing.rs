@@ -8,14 +8,10 @@
 
 use crate::core::debounce::PendingChange;
 use crate::core::model::PodInfo;
-use crate::core::pacing::spec::{ANNOTATIONS, DEBOUNCE};
-pub use crate::core::pacing::WallClock;
-use crate::core::pacing::{
-    ActionClass, Deferral, FlapReport, Pacer, PacingDefaults, PacingSpec, Step,
-};
+use crate::core::pacing::{ActionClass, Gate, Pacer, PacingBook, PacingDefaults, PacingSpecs};
+pub use crate::core::pacing::{Notice, WallClock};
 use crate::serve::metrics::PacingMetrics;
-use jiff::Timestamp;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// What pacing says of a change that is due.
@@ -29,50 +25,19 @@ pub enum Paced {
     Refused(String),
 }
 
-#[derive(Debug, PartialEq, Eq)]
-pub enum Notice {
-    Deferred { until: Timestamp, why: Deferral },
-    Flapping(FlapReport),
-}
-
-/// A pod's pacing, as parsed from its annotations.
-#[derive(Debug)]
-struct PodSpec {
-    /// The pacer's view: its debounce is the pod's own `reloadlet.io/debounce`, 0 without.
-    spec: PacingSpec,
-    /// The pod sets `reloadlet.io/debounce`: the debouncer does not wait for it.
-    own_debounce: bool,
-}
-
-struct Held {
-    wake: Instant,
-    change: PendingChange,
-    deferred: bool,
-}
-
+/// Each pod's pacing: the one bookkeeping of `core::pacing::book`, keyed by pod UID, its
+/// debounce left to the debouncer (`--debounce`) unless the pod sets its own.
 pub struct PodPacing {
-    /// Every pod without pacing annotations: the flags, the debounce left to the debouncer.
-    plain: PacingSpec,
-    defaults: PacingDefaults,
-    /// Pods with pacing annotations (`Err`: the message of the bad one).
-    specs: HashMap<String, Result<PodSpec, String>>,
-    pacers: HashMap<String, Pacer>,
-    held: HashMap<String, Held>,
-    clock: WallClock,
+    specs: PacingSpecs<String>,
+    book: PacingBook<String, PendingChange>,
     metrics: PacingMetrics,
 }
 
 impl PodPacing {
     pub fn new(defaults: PacingDefaults, clock: WallClock, metrics: PacingMetrics) -> Self {
-        let mut plain = PacingSpec::from_defaults(&defaults);
-        plain.debounce = Duration::ZERO;
         Self {
-            plain,
-            defaults,
-            specs: HashMap::new(),
-            pacers: HashMap::new(),
-            held: HashMap::new(),
-            clock,
+            specs: PacingSpecs::new(defaults, true),
+            book: PacingBook::new(clock),
             metrics,
         }
     }
@@ -80,55 +45,32 @@ impl PodPacing {
     /// Tests set the wall time the agent's clock starts from.
     #[cfg(test)]
     pub fn set_clock(&mut self, clock: WallClock) {
-        self.clock = clock;
+        self.book.set_clock(clock);
     }
 
     /// Reads the pod's pacing annotations (once per pod update). `Err`: the invalid one,
     /// named with its value.
     pub fn on_pod(&mut self, pod: &PodInfo) -> Result<(), String> {
-        if !ANNOTATIONS.iter().any(|k| pod.annotations.contains_key(*k)) {
-            self.specs.remove(&pod.uid);
-            return Ok(());
-        }
-        let parsed = PacingSpec::parse(&pod.annotations, &self.defaults)
-            .map(|mut spec| {
-                let own_debounce = pod.annotations.contains_key(DEBOUNCE);
-                if !own_debounce {
-                    spec.debounce = Duration::ZERO;
-                }
-                PodSpec { spec, own_debounce }
-            })
-            .map_err(|e| e.to_string());
-        let result = parsed.as_ref().map(|_| ()).map_err(Clone::clone);
-        self.specs.insert(pod.uid.clone(), parsed);
-        result
+        self.specs.read(&pod.uid, &pod.annotations)
     }
 
     /// The debounce window of the pod's swaps: `Some(0)` when the pod sets its own (the
     /// pacer waits for quiet), `None` for `--debounce`.
     pub fn debounce_window(&self, pod_uid: &str) -> Option<Duration> {
-        if self.specs.is_empty() {
-            return None;
-        }
-        match self.specs.get(pod_uid) {
-            Some(Ok(s)) if s.own_debounce => Some(Duration::ZERO),
-            _ => None,
-        }
+        // `own_debounce` looks nothing up while no pod has pacing annotations.
+        self.specs.own_debounce(pod_uid).then_some(Duration::ZERO)
     }
 
     /// Whether the pod has a change held.
     pub fn is_held(&self, pod_uid: &str) -> bool {
-        !self.held.is_empty() && self.held.contains_key(pod_uid)
+        self.book.is_held(pod_uid)
     }
 
     /// A fresh change of a pod with a change held: one change, acted on once.
     pub fn merge_held(&mut self, pod_uid: &str, change: &mut PendingChange) {
-        if self.held.is_empty() {
-            return;
-        }
-        if let Some(held) = self.held.remove(pod_uid) {
-            change.volumes.extend(held.change.volumes);
-            change.first_seen = change.first_seen.min(held.change.first_seen);
+        if let Some(held) = self.book.take_held(pod_uid) {
+            change.volumes.extend(held.volumes);
+            change.first_seen = change.first_seen.min(held.first_seen);
             self.update_gauges();
         }
     }
@@ -145,92 +87,54 @@ impl PodPacing {
         now: Instant,
         source: impl FnOnce() -> String,
     ) -> Paced {
-        // Most pods have no pacing annotation: no lookup while none has.
-        let spec = match (!self.specs.is_empty())
-            .then(|| self.specs.get(pod_uid))
-            .flatten()
-        {
-            None => &self.plain,
-            Some(Ok(s)) => &s.spec,
-            Some(Err(message)) => return Paced::Refused(message.clone()),
+        let spec = match self.specs.get(pod_uid) {
+            Ok(spec) => spec,
+            Err(message) => return Paced::Refused(message.to_owned()),
         };
-        let wall = self.clock.at(now);
-        let pacer = match self.pacers.get_mut(pod_uid) {
-            Some(p) => p,
-            None => self.pacers.entry(pod_uid.to_owned()).or_default(),
-        };
-        if fresh && pacer.act_at_once(spec, wall) {
-            return Paced::Act;
-        }
-        if fresh {
-            pacer.changed(wall, &source());
-        }
-        let (until, notice, deferred) = match pacer.poll(spec, class, wall) {
-            Step::Idle | Step::Act => {
-                if pacer.acted(wall) {
+        let gate = self
+            .book
+            .gate(pod_uid, spec, class, fresh, now, source, |_| change.clone());
+        match gate {
+            // Nothing is held here: a fresh change took the held one first (`merge_held`).
+            Gate::Act { closed_episode, .. } => {
+                if closed_episode {
                     tracing::info!(
                         pod_uid,
                         "the flapping sources were quiet; acting once and closing the episode"
                     );
+                    self.update_gauges();
                 }
-                pacer.trim(spec.flap, wall);
-                self.update_gauges();
-                return Paced::Act;
+                Paced::Act
             }
-            Step::Wait { at } => (at, None, false),
-            Step::Defer { until, why, report } => (
-                until,
-                report.then_some(Notice::Deferred { until, why }),
-                true,
-            ),
-            Step::Flapping { until, report } => (until, report.map(Notice::Flapping), false),
-        };
-        let wake = self.clock.instant(until, now);
-        self.held.insert(
-            pod_uid.to_owned(),
-            Held {
-                wake,
-                change: change.clone(),
-                deferred,
-            },
-        );
-        match &notice {
-            Some(Notice::Deferred { .. }) => self.metrics.deferrals.inc(),
-            Some(Notice::Flapping(_)) => self.metrics.flap_episodes.inc(),
-            None => 0,
-        };
-        self.update_gauges();
-        Paced::Held(notice)
+            Gate::Held(notice) => {
+                match &notice {
+                    Some(Notice::Deferred { .. }) => self.metrics.deferrals.inc(),
+                    Some(Notice::Flapping(_)) => self.metrics.flap_episodes.inc(),
+                    None => 0,
+                };
+                self.update_gauges();
+                Paced::Held(notice)
+            }
+        }
     }
 
     /// The held changes whose time came by `now`.
     pub fn take_due(&mut self, now: Instant) -> Vec<(String, PendingChange)> {
-        if self.held.is_empty() {
-            return Vec::new();
+        let due = self.book.take_due(now);
+        if !due.is_empty() {
+            self.update_gauges();
         }
-        let due: Vec<String> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.wake <= now)
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        let out = due
-            .into_iter()
-            .filter_map(|uid| self.held.remove(&uid).map(|h| (uid, h.change)))
-            .collect();
-        self.update_gauges();
-        out
+        due
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.held.values().map(|h| h.wake).min()
+        self.book.next_deadline()
     }
 
     /// The pod left: what was held for it, and its history, are dropped.
     pub fn forget(&mut self, pod_uid: &str) -> bool {
-        self.specs.remove(pod_uid);
-        self.pacers.remove(pod_uid);
-        let dropped = self.held.remove(pod_uid).is_some();
+        self.specs.forget(pod_uid);
+        let dropped = self.book.forget(pod_uid);
         if dropped {
             self.update_gauges();
         }
@@ -239,30 +143,17 @@ impl PodPacing {
 
     /// The pacers worth keeping across a restart (pending, flapping, within a window).
     pub fn snapshot(&self, now: Instant) -> BTreeMap<String, Pacer> {
-        let wall = self.clock.at(now);
-        self.pacers
-            .iter()
-            .filter_map(|(uid, pacer)| {
-                let spec = match self.specs.get(uid) {
-                    Some(Ok(s)) => &s.spec,
-                    _ => &self.plain,
-                };
-                let mut pacer = pacer.clone();
-                pacer.trim(spec.flap, wall);
-                pacer.matters(spec, wall).then(|| (uid.clone(), pacer))
-            })
-            .collect()
+        self.book.snapshot(now, |uid| self.specs.get_or_plain(uid))
     }
 
     /// The pacers saved by the last run.
     pub fn restore(&mut self, saved: BTreeMap<String, Pacer>) {
-        self.pacers.extend(saved);
+        self.book.restore(saved);
         self.update_gauges();
     }
 
     fn update_gauges(&self) {
-        let deferred = self.held.values().filter(|h| h.deferred).count();
-        let flapping = self.pacers.values().filter(|p| p.is_flapping()).count();
+        let (deferred, flapping) = self.book.counts();
         self.metrics.deferred.set(deferred as i64);
         self.metrics.held.set(flapping as i64);
     }

@@ -125,4 +125,14 @@ pub trait WorkloadApi: Send + Sync + 'static {
         &'a self,
         workload: &'a WorkloadRef,
     ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, String>>;
+    /// When the workload was last restarted, as its pod template says
+    /// (`kubectl.kubernetes.io/restartedAt`, RFC 3339; an Argo Rollout's `spec.restartAt`):
+    /// what rollout pacing reads back after a restart or a leader change. `Ok(None)`: never,
+    /// or no such workload.
+    fn restarted_at<'a>(
+        &'a self,
+        _workload: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
 }

@@ -334,6 +334,26 @@ impl WorkloadApi for FakeWorkloads {
             found.or_else(|| exists.then(Default::default))
         )))
     }
+
+    /// The `restartedAt` of the last patch of the workload, as the API server would keep it.
+    fn restarted_at<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        let found = self
+            .patches
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(w, _)| w == workload)
+            .and_then(|(_, p)| {
+                p["spec"]["template"]["metadata"]["annotations"][crate::core::rollout::RESTARTED_AT]
+                    .as_str()
+                    .map(str::to_owned)
+            });
+        Box::pin(std::future::ready(Ok(found)))
+    }
 }
 
 impl WorkloadPatcher for FakeWorkloads {

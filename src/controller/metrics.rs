@@ -133,3 +133,23 @@ mod tests {
         assert!(text.contains("reloadlet_controller_leader 0"));
     }
 }
+
+/// One feature's share of the pacing gauges (`reloadlet_pacing_deferred_actions`,
+/// `reloadlet_pacing_held_pods`): the env consumers and the rollout feature each add what
+/// they hold, so neither overwrites the other's count.
+#[derive(Default)]
+pub struct PacingShare {
+    deferred: i64,
+    held: i64,
+}
+
+impl PacingShare {
+    /// This feature now holds `deferred` deferrals and `held` flapping targets.
+    pub fn set(&mut self, m: &crate::serve::metrics::PacingMetrics, counts: (usize, usize)) {
+        let (deferred, held) = (counts.0 as i64, counts.1 as i64);
+        m.deferred.inc_by(deferred - self.deferred);
+        m.held.inc_by(held - self.held);
+        self.deferred = deferred;
+        self.held = held;
+    }
+}

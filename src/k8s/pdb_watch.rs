@@ -1,8 +1,9 @@
 //! Follows every PodDisruptionBudget of the cluster (policy/v1, list/watch) into a shared
 //! [`BudgetIndex`], with the same non-resetting backoff and failure reporting as the pod
-//! watch. Failures here never make the agent unready: budgets feed a warning and tell a
-//! structural block (no eviction can ever pass) from a transient one; without them every
-//! refusal is treated as transient.
+//! watch; the agent's (evictions, `NoDisruptionBudget`) and the controller's (the rollout
+//! feature's structural blocks, `on-blocked: rollout`). Failures here never make either
+//! unready: budgets feed a warning and tell a structural block (no eviction can ever pass)
+//! from a transient one; without them every refusal is treated as transient.
 
 use super::api_backoff::{self, FailureTracker};
 use super::watch_loop::{self, Change, Pacing};
@@ -112,7 +113,7 @@ pub async fn run(client: Client, budgets: SharedBudgets, metrics: api_backoff::A
                     tracing::error!(
                         code,
                         resource = "poddisruptionbudgets",
-                        "{}; the NoDisruptionBudget warning is off until it works",
+                        "{}; budgets are not known until it works (no NoDisruptionBudget warning, every block treated as transient)",
                         failure.explanation
                     );
                 }

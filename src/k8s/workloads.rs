@@ -6,7 +6,9 @@
 
 use super::controller::FIELD_MANAGER;
 use crate::controller::api::WorkloadApi;
-use crate::core::rollout::{IntOrPercent, OwnerRef, Strategy, WorkloadKind, WorkloadRef};
+use crate::core::rollout::{
+    IntOrPercent, OwnerRef, Strategy, WorkloadKind, WorkloadRef, RESTARTED_AT,
+};
 use crate::execute::patch::PatchError;
 use crate::execute::rollout::WorkloadPatcher;
 use futures::future::BoxFuture;
@@ -231,6 +233,39 @@ impl WorkloadApi for KubeWorkloads {
             };
             meta.map(|m| m.map(|m| m.annotations.unwrap_or_default()))
                 .map_err(|e| e.to_string())
+        })
+    }
+
+    fn restarted_at<'a>(
+        &'a self,
+        w: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move {
+            let c = self.client.clone();
+            let ns = w.namespace.as_str();
+            let template = |t: Option<&k8s_openapi::api::core::v1::PodTemplateSpec>| {
+                t.and_then(|t| t.metadata.as_ref())
+                    .and_then(|m| m.annotations.as_ref())
+                    .and_then(|a| a.get(RESTARTED_AT).cloned())
+            };
+            let found = match w.kind {
+                WorkloadKind::Deployment => Api::<Deployment>::namespaced(c, ns)
+                    .get_opt(&w.name)
+                    .await
+                    .map(|d| d.and_then(|d| template(d.spec.as_ref().map(|s| &s.template)))),
+                WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
+                    .get_opt(&w.name)
+                    .await
+                    .map(|s| s.and_then(|s| template(s.spec.as_ref().map(|s| &s.template)))),
+                WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
+                    .get_opt(&w.name)
+                    .await
+                    .map(|d| d.and_then(|d| template(d.spec.as_ref().map(|s| &s.template)))),
+                WorkloadKind::ArgoRollout => self.argo(ns).get_opt(&w.name).await.map(|r| {
+                    r.and_then(|r| r.data["spec"]["restartAt"].as_str().map(str::to_owned))
+                }),
+            };
+            found.map_err(|e| e.to_string())
         })
     }
 }

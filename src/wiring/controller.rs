@@ -14,12 +14,14 @@ use crate::execute::evict::{EvictionSettings, Evictions};
 use crate::execute::patch::{PatchSettings, Patcher, Patches};
 use crate::execute::report::Reporter;
 use crate::execute::rollout::Rollouts;
+use crate::k8s::api_backoff::ApiMetrics;
 use crate::k8s::client::Clients;
 use crate::k8s::controller::{
     now_rfc3339, watch_objects, watch_pods, KubeEnvApi, KubeLeaseStore, KubePatcher,
 };
 use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
+use crate::k8s::pdb_watch::{self, SharedBudgets};
 use crate::k8s::workloads::KubeWorkloads;
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
@@ -42,6 +44,8 @@ pub async fn serve(
     // The executor's metrics (reloadlet_actions_total{action="evict"} …) and notifications.
     let action_metrics = Metrics::new(&mut registry);
     let notify_metrics = crate::outbound::notify::NotifyMetrics::new(&mut registry);
+    // The PodDisruptionBudget watch's failures (reloadlet_api_errors_total{resource="poddisruptionbudgets"}).
+    let api_metrics = ApiMetrics::new(&mut registry);
     let health = Arc::new(Health::default());
     health.beat();
     let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -195,7 +199,14 @@ pub async fn serve(
     }
     if settings.rollout.enabled {
         let workloads = Arc::new(KubeWorkloads::new(clients.main.clone()));
-        controller = controller.with(Box::new(RolloutFeature::new(RolloutDeps {
+        // on-blocked: rollout: a structural budget block rolls at once (docs/evictions-blocked.md).
+        let budgets = SharedBudgets::default();
+        tokio::spawn(pdb_watch::run(
+            clients.main.clone(),
+            budgets.clone(),
+            api_metrics.clone(),
+        ));
+        let rollout = RolloutFeature::new(RolloutDeps {
             api: Arc::new(KubeEnvApi::new(clients.main.clone())),
             workloads: workloads.clone(),
             rollouts: Rollouts::new(
@@ -210,7 +221,10 @@ pub async fn serve(
             reloader_compat: settings.rollout.reloader_compat,
             now: now_rfc3339,
             stop: shutdown.clone(),
-        })));
+        })
+        .with_budgets(budgets)
+        .with_pacing(settings.pacing.clone());
+        controller = controller.with(Box::new(rollout));
     }
     controller.run(rx, shutdown.clone()).await;
     if let Some(task) = election_task {

@@ -127,6 +127,7 @@ pub struct EnvConsumers {
     /// Env evictions paced per pod; `warned`: the pacing error last reported per pod.
     pacing: EnvPacing,
     warned: HashMap<String, String>,
+    gauges: crate::controller::metrics::PacingShare,
 }
 
 impl EnvConsumers {
@@ -137,6 +138,7 @@ impl EnvConsumers {
         Self {
             pacing: EnvPacing::new(deps.pacing.clone(), clock),
             warned: HashMap::new(),
+            gauges: Default::default(),
             tracker: EnvTracker::new(deps.configmaps, deps.secrets),
             deps,
             fetched_tx,
@@ -367,11 +369,9 @@ impl EnvConsumers {
         self.update_gauges();
     }
 
-    fn update_gauges(&self) {
-        let (deferred, flapping) = self.pacing.counts();
+    fn update_gauges(&mut self) {
         let m = &self.deps.reporter.metrics().pacing;
-        m.deferred.set(deferred as i64);
-        m.held.set(flapping as i64);
+        self.gauges.set(m, self.pacing.counts());
     }
 }
 

@@ -1,20 +1,18 @@
-//! Pacing of env evictions (docs/pacing.md), per pod, with the same core as the agent: each
-//! env consumer's [`PacingSpec`] read from its annotations, one [`Pacer`] per pod, and the
-//! changes held until their time. Evictions are disruptive: a maintenance window always holds
-//! them.
+//! Pacing of env evictions (docs/pacing.md), per pod: the one bookkeeping of
+//! `core::pacing::book` (each env consumer's [`PacingSpec`] read from its annotations, one
+//! pacer per pod, the changes held until their time). Evictions are disruptive: a maintenance
+//! window always holds them.
 //!
 //! Nothing here is persisted: a held change keeps the pod's `reloadlet.io/env-baseline` as it
 //! was (only an eviction's replacement gets a new one), so after a restart or a leader change
 //! the new leader finds the change again when it compares the baselines, and paces it anew.
+//!
+//! [`PacingSpec`]: crate::core::pacing::PacingSpec
 
 use super::tracker::EnvChange;
 use crate::core::model::PodInfo;
-use crate::core::pacing::spec::ANNOTATIONS;
-use crate::core::pacing::{
-    ActionClass, Deferral, FlapReport, Pacer, PacingDefaults, PacingSpec, Step, WallClock,
-};
-use jiff::Timestamp;
-use std::collections::HashMap;
+pub use crate::core::pacing::Notice as EnvNotice;
+use crate::core::pacing::{ActionClass, Gate, PacingBook, PacingDefaults, PacingSpecs, WallClock};
 use std::time::Instant;
 
 /// What pacing says of an env change.
@@ -28,50 +26,28 @@ pub enum EnvPaced {
     Refused(String),
 }
 
-#[derive(Debug, PartialEq, Eq)]
-pub enum EnvNotice {
-    Deferred { until: Timestamp, why: Deferral },
-    Flapping(FlapReport),
-}
-
 /// The changes of one pod held, and when they were first seen.
 pub struct HeldEnv {
     pub changes: Vec<EnvChange>,
     pub seen: Instant,
-    wake: Instant,
 }
 
 pub struct EnvPacing {
-    defaults: PacingDefaults,
-    plain: PacingSpec,
-    specs: HashMap<String, Result<PacingSpec, String>>,
-    pacers: HashMap<String, Pacer>,
-    held: HashMap<String, HeldEnv>,
-    clock: WallClock,
+    specs: PacingSpecs<String>,
+    book: PacingBook<String, HeldEnv>,
 }
 
 impl EnvPacing {
     pub fn new(defaults: PacingDefaults, clock: WallClock) -> Self {
         Self {
-            plain: PacingSpec::from_defaults(&defaults),
-            defaults,
-            specs: HashMap::new(),
-            pacers: HashMap::new(),
-            held: HashMap::new(),
-            clock,
+            specs: PacingSpecs::new(defaults, false),
+            book: PacingBook::new(clock),
         }
     }
 
     /// Reads the pod's pacing annotations; `Err`: the invalid one, named with its value.
     pub fn on_pod(&mut self, pod: &PodInfo) -> Result<(), String> {
-        if !ANNOTATIONS.iter().any(|k| pod.annotations.contains_key(*k)) {
-            self.specs.remove(&pod.uid);
-            return Ok(());
-        }
-        let parsed = PacingSpec::parse(&pod.annotations, &self.defaults).map_err(|e| e.to_string());
-        let result = parsed.as_ref().map(|_| ()).map_err(Clone::clone);
-        self.specs.insert(pod.uid.clone(), parsed);
-        result
+        self.specs.read(&pod.uid, &pod.annotations)
     }
 
     /// Whether an eviction of the pod for `change` may run now (`fresh`: a new change, not a
@@ -85,76 +61,56 @@ impl EnvPacing {
     ) -> EnvPaced {
         let uid = change.uid.as_str();
         let spec = match self.specs.get(uid) {
-            None => &self.plain,
-            Some(Ok(spec)) => spec,
-            Some(Err(message)) => return EnvPaced::Refused(message.clone()),
+            Ok(spec) => spec,
+            Err(message) => return EnvPaced::Refused(message.to_owned()),
         };
-        let wall = self.clock.at(now);
-        let pacer = self.pacers.entry(uid.to_owned()).or_default();
-        if fresh && pacer.act_at_once(spec, wall) {
-            return EnvPaced::Act;
-        }
-        if fresh {
-            pacer.changed(wall, &change.source.to_string());
-        }
-        let (until, notice) = match pacer.poll(spec, ActionClass::Disruptive, wall) {
-            Step::Idle | Step::Act => {
-                pacer.acted(wall);
-                pacer.trim(spec.flap, wall);
-                return EnvPaced::Act;
-            }
-            Step::Wait { at } => (at, None),
-            Step::Defer { until, why, report } => {
-                (until, report.then_some(EnvNotice::Deferred { until, why }))
-            }
-            Step::Flapping { until, report } => (until, report.map(EnvNotice::Flapping)),
+        let source = || change.source.to_string();
+        let hold = |held: Option<HeldEnv>| {
+            let mut held = held.unwrap_or(HeldEnv {
+                changes: Vec::new(),
+                seen,
+            });
+            held.seen = held.seen.min(seen);
+            held.changes.retain(|c| c.source != change.source);
+            held.changes.push(change.clone());
+            held
         };
-        let wake = self.clock.instant(until, now);
-        let held = self.held.entry(uid.to_owned()).or_insert_with(|| HeldEnv {
-            changes: Vec::new(),
-            seen,
-            wake,
-        });
-        held.wake = wake;
-        held.seen = held.seen.min(seen);
-        held.changes.retain(|c| c.source != change.source);
-        held.changes.push(change.clone());
-        EnvPaced::Held(notice)
+        match self
+            .book
+            .gate(uid, spec, ActionClass::Disruptive, fresh, now, source, hold)
+        {
+            Gate::Act { .. } => EnvPaced::Act,
+            Gate::Held(notice) => EnvPaced::Held(notice),
+        }
     }
 
     /// The held changes whose time came by `now`, by pod.
     pub fn take_due(&mut self, now: Instant) -> Vec<HeldEnv> {
-        let due: Vec<String> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.wake <= now)
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        due.into_iter()
-            .filter_map(|uid| self.held.remove(&uid))
+        self.book
+            .take_due(now)
+            .into_iter()
+            .map(|(_, held)| held)
             .collect()
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.held.values().map(|h| h.wake).min()
+        self.book.next_deadline()
     }
 
     /// Deferred evictions now, pods held as flapping (the gauges).
     pub fn counts(&self) -> (usize, usize) {
-        let flapping = self.pacers.values().filter(|p| p.is_flapping()).count();
-        (self.held.len(), flapping)
+        self.book.counts()
     }
 
     /// The pod went away: what was held for it and its history are dropped.
     pub fn forget(&mut self, uid: &str) {
-        self.specs.remove(uid);
-        self.pacers.remove(uid);
-        self.held.remove(uid);
+        self.specs.forget(uid);
+        self.book.forget(uid);
     }
 
     /// Another replica leads now: what this one held is its to find again.
     pub fn clear_held(&mut self) {
-        self.held.clear();
+        self.book.clear_held();
     }
 }
 
@@ -162,6 +118,7 @@ impl EnvPacing {
 mod tests {
     use super::*;
     use crate::core::model::{SourceKind, SourceRef};
+    use jiff::Timestamp;
     use std::time::Duration;
 
     fn change(uid: &str, name: &str) -> EnvChange {

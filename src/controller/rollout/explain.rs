@@ -87,7 +87,7 @@ async fn own(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
                 .is_some_and(|p| matches!(p.action, Action::Evict { .. })) =>
         {
             format!(
-                "on-blocked: rollout — when the pod still runs {} after a change (its eviction blocked), its owner is rolled",
+                "on-blocked: rollout — on a structural budget block (known from the PodDisruptionBudget) its owner is rolled at once; when the pod still runs {} after a change (a transient block that lasted), too",
                 humantime::format_duration(timeout)
             )
         }
@@ -190,6 +190,10 @@ mod tests {
         )
         .await;
         assert!(text.contains("still runs 2m after a change"), "{text}");
+        assert!(
+            text.contains("structural budget block") && text.contains("rolled at once"),
+            "{text}"
+        );
 
         let text = explain(
             &pod(&[

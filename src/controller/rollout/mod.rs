@@ -17,8 +17,10 @@
 //! was blocked by a budget, structurally or for longer than the timeout — the owner is
 //! rolled as above. Seen from the API alone: a pod created before the change, still there.
 
+pub mod blocked;
 pub mod compat;
 pub mod explain;
+pub mod pacing;
 pub mod refs;
 
 use super::api::{EnvApi, ObjectKey, WorkloadApi};
@@ -87,6 +89,10 @@ pub struct RolloutFeature {
     /// Batches handled: the changes whose baseline moves on.
     done_tx: mpsc::UnboundedSender<Vec<EnvChange>>,
     done_rx: mpsc::UnboundedReceiver<Vec<EnvChange>>,
+    /// The PodDisruptionBudgets, when followed: a structural block rolls at once.
+    budgets: Option<blocked::Budgets>,
+    /// Rollouts paced per workload (docs/pacing.md).
+    pacing: Arc<pacing::RolloutPacing>,
 }
 
 impl RolloutFeature {
@@ -105,14 +111,22 @@ impl RolloutFeature {
             escalations: Vec::new(),
             done_tx,
             done_rx,
+            budgets: None,
+            pacing: Arc::new(pacing::RolloutPacing::with_defaults(Default::default())),
         }
     }
 
     fn put_pod(&mut self, pod: &PodInfo, world: &World) {
         let Some(tracked) = self.compat.tracked(pod) else {
             self.tracker.remove_pod(&pod.uid);
+            self.pacing.forget_pod(&pod.uid);
             return;
         };
+        let report = self.deps.rollouts.reporter();
+        // An `on-blocked: rollout` pod's pacing annotations are the agent's to report (it
+        // acts on the change first); `action: rollout` and Reloader's workloads are ours.
+        let warn = !matches!(refs::mode(pod), Some(refs::Mode::AfterBlocked(_)));
+        self.pacing.on_pod(pod, warn, world.leader, report);
         let fetch = self.tracker.put_pod(&tracked);
         if world.leader && world.pods_listed {
             let now = std::time::Instant::now();
@@ -199,6 +213,11 @@ impl RolloutFeature {
             self.tracker.acting(&change);
             let mode = world.get(&change.uid).and_then(refs::mode);
             if let Some(refs::Mode::AfterBlocked(timeout)) = mode {
+                if self.structurally_blocked(world.get(&change.uid)) {
+                    let changes = vec![change];
+                    self.join_batch(Asking { pod, changes });
+                    continue;
+                }
                 tracing::info!(pod = %pod.full_name(), source = %change.source, timeout = %humantime::format_duration(timeout), "evict pod with on-blocked: rollout; its owner is rolled if the pod still runs after the timeout");
                 let at = Instant::now() + timeout;
                 match self
@@ -261,9 +280,15 @@ impl RolloutFeature {
     fn flush(&mut self) {
         self.due = None;
         let batch: Vec<Asking> = std::mem::take(&mut self.pending).into_values().collect();
+        self.spawn_roll(batch, true);
+    }
+
+    /// Resolves and rolls `batch` on the runtime (`fresh`: new changes, not held ones).
+    fn spawn_roll(&mut self, batch: Vec<Asking>, fresh: bool) {
         if batch.is_empty() {
             return;
         }
+        let pacing = self.pacing.clone();
         let workloads = self.deps.workloads.clone();
         let rollouts = self.deps.rollouts.clone();
         let now = self.deps.now;
@@ -273,7 +298,7 @@ impl RolloutFeature {
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                handled = roll(batch, workloads.as_ref(), &rollouts, now, argo) => {
+                handled = roll(batch, workloads.as_ref(), &rollouts, now, argo, (&pacing, fresh)) => {
                     let _ = done.send(handled);
                 }
             }
@@ -289,6 +314,7 @@ async fn roll(
     rollouts: &Rollouts,
     now: fn() -> String,
     argo: bool,
+    (pacing, fresh): (&pacing::RolloutPacing, bool),
 ) -> Vec<EnvChange> {
     let report = rollouts.reporter();
     let mut handled = Vec::new();
@@ -364,6 +390,12 @@ async fn roll(
                 continue;
             }
         };
+        // Paced per workload: held (its baselines stay) or refused, nothing rolled now.
+        pacing.seed(&workload, workloads).await;
+        let Some(asking) = pacing.admit(&workload, asking, fresh, report) else {
+            continue;
+        };
+        let sources = sources_of(&asking);
         let cause = sources
             .iter()
             .map(|s| format!("{}/{}", s.kind.as_str(), s.name))
@@ -436,7 +468,10 @@ impl Feature for RolloutFeature {
             } => self.object(key, resource_version, world),
             Routed::Listed { kind, objects } => self.relisted(kind, objects, world),
             Routed::PodPut(pod) => self.put_pod(pod, world),
-            Routed::PodRemoved(pod) => self.tracker.remove_pod(&pod.uid),
+            Routed::PodRemoved(pod) => {
+                self.tracker.remove_pod(&pod.uid);
+                self.pacing.forget_pod(&pod.uid);
+            }
             Routed::PodsListed => self.fetch_all(world),
             Routed::Workload(change) => {
                 for uid in self.compat.workload(change, world) {
@@ -446,6 +481,9 @@ impl Feature for RolloutFeature {
                 }
             }
             Routed::Leader(leader) => {
+                if !leader {
+                    self.pacing.clear_held(self.deps.rollouts.reporter());
+                }
                 self.tracker.forget_fetches();
                 if leader && world.pods_listed {
                     self.fetch_all(world);
@@ -472,6 +510,8 @@ impl Feature for RolloutFeature {
             };
             tokio::select! {
                 Some(fetched) = self.fetched_rx.recv() => self.fetched(fetched, world),
+                () = blocked::changed(&mut self.budgets) => self.budgets_changed(world),
+                () = self.pacing.due() => self.release_held(world),
                 Some(handled) = self.done_rx.recv() => {
                     for change in &handled {
                         self.tracker.acknowledge(change);

@@ -118,6 +118,17 @@ fn start(
     patcher: FakePatcher,
     dry_run: bool,
 ) -> Harness {
+    start_with(api, workloads, patcher, dry_run, |f| f)
+}
+
+/// [`start`], the feature configured by `configure` (budgets, pacing).
+fn start_with(
+    api: Arc<FakeEnvApi>,
+    workloads: Arc<FakeWorkloads>,
+    patcher: FakePatcher,
+    dry_run: bool,
+    configure: impl FnOnce(RolloutFeature) -> RolloutFeature,
+) -> Harness {
     let events = Arc::new(fake::Events::default());
     let metrics = crate::serve::metrics::Metrics::new(&mut Registry::default());
     let report = Reporter::new(
@@ -149,6 +160,7 @@ fn start(
         now,
         stop: stop.clone(),
     });
+    let feature = configure(feature);
     let controller = Controller::new(
         NamespaceFilter::default(),
         true,
@@ -725,3 +737,9 @@ async fn a_secret_rolls_nothing_without_secrets() {
     );
     h.stop().await;
 }
+
+#[path = "blocked_tests.rs"]
+mod blocked_tests;
+
+#[path = "pacing_tests.rs"]
+mod pacing_tests;

@@ -6,11 +6,13 @@
 //! ([`jiff::Timestamp`]) so the state can be saved and a deferral outlives a restart; the
 //! caller passes the time in, so tests drive every rule without waiting.
 
+pub mod book;
 pub mod clock;
 pub mod pacer;
 pub mod spec;
 pub mod window;
 
+pub use book::{Gate, Notice, PacingBook, PacingSpecs};
 pub use clock::WallClock;
 pub use pacer::{ActionClass, Deferral, FlapReport, Pacer, Step};
 pub use spec::{FlapThreshold, PacingDefaults, PacingError, PacingSpec, WindowActions};

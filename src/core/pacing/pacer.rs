@@ -232,6 +232,17 @@ impl Pacer {
         }
     }
 
+    /// An action taken at `at` that this pacer did not see (read back from the API after a
+    /// restart or a leader change): it counts for the minimum interval and the flap breaker.
+    /// Nothing changes when a later action is known already.
+    pub fn seed(&mut self, at: Timestamp) {
+        if self.last_action.is_some_and(|last| last >= at) {
+            return;
+        }
+        self.last_action = Some(at);
+        self.recent.push_back(at);
+    }
+
     /// When the target was last acted on.
     pub fn last_action(&self) -> Option<Timestamp> {
         self.last_action

@@ -365,3 +365,24 @@ fn the_fast_path_acts_like_the_full_path_and_stays_bounded() {
     };
     assert!(!Pacer::default().act_at_once(&interval, t(0)));
 }
+
+#[test]
+fn an_action_read_back_after_a_restart_counts_once_and_never_moves_time_back() {
+    let mut s = spec();
+    s.min_interval = Duration::from_secs(60);
+    let mut p = Pacer::default();
+    p.seed(t(0));
+    p.seed(t(0));
+    assert_eq!(p.last_action(), Some(t(0)));
+    p.changed(t(10), "configmap/a");
+    assert!(matches!(
+        p.poll(&s, ActionClass::Disruptive, t(10)),
+        Step::Defer { until, why: Deferral::MinInterval, .. } if until == t(60)
+    ));
+    assert_eq!(p.poll(&s, ActionClass::Disruptive, t(60)), Step::Act);
+    p.acted(t(60));
+    // An older time read back later changes nothing.
+    p.seed(t(30));
+    assert_eq!(p.last_action(), Some(t(60)));
+    assert_eq!(p.recent.len(), 2);
+}

@@ -1,0 +1,329 @@
+//! Pacing of rollouts (docs/pacing.md, issue #28 "for rollout: the same workload"): the one
+//! bookkeeping of `core::pacing::book`, keyed by **workload**. Each pod's pacing annotations
+//! are read as it arrives (a workload's pods carry its template's); when a batch resolves to a
+//! workload, the pacing of its asking pods decides whether the patch runs now, later
+//! (debounce, minimum interval, maintenance window — a rollout is disruptive: windows hold it
+//! by default) or not while the workload flaps. A pod's own `reloadlet.io/debounce` waits on
+//! top of the batch's one-second coalescing; without it the coalescing is the debounce.
+//!
+//! Held work is the asking pods and their changes; their baselines stay as they were until
+//! the patch (the batch is not "handled"), so a held rollout is found again after a restart
+//! or a leader change. The state is shared with the batch task that resolves workloads
+//! (a plain mutex, never held across an await).
+
+use super::Asking;
+use crate::controller::api::WorkloadApi;
+use crate::controller::metrics::PacingShare;
+use crate::core::model::PodInfo;
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pacing::{
+    ActionClass, Gate, Notice, PacingBook, PacingDefaults, PacingSpec, PacingSpecs, WallClock,
+};
+use crate::core::rollout::WorkloadRef;
+use crate::execute::report::Reporter;
+use crate::ports::PodRef;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+use tokio::sync::Notify;
+
+struct Inner {
+    /// By pod UID.
+    specs: PacingSpecs<String>,
+    book: PacingBook<WorkloadRef, Vec<Asking>>,
+    /// The pacing error last reported per pod.
+    warned: HashMap<String, String>,
+    /// Workloads whose last rollout was read back from the API in this term.
+    seeded: HashSet<WorkloadRef>,
+    gauges: PacingShare,
+}
+
+pub struct RolloutPacing {
+    inner: Mutex<Inner>,
+    /// Woken when work is held (a new deadline).
+    held: Notify,
+}
+
+impl RolloutPacing {
+    /// With the flags' defaults, on the runtime's clock from now.
+    pub fn with_defaults(defaults: PacingDefaults) -> Self {
+        let clock = WallClock::new(
+            jiff::Timestamp::now(),
+            tokio::time::Instant::now().into_std(),
+        );
+        Self::new(defaults, clock)
+    }
+
+    pub fn new(defaults: PacingDefaults, clock: WallClock) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                specs: PacingSpecs::new(defaults, true),
+                book: PacingBook::new(clock),
+                warned: HashMap::new(),
+                seeded: HashSet::new(),
+                gauges: PacingShare::default(),
+            }),
+            held: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the pacing annotations of a pod the feature follows. A bad one of an `action:
+    /// rollout` pod: one Warning `InvalidAnnotation` per distinct error (leader only), and
+    /// its workload is not rolled until it is fixed. (An `on-blocked: rollout` pod's error is
+    /// the agent's to report: it sees the change first and refuses the eviction.)
+    pub fn on_pod(&self, pod: &PodInfo, warn: bool, leader: bool, report: &Reporter) {
+        let mut inner = self.lock();
+        match inner.specs.read(&pod.uid, &pod.annotations) {
+            Ok(()) => {
+                inner.warned.remove(&pod.uid);
+            }
+            Err(message) if warn && leader && inner.warned.get(&pod.uid) != Some(&message) => {
+                let outcome = Outcome::InvalidAnnotation;
+                tracing::warn!(pod = %pod.full_name(), outcome = outcome.as_str(), error = %message, "invalid pacing annotation; no rollout of this pod's workload until it is fixed");
+                let note = format!("no rollout until fixed: {message}");
+                report.record(&PodRef::from(pod), ActionKind::None, outcome, note, &[]);
+                inner.warned.insert(pod.uid.clone(), message);
+            }
+            Err(_) => {}
+        }
+    }
+
+    pub fn forget_pod(&self, uid: &str) {
+        let mut inner = self.lock();
+        inner.specs.forget(uid);
+        inner.warned.remove(uid);
+    }
+
+    /// The first time a workload is paced in a term (the controller started, or this replica
+    /// became the leader): its last rollout is read back from the API — the pod template's
+    /// `kubectl.kubernetes.io/restartedAt`, which every rollout (reloadlet's, `kubectl rollout
+    /// restart`) writes — so a minimum interval still holds, and the rollout counts for the
+    /// flap breaker. One GET per workload and term; a failed one is retried next time.
+    pub async fn seed(&self, workload: &WorkloadRef, workloads: &dyn WorkloadApi) {
+        if self.lock().seeded.contains(workload) {
+            return;
+        }
+        let at = match workloads.restarted_at(workload).await {
+            Ok(at) => at,
+            Err(e) => {
+                tracing::warn!(workload = %name(workload), error = %e, "cannot read the workload's last rollout; pacing it from what this replica saw");
+                return;
+            }
+        };
+        let mut inner = self.lock();
+        inner.seeded.insert(workload.clone());
+        match at.as_deref().map(str::parse::<jiff::Timestamp>) {
+            Some(Ok(at)) => inner.book.pacer_mut(workload).seed(at),
+            Some(Err(e)) => {
+                tracing::debug!(workload = %name(workload), error = %e, "restartedAt is not an RFC 3339 time; ignored for pacing");
+            }
+            None => {}
+        }
+    }
+
+    /// Whether `workload` may be rolled now for `asking` (`fresh`: a new batch, not held work
+    /// coming due). `Some`: roll these; `None`: held (told once) or refused.
+    pub(super) fn admit(
+        &self,
+        workload: &WorkloadRef,
+        asking: Vec<Asking>,
+        fresh: bool,
+        report: &Reporter,
+    ) -> Option<Vec<Asking>> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let spec = match spec_of(&inner.specs, &asking) {
+            Ok(spec) => spec,
+            Err(message) => {
+                tracing::warn!(workload = %name(workload), error = %message, "a pacing annotation of the workload's pods is invalid; nothing rolled");
+                return None;
+            }
+        };
+        let sources = sources(&asking);
+        let kept = asking.clone();
+        let hold = |held: Option<Vec<Asking>>| merge(held.unwrap_or_default(), kept);
+        let now = tokio::time::Instant::now().into_std();
+        let gate = inner.book.gate(
+            workload,
+            &spec,
+            ActionClass::Disruptive,
+            fresh,
+            now,
+            || sources.clone(),
+            hold,
+        );
+        let notice = match gate {
+            Gate::Act {
+                closed_episode,
+                held,
+            } => {
+                if closed_episode {
+                    tracing::info!(workload = %name(workload), "the flapping sources were quiet; rolling once and closing the episode");
+                }
+                inner
+                    .gauges
+                    .set(&report.metrics().pacing, inner.book.counts());
+                // What was held for the workload rolls with this batch, once.
+                return Some(merge(held.unwrap_or_default(), asking));
+            }
+            Gate::Held(notice) => notice,
+        };
+        inner
+            .gauges
+            .set(&report.metrics().pacing, inner.book.counts());
+        drop(guard);
+        self.held.notify_one();
+        tell(report, workload, &asking, notice);
+        None
+    }
+
+    /// The held rollouts whose time came by `now`.
+    pub(super) fn take_due(
+        &self,
+        now: Instant,
+        report: &Reporter,
+    ) -> Vec<(WorkloadRef, Vec<Asking>)> {
+        let mut inner = self.lock();
+        let due = inner.book.take_due(now);
+        let counts = inner.book.counts();
+        inner.gauges.set(&report.metrics().pacing, counts);
+        due
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.lock().book.next_deadline()
+    }
+
+    /// Another replica leads now: what this one held is its to find again.
+    pub fn clear_held(&self, report: &Reporter) {
+        let mut inner = self.lock();
+        inner.book.clear_held();
+        inner.seeded.clear();
+        let counts = inner.book.counts();
+        inner.gauges.set(&report.metrics().pacing, counts);
+    }
+
+    /// Resolves when held work is due (cancel-safe: a wake-up without work is harmless).
+    pub async fn due(&self) {
+        loop {
+            let notified = self.held.notified();
+            match self.next_deadline() {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at.into()) => return,
+                        () = notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+}
+
+impl super::RolloutFeature {
+    /// Paces rollouts with the flags' `--flap-threshold`, `--time-zone`, `--max-defer`
+    /// (docs/pacing.md).
+    pub fn with_pacing(mut self, defaults: PacingDefaults) -> Self {
+        self.pacing = std::sync::Arc::new(RolloutPacing::with_defaults(defaults));
+        self
+    }
+
+    /// Tests: pacing on a given clock.
+    #[cfg(test)]
+    pub fn with_pacing_clock(mut self, defaults: PacingDefaults, clock: WallClock) -> Self {
+        self.pacing = std::sync::Arc::new(RolloutPacing::new(defaults, clock));
+        self
+    }
+
+    /// Held rollouts whose time came: rolled for the pods that still ask (a pod gone was
+    /// replaced or deleted; its replacement has its own baseline).
+    pub(super) fn release_held(&mut self, world: &super::World) {
+        if !world.leader {
+            self.pacing.clear_held(self.deps.rollouts.reporter());
+            return;
+        }
+        let now = tokio::time::Instant::now().into_std();
+        let due = self.pacing.take_due(now, self.deps.rollouts.reporter());
+        for (_, asking) in due {
+            let still: Vec<Asking> = asking
+                .into_iter()
+                .filter(|a| {
+                    world.get(&a.pod.uid).is_some_and(|p| {
+                        super::refs::mode(p).is_some() || self.compat.governing(p).is_some()
+                    })
+                })
+                .collect();
+            self.spawn_roll(still, false);
+        }
+    }
+}
+
+/// The workload's pacing: its asking pods' (the template's) — any invalid one refuses.
+fn spec_of(specs: &PacingSpecs<String>, asking: &[Asking]) -> Result<PacingSpec, String> {
+    let mut found = None;
+    for a in asking {
+        let spec = specs.get(a.pod.uid.as_str()).map_err(str::to_owned)?;
+        found.get_or_insert_with(|| spec.clone());
+    }
+    Ok(found.unwrap_or_else(|| specs.get_or_plain("").clone()))
+}
+
+/// Held pods and changes, with `more` merged in (one entry per pod, one change per source).
+fn merge(mut held: Vec<Asking>, more: Vec<Asking>) -> Vec<Asking> {
+    for a in more {
+        match held.iter_mut().find(|h| h.pod.uid == a.pod.uid) {
+            Some(h) => {
+                for c in a.changes {
+                    h.changes.retain(|o| o.source != c.source);
+                    h.changes.push(c);
+                }
+            }
+            None => held.push(a),
+        }
+    }
+    held
+}
+
+fn sources(asking: &[Asking]) -> String {
+    super::list(&super::sources_of(asking))
+}
+
+fn name(w: &WorkloadRef) -> String {
+    format!("{} {}/{}", w.kind.as_str(), w.namespace, w.name)
+}
+
+/// The Event, notification and counter of a deferral or a flapping episode, once each
+/// (regarding the first asking pod; the workload is named).
+fn tell(report: &Reporter, workload: &WorkloadRef, asking: &[Asking], notice: Option<Notice>) {
+    let Some(first) = asking.first() else { return };
+    let m = &report.metrics().pacing;
+    let workload = name(workload);
+    let (outcome, note) = match notice {
+        None => return,
+        Some(Notice::Deferred { until, why }) => {
+            m.deferrals.inc();
+            let note = format!(
+                "rollout of {workload} deferred until {until} ({}); it runs once then: {} changed",
+                why.as_str(),
+                sources(asking)
+            );
+            (Outcome::Deferred, note)
+        }
+        Some(Notice::Flapping(r)) => {
+            m.flap_episodes.inc();
+            let within = humantime::format_duration(r.within);
+            let note = format!(
+                "{} changed {} times within {within}: holding the rollout of {workload} until it has been quiet for {within}",
+                r.source, r.changes
+            );
+            (Outcome::Flapping, note)
+        }
+    };
+    tracing::info!(pod = %first.pod.full_name(), workload, outcome = outcome.as_str(), note, "rollout paced");
+    let sources = super::sources_of(asking);
+    report.record(&first.pod, ActionKind::Rollout, outcome, note, &sources);
+}
