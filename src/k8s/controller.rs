@@ -98,8 +98,10 @@ pub async fn watch_pods(client: Client, label_selector: Option<String>, tx: mpsc
     if let Some(sel) = &label_selector {
         config = config.labels(sel);
     }
+    // Kept as the controller keeps pods: trimmed to what its features read.
+    let keep = |pod: &PodView| pod_info(pod).map(crate::controller::keep::trimmed);
     let changes =
-        watch_loop::changes_listed(api, config, Listing::Streaming, Pacing::Default, pod_info);
+        watch_loop::changes_listed(api, config, Listing::Streaming, Pacing::Default, keep);
     futures::pin_mut!(changes);
     while let Some(change) = changes.next().await {
         let input = match change {

@@ -145,12 +145,16 @@ pub struct Dropped {
 
 /// The rate cap's window: at most `max_per_second` patches in any window this long.
 const WINDOW: Duration = Duration::from_secs(1);
+/// Patches are spaced `1 / max_per_second` apart; a loop that woke late may catch up this
+/// much (within the window's cap).
+const CATCH_UP: Duration = Duration::from_millis(50);
 
 /// Schedules nudges per pod: attempt 1 at once, 2 and 3 after [`RENUDGE_AFTER`]; at most one
 /// patch per pod per [`POD_INTERVAL`] (due attempts coalesce into the newest); at most
 /// `max_per_second` patches in any one-second window (`--max-nudges-per-second`, exactly: a
-/// sliding window, so no second ever sees more, and a change within the cap goes out at
-/// once). A pod's first nudge is never dropped: when the cap is reached it waits its turn
+/// sliding window, so no second ever sees more), spaced evenly `1 / max_per_second` apart
+/// (a burst would reach the API server as one, and a burst's stragglers would crowd the
+/// next second there). A pod's first nudge is never dropped: when the cap is reached it waits its turn
 /// (oldest change first), so a change consumed by 2,000 pods reaches every one of them at
 /// exactly the cap. Re-nudges are the ones dropped (and counted) when the cap is short, and
 /// they leave room for the pods still waiting for their first; a pod whose first nudge
@@ -161,6 +165,8 @@ pub struct Scheduler {
     max_per_second: u32,
     /// When the patches of the last [`WINDOW`] were sent, oldest first.
     sent: VecDeque<Instant>,
+    /// The earliest the next patch may go (the even spacing).
+    next_slot: Option<Instant>,
     dropped: Dropped,
 }
 
@@ -171,6 +177,7 @@ impl Scheduler {
             pods: BTreeMap::new(),
             max_per_second,
             sent: VecDeque::new(),
+            next_slot: None,
             dropped: Dropped::default(),
         }
     }
@@ -212,10 +219,31 @@ impl Scheduler {
         &self.dropped
     }
 
+    fn interval(&self) -> Duration {
+        WINDOW / self.max_per_second
+    }
+
     /// When the cap next lets a patch through (`None`: it does now, as far as it knows).
     fn capacity_at(&self) -> Option<Instant> {
         let max = self.max_per_second as usize;
-        (self.sent.len() >= max).then(|| self.sent[self.sent.len() - max] + WINDOW)
+        let window = (self.sent.len() >= max).then(|| self.sent[self.sent.len() - max] + WINDOW);
+        window.max(self.next_slot)
+    }
+
+    /// The next slot, crediting at most [`CATCH_UP`] of lateness.
+    fn slot(&self, now: Instant) -> Instant {
+        let earliest = now.checked_sub(CATCH_UP).unwrap_or(now);
+        self.next_slot.map_or(now, |s| s.max(earliest))
+    }
+
+    /// How many patches the even spacing lets through at `now`.
+    fn spaced_room(&self, now: Instant) -> usize {
+        let slot = self.slot(now);
+        if slot > now {
+            return 0;
+        }
+        let interval = self.interval().as_nanos().max(1);
+        ((now - slot).as_nanos() / interval) as usize + 1
     }
 
     /// When [`Scheduler::due`] will next have something (`None`: nothing pending).
@@ -237,7 +265,9 @@ impl Scheduler {
         while self.sent.front().is_some_and(|t| *t + WINDOW <= now) {
             self.sent.pop_front();
         }
+        // What the one-second window still allows, and what the spacing allows now.
         let mut room = (self.max_per_second as usize).saturating_sub(self.sent.len());
+        let mut spaced = self.spaced_room(now);
         // (undelivered, oldest due, pod): pods waiting for their first nudge go first, the
         // longest-waiting of them first; then re-nudges in pod order.
         let mut picks: Vec<(bool, Instant, PodKey)> = self
@@ -257,14 +287,18 @@ impl Scheduler {
         picks.sort_by_key(|a| (!a.0, a.1));
         // A re-nudge leaves room for each pod still waiting for its first one.
         let mut waiting = self.pods.values().filter(|q| q.undelivered).count();
+        let interval = self.interval();
+        let mut slot = self.slot(now);
         let mut out = Vec::new();
         for (undelivered, _, pod) in picks {
             let reserve = if undelivered { 0 } else { waiting };
             let Some(queue) = self.pods.get_mut(&pod) else {
                 continue;
             };
-            if room < 1 + reserve && undelivered {
-                // Waits for the window to move (never dropped).
+            // A re-nudge that would take the room of a pod still waiting for its first nudge
+            // is dropped; anything else without room or slot waits for it.
+            let short = !undelivered && waiting > 0 && room < 1 + reserve;
+            if !short && (room == 0 || spaced == 0) {
                 continue;
             }
             let (due, later): (Vec<Attempt>, Vec<Attempt>) = std::mem::take(&mut queue.attempts)
@@ -278,7 +312,7 @@ impl Scheduler {
             else {
                 continue;
             };
-            if room < 1 + reserve {
+            if short {
                 match pick.change.kind {
                     SourceKind::ConfigMap => self.dropped.configmap += 1,
                     SourceKind::Secret => self.dropped.secret += 1,
@@ -286,7 +320,10 @@ impl Scheduler {
                 }
             } else {
                 room -= 1;
+                spaced -= 1;
                 self.sent.push_back(now);
+                slot += interval;
+                self.next_slot = Some(slot);
                 if undelivered {
                     waiting -= 1;
                 }
@@ -452,28 +489,62 @@ mod tests {
             s.schedule(pod(p), change("cfg", "9"), t0);
         }
         let names = |n: Vec<Nudge>| n.into_iter().map(|n| n.pod.name).collect::<Vec<_>>();
-        assert_eq!(names(s.due(t0)), ["a", "b"]);
+        // 2 per second: one every 500 ms.
+        assert_eq!(names(s.due(t0)), ["a"]);
+        assert_eq!(s.next_wakeup(), Some(t0 + ms(500)));
+        assert!(s.due(t0 + ms(499)).is_empty());
+        assert_eq!(names(s.due(t0 + ms(500))), ["b"]);
         assert_eq!(
             s.dropped(),
             &Dropped::default(),
             "c and d wait, not dropped"
         );
-        // The window moves at 1 s: c and d (their first nudge; #2 is due by then and covers
-        // it) go before the re-nudges of a and b, which are dropped and counted.
-        assert_eq!(s.next_wakeup(), Some(t0 + ms(1000)));
-        assert!(s.due(t0 + ms(999)).is_empty());
-        let at_1s = s.due(t0 + ms(1000));
+        // At 1 s, c (its first nudge; #2 is due by then and covers it) goes before a's
+        // re-nudge, which is dropped and counted: d still waits for its first.
         assert_eq!(
-            values(&at_1s),
-            [
-                ("c".into(), "configmap/cfg@9#2".into()),
-                ("d".into(), "configmap/cfg@9#2".into())
-            ]
+            values(&s.due(t0 + ms(1000))),
+            [("c".into(), "configmap/cfg@9#2".into())]
         );
-        assert_eq!(s.dropped().configmap, 2);
+        assert_eq!(s.dropped().configmap, 1);
+        assert_eq!(names(s.due(t0 + ms(1500))), ["d"]);
+        // Everyone has been reached once: b's re-nudge waits for the next slot, and the last
+        // re-nudges go one per slot, none dropped.
+        assert_eq!(
+            values(&s.due(t0 + ms(2000))),
+            [("b".into(), "configmap/cfg@9#2".into())]
+        );
+        for (at, p) in [(3000, "a"), (3500, "b"), (4000, "c"), (4500, "d")] {
+            assert_eq!(names(s.due(t0 + ms(at))), [p]);
+        }
+        assert_eq!(s.dropped().configmap, 1);
         assert_eq!(s.dropped().secret, 0);
-        // At 3 s, everyone has been reached once: pod order again.
-        assert_eq!(names(s.due(t0 + ms(3000))), ["a", "b"]);
+        assert_eq!(s.depth(), 0);
+    }
+
+    #[test]
+    fn re_nudges_leave_room_for_pods_not_reached_yet() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(2);
+        for p in ["a", "b"] {
+            s.schedule(pod(p), change("cfg", "9"), t0);
+        }
+        for p in ["c", "d"] {
+            s.schedule(pod(p), change("other", "4"), t0 + ms(1));
+        }
+        let names = |n: Vec<Nudge>| n.into_iter().map(|n| n.pod.name).collect::<Vec<_>>();
+        assert_eq!(names(s.due(t0)), ["a"]);
+        assert!(s.due(t0 + ms(1)).is_empty(), "the next slot is at 500 ms");
+        assert_eq!(
+            names(s.due(t0 + ms(500))),
+            ["b"],
+            "the longest waiting first"
+        );
+        // a's re-nudge comes due at 1 s, but c and d still wait for their first.
+        assert_eq!(names(s.due(t0 + ms(1000))), ["c"]);
+        assert_eq!(s.dropped().configmap, 1);
+        assert_eq!(names(s.due(t0 + ms(1500))), ["d"]);
+        assert_eq!(names(s.due(t0 + ms(2000))), ["b"], "no one waits any more");
+        assert_eq!(s.dropped().configmap, 1);
     }
 
     #[test]
@@ -514,25 +585,6 @@ mod tests {
             .map(|(_, n)| n.pod.name.as_str())
             .collect();
         assert_eq!(late, late_pods.len());
-    }
-
-    #[test]
-    fn re_nudges_leave_room_for_pods_not_reached_yet() {
-        let t0 = Instant::now();
-        let mut s = Scheduler::new(2);
-        for p in ["a", "b"] {
-            s.schedule(pod(p), change("cfg", "9"), t0);
-        }
-        for p in ["c", "d"] {
-            s.schedule(pod(p), change("other", "4"), t0 + ms(1));
-        }
-        let names = |n: Vec<Nudge>| n.into_iter().map(|n| n.pod.name).collect::<Vec<_>>();
-        assert_eq!(names(s.due(t0)), ["a", "b"]);
-        assert!(s.due(t0 + ms(1)).is_empty(), "the window is full");
-        // At 1 s the window has room again: c and d (waiting for their first) go first and
-        // a and b's re-nudges, due at the same time, are dropped.
-        assert_eq!(names(s.due(t0 + ms(1000))), ["c", "d"]);
-        assert_eq!(s.dropped().configmap, 2);
     }
 
     #[test]
