@@ -368,8 +368,8 @@ pub async fn run(k: &Knobs) -> bool {
         (Some(a), Some(b)) => b.saturating_duration_since(*a),
         _ => Duration::ZERO,
     };
-    // Bursts of `rate` a second apart: `rate` per second over the span plus its last second.
-    let mean_rate = patches.len() as f64 / (span.as_secs_f64() + 1.0);
+    // Evenly spaced: n patches span n - 1 intervals.
+    let mean_rate = patches.len().saturating_sub(1) as f64 / span.as_secs_f64().max(1e-9);
     let other: BTreeMap<String, usize> = log
         .iter()
         .filter(|r| !is_pod_patch(r) && !r.is_watch() && !r.path.contains("/leases"))
@@ -390,7 +390,10 @@ pub async fn run(k: &Knobs) -> bool {
     let peak_ok = peak <= BAR_PEAK_MIB;
     let p99 = quantile(&firsts, 0.99);
     let fifty_ok = missed == 0 && p99 <= BAR_FIRST_WRITE_P99 && fifty_stray == 0;
-    let paced = busiest <= k.rate && mean_rate >= 0.9 * k.rate as f64;
+    // Measured where the patches arrive (the API server's clock): the controller spaces
+    // them exactly, the way there adds a few milliseconds of jitter.
+    let rate = k.rate as f64;
+    let paced = busiest as f64 <= rate * 1.05 && (mean_rate - rate).abs() <= rate * 0.05;
     let hot_ok = reached.len() == hot.len() && stray == 0 && paced;
     let one_watch_each = ["Pod", "ConfigMap", "Secret"]
         .iter()
@@ -443,8 +446,9 @@ pub async fn run(k: &Knobs) -> bool {
     println!(
         "scale: 1 ConfigMap with {} consumers: {} of them nudged, {stray} writes to pods that \
          do not consume it, {} patches over {:.1} s; at most {busiest} in any 1 s, mean \
-         {mean_rate:.1}/s vs --max-nudges-per-second {} [bar every consumer, 0 other, <= the \
-         flag in every second and >= 90% of it on average: {}]; other requests: {other:?}",
+         {mean_rate:.1}/s vs --max-nudges-per-second {} [bar every consumer, 0 other, the \
+         flag within 5% in every second and on average (at the API server): {}]; other \
+         requests: {other:?}",
         hot.len(),
         reached.len(),
         patches.len(),

@@ -5,16 +5,32 @@
 //! PodDisruptionBudgets by label; nothing else reads a pod's labels), the volumes that
 //! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
 //! file lists), no container IDs or ports (the agent's signal and HTTP targets) — with every
-//! buffer at its length.
+//! buffer at its length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
+//! volume is kept only when the pod names it in `reloadlet.io/configmaps`: nudges
+//! (`nudge::qualify`) and rollouts (`rollout::refs`) ignore it otherwise, and env consumers
+//! read env references, not volumes.
 
-use crate::core::annotations::PREFIX;
-use crate::core::model::PodInfo;
+use crate::core::annotations::{CONFIGMAPS, PREFIX};
+use crate::core::model::{PodInfo, SourceKind, ROOT_CA_CONFIGMAP};
 
 /// `pod` as the controller keeps it.
 pub fn trimmed(mut pod: PodInfo) -> PodInfo {
     pod.annotations.retain(|k, _| k.starts_with(PREFIX));
     if pod.env.is_empty() {
         pod.labels.clear();
+    }
+    let root_ca_named = pod
+        .annotations
+        .get(CONFIGMAPS)
+        .is_some_and(|l| l.split(',').any(|n| n.trim() == ROOT_CA_CONFIGMAP));
+    if !root_ca_named {
+        let root_ca = |s: &crate::core::model::SourceRef| {
+            s.kind == SourceKind::ConfigMap && s.name == ROOT_CA_CONFIGMAP
+        };
+        for v in &mut pod.volumes {
+            v.sources.retain(|s| !root_ca(s));
+            v.source_paths.retain(|(s, _)| !root_ca(s));
+        }
     }
     pod.volumes
         .retain(|v| !v.sources.is_empty() || v.csi.is_some());
@@ -128,6 +144,32 @@ mod tests {
                 kept.name.as_str()
             ),
             ("u1", "shop", "web")
+        );
+    }
+
+    #[test]
+    fn the_root_ca_volume_is_kept_only_when_the_pod_names_it() {
+        let with_root_ca = |annotations: &[(&str, &str)]| {
+            let mut p = pod();
+            p.annotations = map(annotations);
+            p.volumes.push(VolumeSpec {
+                name: "kube-api-access-x7k2p".into(),
+                sources: vec![cm(ROOT_CA_CONFIGMAP)],
+                source_paths: vec![(cm(ROOT_CA_CONFIGMAP), vec!["ca.crt".into()])],
+                service_account_token: true,
+                ..VolumeSpec::default()
+            });
+            let names =
+                |p: &PodInfo| -> Vec<String> { p.volumes.iter().map(|v| v.name.clone()).collect() };
+            names(&trimmed(p))
+        };
+        assert_eq!(with_root_ca(&[("reloadlet.io/action", "signal")]), ["conf"]);
+        assert_eq!(
+            with_root_ca(&[
+                ("reloadlet.io/action", "signal"),
+                ("reloadlet.io/configmaps", "app-cfg, kube-root-ca.crt")
+            ]),
+            ["conf", "kube-api-access-x7k2p"]
         );
     }
 
