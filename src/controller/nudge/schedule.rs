@@ -156,8 +156,8 @@ const CATCH_UP: Duration = Duration::from_millis(50);
 /// (a burst would reach the API server as one, and a burst's stragglers would crowd the
 /// next second there). A pod's first nudge is never dropped: when the cap is reached it waits its turn
 /// (oldest change first), so a change consumed by 2,000 pods reaches every one of them at
-/// exactly the cap. Re-nudges are the ones dropped (and counted) when the cap is short, and
-/// they leave room for the pods still waiting for their first; a pod whose first nudge
+/// exactly the cap. A re-nudge that would take the room of a pod still waiting for its first
+/// is dropped (and counted); otherwise it waits for its slot too. A pod whose first nudge
 /// waited past its re-nudge times gets one patch, not three.
 #[derive(Debug)]
 pub struct Scheduler {
