@@ -175,22 +175,27 @@ def main(argv: list[str]) -> int:
     try:
         renders = {
             "kustomize": Render("kustomize", load_docs(args.kustomize), owns_namespace=True),
-            "chart-default": Render("chart-default", load_docs(args.chart_default)),
+            "chart-default": Render("chart-default", load_docs(args.chart_default), flow_schema=True),
             "chart-full": Render("chart-full", load_docs(args.chart_full), privileged=True, service_monitor=True,
-                                 kubelet_root=args.chart_full_kubelet_root, owns_namespace=True, monitoring=True),
+                                 kubelet_root=args.chart_full_kubelet_root, owns_namespace=True, monitoring=True,
+                                 flow_schema=True),
         }
         if args.chart_release:
             renders["chart-release"] = Render("chart-release", load_docs(args.chart_release), service_monitor=True,
-                                              monitoring=True, fullname="prod-reloadlet", namespace="apps-prod")
+                                              monitoring=True, fullname="prod-reloadlet", namespace="apps-prod",
+                                              flow_schema=True)
         if args.chart_knobs:
             renders["chart-knobs"] = Render("chart-knobs", load_docs(args.chart_knobs), knobs=True,
-                                            fullname="knobs-agent", namespace="knobs-ns")
+                                            fullname="knobs-agent", namespace="knobs-ns", flow_schema=True)
         if args.chart_secrets:
-            renders["chart-secrets"] = Render("chart-secrets", load_docs(args.chart_secrets), controller_secrets=True)
+            renders["chart-secrets"] = Render("chart-secrets", load_docs(args.chart_secrets), controller_secrets=True,
+                                              flow_schema=True)
         if args.chart_compat:
-            renders["chart-compat"] = Render("chart-compat", load_docs(args.chart_compat), reloader_compat=True)
+            renders["chart-compat"] = Render("chart-compat", load_docs(args.chart_compat), reloader_compat=True,
+                                             flow_schema=True)
         if args.chart_argo:
-            renders["chart-argo"] = Render("chart-argo", load_docs(args.chart_argo), argo=True)
+            renders["chart-argo"] = Render("chart-argo", load_docs(args.chart_argo), argo=True,
+                                           flow_schema=True)
         if args.chart_no_policy:
             renders["chart-no-policy"] = Render("chart-no-policy", load_docs(args.chart_no_policy), admission_policy=False)
         if args.chart_no_controller:

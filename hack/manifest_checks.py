@@ -32,7 +32,10 @@ CONTROLLER_SUFFIX = "-controller"
 POLICY_SUFFIX = "-controller-nudge-only"
 CONTROLLER_KINDS = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"]
 POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", *POLICY_KINDS}
+# API Priority and Fairness (chart controller.flowSchema, Kubernetes >= 1.29; docs/controller.md):
+# the controller's requests at workload-low, its Lease at leader-election.
+FLOW_SCHEMAS = {"-controller": "workload-low", "-controller-leader-election": "leader-election"}
+CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", "FlowSchema", *POLICY_KINDS}
 # Everything the controller's ClusterRole grants (src/k8s/controller.rs): metadata-only
 # list/watch of ConfigMaps; pods list/watch (the watcher), patch (the nudge and the env
 # baseline), get (re-read after a 404/409 on the patch). Env consumers (on by default,
@@ -173,6 +176,8 @@ class Render:
     reloader_compat: bool = False
     # The controller rolls Argo Rollouts (controller.rollout.argoRollouts=true).
     argo: bool = False
+    # Renders the controller's FlowSchemas (the chart on Kubernetes >= 1.29).
+    flow_schema: bool = False
 
 
 @dataclass
@@ -323,6 +328,7 @@ def _objects(r: Render) -> tuple[bool, str]:
     want += [(k, name_of(k)) for k in sorted(MONITORING_KINDS)] if r.monitoring else []
     want += [(k, r.fullname + CONTROLLER_SUFFIX) for k in CONTROLLER_KINDS] if r.controller else []
     want += [(k, r.fullname + POLICY_SUFFIX) for k in POLICY_KINDS] if r.admission_policy else []
+    want += [("FlowSchema", r.fullname + suffix) for suffix in FLOW_SCHEMAS] if r.flow_schema else []
     seen = sorted((d.get("kind", "?"), str(_get(d, "metadata", "name"))) for d in r.docs)
     if seen != sorted(want):
         extra = sorted(set(seen) - set(want))
@@ -333,6 +339,28 @@ def _objects(r: Render) -> tuple[bool, str]:
         for d in r.docs
         if d["kind"] not in CLUSTER_SCOPED_KINDS and _get(d, "metadata", "namespace") != r.namespace
     ]
+    return not bad, ", ".join(bad)
+
+
+@render_check("flowschemas: the controller's ServiceAccount, at workload-low and leader-election")
+def _flow_schemas(r: Render) -> tuple[bool, str]:
+    bad = []
+    for d in r.docs:
+        if d.get("kind") != "FlowSchema":
+            continue
+        name = str(_get(d, "metadata", "name"))
+        level = FLOW_SCHEMAS.get(name[len(r.fullname):]) if name.startswith(r.fullname) else None
+        if _get(d, "spec", "priorityLevelConfiguration", "name") != level:
+            bad.append(f"{name}: level {_get(d, 'spec', 'priorityLevelConfiguration', 'name')!r}")
+        # Before the default `service-accounts` (9000), after the system's own (< 200 would
+        # outrank kube-apiserver's leader-election schemas).
+        if not 200 <= int(_get(d, "spec", "matchingPrecedence") or 0) < 9000:
+            bad.append(f"{name}: matchingPrecedence")
+        want = {"name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}
+        for rule in _get(d, "spec", "rules") or []:
+            for subject in rule.get("subjects") or []:
+                if subject.get("kind") != "ServiceAccount" or subject.get("serviceAccount") != want:
+                    bad.append(f"{name}: subject {subject}")
     return not bad, ", ".join(bad)
 
 
@@ -1245,11 +1273,12 @@ def security_view(r: Render) -> dict[str, Any]:
     ds = _one(docs, "DaemonSet")
     env = sorted(json.dumps(e, sort_keys=True) for e in c.get("env") or [])
     view = {
-        # The Namespace differs by design: kustomize's base owns it, the chart by default not.
+        # The Namespace differs by design: kustomize's base owns it, the chart by default not;
+        # the FlowSchemas are the chart's (rendered by Kubernetes version; they grant nothing).
         "objects": sorted(
             f"{d.get('kind')}/{_get(d, 'metadata', 'namespace', default='')}/{_get(d, 'metadata', 'name')}"
             for d in docs
-            if d.get("kind") not in ("ServiceMonitor", "Namespace")
+            if d.get("kind") not in ("ServiceMonitor", "Namespace", "FlowSchema")
         ),
         "rbac.rules": sorted(t for rule in _rbac_rules(docs) for t in _rule_triples(rule)),
         "rbac.binding": {"roleRef": crb.get("roleRef"), "subjects": crb.get("subjects")},

@@ -41,6 +41,18 @@ impl Reloadlet {
         Self::spawn(cmd, node, listen, log)
     }
 
+    /// [`Reloadlet::controller`] with more flags.
+    pub fn controller_with(node: &SimNode, name: &str, args: &[String]) -> Reloadlet {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let log = node.path(&format!("{name}.log"));
+        let mut cmd = Command::new(binary());
+        cmd.args(["controller", "--listen", &listen])
+            .args(args)
+            .env("POD_NAMESPACE", "reloadlet-system")
+            .env("POD_NAME", name);
+        Self::spawn(cmd, node, listen, log)
+    }
+
     /// The agent (`--debounce` and everything else at the default).
     pub fn agent(node: &SimNode, node_name: &str) -> Reloadlet {
         let listen = format!("127.0.0.1:{}", free_port());

@@ -346,3 +346,160 @@ async fn response_delay_slows_every_answer() {
     api.list(&ListParams::default()).await.unwrap();
     assert!(t.elapsed() < Duration::from_millis(300));
 }
+
+/// A streaming list (kube's `watcher::Config::streaming_lists()`): one watch with
+/// `sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true`, the
+/// current objects as ADDED, then a BOOKMARK annotated `k8s.io/initial-events-end: "true"`,
+/// then changes; no LIST at all.
+#[tokio::test]
+async fn a_streaming_list_sends_the_objects_then_the_initial_events_end_bookmark() {
+    let server = ApiServer::start().await.unwrap();
+    for i in 0..3 {
+        server.create_pod(pod("default", &format!("s-{i}"), "node-a", &[]));
+    }
+    let api: Api<Pod> = Api::all(client(&server));
+    // The raw stream: ADDED × 3, then the annotated BOOKMARK at the list's resourceVersion.
+    let rv = server.resource_version();
+    let wp = WatchParams {
+        bookmarks: true,
+        send_initial_events: true,
+        ..WatchParams::default()
+    };
+    let mut raw = api.watch(&wp, "0").await.unwrap().boxed();
+    let mut added = Vec::new();
+    let bookmark = loop {
+        match raw.try_next().await.unwrap().unwrap() {
+            WatchEvent::Added(p) => added.push(p.metadata.name.unwrap()),
+            WatchEvent::Bookmark(b) => break b,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(added, ["s-0", "s-1", "s-2"]);
+    assert_eq!(
+        bookmark
+            .metadata
+            .annotations
+            .get("k8s.io/initial-events-end"),
+        Some(&"true".to_string())
+    );
+    assert_eq!(bookmark.metadata.resource_version, rv.to_string());
+    drop(raw);
+
+    let (seen, task) = follow(api, watcher::Config::default().streaming_lists());
+    eventually(10, "the streamed list", || {
+        names(&seen) == ["s-0", "s-1", "s-2"]
+    })
+    .await;
+    server.create_pod(pod("default", "s-3", "node-a", &[]));
+    eventually(10, "a change after the list", || names(&seen).len() == 4).await;
+    let requests = server.requests();
+    assert!(
+        requests.iter().all(|r| r.is_watch()),
+        "no LIST: {:?}",
+        requests.iter().map(|r| &r.query).collect::<Vec<_>>()
+    );
+    let streamed = requests
+        .iter()
+        .filter(|r| r.query.contains("sendInitialEvents=true"))
+        .count();
+    assert_eq!(streamed, 2, "the raw watch and the watcher's");
+    assert_eq!(seen.lock().unwrap().lists, 1);
+    task.abort();
+}
+
+/// With the `WatchList` feature gate off, kube-apiserver refuses the streaming watch as
+/// invalid ListOptions (422), and still serves paged lists and plain watches.
+#[tokio::test]
+async fn without_the_watch_list_gate_a_streaming_watch_is_refused_with_422() {
+    let server = ApiServer::start_with(ApiServerOptions {
+        watch_list: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    server.create_pod(pod("default", "p-1", "node-a", &[]));
+    let api: Api<Pod> = Api::all(client(&server));
+    let wp = WatchParams {
+        bookmarks: true,
+        send_initial_events: true,
+        ..WatchParams::default()
+    };
+    match api.watch(&wp, "0").await {
+        Err(kube::Error::Api(st)) => {
+            assert_eq!((st.code, st.reason.as_str()), (422, "Invalid"));
+            assert_eq!(
+                st.message,
+                "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: \
+                 sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+            );
+        }
+        Err(other) => panic!("expected 422, got {other:?}"),
+        Ok(_) => panic!("expected 422, got a stream"),
+    }
+    // A paged list and a plain watch still work; turned on again, so does the stream.
+    assert_eq!(
+        api.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    assert!(api.watch(&WatchParams::default(), "0").await.is_ok());
+    server.set_watch_list(true);
+    assert!(api.watch(&wp, "0").await.is_ok());
+    // resourceVersionMatch without sendInitialEvents is refused whatever the gate.
+    let addr = server.addr().to_string();
+    let answer = tokio::task::spawn_blocking(move || {
+        nodesim::probe::http_get(
+            &addr,
+            "/api/v1/pods?watch=true&resourceVersionMatch=NotOlderThan",
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(answer.map(|(code, _)| code), Some(422));
+}
+
+/// Each page of a paged list starts after the last key of the one before; every object
+/// comes exactly once and `remainingItemCount` counts down (unfiltered lists only).
+#[tokio::test]
+async fn a_paged_list_serves_each_object_once_in_key_order() {
+    let server = ApiServer::start().await.unwrap();
+    for i in 0..25 {
+        server.create_pod(pod(
+            &format!("ns-{}", i % 3),
+            &format!("p-{i:02}"),
+            "node-a",
+            &[("app", "web")],
+        ));
+    }
+    let api: Api<Pod> = Api::all(client(&server));
+    let mut got = Vec::new();
+    let mut remaining = Vec::new();
+    let mut lp = ListParams::default().limit(10);
+    loop {
+        let page = api.list(&lp).await.unwrap();
+        got.extend(page.items.into_iter().map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.namespace.unwrap(),
+                p.metadata.name.unwrap()
+            )
+        }));
+        remaining.push(page.metadata.remaining_item_count);
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => break,
+        }
+    }
+    let mut want = got.clone();
+    want.sort();
+    want.dedup();
+    assert_eq!(got, want, "in key order, each once");
+    assert_eq!(got.len(), 25);
+    assert_eq!(remaining, [Some(15), Some(5), None]);
+    // Under a selector the count is left out, as kube-apiserver leaves it out.
+    let page = api
+        .list(&ListParams::default().labels("app=web").limit(10))
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 10);
+    assert_eq!(page.metadata.remaining_item_count, None);
+}

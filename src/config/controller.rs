@@ -12,8 +12,8 @@ pub struct ControllerArgs {
     /// cannot restrict `list` to metadata, so this needs list/watch on every Secret.
     #[arg(long, env = "RELOADLET_CONTROLLER_SECRETS")]
     pub secrets: bool,
-    /// At most this many nudges (pod patches) per second; what exceeds it is dropped and
-    /// counted (the kubelet's periodic sync stays the fallback).
+    /// At most this many nudges (pod patches) in any one second. A pod's first nudge over it
+    /// waits its turn; a re-nudge that would delay a pod's first is dropped and counted.
     #[arg(long, env = "RELOADLET_MAX_NUDGES_PER_SECOND", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub max_nudges_per_second: u32,
     #[command(flatten)]

@@ -52,7 +52,8 @@ pub trait Feature: Send {
 pub struct World {
     pub leader: bool,
     pub pods_listed: bool,
-    pods: HashMap<String, PodInfo>,
+    /// Boxed: a table of 100,000 pods has 131,072 buckets, each as wide as its value.
+    pods: HashMap<String, Box<PodInfo>>,
     by_namespace: HashMap<String, BTreeSet<String>>,
 }
 
@@ -69,11 +70,11 @@ impl World {
             .get(namespace)
             .into_iter()
             .flatten()
-            .filter_map(|uid| self.pods.get(uid))
+            .filter_map(|uid| self.pods.get(uid).map(|p| &**p))
     }
 
     pub fn get(&self, uid: &str) -> Option<&PodInfo> {
-        self.pods.get(uid)
+        self.pods.get(uid).map(|p| &**p)
     }
 
     pub fn len(&self) -> usize {
@@ -98,11 +99,11 @@ impl World {
             .entry(pod.namespace.clone())
             .or_default()
             .insert(pod.uid.clone());
-        self.pods.insert(pod.uid.clone(), pod);
+        self.pods.insert(pod.uid.clone(), Box::new(pod));
     }
 
     pub(super) fn remove(&mut self, uid: &str) -> Option<PodInfo> {
-        let pod = self.pods.remove(uid)?;
+        let pod = *self.pods.remove(uid)?;
         if let Some(set) = self.by_namespace.get_mut(&pod.namespace) {
             set.remove(uid);
             if set.is_empty() {

@@ -20,6 +20,7 @@ pub mod env;
 #[cfg(test)]
 pub mod fake;
 pub mod feature;
+pub mod keep;
 pub mod lease;
 pub mod metrics;
 pub mod nudge;

@@ -5,7 +5,7 @@
 
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
-use super::watch_loop::{self, Change, Pacing};
+use super::watch_loop::{self, Change, Listing, Pacing};
 use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, ObjectKey};
 use crate::controller::env::hash::ObjectData;
 use crate::controller::lease::LeaseRecord;
@@ -59,10 +59,10 @@ where
             meta.resource_version.clone()?,
         ))
     };
-    let config = watcher::Config::default();
-    let changes = watch_loop::changes(
+    let changes = watch_loop::changes_listed(
         api,
-        config,
+        watcher::Config::default(),
+        Listing::Streaming,
         Pacing::Default,
         move |o: &PartialObjectMeta<K>| key(&o.metadata),
     );
@@ -89,14 +89,19 @@ where
     }
 }
 
-/// Pods in all namespaces (label selector applied by the API server).
+/// Pods in all namespaces (label selector applied by the API server). Like the object
+/// watches, listed by a streaming list where the server offers one (one request per kind at
+/// start-up, and no paged LIST held in the API server's memory: KEP-3157), else in pages.
 pub async fn watch_pods(client: Client, label_selector: Option<String>, tx: mpsc::Sender<Input>) {
     let api: Api<PodView> = Api::all(client);
     let mut config = watcher::Config::default();
     if let Some(sel) = &label_selector {
         config = config.labels(sel);
     }
-    let changes = watch_loop::changes(api, config, Pacing::Default, pod_info);
+    // Kept as the controller keeps pods: trimmed to what its features read.
+    let keep = |pod: &PodView| pod_info(pod).map(crate::controller::keep::trimmed);
+    let changes =
+        watch_loop::changes_listed(api, config, Listing::Streaming, Pacing::Default, keep);
     futures::pin_mut!(changes);
     while let Some(change) = changes.next().await {
         let input = match change {

@@ -82,6 +82,10 @@ pub struct ApiServerOptions {
     /// Serve Argo Rollouts' `argoproj.io/v1alpha1` `Rollout` (as a cluster with its CRD
     /// installed); off: that group answers 404.
     pub argo_rollouts: bool,
+    /// Streaming lists (`watch=true&sendInitialEvents=true`): the `WatchList` feature gate,
+    /// on by default from Kubernetes 1.32. Off: such a watch is refused with 422 Invalid, as
+    /// a server with the gate off refuses it (changed later by [`ApiServer::set_watch_list`]).
+    pub watch_list: bool,
 }
 
 impl Default for ApiServerOptions {
@@ -96,6 +100,7 @@ impl Default for ApiServerOptions {
             tls: false,
             bearer_tokens: None,
             argo_rollouts: false,
+            watch_list: true,
         }
     }
 }
@@ -168,6 +173,7 @@ impl ApiServer {
             opts.response_delay,
         ));
         shared.set_tokens(opts.bearer_tokens.clone());
+        shared.set_watch_list(opts.watch_list);
         let pki = if opts.tls {
             Some(secure::Pki::generate().map_err(|e| ApiServerError::Tls(format!("{e:#}")))?)
         } else {
@@ -260,6 +266,11 @@ impl ApiServer {
             self.url()
         );
         std::fs::write(path, text)
+    }
+
+    /// Turns the `WatchList` feature gate on or off for the watches started from now on.
+    pub fn set_watch_list(&self, on: bool) {
+        self.inner.shared.set_watch_list(on);
     }
 
     /// Stops the server and ends every open watch; later requests are refused.
@@ -507,6 +518,14 @@ impl ApiServer {
     /// the body of writes), e.g. to assert "no per-object GETs" or count patches.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.state().requests.clone()
+    }
+    /// The requests answered after the first `n` (cheap to poll on a long log).
+    pub fn requests_since(&self, n: usize) -> Vec<RequestRecord> {
+        self.state().requests.get(n..).unwrap_or_default().to_vec()
+    }
+    /// How many requests were answered so far.
+    pub fn request_count(&self) -> usize {
+        self.state().requests.len()
     }
     /// Watch streams open right now per kind (`Pod`, `ConfigMap`, `Secret`, `Lease`), e.g. to
     /// assert "one watch per kind" (kinds with none open are left out).

@@ -182,13 +182,14 @@ fn list_or_watch(
     }
     let how = render::for_list(how)?;
     let state = shared.lock();
-    let matching: Vec<Value> = state
-        .pods
-        .values()
-        .filter(|pod| filter.matches(pod))
-        .map(|pod| serde_json::to_value(pod).unwrap_or(Value::Null))
-        .collect();
-    let (items, meta) = http_objects::paginate(&state, matching, &p)?;
+    let (items, meta) = http_objects::paginate(
+        &state,
+        &state.pods,
+        &filter,
+        |pod| filter.matches(pod),
+        |pod| serde_json::to_value(pod).unwrap_or(Value::Null),
+        &p,
+    )?;
     Ok(Json(render::list(Resource::Pods, meta, items, how)).into_response())
 }
 

@@ -27,6 +27,8 @@ pub(crate) struct Shared {
     pub open_watches: Mutex<BTreeMap<Resource, usize>>,
     /// The bearer tokens accepted; `None`: no authentication.
     tokens: Mutex<Option<Vec<String>>>,
+    /// The `WatchList` feature gate: streaming lists are served.
+    watch_list: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -49,7 +51,17 @@ impl Shared {
             in_flight: Default::default(),
             open_watches: Default::default(),
             tokens: Mutex::new(None),
+            watch_list: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    pub fn set_watch_list(&self, on: bool) {
+        self.watch_list
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn watch_list(&self) -> bool {
+        self.watch_list.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Replaces the accepted bearer tokens (`None`: no authentication).

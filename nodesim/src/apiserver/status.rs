@@ -50,6 +50,34 @@ impl ApiStatus {
         s
     }
 
+    /// `errors.NewInvalid(schema.GroupKind{Group: "meta.k8s.io", Kind: "ListOptions"}, "", errs)`
+    /// of `field.Forbidden` errors (`(field, detail)`): 422 Invalid, one cause per error.
+    pub fn invalid_list_options(errors: &[(&str, String)]) -> Self {
+        let text: Vec<String> = errors
+            .iter()
+            .map(|(field, detail)| format!("{field}: Forbidden: {detail}"))
+            .collect();
+        let joined = if text.len() == 1 {
+            text[0].clone()
+        } else {
+            format!("[{}]", text.join(", "))
+        };
+        let mut s = Self::failure(
+            422,
+            "Invalid",
+            format!("ListOptions.meta.k8s.io \"\" is invalid: {joined}"),
+        );
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|(field, detail)| {
+                json!({"reason": "FieldValueForbidden", "message": format!("Forbidden: {detail}"), "field": field})
+            })
+            .collect();
+        s.body["details"] =
+            json!({"group": "meta.k8s.io", "kind": "ListOptions", "causes": causes});
+        s
+    }
+
     /// `errors.NewBadRequest`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::failure(400, "BadRequest", message)

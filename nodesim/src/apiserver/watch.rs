@@ -11,6 +11,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -48,6 +49,25 @@ impl PodFilter {
                 (actual == r.value) != r.negated
             })
             && self.labels.matches(&labels)
+    }
+
+    /// [`Self::matches_value`] on a typed object's metadata (no JSON rendering).
+    pub fn matches_meta(&self, meta: &ObjectMeta) -> bool {
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        self.namespace
+            .as_ref()
+            .is_none_or(|ns| meta.namespace.as_ref() == Some(ns))
+            && self.fields.0.iter().all(|r| {
+                let actual = match r.field.as_str() {
+                    "metadata.name" => text(&meta.name),
+                    "metadata.namespace" => text(&meta.namespace),
+                    _ => String::new(),
+                };
+                (actual == r.value) != r.negated
+            })
+            && self
+                .labels
+                .matches(meta.labels.as_ref().unwrap_or(&Default::default()))
     }
 
     pub fn matches(&self, pod: &Pod) -> bool {

@@ -141,7 +141,7 @@ impl Nudges {
         if cm > self.dropped_seen.0 || s > self.dropped_seen.1 {
             tracing::warn!(
                 dropped = (cm - self.dropped_seen.0) + (s - self.dropped_seen.1),
-                "over --max-nudges-per-second: nudges dropped (those pods wait for the kubelet's periodic sync)"
+                "over --max-nudges-per-second: re-nudges dropped (every pod still gets its first nudge, in turn)"
             );
         }
         let dropped = Outcome::NudgeDropped;

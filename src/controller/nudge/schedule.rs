@@ -3,7 +3,7 @@
 
 use crate::controller::api::ObjectKey;
 use crate::core::model::SourceKind;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -136,25 +136,37 @@ struct PodQueue {
     undelivered: bool,
 }
 
-/// Nudges dropped by the rate cap, by kind.
+/// Re-nudges dropped by the rate cap, by kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Dropped {
     pub configmap: u64,
     pub secret: u64,
 }
 
+/// The rate cap's window: at most `max_per_second` patches in any window this long.
+const WINDOW: Duration = Duration::from_secs(1);
+/// Patches are spaced `1 / max_per_second` apart; a loop that woke late may catch up this
+/// much (within the window's cap).
+const CATCH_UP: Duration = Duration::from_millis(50);
+
 /// Schedules nudges per pod: attempt 1 at once, 2 and 3 after [`RENUDGE_AFTER`]; at most one
 /// patch per pod per [`POD_INTERVAL`] (due attempts coalesce into the newest); at most
-/// `max_per_second` patches in total (a token bucket; what exceeds it is dropped and counted —
-/// the kubelet's periodic sync stays the fallback). When tokens are short, pods whose change
-/// has not reached them yet go before re-nudges of pods already nudged, so a burst larger
-/// than the cap reaches every pod once before any gets its second.
+/// `max_per_second` patches in any one-second window (`--max-nudges-per-second`, exactly: a
+/// sliding window, so no second ever sees more), spaced evenly `1 / max_per_second` apart
+/// (a burst would reach the API server as one, and a burst's stragglers would crowd the
+/// next second there). A pod's first nudge is never dropped: when the cap is reached it waits its turn
+/// (oldest change first), so a change consumed by 2,000 pods reaches every one of them at
+/// exactly the cap. A re-nudge that would take the room of a pod still waiting for its first
+/// is dropped (and counted); otherwise it waits for its slot too. A pod whose first nudge
+/// waited past its re-nudge times gets one patch, not three.
 #[derive(Debug)]
 pub struct Scheduler {
     pods: BTreeMap<PodKey, PodQueue>,
     max_per_second: u32,
-    tokens: f64,
-    refilled: Option<Instant>,
+    /// When the patches of the last [`WINDOW`] were sent, oldest first.
+    sent: VecDeque<Instant>,
+    /// The earliest the next patch may go (the even spacing).
+    next_slot: Option<Instant>,
     dropped: Dropped,
 }
 
@@ -164,8 +176,8 @@ impl Scheduler {
         Self {
             pods: BTreeMap::new(),
             max_per_second,
-            tokens: f64::from(max_per_second),
-            refilled: None,
+            sent: VecDeque::new(),
+            next_slot: None,
             dropped: Dropped::default(),
         }
     }
@@ -207,84 +219,127 @@ impl Scheduler {
         &self.dropped
     }
 
+    fn interval(&self) -> Duration {
+        WINDOW / self.max_per_second
+    }
+
+    /// When the cap next lets a patch through (`None`: it does now, as far as it knows).
+    fn capacity_at(&self) -> Option<Instant> {
+        let max = self.max_per_second as usize;
+        let window = (self.sent.len() >= max).then(|| self.sent[self.sent.len() - max] + WINDOW);
+        window.max(self.next_slot)
+    }
+
+    /// The next slot, crediting at most [`CATCH_UP`] of lateness.
+    fn slot(&self, now: Instant) -> Instant {
+        let earliest = now.checked_sub(CATCH_UP).unwrap_or(now);
+        self.next_slot.map_or(now, |s| s.max(earliest))
+    }
+
+    /// How many patches the even spacing lets through at `now`.
+    fn spaced_room(&self, now: Instant) -> usize {
+        let slot = self.slot(now);
+        if slot > now {
+            return 0;
+        }
+        let interval = self.interval().as_nanos().max(1);
+        ((now - slot).as_nanos() / interval) as usize + 1
+    }
+
     /// When [`Scheduler::due`] will next have something (`None`: nothing pending).
     pub fn next_wakeup(&self) -> Option<Instant> {
-        self.pods
+        let ready = self
+            .pods
             .values()
             .filter_map(|q| {
                 let first = q.attempts.iter().map(|a| a.due).min()?;
                 Some(q.next_allowed.map_or(first, |n| first.max(n)))
             })
-            .min()
+            .min()?;
+        Some(self.capacity_at().map_or(ready, |c| ready.max(c)))
     }
 
     /// The patches to send now: per pod, the newest of its due attempts (older due ones are
     /// covered by it: any annotation change makes the kubelet re-project every volume).
     pub fn due(&mut self, now: Instant) -> Vec<Nudge> {
-        self.refill(now);
-        let mut picks = Vec::new();
-        let mut emptied = Vec::new();
-        for (pod, queue) in self.pods.iter_mut() {
-            if queue.next_allowed.is_some_and(|n| n > now) {
+        while self.sent.front().is_some_and(|t| *t + WINDOW <= now) {
+            self.sent.pop_front();
+        }
+        // What the one-second window still allows, and what the spacing allows now.
+        let mut room = (self.max_per_second as usize).saturating_sub(self.sent.len());
+        let mut spaced = self.spaced_room(now);
+        // (undelivered, oldest due, pod): pods waiting for their first nudge go first, the
+        // longest-waiting of them first; then re-nudges in pod order.
+        let mut picks: Vec<(bool, Instant, PodKey)> = self
+            .pods
+            .iter()
+            .filter(|(_, q)| q.next_allowed.is_none_or(|n| n <= now))
+            .filter_map(|(pod, q)| {
+                let oldest = q
+                    .attempts
+                    .iter()
+                    .filter(|a| a.due <= now)
+                    .map(|a| a.due)
+                    .min()?;
+                Some((q.undelivered, oldest, pod.clone()))
+            })
+            .collect();
+        picks.sort_by_key(|a| (!a.0, a.1));
+        // A re-nudge leaves room for each pod still waiting for its first one.
+        let mut waiting = self.pods.values().filter(|q| q.undelivered).count();
+        let interval = self.interval();
+        let mut slot = self.slot(now);
+        let mut out = Vec::new();
+        for (undelivered, _, pod) in picks {
+            let reserve = if undelivered { 0 } else { waiting };
+            let Some(queue) = self.pods.get_mut(&pod) else {
+                continue;
+            };
+            // A re-nudge that would take the room of a pod still waiting for its first nudge
+            // is dropped; anything else without room or slot waits for it.
+            let short = !undelivered && waiting > 0 && room < 1 + reserve;
+            if !short && (room == 0 || spaced == 0) {
                 continue;
             }
             let (due, later): (Vec<Attempt>, Vec<Attempt>) = std::mem::take(&mut queue.attempts)
                 .into_iter()
                 .partition(|a| a.due <= now);
             queue.attempts = later;
-            if queue.attempts.is_empty() {
-                emptied.push(pod.clone());
-            }
             // The newest change (by schedule), then the highest attempt of it.
-            if let Some(pick) = due
+            let Some(pick) = due
                 .into_iter()
                 .max_by_key(|a| (a.due - a.attempt_offset(), a.attempt))
-            {
-                picks.push((queue.undelivered, pod.clone(), pick));
-            }
-        }
-        // Undelivered first (stable: pod order within each group). A re-nudge leaves a token
-        // for each pod still waiting for its first one, due now or soon.
-        picks.sort_by_key(|(undelivered, _, _)| !undelivered);
-        let mut waiting = self.pods.values().filter(|q| q.undelivered).count() as f64;
-        let mut out = Vec::new();
-        for (undelivered, pod, pick) in picks {
-            let reserve = if undelivered { 0.0 } else { waiting };
-            if self.tokens < 1.0 + reserve {
+            else {
+                continue;
+            };
+            if short {
                 match pick.change.kind {
                     SourceKind::ConfigMap => self.dropped.configmap += 1,
                     SourceKind::Secret => self.dropped.secret += 1,
                     SourceKind::SecretProviderClass | SourceKind::CsiVolume => {}
                 }
-                continue;
-            }
-            self.tokens -= 1.0;
-            if undelivered {
-                waiting -= 1.0;
-            }
-            if let Some(queue) = self.pods.get_mut(&pod) {
+            } else {
+                room -= 1;
+                spaced -= 1;
+                self.sent.push_back(now);
+                slot += interval;
+                self.next_slot = Some(slot);
+                if undelivered {
+                    waiting -= 1;
+                }
                 queue.next_allowed = Some(now + POD_INTERVAL);
                 queue.undelivered = false;
+                out.push(Nudge {
+                    pod: pod.clone(),
+                    change: pick.change,
+                    attempt: pick.attempt,
+                });
             }
-            out.push(Nudge {
-                pod,
-                change: pick.change,
-                attempt: pick.attempt,
-            });
-        }
-        for pod in emptied {
-            self.pods.remove(&pod);
+            if queue.attempts.is_empty() {
+                self.pods.remove(&pod);
+            }
         }
         out
-    }
-
-    fn refill(&mut self, now: Instant) {
-        let cap = f64::from(self.max_per_second);
-        if let Some(last) = self.refilled {
-            let elapsed = now.saturating_duration_since(last).as_secs_f64();
-            self.tokens = (self.tokens + elapsed * cap).min(cap);
-        }
-        self.refilled = Some(now);
     }
 }
 
@@ -427,27 +482,47 @@ mod tests {
     }
 
     #[test]
-    fn the_rate_cap_drops_and_counts() {
+    fn over_the_cap_first_nudges_wait_their_turn_and_re_nudges_are_dropped() {
         let t0 = Instant::now();
         let mut s = Scheduler::new(2);
         for p in ["a", "b", "c", "d"] {
             s.schedule(pod(p), change("cfg", "9"), t0);
         }
-        assert_eq!(s.due(t0).len(), 2);
-        assert_eq!(s.dropped().configmap, 2);
-        assert_eq!(s.dropped().secret, 0);
-        // Tokens refill at 2/s: at 1 s, c and d (whose first nudge was dropped) go before
-        // the re-nudges of a and b.
         let names = |n: Vec<Nudge>| n.into_iter().map(|n| n.pod.name).collect::<Vec<_>>();
-        assert_eq!(names(s.due(t0 + ms(1000))), ["c", "d"]);
-        assert_eq!(s.dropped().configmap, 4);
-        assert_eq!(s.depth(), 4);
-        // At 3 s, everyone has been reached once: pod order again.
-        assert_eq!(names(s.due(t0 + ms(3000))), ["a", "b"]);
+        // 2 per second: one every 500 ms.
+        assert_eq!(names(s.due(t0)), ["a"]);
+        assert_eq!(s.next_wakeup(), Some(t0 + ms(500)));
+        assert!(s.due(t0 + ms(499)).is_empty());
+        assert_eq!(names(s.due(t0 + ms(500))), ["b"]);
+        assert_eq!(
+            s.dropped(),
+            &Dropped::default(),
+            "c and d wait, not dropped"
+        );
+        // At 1 s, c (its first nudge; #2 is due by then and covers it) goes before a's
+        // re-nudge, which is dropped and counted: d still waits for its first.
+        assert_eq!(
+            values(&s.due(t0 + ms(1000))),
+            [("c".into(), "configmap/cfg@9#2".into())]
+        );
+        assert_eq!(s.dropped().configmap, 1);
+        assert_eq!(names(s.due(t0 + ms(1500))), ["d"]);
+        // Everyone has been reached once: b's re-nudge waits for the next slot, and the last
+        // re-nudges go one per slot, none dropped.
+        assert_eq!(
+            values(&s.due(t0 + ms(2000))),
+            [("b".into(), "configmap/cfg@9#2".into())]
+        );
+        for (at, p) in [(3000, "a"), (3500, "b"), (4000, "c"), (4500, "d")] {
+            assert_eq!(names(s.due(t0 + ms(at))), [p]);
+        }
+        assert_eq!(s.dropped().configmap, 1);
+        assert_eq!(s.dropped().secret, 0);
+        assert_eq!(s.depth(), 0);
     }
 
     #[test]
-    fn re_nudges_leave_tokens_for_pods_not_reached_yet() {
+    fn re_nudges_leave_room_for_pods_not_reached_yet() {
         let t0 = Instant::now();
         let mut s = Scheduler::new(2);
         for p in ["a", "b"] {
@@ -457,11 +532,59 @@ mod tests {
             s.schedule(pod(p), change("other", "4"), t0 + ms(1));
         }
         let names = |n: Vec<Nudge>| n.into_iter().map(|n| n.pod.name).collect::<Vec<_>>();
-        assert_eq!(names(s.due(t0)), ["a", "b"]);
-        assert!(s.due(t0 + ms(1)).is_empty(), "no tokens left");
-        // a and b's re-nudges come due first, but c and d still wait for their first.
-        assert!(s.due(t0 + ms(1000)).is_empty());
-        assert_eq!(names(s.due(t0 + ms(1001))), ["c", "d"]);
+        assert_eq!(names(s.due(t0)), ["a"]);
+        assert!(s.due(t0 + ms(1)).is_empty(), "the next slot is at 500 ms");
+        assert_eq!(
+            names(s.due(t0 + ms(500))),
+            ["b"],
+            "the longest waiting first"
+        );
+        // a's re-nudge comes due at 1 s, but c and d still wait for their first.
+        assert_eq!(names(s.due(t0 + ms(1000))), ["c"]);
+        assert_eq!(s.dropped().configmap, 1);
+        assert_eq!(names(s.due(t0 + ms(1500))), ["d"]);
+        assert_eq!(names(s.due(t0 + ms(2000))), ["b"], "no one waits any more");
+        assert_eq!(s.dropped().configmap, 1);
+    }
+
+    #[test]
+    fn two_thousand_consumers_are_all_nudged_at_exactly_the_cap() {
+        let t0 = Instant::now();
+        let mut s = Scheduler::new(20);
+        for i in 0..2000 {
+            s.schedule(pod(&format!("p{i:04}")), change("cfg", "9"), t0);
+        }
+        let mut sent: Vec<(Instant, Nudge)> = Vec::new();
+        let mut now = t0;
+        while let Some(next) = s.next_wakeup() {
+            now = now.max(next);
+            sent.extend(s.due(now).into_iter().map(|n| (now, n)));
+            assert!(now < t0 + Duration::from_secs(200), "never drained");
+        }
+        let reached: std::collections::BTreeSet<&str> =
+            sent.iter().map(|(_, n)| n.pod.name.as_str()).collect();
+        assert_eq!(reached.len(), 2000, "every consumer nudged");
+        // No one-second window holds more than the cap.
+        for (i, (t, _)) in sent.iter().enumerate() {
+            let in_window = sent[i..]
+                .iter()
+                .take_while(|(u, _)| *u < *t + WINDOW)
+                .count();
+            assert!(in_window <= 20, "{in_window} patches within 1 s of {t:?}");
+        }
+        // 2,000 pods at 20 per second: the last goes out after 99 s (not earlier: the cap
+        // held) and by 100 s (not later: no second went unused while pods waited).
+        let last = sent.iter().map(|(t, _)| *t).max().unwrap();
+        assert!(last >= t0 + Duration::from_secs(99), "{:?}", last - t0);
+        assert!(last <= t0 + Duration::from_secs(100), "{:?}", last - t0);
+        // Those that waited past their re-nudge times got one patch, not three.
+        let late = sent.iter().filter(|(t, _)| *t >= t0 + ms(3000)).count();
+        let late_pods: std::collections::BTreeSet<&str> = sent
+            .iter()
+            .filter(|(t, _)| *t >= t0 + ms(3000))
+            .map(|(_, n)| n.pod.name.as_str())
+            .collect();
+        assert_eq!(late, late_pods.len());
     }
 
     #[test]

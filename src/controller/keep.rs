@@ -1,0 +1,189 @@
+//! What the controller keeps of each pod (docs/controller.md, "Memory"): at 100,000 pods
+//! every byte per pod is 100 KB of the controller's heap, so the pod the watch converted is
+//! trimmed to what the features read — the `reloadlet.io/` annotations (every annotation
+//! they parse has that prefix), the labels only of env consumers (their evictions match
+//! PodDisruptionBudgets by label; nothing else reads a pod's labels), the volumes that
+//! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
+//! file lists), no container IDs or ports (the agent's signal and HTTP targets) — with every
+//! buffer at its length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
+//! volume is kept only when the pod names it in `reloadlet.io/configmaps`: nudges
+//! (`nudge::qualify`) and rollouts (`rollout::refs`) ignore it otherwise, and env consumers
+//! read env references, not volumes.
+
+use crate::core::annotations::{CONFIGMAPS, PREFIX};
+use crate::core::model::{PodInfo, SourceKind, ROOT_CA_CONFIGMAP};
+
+/// `pod` as the controller keeps it.
+pub fn trimmed(mut pod: PodInfo) -> PodInfo {
+    pod.annotations.retain(|k, _| k.starts_with(PREFIX));
+    if pod.env.is_empty() {
+        pod.labels.clear();
+    }
+    let root_ca_named = pod
+        .annotations
+        .get(CONFIGMAPS)
+        .is_some_and(|l| l.split(',').any(|n| n.trim() == ROOT_CA_CONFIGMAP));
+    if !root_ca_named {
+        let root_ca = |s: &crate::core::model::SourceRef| {
+            s.kind == SourceKind::ConfigMap && s.name == ROOT_CA_CONFIGMAP
+        };
+        for v in &mut pod.volumes {
+            v.sources.retain(|s| !root_ca(s));
+            v.source_paths.retain(|(s, _)| !root_ca(s));
+        }
+    }
+    pod.volumes
+        .retain(|v| !v.sources.is_empty() || v.csi.is_some());
+    for v in &mut pod.volumes {
+        v.other_paths = Vec::new();
+        v.name.shrink_to_fit();
+        v.sources.shrink_to_fit();
+        v.source_paths.shrink_to_fit();
+    }
+    pod.volumes.shrink_to_fit();
+    let kept: Vec<&str> = pod.volumes.iter().map(|v| v.name.as_str()).collect();
+    for c in &mut pod.containers {
+        c.mounts.retain(|m| kept.contains(&m.volume.as_str()));
+        c.mounts.shrink_to_fit();
+        c.container_id = None;
+        c.ports = Vec::new();
+        c.name.shrink_to_fit();
+    }
+    pod.containers.shrink_to_fit();
+    pod.env.shrink_to_fit();
+    for s in [
+        &mut pod.uid,
+        &mut pod.namespace,
+        &mut pod.name,
+        &mut pod.phase,
+    ] {
+        s.shrink_to_fit();
+    }
+    pod
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{
+        ContainerInfo, ContainerKind, EnvKeys, EnvRef, SourceKind, SourceRef, VolumeMount,
+        VolumeSpec,
+    };
+    use std::collections::BTreeMap;
+
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn cm(name: &str) -> SourceRef {
+        SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: name.into(),
+        }
+    }
+
+    fn pod() -> PodInfo {
+        let volume = |name: &str, sources: Vec<SourceRef>| VolumeSpec {
+            name: name.into(),
+            sources,
+            other_paths: vec!["token".into()],
+            ..VolumeSpec::default()
+        };
+        let mount = |v: &str| VolumeMount {
+            volume: v.into(),
+            sub_path: false,
+        };
+        PodInfo {
+            uid: "u1".into(),
+            namespace: "shop".into(),
+            name: "web".into(),
+            annotations: map(&[
+                ("reloadlet.io/action", "signal"),
+                ("kubectl.kubernetes.io/restartedAt", "2024-01-01T00:00:00Z"),
+            ]),
+            labels: map(&[("app", "web")]),
+            volumes: vec![
+                volume("conf", vec![cm("app-cfg")]),
+                volume("scratch", vec![]),
+            ],
+            containers: vec![ContainerInfo {
+                name: "app".into(),
+                kind: ContainerKind::Regular,
+                mounts: vec![mount("conf"), mount("scratch")],
+                container_id: None,
+                running: true,
+                ports: vec![("http".into(), 8080)],
+            }],
+            phase: "Running".into(),
+            ..PodInfo::default()
+        }
+    }
+
+    #[test]
+    fn only_what_the_features_read_is_kept() {
+        let kept = trimmed(pod());
+        assert_eq!(kept.annotations, map(&[("reloadlet.io/action", "signal")]));
+        assert!(kept.labels.is_empty(), "not an env consumer");
+        let volumes: Vec<&str> = kept.volumes.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(volumes, ["conf"]);
+        assert!(kept.volumes[0].other_paths.is_empty());
+        assert_eq!(kept.volumes[0].sources, [cm("app-cfg")]);
+        let mounts: Vec<&str> = kept.containers[0]
+            .mounts
+            .iter()
+            .map(|m| m.volume.as_str())
+            .collect();
+        assert_eq!(mounts, ["conf"]);
+        assert!(kept.containers[0].ports.is_empty());
+        assert_eq!(
+            (
+                kept.uid.as_str(),
+                kept.namespace.as_str(),
+                kept.name.as_str()
+            ),
+            ("u1", "shop", "web")
+        );
+    }
+
+    #[test]
+    fn the_root_ca_volume_is_kept_only_when_the_pod_names_it() {
+        let with_root_ca = |annotations: &[(&str, &str)]| {
+            let mut p = pod();
+            p.annotations = map(annotations);
+            p.volumes.push(VolumeSpec {
+                name: "kube-api-access-x7k2p".into(),
+                sources: vec![cm(ROOT_CA_CONFIGMAP)],
+                source_paths: vec![(cm(ROOT_CA_CONFIGMAP), vec!["ca.crt".into()])],
+                service_account_token: true,
+                ..VolumeSpec::default()
+            });
+            let names =
+                |p: &PodInfo| -> Vec<String> { p.volumes.iter().map(|v| v.name.clone()).collect() };
+            names(&trimmed(p))
+        };
+        assert_eq!(with_root_ca(&[("reloadlet.io/action", "signal")]), ["conf"]);
+        assert_eq!(
+            with_root_ca(&[
+                ("reloadlet.io/action", "signal"),
+                ("reloadlet.io/configmaps", "app-cfg, kube-root-ca.crt")
+            ]),
+            ["conf", "kube-api-access-x7k2p"]
+        );
+    }
+
+    #[test]
+    fn an_env_consumer_keeps_its_labels_for_its_budgets() {
+        let mut p = pod();
+        p.env = vec![EnvRef {
+            source: cm("app-cfg"),
+            keys: EnvKeys::Key("MODE".into()),
+            optional: false,
+            container: "app".into(),
+        }];
+        let kept = trimmed(p);
+        assert_eq!(kept.labels, map(&[("app", "web")]));
+        assert_eq!(kept.env.len(), 1);
+    }
+}
