@@ -361,7 +361,7 @@ async fn statefulsets_and_daemonsets_roll_on_delete_and_unowned_pods_are_warned_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_eviction_no_budget_allows_ends_in_one_rollout_after_blocked_timeout() {
+async fn an_eviction_no_budget_allows_ends_in_one_rollout_of_the_owner() {
     if !root_or_skip() {
         return;
     }
