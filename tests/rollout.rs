@@ -557,6 +557,68 @@ async fn an_argo_rollout_is_restarted_through_spec_restart_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_transient_block_that_outlasts_blocked_timeout_ends_in_one_rollout() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    change(&node, "web-cfg", "v1");
+    // Three replicas, one may be unavailable: an eviction can succeed (not structural), but
+    // each replacement takes 10 s to become Ready, so after the first eviction the other two
+    // stay blocked longer than their blocked-timeout of 3 s.
+    node.api.create_pdb(
+        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": NS},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
+        .unwrap(),
+    );
+    let mut tpl = template("web");
+    tpl["metadata"]["annotations"]["reloadlet.io/action"] = json!("evict");
+    tpl["metadata"]["annotations"]["reloadlet.io/on-blocked"] = json!("rollout");
+    tpl["metadata"]["annotations"]["reloadlet.io/blocked-timeout"] = json!("3s");
+    tpl["metadata"]["annotations"]["nodesim.reloadlet.io/ready-delay-ms"] = json!("10000");
+    let mut s = spec("web", json!({"replicas": 3}));
+    s["template"] = tpl;
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    node.start_agent(&[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    settled(&node, WorkloadKind::Deployment, "web", 3).await;
+
+    change(&node, "web-cfg", "v2");
+    until("the first eviction", WAIT, || {
+        node.api.evictions().iter().any(|e| e.code == 201)
+    })
+    .await;
+    until("the Deployment rolled after the timeout", WAIT, || {
+        workload_patches(&node, "deployments/web") == 1
+    })
+    .await;
+    // A transient block: never called structural, never handed off at once.
+    let blocked = events(&node, "EvictionBlocked");
+    assert!(
+        blocked
+            .iter()
+            .all(|(_, _, note)| !note.contains("no eviction can succeed")),
+        "{blocked:?}"
+    );
+    assert!(events(&node, "EvictionHandedOff").is_empty());
+    let requested = events(&node, "RolloutRequested");
+    assert_eq!(requested.len(), 1, "{requested:?}");
+    assert_eq!(
+        (requested[0].0.as_str(), requested[0].1.as_str()),
+        ("Deployment", "web")
+    );
+    never("a second rollout", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+    })
+    .await;
+    assert!(node.api.invariant_violations().is_empty());
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_min_interval_holds_across_a_controller_restart() {
     if !root_or_skip() {
         return;

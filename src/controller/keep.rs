@@ -1,8 +1,10 @@
 //! What the controller keeps of each pod (docs/controller.md, "Memory"): at 100,000 pods
 //! every byte per pod is 100 KB of the controller's heap, so the pod the watch converted is
 //! trimmed to what the features read — the `reloadlet.io/` annotations (every annotation
-//! they parse has that prefix), the labels only of env consumers (their evictions match
-//! PodDisruptionBudgets by label; nothing else reads a pod's labels), the volumes that
+//! they parse has that prefix) and Reloader's workload annotations (`--reloader-compat`
+//! reads a pod template's), the labels only of env consumers and of `on-blocked: rollout`
+//! pods (their evictions and budgets match PodDisruptionBudgets by label; nothing else
+//! reads a pod's labels), the volumes that
 //! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
 //! file lists), no container IDs or ports (the agent's signal and HTTP targets) — with every
 //! buffer at its length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
@@ -12,11 +14,16 @@
 
 use crate::core::annotations::{CONFIGMAPS, PREFIX};
 use crate::core::model::{PodInfo, SourceKind, ROOT_CA_CONFIGMAP};
+use crate::core::reloader_compat::WORKLOAD_KEYS;
+use crate::core::rollout::ON_BLOCKED;
 
 /// `pod` as the controller keeps it.
 pub fn trimmed(mut pod: PodInfo) -> PodInfo {
-    pod.annotations.retain(|k, _| k.starts_with(PREFIX));
-    if pod.env.is_empty() {
+    // reloadlet's own annotations, and Reloader's on a pod template (`--reloader-compat`).
+    pod.annotations
+        .retain(|k, _| k.starts_with(PREFIX) || WORKLOAD_KEYS.contains(&k.as_str()));
+    // Labels: env consumers' evictions and `on-blocked: rollout` find their budget by them.
+    if pod.env.is_empty() && !pod.annotations.contains_key(ON_BLOCKED) {
         pod.labels.clear();
     }
     let root_ca_named = pod
@@ -60,6 +67,23 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
         s.shrink_to_fit();
     }
     pod
+}
+
+/// [`trimmed`], keeping also the labels through which `--reloader-compat` finds a pod's
+/// Deployment (or Argo Rollout) from its ReplicaSet's name (`pod-template-hash`,
+/// `rollouts-pod-template-hash`; `rollout::compat`): one label map per pod more, only with
+/// compat on.
+pub fn trimmed_for_compat(pod: PodInfo) -> PodInfo {
+    use crate::controller::rollout::compat::{DEPLOYMENT_HASH, ROLLOUT_HASH};
+    let hashes: Vec<(String, String)> = pod
+        .labels
+        .iter()
+        .filter(|(k, _)| *k == DEPLOYMENT_HASH || *k == ROLLOUT_HASH)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut kept = trimmed(pod);
+    kept.labels.extend(hashes);
+    kept
 }
 
 #[cfg(test)]
@@ -185,5 +209,38 @@ mod tests {
         let kept = trimmed(p);
         assert_eq!(kept.labels, map(&[("app", "web")]));
         assert_eq!(kept.env.len(), 1);
+    }
+
+    #[test]
+    fn reloader_annotations_and_budget_labels_are_kept() {
+        let mut p = pod();
+        p.annotations
+            .insert("reloader.stakater.com/auto".into(), "true".into());
+        p.annotations
+            .insert("reloadlet.io/on-blocked".into(), "rollout".into());
+        let kept = trimmed(p);
+        assert_eq!(
+            kept.annotations
+                .get("reloader.stakater.com/auto")
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            kept.labels,
+            map(&[("app", "web")]),
+            "an on-blocked pod's budget"
+        );
+    }
+
+    #[test]
+    fn compat_keeps_the_replica_set_hash_labels() {
+        let mut p = pod();
+        p.labels
+            .insert("pod-template-hash".into(), "f888bd677".into());
+        assert!(trimmed(p.clone()).labels.is_empty());
+        assert_eq!(
+            trimmed_for_compat(p).labels,
+            map(&[("pod-template-hash", "f888bd677")])
+        );
     }
 }

@@ -34,6 +34,17 @@ pub const SEARCH: &str = "reloader.stakater.com/search";
 pub const MATCH: &str = "reloader.stakater.com/match";
 pub const IGNORE: &str = "reloader.stakater.com/ignore";
 
+/// The annotations a workload (or its pod template) carries to roll (Reloader's
+/// `hasRelevantAnnotations`); `match` and `ignore` are the ConfigMap's or Secret's own.
+pub const WORKLOAD_KEYS: [&str; 6] = [
+    AUTO,
+    CONFIGMAP_AUTO,
+    SECRET_AUTO,
+    CONFIGMAP_RELOAD,
+    SECRET_RELOAD,
+    SEARCH,
+];
+
 /// The object that changed.
 pub struct Changed<'a> {
     pub kind: SourceKind,

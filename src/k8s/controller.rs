@@ -92,14 +92,26 @@ where
 /// Pods in all namespaces (label selector applied by the API server). Like the object
 /// watches, listed by a streaming list where the server offers one (one request per kind at
 /// start-up, and no paged LIST held in the API server's memory: KEP-3157), else in pages.
-pub async fn watch_pods(client: Client, label_selector: Option<String>, tx: mpsc::Sender<Input>) {
+/// `reloader_compat`: keep what `--reloader-compat` needs to find a pod's workload
+/// (`controller::keep::trimmed_for_compat`).
+pub async fn watch_pods(
+    client: Client,
+    label_selector: Option<String>,
+    reloader_compat: bool,
+    tx: mpsc::Sender<Input>,
+) {
     let api: Api<PodView> = Api::all(client);
     let mut config = watcher::Config::default();
     if let Some(sel) = &label_selector {
         config = config.labels(sel);
     }
     // Kept as the controller keeps pods: trimmed to what its features read.
-    let keep = |pod: &PodView| pod_info(pod).map(crate::controller::keep::trimmed);
+    let trim = if reloader_compat {
+        crate::controller::keep::trimmed_for_compat
+    } else {
+        crate::controller::keep::trimmed
+    };
+    let keep = move |pod: &PodView| pod_info(pod).map(trim);
     let changes =
         watch_loop::changes_listed(api, config, Listing::Streaming, Pacing::Default, keep);
     futures::pin_mut!(changes);

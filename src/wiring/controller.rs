@@ -62,6 +62,7 @@ pub async fn serve(
     tokio::spawn(watch_pods(
         clients.main.clone(),
         settings.scope.pod_selector.clone(),
+        settings.rollout.enabled && settings.rollout.reloader_compat,
         tx.clone(),
     ));
     tokio::spawn(watch_objects(

@@ -39,9 +39,9 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 /// The label a Deployment's ReplicaSet and pods carry (`DefaultDeploymentUniqueLabelKey`).
-const DEPLOYMENT_HASH: &str = "pod-template-hash";
+pub const DEPLOYMENT_HASH: &str = "pod-template-hash";
 /// Argo Rollouts' (`DefaultRolloutUniqueLabelKey`).
-const ROLLOUT_HASH: &str = "rollouts-pod-template-hash";
+pub const ROLLOUT_HASH: &str = "rollouts-pod-template-hash";
 /// The name of the volume that stands for objects named only in a `…/reload` list.
 const NAMED_ONLY: &str = "reloader-compat: named in a reload annotation";
 
@@ -330,16 +330,9 @@ fn select<'a>(
 
 /// Any of Reloader's annotations that make a workload roll (`hasRelevantAnnotations`).
 pub fn relevant(annotations: &BTreeMap<String, String>) -> bool {
-    [
-        rc::AUTO,
-        rc::CONFIGMAP_AUTO,
-        rc::SECRET_AUTO,
-        rc::CONFIGMAP_RELOAD,
-        rc::SECRET_RELOAD,
-        rc::SEARCH,
-    ]
-    .iter()
-    .any(|k| annotations.contains_key(*k))
+    rc::WORKLOAD_KEYS
+        .iter()
+        .any(|k| annotations.contains_key(*k))
 }
 
 /// Whether the pod's spec reads `source` (a volume, a projected source, env or envFrom).
