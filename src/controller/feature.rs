@@ -5,7 +5,9 @@
 use super::api::{ObjectKey, WorkloadChange};
 use crate::core::model::{PodInfo, SourceKind};
 use futures::future::BoxFuture;
-use std::collections::{BTreeSet, HashMap};
+use std::borrow::Borrow;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 /// What the router tells every feature, in the order it happened. Pods and objects outside
 /// the namespace filter never get here.
@@ -52,9 +54,48 @@ pub trait Feature: Send {
 pub struct World {
     pub leader: bool,
     pub pods_listed: bool,
-    /// Boxed: a table of 100,000 pods has 131,072 buckets, each as wide as its value.
-    pods: HashMap<String, Box<PodInfo>>,
-    by_namespace: HashMap<String, BTreeSet<String>>,
+    /// Keyed by the pod's own uid ([`Kept`]): at 100,000 pods a separate key `String` per
+    /// pod and per index is megabytes (docs/controller.md, "Memory").
+    pods: HashSet<Kept>,
+    by_namespace: HashMap<String, BTreeSet<Kept>>,
+}
+
+/// A kept pod, shared by [`World`]'s table, its namespace index and the eviction index
+/// (`Arc`: a reference count, not a copy), hashed, compared and looked up by uid.
+#[derive(Clone, Debug)]
+struct Kept(Arc<PodInfo>);
+
+impl PartialEq for Kept {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.uid == other.0.uid
+    }
+}
+
+impl Eq for Kept {}
+
+impl std::hash::Hash for Kept {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes: `Borrow<str>` requires the same hash.
+        self.0.uid.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Kept {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.uid.cmp(&other.0.uid)
+    }
+}
+
+impl Borrow<str> for Kept {
+    fn borrow(&self) -> &str {
+        &self.0.uid
+    }
 }
 
 impl World {
@@ -70,11 +111,16 @@ impl World {
             .get(namespace)
             .into_iter()
             .flatten()
-            .filter_map(|uid| self.pods.get(uid).map(|p| &**p))
+            .map(|p| &*p.0)
     }
 
     pub fn get(&self, uid: &str) -> Option<&PodInfo> {
-        self.pods.get(uid).map(|p| &**p)
+        self.pods.get(uid).map(|p| &*p.0)
+    }
+
+    /// The pod, shared (a reference count, no copy).
+    pub fn shared(&self, uid: &str) -> Option<Arc<PodInfo>> {
+        self.pods.get(uid).map(|p| p.0.clone())
     }
 
     pub fn len(&self) -> usize {
@@ -88,28 +134,77 @@ impl World {
     /// UIDs of the pods not in `keep`.
     pub(super) fn others(&self, keep: &BTreeSet<&str>) -> Vec<String> {
         self.pods
-            .keys()
-            .filter(|uid| !keep.contains(uid.as_str()))
-            .cloned()
+            .iter()
+            .filter(|p| !keep.contains(p.0.uid.as_str()))
+            .map(|p| p.0.uid.clone())
             .collect()
     }
 
     pub(super) fn put(&mut self, pod: PodInfo) {
+        let kept = Kept(Arc::new(pod));
+        // `replace`, not `insert`: an equal (same uid) element is not replaced by `insert`.
         self.by_namespace
-            .entry(pod.namespace.clone())
+            .entry(kept.0.namespace.clone())
             .or_default()
-            .insert(pod.uid.clone());
-        self.pods.insert(pod.uid.clone(), Box::new(pod));
+            .replace(kept.clone());
+        self.pods.replace(kept);
     }
 
     pub(super) fn remove(&mut self, uid: &str) -> Option<PodInfo> {
-        let pod = *self.pods.remove(uid)?;
+        let pod = self.pods.take(uid)?.0;
         if let Some(set) = self.by_namespace.get_mut(&pod.namespace) {
             set.remove(uid);
             if set.is_empty() {
                 self.by_namespace.remove(&pod.namespace);
             }
         }
-        Some(pod)
+        Some(Arc::unwrap_or_clone(pod))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, namespace: &str, phase: &str) -> PodInfo {
+        PodInfo {
+            uid: uid.into(),
+            namespace: namespace.into(),
+            name: format!("pod-{uid}"),
+            phase: phase.into(),
+            ..PodInfo::default()
+        }
+    }
+
+    #[test]
+    fn the_world_finds_pods_by_uid_and_namespace_and_a_put_replaces() {
+        let mut world = World::new(true);
+        world.put(pod("u2", "shop", "Pending"));
+        world.put(pod("u1", "shop", "Pending"));
+        world.put(pod("u3", "bank", "Running"));
+        world.put(pod("u2", "shop", "Running"));
+        assert_eq!(world.len(), 3);
+        assert_eq!(world.get("u2").map(|p| p.phase.as_str()), Some("Running"));
+        let shop: Vec<(&str, &str)> = world
+            .pods_in("shop")
+            .map(|p| (p.uid.as_str(), p.phase.as_str()))
+            .collect();
+        assert_eq!(
+            shop,
+            [("u1", "Pending"), ("u2", "Running")],
+            "by uid, the new u2"
+        );
+        let shared = world.shared("u3").unwrap();
+        assert!(std::ptr::eq(&*shared, world.get("u3").unwrap()));
+        let keep = BTreeSet::from(["u1", "u2"]);
+        assert_eq!(world.others(&keep), ["u3"]);
+        assert_eq!(world.remove("u3").map(|p| p.uid), Some("u3".to_owned()));
+        assert_eq!(world.pods_in("bank").count(), 0);
+        assert!(world.get("u3").is_none() && world.remove("u3").is_none());
+        assert_eq!(
+            world.remove("u1").map(|p| p.name),
+            Some("pod-u1".to_owned())
+        );
+        assert_eq!(world.pods_in("shop").count(), 1);
     }
 }

@@ -6,8 +6,8 @@
 //! pods (their evictions and budgets match PodDisruptionBudgets by label; nothing else
 //! reads a pod's labels), the volumes that
 //! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
-//! file lists), no container IDs or ports (the agent's signal and HTTP targets) — with every
-//! buffer at its length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
+//! file lists, `source_paths` and `other_paths`), no container IDs or ports (the agent's
+//! signal and HTTP targets) — with every buffer at its length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
 //! volume is kept only when the pod names it in `reloadlet.io/configmaps`: nudges
 //! (`nudge::qualify`) and rollouts (`rollout::refs`) ignore it otherwise, and env consumers
 //! read env references, not volumes.
@@ -36,16 +36,18 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
         };
         for v in &mut pod.volumes {
             v.sources.retain(|s| !root_ca(s));
-            v.source_paths.retain(|(s, _)| !root_ca(s));
+            v.source_keys.retain(|(s, _)| !root_ca(s));
         }
     }
     pod.volumes
         .retain(|v| !v.sources.is_empty() || v.csi.is_some());
     for v in &mut pod.volumes {
+        // The agent's file lists: no feature of the controller reads them.
         v.other_paths = Vec::new();
+        v.source_paths = Vec::new();
         v.name.shrink_to_fit();
         v.sources.shrink_to_fit();
-        v.source_paths.shrink_to_fit();
+        v.source_keys.shrink_to_fit();
     }
     pod.volumes.shrink_to_fit();
     let kept: Vec<&str> = pod.volumes.iter().map(|v| v.name.as_str()).collect();

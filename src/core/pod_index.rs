@@ -35,6 +35,20 @@ impl PodIndex {
         }
     }
 
+    /// [`Self::apply`] of a pod already shared elsewhere (the controller's kept pod): the
+    /// index holds a reference count, not a second copy.
+    pub fn apply_shared(&mut self, pod: Arc<PodInfo>) -> IndexChange {
+        let change = match self.pods.get(&pod.uid) {
+            Some(old) if Arc::ptr_eq(old, &pod) => return IndexChange::Unchanged,
+            Some(old) if **old == *pod => IndexChange::Unchanged,
+            Some(_) => IndexChange::Updated,
+            None => IndexChange::Added,
+        };
+        // Even when unchanged: the old copy is released, the shared one kept.
+        self.pods.insert(pod.uid.clone(), pod);
+        change
+    }
+
     pub fn delete(&mut self, uid: &str) -> Option<PodInfo> {
         self.pods.remove(uid).map(Arc::unwrap_or_clone)
     }
@@ -95,6 +109,25 @@ mod tests {
             name: name.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_shared_pod_is_held_not_copied() {
+        let mut idx = PodIndex::default();
+        let first = Arc::new(pod("u1", "a"));
+        assert_eq!(idx.apply_shared(first.clone()), IndexChange::Added);
+        assert_eq!(idx.apply_shared(first.clone()), IndexChange::Unchanged);
+        assert!(Arc::ptr_eq(&idx.shared("u1").unwrap(), &first));
+        // An equal pod in a new allocation: unchanged, and the index now holds that one.
+        let again = Arc::new(pod("u1", "a"));
+        assert_eq!(idx.apply_shared(again.clone()), IndexChange::Unchanged);
+        assert!(Arc::ptr_eq(&idx.shared("u1").unwrap(), &again));
+        drop(first);
+        let mut changed = pod("u1", "a");
+        changed.annotations.insert("k".into(), "v".into());
+        assert_eq!(idx.apply_shared(Arc::new(changed)), IndexChange::Updated);
+        assert_eq!(idx.get("u1").unwrap().annotations.len(), 1);
+        assert_eq!(Arc::strong_count(&again), 1, "the old pod was released");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod hash;
 pub mod pacing;
 pub mod tracker;
+mod vec_map;
 
 use super::api::{EnvApi, ObjectKey};
 use super::feature::{Feature, Routed, World};
@@ -160,7 +161,11 @@ impl EnvConsumers {
         self.check_pacing(pod, world);
         let fetch = self.tracker.put_pod(pod);
         if self.tracker.tracks(&pod.uid) {
-            self.index().apply(pod.clone());
+            // The World's kept pod, shared: no second copy per env consumer.
+            match world.shared(&pod.uid) {
+                Some(shared) => self.index().apply_shared(shared),
+                None => self.index().apply(pod.clone()),
+            };
         } else {
             self.index().delete(&pod.uid);
         }

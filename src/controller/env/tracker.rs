@@ -9,6 +9,7 @@
 //! seen (a GET answered with data older than the pod never becomes its baseline).
 
 use super::hash::{digest, format_baseline, parse_baseline, references, ObjectData, Selector};
+use super::vec_map::VecMap;
 use crate::controller::api::ObjectKey;
 use crate::core::annotations::ENV_BASELINE;
 use crate::core::model::{PodInfo, SourceRef};
@@ -18,9 +19,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 struct PodEnv {
     namespace: String,
     name: String,
-    refs: BTreeMap<SourceRef, Vec<Selector>>,
+    refs: VecMap<SourceRef, Vec<Selector>>,
     /// The digest per reference the pod is known to run with (its baseline).
-    known: BTreeMap<SourceRef, String>,
+    known: VecMap<SourceRef, String>,
     /// `reloadlet.io/env-baseline` as last seen on the pod (or written).
     written: Option<String>,
     /// A write of this value is in flight.
@@ -30,7 +31,7 @@ struct PodEnv {
     /// restarted mid-eviction asks again; within one run, a second GET of the same data —
     /// a replacement pod's first fetch, the metadata watch's first event — must not evict
     /// the pod twice).
-    acting: BTreeMap<SourceRef, String>,
+    acting: VecMap<SourceRef, String>,
     /// The fetch sequence when the pod was first seen.
     seen_seq: u64,
 }
@@ -65,7 +66,8 @@ pub struct EnvTracker {
     configmaps: bool,
     secrets: bool,
     pods: HashMap<String, PodEnv>,
-    by_object: HashMap<ObjectKey, BTreeSet<String>>,
+    /// The uids reading each object (as a set: the values are `()`).
+    by_object: HashMap<ObjectKey, VecMap<String, ()>>,
     /// The resourceVersion last asked for per object (`None`: unknown, e.g. after a delete).
     requested: HashMap<ObjectKey, Option<String>>,
     /// The sequence number of the newest fetch applied per object.
@@ -118,15 +120,15 @@ impl EnvTracker {
         let entry = self.pods.entry(pod.uid.clone()).or_insert_with(|| PodEnv {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
-            refs: BTreeMap::new(),
+            refs: VecMap::default(),
             // First sight: the baseline the controller wrote earlier, if any.
             known: annotation
                 .as_deref()
-                .map(parse_baseline)
+                .map(|a| parse_baseline(a).into_iter().collect())
                 .unwrap_or_default(),
             written: annotation.clone(),
             writing: None,
-            acting: BTreeMap::new(),
+            acting: VecMap::default(),
             seen_seq: seq,
         });
         if entry.written != annotation {
@@ -137,7 +139,7 @@ impl EnvTracker {
             entry.writing = None;
         }
         let old: Vec<SourceRef> = entry.refs.keys().cloned().collect();
-        entry.refs = refs;
+        entry.refs = refs.into_iter().collect();
         entry.known.retain(|s, _| entry.refs.contains_key(s));
         let unknown: Vec<SourceRef> = entry
             .refs
@@ -156,7 +158,7 @@ impl EnvTracker {
             self.by_object
                 .entry(key_of(&namespace, &s))
                 .or_default()
-                .insert(pod.uid.clone());
+                .insert(pod.uid.clone(), ());
         }
         unknown.iter().map(|s| key_of(&namespace, s)).collect()
     }
@@ -250,7 +252,7 @@ impl EnvTracker {
             name: key.name.clone(),
         };
         let mut changes = Vec::new();
-        for uid in uids {
+        for (uid, ()) in uids.iter() {
             let Some(pod) = self.pods.get_mut(uid) else {
                 continue;
             };
@@ -305,7 +307,12 @@ impl EnvTracker {
             if pod.known.is_empty() {
                 continue;
             }
-            let value = format_baseline(&pod.known);
+            let known: BTreeMap<SourceRef, String> = pod
+                .known
+                .iter()
+                .map(|(s, d)| (s.clone(), d.clone()))
+                .collect();
+            let value = format_baseline(&known);
             if pod.written.as_ref() == Some(&value) || pod.writing.as_ref() == Some(&value) {
                 continue;
             }
