@@ -344,20 +344,27 @@ async fn with_the_kubelets_real_sync_timing_the_nudged_pod_reloads_in_seconds_an
     .await;
     node.wait_tracked(4).await;
     // The kubelet syncs a pod once more right after Pending → Running (on its next 1 s
-    // tick): wait for that sync, or it would project the change below by itself.
-    eventually("the post-start syncs done", WAIT, || {
+    // tick), and its volume manager re-projects the volumes at most one populator and one
+    // reconciler period after that sync: wait for both, or that re-projection would pick up
+    // the change below by itself.
+    let post_start: Vec<Instant> = eventually("the post-start syncs done", WAIT, || {
         ["fast", "slow"]
             .iter()
-            .all(|p| {
+            .map(|p| {
                 node.sim
                     .kubelet
                     .syncs(&node.uid(NS, p))
                     .iter()
-                    .any(|s| s.reason == nodesim::kubelet_sync::SyncReason::PhaseTransition)
+                    .find(|s| s.reason == nodesim::kubelet_sync::SyncReason::PhaseTransition)
+                    .map(|s| s.at)
             })
-            .then_some(())
+            .collect::<Option<Vec<Instant>>>()
     })
     .await;
+    let remounted = post_start.into_iter().max().expect("two pods")
+        + nodesim::kubelet_sync::POPULATOR_PERIOD
+        + nodesim::kubelet_sync::RECONCILER_PERIOD;
+    until("their re-projection", WAIT, || Instant::now() > remounted).await;
     let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
 
     let applied = Instant::now();
