@@ -13,7 +13,10 @@ mod support;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use nginx::{nginx_conf, Nginx};
-use nodesim::kubelet_sync::{SyncMode, SyncReason, DEFAULT_SYNC_FREQUENCY, RESYNC_JITTER_FACTOR};
+use nodesim::kubelet_sync::{
+    SyncMode, SyncReason, DEFAULT_SYNC_FREQUENCY, POPULATOR_PERIOD, RECONCILER_PERIOD,
+    RESYNC_JITTER_FACTOR,
+};
 use nodesim::node::SimNode;
 use serde_json::json;
 use std::path::Path;
@@ -244,6 +247,20 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
         },
     )
     .await?;
+    // ... and its volume manager re-projects the volumes at most one populator and one
+    // reconciler period after that sync: the change below must come after that, or this
+    // re-projection would pick it up (nodesim/src/kubelet_sync.rs).
+    if let Some(post_start) = kubelet
+        .syncs(&web.uid)
+        .iter()
+        .find(|s| s.reason == SyncReason::PhaseTransition)
+        .map(|s| s.at)
+    {
+        let remounted = post_start + POPULATOR_PERIOD + RECONCILER_PERIOD;
+        if let Some(left) = remounted.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(left).await; // until that re-projection is done
+        }
+    }
     if let Some(last) = kubelet.syncs(&web.uid).last() {
         println!(
             "    the kubelet last synced nginx-0 {:.1} s ago; its next periodic sync is due {window} after that",
@@ -330,7 +347,7 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
         secs(DEFAULT_SYNC_FREQUENCY)
     );
     println!(
-        "    controller on:  {:>7.3} s  (nudge -> pod-update sync; 250 ms of it is the agent's --debounce)",
+        "    controller on:  {:>7.3} s  (nudge -> pod-update sync; the agent acts 10 ms after the announced swap)",
         on.took().as_secs_f64()
     );
     println!(

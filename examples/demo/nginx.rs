@@ -144,9 +144,14 @@ impl Observed {
             self.on_disk,
             &format!("kubelet syncs nginx-0 ({why}) and writes the new nginx.conf"),
         );
+        let after = if self.nudge.is_some() {
+            "10 ms after the volume the nudge announced swapped"
+        } else {
+            "after its 250 ms --debounce: nobody announced this swap"
+        };
         tl.line(
             self.signaled,
-            "reloadlet sends SIGHUP to the nginx master (after its 250 ms --debounce)",
+            &format!("reloadlet sends SIGHUP to the nginx master ({after})"),
         );
         tl.line(self.serving, &format!("nginx serves {body:?}"));
     }
