@@ -604,7 +604,12 @@ async fn a_transient_block_that_outlasts_blocked_timeout_ends_in_one_rollout() {
         "{blocked:?}"
     );
     assert!(events(&node, "EvictionHandedOff").is_empty());
-    let requested = events(&node, "RolloutRequested");
+    // The Event follows the patch (the executor reports after the API answered).
+    let requested = eventually("the RolloutRequested Event", WAIT, || {
+        let found = events(&node, "RolloutRequested");
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
     assert_eq!(requested.len(), 1, "{requested:?}");
     assert_eq!(
         (requested[0].0.as_str(), requested[0].1.as_str()),

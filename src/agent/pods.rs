@@ -251,9 +251,6 @@ impl Pods {
                 } else {
                     self.synced = true;
                     entered.first_sync = true;
-                    // Start-up is over: its code need not stay mapped (host::memory).
-                    let released = crate::host::memory::release_startup_code();
-                    tracing::debug!(bytes = released, "start-up code unmapped");
                 }
             }
             PodUpdate::WatchError(e) => {
