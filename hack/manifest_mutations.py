@@ -78,6 +78,9 @@ def _set_panel_expr(dash: dict, title_part: str, old: str, new: str) -> None:
 
 
 MUTATIONS: list[Mutation] = [
+    Mutation("the controller's FlowSchema at the exempt level",
+             lambda c: next(d for d in _docs(c, CR) if d.get("kind") == "FlowSchema")["spec"]["priorityLevelConfiguration"].update(name="exempt"),
+             "flowschemas: the controller's ServiceAccount, at workload-low and leader-election", CR),
     Mutation("a Secret object in the install",
              lambda c: _docs(c, K).append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "reloadlet", "namespace": "reloadlet-system"}}),
              "objects: exactly the expected kinds and names", K),
