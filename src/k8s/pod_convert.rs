@@ -8,7 +8,9 @@ use crate::core::model::{
     SourceRef, VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY, SECRETS_STORE_DRIVER,
     SECRET_PROVIDER_CLASS_ATTRIBUTE,
 };
+use crate::core::rollout::OwnerRef;
 use k8s_openapi::api::core::v1::KeyToPath;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
     let meta = &pod.metadata;
@@ -35,6 +37,7 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
         containers.push(container_info(c, ContainerKind::Regular, statuses));
     }
 
+    let controller = controller_of(meta);
     Some(PodInfo {
         uid,
         namespace: meta.namespace.clone().unwrap_or_default(),
@@ -43,12 +46,8 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
         labels: meta.labels.clone().unwrap_or_default(),
         volumes: spec.volumes.iter().flatten().map(volume_spec).collect(),
         containers,
-        has_controller: meta
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true)),
-        controller: super::workloads::controller_of(meta).map(Box::new),
+        has_controller: controller.is_some(),
+        controller: controller.map(Box::new),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
         terminating: meta.deletion_timestamp.is_some(),
         env: env_refs(spec),
@@ -323,6 +322,19 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
         }
     }
     spec
+}
+
+/// The `ownerReferences` entry with `controller: true`.
+pub fn controller_of(meta: &ObjectMeta) -> Option<OwnerRef> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| OwnerRef {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        })
 }
 
 #[cfg(test)]

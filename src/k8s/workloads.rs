@@ -40,19 +40,6 @@ impl KubeWorkloads {
     }
 }
 
-/// The `ownerReferences` entry with `controller: true`.
-pub fn controller_of(meta: &ObjectMeta) -> Option<OwnerRef> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| OwnerRef {
-            api_version: o.api_version.clone(),
-            kind: o.kind.clone(),
-            name: o.name.clone(),
-        })
-}
-
 /// `25%` or `1` (an unparsable string counts as 0, as apimachinery's
 /// `GetScaledValueFromIntOrPercent` would refuse it and the API server validates it).
 fn int_or_percent(v: Option<&IntOrString>, default: IntOrPercent) -> IntOrPercent {
@@ -154,7 +141,7 @@ impl WorkloadApi for KubeWorkloads {
                 .get_metadata_opt(name)
                 .await
                 .map_err(|e| e.to_string())?;
-            Ok(meta.and_then(|m| controller_of(&m.metadata)))
+            Ok(meta.and_then(|m| super::pod_convert::controller_of(&m.metadata)))
         })
     }
 
@@ -169,7 +156,7 @@ impl WorkloadApi for KubeWorkloads {
                 .get_metadata_opt(name)
                 .await
                 .map_err(|e| e.to_string())?;
-            Ok(meta.and_then(|m| controller_of(&m.metadata)))
+            Ok(meta.and_then(|m| super::pod_convert::controller_of(&m.metadata)))
         })
     }
 
