@@ -360,6 +360,36 @@ async fn statefulsets_and_daemonsets_roll_on_delete_and_unowned_pods_are_warned_
     controller.stop().await;
 }
 
+/// A Deployment `web` of `replicas` evicted on a change with `on-blocked: rollout` (plus
+/// `annotations`), behind a budget with `budget` as its spec, and the agent.
+async fn evicting_web_behind(
+    node: &mut Node,
+    budget: Value,
+    replicas: u32,
+    annotations: &[(&str, &str)],
+) {
+    let mut budget = budget;
+    budget["selector"] = json!({"matchLabels": {"app": "web"}});
+    node.api.create_pdb(
+        serde_json::from_value(
+            json!({"metadata": {"name": "web", "namespace": NS}, "spec": budget}),
+        )
+        .unwrap(),
+    );
+    let mut tpl = template("web");
+    tpl["metadata"]["annotations"]["reloadlet.io/action"] = json!("evict");
+    tpl["metadata"]["annotations"]["reloadlet.io/on-blocked"] = json!("rollout");
+    for (k, v) in annotations {
+        tpl["metadata"]["annotations"][*k] = json!(v);
+    }
+    let mut s = spec("web", json!({ "replicas": replicas }));
+    s["template"] = tpl;
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    node.start_agent(&[]).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_eviction_no_budget_allows_ends_in_one_rollout_of_the_owner() {
     if !root_or_skip() {
@@ -369,21 +399,13 @@ async fn an_eviction_no_budget_allows_ends_in_one_rollout_of_the_owner() {
     node.api.set_nodes(&[NODE]);
     change(&node, "web-cfg", "v1");
     // One replica, minAvailable 1: no eviction can ever succeed.
-    node.api.create_pdb(
-        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": NS},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
-        .unwrap(),
-    );
-    let mut tpl = template("web");
-    tpl["metadata"]["annotations"]["reloadlet.io/action"] = json!("evict");
-    tpl["metadata"]["annotations"]["reloadlet.io/on-blocked"] = json!("rollout");
-    tpl["metadata"]["annotations"]["reloadlet.io/blocked-timeout"] = json!("4s");
-    let mut s = spec("web", json!({"replicas": 1}));
-    s["template"] = tpl;
-    node.api
-        .apply_deployment(object::<Deployment>("web", s))
-        .unwrap();
-    node.start_agent(&[]).await;
+    evicting_web_behind(
+        &mut node,
+        json!({"minAvailable": 1}),
+        1,
+        &[("reloadlet.io/blocked-timeout", "4s")],
+    )
+    .await;
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     let old = settled(&node, WorkloadKind::Deployment, "web", 1).await;
     let readiness = node
@@ -567,22 +589,16 @@ async fn a_transient_block_that_outlasts_blocked_timeout_ends_in_one_rollout() {
     // Three replicas, one may be unavailable: an eviction can succeed (not structural), but
     // each replacement takes 10 s to become Ready, so after the first eviction the other two
     // stay blocked longer than their blocked-timeout of 3 s.
-    node.api.create_pdb(
-        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": NS},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
-        .unwrap(),
-    );
-    let mut tpl = template("web");
-    tpl["metadata"]["annotations"]["reloadlet.io/action"] = json!("evict");
-    tpl["metadata"]["annotations"]["reloadlet.io/on-blocked"] = json!("rollout");
-    tpl["metadata"]["annotations"]["reloadlet.io/blocked-timeout"] = json!("3s");
-    tpl["metadata"]["annotations"]["nodesim.reloadlet.io/ready-delay-ms"] = json!("10000");
-    let mut s = spec("web", json!({"replicas": 3}));
-    s["template"] = tpl;
-    node.api
-        .apply_deployment(object::<Deployment>("web", s))
-        .unwrap();
-    node.start_agent(&[]).await;
+    evicting_web_behind(
+        &mut node,
+        json!({"maxUnavailable": 1}),
+        3,
+        &[
+            ("reloadlet.io/blocked-timeout", "3s"),
+            ("nodesim.reloadlet.io/ready-delay-ms", "10000"),
+        ],
+    )
+    .await;
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     settled(&node, WorkloadKind::Deployment, "web", 3).await;
 
