@@ -126,15 +126,7 @@ fn patches(node: &Node, name: &str) -> usize {
 }
 
 fn explain(node: &Node, pod: &str) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
-        .args(["explain", "--pod", &format!("{NS}/{pod}")])
-        .env("KUBECONFIG", node.kubeconfig())
-        .env("NODE_NAME", NODE)
-        .env_remove("POD_NAME")
-        .env_remove("POD_NAMESPACE")
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).to_string()
+    node.explain_output(NS, pod)
 }
 
 fn pod_name(node: &Node, deployment: &str) -> String {

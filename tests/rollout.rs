@@ -119,15 +119,7 @@ fn events(node: &Node, reason: &str) -> Vec<(String, String, String)> {
 
 /// `reloadlet explain --pod apps/<name>` against the simulated API server.
 fn explain(node: &Node, name: &str) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
-        .args(["explain", "--pod", &format!("{NS}/{name}")])
-        .env("KUBECONFIG", node.kubeconfig())
-        .env("NODE_NAME", NODE)
-        .env_remove("POD_NAME")
-        .env_remove("POD_NAMESPACE")
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).to_string()
+    node.explain_output(NS, name)
 }
 
 fn change(node: &Node, name: &str, value: &str) {

@@ -60,6 +60,21 @@ pub struct AgentProcess {
 }
 
 impl Node {
+    /// `reloadlet explain --pod <namespace>/<pod>` against this node's API server, as an
+    /// operator runs it (outside a pod): its standard output.
+    #[allow(dead_code)] // not every test binary explains
+    pub fn explain_output(&self, namespace: &str, pod: &str) -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+            .args(["explain", "--pod", &format!("{namespace}/{pod}")])
+            .env("KUBECONFIG", self.kubeconfig())
+            .env("NODE_NAME", NODE)
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
     pub async fn start(opts: NodeOptions) -> Node {
         let sim = SimNode::start(NODE, "reloadlet-it-", |k| {
             k.runtime = opts.runtime;
