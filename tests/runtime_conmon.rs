@@ -20,7 +20,6 @@ use nodesim::runtime::random_container_id;
 use runtime_support::*;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const NODE: &str = "node-a";
@@ -147,33 +146,7 @@ async fn nginx_in_a_conmon_runc_container_is_reloaded_by_sighup() {
     )
     .await;
 
-    let listen = format!("127.0.0.1:{}", free_port());
-    let log = tmp.path().join("agent.log");
-    let agent = Agent {
-        child: Command::new(env!("CARGO_BIN_EXE_reloadlet"))
-            .args(["--node-name", NODE, "--listen", &listen, "--debounce", "0s"])
-            .arg("--kubelet-root")
-            .arg(&root)
-            .arg("--state-dir")
-            .arg(tmp.path().join("state"))
-            .env("KUBECONFIG", tmp.path().join("kubeconfig"))
-            .env("RUST_LOG", "reloadlet=debug,info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn reloadlet"),
-        log,
-    };
-    let tracked = |listen: &str| {
-        http_get(listen, "/metrics")
-            .map(|(_, m)| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("reloadlet_volumes_tracked "))
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .unwrap_or(0.0)
-            })
-            .unwrap_or(0.0)
-    };
+    let (agent, listen) = spawn_agent(tmp.path(), &root, NODE);
     let ok = wait_poll(Duration::from_secs(30), || tracked(&listen) >= 1.0).await;
     assert!(
         ok,
@@ -219,89 +192,18 @@ async fn nginx_in_a_conmon_runc_container_is_reloaded_by_sighup() {
     ] {
         assert!(running(pid), "{what} (pid {pid}) was not signalled");
     }
-    // `action: evict`: a ReplicaSet's pod running under conmon is evicted through the
-    // Eviction API and replaced.
-    api.apply_configmap(
-        serde_json::from_value(json!({"metadata": {"name": "app-conf", "namespace": NS},
-            "data": {"k": "v1"}}))
-        .unwrap(),
-    );
-    let template = serde_json::from_value(json!({
-        "metadata": {"labels": {"app": "app"}, "annotations": {"reloadlet.io/action": "evict"}},
-        "spec": {
-            "containers": [{"name": "app", "image": "busybox",
-                            "volumeMounts": [{"name": "conf", "mountPath": "/config"}]}],
-            "volumes": [{"name": "conf", "configMap": {"name": "app-conf"}}]
-        }
-    }))
-    .unwrap();
-    api.create_replicaset(NS, "app", 1, template, NODE);
-    let old = api
-        .pods_of_replicaset(NS, "app")
-        .pop()
-        .expect("the ReplicaSet's pod");
-    let (old_name, old_uid) = (
-        old.metadata.name.clone().unwrap(),
-        old.metadata.uid.clone().unwrap(),
-    );
-    let app_conf = root
-        .join("pods")
-        .join(&old_uid)
-        .join("volumes/kubernetes.io~configmap/conf");
-    std::fs::create_dir_all(&app_conf).unwrap();
-    let write_app = |v: &str| {
-        let payload = BTreeMap::from([("k".to_string(), FileProjection::new(v))]);
-        atomic_writer::write(&app_conf, &payload).unwrap();
+    // `action: evict`: a ReplicaSet's pod running in the runtime is evicted and replaced.
+    let stage = Stage {
+        api: &api,
+        root: &root,
+        rootfs: &rootfs,
+        namespace: NS,
+        node: NODE,
+        agent: &agent,
+        listen: &listen,
+        tracked_before: 1.0,
     };
-    write_app("v1");
-    let app_id = random_container_id();
-    let mut app_mounts = host_mounts();
-    app_mounts.push((app_conf.as_path(), "/config", true));
-    conmon.run(
-        &app_id,
-        &rootfs,
-        &format!("/kubepods/besteffort/pod{old_uid}"),
-        &app_mounts,
-        &["/usr/bin/busybox", "sleep", "3600"],
-    );
-    let status = json!({
-        "phase": "Running", "qosClass": "BestEffort", "podIP": "127.0.0.1",
-        "conditions": [{"type": "Ready", "status": "True"}],
-        "containerStatuses": [
-            {"name": "app", "containerID": format!("cri-o://{app_id}"), "image": "busybox",
-             "imageID": "", "ready": true, "restartCount": 0, "started": true,
-             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
-        ]
-    });
-    api.set_pod_status(NS, &old_name, serde_json::from_value(status).unwrap());
-    let ok = wait_poll(Duration::from_secs(30), || tracked(&listen) >= 2.0).await;
-    assert!(
-        ok,
-        "the agent never tracked the app's volume:\n{}",
-        agent.log()
-    );
-    api.apply_configmap(
-        serde_json::from_value(json!({"metadata": {"name": "app-conf", "namespace": NS},
-            "data": {"k": "v2"}}))
-        .unwrap(),
-    );
-    write_app("v2");
-    let evicted = wait_poll(Duration::from_secs(30), || {
-        api.evictions()
-            .iter()
-            .any(|e| e.pod == old_name && e.code == 201)
-    })
-    .await;
-    assert!(evicted, "the app's pod was never evicted:\n{}", agent.log());
-    // The kubelet's part of a deletion: stop the container, confirm the pod is gone.
-    conmon.stop(&app_id);
-    api.finalize_pod(NS, &old_name);
-    let replaced = wait_poll(Duration::from_secs(10), || {
-        let pods = api.pods_of_replicaset(NS, "app");
-        pods.len() == 1 && pods[0].metadata.uid.as_deref() != Some(old_uid.as_str())
-    })
-    .await;
-    assert!(replaced, "the ReplicaSet replaced the evicted pod");
+    evict_scene(&stage, &mut conmon).await;
     assert!(running(master), "nginx was not touched by the eviction");
 
     drop(agent);

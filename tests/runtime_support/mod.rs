@@ -14,10 +14,12 @@
 
 mod conmon;
 mod containerd;
+mod scenes;
 #[allow(unused_imports)] // each test binary uses one runtime
 pub use conmon::Conmon;
 #[allow(unused_imports)]
 pub use containerd::{Containerd, NAMESPACE};
+pub use scenes::{evict_scene, spawn_agent, tracked, PodRuntime, Stage};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};

@@ -1,0 +1,210 @@
+//! What both runtime tests do alike: start the agent binary against the test's kubelet
+//! root, read how many volumes it tracks, and the `action: evict` scene — a ReplicaSet's pod
+//! whose container runs in the runtime under test is evicted through the Eviction API after
+//! its ConfigMap changes, and replaced.
+
+use super::{free_port, host_mounts, wait_poll, Agent};
+use nodesim::apiserver::ApiServer;
+use nodesim::atomic_writer::{self, FileProjection};
+use nodesim::probe::http_get;
+use nodesim::runtime::random_container_id;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A container runtime as the kubelet drives it through CRI, in the shape a test reproduces.
+pub trait PodRuntime {
+    /// The scheme of `status.containerStatuses[].containerID` (`cri-o`, `containerd`).
+    const SCHEME: &'static str;
+    /// Starts `argv` as container `id` of pod `pod_uid` in the cgroup the runtime names.
+    fn start(
+        &mut self,
+        id: &str,
+        rootfs: &Path,
+        pod_uid: &str,
+        mounts: &[(&Path, &str, bool)],
+        argv: &[&str],
+    );
+    /// Stops and removes container `id`, as for a deleted pod.
+    fn stop(&mut self, id: &str);
+}
+
+impl PodRuntime for super::Conmon {
+    const SCHEME: &'static str = "cri-o";
+    fn start(
+        &mut self,
+        id: &str,
+        rootfs: &Path,
+        pod_uid: &str,
+        mounts: &[(&Path, &str, bool)],
+        argv: &[&str],
+    ) {
+        // conmon + runc add `crio-<id>` below the pod's cgroup, as CRI-O does.
+        let pod_cgroup = format!("/kubepods/besteffort/pod{pod_uid}");
+        self.run(id, rootfs, &pod_cgroup, mounts, argv);
+    }
+    fn stop(&mut self, id: &str) {
+        super::Conmon::stop(self, id);
+    }
+}
+
+impl PodRuntime for super::Containerd {
+    const SCHEME: &'static str = "containerd";
+    fn start(
+        &mut self,
+        id: &str,
+        rootfs: &Path,
+        pod_uid: &str,
+        mounts: &[(&Path, &str, bool)],
+        argv: &[&str],
+    ) {
+        // containerd's CRI plugin with cgroupfs: `<pod cgroup>/<id>`.
+        let cgroup = format!("/kubepods/besteffort/pod{pod_uid}/{id}");
+        self.run(id, rootfs, &cgroup, mounts, argv);
+    }
+    fn stop(&mut self, id: &str) {
+        super::Containerd::stop(self, id);
+    }
+}
+
+/// The agent binary on `node`, watching `root`, with the test's kubeconfig and state under
+/// `dir`; returns it and its metrics address.
+pub fn spawn_agent(dir: &Path, root: &Path, node: &str) -> (Agent, String) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let log = dir.join("agent.log");
+    let agent = Agent {
+        child: Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+            .args(["--node-name", node, "--listen", &listen, "--debounce", "0s"])
+            .arg("--kubelet-root")
+            .arg(root)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .env("RUST_LOG", "reloadlet=debug,info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn reloadlet"),
+        log,
+    };
+    (agent, listen)
+}
+
+/// `reloadlet_volumes_tracked` as the agent at `listen` reports it (0 until it answers).
+pub fn tracked(listen: &str) -> f64 {
+    http_get(listen, "/metrics")
+        .and_then(|(_, m)| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("reloadlet_volumes_tracked "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Where the scene runs.
+pub struct Stage<'a> {
+    pub api: &'a ApiServer,
+    /// The simulated kubelet's root (`pods/<uid>/volumes/...`).
+    pub root: &'a Path,
+    pub rootfs: &'a Path,
+    pub namespace: &'a str,
+    pub node: &'a str,
+    pub agent: &'a Agent,
+    /// The agent's metrics address.
+    pub listen: &'a str,
+    /// Volumes the agent tracks before the scene.
+    pub tracked_before: f64,
+}
+
+/// `action: evict`: a ReplicaSet's pod running in `runtime` is evicted through the Eviction
+/// API when its ConfigMap changes, and the ReplicaSet replaces it; the test plays the
+/// kubelet (writes the volume, reports the container, stops it on deletion).
+pub async fn evict_scene<R: PodRuntime>(stage: &Stage<'_>, runtime: &mut R) {
+    let (api, ns) = (stage.api, stage.namespace);
+    let conf = |v: &str| {
+        serde_json::from_value(json!({"metadata": {"name": "app-conf", "namespace": ns},
+            "data": {"k": v}}))
+        .unwrap()
+    };
+    api.apply_configmap(conf("v1"));
+    let template = serde_json::from_value(json!({
+        "metadata": {"labels": {"app": "app"}, "annotations": {"reloadlet.io/action": "evict"}},
+        "spec": {
+            "containers": [{"name": "app", "image": "busybox",
+                            "volumeMounts": [{"name": "conf", "mountPath": "/config"}]}],
+            "volumes": [{"name": "conf", "configMap": {"name": "app-conf"}}]
+        }
+    }))
+    .unwrap();
+    api.create_replicaset(ns, "app", 1, template, stage.node);
+    let old = api
+        .pods_of_replicaset(ns, "app")
+        .pop()
+        .expect("the ReplicaSet's pod");
+    let (old_name, old_uid) = (
+        old.metadata.name.clone().unwrap(),
+        old.metadata.uid.clone().unwrap(),
+    );
+    let app_conf = stage
+        .root
+        .join("pods")
+        .join(&old_uid)
+        .join("volumes/kubernetes.io~configmap/conf");
+    std::fs::create_dir_all(&app_conf).unwrap();
+    let write_app = |v: &str| {
+        let payload = BTreeMap::from([("k".to_string(), FileProjection::new(v))]);
+        atomic_writer::write(&app_conf, &payload).unwrap();
+    };
+    write_app("v1");
+    let app_id = random_container_id();
+    let mut app_mounts = host_mounts();
+    app_mounts.push((app_conf.as_path(), "/config", true));
+    runtime.start(
+        &app_id,
+        stage.rootfs,
+        &old_uid,
+        &app_mounts,
+        &["/usr/bin/busybox", "sleep", "3600"],
+    );
+    let status = json!({
+        "phase": "Running", "qosClass": "BestEffort", "podIP": "127.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [
+            {"name": "app", "containerID": format!("{}://{app_id}", R::SCHEME), "image": "busybox",
+             "imageID": "", "ready": true, "restartCount": 0, "started": true,
+             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+        ]
+    });
+    api.set_pod_status(ns, &old_name, serde_json::from_value(status).unwrap());
+    let want = stage.tracked_before + 1.0;
+    let ok = wait_poll(Duration::from_secs(30), || tracked(stage.listen) >= want).await;
+    assert!(
+        ok,
+        "the agent never tracked the app's volume:\n{}",
+        stage.agent.log()
+    );
+    api.apply_configmap(conf("v2"));
+    write_app("v2");
+    let evicted = wait_poll(Duration::from_secs(30), || {
+        api.evictions()
+            .iter()
+            .any(|e| e.pod == old_name && e.code == 201)
+    })
+    .await;
+    assert!(
+        evicted,
+        "the app's pod was never evicted:\n{}",
+        stage.agent.log()
+    );
+    // The kubelet's part of a deletion: stop the container, confirm the pod is gone.
+    runtime.stop(&app_id);
+    api.finalize_pod(ns, &old_name);
+    let replaced = wait_poll(Duration::from_secs(10), || {
+        let pods = api.pods_of_replicaset(ns, "app");
+        pods.len() == 1 && pods[0].metadata.uid.as_deref() != Some(old_uid.as_str())
+    })
+    .await;
+    assert!(replaced, "the ReplicaSet replaced the evicted pod");
+}
