@@ -14,12 +14,9 @@ mod runtime_support;
 mod wait;
 
 use nodesim::apiserver::ApiServer;
-use nodesim::atomic_writer::{self, FileProjection};
 use nodesim::probe::http_get;
 use nodesim::runtime::random_container_id;
 use runtime_support::*;
-use serde_json::json;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 const NODE: &str = "node-a";
@@ -42,53 +39,10 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
     api.write_kubeconfig(&tmp.path().join("kubeconfig"))
         .unwrap();
     let root = tmp.path().join("kubelet");
-    let port = free_port();
-
-    // The pod as the API knows it: nginx with its ConfigMap, and a sibling.
-    api.apply_configmap(
-        serde_json::from_value(json!({"metadata": {"name": "nginx-conf", "namespace": NS},
-            "data": {"nginx.conf": nginx_conf(port, "v1")}}))
-        .unwrap(),
-    );
-    let pod = api.create_pod(
-        serde_json::from_value(json!({
-            "metadata": {"name": "nginx-0", "namespace": NS, "annotations": {
-                "reloadlet.io/action": "signal",
-                "reloadlet.io/containers": "nginx"
-            }},
-            "spec": {
-                "nodeName": NODE,
-                "containers": [
-                    {"name": "nginx", "image": "nginx", "volumeMounts": [
-                        {"name": "conf", "mountPath": "/config"},
-                        {"name": "run", "mountPath": "/run/nginx"}
-                    ]},
-                    {"name": "sidecar", "image": "busybox"}
-                ],
-                "volumes": [
-                    {"name": "conf", "configMap": {"name": "nginx-conf"}},
-                    {"name": "run", "emptyDir": {}}
-                ]
-            }
-        }))
-        .unwrap(),
-    );
-    let uid = pod.metadata.uid.clone().unwrap();
-
-    // The kubelet's part: the volumes, written as the kubelet writes them.
-    let volumes = root.join("pods").join(&uid).join("volumes");
-    let conf_dir = volumes.join("kubernetes.io~configmap/conf");
-    let run_dir = volumes.join("kubernetes.io~empty-dir/run");
-    std::fs::create_dir_all(&conf_dir).unwrap();
-    std::fs::create_dir_all(&run_dir).unwrap();
-    let write_conf = |body: &str| {
-        let payload = BTreeMap::from([(
-            "nginx.conf".to_string(),
-            FileProjection::new(nginx_conf(port, body)),
-        )]);
-        atomic_writer::write(&conf_dir, &payload).unwrap();
-    };
-    write_conf("v1");
+    // The pod as the API knows it (nginx with its ConfigMap, and a sibling) and its volumes
+    // as the kubelet writes them.
+    let nginx = NginxPod::create(&api, &root, NS, NODE);
+    let (uid, port) = (nginx.uid.clone(), nginx.port);
 
     // The runtime's part: sandbox, nginx, sibling, each in its cgroup under the pod's.
     let mut containerd = Containerd::start(&tmp.path().join("containerd"));
@@ -106,9 +60,7 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
         &host_mounts(),
         &["/usr/bin/catatonit", "-P"],
     );
-    let mut nginx_mounts = host_mounts();
-    nginx_mounts.push((conf_dir.as_path(), "/config", true));
-    nginx_mounts.push((run_dir.as_path(), "/run/nginx", false));
+    let nginx_mounts = nginx.mounts();
     let master = containerd.run(
         &nginx_id,
         &rootfs,
@@ -128,18 +80,13 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
         containerd.shims().contains(&shim),
         "the shim is nginx's parent"
     );
-    let status = json!({
-        "phase": "Running", "qosClass": "BestEffort", "podIP": "127.0.0.1",
-        "conditions": [{"type": "Ready", "status": "True"}],
-        "containerStatuses": [
-            {"name": "nginx", "containerID": format!("containerd://{nginx_id}"), "image": "nginx",
-             "imageID": "", "ready": true, "restartCount": 0, "started": true,
-             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}},
-            {"name": "sidecar", "containerID": format!("containerd://{sidecar_id}"), "image": "busybox",
-             "imageID": "", "ready": true, "restartCount": 0, "started": true,
-             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
-        ]
-    });
+    let status = running_status(
+        "containerd",
+        &[
+            ("nginx", &nginx_id, "nginx"),
+            ("sidecar", &sidecar_id, "busybox"),
+        ],
+    );
     api.set_pod_status(NS, "nginx-0", serde_json::from_value(status).unwrap());
 
     let addr = format!("127.0.0.1:{port}");
@@ -159,12 +106,7 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
     );
 
     // The ConfigMap changes; the kubelet writes the volume.
-    api.apply_configmap(
-        serde_json::from_value(json!({"metadata": {"name": "nginx-conf", "namespace": NS},
-            "data": {"nginx.conf": nginx_conf(port, "v2")}}))
-        .unwrap(),
-    );
-    write_conf("v2");
+    nginx.change_conf(&api, NS, "v2");
     let served = wait_poll(Duration::from_secs(30), || {
         http_get(&addr, "/").is_some_and(|(c, b)| c == 200 && b == "v2")
     })
@@ -175,7 +117,7 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
         Some(master),
         "the same master, reloaded in place"
     );
-    let error_log = std::fs::read_to_string(run_dir.join("error.log")).unwrap_or_default();
+    let error_log = std::fs::read_to_string(nginx.run_dir.join("error.log")).unwrap_or_default();
     assert_eq!(
         error_log.matches("signal 1 (SIGHUP) received").count(),
         1,

@@ -19,7 +19,7 @@ mod scenes;
 pub use conmon::Conmon;
 #[allow(unused_imports)]
 pub use containerd::{Containerd, NAMESPACE};
-pub use scenes::{evict_scene, spawn_agent, tracked, PodRuntime, Stage};
+pub use scenes::{evict_scene, running_status, spawn_agent, tracked, NginxPod, PodRuntime, Stage};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};

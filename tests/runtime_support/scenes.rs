@@ -208,3 +208,109 @@ pub async fn evict_scene<R: PodRuntime>(stage: &Stage<'_>, runtime: &mut R) {
     .await;
     assert!(replaced, "the ReplicaSet replaced the evicted pod");
 }
+
+/// `status` of a Running, Ready pod whose containers (name, container ID, image) run in a
+/// runtime reporting `scheme`, as the kubelet writes it from CRI.
+pub fn running_status(scheme: &str, containers: &[(&str, &str, &str)]) -> serde_json::Value {
+    let statuses: Vec<serde_json::Value> = containers
+        .iter()
+        .map(|(name, id, image)| {
+            json!({"name": name, "containerID": format!("{scheme}://{id}"), "image": image,
+                   "imageID": "", "ready": true, "restartCount": 0, "started": true,
+                   "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}})
+        })
+        .collect();
+    json!({
+        "phase": "Running", "qosClass": "BestEffort", "podIP": "127.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": statuses
+    })
+}
+
+/// Pod `nginx-0` as the API knows it (`action: signal` for its `nginx` container, its
+/// ConfigMap `nginx-conf`, a `sidecar` sibling) and the kubelet's part: its volumes, written
+/// as the kubelet writes them.
+pub struct NginxPod {
+    pub uid: String,
+    /// nginx listens on 127.0.0.1:`port`.
+    pub port: u16,
+    pub conf_dir: std::path::PathBuf,
+    pub run_dir: std::path::PathBuf,
+}
+
+impl NginxPod {
+    pub fn create(api: &ApiServer, root: &Path, namespace: &str, node: &str) -> NginxPod {
+        let port = free_port();
+        api.apply_configmap(
+            serde_json::from_value(
+                json!({"metadata": {"name": "nginx-conf", "namespace": namespace},
+                "data": {"nginx.conf": super::nginx_conf(port, "v1")}}),
+            )
+            .unwrap(),
+        );
+        let pod = api.create_pod(
+            serde_json::from_value(json!({
+                "metadata": {"name": "nginx-0", "namespace": namespace, "annotations": {
+                    "reloadlet.io/action": "signal",
+                    "reloadlet.io/containers": "nginx"
+                }},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {"name": "nginx", "image": "nginx", "volumeMounts": [
+                            {"name": "conf", "mountPath": "/config"},
+                            {"name": "run", "mountPath": "/run/nginx"}
+                        ]},
+                        {"name": "sidecar", "image": "busybox"}
+                    ],
+                    "volumes": [
+                        {"name": "conf", "configMap": {"name": "nginx-conf"}},
+                        {"name": "run", "emptyDir": {}}
+                    ]
+                }
+            }))
+            .unwrap(),
+        );
+        let uid = pod.metadata.uid.clone().unwrap();
+        let volumes = root.join("pods").join(&uid).join("volumes");
+        let nginx = NginxPod {
+            uid,
+            port,
+            conf_dir: volumes.join("kubernetes.io~configmap/conf"),
+            run_dir: volumes.join("kubernetes.io~empty-dir/run"),
+        };
+        std::fs::create_dir_all(&nginx.conf_dir).unwrap();
+        std::fs::create_dir_all(&nginx.run_dir).unwrap();
+        nginx.write_conf("v1");
+        nginx
+    }
+
+    /// The ConfigMap changed to serve `body`: the API object, and the kubelet's projection.
+    pub fn change_conf(&self, api: &ApiServer, namespace: &str, body: &str) {
+        api.apply_configmap(
+            serde_json::from_value(
+                json!({"metadata": {"name": "nginx-conf", "namespace": namespace},
+                "data": {"nginx.conf": super::nginx_conf(self.port, body)}}),
+            )
+            .unwrap(),
+        );
+        self.write_conf(body);
+    }
+
+    /// The kubelet's projection of the ConfigMap serving `body`.
+    pub fn write_conf(&self, body: &str) {
+        let payload = BTreeMap::from([(
+            "nginx.conf".to_string(),
+            FileProjection::new(super::nginx_conf(self.port, body)),
+        )]);
+        atomic_writer::write(&self.conf_dir, &payload).unwrap();
+    }
+
+    /// nginx's bind mounts: the host's, its config read-only, its run directory.
+    pub fn mounts(&self) -> Vec<(&Path, &'static str, bool)> {
+        let mut mounts = host_mounts();
+        mounts.push((self.conf_dir.as_path(), "/config", true));
+        mounts.push((self.run_dir.as_path(), "/run/nginx", false));
+        mounts
+    }
+}
