@@ -297,6 +297,32 @@ impl NginxPod {
         self.write_conf(body);
     }
 
+    /// The ConfigMap changes to serve `v2` (the API object, then the kubelet's swap) and the
+    /// agent reloads nginx: it serves v2, its error log shows exactly one SIGHUP, a
+    /// `Signaled` Event regards the pod.
+    pub async fn change_and_see_one_reload(&self, api: &ApiServer, namespace: &str, agent: &Agent) {
+        self.change_conf(api, namespace, "v2");
+        let addr = format!("127.0.0.1:{}", self.port);
+        let served = wait_poll(Duration::from_secs(30), || {
+            http_get(&addr, "/").is_some_and(|(c, b)| c == 200 && b == "v2")
+        })
+        .await;
+        assert!(served, "nginx never served v2:\n{}", agent.log());
+        let error_log = std::fs::read_to_string(self.run_dir.join("error.log")).unwrap_or_default();
+        assert_eq!(
+            error_log.matches("signal 1 (SIGHUP) received").count(),
+            1,
+            "exactly one SIGHUP, to the master:\n{error_log}"
+        );
+        let signaled = wait_poll(Duration::from_secs(10), || {
+            api.events()
+                .iter()
+                .any(|e| e.reason == "Signaled" && e.regarding_name == "nginx-0")
+        })
+        .await;
+        assert!(signaled, "a Signaled event:\n{}", agent.log());
+    }
+
     /// The kubelet's projection of the ConfigMap serving `body`.
     pub fn write_conf(&self, body: &str) {
         let payload = BTreeMap::from([(
