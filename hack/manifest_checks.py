@@ -1080,32 +1080,47 @@ WORKLOAD_CASES = [
 ]
 
 
-@render_check("admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected")
-def _policy_cel(r: Render) -> tuple[bool, str]:
-    if not r.admission_policy:
-        return None
-    vap, _ = _policy(r)
+def _compiled(vap: dict):
+    """The admission policy compiled for evaluation, or why it cannot be."""
     try:
-        policy = _Policy(vap)
+        return _Policy(vap), None
     except ImportError:
-        return False, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
+        return None, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
     except Exception as e:  # noqa: BLE001 -- the wrapper raises RuntimeError on syntax and type errors
-        return False, f"does not compile: {' '.join(str(e).split())[:300]}"
-    user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
-    old = _sample_pod()
+        return None, f"does not compile: {' '.join(str(e).split())[:300]}"
+
+
+def _verdicts(policy, user: str, name: str, cases, what: str) -> list[str]:
+    """Each case (description, edit, subresource, admitted?, old object) as an UPDATE by `user`:
+    the cases whose verdict is not the one expected."""
     problems = []
-    bare = _edit(old, lambda p: p["metadata"].pop("annotations"))
-    for desc, fn, sub, allowed, base in [(*c, old) for c in POLICY_CASES] + [
-            ("sets the nudge on a pod without annotations", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@7"), "", True, bare)]:
-        req = {"operation": "UPDATE", "subResource": sub, "namespace": "apps", "name": "web-0",
-               "userInfo": {"username": user}, "object": _edit(base, fn), "oldObject": base}
+    for desc, fn, sub, allowed, old in cases:
+        req = {"operation": "UPDATE", "subResource": sub, "namespace": "apps", "name": name,
+               "userInfo": {"username": user}, "object": _edit(old, fn), "oldObject": old}
         try:
             got = not policy.matches(req) or policy.admits(req)
         except Exception as e:  # noqa: BLE001
             problems.append(f"{desc}: evaluation failed: {e}")
             continue
         if got != allowed:
-            problems.append(f"an update that {desc} is {'admitted' if got else 'rejected'}")
+            problems.append(f"{what} that {desc} is {'admitted' if got else 'rejected'}")
+    return problems
+
+
+@render_check("admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected")
+def _policy_cel(r: Render) -> tuple[bool, str]:
+    if not r.admission_policy:
+        return None
+    vap, _ = _policy(r)
+    policy, error = _compiled(vap)
+    if error:
+        return False, error
+    user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
+    old = _sample_pod()
+    bare = _edit(old, lambda p: p["metadata"].pop("annotations"))
+    cases = [(*c, old) for c in POLICY_CASES] + [
+        ("sets the nudge on a pod without annotations", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@7"), "", True, bare)]
+    problems = _verdicts(policy, user, "web-0", cases, "an update")
     return not problems, "; ".join(problems)
 
 
@@ -1121,24 +1136,12 @@ def _policy_workloads(r: Render) -> tuple[bool, str]:
                    and f"{res}/*" in (x.get("resources") or []) and "UPDATE" in (x.get("operations") or [])
                    for x in rules):
             problems.append(f"{res} (and its subresources) not matched on UPDATE")
-    try:
-        policy = _Policy(vap)
-    except ImportError:
-        return False, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
-    except Exception as e:  # noqa: BLE001
-        return False, f"does not compile: {' '.join(str(e).split())[:300]}"
+    policy, error = _compiled(vap)
+    if error:
+        return False, error
     user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
     old = _sample_deployment()
-    for desc, fn, sub, allowed in WORKLOAD_CASES:
-        req = {"operation": "UPDATE", "subResource": sub, "namespace": "apps", "name": "web",
-               "userInfo": {"username": user}, "object": _edit(old, fn), "oldObject": old}
-        try:
-            got = not policy.matches(req) or policy.admits(req)
-        except Exception as e:  # noqa: BLE001
-            problems.append(f"{desc}: evaluation failed: {e}")
-            continue
-        if got != allowed:
-            problems.append(f"a workload update that {desc} is {'admitted' if got else 'rejected'}")
+    problems += _verdicts(policy, user, "web", [(*c, old) for c in WORKLOAD_CASES], "a workload update")
     return not problems, "; ".join(problems)
 
 
@@ -1192,26 +1195,14 @@ def _policy_argo(r: Render) -> tuple[bool, str]:
     problems = []
     if matched != r.argo:
         problems.append(f"Rollouts {'not ' if r.argo else ''}matched on UPDATE")
-    try:
-        policy = _Policy(vap)
-    except ImportError:
-        return False, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
-    except Exception as e:  # noqa: BLE001
-        return False, f"does not compile: {' '.join(str(e).split())[:300]}"
+    policy, error = _compiled(vap)
+    if error:
+        return False, error
     user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
     cases = [(*c, _sample_rollout()) for c in ARGO_CASES] if r.argo else []
     cases.append(("writes spec.restartAt on a Deployment", _spec("restartAt", "2026-11-26T12:00:00Z"), "", False,
                   _sample_deployment()))
-    for desc, fn, sub, allowed, old in cases:
-        req = {"operation": "UPDATE", "subResource": sub, "namespace": "apps", "name": "web",
-               "userInfo": {"username": user}, "object": _edit(old, fn), "oldObject": old}
-        try:
-            got = not policy.matches(req) or policy.admits(req)
-        except Exception as e:  # noqa: BLE001
-            problems.append(f"{desc}: evaluation failed: {e}")
-            continue
-        if got != allowed:
-            problems.append(f"an update that {desc} is {'admitted' if got else 'rejected'}")
+    problems += _verdicts(policy, user, "web", cases, "an update")
     return not problems, "; ".join(problems)
 
 
@@ -1220,12 +1211,9 @@ def _policy_user(r: Render) -> tuple[bool, str]:
     if not r.admission_policy:
         return None
     vap, _ = _policy(r)
-    try:
-        policy = _Policy(vap)
-    except ImportError:
-        return False, "cel-expr-python not installed (hack/install-manifest-tools.sh)"
-    except Exception as e:  # noqa: BLE001
-        return False, f"does not compile: {' '.join(str(e).split())[:300]}"
+    policy, error = _compiled(vap)
+    if error:
+        return False, error
     sa = r.fullname + CONTROLLER_SUFFIX
     pod = _sample_pod()
     want = {
