@@ -108,6 +108,12 @@ fn workload_patches(node: &Node, resource_name: &str) -> usize {
         .count()
 }
 
+/// The rollouts the controller made (its `RolloutRequested` Events, one per template patch;
+/// a pacing record written alone rolls nothing and tells nothing).
+fn rollouts(node: &Node) -> usize {
+    events(node, "RolloutRequested").len()
+}
+
 fn events(node: &Node, reason: &str) -> Vec<(String, String, String)> {
     node.api
         .events()
@@ -654,8 +660,9 @@ async fn a_min_interval_holds_across_a_controller_restart() {
     settled(&node, WorkloadKind::Deployment, "web", 1).await;
     controller.stop().await;
 
-    // A new controller knows nothing of the first rollout but what the Deployment's template
-    // says (restartedAt): the next change waits for the interval.
+    // A new controller knows nothing of the first rollout but what the Deployment says (its
+    // reloadlet.io/rollout-pacing record, its template's restartedAt): the next change waits
+    // for the interval.
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     change(&node, "web-cfg", "v3");
     let deferred = eventually("a ReloadDeferred Event", WAIT, || {
@@ -667,20 +674,41 @@ async fn a_min_interval_holds_across_a_controller_restart() {
         deferred[0].2.contains("Deployment apps/web") && deferred[0].2.contains("minimum interval"),
         "{deferred:?}"
     );
+    // The deferral is recorded on the Deployment's own metadata (one metadata-only patch,
+    // which rolls nothing) and `explain` shows it.
+    until("the deferral recorded on the Deployment", WAIT, || {
+        workload_patches(&node, "deployments/web") == 2
+    })
+    .await;
+    let pod_name = node
+        .api
+        .pods_of_workload(WorkloadKind::Deployment, NS, "web")[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let text = explain(&node, &pod_name);
+    assert!(
+        text.contains("pacing: held: deferred until") && text.contains("(minimum interval)"),
+        "{text}"
+    );
+    assert!(text.contains("pacing: last rollouts"), "{text}");
     never("a second rollout inside the interval", QUIET, || {
-        workload_patches(&node, "deployments/web") > 1
+        rollouts(&node) > 1
     })
     .await;
     until(
         "the deferred rollout when the interval ends",
         Duration::from_secs(120),
-        || workload_patches(&node, "deployments/web") == 2,
+        || rollouts(&node) == 2,
     )
     .await;
-    never("a third rollout", QUIET, || {
-        workload_patches(&node, "deployments/web") > 2
-    })
-    .await;
+    never("a third rollout", QUIET, || rollouts(&node) > 2).await;
     assert_eq!(events(&node, "ReloadDeferred").len(), 1);
+    assert_eq!(
+        workload_patches(&node, "deployments/web"),
+        3,
+        "two rollouts and the deferral's record"
+    );
     controller.stop().await;
 }

@@ -1,7 +1,8 @@
 //! The rollout feature (`reloadlet.io/action: rollout`, docs/rollout.md): when the data an
 //! opted-in pod reads of a ConfigMap (a Secret with `--secrets`) changes — only the keys it
 //! consumes, through volumes or env — the pod's owning workload is rolled: one JSON merge
-//! patch of its pod template (`kubectl.kubernetes.io/restartedAt`), written by the executor
+//! patch of its pod template (`kubectl.kubernetes.io/restartedAt`, and the workload's own
+//! pacing record `reloadlet.io/rollout-pacing` in the same request), written by the executor
 //! (`crate::execute::rollout`).
 //!
 //! The bookkeeping is the env consumers' ([`EnvTracker`], one GET per changed object, a
@@ -30,6 +31,7 @@ use super::feature::{Feature, Routed, World};
 use crate::core::annotations::ROLLOUT_BASELINE;
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::rollout::{restart_patch, workload_of, WorkloadKind, WorkloadRef};
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::rollout::{RolloutJob, Rollouts};
@@ -392,8 +394,15 @@ async fn roll(
         };
         // Paced per workload: held (its baselines stay) or refused, nothing rolled now.
         pacing.seed(&workload, workloads).await;
-        let Some(asking) = pacing.admit(&workload, asking, fresh, report) else {
-            continue;
+        let (asking, record) = match pacing.admit(&workload, asking, fresh, report) {
+            pacing::Admission::Roll(asking, record) => (asking, record),
+            pacing::Admission::Held(record) => {
+                if let Some(record) = record {
+                    rollouts.annotate(&workload, &record_patch(&record)).await;
+                }
+                continue;
+            }
+            pacing::Admission::Refused => continue,
         };
         let sources = sources_of(&asking);
         let cause = sources
@@ -402,7 +411,7 @@ async fn roll(
             .collect::<Vec<_>>()
             .join(",");
         let job = RolloutJob {
-            patch: restart_patch(workload.kind, &now(), &cause),
+            patch: with_record(restart_patch(workload.kind, &now(), &cause), &record),
             cause: format!("{} changed", list(&sources)),
             strategy_note: facts.note,
             regarding,
@@ -417,6 +426,28 @@ async fn roll(
         }
     }
     handled
+}
+
+/// The workload's pacing record as a merge patch of its own metadata (docs/pacing.md): a
+/// metadata-only change rolls nothing — the Deployment controller starts a new ReplicaSet
+/// only for a new pod template (kubernetes `pkg/controller/deployment/sync.go`,
+/// `FindNewReplicaSet`), a StatefulSet's or DaemonSet's generation moves only with its spec
+/// (`pkg/registry/apps/{statefulset,daemonset}/strategy.go`, `PrepareForUpdate`). A
+/// Deployment's generation does move ("annotation updates bump the generation because
+/// annotations are copied from deployments to their replica sets",
+/// `pkg/registry/apps/deployment/strategy.go`), and the annotation is copied to its current
+/// ReplicaSet (`CopyDeploymentAnnotationsToReplicaSet`), as Argo Rollouts copies a
+/// Rollout's (`utils/annotations`, `copyRolloutAnnotationsToReplicaSet`).
+fn record_patch(record: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {ROLLOUT_PACING: record}}})
+}
+
+/// The rollout's patch with the pacing record in the same request (no second write).
+fn with_record(mut patch: serde_json::Value, record: &str) -> serde_json::Value {
+    if let Some(p) = patch.as_object_mut() {
+        p.insert("metadata".into(), record_patch(record)["metadata"].clone());
+    }
+    patch
 }
 
 fn sources_of(asking: &[Asking]) -> Vec<SourceRef> {
