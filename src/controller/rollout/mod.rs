@@ -31,7 +31,6 @@ use super::feature::{Feature, Routed, World};
 use crate::core::annotations::ROLLOUT_BASELINE;
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
-use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::rollout::{restart_patch, workload_of, WorkloadKind, WorkloadRef};
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::rollout::{RolloutJob, Rollouts};
@@ -128,8 +127,19 @@ impl RolloutFeature {
         // An `on-blocked: rollout` pod's pacing annotations are the agent's to report (it
         // acts on the change first); `action: rollout` and Reloader's workloads are ours.
         let warn = !matches!(refs::mode(pod), Some(refs::Mode::AfterBlocked(_)));
-        self.pacing.on_pod(pod, warn, world.leader, report);
-        let fetch = self.tracker.put_pod(&tracked);
+        let fixed = self.pacing.on_pod(pod, warn, world.leader, report);
+        let mut fetch = self.tracker.put_pod(&tracked);
+        if fixed {
+            // The pacing annotation that refused the pod's rollout is fixed: its objects are
+            // compared again (its baseline never moved: the change is found again and rolled,
+            // paced as the fixed annotation says).
+            self.tracker.release(&pod.uid);
+            for key in self.tracker.objects_of(&pod.uid) {
+                if !fetch.contains(&key) {
+                    fetch.push(key);
+                }
+            }
+        }
         if world.leader && world.pods_listed {
             let now = std::time::Instant::now();
             for key in fetch {
@@ -210,6 +220,12 @@ impl RolloutFeature {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
             };
+            // An invalid pacing annotation: no rollout (warned when the pod was read); the
+            // change is not marked, so fixing the annotation finds it again.
+            if self.pacing.refuses(&change.uid) {
+                tracing::info!(pod = %pod.full_name(), source = %change.source, "data the pod reads changed, but a pacing annotation of the pod is invalid; nothing rolled until it is fixed");
+                continue;
+            }
             // Not reported again in this run for the same data; the baseline moves once the
             // batch is handled.
             self.tracker.acting(&change);
@@ -398,7 +414,9 @@ async fn roll(
             pacing::Admission::Roll(asking, record) => (asking, record),
             pacing::Admission::Held(record) => {
                 if let Some(record) = record {
-                    rollouts.annotate(&workload, &record_patch(&record)).await;
+                    rollouts
+                        .annotate(&workload, &pacing::record_patch(&record))
+                        .await;
                 }
                 continue;
             }
@@ -411,7 +429,7 @@ async fn roll(
             .collect::<Vec<_>>()
             .join(",");
         let job = RolloutJob {
-            patch: with_record(restart_patch(workload.kind, &now(), &cause), &record),
+            patch: pacing::with_record(restart_patch(workload.kind, &now(), &cause), &record),
             cause: format!("{} changed", list(&sources)),
             strategy_note: facts.note,
             regarding,
@@ -426,28 +444,6 @@ async fn roll(
         }
     }
     handled
-}
-
-/// The workload's pacing record as a merge patch of its own metadata (docs/pacing.md): a
-/// metadata-only change rolls nothing — the Deployment controller starts a new ReplicaSet
-/// only for a new pod template (kubernetes `pkg/controller/deployment/sync.go`,
-/// `FindNewReplicaSet`), a StatefulSet's or DaemonSet's generation moves only with its spec
-/// (`pkg/registry/apps/{statefulset,daemonset}/strategy.go`, `PrepareForUpdate`). A
-/// Deployment's generation does move ("annotation updates bump the generation because
-/// annotations are copied from deployments to their replica sets",
-/// `pkg/registry/apps/deployment/strategy.go`), and the annotation is copied to its current
-/// ReplicaSet (`CopyDeploymentAnnotationsToReplicaSet`), as Argo Rollouts copies a
-/// Rollout's (`utils/annotations`, `copyRolloutAnnotationsToReplicaSet`).
-fn record_patch(record: &str) -> serde_json::Value {
-    serde_json::json!({"metadata": {"annotations": {ROLLOUT_PACING: record}}})
-}
-
-/// The rollout's patch with the pacing record in the same request (no second write).
-fn with_record(mut patch: serde_json::Value, record: &str) -> serde_json::Value {
-    if let Some(p) = patch.as_object_mut() {
-        p.insert("metadata".into(), record_patch(record)["metadata"].clone());
-    }
-    patch
 }
 
 fn sources_of(asking: &[Asking]) -> Vec<SourceRef> {

@@ -90,12 +90,15 @@ impl RolloutPacing {
     /// Reads the pacing annotations of a pod the feature follows. A bad one of an `action:
     /// rollout` pod: one Warning `InvalidAnnotation` per distinct error (leader only), and
     /// its workload is not rolled until it is fixed. (An `on-blocked: rollout` pod's error is
-    /// the agent's to report: it sees the change first and refuses the eviction.)
-    pub fn on_pod(&self, pod: &PodInfo, warn: bool, leader: bool, report: &Reporter) {
+    /// the agent's to report: it sees the change first and refuses the eviction.) `true`:
+    /// they were invalid and are fixed now — what they refused is to be compared again.
+    pub fn on_pod(&self, pod: &PodInfo, warn: bool, leader: bool, report: &Reporter) -> bool {
         let mut inner = self.lock();
+        let was_invalid = inner.specs.get(pod.uid.as_str()).is_err();
         match inner.specs.read(&pod.uid, &pod.annotations) {
             Ok(()) => {
                 inner.warned.remove(&pod.uid);
+                return was_invalid;
             }
             Err(message) if warn && leader && inner.warned.get(&pod.uid) != Some(&message) => {
                 let outcome = Outcome::InvalidAnnotation;
@@ -106,6 +109,12 @@ impl RolloutPacing {
             }
             Err(_) => {}
         }
+        false
+    }
+
+    /// Whether the pod's pacing annotations are invalid (its changes are not acted on).
+    pub fn refuses(&self, uid: &str) -> bool {
+        self.lock().specs.get(uid).is_err()
     }
 
     pub fn forget_pod(&self, uid: &str) {
@@ -316,6 +325,28 @@ impl super::RolloutFeature {
             self.spawn_roll(still, false);
         }
     }
+}
+
+/// The workload's pacing record as a merge patch of its own metadata (docs/pacing.md): a
+/// metadata-only change rolls nothing — the Deployment controller starts a new ReplicaSet
+/// only for a new pod template (kubernetes `pkg/controller/deployment/sync.go`,
+/// `FindNewReplicaSet`), a StatefulSet's or DaemonSet's generation moves only with its spec
+/// (`pkg/registry/apps/{statefulset,daemonset}/strategy.go`, `PrepareForUpdate`). A
+/// Deployment's generation does move ("annotation updates bump the generation because
+/// annotations are copied from deployments to their replica sets",
+/// `pkg/registry/apps/deployment/strategy.go`), and the annotation is copied to its current
+/// ReplicaSet (`CopyDeploymentAnnotationsToReplicaSet`), as Argo Rollouts copies a
+/// Rollout's (`utils/annotations`, `copyRolloutAnnotationsToReplicaSet`).
+pub(super) fn record_patch(record: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {ROLLOUT_PACING: record}}})
+}
+
+/// The rollout's patch with the pacing record in the same request (no second write).
+pub(super) fn with_record(mut patch: serde_json::Value, record: &str) -> serde_json::Value {
+    if let Some(p) = patch.as_object_mut() {
+        p.insert("metadata".into(), record_patch(record)["metadata"].clone());
+    }
+    patch
 }
 
 /// The workload's pacing: its asking pods' (the template's) — any invalid one refuses.

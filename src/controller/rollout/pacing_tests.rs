@@ -423,3 +423,48 @@ async fn a_garbled_pacing_record_is_ignored() {
     );
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rollout_refused_for_an_invalid_pacing_annotation_runs_once_when_it_is_fixed() {
+    let (pods, workloads) = web(&[("reloadlet.io/min-interval", "banana")]);
+    // Another Deployment reading the same ConfigMap, without pacing annotations.
+    workloads.deployment_pod(NS, "api-a", "api", Strategy::deployment_default(1));
+    let mut all = pods.clone();
+    all.push(pod("api-a"));
+    let h = paced(workloads, PacingDefaults::default());
+    h.list(all).await;
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    let rolled = |h: &Harness| -> Vec<String> {
+        h.workloads
+            .patched()
+            .into_iter()
+            .map(|(w, _)| w.name)
+            .collect()
+    };
+    assert_eq!(rolled(&h), ["api"]);
+    assert_eq!(
+        reasons(&h),
+        ["InvalidAnnotation", "InvalidAnnotation", "RolloutRequested"]
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        rolled(&h),
+        ["api"],
+        "nothing while the annotation is invalid"
+    );
+
+    // Fixed on the pods (their baselines never moved): the change is found again and the
+    // workload rolled once; the other Deployment is not rolled again.
+    let reads = h.api.reads.lock().unwrap().len();
+    for p in with_baselines(&h, &pods) {
+        let p = with(p, "reloadlet.io/min-interval", "1m");
+        h.tx.send(Input::PodApplied(p)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rolled(&h), ["api", "web"]);
+    // One GET per object a fixed pod reads (cfg, app-env), per pod at most.
+    assert!(h.api.reads.lock().unwrap().len() <= reads + 4);
+    tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+    assert_eq!(rolled(&h), ["api", "web"], "once");
+    h.stop().await;
+}
