@@ -712,3 +712,76 @@ async fn a_min_interval_holds_across_a_controller_restart() {
     );
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_refused_for_an_invalid_pacing_annotation_rolls_once_when_it_is_fixed() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    change(&node, "web-cfg", "v1");
+    let mut s = spec("web", json!({"replicas": 1}));
+    s["template"]["metadata"]["annotations"]["reloadlet.io/min-interval"] = json!("banana");
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    // Another Deployment reading the same ConfigMap, without pacing annotations.
+    let mut s = spec("api", json!({"replicas": 1}));
+    s["template"]["spec"]["volumes"][0]["configMap"]["name"] = json!("web-cfg");
+    node.api
+        .apply_deployment(object::<Deployment>("api", s))
+        .unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    settled(&node, WorkloadKind::Deployment, "web", 1).await;
+    settled(&node, WorkloadKind::Deployment, "api", 1).await;
+    let invalid = eventually("an InvalidAnnotation Event", WAIT, || {
+        let found = events(&node, "InvalidAnnotation");
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert!(
+        invalid[0].2.contains("reloadlet.io/min-interval") && invalid[0].2.contains("banana"),
+        "{invalid:?}"
+    );
+
+    change(&node, "web-cfg", "v2");
+    until("api rolled", WAIT, || {
+        workload_patches(&node, "deployments/api") == 1
+    })
+    .await;
+    never(
+        "a rollout of web while its annotation is invalid",
+        QUIET,
+        || workload_patches(&node, "deployments/web") > 0,
+    )
+    .await;
+
+    // Fixed on the running pod: the change it refused rolls web, once; api is not rolled
+    // again.
+    let pod_name = node
+        .api
+        .pods_of_workload(WorkloadKind::Deployment, NS, "web")[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    node.api
+        .merge_patch_pod(
+            NS,
+            &pod_name,
+            &json!({"metadata": {"annotations": {"reloadlet.io/min-interval": "1m"}}}),
+        )
+        .unwrap();
+    until("web rolled after the fix", WAIT, || {
+        workload_patches(&node, "deployments/web") == 1
+    })
+    .await;
+    never("a second rollout of either", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+            || workload_patches(&node, "deployments/api") > 1
+    })
+    .await;
+    assert_eq!(events(&node, "RolloutRequested").len(), 2);
+    controller.stop().await;
+}
