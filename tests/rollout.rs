@@ -693,10 +693,15 @@ async fn a_min_interval_holds_across_a_controller_restart() {
         "{text}"
     );
     assert!(text.contains("pacing: last rollouts"), "{text}");
+    // Another restart inside the interval: the third controller reads the deferral back from
+    // the Deployment — the same time, not announced (nor recorded) again.
+    controller.stop().await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     never("a second rollout inside the interval", QUIET, || {
         rollouts(&node) > 1
     })
     .await;
+    assert_eq!(events(&node, "ReloadDeferred").len(), 1);
     until(
         "the deferred rollout when the interval ends",
         Duration::from_secs(120),

@@ -1,8 +1,9 @@
 //! The kube edges of the rollout feature (`reloadlet.io/action: rollout`): the owner of a pod
 //! and of a ReplicaSet (metadata-only GETs: `PartialObjectMetadata`), a workload's update
-//! strategy (one GET), and the one JSON merge patch of the workload
-//! ([`crate::execute::rollout::WorkloadPatcher`]). Converted to the kube-free types of
-//! `crate::core::rollout` here.
+//! strategy (one GET), what it says of its past rollouts (one GET: the template's
+//! `restartedAt`, its own `reloadlet.io/rollout-pacing`), and the JSON merge patches of the
+//! workload ([`crate::execute::rollout::WorkloadPatcher`]). Converted to the kube-free types
+//! of `crate::core::rollout` here.
 
 use super::controller::FIELD_MANAGER;
 use crate::controller::api::{RolloutHistory, WorkloadApi};
