@@ -329,8 +329,8 @@ impl super::RolloutFeature {
 
 /// The workload's pacing record as a merge patch of its own metadata (docs/pacing.md): a
 /// metadata-only change rolls nothing — the Deployment controller starts a new ReplicaSet
-/// only for a new pod template (kubernetes `pkg/controller/deployment/sync.go`,
-/// `FindNewReplicaSet`), a StatefulSet's or DaemonSet's generation moves only with its spec
+/// only for a new pod template (kubernetes `pkg/controller/deployment/sync.go`
+/// `getNewReplicaSet`, through `util/deployment_util.go` `FindNewReplicaSet`), a StatefulSet's or DaemonSet's generation moves only with its spec
 /// (`pkg/registry/apps/{statefulset,daemonset}/strategy.go`, `PrepareForUpdate`). A
 /// Deployment's generation does move ("annotation updates bump the generation because
 /// annotations are copied from deployments to their replica sets",
