@@ -72,6 +72,7 @@ NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
 BASELINE_ANNOTATION = "reloadlet.io/env-baseline"
 ROLLOUT_BASELINE_ANNOTATION = "reloadlet.io/rollout-baseline"
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+ROLLOUT_PACING = "reloadlet.io/rollout-pacing"
 RESTARTED_FOR = "reloadlet.io/restarted-for"
 # Kinds of the optional monitoring objects, and the suffix of the dashboard ConfigMap's name.
 MONITORING_KINDS = {"PrometheusRule", "ConfigMap"}
@@ -1058,6 +1059,12 @@ def _tmpl(key: str, value: str | None):
     return fn
 
 
+def _own(key: str, value: str):
+    def fn(d: dict) -> None:
+        d["metadata"].setdefault("annotations", {})[key] = value
+    return fn
+
+
 _ROLL = _both(_tmpl(RESTARTED_AT, "2026-11-26T12:00:00.123Z"), _tmpl(RESTARTED_FOR, "configmap/app-cfg,secret/db"))
 
 # (description, edit of the old Deployment, subresource, allowed?)
@@ -1073,6 +1080,13 @@ WORKLOAD_CASES = [
     ("removes a template annotation", _tmpl("reloadlet.io/action", None), "", False),
     ("changes another template annotation's value", _both(_ROLL, _tmpl("reloadlet.io/action", "signal")), "", False),
     ("changes the workload's own annotations", lambda d: d["metadata"]["annotations"].update(x="1"), "", False),
+    ("records its rollout pacing with the rollout", _both(_ROLL, _own(ROLLOUT_PACING, '{"rollouts":["2026-11-26T12:00:00Z"]}')), "", True),
+    ("records its rollout pacing alone (a hold begins)", _own(ROLLOUT_PACING, '{"deferred":{"until":"2026-11-26T13:00:00Z"}}'), "", True),
+    ("writes a rollout pacing that is no JSON object", _own(ROLLOUT_PACING, "everything"), "", False),
+    ("writes a rollout pacing over 4 KiB", _own(ROLLOUT_PACING, "{" + "x" * 4096 + "}"), "", False),
+    ("records its rollout pacing and rewrites another annotation's value", _both(_own(ROLLOUT_PACING, "{}"), _own("deployment.kubernetes.io/revision", "1")), "", False),
+    ("records its rollout pacing and removes another annotation", _both(_own(ROLLOUT_PACING, "{}"), lambda d: d["metadata"]["annotations"].pop("deployment.kubernetes.io/revision")), "", False),
+    ("records its rollout pacing and changes another annotation", _both(_own(ROLLOUT_PACING, "{}"), lambda d: d["metadata"]["annotations"].update(x="1")), "", False),
     ("changes the workload's labels", lambda d: d["metadata"]["labels"].update(x="1"), "", False),
     ("writes a restartedAt that is no time", _tmpl(RESTARTED_AT, "now"), "", False),
     ("writes a malformed restarted-for", _tmpl(RESTARTED_FOR, "everything"), "", False),
@@ -1124,7 +1138,7 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
     return not problems, "; ".join(problems)
 
 
-@render_check("admission policy: a workload update by the controller may change only the restartedAt and restarted-for template annotations")
+@render_check("admission policy: a workload update by the controller may change only the restartedAt and restarted-for template annotations and its rollout-pacing annotation")
 def _policy_workloads(r: Render) -> tuple[bool, str]:
     if not r.admission_policy:
         return None

@@ -320,7 +320,8 @@ C_LINUX = "controller pod: Linux nodes only (nodeSelector kubernetes.io/os: linu
 C_SELECTORS = "controller pod: agent and controller selectors never match each other's pods"
 P_BINDING = "admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs"
 P_CEL = "admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected"
-P_WORKLOADS = "admission policy: a workload update by the controller may change only the restartedAt and restarted-for template annotations"
+P_WORKLOADS = ("admission policy: a workload update by the controller may change only the restartedAt and restarted-for"
+               " template annotations and its rollout-pacing annotation")
 P_USER = "admission policy: applies to the controller's ServiceAccount (system:serviceaccount:<ns>:<name>) only"
 AGREE = "agree: security-relevant fields identical"
 
@@ -534,6 +535,14 @@ MUTATIONS += [
              lambda c: _replace_in(_validation(c, K, "variables.restartedAt].matches"), "expression",
                                    "variables.newTemplate[variables.restartedAt].matches(", "true || variables.newTemplate[variables.restartedAt].matches("),
              P_WORKLOADS, K),
+    Mutation("policy lets any of a workload's own annotations change",
+             lambda c: _replace_in(_validation(c, K, "k == variables.rolloutPacing"), "expression",
+                                   "variables.oldAnnotations[k] == variables.newAnnotations[k]", "true"),
+             P_WORKLOADS, K),
+    Mutation("policy accepts any rollout-pacing value",
+             lambda c: _replace_in(_validation(c, CD, "rolloutPacing].size()"), "expression",
+                                   "variables.newAnnotations[variables.rolloutPacing].size() <= 4096 &&", "true ||"),
+             P_WORKLOADS, CD),
     Mutation("policy without the subresource rule",
              lambda c: _vap(c, K)["spec"].update(validations=[v for v in _vap(c, K)["spec"]["validations"]
                                                               if "subResource" not in v["expression"]]),

@@ -108,6 +108,12 @@ fn workload_patches(node: &Node, resource_name: &str) -> usize {
         .count()
 }
 
+/// The rollouts the controller made (its `RolloutRequested` Events, one per template patch;
+/// a pacing record written alone rolls nothing and tells nothing).
+fn rollouts(node: &Node) -> usize {
+    events(node, "RolloutRequested").len()
+}
+
 fn events(node: &Node, reason: &str) -> Vec<(String, String, String)> {
     node.api
         .events()
@@ -654,8 +660,9 @@ async fn a_min_interval_holds_across_a_controller_restart() {
     settled(&node, WorkloadKind::Deployment, "web", 1).await;
     controller.stop().await;
 
-    // A new controller knows nothing of the first rollout but what the Deployment's template
-    // says (restartedAt): the next change waits for the interval.
+    // A new controller knows nothing of the first rollout but what the Deployment says (its
+    // reloadlet.io/rollout-pacing record, its template's restartedAt): the next change waits
+    // for the interval.
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     change(&node, "web-cfg", "v3");
     let deferred = eventually("a ReloadDeferred Event", WAIT, || {
@@ -667,20 +674,119 @@ async fn a_min_interval_holds_across_a_controller_restart() {
         deferred[0].2.contains("Deployment apps/web") && deferred[0].2.contains("minimum interval"),
         "{deferred:?}"
     );
-    never("a second rollout inside the interval", QUIET, || {
-        workload_patches(&node, "deployments/web") > 1
+    // The deferral is recorded on the Deployment's own metadata (one metadata-only patch,
+    // which rolls nothing) and `explain` shows it.
+    until("the deferral recorded on the Deployment", WAIT, || {
+        workload_patches(&node, "deployments/web") == 2
     })
     .await;
-    until(
-        "the deferred rollout when the interval ends",
-        Duration::from_secs(120),
-        || workload_patches(&node, "deployments/web") == 2,
-    )
-    .await;
-    never("a third rollout", QUIET, || {
-        workload_patches(&node, "deployments/web") > 2
+    let pod_name = node
+        .api
+        .pods_of_workload(WorkloadKind::Deployment, NS, "web")[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let text = explain(&node, &pod_name);
+    assert!(
+        text.contains("pacing: held: deferred until") && text.contains("(minimum interval)"),
+        "{text}"
+    );
+    assert!(text.contains("pacing: last rollouts"), "{text}");
+    // Another restart inside the interval: the third controller reads the deferral back from
+    // the Deployment — the same time, not announced (nor recorded) again.
+    controller.stop().await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    never("a second rollout inside the interval", QUIET, || {
+        rollouts(&node) > 1
     })
     .await;
     assert_eq!(events(&node, "ReloadDeferred").len(), 1);
+    until(
+        "the deferred rollout when the interval ends",
+        Duration::from_secs(120),
+        || rollouts(&node) == 2,
+    )
+    .await;
+    never("a third rollout", QUIET, || rollouts(&node) > 2).await;
+    assert_eq!(events(&node, "ReloadDeferred").len(), 1);
+    assert_eq!(
+        workload_patches(&node, "deployments/web"),
+        3,
+        "two rollouts and the deferral's record"
+    );
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_refused_for_an_invalid_pacing_annotation_rolls_once_when_it_is_fixed() {
+    if !root_or_skip() {
+        return;
+    }
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    change(&node, "web-cfg", "v1");
+    let mut s = spec("web", json!({"replicas": 1}));
+    s["template"]["metadata"]["annotations"]["reloadlet.io/min-interval"] = json!("banana");
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    // Another Deployment reading the same ConfigMap, without pacing annotations.
+    let mut s = spec("api", json!({"replicas": 1}));
+    s["template"]["spec"]["volumes"][0]["configMap"]["name"] = json!("web-cfg");
+    node.api
+        .apply_deployment(object::<Deployment>("api", s))
+        .unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    settled(&node, WorkloadKind::Deployment, "web", 1).await;
+    settled(&node, WorkloadKind::Deployment, "api", 1).await;
+    let invalid = eventually("an InvalidAnnotation Event", WAIT, || {
+        let found = events(&node, "InvalidAnnotation");
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert!(
+        invalid[0].2.contains("reloadlet.io/min-interval") && invalid[0].2.contains("banana"),
+        "{invalid:?}"
+    );
+
+    change(&node, "web-cfg", "v2");
+    until("api rolled", WAIT, || {
+        workload_patches(&node, "deployments/api") == 1
+    })
+    .await;
+    never(
+        "a rollout of web while its annotation is invalid",
+        QUIET,
+        || workload_patches(&node, "deployments/web") > 0,
+    )
+    .await;
+
+    // Fixed on the running pod: the change it refused rolls web, once; api is not rolled
+    // again.
+    let pod_name = node
+        .api
+        .pods_of_workload(WorkloadKind::Deployment, NS, "web")[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    node.api
+        .merge_patch_pod(
+            NS,
+            &pod_name,
+            &json!({"metadata": {"annotations": {"reloadlet.io/min-interval": "1m"}}}),
+        )
+        .unwrap();
+    until("web rolled after the fix", WAIT, || {
+        workload_patches(&node, "deployments/web") == 1
+    })
+    .await;
+    never("a second rollout of either", QUIET, || {
+        workload_patches(&node, "deployments/web") > 1
+            || workload_patches(&node, "deployments/api") > 1
+    })
+    .await;
+    assert_eq!(events(&node, "RolloutRequested").len(), 2);
     controller.stop().await;
 }

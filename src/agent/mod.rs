@@ -365,6 +365,12 @@ impl Agent {
                 self.volumes.given_up(&uid);
             }
         }
+        // Changes refused for an invalid pacing annotation that is fixed now: new to the pacer.
+        for (uid, change) in self.pods.pacing_mut().take_fixed() {
+            if self.act_on(&uid, &change, true, now) == Acted::Unknown {
+                self.volumes.given_up(&uid);
+            }
+        }
         for (uid, mut change) in self.pods.take_due(now) {
             if change.announced && self.volumes.hashing(&uid) {
                 // Due on its nudge's announcement, but another volume of the pod is on the

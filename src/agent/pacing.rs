@@ -11,7 +11,7 @@ use crate::core::model::PodInfo;
 use crate::core::pacing::{ActionClass, Gate, Pacer, PacingBook, PacingDefaults, PacingSpecs};
 pub use crate::core::pacing::{Notice, WallClock};
 use crate::serve::metrics::PacingMetrics;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// What pacing says of a change that is due.
@@ -31,6 +31,12 @@ pub struct PodPacing {
     specs: PacingSpecs<String>,
     book: PacingBook<String, PendingChange>,
     metrics: PacingMetrics,
+    /// Changes refused for an invalid pacing annotation, by pod: acted on once it is fixed
+    /// (not recorded as handled meanwhile, so a restart finds them again too).
+    refused: HashMap<String, PendingChange>,
+    /// Refused changes of pods whose annotations were just fixed: due at once, as new
+    /// changes ([`Self::take_fixed`]).
+    fixed: Vec<(String, PendingChange)>,
 }
 
 impl PodPacing {
@@ -39,6 +45,8 @@ impl PodPacing {
             specs: PacingSpecs::new(defaults, true),
             book: PacingBook::new(clock),
             metrics,
+            refused: HashMap::new(),
+            fixed: Vec::new(),
         }
     }
 
@@ -49,9 +57,22 @@ impl PodPacing {
     }
 
     /// Reads the pod's pacing annotations (once per pod update). `Err`: the invalid one,
-    /// named with its value.
+    /// named with its value. Valid again: a change refused meanwhile is due at once.
     pub fn on_pod(&mut self, pod: &PodInfo) -> Result<(), String> {
-        self.specs.read(&pod.uid, &pod.annotations)
+        let read = self.specs.read(&pod.uid, &pod.annotations);
+        if read.is_ok() && !self.refused.is_empty() {
+            if let Some(change) = self.refused.remove(&pod.uid) {
+                tracing::info!(pod = %pod.full_name(), volumes = ?change.volumes, "pacing annotations fixed; acting on the change they refused");
+                self.fixed.push((pod.uid.clone(), change));
+            }
+        }
+        read
+    }
+
+    /// Changes refused for an invalid pacing annotation that is fixed now (to act on as new
+    /// changes: the pacer has not seen them).
+    pub fn take_fixed(&mut self) -> Vec<(String, PendingChange)> {
+        std::mem::take(&mut self.fixed)
     }
 
     /// The debounce window of the pod's swaps: `Some(0)` when the pod sets its own (the
@@ -61,9 +82,11 @@ impl PodPacing {
         self.specs.own_debounce(pod_uid).then_some(Duration::ZERO)
     }
 
-    /// Whether the pod has a change held.
+    /// Whether the pod has a change held (paced, or refused until its annotation is fixed).
     pub fn is_held(&self, pod_uid: &str) -> bool {
         self.book.is_held(pod_uid)
+            || (!self.refused.is_empty() && self.refused.contains_key(pod_uid))
+            || self.fixed.iter().any(|(uid, _)| uid == pod_uid)
     }
 
     /// A fresh change of a pod with a change held: one change, acted on once.
@@ -89,7 +112,16 @@ impl PodPacing {
     ) -> Paced {
         let spec = match self.specs.get(pod_uid) {
             Ok(spec) => spec,
-            Err(message) => return Paced::Refused(message.to_owned()),
+            Err(message) => {
+                // Kept (merged with one refused before) for when the annotation is fixed.
+                let kept = self
+                    .refused
+                    .entry(pod_uid.to_owned())
+                    .or_insert_with(|| change.clone());
+                kept.volumes.extend(change.volumes.iter().cloned());
+                kept.first_seen = kept.first_seen.min(change.first_seen);
+                return Paced::Refused(message.to_owned());
+            }
         };
         let gate = self
             .book
@@ -128,13 +160,20 @@ impl PodPacing {
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.book.next_deadline()
+        // A fixed change is due at once (its first swap is in the past).
+        let fixed = self.fixed.iter().map(|(_, c)| c.first_seen).min();
+        match (self.book.next_deadline(), fixed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The pod left: what was held for it, and its history, are dropped.
     pub fn forget(&mut self, pod_uid: &str) -> bool {
         self.specs.forget(pod_uid);
-        let dropped = self.book.forget(pod_uid);
+        let refused = self.refused.remove(pod_uid).is_some();
+        self.fixed.retain(|(uid, _)| uid != pod_uid);
+        let dropped = self.book.forget(pod_uid) | refused;
         if dropped {
             self.update_gauges();
         }

@@ -438,7 +438,8 @@ impl Pods {
                     tracing::warn!(pod = %pod.full_name(), ?volumes, action = "none", outcome = outcome.as_str(), error = %message, "volume changed but a pacing annotation is invalid; no action");
                     let note = format!("volume changed, no action: {message}");
                     exec.report(&pod.into(), ActionKind::None, outcome, note);
-                    return Acted::Done;
+                    // Not handled: kept by the pacing until the annotation is fixed.
+                    return Acted::Held;
                 }
             }
         }

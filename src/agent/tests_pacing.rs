@@ -190,7 +190,7 @@ async fn a_pods_own_debounce_acts_once_after_quiet() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_bad_pacing_annotation_warns_and_nothing_is_done() {
+async fn a_bad_pacing_annotation_warns_and_nothing_is_done_until_it_is_fixed_then_once() {
     let mut w = world_with(None, |_| {});
     let t0 = now();
     w.start(paced("signal", &[(spec::MIN_INTERVAL, "soon")]), t0);
@@ -203,14 +203,48 @@ async fn a_bad_pacing_annotation_warns_and_nothing_is_done() {
         notes[0].contains(spec::MIN_INTERVAL) && notes[0].contains("soon"),
         "{notes:?}"
     );
-    // Fixed: the next change is acted on.
+    // Still invalid: the pod's next update changes nothing.
+    w.agent.on_pod(PodUpdate::Apply(paced(
+        "signal",
+        &[(spec::MIN_INTERVAL, "later")],
+    )));
+    w.agent.fire_due_at(t0 + secs(1));
+    w.drained().await;
+    assert_eq!(w.processes.sent(), 0);
+    // Fixed: the change it refused is acted on at once, without a new change.
     w.agent.on_pod(PodUpdate::Apply(paced(
         "signal",
         &[(spec::MIN_INTERVAL, "1m")],
     )));
-    w.swap(3, t0 + secs(1));
+    assert!(w.agent.next_deadline() <= Some(t0 + secs(1)), "due at once");
+    w.agent.fire_due_at(t0 + secs(1));
     w.drained().await;
     assert_eq!(w.processes.sent(), 1);
+    assert_eq!(w.count("Signaled"), 1);
+    // Once: nothing more comes of it, and the next change is paced by the fixed interval.
+    w.agent.fire_due_at(t0 + secs(2));
+    w.swap(3, t0 + secs(3));
+    w.drained().await;
+    assert_eq!(w.processes.sent(), 1);
+    assert_eq!(w.count("ReloadDeferred"), 1);
+    w.agent.fire_due_at(t0 + secs(61));
+    w.drained().await;
+    assert_eq!(w.processes.sent(), 2, "when the interval ends");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_change_is_dropped_with_its_pod() {
+    let mut w = world_with(None, |_| {});
+    let t0 = now();
+    w.start(paced("signal", &[(spec::MIN_INTERVAL, "soon")]), t0);
+    w.swap(2, t0);
+    w.drained().await;
+    assert!(w.agent.pods.pending(UID), "kept until fixed");
+    w.agent.on_pod(PodUpdate::Delete { uid: UID.into() });
+    assert!(!w.agent.pods.pending(UID), "dropped with the pod");
+    w.agent.fire_due_at(t0 + secs(1));
+    w.drained().await;
+    assert_eq!(w.processes.sent(), 0);
 }
 
 #[tokio::test(start_paused = true)]

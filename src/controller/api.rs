@@ -97,6 +97,16 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), LeaseError>> + Send;
 }
 
+/// A workload's past rollouts as it records them ([`WorkloadApi::rollout_history`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutHistory {
+    /// The last restart (RFC 3339), whoever made it: reloadlet, `kubectl rollout restart`.
+    pub restarted_at: Option<String>,
+    /// `reloadlet.io/rollout-pacing` of the workload's own metadata
+    /// (`crate::core::pacing::PacingRecord`).
+    pub pacing: Option<String>,
+}
+
 /// The rollout feature's reads (`reloadlet.io/action: rollout`): who owns a pod, who owns a
 /// ReplicaSet, and a workload's update strategy. The patch itself goes through the executor
 /// (`crate::execute::rollout`).
@@ -125,14 +135,14 @@ pub trait WorkloadApi: Send + Sync + 'static {
         &'a self,
         workload: &'a WorkloadRef,
     ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, String>>;
-    /// When the workload was last restarted, as its pod template says
-    /// (`kubectl.kubernetes.io/restartedAt`, RFC 3339; an Argo Rollout's `spec.restartAt`):
-    /// what rollout pacing reads back after a restart or a leader change. `Ok(None)`: never,
-    /// or no such workload.
-    fn restarted_at<'a>(
+    /// What the workload says of its past rollouts, from one GET: the pod template's
+    /// `kubectl.kubernetes.io/restartedAt` (an Argo Rollout's `spec.restartAt`) and its own
+    /// `reloadlet.io/rollout-pacing` annotation — what rollout pacing reads back after a
+    /// restart or a leader change. `Ok(None)`: no such workload.
+    fn rollout_history<'a>(
         &'a self,
         _workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, String>> {
         Box::pin(std::future::ready(Ok(None)))
     }
 }

@@ -1,10 +1,11 @@
 //! In-memory fakes of the controller's edges that record what was asked of them (tests only).
 
-use super::api::{EnvApi, LeaseError, LeaseStore, ObjectKey, WorkloadApi};
+use super::api::{EnvApi, LeaseError, LeaseStore, ObjectKey, RolloutHistory, WorkloadApi};
 use super::env::hash::ObjectData;
 use super::lease::LeaseRecord;
 use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
 use crate::core::model::PodInfo;
+use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::rollout::{OwnerRef, Strategy, WorkloadKind, WorkloadRef};
 use crate::execute::patch::{PatchError, PatchRequest, Patcher};
 use crate::execute::rollout::WorkloadPatcher;
@@ -277,8 +278,28 @@ impl FakeWorkloads {
         );
     }
 
+    /// The rollouts: every patch of a pod template or an Argo Rollout's `spec.restartAt`.
     pub fn patched(&self) -> Vec<(WorkloadRef, serde_json::Value)> {
-        self.patches.lock().unwrap().clone()
+        let patches = self.patches.lock().unwrap();
+        patches
+            .iter()
+            .filter(|(_, p)| p.get("spec").is_some())
+            .cloned()
+            .collect()
+    }
+
+    /// The metadata-only patches (a pacing record written when a hold begins), in order:
+    /// the workload and the `reloadlet.io/rollout-pacing` value.
+    pub fn annotated(&self) -> Vec<(WorkloadRef, String)> {
+        let patches = self.patches.lock().unwrap();
+        patches
+            .iter()
+            .filter(|(_, p)| p.get("spec").is_none())
+            .filter_map(|(w, p)| {
+                let v = p["metadata"]["annotations"][ROLLOUT_PACING].as_str()?;
+                Some((w.clone(), v.to_owned()))
+            })
+            .collect()
     }
 }
 
@@ -330,29 +351,49 @@ impl WorkloadApi for FakeWorkloads {
     ) -> BoxFuture<'a, Result<Option<std::collections::BTreeMap<String, String>>, String>> {
         let exists = self.strategies.lock().unwrap().contains_key(workload);
         let found = self.annotations.lock().unwrap().get(workload).cloned();
-        Box::pin(std::future::ready(Ok(
-            found.or_else(|| exists.then(Default::default))
-        )))
-    }
-
-    /// The `restartedAt` of the last patch of the workload, as the API server would keep it.
-    fn restarted_at<'a>(
-        &'a self,
-        workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<String>, String>> {
-        let found = self
-            .patches
-            .lock()
-            .unwrap()
+        let mut found = found.or_else(|| exists.then(Default::default));
+        // The pacing record the controller's patches wrote.
+        let patches = self.patches.lock().unwrap();
+        let written = patches
             .iter()
             .rev()
-            .find(|(w, _)| w == workload)
-            .and_then(|(_, p)| {
-                p["spec"]["template"]["metadata"]["annotations"][crate::core::rollout::RESTARTED_AT]
-                    .as_str()
-                    .map(str::to_owned)
-            });
+            .filter(|(w, _)| w == workload)
+            .find_map(|(_, p)| p["metadata"]["annotations"][ROLLOUT_PACING].as_str());
+        if let (Some(own), Some(v)) = (found.as_mut(), written) {
+            own.insert(ROLLOUT_PACING.to_owned(), v.to_owned());
+        }
         Box::pin(std::future::ready(Ok(found)))
+    }
+
+    /// The `restartedAt` of the last rollout of the workload and its last pacing record, as
+    /// the API server would keep them after the merge patches.
+    fn rollout_history<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, String>> {
+        let patches = self.patches.lock().unwrap();
+        let mine = || patches.iter().rev().filter(|(w, _)| w == workload);
+        let restarted_at = mine().find_map(|(_, p)| {
+            p["spec"]["template"]["metadata"]["annotations"][crate::core::rollout::RESTARTED_AT]
+                .as_str()
+                .map(str::to_owned)
+        });
+        let pacing = mine()
+            .find_map(|(_, p)| p["metadata"]["annotations"][ROLLOUT_PACING].as_str())
+            .map(str::to_owned)
+            .or_else(|| {
+                self.annotations
+                    .lock()
+                    .unwrap()
+                    .get(workload)?
+                    .get(ROLLOUT_PACING)
+                    .cloned()
+            });
+        let history = RolloutHistory {
+            restarted_at,
+            pacing,
+        };
+        Box::pin(std::future::ready(Ok(Some(history))))
     }
 }
 

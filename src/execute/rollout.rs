@@ -1,6 +1,8 @@
 //! The controller's workload write for `reloadlet.io/action: rollout`: exactly one JSON merge
 //! patch of a Deployment's, StatefulSet's or DaemonSet's pod template annotations (an Argo
-//! Rollout's `spec.restartAt`), built by `core::rollout::restart_patch`. A timeout per call,
+//! Rollout's `spec.restartAt`), built by `core::rollout::restart_patch`, with the workload's
+//! pacing record in its own metadata; and the metadata-only patch that records a hold
+//! ([`Rollouts::annotate`]). A timeout per call,
 //! a few retries of errors that may pass (the patch is idempotent: the same value written
 //! twice is one template change), `--dry-run` (the patch is logged, nothing is sent) and the
 //! typed [`Outcome`] reported through the [`Reporter`].
@@ -94,29 +96,7 @@ impl Rollouts {
             inner.report.count(ActionKind::Rollout, outcome);
             return outcome;
         }
-        let mut retries = Retries::new(&RETRY).stopped_by(inner.stop.clone());
-        let result = loop {
-            let timeout = inner.call_timeout;
-            let result = tokio::time::timeout(timeout, inner.patcher.patch(w, &job.patch))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(PatchError::Other(format!(
-                        "no answer from the API server within {}",
-                        humantime::format_duration(timeout)
-                    )))
-                });
-            let error = match result {
-                Err(e @ (PatchError::Other(_) | PatchError::Conflict(_))) => e,
-                done => break done,
-            };
-            let Some(delay) = retries.next(None) else {
-                break Err(error);
-            };
-            tracing::warn!(workload = %workload, error = %error, retry_in_ms = delay.as_millis() as u64, "workload patch failed; retrying");
-            if !retries.wait(delay).await {
-                break Err(error);
-            }
-        };
+        let result = self.send(w, &job.patch, &workload).await;
         let (outcome, note) = match result {
             Ok(()) => (
                 Outcome::RolloutRequested,
@@ -165,5 +145,54 @@ impl Rollouts {
             );
         }
         outcome
+    }
+
+    /// A metadata-only merge patch of the workload: its rollout pacing record
+    /// (`reloadlet.io/rollout-pacing`, docs/pacing.md), written when a hold begins. It
+    /// changes no template, so nothing rolls (and no Event: the hold's own tells). Retried
+    /// like the rollout; a failure is logged (a new leader then finds less history);
+    /// `--dry-run`: logged, nothing sent.
+    pub async fn annotate(&self, w: &WorkloadRef, patch: &Value) {
+        let workload = format!("{} {}/{}", w.kind.as_str(), w.namespace, w.name);
+        if self.inner.report.dry_run() {
+            tracing::info!(workload = %workload, patch = %patch, "dry-run: would record the workload's rollout pacing");
+            return;
+        }
+        match self.send(w, patch, &workload).await {
+            Ok(()) => {
+                tracing::debug!(workload = %workload, "rollout pacing recorded on the workload")
+            }
+            Err(e) => {
+                tracing::warn!(workload = %workload, error = %e, "cannot record the rollout pacing on the workload; a new leader would not know this hold")
+            }
+        }
+    }
+
+    /// One merge patch, with a timeout per call and retries of errors that may pass.
+    async fn send(&self, w: &WorkloadRef, patch: &Value, workload: &str) -> Result<(), PatchError> {
+        let inner = &self.inner;
+        let mut retries = Retries::new(&RETRY).stopped_by(inner.stop.clone());
+        loop {
+            let timeout = inner.call_timeout;
+            let result = tokio::time::timeout(timeout, inner.patcher.patch(w, patch))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(PatchError::Other(format!(
+                        "no answer from the API server within {}",
+                        humantime::format_duration(timeout)
+                    )))
+                });
+            let error = match result {
+                Err(e @ (PatchError::Other(_) | PatchError::Conflict(_))) => e,
+                done => return done,
+            };
+            let Some(delay) = retries.next(None) else {
+                return Err(error);
+            };
+            tracing::warn!(workload = %workload, error = %error, retry_in_ms = delay.as_millis() as u64, "workload patch failed; retrying");
+            if !retries.wait(delay).await {
+                return Err(error);
+            }
+        }
     }
 }

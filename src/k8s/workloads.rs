@@ -1,11 +1,13 @@
 //! The kube edges of the rollout feature (`reloadlet.io/action: rollout`): the owner of a pod
 //! and of a ReplicaSet (metadata-only GETs: `PartialObjectMetadata`), a workload's update
-//! strategy (one GET), and the one JSON merge patch of the workload
-//! ([`crate::execute::rollout::WorkloadPatcher`]). Converted to the kube-free types of
-//! `crate::core::rollout` here.
+//! strategy (one GET), what it says of its past rollouts (one GET: the template's
+//! `restartedAt`, its own `reloadlet.io/rollout-pacing`), and the JSON merge patches of the
+//! workload ([`crate::execute::rollout::WorkloadPatcher`]). Converted to the kube-free types
+//! of `crate::core::rollout` here.
 
 use super::controller::FIELD_MANAGER;
-use crate::controller::api::WorkloadApi;
+use crate::controller::api::{RolloutHistory, WorkloadApi};
+use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::rollout::{
     IntOrPercent, OwnerRef, Strategy, WorkloadKind, WorkloadRef, RESTARTED_AT,
 };
@@ -13,7 +15,7 @@ use crate::execute::patch::PatchError;
 use crate::execute::rollout::WorkloadPatcher;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -129,6 +131,11 @@ pub fn argo_strategy(spec: &Value) -> Strategy {
     }
 }
 
+/// The workload's own `reloadlet.io/rollout-pacing` annotation.
+fn pacing_of(meta: &ObjectMeta) -> Option<String> {
+    meta.annotations.as_ref()?.get(ROLLOUT_PACING).cloned()
+}
+
 impl WorkloadApi for KubeWorkloads {
     fn pod_owner<'a>(
         &'a self,
@@ -223,33 +230,38 @@ impl WorkloadApi for KubeWorkloads {
         })
     }
 
-    fn restarted_at<'a>(
+    fn rollout_history<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, String>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
-            let template = |t: Option<&k8s_openapi::api::core::v1::PodTemplateSpec>| {
-                t.and_then(|t| t.metadata.as_ref())
+            let history = |meta: &ObjectMeta, t: Option<&PodTemplateSpec>| RolloutHistory {
+                restarted_at: t
+                    .and_then(|t| t.metadata.as_ref())
                     .and_then(|m| m.annotations.as_ref())
-                    .and_then(|a| a.get(RESTARTED_AT).cloned())
+                    .and_then(|a| a.get(RESTARTED_AT).cloned()),
+                pacing: pacing_of(meta),
             };
             let found = match w.kind {
                 WorkloadKind::Deployment => Api::<Deployment>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|d| d.and_then(|d| template(d.spec.as_ref().map(|s| &s.template)))),
+                    .map(|d| d.map(|d| history(&d.metadata, d.spec.as_ref().map(|s| &s.template)))),
                 WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|s| s.and_then(|s| template(s.spec.as_ref().map(|s| &s.template)))),
+                    .map(|s| s.map(|s| history(&s.metadata, s.spec.as_ref().map(|s| &s.template)))),
                 WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|d| d.and_then(|d| template(d.spec.as_ref().map(|s| &s.template)))),
+                    .map(|d| d.map(|d| history(&d.metadata, d.spec.as_ref().map(|s| &s.template)))),
                 WorkloadKind::ArgoRollout => self.argo(ns).get_opt(&w.name).await.map(|r| {
-                    r.and_then(|r| r.data["spec"]["restartAt"].as_str().map(str::to_owned))
+                    r.map(|r| RolloutHistory {
+                        restarted_at: r.data["spec"]["restartAt"].as_str().map(str::to_owned),
+                        pacing: pacing_of(&r.metadata),
+                    })
                 }),
             };
             found.map_err(|e| e.to_string())

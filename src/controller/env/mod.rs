@@ -158,8 +158,19 @@ impl EnvConsumers {
             self.remove_pod(&pod.uid);
             return;
         }
-        self.check_pacing(pod, world);
-        let fetch = self.tracker.put_pod(pod);
+        let fixed = self.check_pacing(pod, world);
+        let mut fetch = self.tracker.put_pod(pod);
+        if fixed {
+            // The pacing annotation that refused the pod's eviction is fixed: its objects are
+            // compared again (one GET each; its baselines never moved, so a change refused
+            // meanwhile is found again and acted on now, paced as the fixed annotation says).
+            self.tracker.release(&pod.uid);
+            for key in self.tracker.objects_of(&pod.uid) {
+                if !fetch.contains(&key) {
+                    fetch.push(key);
+                }
+            }
+        }
         if self.tracker.tracks(&pod.uid) {
             // The World's kept pod, shared: no second copy per env consumer.
             match world.shared(&pod.uid) {
@@ -178,11 +189,15 @@ impl EnvConsumers {
     }
 
     /// A bad pacing annotation: one Warning per distinct error (leader only), and no
-    /// eviction of the pod until it is fixed.
-    fn check_pacing(&mut self, pod: &PodInfo, world: &World) {
+    /// eviction of the pod until it is fixed. `true`: it was invalid and is fixed now.
+    fn check_pacing(&mut self, pod: &PodInfo, world: &World) -> bool {
         match self.pacing.on_pod(pod) {
-            Ok(()) => {
+            Ok(fixed) => {
                 self.warned.remove(&pod.uid);
+                if fixed {
+                    tracing::info!(pod = %pod.full_name(), "pacing annotations fixed; comparing the pod's env sources again");
+                }
+                fixed
             }
             Err(message) => {
                 if world.leader && self.warned.get(&pod.uid) != Some(&message) {
@@ -198,6 +213,7 @@ impl EnvConsumers {
                     );
                     self.warned.insert(pod.uid.clone(), message);
                 }
+                false
             }
         }
     }
@@ -504,3 +520,7 @@ async fn sleep_until(at: Option<std::time::Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+#[path = "fix_tests.rs"]
+mod fix_tests;

@@ -45,9 +45,13 @@ impl EnvPacing {
         }
     }
 
-    /// Reads the pod's pacing annotations; `Err`: the invalid one, named with its value.
-    pub fn on_pod(&mut self, pod: &PodInfo) -> Result<(), String> {
-        self.specs.read(&pod.uid, &pod.annotations)
+    /// Reads the pod's pacing annotations; `Ok(true)`: they were invalid and are fixed (what
+    /// they refused is to be compared again); `Err`: the invalid one, named with its value.
+    pub fn on_pod(&mut self, pod: &PodInfo) -> Result<bool, String> {
+        let was_invalid = self.specs.get(pod.uid.as_str()).is_err();
+        self.specs
+            .read(&pod.uid, &pod.annotations)
+            .map(|()| was_invalid)
     }
 
     /// Whether an eviction of the pod for `change` may run now (`fresh`: a new change, not a
@@ -180,7 +184,7 @@ mod tests {
             PacingDefaults::default(),
             WallClock::new(Timestamp::now(), t0),
         );
-        p.on_pod(&pod("plain", &[])).unwrap();
+        assert!(!p.on_pod(&pod("plain", &[])).unwrap());
         assert_eq!(p.gate(&change("plain", "a"), t0, true, t0), EnvPaced::Act);
         let e = p
             .on_pod(&pod("bad", &[("reloadlet.io/min-interval", "soon")]))
@@ -193,7 +197,13 @@ mod tests {
             p.gate(&change("bad", "a"), t0, true, t0),
             EnvPaced::Refused(_)
         ));
-        p.forget("bad");
+        // Fixed: said once, then acted on.
+        assert!(p
+            .on_pod(&pod("bad", &[("reloadlet.io/min-interval", "1m")]))
+            .unwrap());
+        assert!(!p
+            .on_pod(&pod("bad", &[("reloadlet.io/min-interval", "1m")]))
+            .unwrap());
         assert_eq!(p.gate(&change("bad", "a"), t0, true, t0), EnvPaced::Act);
     }
 }

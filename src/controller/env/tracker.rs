@@ -297,6 +297,25 @@ impl EnvTracker {
         }
     }
 
+    /// The objects the pod reads (sorted).
+    pub fn objects_of(&self, uid: &str) -> Vec<ObjectKey> {
+        let Some(pod) = self.pods.get(uid) else {
+            return Vec::new();
+        };
+        let mut v: Vec<ObjectKey> = pod.refs.keys().map(|s| key_of(&pod.namespace, s)).collect();
+        v.sort();
+        v
+    }
+
+    /// Forgets what was requested for the pod in this run ([`Self::acting`]): its pacing
+    /// annotation was invalid and is fixed, so what pacing refused or dropped meanwhile is
+    /// found again by the next comparison (its baseline never moved).
+    pub fn release(&mut self, uid: &str) {
+        if let Some(pod) = self.pods.get_mut(uid) {
+            pod.acting = VecMap::default();
+        }
+    }
+
     /// Baseline annotations that differ from what the pods carry (and are not being written).
     pub fn writes(&mut self) -> Vec<BaselineWrite> {
         let mut out = Vec::new();

@@ -1,14 +1,16 @@
 //! The `explain` lines of the rollout feature: whether a change rolls the pod's owner, which
 //! workload that is, what its strategy does (and whether it surges), or why nothing would
 //! roll; and whether Stakater Reloader's annotations on the pod's workload would roll it
-//! (`--reloader-compat`, [`super::compat`]). Reads the owner chain, the strategy and the
-//! workload's own annotations through [`WorkloadApi`].
+//! (`--reloader-compat`, [`super::compat`]); the workload's rollout pacing as the controller
+//! recorded it on the workload (its last rollouts, a deferral or a flapping episode). Reads
+//! the owner chain, the strategy and the workload's own annotations through [`WorkloadApi`].
 
 use super::compat;
 use super::refs::{self, Mode};
 use crate::controller::api::WorkloadApi;
 use crate::core::annotations::{self, Action, ACTION};
 use crate::core::model::PodInfo;
+use crate::core::pacing::{PacingRecord, ROLLOUT_PACING};
 use crate::core::rollout::{on_blocked, workload_of, Unsupported, WorkloadRef, ON_BLOCKED};
 
 /// The rollout sections: the pod's own (`action: rollout`, `on-blocked`) and Reloader's
@@ -142,6 +144,30 @@ async fn own(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
         Ok(None) => out.push_str(&format!("    {name} does not exist\n")),
         Err(e) => out.push_str(&format!("    {name} could not be read: {e}\n")),
     }
+    out.push_str(&pacing(&workload, workloads).await);
+    out
+}
+
+/// The workload's rollout pacing as the controller recorded it on the workload
+/// (`reloadlet.io/rollout-pacing`): its last rollouts and what holds it now.
+async fn pacing(workload: &WorkloadRef, workloads: &dyn WorkloadApi) -> String {
+    let Ok(Some(own)) = workloads.annotations(workload).await else {
+        return String::new();
+    };
+    let Some(value) = own.get(ROLLOUT_PACING) else {
+        return String::new();
+    };
+    let lines = match PacingRecord::parse(value) {
+        Ok(record) => record.describe(jiff::Timestamp::now()),
+        Err(e) => vec![format!("{ROLLOUT_PACING} unreadable ({e}); ignored")],
+    };
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(&format!("    pacing: {line}\n"));
+    }
+    if out.is_empty() {
+        out.push_str("    pacing: nothing held\n");
+    }
     out
 }
 
@@ -210,6 +236,43 @@ mod tests {
         assert!(explain(&pod(&[("reloadlet.io/action", "signal")]), &w)
             .await
             .is_empty());
+    }
+
+    #[tokio::test]
+    async fn shows_the_workloads_rollout_pacing() {
+        let w = FakeWorkloads::default();
+        w.deployment_pod("ns", "web-0", "web", Strategy::Recreate);
+        let web = WorkloadRef {
+            kind: crate::core::rollout::WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        let record = r#"{"rollouts":["2026-11-26T12:00:00Z"],"flapping":{"since":"2026-11-26T12:00:30Z","source":"configmap cfg","changes":4},"deferred":{"until":"2099-01-01T02:00:00Z","why":"maintenance window","since":"2026-11-26T12:00:30Z","source":"configmap cfg"}}"#;
+        w.annotations
+            .lock()
+            .unwrap()
+            .insert(web.clone(), [(ROLLOUT_PACING.into(), record.into())].into());
+        let text = explain(&pod(&[("reloadlet.io/action", "rollout")]), &w).await;
+        assert!(
+            text.contains("pacing: last rollouts (newest first): 2026-11-26T12:00:00Z"),
+            "{text}"
+        );
+        assert!(
+            text.contains("held: deferred until 2099-01-01T02:00:00Z (maintenance window)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "held: flapping since 2026-11-26T12:00:30Z (configmap cfg changed 4 times)"
+            ),
+            "{text}"
+        );
+        w.annotations
+            .lock()
+            .unwrap()
+            .insert(web, [(ROLLOUT_PACING.into(), "?".into())].into());
+        let text = explain(&pod(&[("reloadlet.io/action", "rollout")]), &w).await;
+        assert!(text.contains("unreadable"), "{text}");
     }
 
     #[tokio::test]

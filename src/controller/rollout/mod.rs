@@ -1,7 +1,8 @@
 //! The rollout feature (`reloadlet.io/action: rollout`, docs/rollout.md): when the data an
 //! opted-in pod reads of a ConfigMap (a Secret with `--secrets`) changes — only the keys it
 //! consumes, through volumes or env — the pod's owning workload is rolled: one JSON merge
-//! patch of its pod template (`kubectl.kubernetes.io/restartedAt`), written by the executor
+//! patch of its pod template (`kubectl.kubernetes.io/restartedAt`, and the workload's own
+//! pacing record `reloadlet.io/rollout-pacing` in the same request), written by the executor
 //! (`crate::execute::rollout`).
 //!
 //! The bookkeeping is the env consumers' ([`EnvTracker`], one GET per changed object, a
@@ -126,8 +127,19 @@ impl RolloutFeature {
         // An `on-blocked: rollout` pod's pacing annotations are the agent's to report (it
         // acts on the change first); `action: rollout` and Reloader's workloads are ours.
         let warn = !matches!(refs::mode(pod), Some(refs::Mode::AfterBlocked(_)));
-        self.pacing.on_pod(pod, warn, world.leader, report);
-        let fetch = self.tracker.put_pod(&tracked);
+        let fixed = self.pacing.on_pod(pod, warn, world.leader, report);
+        let mut fetch = self.tracker.put_pod(&tracked);
+        if fixed {
+            // The pacing annotation that refused the pod's rollout is fixed: its objects are
+            // compared again (its baseline never moved: the change is found again and rolled,
+            // paced as the fixed annotation says).
+            self.tracker.release(&pod.uid);
+            for key in self.tracker.objects_of(&pod.uid) {
+                if !fetch.contains(&key) {
+                    fetch.push(key);
+                }
+            }
+        }
         if world.leader && world.pods_listed {
             let now = std::time::Instant::now();
             for key in fetch {
@@ -208,6 +220,12 @@ impl RolloutFeature {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
             };
+            // An invalid pacing annotation: no rollout (warned when the pod was read); the
+            // change is not marked, so fixing the annotation finds it again.
+            if self.pacing.refuses(&change.uid) {
+                tracing::info!(pod = %pod.full_name(), source = %change.source, "data the pod reads changed, but a pacing annotation of the pod is invalid; nothing rolled until it is fixed");
+                continue;
+            }
             // Not reported again in this run for the same data; the baseline moves once the
             // batch is handled.
             self.tracker.acting(&change);
@@ -392,8 +410,17 @@ async fn roll(
         };
         // Paced per workload: held (its baselines stay) or refused, nothing rolled now.
         pacing.seed(&workload, workloads).await;
-        let Some(asking) = pacing.admit(&workload, asking, fresh, report) else {
-            continue;
+        let (asking, record) = match pacing.admit(&workload, asking, fresh, report) {
+            pacing::Admission::Roll(asking, record) => (asking, record),
+            pacing::Admission::Held(record) => {
+                if let Some(record) = record {
+                    rollouts
+                        .annotate(&workload, &pacing::record_patch(&record))
+                        .await;
+                }
+                continue;
+            }
+            pacing::Admission::Refused => continue,
         };
         let sources = sources_of(&asking);
         let cause = sources
@@ -402,7 +429,7 @@ async fn roll(
             .collect::<Vec<_>>()
             .join(",");
         let job = RolloutJob {
-            patch: restart_patch(workload.kind, &now(), &cause),
+            patch: pacing::with_record(restart_patch(workload.kind, &now(), &cause), &record),
             cause: format!("{} changed", list(&sources)),
             strategy_note: facts.note,
             regarding,

@@ -17,11 +17,13 @@ use crate::controller::metrics::PacingShare;
 use crate::core::model::PodInfo;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pacing::{
-    ActionClass, Gate, Notice, PacingBook, PacingDefaults, PacingSpec, PacingSpecs, WallClock,
+    ActionClass, Gate, Notice, PacingBook, PacingDefaults, PacingRecord, PacingSpec, PacingSpecs,
+    WallClock, ROLLOUT_PACING,
 };
 use crate::core::rollout::WorkloadRef;
 use crate::execute::report::Reporter;
 use crate::ports::PodRef;
+use jiff::Timestamp;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -35,7 +37,20 @@ struct Inner {
     warned: HashMap<String, String>,
     /// Workloads whose last rollout was read back from the API in this term.
     seeded: HashSet<WorkloadRef>,
+    /// The pacing record last written on (or read from) each workload.
+    records: HashMap<WorkloadRef, PacingRecord>,
     gauges: PacingShare,
+}
+
+/// What pacing says of a workload's rollout.
+pub(super) enum Admission {
+    /// Roll for these pods now, writing this pacing record with the rollout.
+    Roll(Vec<Asking>, String),
+    /// Held until its time; `Some`: the hold just began with its Event — the record to
+    /// write on the workload (one metadata-only patch).
+    Held(Option<String>),
+    /// An invalid pacing annotation (warned about when the pod was read).
+    Refused,
 }
 
 pub struct RolloutPacing {
@@ -61,6 +76,7 @@ impl RolloutPacing {
                 book: PacingBook::new(clock),
                 warned: HashMap::new(),
                 seeded: HashSet::new(),
+                records: HashMap::new(),
                 gauges: PacingShare::default(),
             }),
             held: Notify::new(),
@@ -74,12 +90,15 @@ impl RolloutPacing {
     /// Reads the pacing annotations of a pod the feature follows. A bad one of an `action:
     /// rollout` pod: one Warning `InvalidAnnotation` per distinct error (leader only), and
     /// its workload is not rolled until it is fixed. (An `on-blocked: rollout` pod's error is
-    /// the agent's to report: it sees the change first and refuses the eviction.)
-    pub fn on_pod(&self, pod: &PodInfo, warn: bool, leader: bool, report: &Reporter) {
+    /// the agent's to report: it sees the change first and refuses the eviction.) `true`:
+    /// they were invalid and are fixed now — what they refused is to be compared again.
+    pub fn on_pod(&self, pod: &PodInfo, warn: bool, leader: bool, report: &Reporter) -> bool {
         let mut inner = self.lock();
+        let was_invalid = inner.specs.get(pod.uid.as_str()).is_err();
         match inner.specs.read(&pod.uid, &pod.annotations) {
             Ok(()) => {
                 inner.warned.remove(&pod.uid);
+                return was_invalid;
             }
             Err(message) if warn && leader && inner.warned.get(&pod.uid) != Some(&message) => {
                 let outcome = Outcome::InvalidAnnotation;
@@ -90,6 +109,12 @@ impl RolloutPacing {
             }
             Err(_) => {}
         }
+        false
+    }
+
+    /// Whether the pod's pacing annotations are invalid (its changes are not acted on).
+    pub fn refuses(&self, uid: &str) -> bool {
+        self.lock().specs.get(uid).is_err()
     }
 
     pub fn forget_pod(&self, uid: &str) {
@@ -99,48 +124,78 @@ impl RolloutPacing {
     }
 
     /// The first time a workload is paced in a term (the controller started, or this replica
-    /// became the leader): its last rollout is read back from the API — the pod template's
-    /// `kubectl.kubernetes.io/restartedAt`, which every rollout (reloadlet's, `kubectl rollout
-    /// restart`) writes — so a minimum interval still holds, and the rollout counts for the
-    /// flap breaker. One GET per workload and term; a failed one is retried next time.
+    /// became the leader): its pacing is read back from the API (one GET per workload and
+    /// term; a failed one is retried next time) — the workload's own
+    /// `reloadlet.io/rollout-pacing` record (its recent rollouts, an open flapping episode,
+    /// a deferral: `core::pacing::record`) and the pod template's
+    /// `kubectl.kubernetes.io/restartedAt`, which every rollout writes (reloadlet's, `kubectl
+    /// rollout restart`) — so a minimum interval still holds, the flap breaker counts the
+    /// earlier rollouts, and an episode or a deferral announced before is not announced
+    /// again.
     pub async fn seed(&self, workload: &WorkloadRef, workloads: &dyn WorkloadApi) {
         if self.lock().seeded.contains(workload) {
             return;
         }
-        let at = match workloads.restarted_at(workload).await {
-            Ok(at) => at,
+        let history = match workloads.rollout_history(workload).await {
+            Ok(history) => history.unwrap_or_default(),
             Err(e) => {
-                tracing::warn!(workload = %name(workload), error = %e, "cannot read the workload's last rollout; pacing it from what this replica saw");
+                tracing::warn!(workload = %name(workload), error = %e, "cannot read the workload's last rollouts; pacing it from what this replica saw");
                 return;
             }
         };
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         inner.seeded.insert(workload.clone());
-        match at.as_deref().map(str::parse::<jiff::Timestamp>) {
-            Some(Ok(at)) => inner.book.pacer_mut(workload).seed(at),
+        let restarted = match history.restarted_at.as_deref().map(str::parse::<Timestamp>) {
+            Some(Ok(at)) => Some(at),
             Some(Err(e)) => {
                 tracing::debug!(workload = %name(workload), error = %e, "restartedAt is not an RFC 3339 time; ignored for pacing");
+                None
             }
-            None => {}
+            None => None,
+        };
+        let record = match history.pacing.as_deref().map(PacingRecord::parse) {
+            Some(Ok(record)) => Some(record),
+            Some(Err(e)) => {
+                tracing::debug!(workload = %name(workload), annotation = ROLLOUT_PACING, error = %e, "the workload's rollout pacing record is not ours to read; ignored");
+                None
+            }
+            None => None,
+        };
+        let now = inner
+            .book
+            .clock()
+            .at(tokio::time::Instant::now().into_std());
+        let pacer = inner.book.pacer_mut(workload);
+        match record {
+            Some(record) => {
+                record.restore(pacer, restarted, now);
+                inner.records.insert(workload.clone(), record);
+            }
+            None => {
+                if let Some(at) = restarted {
+                    pacer.seed(at);
+                }
+            }
         }
     }
 
     /// Whether `workload` may be rolled now for `asking` (`fresh`: a new batch, not held work
-    /// coming due). `Some`: roll these; `None`: held (told once) or refused.
+    /// coming due), and the pacing record to write on the workload with it.
     pub(super) fn admit(
         &self,
         workload: &WorkloadRef,
         asking: Vec<Asking>,
         fresh: bool,
         report: &Reporter,
-    ) -> Option<Vec<Asking>> {
+    ) -> Admission {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let spec = match spec_of(&inner.specs, &asking) {
             Ok(spec) => spec,
             Err(message) => {
                 tracing::warn!(workload = %name(workload), error = %message, "a pacing annotation of the workload's pods is invalid; nothing rolled");
-                return None;
+                return Admission::Refused;
             }
         };
         let sources = sources(&asking);
@@ -156,6 +211,9 @@ impl RolloutPacing {
             || sources.clone(),
             hold,
         );
+        let counts = inner.book.counts();
+        inner.gauges.set(&report.metrics().pacing, counts);
+        let pacer = inner.book.pacer_mut(workload);
         let notice = match gate {
             Gate::Act {
                 closed_episode,
@@ -164,21 +222,27 @@ impl RolloutPacing {
                 if closed_episode {
                     tracing::info!(workload = %name(workload), "the flapping sources were quiet; rolling once and closing the episode");
                 }
-                inner
-                    .gauges
-                    .set(&report.metrics().pacing, inner.book.counts());
+                let record = PacingRecord::after_action(pacer, spec.flap);
+                let value = record.to_value();
+                inner.records.insert(workload.clone(), record);
                 // What was held for the workload rolls with this batch, once.
-                return Some(merge(held.unwrap_or_default(), asking));
+                return Admission::Roll(merge(held.unwrap_or_default(), asking), value);
             }
             Gate::Held(notice) => notice,
         };
-        inner
-            .gauges
-            .set(&report.metrics().pacing, inner.book.counts());
+        // A hold that begins with a Notice is recorded on the workload (once per deferral or
+        // episode, with its Event), so a new leader neither forgets nor repeats it.
+        let value = notice.as_ref().map(|notice| {
+            let previous = inner.records.get(workload);
+            let record = PacingRecord::on_hold(previous, pacer, spec.flap, notice);
+            let value = record.to_value();
+            inner.records.insert(workload.clone(), record);
+            value
+        });
         drop(guard);
         self.held.notify_one();
         tell(report, workload, &asking, notice);
-        None
+        Admission::Held(value)
     }
 
     /// The held rollouts whose time came by `now`.
@@ -203,6 +267,7 @@ impl RolloutPacing {
         let mut inner = self.lock();
         inner.book.clear_held();
         inner.seeded.clear();
+        inner.records.clear();
         let counts = inner.book.counts();
         inner.gauges.set(&report.metrics().pacing, counts);
     }
@@ -260,6 +325,28 @@ impl super::RolloutFeature {
             self.spawn_roll(still, false);
         }
     }
+}
+
+/// The workload's pacing record as a merge patch of its own metadata (docs/pacing.md): a
+/// metadata-only change rolls nothing — the Deployment controller starts a new ReplicaSet
+/// only for a new pod template (kubernetes `pkg/controller/deployment/sync.go`
+/// `getNewReplicaSet`, through `util/deployment_util.go` `FindNewReplicaSet`), a StatefulSet's or DaemonSet's generation moves only with its spec
+/// (`pkg/registry/apps/{statefulset,daemonset}/strategy.go`, `PrepareForUpdate`). A
+/// Deployment's generation does move ("annotation updates bump the generation because
+/// annotations are copied from deployments to their replica sets",
+/// `pkg/registry/apps/deployment/strategy.go`), and the annotation is copied to its current
+/// ReplicaSet (`CopyDeploymentAnnotationsToReplicaSet`), as Argo Rollouts copies a
+/// Rollout's (`utils/annotations`, `copyRolloutAnnotationsToReplicaSet`).
+pub(super) fn record_patch(record: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {ROLLOUT_PACING: record}}})
+}
+
+/// The rollout's patch with the pacing record in the same request (no second write).
+pub(super) fn with_record(mut patch: serde_json::Value, record: &str) -> serde_json::Value {
+    if let Some(p) = patch.as_object_mut() {
+        p.insert("metadata".into(), record_patch(record)["metadata"].clone());
+    }
+    patch
 }
 
 /// The workload's pacing: its asking pods' (the template's) — any invalid one refuses.

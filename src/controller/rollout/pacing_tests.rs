@@ -2,7 +2,8 @@
 //! user sees — how often the workload is patched, when, and the Events.
 
 use super::*;
-use crate::core::pacing::{PacingDefaults, WallClock};
+use crate::core::pacing::{PacingDefaults, PacingRecord, WallClock, ROLLOUT_PACING};
+use serde_json::json;
 
 /// The wall time the paused clock starts from: 12:00:00 UTC.
 fn paced(workloads: Arc<FakeWorkloads>, defaults: PacingDefaults) -> Harness {
@@ -19,6 +20,33 @@ fn paced_over(
     start_with(api, workloads, FakePatcher::default(), false, |f| {
         f.with_pacing_clock(defaults, clock)
     })
+}
+
+/// A controller started `elapsed` after the first one (its wall clock goes on from there),
+/// over the same cluster.
+fn restarted(
+    api: Arc<FakeEnvApi>,
+    workloads: Arc<FakeWorkloads>,
+    defaults: PacingDefaults,
+    elapsed: Duration,
+) -> Harness {
+    let wall: jiff::Timestamp = NOW.parse().unwrap();
+    let wall = wall.checked_add(elapsed).unwrap();
+    let clock = WallClock::new(wall, tokio::time::Instant::now().into_std());
+    start_with(api, workloads, FakePatcher::default(), false, |f| {
+        f.with_pacing_clock(defaults, clock)
+    })
+}
+
+/// The pacing record written on the workload last (with a rollout or on its own).
+fn record(workloads: &FakeWorkloads) -> PacingRecord {
+    let patches = workloads.patches.lock().unwrap();
+    let value = patches
+        .iter()
+        .rev()
+        .find_map(|(_, p)| p["metadata"]["annotations"][ROLLOUT_PACING].as_str())
+        .expect("a pacing record");
+    PacingRecord::parse(value).unwrap()
 }
 
 /// `pods` as the API holds them now: with the baselines the controller wrote.
@@ -58,11 +86,28 @@ async fn a_min_interval_holds_the_second_rollout_until_it_ends_then_rolls_once()
     h.list(pods).await;
     h.change("cfg", "2", &[("app.conf", "v2")]).await;
     assert_eq!(h.workloads.patched().len(), 1);
+    // The rollout's own patch carries the workload's pacing record.
+    let first = &h.workloads.patched()[0].1;
+    let written = PacingRecord::parse(
+        first["metadata"]["annotations"][ROLLOUT_PACING]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written.rollouts.len(), 1);
+    assert!(written.deferred.is_none() && written.flapping.is_none());
+    assert!(h.workloads.annotated().is_empty(), "no extra write");
     // Two more changes inside the interval: one deferral, told once, nothing rolled.
     h.change("cfg", "3", &[("app.conf", "v3")]).await;
     h.change("app-env", "2", &[("LOG", "debug"), ("PORT", "80")])
         .await;
     assert_eq!(h.workloads.patched().len(), 1);
+    // The deferral is recorded once, by one metadata-only patch, when it begins.
+    let annotated = h.workloads.annotated();
+    assert_eq!(annotated.len(), 1, "{annotated:?}");
+    let deferred = record(&h.workloads).deferred.unwrap();
+    assert_eq!(deferred.why, "minimum interval");
+    assert!(deferred.until.to_string().starts_with("2026-11-26T12:10:0"));
     let events = h.events();
     let deferred: Vec<_> = events.iter().filter(|e| e.1 == "ReloadDeferred").collect();
     assert_eq!(deferred.len(), 1, "{events:?}");
@@ -178,27 +223,59 @@ async fn an_invalid_pacing_annotation_is_warned_about_and_nothing_rolls() {
 async fn a_min_interval_holds_across_a_controller_restart() {
     let (pods, workloads) = web(&[("reloadlet.io/min-interval", "10m")]);
     let api = objects();
+    let t0 = tokio::time::Instant::now();
     let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
     h.list(pods.clone()).await;
     h.change("cfg", "2", &[("app.conf", "v2")]).await;
-    // Rolled at 12:00:00 (the harness's restartedAt).
+    // Rolled at about 12:00:04 (the record's time; the harness's restartedAt says 12:00:00).
     assert_eq!(workloads.patched().len(), 1);
     let survivors = with_baselines(&h, &pods);
     h.stop().await;
 
-    // A new leader, nothing in memory; the workload's template says when it was rolled.
-    let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
+    // A new leader, nothing in memory; the workload says when it was rolled.
+    let h = restarted(
+        api.clone(),
+        workloads.clone(),
+        PacingDefaults::default(),
+        t0.elapsed(),
+    );
     h.list(survivors).await;
     h.change("cfg", "3", &[("app.conf", "v3")]).await;
     assert_eq!(workloads.patched().len(), 1, "the interval still holds");
     let events = h.events();
     assert_eq!(reasons(&h), ["ReloadDeferred"], "{events:?}");
     assert!(
-        events[0].2.contains("until 2026-11-26T12:10:00Z"),
+        events[0].2.contains("until 2026-11-26T12:10:0"),
         "{events:?}"
     );
     tokio::time::sleep(Duration::from_secs(10 * 60)).await;
     assert_eq!(workloads.patched().len(), 2, "once, when it ends");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_min_interval_holds_across_a_restart_from_the_template_alone() {
+    // A workload rolled by something else (`kubectl rollout restart`): no record of ours,
+    // the template's restartedAt (12:00:00) is the last rollout.
+    let (pods, workloads) = web(&[("reloadlet.io/min-interval", "10m")]);
+    let w = WorkloadRef {
+        kind: WorkloadKind::Deployment,
+        namespace: NS.into(),
+        name: "web".into(),
+    };
+    workloads.patches.lock().unwrap().push((
+        w,
+        json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: NOW}}}}}),
+    ));
+    let h = paced(workloads, PacingDefaults::default());
+    h.list(pods).await;
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    let events = h.events();
+    assert_eq!(reasons(&h), ["ReloadDeferred"], "{events:?}");
+    assert!(
+        events[0].2.contains("until 2026-11-26T12:10:00Z"),
+        "{events:?}"
+    );
     h.stop().await;
 }
 
@@ -209,21 +286,185 @@ async fn a_rollout_deferred_to_its_window_stays_deferred_across_a_restart() {
         ("reloadlet.io/window-duration", "10m"),
     ]);
     let api = objects();
+    let t0 = tokio::time::Instant::now();
     let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
     h.list(pods.clone()).await;
     let listed = with_baselines(&h, &pods);
     h.change("cfg", "2", &[("app.conf", "v2")]).await;
     assert_eq!(reasons(&h), ["ReloadDeferred"]);
+    assert_eq!(workloads.annotated().len(), 1);
     h.stop().await;
 
-    // The new leader finds the change again (the baselines did not move) and defers it too.
-    let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
+    // The new leader finds the change again (the baselines did not move) and defers it to
+    // the same time, without announcing it again (the workload's record says it was).
+    let h = restarted(
+        api.clone(),
+        workloads.clone(),
+        PacingDefaults::default(),
+        t0.elapsed(),
+    );
     h.list(listed).await;
     assert!(workloads.patched().is_empty());
-    assert_eq!(reasons(&h), ["ReloadDeferred"]);
+    let events = h.events();
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(workloads.annotated().len(), 1, "nothing written again");
     tokio::time::sleep(Duration::from_secs(8 * 60)).await;
     assert!(workloads.patched().is_empty(), "not before 12:10");
     tokio::time::sleep(Duration::from_secs(2 * 60)).await;
     assert_eq!(workloads.patched().len(), 1, "once, in the window");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flapping_episode_stays_open_across_a_restart_then_rolls_once_when_quiet() {
+    let (pods, workloads) = web(&[("reloadlet.io/flap-threshold", "2/10m")]);
+    let api = objects();
+    let t0 = tokio::time::Instant::now();
+    let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
+    h.list(pods.clone()).await;
+    for (rv, v) in [("2", "v2"), ("3", "v3"), ("4", "v4")] {
+        h.change("cfg", rv, &[("app.conf", v)]).await;
+    }
+    assert_eq!(workloads.patched().len(), 2);
+    assert_eq!(
+        reasons(&h)
+            .iter()
+            .filter(|r| **r == "ReloadFlapping")
+            .count(),
+        1
+    );
+    let episode = record(&workloads)
+        .flapping
+        .expect("the episode is recorded");
+    assert_eq!(
+        (episode.source.as_str(), episode.changes),
+        ("configmap cfg", 3)
+    );
+    let survivors = with_baselines(&h, &pods);
+    h.stop().await;
+
+    // A new leader finds the held change again and the source keeps changing: the episode
+    // is still open — nothing rolled, no second Warning, nothing written.
+    let h = restarted(
+        api.clone(),
+        workloads.clone(),
+        PacingDefaults::default(),
+        t0.elapsed(),
+    );
+    h.list(survivors).await;
+    h.change("cfg", "5", &[("app.conf", "v5")]).await;
+    assert_eq!(workloads.patched().len(), 2, "held");
+    let events = h.events();
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(workloads.annotated().len(), 1);
+    // Quiet for the flap window: one rollout, the episode closed (the record says so).
+    tokio::time::sleep(Duration::from_secs(9 * 60)).await;
+    assert_eq!(workloads.patched().len(), 2, "not before quiet");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(workloads.patched().len(), 3);
+    assert!(record(&workloads).flapping.is_none());
+    tokio::time::sleep(Duration::from_secs(30 * 60)).await;
+    assert_eq!(workloads.patched().len(), 3, "once");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_flap_breaker_counts_the_rollouts_made_before_a_restart() {
+    let (pods, workloads) = web(&[("reloadlet.io/flap-threshold", "3/10m")]);
+    let api = objects();
+    let t0 = tokio::time::Instant::now();
+    let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
+    h.list(pods.clone()).await;
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    h.change("cfg", "3", &[("app.conf", "v3")]).await;
+    assert_eq!(workloads.patched().len(), 2);
+    assert_eq!(record(&workloads).rollouts.len(), 2);
+    let survivors = with_baselines(&h, &pods);
+    h.stop().await;
+
+    // The template keeps only the last restart; the record has both: the third rollout is
+    // allowed, the fourth change opens the episode (not the fifth).
+    let h = restarted(
+        api.clone(),
+        workloads.clone(),
+        PacingDefaults::default(),
+        t0.elapsed(),
+    );
+    h.list(survivors).await;
+    h.change("cfg", "4", &[("app.conf", "v4")]).await;
+    assert_eq!(workloads.patched().len(), 3);
+    h.change("cfg", "5", &[("app.conf", "v5")]).await;
+    assert_eq!(workloads.patched().len(), 3, "held as flapping");
+    let events = h.events();
+    let flapping: Vec<_> = events.iter().filter(|e| e.1 == "ReloadFlapping").collect();
+    assert_eq!(flapping.len(), 1, "{events:?}");
+    assert!(flapping[0].2.contains("changed 4 times"), "{flapping:?}");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_garbled_pacing_record_is_ignored() {
+    let (pods, workloads) = web(&[("reloadlet.io/min-interval", "10m")]);
+    workloads.annotations.lock().unwrap().insert(
+        WorkloadRef {
+            kind: WorkloadKind::Deployment,
+            namespace: NS.into(),
+            name: "web".into(),
+        },
+        [(ROLLOUT_PACING.to_owned(), "{not json".to_owned())].into(),
+    );
+    let h = paced(workloads, PacingDefaults::default());
+    h.list(pods).await;
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    assert_eq!(
+        h.workloads.patched().len(),
+        1,
+        "rolled as if nothing were recorded"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rollout_refused_for_an_invalid_pacing_annotation_runs_once_when_it_is_fixed() {
+    let (pods, workloads) = web(&[("reloadlet.io/min-interval", "banana")]);
+    // Another Deployment reading the same ConfigMap, without pacing annotations.
+    workloads.deployment_pod(NS, "api-a", "api", Strategy::deployment_default(1));
+    let mut all = pods.clone();
+    all.push(pod("api-a"));
+    let h = paced(workloads, PacingDefaults::default());
+    h.list(all).await;
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    let rolled = |h: &Harness| -> Vec<String> {
+        h.workloads
+            .patched()
+            .into_iter()
+            .map(|(w, _)| w.name)
+            .collect()
+    };
+    assert_eq!(rolled(&h), ["api"]);
+    assert_eq!(
+        reasons(&h),
+        ["InvalidAnnotation", "InvalidAnnotation", "RolloutRequested"]
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        rolled(&h),
+        ["api"],
+        "nothing while the annotation is invalid"
+    );
+
+    // Fixed on the pods (their baselines never moved): the change is found again and the
+    // workload rolled once; the other Deployment is not rolled again.
+    let reads = h.api.reads.lock().unwrap().len();
+    for p in with_baselines(&h, &pods) {
+        let p = with(p, "reloadlet.io/min-interval", "1m");
+        h.tx.send(Input::PodApplied(p)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rolled(&h), ["api", "web"]);
+    // One GET per object a fixed pod reads (cfg, app-env), per pod at most.
+    assert!(h.api.reads.lock().unwrap().len() <= reads + 4);
+    tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+    assert_eq!(rolled(&h), ["api", "web"], "once");
     h.stop().await;
 }

@@ -323,10 +323,17 @@ async fn one_patch_per_workload_and_change_only_for_data_the_pods_consume() {
     assert_eq!(patched.len(), 1, "{patched:?}");
     assert_eq!(patched[0].0, deployment("web"));
     assert_eq!(
-        patched[0].1,
-        json!({"spec": {"template": {"metadata": {"annotations": {
-            RESTARTED_AT: NOW, RESTARTED_FOR: "configmap/cfg"}}}}})
+        patched[0].1["spec"],
+        json!({"template": {"metadata": {"annotations": {
+            RESTARTED_AT: NOW, RESTARTED_FOR: "configmap/cfg"}}}})
     );
+    // The same request records the workload's rollout pacing on its own metadata.
+    let keys: Vec<&String> = patched[0].1["metadata"]["annotations"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys, ["reloadlet.io/rollout-pacing"]);
     let events = h.events();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].1, "RolloutRequested");

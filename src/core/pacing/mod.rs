@@ -9,11 +9,13 @@
 pub mod book;
 pub mod clock;
 pub mod pacer;
+pub mod record;
 pub mod spec;
 pub mod window;
 
 pub use book::{Gate, Notice, PacingBook, PacingSpecs};
 pub use clock::WallClock;
 pub use pacer::{ActionClass, Deferral, FlapReport, Pacer, Step};
+pub use record::{PacingRecord, ROLLOUT_PACING};
 pub use spec::{FlapThreshold, PacingDefaults, PacingError, PacingSpec, WindowActions};
 pub use window::MaintenanceWindow;

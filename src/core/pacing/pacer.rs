@@ -137,6 +137,11 @@ impl Pacer {
         self.pending.as_ref().map(|p| p.since)
     }
 
+    /// What the pending change is of (the source last seen changing).
+    pub fn pending_source(&self) -> Option<&str> {
+        self.pending.as_ref().map(|p| p.source.as_str())
+    }
+
     /// What to do at `now` for an action of `class`.
     pub fn poll(&mut self, spec: &PacingSpec, class: ActionClass, now: Timestamp) -> Step {
         let Some(pending) = &self.pending else {
@@ -241,6 +246,51 @@ impl Pacer {
         }
         self.last_action = Some(at);
         self.recent.push_back(at);
+    }
+
+    /// Actions read back from the API after a restart or a leader change (the target's own
+    /// record of its recent actions): merged into the history, oldest first, the latest
+    /// becoming the last action when it is later than the one known.
+    pub fn restore_history(&mut self, times: &[Timestamp]) {
+        let mut all: Vec<Timestamp> = self.recent.iter().chain(times).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        if let Some(latest) = all.last().copied() {
+            if self.last_action.is_none_or(|last| last < latest) {
+                self.last_action = Some(latest);
+            }
+        }
+        self.recent = all.into();
+    }
+
+    /// A flapping episode open when the last run ended: it stays open (its report was made
+    /// then; none is made again) until the sources have been quiet for the flap window.
+    pub fn reopen_episode(&mut self, since: Timestamp) {
+        self.flapping_since.get_or_insert(since);
+    }
+
+    /// A deferral to `until` announced by the last run for a change first seen at `since`:
+    /// the change is pending since then (a `--max-defer` counts from it), and the same
+    /// deferral is not announced again.
+    pub fn resume_deferral(&mut self, until: Timestamp, since: Timestamp, source: &str) {
+        if self.pending.is_none() {
+            self.pending = Some(Pending {
+                since,
+                last_change: since,
+                source: source.to_owned(),
+            });
+        }
+        self.reported_until = Some(until);
+    }
+
+    /// The actions within the flap window, oldest first (what is recorded for a restart).
+    pub fn recent(&self) -> impl DoubleEndedIterator<Item = Timestamp> + ExactSizeIterator + '_ {
+        self.recent.iter().copied()
+    }
+
+    /// When the open flapping episode began.
+    pub fn flapping_since(&self) -> Option<Timestamp> {
+        self.flapping_since
     }
 
     /// When the target was last acted on.
