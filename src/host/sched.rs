@@ -15,8 +15,8 @@
 //!   `cancel_protect_slice`, commit f553741ac8c0). Since commit faa42d29419d ("sched/fair: Make
 //!   SCHED_IDLE entity be preempted in strict hierarchy") the comparison is made between the
 //!   two tasks' entities in the cgroup they share: it holds for the agent's own threads (the
-//!   hot thread preempts the worker at once) and for tasks in the same group (the benchmark),
-//!   not across two pods' cgroups, where each group keeps its `cpu.weight`;
+//!   hot thread preempts the worker at once), not across two containers' cgroups, where each
+//!   group keeps its weight;
 //! - a CPU whose runnable tasks are all `SCHED_IDLE` counts as idle where the kernel places a
 //!   woken task (kernel/sched/fair.c, `sched_idle_cpu`, used by `select_idle_sibling`), so the
 //!   signalled process may be put there rather than queued behind a busy task;
