@@ -2,6 +2,7 @@
 //! (`src/wiring/`).
 
 use clap::Parser;
+use reloadlet::config::agent::BackgroundSched;
 use reloadlet::config::{Cli, Command, LogFormat};
 use reloadlet::wiring;
 use std::process::ExitCode;
@@ -17,15 +18,12 @@ fn main() -> ExitCode {
     init_tracing(format);
     reloadlet::host::memory::limit_malloc_arenas();
     // The agent's volume → signal path runs on its own thread (`agent::hot_thread`); this
-    // runtime carries the API watches, Events, evictions, retries and the HTTP server: one
-    // worker is plenty, and each worker is another stack and malloc arena in the RSS.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        // /proc scans, big-volume-free blocking work; a node agent never needs many at once.
-        .max_blocking_threads(4)
-        .enable_all()
-        .build()
-    {
+    // runtime carries the API watches, Events, evictions, retries and the HTTP server.
+    let background = match cli.command {
+        None => cli.run.watch.background_sched,
+        Some(_) => BackgroundSched::Normal,
+    };
+    let runtime = match wiring::runtime::build(background) {
         Ok(rt) => rt,
         Err(e) => return fail(format, &format!("cannot start the async runtime: {e}")),
     };

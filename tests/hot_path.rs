@@ -53,6 +53,45 @@ async fn with_debounce_0s_a_change_is_signalled_through_the_kept_pidfd() {
         node.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}"),
         2.0
     );
+    // The follow-up work (log, metrics, Events) runs on the runtime's worker at SCHED_IDLE
+    // (`--background-sched idle`, the default) and still arrives; the hot thread is untouched.
+    // (Two occurrences of one Event: one object with a series count of 2.)
+    eventually("both Signaled Events", WAIT, || {
+        let seen: i32 = node
+            .events(NS, "web", "Signaled")
+            .iter()
+            .map(|e| e.count)
+            .sum();
+        (seen == 2).then_some(())
+    })
+    .await;
+    let policies = thread_policies(node.agent().child.id());
+    let idle = |name: &str| {
+        policies
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, idle)| *idle)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(idle("reloadlet-hot"), [false], "{policies:?}");
+    assert!(idle("tokio-rt-worker").contains(&true), "{policies:?}");
+}
+
+/// Each thread of `pid`: its name and whether it runs at SCHED_IDLE.
+fn thread_policies(pid: u32) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("stat")),
+        ) else {
+            continue; // the thread ended meanwhile
+        };
+        let idle = reloadlet::host::sched::thread_is_idle(&stat).unwrap();
+        out.push((comm.trim_end().to_owned(), idle));
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread")]

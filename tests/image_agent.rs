@@ -186,6 +186,21 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         "a seccomp filter (podman's default profile)"
     );
     assert!(status_field(&pid, "Uid").starts_with("0\t"), "UID 0");
+    // Under that seccomp filter and without CAP_SYS_NICE, the async runtime's worker still
+    // runs at SCHED_IDLE (--background-sched idle) and the hot thread at the normal policy.
+    let policy_of = |comm: &str| -> Vec<bool> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        tasks
+            .filter_map(|t| {
+                let dir = t.ok()?.path();
+                let name = std::fs::read_to_string(dir.join("comm")).ok()?;
+                let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+                (name.trim_end() == comm).then(|| reloadlet::host::sched::thread_is_idle(&stat))?
+            })
+            .collect()
+    };
+    assert_eq!(policy_of("reloadlet-hot"), [false]);
+    assert!(policy_of("tokio-rt-worker").contains(&true));
     let ns = |p: &str, n: &str| std::fs::read_link(format!("/proc/{p}/ns/{n}")).unwrap();
     assert_eq!(ns(&pid, "pid"), ns("self", "pid"), "host PID namespace");
     assert_ne!(

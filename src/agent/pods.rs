@@ -562,7 +562,11 @@ fn report_notice(
 
 /// `/readyz` answers 200 from now on: the pod list is in and the main processes of its
 /// signal targets looked up (`processes` of them found).
+/// Start-up is over then (the first list decoded, the pass over /proc made): its code need
+/// not stay mapped (`host::memory::release_startup_code`).
 fn report_ready(health: &Health, processes: usize) {
     health.set_ready(true);
     tracing::info!(processes, "main processes looked up; ready");
+    let released = crate::host::memory::release_startup_code();
+    tracing::debug!(bytes = released, "start-up code unmapped");
 }

@@ -83,6 +83,22 @@ pub struct WatchArgs {
     /// kernel's default; the kernel clamps to 100us-100ms.
     #[arg(long, env = "RELOADLET_HOT_THREAD_SLICE", default_value = "100us", value_parser = humantime::parse_duration)]
     pub hot_thread_slice: Duration,
+    /// How the threads that work after a signal (logs, metrics, Events, notifications,
+    /// evictions, the pod watch, the HTTP server) are scheduled: `idle` (SCHED_IDLE: any
+    /// other task woken on their CPU runs first, so the signalled process is not kept waiting;
+    /// they still get CPU time under load) or `normal`. The thread that watches the volumes
+    /// and signals always runs at normal priority.
+    #[arg(long, env = "RELOADLET_BACKGROUND_SCHED", value_enum, default_value_t = BackgroundSched::Idle)]
+    pub background_sched: BackgroundSched,
+}
+
+/// `--background-sched`: the scheduling policy of the async runtime's worker threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackgroundSched {
+    /// `SCHED_IDLE` (host/sched.rs).
+    Idle,
+    /// The kernel's default (`SCHED_OTHER`, nice unchanged).
+    Normal,
 }
 
 /// How volumes are hashed and rescanned.

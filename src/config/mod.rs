@@ -111,6 +111,12 @@ mod tests {
         assert_eq!(cli.run.watch.hot_thread_slice, Duration::from_micros(100));
         let cli = parse(&["--node-name", "n1", "--hot-thread-slice", "0s"]).unwrap();
         assert_eq!(cli.run.watch.hot_thread_slice, Duration::ZERO);
+        use agent::BackgroundSched;
+        let cli = parse(&["--node-name", "n1"]).unwrap();
+        assert_eq!(cli.run.watch.background_sched, BackgroundSched::Idle);
+        let cli = parse(&["--node-name", "n1", "--background-sched", "normal"]).unwrap();
+        assert_eq!(cli.run.watch.background_sched, BackgroundSched::Normal);
+        assert!(parse(&["--node-name", "n1", "--background-sched", "low"]).is_err());
     }
 
     #[test]

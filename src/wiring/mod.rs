@@ -1,10 +1,12 @@
 //! Each mode assembled from settings, edges and its loop: [`agent`] (the node agent, the
 //! default command), [`controller`] (`reloadlet controller`), [`explain`] (`reloadlet
-//! explain`). `main.rs` only parses the command line and runs one of them.
+//! explain`), on the async runtime of [`runtime`]. `main.rs` only parses the command line
+//! and runs one of them.
 
 pub mod agent;
 pub mod controller;
 pub mod explain;
+pub mod runtime;
 
 use tokio_util::sync::CancellationToken;
 
