@@ -17,6 +17,11 @@ fn main() -> ExitCode {
     let format = cli.log_format;
     init_tracing(format);
     reloadlet::host::memory::limit_malloc_arenas();
+    if matches!(cli.command, Some(Command::Controller(_))) {
+        // One arena and a fixed mmap threshold: at 100,000 pods glibc's defaults left a
+        // fifth of the controller's heap in free holes (docs/controller.md, "Memory").
+        reloadlet::host::memory::tune_for_controller();
+    }
     // The agent's volume → signal path runs on its own thread (`agent::hot_thread`); this
     // runtime carries the API watches, Events, evictions, retries and the HTTP server.
     let background = match cli.command {

@@ -57,8 +57,8 @@ impl Layout {
         }
     }
 
-    /// Pod `i`, shaped like a Deployment's pod: labels, the injected kube-api-access volume, a
-    /// container with env, resources and mounts.
+    /// Pod `i`, shaped like a Deployment's pod: labels, its ReplicaSet as controlling owner, the
+    /// injected kube-api-access volume, a container with env, resources and mounts.
     fn pod(&mut self, i: usize, k: &Knobs) -> k8s_openapi::api::core::v1::Pod {
         let n = self.namespaces;
         let (m, t) = (i % n, i / n);
@@ -102,7 +102,13 @@ impl Layout {
             "metadata": {
                 "name": name, "namespace": namespace,
                 "labels": {"app": format!("web-{}", t / GROUP), "pod-template-hash": "5d8f7c9b6"},
-                "annotations": {"reloadlet.io/action": "signal"}
+                "annotations": {"reloadlet.io/action": "signal"},
+                "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": format!("web-{}-5d8f7c9b6", t / GROUP),
+                    "uid": format!("00000000-0000-4000-8000-{:012}", m * 1_000_000 + t / GROUP),
+                    "controller": true, "blockOwnerDeletion": true
+                }]
             },
             "spec": {
                 "nodeName": format!("node-{}", i % k.nodes),

@@ -7,7 +7,9 @@
 //! reads a pod's labels), the volumes that
 //! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
 //! file lists, `source_paths` and `other_paths`), no container IDs or ports (the agent's
-//! signal and HTTP targets) — with every buffer at its length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
+//! signal and HTTP targets), the controlling owner's reference only for `--reloader-compat`
+//! (`rollout::compat` is its one reader; `has_controller` stays) — with every buffer at its
+//! length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
 //! volume is kept only when the pod names it in `reloadlet.io/configmaps`: nudges
 //! (`nudge::qualify`) and rollouts (`rollout::refs`) ignore it otherwise, and env consumers
 //! read env references, not volumes.
@@ -59,6 +61,10 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
         c.name.shrink_to_fit();
     }
     pod.containers.shrink_to_fit();
+    // The owner's apiVersion, kind and name (a box and three strings, ~0.2 KiB): only
+    // `--reloader-compat` reads them ([`trimmed_for_compat`]); `has_controller` says enough
+    // for evictions and budgets.
+    pod.controller = None;
     pod.env.shrink_to_fit();
     for s in [
         &mut pod.uid,
@@ -71,11 +77,12 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
     pod
 }
 
-/// [`trimmed`], keeping also the labels through which `--reloader-compat` finds a pod's
-/// Deployment (or Argo Rollout) from its ReplicaSet's name (`pod-template-hash`,
-/// `rollouts-pod-template-hash`; `rollout::compat`): one label map per pod more, only with
-/// compat on.
-pub fn trimmed_for_compat(pod: PodInfo) -> PodInfo {
+/// [`trimmed`], keeping also the controlling owner's reference and the labels through which
+/// `--reloader-compat` finds a pod's Deployment (or Argo Rollout) from its ReplicaSet's name
+/// (`pod-template-hash`, `rollouts-pod-template-hash`; `rollout::compat`): one label map per
+/// pod more, only with compat on.
+pub fn trimmed_for_compat(mut pod: PodInfo) -> PodInfo {
+    let controller = pod.controller.take();
     use crate::controller::rollout::compat::{DEPLOYMENT_HASH, ROLLOUT_HASH};
     let hashes: Vec<(String, String)> = pod
         .labels
@@ -85,6 +92,7 @@ pub fn trimmed_for_compat(pod: PodInfo) -> PodInfo {
         .collect();
     let mut kept = trimmed(pod);
     kept.labels.extend(hashes);
+    kept.controller = controller;
     kept
 }
 
@@ -95,6 +103,7 @@ mod tests {
         ContainerInfo, ContainerKind, EnvKeys, EnvRef, SourceKind, SourceRef, VolumeMount,
         VolumeSpec,
     };
+    use crate::core::rollout::OwnerRef;
     use std::collections::BTreeMap;
 
     fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -244,5 +253,23 @@ mod tests {
             trimmed_for_compat(p).labels,
             map(&[("pod-template-hash", "f888bd677")])
         );
+    }
+
+    #[test]
+    fn the_owner_reference_is_kept_only_for_compat_and_ownership_always() {
+        let owner = OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-f888bd677".into(),
+        };
+        let mut p = pod();
+        p.has_controller = true;
+        p.controller = Some(Box::new(owner.clone()));
+        let kept = trimmed(p.clone());
+        assert!(kept.has_controller, "evictions and budgets read it");
+        assert_eq!(kept.controller, None);
+        let compat = trimmed_for_compat(p);
+        assert!(compat.has_controller);
+        assert_eq!(compat.controller.as_deref(), Some(&owner));
     }
 }
