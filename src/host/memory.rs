@@ -1,5 +1,6 @@
-//! The allocator: giving freed heap back to the OS after the one-off spike of decoding the
-//! first pod list, and the controller's heap settings.
+//! The process's memory: giving freed heap back to the OS after the one-off spike of decoding
+//! the first pod list, the controller's heap settings, and the agent's release of its
+//! start-up code once it is ready.
 //!
 //! glibc keeps freed memory in its arenas; `malloc_trim` returns it. The release image is a
 //! static musl build, whose allocator returns memory by itself: there this does nothing.
