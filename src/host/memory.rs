@@ -254,7 +254,7 @@ mod controller_heap_tests {
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "host::memory::tests::controller_heap_child",
+                "host::memory::controller_heap_tests::controller_heap_child",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
