@@ -51,3 +51,9 @@ cargo bench --bench node
 #    Secrets, 5,000 env consumers, about 1.5 minutes on the 2-core machine (BENCH_CTL_PODS
 #    etc. for other sizes; benches/controller/main.rs lists the knobs).
 cargo bench --bench controller
+# 4. The controller at cluster scale again, as the image runs it: the static (musl) binary,
+#    whose allocator is not glibc's (about 1.5 minutes).
+if [[ -n "${BENCH_STATIC_BIN:-}" ]]; then
+    echo "== the controller at scale, the image's static binary ($BENCH_STATIC_BIN)"
+    RELOADLET_BIN="$BENCH_STATIC_BIN" BENCH_CTL_LATENCY=0 cargo bench --bench controller
+fi
