@@ -110,7 +110,19 @@ async fn where_the_server_refuses_streaming_lists_the_controller_falls_back_to_p
     node.api.set_watch_list(false);
     scene(&node, 3);
     let controller = Controller::start(&node, &["--leader-elect=false", "--secrets"], &[]).await;
-    let requests = node.api.requests();
+    // Ready means listed; the watch from the list's version follows it (kube-rs' watcher
+    // moves from the list to the watch on its next poll): wait for it.
+    let plain_watch = |r: &RequestRecord| {
+        r.is_watch() && !r.query.contains("sendInitialEvents") && r.status == 200
+    };
+    let requests = eventually("a plain watch of every kind", WAIT, || {
+        let requests = node.api.requests();
+        ["pods", "configmaps", "secrets"]
+            .iter()
+            .all(|k| requests.iter().any(|r| collection(r, k) && plain_watch(r)))
+            .then_some(requests)
+    })
+    .await;
     for resource in ["pods", "configmaps", "secrets"] {
         let of: Vec<&RequestRecord> = requests
             .iter()
@@ -129,8 +141,7 @@ async fn where_the_server_refuses_streaming_lists_the_controller_falls_back_to_p
             "{resource}: a paged LIST"
         );
         assert!(
-            of.iter()
-                .any(|r| r.is_watch() && !r.query.contains("sendInitialEvents") && r.status == 200),
+            of.iter().any(|r| plain_watch(r)),
             "{resource}: a plain watch after the list"
         );
     }
