@@ -5,8 +5,13 @@
 //!   minimum interval and maintenance windows. Evictions are disruptive: a window always holds
 //!   them.
 //! - **per owner** (the pod's controlling owner, e.g. its ReplicaSet; a pod without one is its
-//!   own owner): the flap breaker alone. An eviction replaces the pod (a new UID, no history),
-//!   so a breaker per pod would never see a source that flaps; per owner, one *action* is one
+//!   own owner): the flap breaker alone. An eviction replaces the pod with a new one (a new
+//!   UID, no history): a ReplicaSet counts only active pods, not those with a
+//!   `deletionTimestamp` (kubernetes `pkg/controller/replicaset/replica_set.go`,
+//!   `syncReplicaSet` → `controller.FilterActivePods`; `IsPodActive` in
+//!   `pkg/controller/controller_utils.go`), and `manageReplicas` creates the missing ones from
+//!   its template, often before the evicted pod is gone. A breaker per pod would never see a
+//!   source that flaps; per owner, one *action* is one
 //!   change — a source's new content (its digest) — acted on for that owner, counted once
 //!   however many of its pods it evicts. When the count within the window would be exceeded,
 //!   the evictions of all the owner's pods are held (one `ReloadFlapping`), and when the source
@@ -396,7 +401,7 @@ impl EnvPacing {
 
     /// The pod went away at `now`: what was held for it and its own history are dropped; its
     /// owner's history is kept while the owner has pods or anything of it still matters (an
-    /// eviction's replacement comes after its pod).
+    /// eviction's replacement may come before or after its pod is gone).
     pub fn forget(&mut self, uid: &str, now: Instant) {
         self.specs.forget(uid);
         self.pods.forget(uid);
@@ -433,6 +438,12 @@ impl EnvPacing {
             self.owned.remove(&key);
             self.owners.forget(&key);
         }
+    }
+
+    /// The owners known now (tests: nothing is kept of owners long gone).
+    #[cfg(test)]
+    fn owners_len(&self) -> usize {
+        self.owned.len()
     }
 
     /// Another replica leads now: what this one held is its to find again.

@@ -293,3 +293,42 @@ fn a_released_eviction_still_waits_for_the_window() {
         [&EnvPaced::Act(vec![change_to("a", "web-env", "w3")])]
     );
 }
+
+/// A one-replica ReplicaSet whose evicted pod is gone before its replacement comes: the
+/// owner's count carries over; once it has no pods and its window has passed, it is dropped.
+#[test]
+fn an_owner_without_pods_keeps_its_count_for_the_window_then_is_dropped() {
+    let t0 = Instant::now();
+    let mut p = pacing(t0);
+    p.on_pod(&owned("r0", "web-1", &[FLAP])).unwrap();
+    let mut current = "r0".to_string();
+    for n in 1..=3u64 {
+        let now = t0 + Duration::from_secs(n);
+        let c = change_to(&current, "app-env", &format!("v{n}"));
+        assert_eq!(
+            acted(&p.gate(&c, now, now)),
+            [current.clone()],
+            "change {n}"
+        );
+        // The old pod goes first, then its replacement comes.
+        p.forget(&current, now);
+        current = format!("r{n}");
+        p.on_pod(&owned(&current, "web-1", &[FLAP])).unwrap();
+    }
+    let now = t0 + Duration::from_secs(4);
+    let held = p.gate(&change_to(&current, "app-env", "v4"), now, now);
+    assert!(
+        matches!(held, EnvPaced::Held(Some(EnvNotice::Flapping(_)))),
+        "{held:?}"
+    );
+    // Released after a quiet minute; then the ReplicaSet is scaled to zero.
+    let due = p.take_due(t0 + Duration::from_secs(64));
+    assert_eq!(acted(&due[0].2), [current.clone()]);
+    assert_eq!(p.owners_len(), 1);
+    p.forget(&current, t0 + Duration::from_secs(65));
+    assert_eq!(p.owners_len(), 1, "its last action is within the window");
+    // Another pod's departure after the window sweeps it.
+    p.on_pod(&pod("bare", &[])).unwrap();
+    p.forget("bare", t0 + Duration::from_secs(125));
+    assert_eq!(p.owners_len(), 0);
+}
