@@ -354,3 +354,34 @@ async fn owners_are_independent_and_a_pod_without_one_counts_for_itself() {
     assert_eq!(h.held(), 2);
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_source_back_at_what_the_pods_run_evicts_nothing_when_the_episode_closes() {
+    let mut h = Harness::start();
+    let mut pods = replica_set(0);
+    h.list(&pods).await;
+    for round in 1..=3u32 {
+        h.change(&format!("v{round}")).await;
+        let before = h.evicted().len();
+        until("a round of evictions", || h.evicted().len() == before + 3).await;
+        let next = replica_set(round);
+        h.replace(&pods, &next).await;
+        pods = next;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    // Held at v4; then back to v3, which the pods run.
+    h.change("v4").await;
+    until("ReloadFlapping", || !h.flapping().is_empty()).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    h.change("v3").await;
+    // Well past the quiet minute: nothing evicted, the episode closed.
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    assert_eq!(h.evicted().len(), 9);
+    assert_eq!(h.held(), 0);
+    // The next change is acted on at once.
+    h.change("v5").await;
+    until("a round of evictions", || h.evicted().len() == 12).await;
+    assert_eq!(sorted(h.evicted()[9..].to_vec()), names(&pods));
+    assert_eq!(h.flapping().len(), 1);
+    h.stop().await;
+}

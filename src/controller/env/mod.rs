@@ -289,6 +289,9 @@ impl EnvConsumers {
             .tracker
             .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
         drop(fetched.data);
+        for settled in self.tracker.take_settled() {
+            self.pacing.settle(&settled);
+        }
         for change in changes {
             self.act(&change, fetched.seen);
         }

@@ -122,6 +122,8 @@ pub struct EnvPacing {
     owned: HashMap<String, Owner>,
     /// Owners without pods now, dropped once nothing of theirs matters any more.
     vacant: HashSet<String>,
+    /// Held changes that became moot: the pod's source is back at what it runs.
+    settled: HashSet<(String, SourceRef)>,
 }
 
 impl EnvPacing {
@@ -133,6 +135,7 @@ impl EnvPacing {
             owner_of: HashMap::new(),
             owned: HashMap::new(),
             vacant: HashSet::new(),
+            settled: HashSet::new(),
         }
     }
 
@@ -184,7 +187,26 @@ impl EnvPacing {
     /// Whether an eviction of the pod for a new `change` may run now. A held change is kept
     /// here until [`Self::take_due`].
     pub fn gate(&mut self, change: &EnvChange, seen: Instant, now: Instant) -> EnvPaced {
+        if !self.settled.is_empty() {
+            self.settled
+                .remove(&(change.uid.clone(), change.source.clone()));
+        }
         self.pace(vec![change.clone()], seen, true, now)
+    }
+
+    /// The pod's source is back at the content it runs (its baseline): a change held for it
+    /// is dropped when it comes due — "evict the pods whose baselines still differ".
+    pub fn settle(&mut self, change: &EnvChange) {
+        self.settled
+            .insert((change.uid.clone(), change.source.clone()));
+    }
+
+    /// `changes` without the settled ones (each settled entry is used up).
+    fn unsettled(&mut self, mut changes: Vec<EnvChange>) -> Vec<EnvChange> {
+        if !self.settled.is_empty() {
+            changes.retain(|c| !self.settled.remove(&(c.uid.clone(), c.source.clone())));
+        }
+        changes
     }
 
     /// One pod's `changes` through the owner's breaker and the pod's own rules (`fresh`: a new
@@ -230,7 +252,7 @@ impl EnvPacing {
         match gate {
             Gate::Held(notice) => EnvPaced::Held(notice),
             Gate::Act { held, .. } => {
-                let mut all = held.map(|h| h.changes).unwrap_or_default();
+                let mut all = self.unsettled(held.map(|h| h.changes).unwrap_or_default());
                 merge(&mut all, &changes);
                 if self.counted(&key, &all) {
                     EnvPaced::Act(all)
@@ -293,7 +315,7 @@ impl EnvPacing {
         match gate {
             Gate::Held(notice) => EnvPaced::Held(notice),
             Gate::Act { held, .. } => {
-                let mut all = held.map(|h| h.changes).unwrap_or_default();
+                let mut all = self.unsettled(held.map(|h| h.changes).unwrap_or_default());
                 merge(&mut all, changes);
                 if let Some(owner) = self.owned.get_mut(key) {
                     for c in &all {
@@ -310,17 +332,20 @@ impl EnvPacing {
     pub fn take_due(&mut self, now: Instant) -> Vec<(EnvChange, Instant, EnvPaced)> {
         let mut out = Vec::new();
         for (_, held) in self.pods.take_due(now) {
-            let Some(first) = held.changes.first().cloned() else {
+            let changes = self.unsettled(held.changes);
+            let Some(first) = changes.first().cloned() else {
                 continue;
             };
-            let paced = self.pace(held.changes, held.seen, false, now);
+            let paced = self.pace(changes, held.seen, false, now);
             out.push((first, held.seen, paced));
         }
         for (key, held) in self.owners.take_due(now) {
             let flap = self.owned.get(&key).and_then(|o| o.flap);
-            let paced = self.owner_gate(&key, flap, &held.changes, held.seen, false, now);
+            // Settled ones are not evicted; the episode closes all the same (one action).
+            let pending = self.unsettled(held.changes);
+            let paced = self.owner_gate(&key, flap, &pending, held.seen, false, now);
             let EnvPaced::Act(changes) = paced else {
-                if let Some(first) = held.changes.first().cloned() {
+                if let Some(first) = pending.first().cloned() {
                     out.push((first, held.seen, paced));
                 }
                 continue;
@@ -377,7 +402,7 @@ impl EnvPacing {
         match gate {
             Gate::Held(notice) => EnvPaced::Held(notice),
             Gate::Act { held, .. } => {
-                let mut all = held.map(|h| h.changes).unwrap_or_default();
+                let mut all = self.unsettled(held.map(|h| h.changes).unwrap_or_default());
                 merge(&mut all, &changes);
                 EnvPaced::Act(all)
             }
@@ -403,6 +428,9 @@ impl EnvPacing {
     /// owner's history is kept while the owner has pods or anything of it still matters (an
     /// eviction's replacement may come before or after its pod is gone).
     pub fn forget(&mut self, uid: &str, now: Instant) {
+        if !self.settled.is_empty() {
+            self.settled.retain(|(u, _)| u != uid);
+        }
         self.specs.forget(uid);
         self.pods.forget(uid);
         if let Some(key) = self.owner_of.remove(uid) {

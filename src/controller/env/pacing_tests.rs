@@ -332,3 +332,35 @@ fn an_owner_without_pods_keeps_its_count_for_the_window_then_is_dropped() {
     p.forget("bare", t0 + Duration::from_secs(125));
     assert_eq!(p.owners_len(), 0);
 }
+
+/// A held change whose source went back to what the pod runs is not acted on when the
+/// episode closes; the other pods' are.
+#[test]
+fn a_settled_change_is_dropped_when_the_episode_closes() {
+    let t0 = Instant::now();
+    let mut p = pacing(t0);
+    for uid in ["a", "b"] {
+        p.on_pod(&owned(uid, "web-1", &[FLAP])).unwrap();
+    }
+    for n in 1..=3u64 {
+        let now = t0 + Duration::from_secs(n);
+        for uid in ["a", "b"] {
+            let c = change_to(uid, "app-env", &format!("v{n}"));
+            assert_eq!(acted(&p.gate(&c, now, now)), [uid]);
+        }
+    }
+    let now = t0 + Duration::from_secs(4);
+    for uid in ["a", "b"] {
+        let paced = p.gate(&change_to(uid, "app-env", "v4"), now, now);
+        assert!(matches!(paced, EnvPaced::Held(_)), "{paced:?}");
+    }
+    p.settle(&change_to("a", "app-env", "v3"));
+    let due = p.take_due(t0 + Duration::from_secs(64));
+    let evicted: Vec<String> = due.iter().flat_map(|d| acted(&d.2)).collect();
+    assert_eq!(evicted, ["b"]);
+    assert_eq!(p.counts(), (0, 0), "the episode closed");
+    // A later change of the settled pod is acted on again.
+    let later = t0 + Duration::from_secs(200);
+    let c = change_to("a", "app-env", "v5");
+    assert_eq!(acted(&p.gate(&c, later, later)), ["a"]);
+}
