@@ -474,10 +474,14 @@ impl EnvPacing {
         self.owned.len()
     }
 
-    /// Another replica leads now: what this one held is its to find again.
+    /// Another replica leads now: what this one held is its to find again, and the owners'
+    /// flap history is the new leader's to build (an episode open here is not held here).
     pub fn clear_held(&mut self) {
         self.pods.clear_held();
-        self.owners.clear_held();
+        self.owners = PacingBook::new(self.owners.clock());
+        for owner in self.owned.values_mut() {
+            owner.acted.clear();
+        }
     }
 }
 

@@ -364,3 +364,25 @@ fn a_settled_change_is_dropped_when_the_episode_closes() {
     let c = change_to("a", "app-env", "v5");
     assert_eq!(acted(&p.gate(&c, later, later)), ["a"]);
 }
+
+/// Leadership lost: nothing is held here any more (the gauge says so), and the new leader
+/// builds the owners' history afresh.
+#[test]
+fn leadership_lost_drops_what_is_held_and_the_owners_history() {
+    let t0 = Instant::now();
+    let mut p = pacing(t0);
+    p.on_pod(&owned("a", "web-1", &[FLAP])).unwrap();
+    for n in 1..=4u64 {
+        let now = t0 + Duration::from_secs(n);
+        p.gate(&change_to("a", "app-env", &format!("v{n}")), now, now);
+    }
+    assert_eq!(p.counts(), (0, 1));
+    p.clear_held();
+    assert_eq!(p.counts(), (0, 0));
+    assert_eq!(p.next_deadline(), None);
+    // Leading again: the next change is the first action of a fresh history.
+    let now = t0 + Duration::from_secs(10);
+    let c = change_to("a", "app-env", "v5");
+    assert_eq!(acted(&p.gate(&c, now, now)), ["a"]);
+    assert_eq!(p.owner_label("a"), Some("ReplicaSet web-1"));
+}
