@@ -8,7 +8,8 @@
 //! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
 //! file lists, `source_paths` and `other_paths`), no container IDs or ports (the agent's
 //! signal and HTTP targets), the controlling owner's reference only for `--reloader-compat`
-//! (`rollout::compat` is its one reader; `has_controller` stays) — with every buffer at its
+//! (`rollout::compat`) and env consumers (their flap breaker counts per owner, `env::pacing`;
+//! `has_controller` stays) — with every buffer at its
 //! length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
 //! volume is kept only when the pod names it in `reloadlet.io/configmaps`: nudges
 //! (`nudge::qualify`) and rollouts (`rollout::refs`) ignore it otherwise, and env consumers
@@ -61,10 +62,13 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
         c.name.shrink_to_fit();
     }
     pod.containers.shrink_to_fit();
-    // The owner's apiVersion, kind and name (a box and three strings, ~0.2 KiB): only
-    // `--reloader-compat` reads them ([`trimmed_for_compat`]); `has_controller` says enough
-    // for evictions and budgets.
-    pod.controller = None;
+    // The owner's apiVersion, kind and name (a box and three strings, ~0.2 KiB): read by
+    // `--reloader-compat` ([`trimmed_for_compat`]) and by the env consumers' flap breaker,
+    // which counts per owner (`env::pacing`; env consumers are few); `has_controller` says
+    // enough for evictions and budgets.
+    if pod.env.is_empty() {
+        pod.controller = None;
+    }
     pod.env.shrink_to_fit();
     for s in [
         &mut pod.uid,
@@ -256,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn the_owner_reference_is_kept_only_for_compat_and_ownership_always() {
+    fn the_owner_reference_is_kept_only_for_compat_and_env_consumers_and_ownership_always() {
         let owner = OwnerRef {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
@@ -268,8 +272,16 @@ mod tests {
         let kept = trimmed(p.clone());
         assert!(kept.has_controller, "evictions and budgets read it");
         assert_eq!(kept.controller, None);
-        let compat = trimmed_for_compat(p);
+        let compat = trimmed_for_compat(p.clone());
         assert!(compat.has_controller);
         assert_eq!(compat.controller.as_deref(), Some(&owner));
+        // An env consumer's flap breaker counts per owner.
+        p.env = vec![EnvRef {
+            source: cm("app-cfg"),
+            keys: EnvKeys::Key("MODE".into()),
+            optional: false,
+            container: "app".into(),
+        }];
+        assert_eq!(trimmed(p).controller.as_deref(), Some(&owner));
     }
 }

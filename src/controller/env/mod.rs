@@ -219,7 +219,7 @@ impl EnvConsumers {
     }
 
     fn remove_pod(&mut self, uid: &str) {
-        self.pacing.forget(uid);
+        self.pacing.forget(uid, Instant::now().into_std());
         self.warned.remove(uid);
         self.tracker.remove_pod(uid);
         self.index().delete(uid);
@@ -289,6 +289,9 @@ impl EnvConsumers {
             .tracker
             .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
         drop(fetched.data);
+        for settled in self.tracker.take_settled() {
+            self.pacing.settle(&settled);
+        }
         for change in changes {
             self.act(&change, fetched.seen);
         }
@@ -308,18 +311,13 @@ impl EnvConsumers {
         match hash::decide(&pod, &source) {
             EnvDecision::Evict => {
                 let now = Instant::now().into_std();
-                match self.pacing.gate(change, seen, true, now) {
-                    EnvPaced::Act => {
-                        tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "env source changed; evicting");
-                        self.deps.evictions.request(EvictJob {
-                            pod: pod_ref,
-                            cause,
-                            first_seen: Some(seen),
-                            sources: vec![source],
-                        });
+                match self.pacing.gate(change, seen, now) {
+                    EnvPaced::Act(changes) => {
+                        self.evict(changes, seen, "env source changed; evicting");
                     }
                     EnvPaced::Held(notice) => {
-                        report_notice(report, &pod, notice, source);
+                        let owner = self.pacing.owner_label(&pod.uid);
+                        report_notice(report, &pod, owner, notice, source);
                     }
                     EnvPaced::Refused(message) => {
                         tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", error = %message, "env source changed but a pacing annotation is invalid; no eviction");
@@ -351,43 +349,56 @@ impl EnvConsumers {
     /// Held env evictions whose time came: evicted now, once per pod, for every source held.
     fn fire_held(&mut self) {
         let now = Instant::now().into_std();
-        for held in self.pacing.take_due(now) {
-            let Some(first) = held.changes.first() else {
-                continue;
-            };
-            let pod = {
-                let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
-                index.get(&first.uid).cloned()
-            };
-            let Some(pod) = pod else { continue };
-            match self.pacing.gate(first, held.seen, false, now) {
-                EnvPaced::Act => {
-                    let sources: Vec<_> = held.changes.iter().map(|c| c.source.clone()).collect();
-                    let cause = sources
-                        .iter()
-                        .map(hash::cause)
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "deferred env eviction is due; evicting");
-                    self.deps.evictions.request(EvictJob {
-                        pod: PodRef::from(&pod),
-                        cause,
-                        first_seen: Some(held.seen),
-                        sources,
-                    });
+        for (first, seen, paced) in self.pacing.take_due(now) {
+            match paced {
+                EnvPaced::Act(changes) => {
+                    self.evict(changes, seen, "deferred env eviction is due; evicting");
                 }
                 EnvPaced::Held(notice) => {
-                    let source = first.source.clone();
-                    report_notice(&self.deps.reporter, &pod, notice, source);
-                    // Put the other sources back with it.
-                    for change in held.changes.iter().skip(1) {
-                        self.pacing.gate(change, held.seen, false, now);
-                    }
+                    let pod = {
+                        let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
+                        index.get(&first.uid).cloned()
+                    };
+                    let Some(pod) = pod else { continue };
+                    let owner = self.pacing.owner_label(&pod.uid);
+                    report_notice(&self.deps.reporter, &pod, owner, notice, first.source);
                 }
                 EnvPaced::Refused(_) => {}
             }
         }
         self.update_gauges();
+    }
+
+    /// One eviction per pod still here, for all its `changes` (pods of one owner whose held
+    /// evictions are released together come in one call).
+    fn evict(&self, changes: Vec<tracker::EnvChange>, seen: std::time::Instant, why: &str) {
+        let mut by_pod: Vec<(String, Vec<crate::core::model::SourceRef>)> = Vec::new();
+        for c in changes {
+            match by_pod.iter_mut().find(|(uid, _)| *uid == c.uid) {
+                Some((_, sources)) if sources.contains(&c.source) => {}
+                Some((_, sources)) => sources.push(c.source),
+                None => by_pod.push((c.uid, vec![c.source])),
+            }
+        }
+        for (uid, sources) in by_pod {
+            let pod = {
+                let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
+                index.get(&uid).cloned()
+            };
+            let Some(pod) = pod else { continue };
+            let cause = sources
+                .iter()
+                .map(hash::cause)
+                .collect::<Vec<_>>()
+                .join("; ");
+            tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "{why}");
+            self.deps.evictions.request(EvictJob {
+                pod: PodRef::from(&pod),
+                cause,
+                first_seen: Some(seen),
+                sources,
+            });
+        }
     }
 
     fn update_gauges(&mut self) {
@@ -400,6 +411,7 @@ impl EnvConsumers {
 fn report_notice(
     report: &Reporter,
     pod: &PodInfo,
+    owner: Option<&str>,
     notice: Option<EnvNotice>,
     source: crate::core::model::SourceRef,
 ) {
@@ -419,14 +431,16 @@ fn report_notice(
         }
         Some(EnvNotice::Flapping(r)) => {
             m.flap_episodes.inc();
+            let within = humantime::format_duration(r.within);
+            let held = match owner {
+                Some(owner) => format!("the env evictions of {owner}'s pods"),
+                None => "the env eviction".to_owned(),
+            };
             (
                 Outcome::Flapping,
                 format!(
-                    "{} changed {} times within {}: holding the env eviction until it has been quiet for {}",
-                    r.source,
-                    r.changes,
-                    humantime::format_duration(r.within),
-                    humantime::format_duration(r.within)
+                    "{} changed {} times within {within}: holding {held} until it has been quiet for {within}",
+                    r.source, r.changes,
                 ),
             )
         }
@@ -524,3 +538,7 @@ async fn sleep_until(at: Option<std::time::Instant>) {
 #[cfg(test)]
 #[path = "fix_tests.rs"]
 mod fix_tests;
+
+#[cfg(test)]
+#[path = "flap_tests.rs"]
+mod flap_tests;

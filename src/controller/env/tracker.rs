@@ -75,6 +75,9 @@ pub struct EnvTracker {
     seq: u64,
     /// Pods whose baseline may differ from their annotation (looked at by [`Self::writes`]).
     dirty: BTreeSet<String>,
+    /// Env consumers only: pods whose source went back to their baseline while an eviction
+    /// was requested or held for it ([`Self::take_settled`]).
+    settled: Option<Vec<EnvChange>>,
 }
 
 fn key_of(namespace: &str, source: &SourceRef) -> ObjectKey {
@@ -87,7 +90,10 @@ fn key_of(namespace: &str, source: &SourceRef) -> ObjectKey {
 
 impl EnvTracker {
     pub fn new(configmaps: bool, secrets: bool) -> Self {
-        Self::with(references, ENV_BASELINE, configmaps, secrets)
+        Self {
+            settled: Some(Vec::new()),
+            ..Self::with(references, ENV_BASELINE, configmaps, secrets)
+        }
     }
 
     /// A tracker of what `refs` says each pod reads, its baseline kept in `annotation`.
@@ -103,6 +109,7 @@ impl EnvTracker {
             applied: HashMap::new(),
             seq: 0,
             dirty: BTreeSet::new(),
+            settled: None,
         }
     }
 
@@ -266,7 +273,20 @@ impl EnvTracker {
                     self.dirty.insert(uid.clone());
                 }
                 None => {}
-                Some(old) if *old == now => {}
+                Some(old) if *old == now => {
+                    // Back to what the pod runs: what was asked for it is moot (and a change
+                    // to that content again is a change again).
+                    if let Some(settled) = &mut self.settled {
+                        if pod.acting.contains_key(&source) {
+                            pod.acting.remove(&source);
+                            settled.push(EnvChange {
+                                uid: uid.clone(),
+                                source: source.clone(),
+                                digest: now,
+                            });
+                        }
+                    }
+                }
                 Some(_) if pod.acting.get(&source) == Some(&now) => {}
                 Some(_) => changes.push(EnvChange {
                     uid: uid.clone(),
@@ -295,6 +315,15 @@ impl EnvTracker {
             pod.acting
                 .insert(change.source.clone(), change.digest.clone());
         }
+    }
+
+    /// Env consumers: the pods whose source went back to their baseline (what they run) after
+    /// an eviction was asked for it, since the last call; their held evictions are moot.
+    pub fn take_settled(&mut self) -> Vec<EnvChange> {
+        self.settled
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The objects the pod reads (sorted).
@@ -364,176 +393,5 @@ impl EnvTracker {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::model::{EnvKeys, EnvRef, SourceKind};
-
-    fn pod(uid: &str, keys: &[&str], baseline: Option<&str>) -> PodInfo {
-        let mut annotations =
-            BTreeMap::from([("reloadlet.io/action".to_owned(), "evict".to_owned())]);
-        if let Some(b) = baseline {
-            annotations.insert(ENV_BASELINE.into(), b.into());
-        }
-        PodInfo {
-            uid: uid.into(),
-            namespace: "ns".into(),
-            name: format!("pod-{uid}"),
-            annotations,
-            phase: "Running".into(),
-            env: keys
-                .iter()
-                .map(|k| EnvRef {
-                    source: SourceRef {
-                        kind: SourceKind::ConfigMap,
-                        name: "app-env".into(),
-                    },
-                    keys: EnvKeys::Key((*k).into()),
-                    optional: false,
-                    container: "app".into(),
-                })
-                .collect(),
-            ..PodInfo::default()
-        }
-    }
-
-    fn cm() -> ObjectKey {
-        ObjectKey {
-            kind: SourceKind::ConfigMap,
-            namespace: "ns".into(),
-            name: "app-env".into(),
-        }
-    }
-
-    fn data(pairs: &[(&str, &str)]) -> ObjectData {
-        ObjectData {
-            text: pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..ObjectData::default()
-        }
-    }
-
-    fn fetch(t: &mut EnvTracker, rv: &str, d: &ObjectData) -> Vec<String> {
-        let seq = t.start_fetch(&cm(), Some(rv));
-        let mut v: Vec<String> = t
-            .fetched(&cm(), seq, Some(d))
-            .into_iter()
-            .map(|c| c.uid)
-            .collect();
-        v.sort();
-        v
-    }
-
-    #[test]
-    fn a_first_sight_is_a_baseline_and_only_readers_of_the_changed_key_change() {
-        let mut t = EnvTracker::new(true, false);
-        assert_eq!(t.put_pod(&pod("a", &["LOG"], None)), vec![cm()]);
-        assert_eq!(t.put_pod(&pod("b", &["PORT"], None)), vec![cm()]);
-        assert_eq!(t.unrequested(), vec![cm()]);
-        let v1 = data(&[("LOG", "info"), ("PORT", "80")]);
-        assert!(fetch(&mut t, "1", &v1).is_empty(), "baselines only");
-        assert!(t.unrequested().is_empty(), "one GET per object");
-        assert!(t.needs_fetch(&cm(), Some("2")));
-        assert!(!t.needs_fetch(&cm(), Some("1")));
-        assert!(
-            fetch(&mut t, "2", &v1).is_empty(),
-            "identical re-apply / metadata edit"
-        );
-        let v3 = data(&[("LOG", "debug"), ("PORT", "80")]);
-        assert_eq!(fetch(&mut t, "3", &v3), ["a"]);
-        // Neither acknowledged nor acted on: reported again.
-        let changes = {
-            let seq = t.start_fetch(&cm(), Some("4"));
-            t.fetched(&cm(), seq, Some(&v3))
-        };
-        assert_eq!(changes.len(), 1);
-        t.acknowledge(&changes[0]);
-        assert!(fetch(&mut t, "5", &v3).is_empty());
-    }
-
-    #[test]
-    fn an_eviction_requested_for_a_change_is_not_requested_again_for_the_same_data() {
-        let mut t = EnvTracker::new(true, false);
-        t.put_pod(&pod("a", &["LOG"], None));
-        fetch(&mut t, "1", &data(&[("LOG", "info")]));
-        let baseline = t.writes()[0].value.clone();
-        let v2 = data(&[("LOG", "debug")]);
-        let changes = {
-            let seq = t.start_fetch(&cm(), Some("2"));
-            t.fetched(&cm(), seq, Some(&v2))
-        };
-        assert_eq!(changes.len(), 1);
-        t.acting(&changes[0]);
-        // A replacement pod's first GET returns the same data: the pod is not evicted twice.
-        t.put_pod(&pod("b", &["LOG"], None));
-        assert!(fetch(&mut t, "2", &v2).is_empty());
-        assert!(
-            t.writes().iter().all(|w| w.uid != "a"),
-            "the evicted pod's baseline is not moved ({baseline})"
-        );
-        // A newer change still is reported (to the replacement too).
-        assert_eq!(fetch(&mut t, "3", &data(&[("LOG", "warn")])), ["a", "b"]);
-    }
-
-    #[test]
-    fn a_baseline_written_before_a_restart_detects_a_change_made_meanwhile() {
-        let v1 = data(&[("LOG", "info")]);
-        let mut first = EnvTracker::new(true, false);
-        first.put_pod(&pod("a", &["LOG"], None));
-        fetch(&mut first, "1", &v1);
-        let writes = first.writes();
-        assert_eq!(writes.len(), 1);
-        assert!(first.writes().is_empty(), "one write in flight at a time");
-        let baseline = writes[0].value.clone();
-
-        // Restarted; changed while down; a pod created meanwhile has no baseline yet.
-        let mut second = EnvTracker::new(true, false);
-        assert!(second
-            .put_pod(&pod("a", &["LOG"], Some(&baseline)))
-            .is_empty());
-        assert_eq!(second.put_pod(&pod("new", &["LOG"], None)), vec![cm()]);
-        let v2 = data(&[("LOG", "debug")]);
-        assert_eq!(fetch(&mut second, "2", &v2), ["a"], "only the old pod");
-        // Nothing changed while down: nothing.
-        let mut third = EnvTracker::new(true, false);
-        third.put_pod(&pod("a", &["LOG"], Some(&baseline)));
-        assert!(fetch(&mut third, "1", &v1).is_empty());
-        assert!(third.writes().is_empty(), "the annotation already says it");
-    }
-
-    #[test]
-    fn stale_fetches_neither_baseline_a_newer_pod_nor_apply_out_of_order() {
-        let mut t = EnvTracker::new(true, false);
-        t.put_pod(&pod("a", &["LOG"], None));
-        let old_seq = t.start_fetch(&cm(), Some("1"));
-        // The pod "b" is first seen after that GET was sent.
-        t.put_pod(&pod("b", &["LOG"], None));
-        let new_seq = t.start_fetch(&cm(), Some("2"));
-        let v1 = data(&[("LOG", "info")]);
-        let v2 = data(&[("LOG", "debug")]);
-        assert!(t.fetched(&cm(), new_seq, Some(&v2)).is_empty());
-        assert!(
-            t.fetched(&cm(), old_seq, Some(&v1)).is_empty(),
-            "stale: dropped"
-        );
-        assert_eq!(fetch(&mut t, "3", &v2), Vec::<String>::new());
-    }
-
-    #[test]
-    fn an_object_appearing_or_disappearing_is_a_change_and_unreferenced_objects_are_not_fetched() {
-        let mut t = EnvTracker::new(true, false);
-        t.put_pod(&pod("a", &["LOG"], None));
-        let seq = t.start_fetch(&cm(), None);
-        assert!(t.fetched(&cm(), seq, None).is_empty());
-        assert_eq!(fetch(&mut t, "7", &data(&[("LOG", "x")])), ["a"]);
-        let other = ObjectKey {
-            name: "other".into(),
-            ..cm()
-        };
-        assert!(!t.needs_fetch(&other, Some("1")));
-        t.remove_pod("a");
-        assert!(!t.needs_fetch(&cm(), Some("8")));
-        assert_eq!(t.objects_len(), 0);
-    }
-}
+#[path = "tracker_tests.rs"]
+mod tests;
