@@ -186,3 +186,104 @@ async fn a_refused_env_eviction_runs_once_when_the_pacing_annotation_is_fixed() 
     stop.cancel();
     task.await.unwrap();
 }
+
+/// A held env eviction is found again when the replica that held it loses and regains the
+/// leadership (its baseline never moved; the tracker forgets it had asked for it).
+#[tokio::test(start_paused = true)]
+async fn a_held_env_eviction_is_found_again_after_leadership_is_lost_and_regained() {
+    let patcher = FakePatcher::default();
+    let api = Arc::new(FakeEnvApi::default());
+    api.objects.lock().unwrap().insert(key(), data("info"));
+    let events = Arc::new(fake::Events::default());
+    let evictor = Arc::new(fake::Evictor::default());
+    let metrics = crate::serve::metrics::Metrics::new(&mut Registry::default());
+    let reporter = Reporter::new(
+        events.clone(),
+        Notifier::disabled(),
+        metrics,
+        false,
+        "controller-0".into(),
+    );
+    let stop = CancellationToken::new();
+    let index = Arc::new(RwLock::new(PodIndex::default()));
+    let feature = EnvConsumers::new(EnvDeps {
+        api: api.clone(),
+        evictions: Evictions::new(
+            EvictionSettings::default(),
+            evictor.clone(),
+            reporter.clone(),
+            index.clone(),
+            stop.clone(),
+        ),
+        index,
+        baselines: Patches::new(
+            PatchSettings::baselines(),
+            Arc::new(patcher.clone()),
+            reporter.clone(),
+            stop.clone(),
+        ),
+        reporter,
+        configmaps: true,
+        secrets: false,
+        stop: stop.clone(),
+        pacing: Default::default(),
+    });
+    let controller = Controller::new(
+        NamespaceFilter::default(),
+        true,
+        ControllerMetrics::new(&mut Registry::default()),
+        Arc::new(Health::default()),
+    )
+    .with(Box::new(feature));
+    let (tx, rx) = mpsc::channel(64);
+    let task = tokio::spawn(controller.run(rx, stop.clone()));
+
+    // A maintenance window at 03:00 for one hour: the eviction waits for it.
+    let mut held = env_pod("held", "0s");
+    held.annotations
+        .insert("reloadlet.io/window".into(), "0 3 * * *".into());
+    held.annotations
+        .insert("reloadlet.io/window-duration".into(), "1m".into());
+    patcher.put(held.clone());
+    tx.send(Input::PodsListed(vec![held.clone()]))
+        .await
+        .unwrap();
+    tx.send(Input::ObjectsListed {
+        kind: SourceKind::ConfigMap,
+        objects: vec![(key(), "1".into())],
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    api.objects.lock().unwrap().insert(key(), data("debug"));
+    tx.send(Input::Object {
+        key: key(),
+        resource_version: "2".into(),
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(events.reasons(), ["ReloadDeferred"]);
+
+    // Another replica leads for a while, then this one again: the change is held again and
+    // the pod evicted once, when the window opens (within a day).
+    tx.send(Input::Leader(false)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    tx.send(Input::Leader(true)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        evictor.calls.lock().unwrap().is_empty(),
+        "nothing evicted outside the window"
+    );
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
+    let evicted: Vec<String> = evictor
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(evicted, ["held"], "evicted once, in the window");
+    stop.cancel();
+    task.await.unwrap();
+}

@@ -477,7 +477,11 @@ impl Feature for EnvConsumers {
             Routed::Workload(_) => {}
             Routed::Leader(leader) => {
                 if !leader {
-                    self.pacing.clear_held();
+                    // What was held is found again if this replica leads again: the pods'
+                    // baselines never moved, only the tracker's "asked for" marks must go.
+                    for change in self.pacing.clear_held() {
+                        self.tracker.release_change(&change);
+                    }
                     self.update_gauges();
                 }
                 self.tracker.forget_fetches();

@@ -476,12 +476,21 @@ impl EnvPacing {
 
     /// Another replica leads now: what this one held is its to find again, and the owners'
     /// flap history is the new leader's to build (an episode open here is not held here).
-    pub fn clear_held(&mut self) {
-        self.pods.clear_held();
+    /// Returns the changes that were held, so that this replica finds them again too should
+    /// it lead again (the tracker must forget it asked for them).
+    pub fn clear_held(&mut self) -> Vec<EnvChange> {
+        let mut held: Vec<EnvChange> = self
+            .pods
+            .clear_held()
+            .into_iter()
+            .flat_map(|h| h.changes)
+            .collect();
+        held.extend(self.owners.clear_held().into_iter().flat_map(|h| h.changes));
         self.owners = PacingBook::new(self.owners.clock());
         for owner in self.owned.values_mut() {
             owner.acted.clear();
         }
+        held
     }
 }
 

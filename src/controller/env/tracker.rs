@@ -345,6 +345,16 @@ impl EnvTracker {
         }
     }
 
+    /// Forgets that an eviction was asked for this change ([`Self::acting`]): it was held and
+    /// dropped (leadership lost), so the next comparison finds it again.
+    pub fn release_change(&mut self, change: &EnvChange) {
+        if let Some(pod) = self.pods.get_mut(&change.uid) {
+            if pod.acting.get(&change.source) == Some(&change.digest) {
+                pod.acting.remove(&change.source);
+            }
+        }
+    }
+
     /// Baseline annotations that differ from what the pods carry (and are not being written).
     pub fn writes(&mut self) -> Vec<BaselineWrite> {
         let mut out = Vec::new();

@@ -509,7 +509,13 @@ impl Feature for RolloutFeature {
             }
             Routed::Leader(leader) => {
                 if !leader {
-                    self.pacing.clear_held(self.deps.rollouts.reporter());
+                    // Held rollouts are found again if this replica leads again: the pods'
+                    // baselines never moved, only the tracker's "asked for" marks must go.
+                    for asking in self.pacing.clear_held(self.deps.rollouts.reporter()) {
+                        for change in &asking.changes {
+                            self.tracker.release_change(change);
+                        }
+                    }
                 }
                 self.tracker.forget_fetches();
                 if leader && world.pods_listed {

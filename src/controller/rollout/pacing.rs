@@ -262,14 +262,17 @@ impl RolloutPacing {
         self.lock().book.next_deadline()
     }
 
-    /// Another replica leads now: what this one held is its to find again.
-    pub fn clear_held(&self, report: &Reporter) {
+    /// Another replica leads now: what this one held is its to find again. Returns the pods
+    /// that asked for the held rollouts, so that this replica finds them again too should it
+    /// lead again (the tracker must forget it asked for them).
+    pub(super) fn clear_held(&self, report: &Reporter) -> Vec<Asking> {
         let mut inner = self.lock();
-        inner.book.clear_held();
+        let held = inner.book.clear_held().into_iter().flatten().collect();
         inner.seeded.clear();
         inner.records.clear();
         let counts = inner.book.counts();
         inner.gauges.set(&report.metrics().pacing, counts);
+        held
     }
 
     /// Resolves when held work is due (cancel-safe: a wake-up without work is harmless).

@@ -468,3 +468,26 @@ async fn a_rollout_refused_for_an_invalid_pacing_annotation_runs_once_when_it_is
     assert_eq!(rolled(&h), ["api", "web"], "once");
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_held_rollout_is_found_again_when_this_replica_leads_again() {
+    // 12:00 UTC; the window opens at 12:10 for 10 minutes.
+    let (pods, workloads) = web(&[
+        ("reloadlet.io/window", "10 12 * * *"),
+        ("reloadlet.io/window-duration", "10m"),
+    ]);
+    let h = paced(workloads, PacingDefaults::default());
+    h.list(pods).await;
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    assert_eq!(reasons(&h), ["ReloadDeferred"]);
+    // Another replica leads for a minute, then this one again: the pods' baselines never
+    // moved, so the held rollout is found again and runs once, when the window opens.
+    h.tx.send(Input::Leader(false)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    h.tx.send(Input::Leader(true)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5 * 60)).await;
+    assert!(h.workloads.patched().is_empty(), "not before 12:10");
+    tokio::time::sleep(Duration::from_secs(5 * 60)).await;
+    assert_eq!(h.workloads.patched().len(), 1, "rolled once, in the window");
+    h.stop().await;
+}

@@ -280,8 +280,8 @@ impl<K: Eq + Hash + Clone, W> PacingBook<K, W> {
     }
 
     /// Another replica leads now: what this one held is its to find again.
-    pub fn clear_held(&mut self) {
-        self.held.clear();
+    pub fn clear_held(&mut self) -> Vec<W> {
+        self.held.drain().map(|(_, h)| h.work).collect()
     }
 
     /// Deferred work (windows, intervals) and targets held as flapping: the gauges.
