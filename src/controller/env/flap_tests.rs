@@ -2,247 +2,30 @@
 //! evicted and replaced (new UIDs) at every change of a ConfigMap they read through env, in
 //! the real controller loop with fakes of every edge and a paused clock.
 
+use super::loop_harness::{self, until, Harness};
 use super::*;
-use crate::controller::api::Input;
-use crate::controller::fake::{FakeEnvApi, FakePatcher};
-use crate::controller::metrics::ControllerMetrics;
-use crate::controller::router::Controller;
-use crate::core::filters::NamespaceFilter;
-use crate::core::model::{ContainerInfo, ContainerKind, EnvKeys, EnvRef, SourceRef};
 use crate::core::rollout::OwnerRef;
-use crate::execute::evict::EvictionSettings;
-use crate::execute::patch::PatchSettings;
-use crate::outbound::notify::Notifier;
-use crate::ports::fake;
-use crate::serve::health::Health;
-use prometheus_client::registry::Registry;
-
-const NS: &str = "ns";
-
-fn key() -> ObjectKey {
-    ObjectKey {
-        kind: SourceKind::ConfigMap,
-        namespace: NS.into(),
-        name: "app-env".into(),
-    }
-}
-
-fn data(log: &str) -> ObjectData {
-    ObjectData {
-        text: [("LOG".to_string(), log.to_string())].into(),
-        ..ObjectData::default()
-    }
-}
 
 /// A running `action: evict` pod with `flap-threshold: 3/1m`, reading key `LOG` of `app-env`
 /// through env, controlled by the ReplicaSet `rs` (none: no controller, and
 /// `evict-unowned: "true"`).
 fn env_pod(name: &str, rs: Option<&str>) -> PodInfo {
-    let mut pod = PodInfo {
-        uid: format!("uid-{name}"),
-        namespace: NS.into(),
-        name: name.into(),
-        annotations: [
-            ("reloadlet.io/action".to_string(), "evict".to_string()),
-            ("reloadlet.io/flap-threshold".to_string(), "3/1m".into()),
-        ]
-        .into(),
-        containers: vec![ContainerInfo {
-            name: "app".into(),
-            kind: ContainerKind::Regular,
-            mounts: Vec::new(),
-            container_id: None,
-            running: true,
-            ports: Vec::new(),
-        }],
-        env: vec![EnvRef {
-            source: SourceRef {
-                kind: SourceKind::ConfigMap,
-                name: "app-env".into(),
-            },
-            keys: EnvKeys::Key("LOG".into()),
-            optional: false,
-            container: "app".into(),
-        }],
-        has_controller: rs.is_some(),
-        controller: rs.map(|rs| {
-            Box::new(OwnerRef {
-                api_version: "apps/v1".into(),
-                kind: "ReplicaSet".into(),
-                name: rs.into(),
-            })
-        }),
-        phase: "Running".into(),
-        ..PodInfo::default()
-    };
+    let mut pod = loop_harness::env_pod(name);
+    pod.annotations
+        .insert("reloadlet.io/flap-threshold".into(), "3/1m".into());
+    pod.has_controller = rs.is_some();
+    pod.controller = rs.map(|rs| {
+        Box::new(OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: rs.into(),
+        })
+    });
     if rs.is_none() {
         pod.annotations
             .insert("reloadlet.io/evict-unowned".into(), "true".into());
     }
     pod
-}
-
-struct Harness {
-    tx: mpsc::Sender<Input>,
-    api: Arc<FakeEnvApi>,
-    patcher: FakePatcher,
-    events: Arc<fake::Events>,
-    evictor: Arc<fake::Evictor>,
-    reporter: Reporter,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-    rv: u64,
-}
-
-impl Harness {
-    fn start() -> Self {
-        let patcher = FakePatcher::default();
-        let api = Arc::new(FakeEnvApi::default());
-        api.objects.lock().unwrap().insert(key(), data("v0"));
-        let events = Arc::new(fake::Events::default());
-        let evictor = Arc::new(fake::Evictor::default());
-        let metrics = crate::serve::metrics::Metrics::new(&mut Registry::default());
-        let reporter = Reporter::new(
-            events.clone(),
-            Notifier::disabled(),
-            metrics,
-            false,
-            "controller-0".into(),
-        );
-        let stop = CancellationToken::new();
-        let index = Arc::new(RwLock::new(PodIndex::default()));
-        let feature = EnvConsumers::new(EnvDeps {
-            api: api.clone(),
-            evictions: Evictions::new(
-                EvictionSettings::default(),
-                evictor.clone(),
-                reporter.clone(),
-                index.clone(),
-                stop.clone(),
-            ),
-            index,
-            baselines: Patches::new(
-                PatchSettings::baselines(),
-                Arc::new(patcher.clone()),
-                reporter.clone(),
-                stop.clone(),
-            ),
-            reporter: reporter.clone(),
-            configmaps: true,
-            secrets: false,
-            stop: stop.clone(),
-            pacing: Default::default(),
-        });
-        let controller = Controller::new(
-            NamespaceFilter::default(),
-            true,
-            ControllerMetrics::new(&mut Registry::default()),
-            Arc::new(Health::default()),
-        )
-        .with(Box::new(feature));
-        let (tx, rx) = mpsc::channel(64);
-        let task = tokio::spawn(controller.run(rx, stop.clone()));
-        Self {
-            tx,
-            api,
-            patcher,
-            events,
-            evictor,
-            reporter,
-            stop,
-            task,
-            rv: 1,
-        }
-    }
-
-    async fn list(&self, pods: &[PodInfo]) {
-        for p in pods {
-            self.patcher.put(p.clone());
-        }
-        self.tx
-            .send(Input::PodsListed(pods.to_vec()))
-            .await
-            .unwrap();
-        self.tx
-            .send(Input::ObjectsListed {
-                kind: SourceKind::ConfigMap,
-                objects: vec![(key(), "1".into())],
-            })
-            .await
-            .unwrap();
-        self.baselined(pods).await;
-    }
-
-    /// Waits (on the paused clock, a minute at most) until every pod has its baseline.
-    async fn baselined(&self, pods: &[PodInfo]) {
-        until("baselines", || {
-            let written = self.patcher.baseline_writes();
-            pods.iter()
-                .all(|p| written.iter().any(|(_, name, _)| *name == p.name))
-        })
-        .await;
-    }
-
-    /// The ConfigMap's `LOG` becomes `log`.
-    async fn change(&mut self, log: &str) {
-        self.api.objects.lock().unwrap().insert(key(), data(log));
-        self.rv += 1;
-        self.tx
-            .send(Input::Object {
-                key: key(),
-                resource_version: self.rv.to_string(),
-            })
-            .await
-            .unwrap();
-    }
-
-    /// The evicted pods go; their ReplicaSet creates `new` (new UIDs, no baseline yet).
-    async fn replace(&self, old: &[PodInfo], new: &[PodInfo]) {
-        for p in old {
-            self.patcher.remove(NS, &p.name);
-            self.tx
-                .send(Input::PodDeleted { uid: p.uid.clone() })
-                .await
-                .unwrap();
-        }
-        for p in new {
-            self.patcher.put(p.clone());
-            self.tx.send(Input::PodApplied(p.clone())).await.unwrap();
-        }
-        self.baselined(new).await;
-    }
-
-    fn evicted(&self) -> Vec<String> {
-        let calls = self.evictor.calls.lock().unwrap();
-        calls.iter().map(|r| r.name.clone()).collect()
-    }
-
-    fn flapping(&self) -> Vec<String> {
-        let events = self.events.0.lock().unwrap();
-        events
-            .iter()
-            .filter(|(_, e)| e.reason == "ReloadFlapping")
-            .map(|(pod, e)| format!("{}: {}", pod.name, e.note))
-            .collect()
-    }
-
-    fn held(&self) -> i64 {
-        self.reporter.metrics().pacing.held.get()
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.unwrap();
-    }
-}
-
-/// Polls `done` every 100 ms of the paused clock; fails after a minute of it.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {

@@ -546,3 +546,7 @@ mod fix_tests;
 #[cfg(test)]
 #[path = "flap_tests.rs"]
 mod flap_tests;
+
+#[cfg(test)]
+#[path = "loop_harness.rs"]
+mod loop_harness;
