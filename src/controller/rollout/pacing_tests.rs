@@ -38,6 +38,28 @@ fn restarted(
     })
 }
 
+/// `h` stops and a new controller starts over the same cluster, `t0.elapsed()` later on the
+/// wall clock, nothing in memory; the pods are listed as the API holds them now (with the
+/// baselines the first one wrote).
+async fn restart(
+    h: Harness,
+    pods: &[PodInfo],
+    api: &Arc<FakeEnvApi>,
+    workloads: &Arc<FakeWorkloads>,
+    t0: tokio::time::Instant,
+) -> Harness {
+    let survivors = with_baselines(&h, pods);
+    h.stop().await;
+    let h = restarted(
+        api.clone(),
+        workloads.clone(),
+        PacingDefaults::default(),
+        t0.elapsed(),
+    );
+    h.list(survivors).await;
+    h
+}
+
 /// The pacing record written on the workload last (with a rollout or on its own).
 fn record(workloads: &FakeWorkloads) -> PacingRecord {
     let patches = workloads.patches.lock().unwrap();
@@ -229,17 +251,8 @@ async fn a_min_interval_holds_across_a_controller_restart() {
     h.change("cfg", "2", &[("app.conf", "v2")]).await;
     // Rolled at about 12:00:04 (the record's time; the harness's restartedAt says 12:00:00).
     assert_eq!(workloads.patched().len(), 1);
-    let survivors = with_baselines(&h, &pods);
-    h.stop().await;
-
     // A new leader, nothing in memory; the workload says when it was rolled.
-    let h = restarted(
-        api.clone(),
-        workloads.clone(),
-        PacingDefaults::default(),
-        t0.elapsed(),
-    );
-    h.list(survivors).await;
+    let h = restart(h, &pods, &api, &workloads, t0).await;
     h.change("cfg", "3", &[("app.conf", "v3")]).await;
     assert_eq!(workloads.patched().len(), 1, "the interval still holds");
     let events = h.events();
@@ -340,18 +353,9 @@ async fn a_flapping_episode_stays_open_across_a_restart_then_rolls_once_when_qui
         (episode.source.as_str(), episode.changes),
         ("configmap cfg", 3)
     );
-    let survivors = with_baselines(&h, &pods);
-    h.stop().await;
-
     // A new leader finds the held change again and the source keeps changing: the episode
     // is still open — nothing rolled, no second Warning, nothing written.
-    let h = restarted(
-        api.clone(),
-        workloads.clone(),
-        PacingDefaults::default(),
-        t0.elapsed(),
-    );
-    h.list(survivors).await;
+    let h = restart(h, &pods, &api, &workloads, t0).await;
     h.change("cfg", "5", &[("app.conf", "v5")]).await;
     assert_eq!(workloads.patched().len(), 2, "held");
     let events = h.events();
@@ -379,18 +383,9 @@ async fn the_flap_breaker_counts_the_rollouts_made_before_a_restart() {
     h.change("cfg", "3", &[("app.conf", "v3")]).await;
     assert_eq!(workloads.patched().len(), 2);
     assert_eq!(record(&workloads).rollouts.len(), 2);
-    let survivors = with_baselines(&h, &pods);
-    h.stop().await;
-
     // The template keeps only the last restart; the record has both: the third rollout is
     // allowed, the fourth change opens the episode (not the fifth).
-    let h = restarted(
-        api.clone(),
-        workloads.clone(),
-        PacingDefaults::default(),
-        t0.elapsed(),
-    );
-    h.list(survivors).await;
+    let h = restart(h, &pods, &api, &workloads, t0).await;
     h.change("cfg", "4", &[("app.conf", "v4")]).await;
     assert_eq!(workloads.patched().len(), 3);
     h.change("cfg", "5", &[("app.conf", "v5")]).await;
