@@ -131,7 +131,10 @@ pub fn random_container_id() -> String {
 }
 
 /// Waits until the shim's child has joined the container cgroup and exec'd the command;
-/// returns its host PID.
+/// returns its host PID. Exec'd means: its command line is the command's, or its executable
+/// is the command's — a program may rewrite its command line at once (nginx's master sets
+/// its title, `ngx_setproctitle`, before this poll may see the exec), while the shell that
+/// runs the init script is still `/bin/sh`.
 pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
     let deadline = Instant::now() + START_TIMEOUT;
     let want: Vec<u8> = running
@@ -140,15 +143,19 @@ pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
         .iter()
         .flat_map(|a| a.bytes().chain([0]))
         .collect();
+    let want_exe = running.spec.argv.first().and_then(|a| executable(a));
     loop {
         if let Ok(Some(status)) = running.shim.try_wait() {
             return Err(format!("exited at start ({status})"));
         }
         let in_cgroup = running.cgroup.pids();
         for pid in in_cgroup {
-            if parent_of(pid) == Some(running.handle.shim_pid)
-                && fs::read(format!("/proc/{pid}/cmdline")).ok() == Some(want.clone())
-            {
+            if parent_of(pid) != Some(running.handle.shim_pid) {
+                continue;
+            }
+            let exec_d = fs::read(format!("/proc/{pid}/cmdline")).ok() == Some(want.clone())
+                || want_exe.is_some() && fs::read_link(format!("/proc/{pid}/exe")).ok() == want_exe;
+            if exec_d {
                 return Ok(pid);
             }
         }
@@ -157,6 +164,19 @@ pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The file `command` runs (a path, or a name looked up in `PATH`), symlinks resolved as
+/// `/proc/<pid>/exe` shows them.
+fn executable(command: &str) -> Option<PathBuf> {
+    if command.contains('/') {
+        return fs::canonicalize(command).ok();
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| p.is_file())
+        .and_then(|p| fs::canonicalize(p).ok())
 }
 
 /// The parent PID from `/proc/<pid>/stat`.
