@@ -43,6 +43,24 @@ fn replica_set(round: u32) -> Vec<PodInfo> {
         .collect()
 }
 
+/// Change `round` of the ConfigMap (`v<round>`): waits for the three current pods' evictions,
+/// has the ReplicaSet replace them, and lets 10 s pass; the evicted names (sorted) and the
+/// replacements.
+async fn change_and_replace(
+    h: &mut Harness,
+    pods: &[PodInfo],
+    round: u32,
+) -> (Vec<String>, Vec<PodInfo>) {
+    h.change(&format!("v{round}")).await;
+    let before = h.evicted().len();
+    until("a round of evictions", || h.evicted().len() == before + 3).await;
+    let evicted = sorted(h.evicted()[before..].to_vec());
+    let next = replica_set(round);
+    h.replace(pods, &next).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    (evicted, next)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_replica_set_is_evicted_three_times_then_held_then_once_on_the_latest_content() {
     let mut h = Harness::start();
@@ -51,14 +69,9 @@ async fn a_replica_set_is_evicted_three_times_then_held_then_once_on_the_latest_
 
     // Three changes, 10 s apart: each evicts the three current pods, which are replaced.
     for round in 1..=3u32 {
-        h.change(&format!("v{round}")).await;
-        let before = h.evicted().len();
-        until("a round of evictions", || h.evicted().len() == before + 3).await;
-        assert_eq!(sorted(h.evicted()[before..].to_vec()), names(&pods));
-        let next = replica_set(round);
-        h.replace(&pods, &next).await;
+        let (evicted, next) = change_and_replace(&mut h, &pods, round).await;
+        assert_eq!(evicted, names(&pods));
         pods = next;
-        tokio::time::sleep(Duration::from_secs(10)).await;
     }
     assert_eq!(h.evicted().len(), 9);
     assert!(h.flapping().is_empty());
@@ -144,13 +157,7 @@ async fn a_source_back_at_what_the_pods_run_evicts_nothing_when_the_episode_clos
     let mut pods = replica_set(0);
     h.list(&pods).await;
     for round in 1..=3u32 {
-        h.change(&format!("v{round}")).await;
-        let before = h.evicted().len();
-        until("a round of evictions", || h.evicted().len() == before + 3).await;
-        let next = replica_set(round);
-        h.replace(&pods, &next).await;
-        pods = next;
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        pods = change_and_replace(&mut h, &pods, round).await.1;
     }
     // Held at v4; then back to v3, which the pods run.
     h.change("v4").await;
