@@ -637,19 +637,26 @@ async fn a_transient_block_that_outlasts_blocked_timeout_ends_in_one_rollout() {
     controller.stop().await;
 }
 
+/// A node whose Deployment `web` (one replica, reading ConfigMap `web-cfg` at v1) carries
+/// `reloadlet.io/min-interval: <value>` in its template.
+async fn web_with_min_interval(value: &str) -> Node {
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    change(&node, "web-cfg", "v1");
+    let mut s = spec("web", json!({"replicas": 1}));
+    s["template"]["metadata"]["annotations"]["reloadlet.io/min-interval"] = json!(value);
+    node.api
+        .apply_deployment(object::<Deployment>("web", s))
+        .unwrap();
+    node
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_min_interval_holds_across_a_controller_restart() {
     if !root_or_skip() {
         return;
     }
-    let node = Node::start(NodeOptions::default()).await;
-    node.api.set_nodes(&[NODE]);
-    change(&node, "web-cfg", "v1");
-    let mut s = spec("web", json!({"replicas": 1}));
-    s["template"]["metadata"]["annotations"]["reloadlet.io/min-interval"] = json!("45s");
-    node.api
-        .apply_deployment(object::<Deployment>("web", s))
-        .unwrap();
+    let node = web_with_min_interval("45s").await;
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     settled(&node, WorkloadKind::Deployment, "web", 1).await;
     change(&node, "web-cfg", "v2");
@@ -723,14 +730,7 @@ async fn a_rollout_refused_for_an_invalid_pacing_annotation_rolls_once_when_it_i
     if !root_or_skip() {
         return;
     }
-    let node = Node::start(NodeOptions::default()).await;
-    node.api.set_nodes(&[NODE]);
-    change(&node, "web-cfg", "v1");
-    let mut s = spec("web", json!({"replicas": 1}));
-    s["template"]["metadata"]["annotations"]["reloadlet.io/min-interval"] = json!("banana");
-    node.api
-        .apply_deployment(object::<Deployment>("web", s))
-        .unwrap();
+    let node = web_with_min_interval("banana").await;
     // Another Deployment reading the same ConfigMap, without pacing annotations.
     let mut s = spec("api", json!({"replicas": 1}));
     s["template"]["spec"]["volumes"][0]["configMap"]["name"] = json!("web-cfg");
