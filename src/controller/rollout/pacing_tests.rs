@@ -84,6 +84,12 @@ fn with_baselines(h: &Harness, pods: &[PodInfo]) -> Vec<PodInfo> {
         .collect()
 }
 
+/// The clock starts at 12:00 UTC; this window opens at 12:10 for 10 minutes.
+const WINDOW_AT_12_10: &[(&str, &str)] = &[
+    ("reloadlet.io/window", "10 12 * * *"),
+    ("reloadlet.io/window-duration", "10m"),
+];
+
 /// Two pods of Deployment `web`, both carrying the template's `annotations`.
 fn web(annotations: &[(&str, &str)]) -> (Vec<PodInfo>, Arc<FakeWorkloads>) {
     let workloads = Arc::new(FakeWorkloads::default());
@@ -156,11 +162,7 @@ async fn a_min_interval_holds_the_second_rollout_until_it_ends_then_rolls_once()
 
 #[tokio::test(start_paused = true)]
 async fn a_rollout_waits_for_its_maintenance_window() {
-    // 12:00 UTC; the window opens at 12:10 for 10 minutes.
-    let (pods, workloads) = web(&[
-        ("reloadlet.io/window", "10 12 * * *"),
-        ("reloadlet.io/window-duration", "10m"),
-    ]);
+    let (pods, workloads) = web(WINDOW_AT_12_10);
     let h = paced(workloads, PacingDefaults::default());
     h.list(pods).await;
     h.change("cfg", "2", &[("app.conf", "v2")]).await;
@@ -294,10 +296,7 @@ async fn a_min_interval_holds_across_a_restart_from_the_template_alone() {
 
 #[tokio::test(start_paused = true)]
 async fn a_rollout_deferred_to_its_window_stays_deferred_across_a_restart() {
-    let (pods, workloads) = web(&[
-        ("reloadlet.io/window", "10 12 * * *"),
-        ("reloadlet.io/window-duration", "10m"),
-    ]);
+    let (pods, workloads) = web(WINDOW_AT_12_10);
     let api = objects();
     let t0 = tokio::time::Instant::now();
     let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
@@ -466,11 +465,7 @@ async fn a_rollout_refused_for_an_invalid_pacing_annotation_runs_once_when_it_is
 
 #[tokio::test(start_paused = true)]
 async fn a_held_rollout_is_found_again_when_this_replica_leads_again() {
-    // 12:00 UTC; the window opens at 12:10 for 10 minutes.
-    let (pods, workloads) = web(&[
-        ("reloadlet.io/window", "10 12 * * *"),
-        ("reloadlet.io/window-duration", "10m"),
-    ]);
+    let (pods, workloads) = web(WINDOW_AT_12_10);
     let h = paced(workloads, PacingDefaults::default());
     h.list(pods).await;
     h.change("cfg", "2", &[("app.conf", "v2")]).await;
