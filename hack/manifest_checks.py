@@ -71,6 +71,7 @@ LEASE_RULES = {
 NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
 BASELINE_ANNOTATION = "reloadlet.io/env-baseline"
 ROLLOUT_BASELINE_ANNOTATION = "reloadlet.io/rollout-baseline"
+ENV_PACING = "reloadlet.io/env-pacing"
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 ROLLOUT_PACING = "reloadlet.io/rollout-pacing"
 RESTARTED_FOR = "reloadlet.io/restarted-for"
@@ -1029,6 +1030,10 @@ POLICY_CASES = [
     ("sets the rollout baseline", _ann(ROLLOUT_BASELINE_ANNOTATION, "configmap/app-cfg=0123456789abcdef"), "", True),
     ("writes a malformed rollout baseline", _ann(ROLLOUT_BASELINE_ANNOTATION, "configmap/app-cfg"), "", False),
     ("sets the rollout annotations on the pod itself", _ann(RESTARTED_AT, "2026-11-26T12:00:00Z"), "", False),
+    ("records an env consumer's held eviction", _ann(ENV_PACING, '{"flapping":{"since":"2026-11-26T12:00:00Z","source":"configmap app-env","changes":4}}'), "", True),
+    ("writes an env pacing that is no JSON object", _ann(ENV_PACING, "everything"), "", False),
+    ("writes an env pacing over 4 KiB", _ann(ENV_PACING, "{" + "x" * 4096 + "}"), "", False),
+    ("records an env pacing and changes another annotation", _both(_ann(ENV_PACING, "{}"), _ann("team", "b")), "", False),
 ]
 
 
@@ -1132,8 +1137,11 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
     user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
     old = _sample_pod()
     bare = _edit(old, lambda p: p["metadata"].pop("annotations"))
+    held = _edit(old, _ann(ENV_PACING, '{"deferred":{"until":"2026-11-26T13:00:00Z"}}'))
     cases = [(*c, old) for c in POLICY_CASES] + [
-        ("sets the nudge on a pod without annotations", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@7"), "", True, bare)]
+        ("sets the nudge on a pod without annotations", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@7"), "", True, bare),
+        ("removes its env pacing record (the hold ended)", _ann(ENV_PACING, None), "", True, held),
+        ("removes its env pacing record and another annotation", _both(_ann(ENV_PACING, None), _ann("team", None)), "", False, held)]
     problems = _verdicts(policy, user, "web-0", cases, "an update")
     return not problems, "; ".join(problems)
 

@@ -2,7 +2,8 @@
 //! "Where the state lives"): against the simulated API server and node with the real binary, a
 //! ReplicaSet whose pods read a ConfigMap key through env, each eviction replacing them with new
 //! pods (new UIDs). With `flap-threshold: 3/1m`, five changes → three rounds of evictions, one
-//! `ReloadFlapping` naming the ReplicaSet, then one round after the quiet minute.
+//! `ReloadFlapping` naming the ReplicaSet (and `reloadlet explain` on a held pod showing it),
+//! then one round after the quiet minute.
 
 mod common;
 #[path = "support/controller_process.rs"]
@@ -139,6 +140,24 @@ async fn a_replica_sets_env_evictions_are_held_as_flapping_then_run_once_on_the_
         controller.metric("reloadlet_pacing_held_pods"),
         1.0,
         "the held gauge"
+    );
+    // `reloadlet explain` on a held pod shows the episode (the controller keeps it on the pod).
+    let held = node
+        .api
+        .pods_of_replicaset(NS, "web")
+        .into_iter()
+        .find(|p| p.metadata.uid.as_ref().is_some_and(|u| pods.contains(u)))
+        .and_then(|p| p.metadata.name)
+        .expect("a held pod");
+    let text = eventually("explain shows the hold", WAIT, || {
+        let text = node.explain_output(NS, &held);
+        text.contains("env eviction held: flapping since")
+            .then_some(text)
+    })
+    .await;
+    assert!(
+        text.contains("(configmap app-env changed 4 times)"),
+        "{text}"
     );
 
     // Quiet for the minute: each held pod evicted once, on v5.

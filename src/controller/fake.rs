@@ -80,6 +80,10 @@ impl FakePatcher {
     pub fn baseline_writes(&self) -> Vec<(String, String, String)> {
         self.written(ENV_BASELINE)
     }
+    /// `(namespace, name, value)` of every env pacing record write, in order (empty: removed).
+    pub fn env_pacing_writes(&self) -> Vec<(String, String, String)> {
+        self.written(crate::core::pacing::ENV_PACING)
+    }
     fn written(&self, annotation: &str) -> Vec<(String, String, String)> {
         let s = self.state.lock().unwrap();
         s.patches
@@ -112,8 +116,12 @@ impl Patcher for FakePatcher {
         } else {
             match s.pods.get_mut(&(req.namespace.clone(), req.name.clone())) {
                 Some(p) if req.uid.as_ref().is_none_or(|uid| *uid == p.uid) => {
-                    p.annotations
-                        .insert(req.annotation.to_owned(), req.value.clone());
+                    if req.value.is_empty() {
+                        p.annotations.remove(req.annotation);
+                    } else {
+                        p.annotations
+                            .insert(req.annotation.to_owned(), req.value.clone());
+                    }
                     Ok(())
                 }
                 _ => Err(PatchError::NotFound),

@@ -7,6 +7,7 @@ use super::report::Reporter;
 use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE, ROLLOUT_BASELINE};
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::pacing::ENV_PACING;
 use crate::ports::PodRef;
 use futures::future::BoxFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +37,7 @@ pub struct PatchRequest {
     /// written for its predecessor; the edge answers `NotFound`).
     pub uid: Option<String>,
     pub annotation: &'static str,
+    /// Empty: the annotation is removed (`null` in the merge patch).
     pub value: String,
 }
 
@@ -66,12 +68,16 @@ pub enum PatchKind {
     EnvBaseline,
     /// `reloadlet.io/rollout-baseline` of an `action: rollout` pod, as [`Self::EnvBaseline`].
     RolloutBaseline,
+    /// `reloadlet.io/env-pacing` of an env consumer whose eviction is held (an empty value
+    /// removes it), as [`Self::EnvBaseline`].
+    EnvPacing,
 }
 
 #[derive(Clone, Debug)]
 pub struct PatchJob {
     pub pod: PodRef,
     pub kind: PatchKind,
+    /// The annotation's value; empty: the annotation is removed.
     pub value: String,
 }
 
@@ -81,6 +87,7 @@ impl PatchJob {
             PatchKind::Nudge { .. } => (PROJECTION_NUDGE, None),
             PatchKind::EnvBaseline => (ENV_BASELINE, Some(self.pod.uid.clone())),
             PatchKind::RolloutBaseline => (ROLLOUT_BASELINE, Some(self.pod.uid.clone())),
+            PatchKind::EnvPacing => (ENV_PACING, Some(self.pod.uid.clone())),
         };
         PatchRequest {
             namespace: self.pod.namespace.clone(),
@@ -230,12 +237,17 @@ impl Inner {
             Err(PatchError::Other(_)) => Outcome::PatchFailed,
         };
         let source = match &job.kind {
-            PatchKind::EnvBaseline | PatchKind::RolloutBaseline => {
+            PatchKind::EnvBaseline | PatchKind::RolloutBaseline | PatchKind::EnvPacing => {
                 if let Err(
                     e @ (PatchError::Conflict(_) | PatchError::Forbidden(_) | PatchError::Other(_)),
                 ) = &result
                 {
-                    tracing::warn!(pod_uid = %job.pod.uid, error = %e, "could not write the baseline annotation; keeping it in memory (a restart before it is written takes a new baseline)");
+                    let what = if matches!(job.kind, PatchKind::EnvPacing) {
+                        "could not write the env pacing record (explain shows it; pacing itself is unaffected)"
+                    } else {
+                        "could not write the baseline annotation; keeping it in memory (a restart before it is written takes a new baseline)"
+                    };
+                    tracing::warn!(pod_uid = %job.pod.uid, error = %e, "{what}");
                 }
                 return outcome;
             }

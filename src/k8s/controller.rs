@@ -156,7 +156,12 @@ pub fn nudge_patch(value: &str) -> serde_json::Value {
 /// request names one (a pod replaced under the same name is never written for its
 /// predecessor).
 pub fn annotation_patch(req: &PatchRequest) -> serde_json::Value {
-    let annotations = serde_json::json!({ req.annotation: req.value });
+    // RFC 7386: a null member removes the key.
+    let value = match req.value.as_str() {
+        "" => serde_json::Value::Null,
+        v => serde_json::Value::from(v),
+    };
+    let annotations = serde_json::json!({ req.annotation: value });
     match &req.uid {
         Some(uid) => serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } }),
         None => serde_json::json!({ "metadata": { "annotations": annotations } }),
@@ -387,6 +392,16 @@ mod tests {
         assert_eq!(
             annotation_patch(&baseline).to_string(),
             r#"{"metadata":{"annotations":{"reloadlet.io/env-baseline":"configmap/app=ab12"},"uid":"u1"}}"#
+        );
+        // An empty value removes the annotation (RFC 7386: null).
+        let cleared = PatchRequest {
+            annotation: crate::core::pacing::ENV_PACING,
+            value: String::new(),
+            ..baseline
+        };
+        assert_eq!(
+            annotation_patch(&cleared).to_string(),
+            r#"{"metadata":{"annotations":{"reloadlet.io/env-pacing":null},"uid":"u1"}}"#
         );
     }
 }

@@ -90,6 +90,10 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     let mut text = explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid);
     text.push_str(&crate::controller::nudge::qualify::explain(&info));
     text.push_str(&crate::controller::env::hash::explain(&info));
+    text.push_str(&crate::controller::env::pacing::explain(
+        &info,
+        jiff::Timestamp::now(),
+    ));
     match args.pacing.defaults(std::time::Duration::ZERO) {
         Ok(defaults) => {
             let saved = crate::host::state_file::read_pacers(&args.state_dir)

@@ -87,12 +87,23 @@ async fn a_replica_set_is_evicted_three_times_then_held_then_once_on_the_latest_
         "{flapping:?}"
     );
     assert_eq!(h.held(), 1, "the held gauge");
+    // Each held pod carries the episode for `reloadlet explain`, written once.
+    until("the held pods' records", || h.records().len() == 3).await;
+    let records = h.records();
+    for (record, pod) in sorted(records.clone()).iter().zip(&pods) {
+        assert!(
+            record.starts_with(&format!("{}: {{\"flapping\":{{", pod.name))
+                && record.contains(r#""source":"configmap app-env","changes":4"#),
+            "{records:?}"
+        );
+    }
     tokio::time::sleep(Duration::from_secs(10)).await;
-    // A 5th: still held, not told again.
+    // A 5th: still held, not told again, nothing written again.
     h.change("v5").await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(h.evicted().len(), 9, "nothing evicted while flapping");
     assert_eq!(h.flapping().len(), 1);
+    assert_eq!(h.records(), records);
 
     // Quiet for a minute after the 5th change: each pod evicted once, the episode closed.
     until("the evictions after the quiet minute", || {
@@ -101,6 +112,10 @@ async fn a_replica_set_is_evicted_three_times_then_held_then_once_on_the_latest_
     .await;
     assert_eq!(sorted(h.evicted()[9..].to_vec()), names(&pods));
     assert_eq!(h.held(), 0);
+    // Their records are removed with the hold (an eviction a budget blocks keeps the pod).
+    until("the records removed", || h.records().len() == 6).await;
+    let removed: Vec<String> = pods.iter().map(|p| format!("{}: ", p.name)).collect();
+    assert_eq!(sorted(h.records()[3..].to_vec()), removed);
     // The replacements start on the latest content: nothing more happens.
     let last = replica_set(4);
     h.replace(&pods, &last).await;
@@ -164,10 +179,14 @@ async fn a_source_back_at_what_the_pods_run_evicts_nothing_when_the_episode_clos
     until("ReloadFlapping", || !h.flapping().is_empty()).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     h.change("v3").await;
-    // Well past the quiet minute: nothing evicted, the episode closed.
+    // Well past the quiet minute: nothing evicted, the episode closed, the records removed.
     tokio::time::sleep(Duration::from_secs(90)).await;
     assert_eq!(h.evicted().len(), 9);
     assert_eq!(h.held(), 0);
+    let records = h.records();
+    assert_eq!(records.len(), 6, "{records:?}");
+    let removed: Vec<String> = pods.iter().map(|p| format!("{}: ", p.name)).collect();
+    assert_eq!(sorted(records[3..].to_vec()), removed);
     // The next change is acted on at once.
     h.change("v5").await;
     until("a round of evictions", || h.evicted().len() == 12).await;

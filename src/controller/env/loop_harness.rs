@@ -208,6 +208,15 @@ impl Harness {
             .collect()
     }
 
+    /// `name: value` of every `reloadlet.io/env-pacing` write, in order (`name: ` removed it).
+    pub fn records(&self) -> Vec<String> {
+        self.patcher
+            .env_pacing_writes()
+            .into_iter()
+            .map(|(_, name, value)| format!("{name}: {value}"))
+            .collect()
+    }
+
     pub fn held(&self) -> i64 {
         self.reporter.metrics().pacing.held.get()
     }

@@ -129,6 +129,9 @@ pub struct EnvConsumers {
     pacing: EnvPacing,
     warned: HashMap<String, String>,
     gauges: crate::controller::metrics::PacingShare,
+    /// `reloadlet.io/env-pacing` as last written (or found) on each pod that had one; empty:
+    /// removed.
+    records: HashMap<String, String>,
 }
 
 impl EnvConsumers {
@@ -140,6 +143,7 @@ impl EnvConsumers {
             pacing: EnvPacing::new(deps.pacing.clone(), clock),
             warned: HashMap::new(),
             gauges: Default::default(),
+            records: HashMap::new(),
             tracker: EnvTracker::new(deps.configmaps, deps.secrets),
             deps,
             fetched_tx,
@@ -157,6 +161,12 @@ impl EnvConsumers {
         if hash::env_eligible(pod).is_err() || pod.env.is_empty() {
             self.remove_pod(&pod.uid);
             return;
+        }
+        if let Some(value) = pod.annotations.get(crate::core::pacing::ENV_PACING) {
+            // Written by this replica, or by the last leader: compared when the pod is paced.
+            self.records
+                .entry(pod.uid.clone())
+                .or_insert_with(|| value.clone());
         }
         let fixed = self.check_pacing(pod, world);
         let mut fetch = self.tracker.put_pod(pod);
@@ -221,6 +231,7 @@ impl EnvConsumers {
     fn remove_pod(&mut self, uid: &str) {
         self.pacing.forget(uid, Instant::now().into_std());
         self.warned.remove(uid);
+        self.records.remove(uid);
         self.tracker.remove_pod(uid);
         self.index().delete(uid);
     }
@@ -318,6 +329,7 @@ impl EnvConsumers {
                     EnvPaced::Held(notice) => {
                         let owner = self.pacing.owner_label(&pod.uid);
                         report_notice(report, &pod, owner, notice, source);
+                        self.keep_record(&pod);
                     }
                     EnvPaced::Refused(message) => {
                         tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", error = %message, "env source changed but a pacing annotation is invalid; no eviction");
@@ -362,16 +374,56 @@ impl EnvConsumers {
                     let Some(pod) = pod else { continue };
                     let owner = self.pacing.owner_label(&pod.uid);
                     report_notice(&self.deps.reporter, &pod, owner, notice, first.source);
+                    self.keep_record(&pod);
                 }
                 EnvPaced::Refused(_) => {}
+            }
+        }
+        // A hold that ended without an eviction (its source came back to what the pod runs).
+        let recorded: Vec<String> = self
+            .records
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in recorded {
+            let pod = {
+                let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
+                index.get(&uid).cloned()
+            };
+            if let Some(pod) = pod {
+                self.keep_record(&pod);
             }
         }
         self.update_gauges();
     }
 
+    /// Writes what is held for the pod on it (`reloadlet.io/env-pacing`, for `explain`) when
+    /// that differs from what it carries: once when a hold begins or changes, removed when
+    /// it ends. At most one write per held pod and hold, a few at a time (the baselines'
+    /// executor); a failure is logged and not retried.
+    fn keep_record(&mut self, pod: &PodInfo) {
+        let value = self
+            .pacing
+            .record_of(&pod.uid)
+            .map(|r| r.to_value())
+            .unwrap_or_default();
+        let current = self.records.get(&pod.uid).map_or("", String::as_str);
+        if value == current {
+            return;
+        }
+        self.records.insert(pod.uid.clone(), value.clone());
+        let job = PatchJob {
+            pod: PodRef::from(pod),
+            kind: PatchKind::EnvPacing,
+            value,
+        };
+        self.deps.baselines.request(job, |_| {});
+    }
+
     /// One eviction per pod still here, for all its `changes` (pods of one owner whose held
     /// evictions are released together come in one call).
-    fn evict(&self, changes: Vec<tracker::EnvChange>, seen: std::time::Instant, why: &str) {
+    fn evict(&mut self, changes: Vec<tracker::EnvChange>, seen: std::time::Instant, why: &str) {
         let mut by_pod: Vec<(String, Vec<crate::core::model::SourceRef>)> = Vec::new();
         for c in changes {
             match by_pod.iter_mut().find(|(uid, _)| *uid == c.uid) {
@@ -392,6 +444,8 @@ impl EnvConsumers {
                 .collect::<Vec<_>>()
                 .join("; ");
             tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "{why}");
+            // Nothing is held for it any more (a blocked eviction keeps the pod).
+            self.keep_record(&pod);
             self.deps.evictions.request(EvictJob {
                 pod: PodRef::from(&pod),
                 cause,

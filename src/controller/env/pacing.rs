@@ -22,7 +22,10 @@
 //! the owner; a change that would trip it opens one), and counts an action only when the pod's
 //! own rules let it run, so a change deferred to a window counts when it is acted on.
 //!
-//! Nothing here is persisted: a held change keeps the pod's `reloadlet.io/env-baseline` as it
+//! What is held for a pod is described by [`EnvPacing::record_of`]: the controller keeps it on
+//! the pod (`reloadlet.io/env-pacing`) for `reloadlet explain`.
+//!
+//! Nothing here is read back: a held change keeps the pod's `reloadlet.io/env-baseline` as it
 //! was (only an eviction's replacement gets a new one), so after a restart or a leader change
 //! the new leader finds the change again when it compares the baselines, and paces it anew
 //! (the owners' flap history starts afresh then).
@@ -31,10 +34,11 @@
 
 use super::tracker::EnvChange;
 use crate::core::model::{PodInfo, SourceRef};
+use crate::core::pacing::record::{Deferred, Episode};
 pub use crate::core::pacing::Notice as EnvNotice;
 use crate::core::pacing::{
-    ActionClass, FlapThreshold, Gate, PacingBook, PacingDefaults, PacingSpec, PacingSpecs,
-    WallClock,
+    ActionClass, FlapThreshold, Gate, Notice, PacingBook, PacingDefaults, PacingRecord, PacingSpec,
+    PacingSpecs, WallClock, ENV_PACING,
 };
 use jiff::{SignedDuration, Timestamp};
 use std::collections::{HashMap, HashSet};
@@ -90,6 +94,8 @@ struct Owner {
     acted: HashMap<SourceRef, String>,
     /// The flap threshold last applied (its pods' annotations or `--flap-threshold`).
     flap: Option<FlapThreshold>,
+    /// The open flapping episode, as its `ReloadFlapping` told it.
+    episode: Option<Episode>,
 }
 
 /// The key of a pod's owner in the owner book: `namespace/apiVersion/kind/name`, or the pod's
@@ -124,6 +130,9 @@ pub struct EnvPacing {
     vacant: HashSet<String>,
     /// Held changes that became moot: the pod's source is back at what it runs.
     settled: HashSet<(String, SourceRef)>,
+    /// The deferral of each pod whose eviction waits for a window or an interval, as its
+    /// `ReloadDeferred` told it.
+    deferrals: HashMap<String, Deferred>,
 }
 
 impl EnvPacing {
@@ -136,6 +145,7 @@ impl EnvPacing {
             owned: HashMap::new(),
             vacant: HashSet::new(),
             settled: HashSet::new(),
+            deferrals: HashMap::new(),
         }
     }
 
@@ -250,8 +260,9 @@ impl EnvPacing {
             |held| hold(held, &changes, seen),
         );
         match gate {
-            Gate::Held(notice) => EnvPaced::Held(notice),
+            Gate::Held(notice) => self.pod_held(&uid, notice),
             Gate::Act { held, .. } => {
+                self.deferrals.remove(&uid);
                 let mut all = self.unsettled(held.map(|h| h.changes).unwrap_or_default());
                 merge(&mut all, &changes);
                 if self.counted(&key, &all) {
@@ -313,11 +324,26 @@ impl EnvPacing {
             |held| hold(held, changes, seen),
         );
         match gate {
-            Gate::Held(notice) => EnvPaced::Held(notice),
+            Gate::Held(notice) => {
+                if let (Some(Notice::Flapping(r)), Some(owner)) = (&notice, self.owned.get_mut(key))
+                {
+                    let since = self
+                        .owners
+                        .pacer(&key.to_owned())
+                        .and_then(|p| p.flapping_since());
+                    owner.episode = Some(Episode {
+                        since: since.unwrap_or_else(|| self.owners.clock().at(now)),
+                        source: r.source.clone(),
+                        changes: r.changes,
+                    });
+                }
+                EnvPaced::Held(notice)
+            }
             Gate::Act { held, .. } => {
                 let mut all = self.unsettled(held.map(|h| h.changes).unwrap_or_default());
                 merge(&mut all, changes);
                 if let Some(owner) = self.owned.get_mut(key) {
+                    owner.episode = None;
                     for c in &all {
                         owner.acted.insert(c.source.clone(), c.digest.clone());
                     }
@@ -400,13 +426,57 @@ impl EnvPacing {
             |held| hold(held, &changes, seen),
         );
         match gate {
-            Gate::Held(notice) => EnvPaced::Held(notice),
+            Gate::Held(notice) => self.pod_held(&uid, notice),
             Gate::Act { held, .. } => {
+                self.deferrals.remove(&uid);
                 let mut all = self.unsettled(held.map(|h| h.changes).unwrap_or_default());
                 merge(&mut all, &changes);
                 EnvPaced::Act(all)
             }
         }
+    }
+
+    /// A pod's own rules hold its eviction: a deferral is remembered as its notice tells it.
+    fn pod_held(&mut self, uid: &str, notice: Option<Notice>) -> EnvPaced {
+        if let Some(Notice::Deferred { until, why }) = &notice {
+            let pacer = self.pods.pacer(&uid.to_owned());
+            self.deferrals.insert(
+                uid.to_owned(),
+                Deferred {
+                    until: *until,
+                    why: why.as_str().to_owned(),
+                    since: pacer.and_then(|p| p.pending_since()).unwrap_or(*until),
+                    source: pacer
+                        .and_then(|p| p.pending_source())
+                        .unwrap_or_default()
+                        .to_owned(),
+                },
+            );
+        }
+        EnvPaced::Held(notice)
+    }
+
+    /// What is held for the pod now, as the controller keeps it on the pod
+    /// (`reloadlet.io/env-pacing`): its owner's flapping episode, when a change of the pod is
+    /// among what the episode holds, and its own deferral; `None` when nothing is (a debounce
+    /// alone is not recorded: it ends within the `--debounce` the pod asks for).
+    pub fn record_of(&self, uid: &str) -> Option<PacingRecord> {
+        let key = self.owner_of.get(uid).map_or(uid, String::as_str);
+        let flapping = self
+            .owners
+            .held(key)
+            .filter(|(held, ..)| held.changes.iter().any(|c| c.uid == uid))
+            .and_then(|_| self.owned.get(key)?.episode.clone());
+        let deferred = self
+            .pods
+            .held(uid)
+            .filter(|(_, deferred, _)| *deferred)
+            .and_then(|_| self.deferrals.get(uid).cloned());
+        (flapping.is_some() || deferred.is_some()).then(|| PacingRecord {
+            rollouts: Vec::new(),
+            flapping,
+            deferred,
+        })
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
@@ -433,6 +503,7 @@ impl EnvPacing {
         }
         self.specs.forget(uid);
         self.pods.forget(uid);
+        self.deferrals.remove(uid);
         if let Some(key) = self.owner_of.remove(uid) {
             self.leave(&key);
         }
@@ -487,11 +558,33 @@ impl EnvPacing {
             .collect();
         held.extend(self.owners.clear_held().into_iter().flat_map(|h| h.changes));
         self.owners = PacingBook::new(self.owners.clock());
+        self.deferrals.clear();
         for owner in self.owned.values_mut() {
             owner.acted.clear();
+            owner.episode = None;
         }
         held
     }
+}
+
+/// `explain`'s lines for what the controller holds for the pod, from the record it keeps on it
+/// (`reloadlet.io/env-pacing`); empty when there is none.
+pub fn explain(pod: &PodInfo, now: Timestamp) -> String {
+    let Some(value) = pod.annotations.get(ENV_PACING) else {
+        return String::new();
+    };
+    let lines = match PacingRecord::parse(value) {
+        Ok(record) => record.describe(now),
+        Err(e) => vec![format!("{ENV_PACING} unreadable ({e}); ignored")],
+    };
+    if lines.is_empty() {
+        return "    env eviction: nothing held now (the controller's last deferral has passed)\n"
+            .to_owned();
+    }
+    lines
+        .iter()
+        .map(|line| format!("    env eviction {line} (reloadlet controller, {ENV_PACING})\n"))
+        .collect()
 }
 
 /// `window` before `now`.

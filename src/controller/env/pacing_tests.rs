@@ -78,8 +78,21 @@ fn an_env_eviction_waits_for_its_window_and_runs_once() {
         EnvPaced::Held(None)
     );
     assert_eq!(p.next_deadline(), Some(t0 + Duration::from_secs(30)));
+    // What the controller keeps on the pod for explain: the deferral, as it was announced.
+    let record = p.record_of("u1").expect("a deferral is recorded");
+    assert_eq!(
+        record.describe("2026-11-26T12:00:40Z".parse().unwrap()),
+        ["held: deferred until 2026-11-26T12:01:00Z (maintenance window)"]
+    );
+    let deferred = record.deferred.unwrap();
+    assert_eq!(
+        (deferred.since.to_string(), deferred.source.as_str()),
+        ("2026-11-26T12:00:30Z".to_owned(), "configmap a")
+    );
+    assert_eq!(p.record_of("u2"), None, "another pod: nothing");
     assert!(p.take_due(t0 + Duration::from_secs(29)).is_empty());
     let due = p.take_due(t0 + Duration::from_secs(30));
+    assert_eq!(p.record_of("u1"), None, "acted on: nothing held");
     assert_eq!(due.len(), 1);
     assert_eq!(
         due[0].2,
@@ -175,6 +188,14 @@ fn a_replica_sets_pods_are_evicted_three_times_then_held_until_quiet_then_once()
     );
     assert_eq!(p.counts(), (0, 1), "one owner held");
     assert_eq!(p.owner_label("r3-0"), Some("ReplicaSet web-1"));
+    // Each held pod's record names the episode (it began with the 4th change, at 40 s).
+    for uid in &pods {
+        let record = p.record_of(uid).expect("held as flapping");
+        assert_eq!(
+            record.describe("2026-11-26T12:01:00Z".parse().unwrap()),
+            ["held: flapping since 2026-11-26T12:00:40Z (configmap app-env changed 4 times)"]
+        );
+    }
 
     // Quiet for a minute after the 5th change (at 50 s): one round, on the latest content.
     let quiet = t0 + Duration::from_secs(110);
@@ -194,6 +215,7 @@ fn a_replica_sets_pods_are_evicted_three_times_then_held_until_quiet_then_once()
         .map(|uid| change_to(uid, "app-env", "v5"))
         .collect();
     assert_eq!(evicted, latest);
+    assert!(pods.iter().all(|uid| p.record_of(uid).is_none()));
     assert_eq!(p.counts(), (0, 0), "the episode closed");
     assert_eq!(p.next_deadline(), None);
 }
@@ -385,4 +407,33 @@ fn leadership_lost_drops_what_is_held_and_the_owners_history() {
     let c = change_to("a", "app-env", "v5");
     assert_eq!(acted(&p.gate(&c, now, now)), ["a"]);
     assert_eq!(p.owner_label("a"), Some("ReplicaSet web-1"));
+}
+
+#[test]
+fn explain_reads_the_record_on_the_pod() {
+    let now: Timestamp = "2026-11-26T12:05:00Z".parse().unwrap();
+    assert_eq!(explain(&pod("u1", &[]), now), "", "no record: no line");
+    let held = pod(
+        "u1",
+        &[(
+            ENV_PACING,
+            r#"{"deferred":{"until":"2026-11-26T12:10:00Z","why":"maintenance window","since":"2026-11-26T12:04:00Z","source":"configmap app-env"}}"#,
+        )],
+    );
+    assert_eq!(
+        explain(&held, now),
+        "    env eviction held: deferred until 2026-11-26T12:10:00Z (maintenance window) (reloadlet controller, reloadlet.io/env-pacing)\n"
+    );
+    let later: Timestamp = "2026-11-26T12:11:00Z".parse().unwrap();
+    assert!(explain(&held, later).contains("nothing held now"));
+    let flapping = pod(
+        "u1",
+        &[(
+            ENV_PACING,
+            r#"{"flapping":{"since":"2026-11-26T12:04:00Z","source":"configmap app-env","changes":4}}"#,
+        )],
+    );
+    assert!(explain(&flapping, now)
+        .contains("env eviction held: flapping since 2026-11-26T12:04:00Z (configmap app-env changed 4 times)"));
+    assert!(explain(&pod("u1", &[(ENV_PACING, "{not json")]), now).contains("unreadable"));
 }

@@ -237,6 +237,19 @@ impl<K: Eq + Hash + Clone, W> PacingBook<K, W> {
         !self.held.is_empty() && self.held.contains_key(key)
     }
 
+    /// The work held for `key`, whether it is a deferral (a window, an interval) and when it
+    /// comes due; `None` when nothing is held (explain, the controller's pacing records).
+    pub fn held<Q>(&self, key: &Q) -> Option<(&W, bool, Instant)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.held.is_empty() {
+            return None;
+        }
+        self.held.get(key).map(|h| (&h.work, h.deferred, h.wake))
+    }
+
     /// The work held for `key`, taken out (a fresh change merges it).
     pub fn take_held<Q>(&mut self, key: &Q) -> Option<W>
     where

@@ -16,6 +16,6 @@ pub mod window;
 pub use book::{Gate, Notice, PacingBook, PacingSpecs};
 pub use clock::WallClock;
 pub use pacer::{ActionClass, Deferral, FlapReport, Pacer, Step};
-pub use record::{PacingRecord, ROLLOUT_PACING};
+pub use record::{PacingRecord, ENV_PACING, ROLLOUT_PACING};
 pub use spec::{FlapThreshold, PacingDefaults, PacingError, PacingSpec, WindowActions};
 pub use window::MaintenanceWindow;

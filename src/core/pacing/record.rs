@@ -9,6 +9,11 @@
 //! The value is compact JSON, e.g.
 //! `{"rollouts":["2026-11-26T12:00:00Z"],"deferred":{"until":"2026-11-26T12:10:00Z","why":"minimum interval","since":"2026-11-26T12:00:04Z","source":"configmap cfg"}}`.
 //! It is ours: an unknown or garbled value is ignored (the caller logs it at debug level).
+//!
+//! The same record, without rollouts, is what the controller keeps on an env consumer pod
+//! whose eviction it holds, in the pod's annotation `reloadlet.io/env-pacing` (its deferral,
+//! or its owner's flapping episode): written when the hold begins, removed when it ends (an
+//! eviction replaces the pod, which takes the record with it). Only `explain` reads it.
 
 use super::book::Notice;
 use super::pacer::Pacer;
@@ -18,6 +23,9 @@ use serde::{Deserialize, Serialize};
 
 /// The workload annotation that holds the record.
 pub const ROLLOUT_PACING: &str = "reloadlet.io/rollout-pacing";
+
+/// The env consumer pod annotation that holds what the controller holds for it.
+pub const ENV_PACING: &str = "reloadlet.io/env-pacing";
 
 /// At most this many rollout times are kept (the flap breaker needs `count` of them: a
 /// threshold above this is counted from the last [`MAX_ROLLOUTS`] after a restart).
