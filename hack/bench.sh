@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark (as root), about 2–3 minutes at the defaults. On one simulated node:
+# The benchmark (as root). On one simulated node (this part about 7 minutes at the defaults):
 #  1. swap -> signal latency (p50, p99, max, misses) and memory of reloadlet (--debounce 0s;
 #     the glibc build and the image's static binary) and of two references, the floor
 #     (examples/floor.rs: one inotify fd, kill(2) on ..data) and an inotifywait + kill
@@ -8,7 +8,7 @@
 #     made by a separate process (examples/swapper.rs), as the kubelet's are;
 #  2. an eviction burst of 100 pods.
 # Sizes (environment): BENCH_SMALL (100) and BENCH_LARGE (1000) volumes, BENCH_VOLS_PER_POD (4),
-# BENCH_SWAPS per approach and size (400), BENCH_RATE swaps/s (50), BENCH_DEADLINE_MS for a
+# BENCH_SWAPS per approach and size (2000), BENCH_RATE swaps/s (50), BENCH_DEADLINE_MS for a
 # miss (1000), BENCH_IDLE_SECS (10; 0 skips), BENCH_SIDECAR_MAX (200) sidecars at most,
 # BENCH_SMAPS_DIR (unset) receives /proc/PID/smaps of each reloadlet run, BENCH_STATIC_BIN a
 # static binary to measure instead of building one.

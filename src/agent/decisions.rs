@@ -5,7 +5,7 @@
 //! annotations are parsed and its containers matched once per pod version instead of once per
 //! swap, off the path between the kernel's event and the signal.
 
-use crate::core::model::PodInfo;
+use crate::core::model::{PodInfo, SourceRef};
 use crate::core::policy::{self, ChangedVolumes, Decision};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -14,12 +14,43 @@ use std::sync::{Arc, Weak};
 /// recomputes the oldest).
 const PER_POD: usize = 8;
 
+/// A change as the memory keeps it: [`ChangedVolumes`]' entries in their order, one
+/// allocation per volume and its sources. (A `BTreeMap` or `BTreeSet` of one entry allocates a
+/// whole node, about half a KiB: kept as maps, four changes of each of 250 pods held 0.6 MiB
+/// at 1,000 volumes, measured with heaptrack, docs/architecture.md.)
+type Key = Box<[(Box<str>, Option<Box<[SourceRef]>>)]>;
+
+fn key_of(changed: &ChangedVolumes) -> Key {
+    changed
+        .iter()
+        .map(|(volume, sources)| {
+            (
+                volume.as_str().into(),
+                sources.as_ref().map(|s| s.iter().cloned().collect()),
+            )
+        })
+        .collect()
+}
+
+/// Whether `key` is `changed` (compared in place: no allocation on the path of a swap).
+fn is(key: &Key, changed: &ChangedVolumes) -> bool {
+    key.len() == changed.len()
+        && key.iter().zip(changed).all(|((volume, sources), (v, s))| {
+            **volume == **v
+                && match (sources, s) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => a.len() == b.len() && a.iter().eq(b.iter()),
+                    _ => false,
+                }
+        })
+}
+
 struct Last {
     /// The pod version decided for: a `Weak` keeps its allocation (so no later pod can reuse
     /// the address) but not its content.
     pod: Weak<PodInfo>,
     /// Newest last.
-    decided: Vec<(ChangedVolumes, Decision)>,
+    decided: Vec<(Key, Decision)>,
 }
 
 /// The decisions of each pod's current version, per change.
@@ -46,14 +77,14 @@ impl Decisions {
             }
             None => self.last.entry(pod.uid.clone()).or_insert_with(fresh),
         };
-        if let Some((_, decision)) = last.decided.iter().find(|(c, _)| *c == changed) {
+        if let Some((_, decision)) = last.decided.iter().find(|(k, _)| is(k, &changed)) {
             return decision.clone();
         }
         let decision = policy::decide_changes(pod, &changed);
         if last.decided.len() == PER_POD {
             last.decided.remove(0);
         }
-        last.decided.push((changed, decision.clone()));
+        last.decided.push((key_of(&changed), decision.clone()));
         decision
     }
 
@@ -141,6 +172,36 @@ mod tests {
             d.decide(&p, other.clone()),
             policy::decide_changes(&p, &other)
         );
+    }
+
+    #[test]
+    fn a_kept_change_is_the_same_change_only_with_the_same_volumes_and_sources() {
+        use crate::core::model::SourceKind;
+        let cm = |name: &str| SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: name.into(),
+        };
+        let change = |entries: &[(&str, Option<&[&str]>)]| -> ChangedVolumes {
+            entries
+                .iter()
+                .map(|(v, s)| (v.to_string(), s.map(|s| s.iter().map(|n| cm(n)).collect())))
+                .collect()
+        };
+        let a = change(&[("conf", Some(&["a"]))]);
+        let cases: [(ChangedVolumes, bool); 7] = [
+            (a.clone(), true),
+            (change(&[("conf", None)]), false),
+            (change(&[("conf", Some(&["b"]))]), false),
+            (change(&[("conf", Some(&["a", "b"]))]), false),
+            (change(&[("conf", Some(&[]))]), false),
+            (change(&[("other", Some(&["a"]))]), false),
+            (change(&[("conf", Some(&["a"])), ("more", None)]), false),
+        ];
+        let key = key_of(&a);
+        for (changed, same) in cases {
+            assert_eq!(is(&key, &changed), same, "{changed:?}");
+            assert!(is(&key_of(&changed), &changed), "{changed:?}");
+        }
     }
 
     #[test]
