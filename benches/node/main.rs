@@ -17,7 +17,9 @@
 //!    swaps each time, so drift in the machine's load hits all alike. Latency = the target's
 //!    CLOCK_MONOTONIC at SIGHUP receipt − the clock just before `rename(..data_tmp, ..data)`;
 //!    a miss = no SIGHUP within `BENCH_DEADLINE_MS` (and before the pod's next swap). Memory
-//!    is summed over every process of an approach. Then reloadlet's wakeups over
+//!    is summed over every process of an approach. Each turn prints its own p99 and max beside
+//!    what the machine did meanwhile ([`stalls`]: a sleeper's late wake-ups, steal time), so a
+//!    tail that is the machine's, hitting whichever approach has the turn, is told apart. Then reloadlet's wakeups over
 //!    `BENCH_IDLE_SECS` with nothing happening. Ratios are printed next to issue 14's bar.
 //! 2. evict: 100 annotated pods without a PDB swap at once; time from the last swap to the
 //!    last eviction request, and the most requests in flight (the API answers in 20 ms).
@@ -28,6 +30,7 @@ mod approaches;
 mod evict;
 mod procs;
 mod report;
+mod stalls;
 mod swaps;
 
 use approaches::{Agent, Floor, Sidecars, Target};
@@ -277,6 +280,7 @@ async fn signal_bench(k: &Knobs) {
         let mut measured: Vec<(Kind, Measured)> =
             kinds.iter().map(|k| (*k, Measured::default())).collect();
         let half = k.swaps / 2;
+        let meter = stalls::StallMeter::start();
         for (turn, kind) in order.iter().enumerate() {
             let ks = if turn < kinds.len() {
                 0..half
@@ -288,16 +292,24 @@ async fn signal_bench(k: &Knobs) {
             match kind {
                 Kind::Floor => {
                     let floor = Floor::start(&tg);
+                    let (started, steal) = (Instant::now(), stalls::steal_ticks());
                     let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
-                    m.outcome
-                        .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                    m.outcome.add(turn_outcome(
+                        *kind,
+                        swaps::collect(&swaps, &records, k.deadline.min(gap)),
+                        &meter.since(started, steal),
+                    ));
                     m.memory = m.memory.max(Memory::of(&floor.pids()));
                 }
                 Kind::Sidecar => match Sidecars::start(&tg, &node.path("sidecars")) {
                     Ok(fleet) => {
+                        let (started, steal) = (Instant::now(), stalls::steal_ticks());
                         let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
-                        m.outcome
-                            .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                        m.outcome.add(turn_outcome(
+                            *kind,
+                            swaps::collect(&swaps, &records, k.deadline.min(gap)),
+                            &meter.since(started, steal),
+                        ));
                         m.memory = m.memory.max(Memory::of(&fleet.pids()));
                     }
                     Err(e) => m.note = e,
@@ -315,9 +327,13 @@ async fn signal_bench(k: &Knobs) {
                     agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
                     let ready = agent.ready_after;
                     let before = agent.metric(SIGNALED);
+                    let (started, steal) = (Instant::now(), stalls::steal_ticks());
                     let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
-                    m.outcome
-                        .add(swaps::collect(&swaps, &records, k.deadline.min(gap)));
+                    m.outcome.add(turn_outcome(
+                        *kind,
+                        swaps::collect(&swaps, &records, k.deadline.min(gap)),
+                        &meter.since(started, steal),
+                    ));
                     m.memory = m.memory.max(Memory::of(&[agent.pid()]));
                     if let Some(dir) = std::env::var_os("BENCH_SMAPS_DIR") {
                         // Where the memory is, mapping by mapping (docs/architecture.md).
@@ -374,6 +390,21 @@ async fn signal_bench(k: &Knobs) {
         }
     }
     summary.print(k);
+}
+
+/// One turn's swaps, printed with what the machine did meanwhile (a turn's tail is only
+/// the approach's when the machine was quiet).
+fn turn_outcome(kind: Kind, outcome: Outcome, seen: &stalls::Seen) -> Outcome {
+    println!(
+        "   turn {}: p99 {:.3} ms, max {:.2} ms; meanwhile {} wake-ups of a sleeper >= 1 ms late (worst {:.1} ms), {} ms of steal",
+        format!("{kind:?}").to_lowercase(),
+        outcome.percentile(0.99),
+        outcome.max(),
+        seen.stalls,
+        seen.worst.as_secs_f64() * 1e3,
+        seen.steal_ms
+    );
+    outcome
 }
 
 const SIGNALED: &str = "reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}";
