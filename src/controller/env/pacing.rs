@@ -232,7 +232,6 @@ impl EnvPacing {
             return EnvPaced::Held(None);
         };
         let uid = first.uid.clone();
-        let source = first.source.to_string();
         let spec = match self.specs.get(uid.as_str()) {
             Ok(spec) => spec.clone(),
             Err(message) => return EnvPaced::Refused(message.to_owned()),
@@ -250,26 +249,45 @@ impl EnvPacing {
         }
         let flap = spec.flap;
         let own = PacingSpec { flap: None, ..spec };
+        match self.pod_gate(&uid, &own, fresh, &changes, seen, now) {
+            Err(held) => held,
+            Ok(all) if self.counted(&key, &all) => EnvPaced::Act(all),
+            Ok(all) => self.owner_gate(&key, flap, &all, seen, true, now),
+        }
+    }
+
+    /// The pod's own rules (debounce, minimum interval, window; `spec` without the breaker)
+    /// for `changes`: `Ok` with every change to act on now (what was held for the pod merged
+    /// in), or `Err` with what holding them says.
+    fn pod_gate(
+        &mut self,
+        uid: &str,
+        spec: &PacingSpec,
+        fresh: bool,
+        changes: &[EnvChange],
+        seen: Instant,
+        now: Instant,
+    ) -> Result<Vec<EnvChange>, EnvPaced> {
+        let source = changes
+            .first()
+            .map(|c| c.source.to_string())
+            .unwrap_or_default();
         let gate = self.pods.gate(
-            &uid,
-            &own,
+            uid,
+            spec,
             ActionClass::Disruptive,
             fresh,
             now,
             || source,
-            |held| hold(held, &changes, seen),
+            |held| hold(held, changes, seen),
         );
         match gate {
-            Gate::Held(notice) => self.pod_held(&uid, notice),
+            Gate::Held(notice) => Err(self.pod_held(uid, notice)),
             Gate::Act { held, .. } => {
-                self.deferrals.remove(&uid);
+                self.deferrals.remove(uid);
                 let mut all = self.unsettled(held.map(|h| h.changes).unwrap_or_default());
-                merge(&mut all, &changes);
-                if self.counted(&key, &all) {
-                    EnvPaced::Act(all)
-                } else {
-                    self.owner_gate(&key, flap, &all, seen, true, now)
-                }
+                merge(&mut all, changes);
+                Ok(all)
             }
         }
     }
@@ -416,24 +434,8 @@ impl EnvPacing {
         if !pacer.is_pending() {
             pacer.changed(wall, &source);
         }
-        let gate = self.pods.gate(
-            &uid,
-            &spec,
-            ActionClass::Disruptive,
-            false,
-            now,
-            || source,
-            |held| hold(held, &changes, seen),
-        );
-        match gate {
-            Gate::Held(notice) => self.pod_held(&uid, notice),
-            Gate::Act { held, .. } => {
-                self.deferrals.remove(&uid);
-                let mut all = self.unsettled(held.map(|h| h.changes).unwrap_or_default());
-                merge(&mut all, &changes);
-                EnvPaced::Act(all)
-            }
-        }
+        self.pod_gate(&uid, &spec, false, &changes, seen, now)
+            .map_or_else(|held| held, EnvPaced::Act)
     }
 
     /// A pod's own rules hold its eviction: a deferral is remembered as its notice tells it.
