@@ -104,7 +104,8 @@ impl Patcher for FakePatcher {
             req.annotation,
             req.namespace.clone(),
             req.name.clone(),
-            req.value.clone(),
+            // A removal is recorded as an empty value.
+            req.value.clone().unwrap_or_default(),
         ));
         if s.hang {
             return Box::pin(std::future::pending());
@@ -116,12 +117,10 @@ impl Patcher for FakePatcher {
         } else {
             match s.pods.get_mut(&(req.namespace.clone(), req.name.clone())) {
                 Some(p) if req.uid.as_ref().is_none_or(|uid| *uid == p.uid) => {
-                    if req.value.is_empty() {
-                        p.annotations.remove(req.annotation);
-                    } else {
-                        p.annotations
-                            .insert(req.annotation.to_owned(), req.value.clone());
-                    }
+                    match &req.value {
+                        Some(v) => p.annotations.insert(req.annotation.to_owned(), v.clone()),
+                        None => p.annotations.remove(req.annotation),
+                    };
                     Ok(())
                 }
                 _ => Err(PatchError::NotFound),

@@ -37,8 +37,8 @@ pub struct PatchRequest {
     /// written for its predecessor; the edge answers `NotFound`).
     pub uid: Option<String>,
     pub annotation: &'static str,
-    /// Empty: the annotation is removed (`null` in the merge patch).
-    pub value: String,
+    /// `None`: the annotation is removed (`null` in the merge patch).
+    pub value: Option<String>,
 }
 
 /// The pod edge of the controller's writes (kube in `crate::k8s::controller`, a fake in tests).
@@ -68,8 +68,8 @@ pub enum PatchKind {
     EnvBaseline,
     /// `reloadlet.io/rollout-baseline` of an `action: rollout` pod, as [`Self::EnvBaseline`].
     RolloutBaseline,
-    /// `reloadlet.io/env-pacing` of an env consumer whose eviction is held (an empty value
-    /// removes it), as [`Self::EnvBaseline`].
+    /// `reloadlet.io/env-pacing` of an env consumer whose eviction is held (removed when the
+    /// hold ends), as [`Self::EnvBaseline`].
     EnvPacing,
 }
 
@@ -77,8 +77,15 @@ pub enum PatchKind {
 pub struct PatchJob {
     pub pod: PodRef,
     pub kind: PatchKind,
-    /// The annotation's value; empty: the annotation is removed.
-    pub value: String,
+    /// The annotation's value; `None`: the annotation is removed.
+    pub value: Option<String>,
+}
+
+impl PatchJob {
+    /// The value as logs and notes show it.
+    fn shown(&self) -> &str {
+        self.value.as_deref().unwrap_or("(removed)")
+    }
 }
 
 impl PatchJob {
@@ -179,7 +186,7 @@ impl Inner {
         let req = job.request();
         if self.report.dry_run() {
             let outcome = Outcome::DryRun;
-            tracing::info!(pod = %job.pod.full_name(), annotation = req.annotation, value = %req.value, outcome = outcome.as_str(), "dry-run: would patch the pod's annotation");
+            tracing::info!(pod = %job.pod.full_name(), annotation = req.annotation, value = %job.shown(), outcome = outcome.as_str(), "dry-run: would patch the pod's annotation");
             return outcome;
         }
         let result = match self.call(&req).await {
@@ -256,7 +263,7 @@ impl Inner {
         let error = match result {
             Ok(()) => {
                 self.forbidden_reported.store(false, Ordering::Relaxed);
-                tracing::debug!(pod = %pod, value = %job.value, "nudged");
+                tracing::debug!(pod = %pod, value = %job.shown(), "nudged");
                 return outcome;
             }
             Err(PatchError::NotFound) => return outcome,
@@ -277,7 +284,7 @@ impl Inner {
         }
         let note = format!(
             "projection nudge {} failed: {error}; the kubelet's periodic sync will project {source}",
-            job.value
+            job.shown()
         );
         self.report.publish(
             &job.pod,
@@ -340,7 +347,7 @@ mod tests {
                 },
                 still_wanted: |_, _| true,
             },
-            value: value.into(),
+            value: Some(value.into()),
         }
     }
 

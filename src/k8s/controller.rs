@@ -157,11 +157,7 @@ pub fn nudge_patch(value: &str) -> serde_json::Value {
 /// predecessor).
 pub fn annotation_patch(req: &PatchRequest) -> serde_json::Value {
     // RFC 7386: a null member removes the key.
-    let value = match req.value.as_str() {
-        "" => serde_json::Value::Null,
-        v => serde_json::Value::from(v),
-    };
-    let annotations = serde_json::json!({ req.annotation: value });
+    let annotations = serde_json::json!({ req.annotation: req.value });
     match &req.uid {
         Some(uid) => serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } }),
         None => serde_json::json!({ "metadata": { "annotations": annotations } }),
@@ -380,23 +376,26 @@ mod tests {
             name: "web".into(),
             uid: None,
             annotation: PROJECTION_NUDGE,
-            value: "configmap/app-cfg@12#2".into(),
+            value: Some("configmap/app-cfg@12#2".into()),
         };
-        assert_eq!(annotation_patch(&nudge), nudge_patch(&nudge.value));
+        assert_eq!(
+            annotation_patch(&nudge),
+            nudge_patch("configmap/app-cfg@12#2")
+        );
         let baseline = PatchRequest {
             uid: Some("u1".into()),
             annotation: crate::core::annotations::ENV_BASELINE,
-            value: "configmap/app=ab12".into(),
+            value: Some("configmap/app=ab12".into()),
             ..nudge
         };
         assert_eq!(
             annotation_patch(&baseline).to_string(),
             r#"{"metadata":{"annotations":{"reloadlet.io/env-baseline":"configmap/app=ab12"},"uid":"u1"}}"#
         );
-        // An empty value removes the annotation (RFC 7386: null).
+        // No value removes the annotation (RFC 7386: null).
         let cleared = PatchRequest {
             annotation: crate::core::pacing::ENV_PACING,
-            value: String::new(),
+            value: None,
             ..baseline
         };
         assert_eq!(

@@ -129,9 +129,9 @@ pub struct EnvConsumers {
     pacing: EnvPacing,
     warned: HashMap<String, String>,
     gauges: crate::controller::metrics::PacingShare,
-    /// `reloadlet.io/env-pacing` as last written (or found) on each pod that had one; empty:
+    /// `reloadlet.io/env-pacing` as last written (or found) on each pod that had one; `None`:
     /// removed.
-    records: HashMap<String, String>,
+    records: HashMap<String, Option<String>>,
 }
 
 impl EnvConsumers {
@@ -166,7 +166,7 @@ impl EnvConsumers {
             // Written by this replica, or by the last leader: compared when the pod is paced.
             self.records
                 .entry(pod.uid.clone())
-                .or_insert_with(|| value.clone());
+                .or_insert_with(|| Some(value.clone()));
         }
         let fixed = self.check_pacing(pod, world);
         let mut fetch = self.tracker.put_pod(pod);
@@ -383,7 +383,7 @@ impl EnvConsumers {
         let recorded: Vec<String> = self
             .records
             .iter()
-            .filter(|(_, v)| !v.is_empty())
+            .filter(|(_, v)| v.is_some())
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in recorded {
@@ -403,13 +403,8 @@ impl EnvConsumers {
     /// it ends. At most one write per held pod and hold, a few at a time (the baselines'
     /// executor); a failure is logged and not retried.
     fn keep_record(&mut self, pod: &PodInfo) {
-        let value = self
-            .pacing
-            .record_of(&pod.uid)
-            .map(|r| r.to_value())
-            .unwrap_or_default();
-        let current = self.records.get(&pod.uid).map_or("", String::as_str);
-        if value == current {
+        let value = self.pacing.record_of(&pod.uid).map(|r| r.to_value());
+        if self.records.get(&pod.uid).unwrap_or(&None) == &value {
             return;
         }
         self.records.insert(pod.uid.clone(), value.clone());
@@ -577,7 +572,7 @@ impl Feature for EnvConsumers {
                     name: w.name,
                 },
                 kind: PatchKind::EnvBaseline,
-                value: w.value,
+                value: Some(w.value),
             };
             // Not retried; a failure is logged by the executor and the baseline stays in
             // memory, written with the pod's next one.

@@ -116,7 +116,7 @@ impl Nudges {
                     },
                     still_wanted: |pod, source| qualifies(pod, source).is_ok(),
                 },
-                value: nudge.value(),
+                value: Some(nudge.value()),
             };
             let done = self.done_tx.clone();
             self.in_flight += 1;

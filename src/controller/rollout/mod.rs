@@ -582,7 +582,7 @@ impl Feature for RolloutFeature {
                     name: w.name,
                 },
                 kind: PatchKind::RolloutBaseline,
-                value: w.value,
+                value: Some(w.value),
             };
             self.deps.baselines.request(job, |_| {});
         }
