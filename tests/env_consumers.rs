@@ -57,15 +57,6 @@ fn uids(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
 }
 
-fn evicted_uids(node: &Node) -> Vec<String> {
-    node.api
-        .evictions()
-        .into_iter()
-        .filter(|e| e.code == 201 && !e.dry_run)
-        .filter_map(|e| e.uid)
-        .collect()
-}
-
 fn eviction_requests(node: &Node) -> usize {
     node.api.evictions().len()
 }
@@ -163,7 +154,7 @@ async fn a_key_change_evicts_exactly_its_readers_one_at_a_time_under_a_pdb() {
     until(
         "the three readers of LOG evicted",
         Duration::from_secs(60),
-        || evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web,
+        || evicted_set(&node) == web,
     )
     .await;
     never("a reader of PORT, or a replacement, evicted", QUIET, || {
@@ -302,7 +293,7 @@ async fn a_secret_reader_is_ignored_unless_secrets_are_enabled() {
     node.api
         .apply_secret(secret(NS, "db", &[("PASSWORD", "s3")]));
     until("the Secret's reader evicted", WAIT, || {
-        evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web
+        evicted_set(&node) == web
     })
     .await;
     assert!(
@@ -345,7 +336,7 @@ async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_ne
 
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     until("the old reader evicted after the restart", WAIT, || {
-        evicted_uids(&node).into_iter().collect::<BTreeSet<_>>() == web
+        evicted_set(&node) == web
     })
     .await;
     baselined(&node, "late").await;

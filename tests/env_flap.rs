@@ -46,15 +46,6 @@ fn apply(node: &Node, log: &str) {
         .apply_configmap(configmap(NS, "app-env", &[("LOG", log)]));
 }
 
-fn evicted_uids(node: &Node) -> Vec<String> {
-    node.api
-        .evictions()
-        .into_iter()
-        .filter(|e| e.code == 201 && !e.dry_run)
-        .filter_map(|e| e.uid)
-        .collect()
-}
-
 fn flapping(node: &Node) -> Vec<RecordedEvent> {
     node.api
         .events()
@@ -104,7 +95,7 @@ async fn a_replica_sets_env_evictions_are_held_as_flapping_then_run_once_on_the_
     for round in 1..=3 {
         apply(&node, &format!("v{round}"));
         until(&format!("round {round} evicted"), WAIT, || {
-            let evicted: BTreeSet<String> = evicted_uids(&node).into_iter().collect();
+            let evicted = evicted_set(&node);
             pods.is_subset(&evicted)
         })
         .await;
@@ -165,7 +156,7 @@ async fn a_replica_sets_env_evictions_are_held_as_flapping_then_run_once_on_the_
         "the round after the quiet minute",
         Duration::from_secs(150),
         || {
-            let evicted: BTreeSet<String> = evicted_uids(&node).into_iter().collect();
+            let evicted = evicted_set(&node);
             pods.is_subset(&evicted)
         },
     )

@@ -99,7 +99,7 @@ fn is_ready(p: &Pod) -> bool {
 /// Waits until exactly `uids` have been evicted (201, not dry-run).
 async fn wait_evicted(node: &Node, uids: &BTreeSet<String>, what: &str, timeout: Duration) {
     eventually(what, timeout, || {
-        let evicted: BTreeSet<String> = evicted_uids(node).into_iter().collect();
+        let evicted = evicted_set(node);
         (evicted == *uids).then_some(())
     })
     .await
@@ -109,15 +109,6 @@ async fn wait_evicted(node: &Node, uids: &BTreeSet<String>, what: &str, timeout:
 fn assert_budgets_held(node: &Node) {
     let violations = node.api.invariant_violations();
     assert!(violations.is_empty(), "{violations:?}");
-}
-
-fn evicted_uids(node: &Node) -> Vec<String> {
-    node.api
-        .evictions()
-        .into_iter()
-        .filter(|e| e.code == 201 && !e.dry_run)
-        .filter_map(|e| e.uid)
-        .collect()
 }
 
 fn eviction_requests(node: &Node) -> usize {

@@ -109,15 +109,6 @@ async fn replicas(
     uids(&pods)
 }
 
-fn evicted_uids(node: &Node) -> BTreeSet<String> {
-    node.api
-        .evictions()
-        .into_iter()
-        .filter(|e| e.code == 201 && !e.dry_run)
-        .filter_map(|e| e.uid)
-        .collect()
-}
-
 fn eviction_requests(node: &Node) -> usize {
     node.api
         .requests()
@@ -193,7 +184,7 @@ async fn wait_on_a_structural_block_warns_at_once_in_plain_words_and_stops_askin
         eviction_requests(&node) > asked
     })
     .await;
-    assert!(evicted_uids(&node).is_empty());
+    assert!(evicted_set(&node).is_empty());
     assert!(node.metric("reloadlet_evictions_pending") >= 2.0);
     assert_budgets_held(&node);
     let text = explain(&node, &a_pod_name(&node));
@@ -225,7 +216,7 @@ async fn a_workload_scaled_up_during_the_long_wait_is_evicted_without_waiting_it
     eventually(
         "both originals evicted, one at a time",
         Duration::from_secs(60),
-        || (evicted_uids(&node) == originals).then_some(()),
+        || (evicted_set(&node) == originals).then_some(()),
     )
     .await;
     assert_budgets_held(&node);
@@ -286,7 +277,7 @@ async fn a_transient_block_is_retried_as_usual_and_every_pod_is_evicted() {
         eventually(
             "all three originals evicted",
             Duration::from_secs(40),
-            || (evicted_uids(&node) == originals).then_some(()),
+            || (evicted_set(&node) == originals).then_some(()),
         )
         .await;
         assert_budgets_held(&node);

@@ -421,3 +421,36 @@ impl WorkloadPatcher for FakeWorkloads {
         Box::pin(std::future::ready(result))
     }
 }
+
+/// A reporter whose Events go to `events` (tests).
+pub fn reporter(
+    events: Arc<crate::ports::fake::Events>,
+    notifier: crate::outbound::notify::Notifier,
+    dry_run: bool,
+) -> crate::execute::report::Reporter {
+    let metrics =
+        crate::serve::metrics::Metrics::new(&mut prometheus_client::registry::Registry::default());
+    crate::execute::report::Reporter::new(events, notifier, metrics, dry_run, "controller-0".into())
+}
+
+/// `feature` alone in the controller's loop, as the leader, until `stop` (tests): the loop's
+/// input and its task.
+pub fn run_alone(
+    feature: Box<dyn super::feature::Feature>,
+    stop: &tokio_util::sync::CancellationToken,
+) -> (
+    tokio::sync::mpsc::Sender<super::api::Input>,
+    tokio::task::JoinHandle<()>,
+) {
+    let controller = super::router::Controller::new(
+        crate::core::filters::NamespaceFilter::default(),
+        true,
+        super::metrics::ControllerMetrics::new(
+            &mut prometheus_client::registry::Registry::default(),
+        ),
+        Arc::new(crate::serve::health::Health::default()),
+    )
+    .with(feature);
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    (tx, tokio::spawn(controller.run(rx, stop.clone())))
+}

@@ -84,11 +84,7 @@ struct Harness {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// A reporter whose Events go to `events` (notifications off unless `notifier`).
-fn reporter(events: Arc<fake::Events>, notifier: Notifier, dry_run: bool) -> Reporter {
-    let metrics = crate::serve::metrics::Metrics::new(&mut Registry::default());
-    Reporter::new(events, notifier, metrics, dry_run, "controller-0".into())
-}
+use crate::controller::fake::reporter;
 
 /// The nudge feature over `patcher`, through the executor.
 fn nudges(patcher: &FakePatcher, report: &Reporter, metrics: &ControllerMetrics) -> Nudges {
@@ -438,10 +434,7 @@ mod env_consumers {
     }
 
     fn data(log: &str) -> ObjectData {
-        ObjectData {
-            text: [("LOG".to_string(), log.to_string())].into(),
-            ..ObjectData::default()
-        }
+        ObjectData::of(&[("LOG", log)], &[])
     }
 
     /// The nudge and env features over the fakes, through the executor.

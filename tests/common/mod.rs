@@ -234,6 +234,21 @@ pub async fn terminate(child: &mut Child) -> ExitStatus {
     wait_exit(child, Duration::from_secs(15)).await
 }
 
+/// The UIDs of the pods evicted for real (answered 201, not dry-run), in request order.
+pub fn evicted_uids(node: &Node) -> Vec<String> {
+    node.api
+        .evictions()
+        .into_iter()
+        .filter(|e| e.code == 201 && !e.dry_run)
+        .filter_map(|e| e.uid)
+        .collect()
+}
+
+/// [`evicted_uids`] as a set.
+pub fn evicted_set(node: &Node) -> std::collections::BTreeSet<String> {
+    evicted_uids(node).into_iter().collect()
+}
+
 pub fn alive(pid: i32) -> bool {
     // Zombies count as dead: a signal with the default action would have killed it.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

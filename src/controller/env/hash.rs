@@ -29,6 +29,24 @@ pub struct ObjectData {
     pub annotations: BTreeMap<String, String>,
 }
 
+#[cfg(test)]
+impl ObjectData {
+    /// A ConfigMap of `text` (`data`) and `binary` (`binaryData`), for tests.
+    pub fn of(text: &[(&str, &str)], binary: &[(&str, &[u8])]) -> Self {
+        Self {
+            text: text
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            binary: binary
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_vec()))
+                .collect(),
+            ..Self::default()
+        }
+    }
+}
+
 /// What one pod reads of one object: the union of its containers' references.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Selector {

@@ -19,18 +19,7 @@ fn all(prefix: &str) -> Selector {
     }
 }
 fn data(text: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ObjectData {
-    ObjectData {
-        text: text
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        binary: binary
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_vec()))
-            .collect(),
-        secret: false,
-        annotations: Default::default(),
-    }
+    ObjectData::of(text, binary)
 }
 
 /// (what, selectors, before, after, changed?)

@@ -6,16 +6,11 @@
 use super::*;
 use crate::controller::api::Input;
 use crate::controller::fake::{FakeEnvApi, FakePatcher};
-use crate::controller::metrics::ControllerMetrics;
-use crate::controller::router::Controller;
-use crate::core::filters::NamespaceFilter;
 use crate::core::model::{ContainerInfo, ContainerKind, EnvKeys, EnvRef, SourceRef};
 use crate::execute::evict::EvictionSettings;
 use crate::execute::patch::PatchSettings;
 use crate::outbound::notify::Notifier;
 use crate::ports::fake;
-use crate::serve::health::Health;
-use prometheus_client::registry::Registry;
 
 pub const NS: &str = "ns";
 
@@ -29,10 +24,7 @@ pub fn key() -> ObjectKey {
 }
 
 pub fn data(log: &str) -> ObjectData {
-    ObjectData {
-        text: [("LOG".to_string(), log.to_string())].into(),
-        ..ObjectData::default()
-    }
+    ObjectData::of(&[("LOG", log)], &[])
 }
 
 /// A running `action: evict` pod reading key `LOG` of `app-env` through env (no owner).
@@ -83,14 +75,8 @@ impl Harness {
         api.objects.lock().unwrap().insert(key(), data("v0"));
         let events = Arc::new(fake::Events::default());
         let evictor = Arc::new(fake::Evictor::default());
-        let metrics = crate::serve::metrics::Metrics::new(&mut Registry::default());
-        let reporter = Reporter::new(
-            events.clone(),
-            Notifier::disabled(),
-            metrics,
-            false,
-            "controller-0".into(),
-        );
+        let reporter =
+            crate::controller::fake::reporter(events.clone(), Notifier::disabled(), false);
         let stop = CancellationToken::new();
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let feature = EnvConsumers::new(EnvDeps {
@@ -115,15 +101,7 @@ impl Harness {
             stop: stop.clone(),
             pacing: Default::default(),
         });
-        let controller = Controller::new(
-            NamespaceFilter::default(),
-            true,
-            ControllerMetrics::new(&mut Registry::default()),
-            Arc::new(Health::default()),
-        )
-        .with(Box::new(feature));
-        let (tx, rx) = mpsc::channel(64);
-        let task = tokio::spawn(controller.run(rx, stop.clone()));
+        let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
         Self {
             tx,
             api,

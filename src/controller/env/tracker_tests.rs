@@ -37,13 +37,7 @@ fn cm() -> ObjectKey {
 }
 
 fn data(pairs: &[(&str, &str)]) -> ObjectData {
-    ObjectData {
-        text: pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..ObjectData::default()
-    }
+    ObjectData::of(pairs, &[])
 }
 
 fn fetch(t: &mut EnvTracker, rv: &str, d: &ObjectData) -> Vec<String> {

@@ -119,17 +119,7 @@ mod tests {
     }
 
     fn data(pairs: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ObjectData {
-        ObjectData {
-            text: pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            binary: binary
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_vec()))
-                .collect(),
-            ..ObjectData::default()
-        }
+        ObjectData::of(pairs, binary)
     }
 
     #[test]

@@ -6,17 +6,11 @@ use super::*;
 use crate::controller::api::Input;
 use crate::controller::env::hash::ObjectData;
 use crate::controller::fake::{FakeEnvApi, FakePatcher, FakeWorkloads};
-use crate::controller::metrics::ControllerMetrics;
-use crate::controller::router::Controller;
-use crate::core::filters::NamespaceFilter;
 use crate::core::model::{ContainerInfo, ContainerKind, EnvKeys, EnvRef, VolumeMount, VolumeSpec};
 use crate::core::rollout::{IntOrPercent, Strategy, RESTARTED_AT, RESTARTED_FOR};
 use crate::execute::patch::{PatchError, PatchSettings};
-use crate::execute::report::Reporter;
 use crate::outbound::notify::Notifier;
 use crate::ports::fake;
-use crate::serve::health::Health;
-use prometheus_client::registry::Registry;
 use serde_json::json;
 
 const NS: &str = "ns";
@@ -79,13 +73,7 @@ fn with(mut p: PodInfo, key: &str, value: &str) -> PodInfo {
 }
 
 fn data(pairs: &[(&str, &str)]) -> ObjectData {
-    ObjectData {
-        text: pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..ObjectData::default()
-    }
+    ObjectData::of(pairs, &[])
 }
 
 fn deployment(name: &str) -> WorkloadRef {
@@ -130,14 +118,7 @@ fn start_with(
     configure: impl FnOnce(RolloutFeature) -> RolloutFeature,
 ) -> Harness {
     let events = Arc::new(fake::Events::default());
-    let metrics = crate::serve::metrics::Metrics::new(&mut Registry::default());
-    let report = Reporter::new(
-        events.clone(),
-        Notifier::disabled(),
-        metrics,
-        dry_run,
-        "controller-0".into(),
-    );
+    let report = crate::controller::fake::reporter(events.clone(), Notifier::disabled(), dry_run);
     let stop = CancellationToken::new();
     let feature = RolloutFeature::new(RolloutDeps {
         api: api.clone(),
@@ -161,15 +142,7 @@ fn start_with(
         stop: stop.clone(),
     });
     let feature = configure(feature);
-    let controller = Controller::new(
-        NamespaceFilter::default(),
-        true,
-        ControllerMetrics::new(&mut Registry::default()),
-        Arc::new(Health::default()),
-    )
-    .with(Box::new(feature));
-    let (tx, rx) = mpsc::channel(64);
-    let task = tokio::spawn(controller.run(rx, stop.clone()));
+    let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
     Harness {
         tx,
         patcher,
