@@ -107,6 +107,32 @@ fn owner_key(pod: &PodInfo) -> String {
     }
 }
 
+/// `changes` (of one pod, or of an owner's pods) through `book` under `spec`: an eviction is
+/// disruptive; held work is merged with what was held for `key`.
+fn gate(
+    book: &mut PacingBook<String, HeldEnv>,
+    key: &str,
+    spec: &PacingSpec,
+    fresh: bool,
+    changes: &[EnvChange],
+    seen: Instant,
+    now: Instant,
+) -> Gate<HeldEnv> {
+    let source = changes
+        .first()
+        .map(|c| c.source.to_string())
+        .unwrap_or_default();
+    book.gate(
+        key,
+        spec,
+        ActionClass::Disruptive,
+        fresh,
+        now,
+        || source,
+        |held| hold(held, changes, seen),
+    )
+}
+
 /// The flap breaker alone: what the owner book paces.
 fn flap_only(flap: Option<FlapThreshold>) -> PacingSpec {
     PacingSpec {
@@ -268,20 +294,7 @@ impl EnvPacing {
         seen: Instant,
         now: Instant,
     ) -> Result<Vec<EnvChange>, EnvPaced> {
-        let source = changes
-            .first()
-            .map(|c| c.source.to_string())
-            .unwrap_or_default();
-        let gate = self.pods.gate(
-            uid,
-            spec,
-            ActionClass::Disruptive,
-            fresh,
-            now,
-            || source,
-            |held| hold(held, changes, seen),
-        );
-        match gate {
+        match gate(&mut self.pods, uid, spec, fresh, changes, seen, now) {
             Gate::Held(notice) => Err(self.pod_held(uid, notice)),
             Gate::Act { held, .. } => {
                 self.deferrals.remove(uid);
@@ -325,23 +338,11 @@ impl EnvPacing {
         fresh: bool,
         now: Instant,
     ) -> EnvPaced {
-        let source = changes
-            .first()
-            .map(|c| c.source.to_string())
-            .unwrap_or_default();
         if let Some(owner) = self.owned.get_mut(key) {
             owner.flap = flap;
         }
-        let gate = self.owners.gate(
-            key,
-            &flap_only(flap),
-            ActionClass::Disruptive,
-            fresh,
-            now,
-            || source,
-            |held| hold(held, changes, seen),
-        );
-        match gate {
+        let spec = flap_only(flap);
+        match gate(&mut self.owners, key, &spec, fresh, changes, seen, now) {
             Gate::Held(notice) => {
                 if let (Some(Notice::Flapping(r)), Some(owner)) = (&notice, self.owned.get_mut(key))
                 {

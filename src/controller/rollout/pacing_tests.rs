@@ -301,21 +301,13 @@ async fn a_rollout_deferred_to_its_window_stays_deferred_across_a_restart() {
     let t0 = tokio::time::Instant::now();
     let h = paced_over(api.clone(), workloads.clone(), PacingDefaults::default());
     h.list(pods.clone()).await;
-    let listed = with_baselines(&h, &pods);
     h.change("cfg", "2", &[("app.conf", "v2")]).await;
     assert_eq!(reasons(&h), ["ReloadDeferred"]);
     assert_eq!(workloads.annotated().len(), 1);
-    h.stop().await;
 
     // The new leader finds the change again (the baselines did not move) and defers it to
     // the same time, without announcing it again (the workload's record says it was).
-    let h = restarted(
-        api.clone(),
-        workloads.clone(),
-        PacingDefaults::default(),
-        t0.elapsed(),
-    );
-    h.list(listed).await;
+    let h = restart(h, &pods, &api, &workloads, t0).await;
     assert!(workloads.patched().is_empty());
     let events = h.events();
     assert!(events.is_empty(), "{events:?}");
