@@ -89,8 +89,7 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     };
     let mut text = explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid);
     text.push_str(&crate::controller::nudge::qualify::explain(&info));
-    text.push_str(&crate::controller::env::hash::explain(&info));
-    text.push_str(&crate::controller::env::pacing::explain(
+    text.push_str(&crate::controller::env::explain::explain(
         &info,
         jiff::Timestamp::now(),
     ));

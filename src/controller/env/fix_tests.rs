@@ -7,6 +7,7 @@ use super::loop_harness::{env_pod, Harness};
 use super::*;
 use crate::controller::api::Input;
 use crate::core::annotations::ENV_BASELINE;
+use std::time::Duration;
 
 /// [`env_pod`] with a controlling owner and these pacing annotations.
 fn paced_pod(name: &str, pacing: &[(&str, &str)]) -> PodInfo {

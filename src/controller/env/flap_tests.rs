@@ -5,6 +5,7 @@
 use super::loop_harness::{self, until, Harness};
 use super::*;
 use crate::core::rollout::OwnerRef;
+use std::time::Duration;
 
 /// A running `action: evict` pod with `flap-threshold: 3/1m`, reading key `LOG` of `app-env`
 /// through env, controlled by the ReplicaSet `rs` (none: no controller, and

@@ -282,58 +282,6 @@ pub fn cause(source: &SourceRef) -> String {
     format!("{} changed", Cause(source))
 }
 
-/// The `explain` lines: each env reference and what a change of it would do.
-pub fn explain(pod: &PodInfo) -> String {
-    let mut out = String::from("  env consumers (reloadlet controller):\n");
-    if pod.env.is_empty() {
-        out.push_str("    no env or envFrom reference to a ConfigMap or Secret\n");
-        return out;
-    }
-    for r in &pod.env {
-        let what = match &r.keys {
-            EnvKeys::Key(k) => format!("key {k:?}"),
-            EnvKeys::All { prefix } if prefix.is_empty() => "envFrom (every key)".to_owned(),
-            EnvKeys::All { prefix } => format!("envFrom (every key, prefix {prefix:?})"),
-        };
-        let optional = if r.optional { ", optional" } else { "" };
-        out.push_str(&format!(
-            "    container {}: {} {what}{optional}\n",
-            r.container, r.source
-        ));
-    }
-    let verdict = |source: &SourceRef| -> String {
-        if let Err(why) = env_eligible(pod) {
-            return format!("nothing: {why}");
-        }
-        if !references(pod, true, true).contains_key(source) {
-            return "nothing: reloadlet.io/configmaps / reloadlet.io/secrets leave it out".into();
-        }
-        let when = match source.kind {
-            SourceKind::ConfigMap => "",
-            SourceKind::Secret => " (if the controller runs with --env-consumers-secrets)",
-            SourceKind::SecretProviderClass | SourceKind::CsiVolume => "",
-        };
-        match decide(pod, source) {
-            EnvDecision::Evict => format!("the pod is evicted (PDB-respecting){when}"),
-            EnvDecision::Refused(_) => format!(
-                "EvictionRefused{when}: no controller owns the pod (reloadlet.io/evict-unowned: \"true\" allows it)"
-            ),
-            EnvDecision::NotReloaded(_) => format!(
-                "Warning EnvNotReloaded{when} (reloadlet.io/env-action: evict evicts instead)"
-            ),
-        }
-    };
-    let mut sources: Vec<&SourceRef> = pod.env.iter().map(|r| &r.source).collect();
-    sources.dedup();
-    for source in sources {
-        out.push_str(&format!(
-            "    a change of {source} (a key it reads): {}\n",
-            verdict(source)
-        ));
-    }
-    out
-}
-
 #[cfg(test)]
 #[path = "hash_tests.rs"]
 mod tests;

@@ -342,7 +342,10 @@ fn eligibility_and_an_invalid_env_action() {
 
 #[test]
 fn explain_lists_each_reference_and_its_consequence() {
-    let text = explain(&pod(&[("reloadlet.io/action", "signal")], true));
+    let text = crate::controller::env::explain::references(&pod(
+        &[("reloadlet.io/action", "signal")],
+        true,
+    ));
     assert!(
         text.contains("container app: configmap app-env key \"LOG\""),
         "{text}"
@@ -359,7 +362,10 @@ fn explain_lists_each_reference_and_its_consequence() {
         text.contains("a change of secret db (a key it reads): Warning EnvNotReloaded (if the controller runs with --env-consumers-secrets)"),
         "{text}"
     );
-    let evict = explain(&pod(&[("reloadlet.io/action", "evict")], true));
+    let evict = crate::controller::env::explain::references(&pod(
+        &[("reloadlet.io/action", "evict")],
+        true,
+    ));
     assert!(
         evict.contains("the pod is evicted (PDB-respecting)"),
         "{evict}"

@@ -3,6 +3,7 @@
 //! the ConfigMap `app-env` they read through env, leadership) and reading what a user would
 //! see (evictions, Events, the held gauge).
 
+use super::hash::ObjectData;
 use super::*;
 use crate::controller::api::Input;
 use crate::controller::fake::{FakeEnvApi, FakePatcher};
@@ -11,6 +12,7 @@ use crate::execute::evict::EvictionSettings;
 use crate::execute::patch::PatchSettings;
 use crate::outbound::notify::Notifier;
 use crate::ports::fake;
+use std::time::Duration;
 
 pub const NS: &str = "ns";
 

@@ -38,7 +38,7 @@ use crate::core::pacing::record::{Deferred, Episode};
 pub use crate::core::pacing::Notice as EnvNotice;
 use crate::core::pacing::{
     ActionClass, FlapThreshold, Gate, Notice, PacingBook, PacingDefaults, PacingRecord, PacingSpec,
-    PacingSpecs, WallClock, ENV_PACING,
+    PacingSpecs, WallClock,
 };
 use jiff::{SignedDuration, Timestamp};
 use std::collections::{HashMap, HashSet};
@@ -568,26 +568,6 @@ impl EnvPacing {
         }
         held
     }
-}
-
-/// `explain`'s lines for what the controller holds for the pod, from the record it keeps on it
-/// (`reloadlet.io/env-pacing`); empty when there is none.
-pub fn explain(pod: &PodInfo, now: Timestamp) -> String {
-    let Some(value) = pod.annotations.get(ENV_PACING) else {
-        return String::new();
-    };
-    let lines = match PacingRecord::parse(value) {
-        Ok(record) => record.describe(now),
-        Err(e) => vec![format!("{ENV_PACING} unreadable ({e}); ignored")],
-    };
-    if lines.is_empty() {
-        return "    env eviction: nothing held now (the controller's last deferral has passed)\n"
-            .to_owned();
-    }
-    lines
-        .iter()
-        .map(|line| format!("    env eviction {line} (reloadlet controller, {ENV_PACING})\n"))
-        .collect()
 }
 
 /// `window` before `now`.

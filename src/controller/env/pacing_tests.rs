@@ -1,5 +1,6 @@
 use super::*;
 use crate::core::model::SourceKind;
+use crate::core::pacing::ENV_PACING;
 use crate::core::rollout::OwnerRef;
 use jiff::Timestamp;
 
@@ -411,6 +412,7 @@ fn leadership_lost_drops_what_is_held_and_the_owners_history() {
 
 #[test]
 fn explain_reads_the_record_on_the_pod() {
+    use crate::controller::env::explain::held as explain;
     let now: Timestamp = "2026-11-26T12:05:00Z".parse().unwrap();
     assert_eq!(explain(&pod("u1", &[]), now), "", "no record: no line");
     let held = pod(
