@@ -160,9 +160,19 @@ pub fn hash_volume(
 pub struct DataTarget(Vec<u8>);
 
 /// Where `..data` points now (one `readlink(2)`); `None` before the first write or when it
-/// cannot be read.
+/// cannot be read. Read into the stack (the kubelet's `..<timestamp>` names are 31 bytes):
+/// this runs on every swap before its signal, so it allocates the path and the answer only.
 pub fn data_target(volume_dir: &Path) -> Option<DataTarget> {
-    fs_sys::readlink(volume_dir.join(DATA_LINK), Vec::new())
+    let mut link = PathBuf::with_capacity(volume_dir.as_os_str().len() + 1 + DATA_LINK.len());
+    link.push(volume_dir);
+    link.push(DATA_LINK);
+    let mut buffer = [0u8; 256];
+    let n = fs_sys::readlinkat_raw(fs_sys::CWD, &link, &mut buffer[..]).ok()?;
+    if n < buffer.len() {
+        return Some(DataTarget(buffer[..n].to_vec()));
+    }
+    // readlink(2) truncates silently: a longer target is read whole.
+    fs_sys::readlink(&link, Vec::new())
         .ok()
         .map(|target| DataTarget(target.into_bytes()))
 }

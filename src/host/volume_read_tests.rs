@@ -439,3 +439,24 @@ fn csi_volumes_written_in_place_hash_their_directory() {
     std::fs::write(dir.path().join("..2026_11_26_13_00_00.1/x"), "y").unwrap();
     assert_eq!(hash(&Layout::csi()), Some(second));
 }
+
+#[test]
+fn data_target_reads_the_link_whatever_its_length() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert_eq!(data_target(tmp.path()), None);
+    let ts = "..2026_11_27_01_02_03.123456789";
+    write_volume(tmp.path(), ts, &[("a", "1", 0o644)]);
+    assert_eq!(data_target(tmp.path()), Some(DataTarget(ts.into())));
+    // Longer than the stack buffer (readlink(2) would truncate it to the buffer silently).
+    for len in [255, 256, 257, 600] {
+        let long = "x".repeat(len);
+        let link = tmp.path().join(DATA_LINK);
+        fs::remove_file(&link).unwrap();
+        symlink(&long, &link).unwrap();
+        assert_eq!(
+            data_target(tmp.path()),
+            Some(DataTarget(long.into())),
+            "{len}"
+        );
+    }
+}

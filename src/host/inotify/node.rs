@@ -110,21 +110,36 @@ impl Node {
 
 /// `<pods_dir>/<uid>/volumes/<plugin dir>/<volume>` (for a CSI volume, its `mount/`).
 pub(crate) fn volume_path(pods_dir: &Path, key: &VolumeKey) -> PathBuf {
-    let dir = csi_dir_path(pods_dir, key);
-    if key.plugin == VolumePlugin::Csi {
-        dir.join(CSI_MOUNT)
-    } else {
-        dir
-    }
+    let mount = (key.plugin == VolumePlugin::Csi).then_some(CSI_MOUNT);
+    plugin_dir_path(pods_dir, key, mount)
 }
 
 /// `<pods_dir>/<uid>/volumes/<plugin dir>/<volume>`.
 fn csi_dir_path(pods_dir: &Path, key: &VolumeKey) -> PathBuf {
-    pods_dir
-        .join(&key.pod_uid)
-        .join("volumes")
-        .join(key.plugin.dir_name())
-        .join(&key.volume)
+    plugin_dir_path(pods_dir, key, None)
+}
+
+/// The volume's directory, and `last` below it: one allocation (this runs for every swap,
+/// before its signal; `Path::join` would copy the path once per component).
+fn plugin_dir_path(pods_dir: &Path, key: &VolumeKey, last: Option<&str>) -> PathBuf {
+    let parts = [
+        key.pod_uid.as_str(),
+        "volumes",
+        key.plugin.dir_name(),
+        key.volume.as_str(),
+    ];
+    let len = pods_dir.as_os_str().len()
+        + parts
+            .iter()
+            .chain(last.iter())
+            .map(|p| p.len() + 1)
+            .sum::<usize>();
+    let mut path = PathBuf::with_capacity(len);
+    path.push(pods_dir);
+    for part in parts.into_iter().chain(last) {
+        path.push(part);
+    }
+    path
 }
 
 #[cfg(test)]
