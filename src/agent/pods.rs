@@ -405,10 +405,17 @@ impl Pods {
             tracing::debug!(pod = %pod.full_name(), reason, "outside the namespace filter; no action");
             return Acted::Done;
         }
-        let volumes: Vec<&str> = change.volumes.iter().map(String::as_str).collect();
+        // The volumes, for a log line or an Event (none is written before a signal).
+        let volumes = || {
+            change
+                .volumes
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+        };
         let decision = self.decisions.decide(&pod, changed(&pod));
         let pod: &PodInfo = &pod;
-        let (kind, sources) = match &decision {
+        let (kind, sources) = match &*decision {
             Decision::Evict { cause } => (Some(ActionKind::Evict), &cause.sources[..]),
             Decision::Http { cause, .. } => (Some(ActionKind::Http), &cause.sources[..]),
             Decision::Signal { cause, .. } => (Some(ActionKind::Signal), &cause.sources[..]),
@@ -416,7 +423,7 @@ impl Pods {
         };
         // What keeps changing, for a flap report: the pod's changed sources, else its volumes.
         let source = || match sources {
-            [] => format!("volume {}", volumes.join(", volume ")),
+            [] => format!("volume {}", volumes().join(", volume ")),
             _ => sources
                 .iter()
                 .map(ToString::to_string)
@@ -430,12 +437,12 @@ impl Pods {
             {
                 Paced::Act => {}
                 Paced::Held(notice) => {
-                    report_notice(pod, kind, notice, &volumes, exec);
+                    report_notice(pod, kind, notice, &volumes(), exec);
                     return Acted::Held;
                 }
                 Paced::Refused(message) => {
                     let outcome = Outcome::InvalidAnnotation;
-                    tracing::warn!(pod = %pod.full_name(), ?volumes, action = "none", outcome = outcome.as_str(), error = %message, "volume changed but a pacing annotation is invalid; no action");
+                    tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), action = "none", outcome = outcome.as_str(), error = %message, "volume changed but a pacing annotation is invalid; no action");
                     let note = format!("volume changed, no action: {message}");
                     exec.report(&pod.into(), ActionKind::None, outcome, note);
                     // Not handled: kept by the pacing until the annotation is fixed.
@@ -443,47 +450,47 @@ impl Pods {
                 }
             }
         }
-        match decision {
+        match &*decision {
             Decision::NotOptedIn => {
-                tracing::debug!(pod = %pod.full_name(), ?volumes, "not opted in; no action");
+                tracing::debug!(pod = %pod.full_name(), volumes = ?volumes(), "not opted in; no action");
             }
             Decision::NothingToDo { reason } => {
-                tracing::info!(pod = %pod.full_name(), ?volumes, action = "none", reason, "volume changed; nothing to do");
+                tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), action = "none", reason, "volume changed; nothing to do");
             }
             Decision::AlreadyTerminating => {
-                tracing::info!(pod = %pod.full_name(), ?volumes, action = "evict", outcome = Outcome::Skipped.as_str(), "pod already terminating");
+                tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), action = "evict", outcome = Outcome::Skipped.as_str(), "pod already terminating");
             }
             Decision::Invalid { message } => {
                 let outcome = Outcome::InvalidAnnotation;
-                tracing::warn!(pod = %pod.full_name(), ?volumes, action = "none", outcome = outcome.as_str(), error = %message, "volume changed but the annotation is invalid; no action");
+                tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), action = "none", outcome = outcome.as_str(), error = %message, "volume changed but the annotation is invalid; no action");
                 let note = format!("volume changed, no action: {message}");
                 exec.report(&pod.into(), ActionKind::None, outcome, note);
             }
             Decision::SubPathOnly { action, message } => {
                 let outcome = Outcome::SubPathNotUpdated;
-                tracing::warn!(pod = %pod.full_name(), ?volumes, action = action.as_str(), outcome = outcome.as_str(), message, "no action");
-                exec.report(&pod.into(), action, outcome, message);
+                tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), action = action.as_str(), outcome = outcome.as_str(), message, "no action");
+                exec.report(&pod.into(), *action, outcome, message.clone());
             }
             Decision::EvictRefused { message, cause } => {
                 let outcome = Outcome::Refused;
-                tracing::warn!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", outcome = outcome.as_str(), message, "eviction refused");
-                exec.report(&pod.into(), ActionKind::Evict, outcome, message);
+                tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), cause = %cause, action = "evict", outcome = outcome.as_str(), message, "eviction refused");
+                exec.report(&pod.into(), ActionKind::Evict, outcome, message.clone());
             }
             Decision::Evict { cause } => {
-                tracing::info!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "evict", "requesting eviction");
+                tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), cause = %cause, action = "evict", "requesting eviction");
                 exec.evict(EvictJob {
                     pod: PodRef::from(pod),
                     cause: cause.to_string(),
                     first_seen: Some(change.first_seen),
-                    sources: cause.sources,
+                    sources: cause.sources.clone(),
                 });
             }
             Decision::Http { target, cause } => {
-                tracing::info!(pod = %pod.full_name(), ?volumes, cause = %cause, action = "http", "requesting a reload over HTTP");
+                tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), cause = %cause, action = "http", "requesting a reload over HTTP");
                 exec.http(HttpJob {
                     pod_uid: pod.uid.clone(),
-                    target,
-                    sources: cause.sources,
+                    target: target.clone(),
+                    sources: cause.sources.clone(),
                     first_seen: change.first_seen,
                 });
             }
@@ -496,11 +503,11 @@ impl Pods {
                 for target in targets {
                     let job = SignalJob {
                         pod_uid: pod.uid.clone(),
-                        container: target.container,
-                        signal,
+                        container: target.container.clone(),
+                        signal: *signal,
                         first_seen: change.first_seen,
                         attempt: 1,
-                        check,
+                        check: *check,
                         sources: cause.sources.clone(),
                     };
                     exec.signal(job);
