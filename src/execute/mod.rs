@@ -138,7 +138,7 @@ impl Executor {
                 .and_then(|id| {
                     self.inner
                         .processes
-                        .deliver_kept(&job.pod_uid, &id, job.signal, job.check)
+                        .deliver_kept(&job.pod_uid, id, job.signal, job.check)
                 });
             if let Some(delivered) = kept {
                 let latency = job.first_seen.elapsed();
@@ -246,7 +246,7 @@ impl Inner {
         }
         let delivered = signal::running_container_id(&pod, &job.container).and_then(|id| {
             self.processes
-                .deliver(&job.pod_uid, &id, job.signal, job.check)
+                .deliver(&job.pod_uid, id, job.signal, job.check)
                 .map_err(SignalError::from)
         });
         let delivery = match delivered {
@@ -320,7 +320,7 @@ impl Inner {
     /// and sends nothing.
     fn look(&self, job: SignalJob, pod: &PodInfo) -> Option<(SignalJob, SignalError)> {
         let seen = signal::running_container_id(pod, &job.container).and_then(|id| {
-            let (main, status) = self.processes.inspect(&job.pod_uid, &id)?;
+            let (main, status) = self.processes.inspect(&job.pod_uid, id)?;
             let verdict = crate::host::process::decide(&status, job.signal, job.check);
             let what = crate::host::process::describe(&status, main.pid, job.signal, verdict);
             Ok((verdict.sends(), what))

@@ -47,14 +47,17 @@ pub enum SignalError {
 }
 
 /// The container's current runtime ID, or why it cannot be signalled now.
-pub fn running_container_id(pod: &PodInfo, container: &str) -> Result<ContainerId, SignalError> {
+pub fn running_container_id<'a>(
+    pod: &'a PodInfo,
+    container: &str,
+) -> Result<&'a ContainerId, SignalError> {
     let c = pod
         .containers
         .iter()
         .find(|c| c.name == container)
         .ok_or_else(|| SignalError::NoContainer(container.to_owned()))?;
     match (&c.container_id, c.running) {
-        (Some(id), true) => Ok(id.clone()),
+        (Some(id), true) => Ok(id),
         _ => Err(SignalError::NotRunning(container.to_owned())),
     }
 }

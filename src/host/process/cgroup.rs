@@ -10,6 +10,7 @@
 //! `/kubelet.slice/kubelet-kubepods.slice/…`) and a custom cgroup root all match.
 
 use crate::core::model::ContainerId;
+use std::borrow::Cow;
 
 /// One line of `/proc/<pid>/cgroup`: `hierarchy-ID:controller-list:cgroup-path`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,12 +136,14 @@ pub fn matches(path: &str, pod_uid: &str, container: &ContainerId) -> bool {
     let Some(pod_uid) = normalize_pod_uid(pod_uid) else {
         return false;
     };
-    !found.conmon && found.pod_uid == pod_uid && found.container_id == container.id
+    !found.conmon && found.pod_uid == *pod_uid && found.container_id == container.id
 }
 
 /// Normalises a pod UID to lower case with `-`; `None` when it is not a UID: a UUID
-/// (`8-4-4-4-12` hex, with `-` or `_`) or 32 hex digits (static pods: a config hash).
-pub fn normalize_pod_uid(uid: &str) -> Option<String> {
+/// (`8-4-4-4-12` hex, with `-` or `_`) or 32 hex digits (static pods: a config hash). A UID
+/// in that form already (as the API server writes it) is borrowed, not copied: this runs
+/// before every signal.
+pub fn normalize_pod_uid(uid: &str) -> Option<std::borrow::Cow<'_, str>> {
     let bytes = uid.as_bytes();
     let ok = match bytes.len() {
         32 => bytes.iter().all(u8::is_ascii_hexdigit),
@@ -154,13 +157,21 @@ pub fn normalize_pod_uid(uid: &str) -> Option<String> {
         }
         _ => false,
     };
-    ok.then(|| uid.to_ascii_lowercase().replace('_', "-"))
+    if !ok {
+        return None;
+    }
+    let normal = |b: &u8| *b != b'_' && !b.is_ascii_uppercase();
+    Some(if bytes.iter().all(normal) {
+        std::borrow::Cow::Borrowed(uid)
+    } else {
+        std::borrow::Cow::Owned(uid.to_ascii_lowercase().replace('_', "-"))
+    })
 }
 
 /// A pod cgroup segment: `pod<uid>` or `<…kubepods[-qos]>-pod<uid_>.slice`.
 fn pod_segment(segment: &str) -> Option<String> {
     if let Some(uid) = segment.strip_prefix("pod") {
-        return normalize_pod_uid(uid);
+        return normalize_pod_uid(uid).map(Cow::into_owned);
     }
     let stem = segment.strip_suffix(".slice")?;
     let (prefix, uid) = stem.rsplit_once("-pod")?;
@@ -175,7 +186,7 @@ fn pod_segment(segment: &str) -> Option<String> {
     if !qos_ok {
         return None;
     }
-    normalize_pod_uid(uid)
+    normalize_pod_uid(uid).map(Cow::into_owned)
 }
 
 /// A container leaf: returns the ID and whether it is a CRI-O conmon cgroup.
@@ -399,6 +410,14 @@ mod tests {
     #[test]
     fn pod_uids_normalise() {
         assert_eq!(normalize_pod_uid(UID_).as_deref(), Some(UID));
+        // The API server's form is taken as it is (no copy before a signal).
+        assert!(matches!(normalize_pod_uid(UID), Some(Cow::Borrowed(u)) if u == UID));
+        let hash = "1f2e3d4c5b6a49788695a4b3c2d1e0f9";
+        assert!(matches!(normalize_pod_uid(hash), Some(Cow::Borrowed(_))));
+        assert_eq!(
+            normalize_pod_uid(&hash.to_ascii_uppercase()).as_deref(),
+            Some(hash)
+        );
         assert_eq!(
             normalize_pod_uid(&UID.to_ascii_uppercase()).as_deref(),
             Some(UID)

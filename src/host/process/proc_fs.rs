@@ -32,7 +32,8 @@ pub struct ProcFs {
     cache: Mutex<HashMap<(String, String), MainProcess>>,
     /// Main processes kept for the hot path: a pidfd and an open `/proc/<pid>/status`
     /// (see [`Kept`]).
-    kept: Mutex<HashMap<(String, String), Arc<Kept>>>,
+    /// By pod UID, then container ID: looked up by `&str` before every signal (no key copy).
+    kept: Mutex<HashMap<String, HashMap<String, Arc<Kept>>>>,
     scans: AtomicU64,
 }
 
@@ -97,15 +98,15 @@ impl ProcFs {
         };
         self.lock_cache()
             .retain(|(cached_uid, _), _| *cached_uid != uid);
-        self.lock_kept().retain(|(kept_uid, _), _| *kept_uid != uid);
+        self.lock_kept().remove(&*uid);
     }
 
     /// How many main processes are kept for the hot path (pidfd and status file open).
     pub fn kept_count(&self) -> usize {
-        self.lock_kept().len()
+        self.lock_kept().values().map(HashMap::len).sum()
     }
 
-    fn lock_kept(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Kept>>> {
+    fn lock_kept(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Arc<Kept>>>> {
         self.kept
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -132,11 +133,12 @@ impl ProcFs {
             return;
         }
         let mut kept = self.lock_kept();
-        if kept.len() >= CACHE_CAPACITY {
+        if kept.values().map(HashMap::len).sum::<usize>() >= CACHE_CAPACITY {
             kept.clear();
         }
-        kept.insert(
-            key,
+        let (uid, id) = key;
+        kept.entry(uid).or_default().insert(
+            id,
             Arc::new(Kept {
                 pid: main.pid,
                 pin,
@@ -289,7 +291,7 @@ impl ContainerProcesses for ProcFs {
     fn warm(&self, targets: &[(String, ContainerId)]) -> usize {
         let wanted: std::collections::HashSet<(String, String)> = targets
             .iter()
-            .filter_map(|(uid, c)| Some((normalize_pod_uid(uid)?, c.id.clone())))
+            .filter_map(|(uid, c)| Some((normalize_pod_uid(uid)?.into_owned(), c.id.clone())))
             .collect();
         if wanted.is_empty() {
             return 0;
@@ -328,10 +330,16 @@ impl ContainerProcesses for ProcFs {
         signal: ReloadSignal,
         check: SignalCheck,
     ) -> Option<Result<Delivery, ProcessError>> {
-        let key = (normalize_pod_uid(pod_uid)?, container.id.clone());
-        let kept = self.lock_kept().get(&key).cloned()?;
+        let uid = normalize_pod_uid(pod_uid)?;
+        let kept = self.lock_kept().get(&*uid)?.get(&container.id).cloned()?;
         let forget = || {
-            self.lock_kept().remove(&key);
+            let mut kept = self.lock_kept();
+            if let Some(pod) = kept.get_mut(&*uid) {
+                pod.remove(&container.id);
+                if pod.is_empty() {
+                    kept.remove(&*uid);
+                }
+            }
             None
         };
         let Some(status) = Self::kept_status(&kept) else {
@@ -433,9 +441,11 @@ impl ContainerProcesses for ProcFs {
 }
 
 fn checked_uid(pod_uid: &str) -> Result<String, ProcessError> {
-    normalize_pod_uid(pod_uid).ok_or_else(|| ProcessError::InvalidPodUid {
-        pod_uid: pod_uid.to_owned(),
-    })
+    normalize_pod_uid(pod_uid)
+        .map(std::borrow::Cow::into_owned)
+        .ok_or_else(|| ProcessError::InvalidPodUid {
+            pod_uid: pod_uid.to_owned(),
+        })
 }
 
 fn proc_error_to_io(err: ProcError) -> io::Error {
