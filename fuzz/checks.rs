@@ -90,7 +90,10 @@ pub fn container_id(data: &[u8]) {
         assert!(uid.len() == 32 || uid.len() == 36);
         assert_eq!(normalize_pod_uid(&uid).as_deref(), Some(&*uid));
         // A UID already in normal form is taken as it is.
-        assert!(matches!(normalize_pod_uid(&uid), Some(std::borrow::Cow::Borrowed(_))));
+        assert!(matches!(
+            normalize_pod_uid(&uid),
+            Some(std::borrow::Cow::Borrowed(_))
+        ));
     }
     cgroup_path(&text);
 }
