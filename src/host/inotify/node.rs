@@ -122,22 +122,16 @@ fn csi_dir_path(pods_dir: &Path, key: &VolumeKey) -> PathBuf {
 /// The volume's directory, and `last` below it: one allocation (this runs for every swap,
 /// before its signal; `Path::join` would copy the path once per component).
 fn plugin_dir_path(pods_dir: &Path, key: &VolumeKey, last: Option<&str>) -> PathBuf {
-    let parts = [
-        key.pod_uid.as_str(),
-        "volumes",
-        key.plugin.dir_name(),
-        key.volume.as_str(),
-    ];
-    let len = pods_dir.as_os_str().len()
-        + parts
-            .iter()
-            .chain(last.iter())
-            .map(|p| p.len() + 1)
-            .sum::<usize>();
+    // The fixed parts (`volumes`, the plugin dir, `mount`, separators) fit in 64 bytes.
+    let len = pods_dir.as_os_str().len() + key.pod_uid.len() + key.volume.len() + 64;
     let mut path = PathBuf::with_capacity(len);
     path.push(pods_dir);
-    for part in parts.into_iter().chain(last) {
-        path.push(part);
+    path.push(&key.pod_uid);
+    path.push("volumes");
+    path.push(key.plugin.dir_name());
+    path.push(&key.volume);
+    if let Some(last) = last {
+        path.push(last);
     }
     path
 }

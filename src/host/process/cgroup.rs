@@ -143,7 +143,7 @@ pub fn matches(path: &str, pod_uid: &str, container: &ContainerId) -> bool {
 /// (`8-4-4-4-12` hex, with `-` or `_`) or 32 hex digits (static pods: a config hash). A UID
 /// in that form already (as the API server writes it) is borrowed, not copied: this runs
 /// before every signal.
-pub fn normalize_pod_uid(uid: &str) -> Option<std::borrow::Cow<'_, str>> {
+pub fn normalize_pod_uid(uid: &str) -> Option<Cow<'_, str>> {
     let bytes = uid.as_bytes();
     let ok = match bytes.len() {
         32 => bytes.iter().all(u8::is_ascii_hexdigit),
@@ -162,9 +162,9 @@ pub fn normalize_pod_uid(uid: &str) -> Option<std::borrow::Cow<'_, str>> {
     }
     let normal = |b: &u8| *b != b'_' && !b.is_ascii_uppercase();
     Some(if bytes.iter().all(normal) {
-        std::borrow::Cow::Borrowed(uid)
+        Cow::Borrowed(uid)
     } else {
-        std::borrow::Cow::Owned(uid.to_ascii_lowercase().replace('_', "-"))
+        Cow::Owned(uid.to_ascii_lowercase().replace('_', "-"))
     })
 }
 
