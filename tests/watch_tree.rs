@@ -112,10 +112,10 @@ async fn pods_created_after_start_are_followed_without_races() {
         for key in &to_write {
             let dir = root
                 .join("pods")
-                .join(&key.pod_uid)
+                .join(&*key.pod_uid)
                 .join("volumes")
                 .join(key.plugin.dir_name())
-                .join(&key.volume);
+                .join(&*key.volume);
             fs::create_dir_all(&dir).unwrap();
             atomic_write(&dir, &[("f", "1")]);
         }

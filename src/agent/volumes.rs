@@ -202,7 +202,7 @@ impl VolumeTracker {
     pub fn hashing(&self, pod_uid: &str) -> bool {
         self.states
             .iter()
-            .any(|(k, s)| k.pod_uid == pod_uid && matches!(s.look, Look::Hashing { .. }))
+            .any(|(k, s)| &*k.pod_uid == pod_uid && matches!(s.look, Look::Hashing { .. }))
     }
 
     fn look_state(&mut self, key: &VolumeKey) -> Option<&mut Look> {
@@ -241,9 +241,9 @@ impl VolumeTracker {
 
     /// Every volume of the pod is gone: one entry per volume dropped.
     pub fn forget_pod(&mut self, pod_uid: &str) {
-        self.settling.forget(|k| k.pod_uid == pod_uid);
-        self.states.retain(|k, _| k.pod_uid != pod_uid);
-        self.swapped.retain(|k| k.pod_uid != pod_uid);
+        self.settling.forget(|k| &*k.pod_uid == pod_uid);
+        self.states.retain(|k, _| &*k.pod_uid != pod_uid);
+        self.swapped.retain(|k| &*k.pod_uid != pod_uid);
         self.detector.forget_pod(pod_uid);
         self.dirty = true;
     }

@@ -108,7 +108,7 @@ mod tests {
         assert_eq!(settling.take_due(t0 + s * 2).len(), 1);
         assert_eq!(settling.next(), None);
         settling.written(&key, "d".into(), t0);
-        settling.forget(|k| k.pod_uid == "u");
+        settling.forget(|k| &*k.pod_uid == "u");
         assert!(settling.take_due(t0 + s * 10).is_empty());
     }
 }

@@ -144,14 +144,14 @@ impl<H: Eq + Clone> ChangeDetector<H> {
     pub fn pending_change(&self, pod_uid: &str, volume: &str) -> Option<(&H, &H)> {
         self.unsettled
             .iter()
-            .find(|(k, _)| k.pod_uid == pod_uid && k.volume == volume)
+            .find(|(k, _)| &*k.pod_uid == pod_uid && &*k.volume == volume)
             .filter(|(k, _)| !self.unhashed.contains(*k))
             .and_then(|(k, before)| Some((before, self.seen.get(k)?)))
     }
 
     /// The pod's changes were acted on (or deliberately not): persist their new hashes.
     pub fn settle_pod(&mut self, pod_uid: &str) {
-        self.unsettled.retain(|k, _| k.pod_uid != pod_uid);
+        self.unsettled.retain(|k, _| &*k.pod_uid != pod_uid);
     }
 
     pub fn forget_volume(&mut self, key: &VolumeKey) {
@@ -161,8 +161,8 @@ impl<H: Eq + Clone> ChangeDetector<H> {
     }
 
     pub fn forget_pod(&mut self, pod_uid: &str) {
-        self.seen.retain(|k, _| k.pod_uid != pod_uid);
-        self.unhashed.retain(|k| k.pod_uid != pod_uid);
+        self.seen.retain(|k, _| &*k.pod_uid != pod_uid);
+        self.unhashed.retain(|k| &*k.pod_uid != pod_uid);
         self.settle_pod(pod_uid);
     }
 

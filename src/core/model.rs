@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// A kubelet volume plugin whose volumes reloadlet watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,11 +47,15 @@ impl VolumePlugin {
 }
 
 /// One projected volume on disk: `<root>/pods/<pod_uid>/volumes/<plugin>/<volume>`.
+///
+/// The names are shared (`Arc<str>`): a key is cloned into every record of a swap (the change
+/// detector's, the debouncer's, the signal's) on the hot thread before the signal, and all
+/// volumes of a pod share their pod's UID. A clone counts a reference; it allocates nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VolumeKey {
-    pub pod_uid: String,
+    pub pod_uid: Arc<str>,
     pub plugin: VolumePlugin,
-    pub volume: String,
+    pub volume: Arc<str>,
 }
 
 impl fmt::Display for VolumeKey {

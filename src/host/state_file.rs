@@ -362,9 +362,9 @@ fn parse_key(s: &str) -> Option<VolumeKey> {
         .into_iter()
         .find(|p| p.as_str() == plugin)?;
     (!uid.is_empty() && !volume.is_empty()).then(|| VolumeKey {
-        pod_uid: uid.to_owned(),
+        pod_uid: uid.into(),
         plugin,
-        volume: volume.to_owned(),
+        volume: volume.into(),
     })
 }
 

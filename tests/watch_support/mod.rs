@@ -40,7 +40,7 @@ impl Kubelet {
         self.pod_dir(&key.pod_uid)
             .join("volumes")
             .join(key.plugin.dir_name())
-            .join(&key.volume)
+            .join(&*key.volume)
     }
 
     /// Creates the volume dir (mode 0777 like the kubelet) with its parents.

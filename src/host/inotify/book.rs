@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
+use std::sync::Arc;
 
 use super::node::Node;
 use crate::core::model::VolumeKey;
@@ -33,7 +34,7 @@ pub(crate) struct Forgotten<W> {
     /// Volumes that were known, in order.
     pub volumes: Vec<VolumeKey>,
     /// Pods that were known, in order.
-    pub pods: Vec<String>,
+    pub pods: Vec<Arc<str>>,
 }
 
 /// The watcher's books.
@@ -42,7 +43,7 @@ pub(crate) struct WatchBook<W> {
     by_wd: HashMap<W, Node>,
     by_node: HashMap<Node, W>,
     unwatched: BTreeSet<Node>,
-    pods: BTreeSet<String>,
+    pods: BTreeSet<Arc<str>>,
     volumes: BTreeSet<VolumeKey>,
 }
 
@@ -83,7 +84,7 @@ impl<W: Clone + Eq + Hash> WatchBook<W> {
         let first = !self.is_known(node);
         if let Some(uid) = node.pod_uid() {
             if !self.pods.contains(uid) {
-                self.pods.insert(uid.to_owned());
+                self.pods.insert(uid.clone());
             }
         }
         if let Node::Volume(key) = node {
@@ -324,7 +325,7 @@ mod tests {
         gone.wds.sort();
         assert_eq!(gone.wds, vec![10, 11, 12, 13]);
         assert_eq!(gone.volumes, vec![key("u1", "cfg"), key("u1", "late")]);
-        assert_eq!(gone.pods, vec!["u1".to_string()]);
+        assert_eq!(gone.pods, vec![Arc::from("u1")]);
         assert_eq!(book.watch_count(), 5);
         assert_eq!(book.unwatched_volume_count(), 0);
         assert_eq!(book.pod_count(), 1);

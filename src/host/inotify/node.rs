@@ -6,6 +6,7 @@
 //! sits beside it, written by `csi_plugin.go` `NewMounter`). Pure: no I/O, table-tested.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::core::model::{VolumeKey, VolumePlugin};
 
@@ -22,12 +23,12 @@ pub(crate) const CSI_VOL_DATA: &str = "vol_data.json";
 pub(crate) enum Node {
     /// `<kubelet-root>/pods`.
     Pods,
-    /// `pods/<uid>`.
-    Pod(String),
+    /// `pods/<uid>` (the UID shared by every node below it).
+    Pod(Arc<str>),
     /// `pods/<uid>/volumes`.
-    Volumes(String),
+    Volumes(Arc<str>),
     /// `pods/<uid>/volumes/kubernetes.io~<plugin>`.
-    Plugin(String, VolumePlugin),
+    Plugin(Arc<str>, VolumePlugin),
     /// `pods/<uid>/volumes/kubernetes.io~csi/<volume>`: holds `vol_data.json` and, once the
     /// driver published it, `mount/` (the [`Node::Volume`]).
     CsiDir(VolumeKey),
@@ -40,9 +41,12 @@ impl Node {
     pub(crate) fn path(&self, pods_dir: &Path) -> PathBuf {
         match self {
             Node::Pods => pods_dir.to_path_buf(),
-            Node::Pod(uid) => pods_dir.join(uid),
-            Node::Volumes(uid) => pods_dir.join(uid).join("volumes"),
-            Node::Plugin(uid, plugin) => pods_dir.join(uid).join("volumes").join(plugin.dir_name()),
+            Node::Pod(uid) => pods_dir.join(&**uid),
+            Node::Volumes(uid) => pods_dir.join(&**uid).join("volumes"),
+            Node::Plugin(uid, plugin) => pods_dir
+                .join(&**uid)
+                .join("volumes")
+                .join(plugin.dir_name()),
             Node::CsiDir(key) => csi_dir_path(pods_dir, key),
             Node::Volume(key) => volume_path(pods_dir, key),
         }
@@ -54,7 +58,7 @@ impl Node {
             return None;
         }
         match self {
-            Node::Pods => Some(Node::Pod(name.to_owned())),
+            Node::Pods => Some(Node::Pod(name.into())),
             Node::Pod(uid) => (name == "volumes").then(|| Node::Volumes(uid.clone())),
             Node::Volumes(uid) => {
                 VolumePlugin::from_dir_name(name).map(|p| Node::Plugin(uid.clone(), p))
@@ -63,7 +67,7 @@ impl Node {
                 let key = VolumeKey {
                     pod_uid: uid.clone(),
                     plugin: *plugin,
-                    volume: name.to_owned(),
+                    volume: name.into(),
                 };
                 Some(if *plugin == VolumePlugin::Csi {
                     Node::CsiDir(key)
@@ -77,7 +81,7 @@ impl Node {
     }
 
     /// The pod this node belongs to (`None` for the pods directory itself).
-    pub(crate) fn pod_uid(&self) -> Option<&str> {
+    pub(crate) fn pod_uid(&self) -> Option<&Arc<str>> {
         match self {
             Node::Pods => None,
             Node::Pod(uid) | Node::Volumes(uid) | Node::Plugin(uid, _) => Some(uid),
@@ -89,7 +93,7 @@ impl Node {
     pub(crate) fn contains(&self, other: &Node) -> bool {
         match (self, other) {
             (Node::Pods, _) => true,
-            (Node::Pod(uid), o) => o.pod_uid() == Some(uid.as_str()),
+            (Node::Pod(uid), o) => o.pod_uid() == Some(uid),
             (Node::Volumes(uid), Node::Volumes(u) | Node::Plugin(u, _)) => u == uid,
             (Node::Volumes(uid), Node::Volume(k) | Node::CsiDir(k)) => &k.pod_uid == uid,
             (Node::Plugin(uid, p), Node::Plugin(u, q)) => u == uid && p == q,
@@ -126,10 +130,10 @@ fn plugin_dir_path(pods_dir: &Path, key: &VolumeKey, last: Option<&str>) -> Path
     let len = pods_dir.as_os_str().len() + key.pod_uid.len() + key.volume.len() + 64;
     let mut path = PathBuf::with_capacity(len);
     path.push(pods_dir);
-    path.push(&key.pod_uid);
+    path.push(&*key.pod_uid);
     path.push("volumes");
     path.push(key.plugin.dir_name());
-    path.push(&key.volume);
+    path.push(&*key.volume);
     if let Some(last) = last {
         path.push(last);
     }

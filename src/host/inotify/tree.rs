@@ -403,11 +403,10 @@ impl<A: WatchApi> Tree<A> {
         }
         self.out
             .extend(gone.volumes.into_iter().map(WatchEvent::VolumeGone));
-        self.out.extend(
-            gone.pods
-                .into_iter()
-                .map(|pod_uid| WatchEvent::PodGone { pod_uid }),
-        );
+        self.out
+            .extend(gone.pods.into_iter().map(|pod_uid| WatchEvent::PodGone {
+                pod_uid: pod_uid.to_string(),
+            }));
     }
 }
 
