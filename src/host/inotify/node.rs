@@ -209,6 +209,29 @@ mod tests {
         }
     }
 
+    /// Every node below a pod holds the pod's one UID, and a volume key's clone shares its
+    /// names: the watch books keep a key per volume several times over, and the swap's records
+    /// clone it before the signal.
+    #[test]
+    fn a_pods_nodes_and_keys_share_its_uid() {
+        let Node::Pod(uid) = Node::Pods.child("u1").unwrap() else {
+            panic!("not a pod node")
+        };
+        let volumes = Node::Pod(uid.clone()).child("volumes").unwrap();
+        let plugin = volumes.child("kubernetes.io~csi").unwrap();
+        let csi_dir = plugin.child("certs").unwrap();
+        let volume = csi_dir.child("mount").unwrap();
+        for node in [&volumes, &plugin, &csi_dir, &volume] {
+            assert!(Arc::ptr_eq(node.pod_uid().unwrap(), &uid), "{node:?}");
+        }
+        let Node::Volume(key) = volume else {
+            panic!("not a volume node")
+        };
+        let copy = key.clone();
+        assert!(Arc::ptr_eq(&copy.pod_uid, &uid));
+        assert!(Arc::ptr_eq(&copy.volume, &key.volume));
+    }
+
     fn csi(name: &str) -> VolumeKey {
         VolumeKey {
             pod_uid: "u1".into(),
