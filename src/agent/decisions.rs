@@ -2,15 +2,21 @@
 //!
 //! [`policy::decide_changes`] is a pure function of the pod (an immutable `Arc<PodInfo>`:
 //! an update replaces it) and the changed sources, so its result can be kept. The pod's
-//! annotations are parsed and its containers matched once per pod version instead of once per
-//! swap, off the path between the kernel's event and the signal.
+//! annotations are parsed once per pod version, when the version arrives
+//! ([`Decisions::prepare`], with the check the agent makes of every update anyway), and each
+//! change's decision is made once per version: neither on the path between the kernel's event
+//! and the signal when it can be helped. A change is decided afresh for every pod version (a
+//! nudge of the controller is a pod update before the swap it announces; in the benchmark each
+//! volume swaps about once per agent turn), so the parse was on that path at most swaps: 7 % of
+//! the hot thread's work before the signal (docs/architecture.md, "Allocations before the
+//! signal").
 //!
 //! A decision is shared (`Arc`): a swap that finds its decision allocates nothing for it (a
 //! trace of the benchmark counted 65 allocations before each signal, 5 of them copying the
 //! remembered decision; docs/architecture.md, "Allocations before the signal").
 
 use crate::core::model::{PodInfo, SourceRef};
-use crate::core::policy::{self, ChangedVolumes, Decision};
+use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
@@ -53,11 +59,21 @@ struct Last {
     /// The pod version decided for: a `Weak` keeps its allocation (so no later pod can reuse
     /// the address) but not its content.
     pod: Weak<PodInfo>,
+    /// [`policy::validated_policy`] of that version.
+    policy: CheckedPolicy,
     /// Newest last.
     decided: Vec<(Key, Arc<Decision>)>,
 }
 
 impl Last {
+    fn new(pod: &Arc<PodInfo>, policy: CheckedPolicy) -> Self {
+        Self {
+            pod: Arc::downgrade(pod),
+            policy,
+            decided: Vec::new(),
+        }
+    }
+
     fn remember(&mut self, key: Key, decision: Arc<Decision>) {
         if self.decided.len() == PER_POD {
             self.decided.remove(0);
@@ -73,27 +89,40 @@ pub struct Decisions {
 }
 
 impl Decisions {
+    /// Takes in a pod version as it arrives, with its policy as checked then
+    /// ([`policy::validated_policy`] of this `pod`): its decisions use that policy instead of
+    /// parsing the annotations again. A version taken in already keeps what it has.
+    pub fn prepare(&mut self, pod: &Arc<PodInfo>, policy: CheckedPolicy) {
+        match self.last.get_mut(&pod.uid) {
+            Some(last) if std::ptr::eq(last.pod.as_ptr(), Arc::as_ptr(pod)) => {}
+            Some(last) => *last = Last::new(pod, policy),
+            None => {
+                self.last.insert(pod.uid.clone(), Last::new(pod, policy));
+            }
+        }
+    }
+
     /// `policy::decide_changes(pod, &changed)`, from memory when the same pod version had the
     /// same change before.
     pub fn decide(&mut self, pod: &Arc<PodInfo>, changed: ChangedVolumes) -> Arc<Decision> {
-        let fresh = || Last {
-            pod: Arc::downgrade(pod),
-            decided: Vec::new(),
-        };
         // Looked up by `&str` first: no UID copy on the path of every swap.
         let last = match self.last.get_mut(&pod.uid) {
             Some(last) => {
                 if !std::ptr::eq(last.pod.as_ptr(), Arc::as_ptr(pod)) {
-                    *last = fresh();
+                    // A version not taken in by `prepare` (it was not checked on arrival).
+                    *last = Last::new(pod, policy::validated_policy(pod));
                 }
                 last
             }
-            None => self.last.entry(pod.uid.clone()).or_insert_with(fresh),
+            None => self
+                .last
+                .entry(pod.uid.clone())
+                .or_insert_with(|| Last::new(pod, policy::validated_policy(pod))),
         };
         if let Some((_, decision)) = last.decided.iter().find(|(k, _)| is(k, &changed)) {
             return decision.clone();
         }
-        let decision = Arc::new(policy::decide_changes(pod, &changed));
+        let decision = Arc::new(policy::decide_with(pod, &last.policy, &changed));
         last.remember(key_of(&changed), decision.clone());
         decision
     }
@@ -212,6 +241,44 @@ mod tests {
         for (changed, same) in cases {
             assert_eq!(is(&key, &changed), same, "{changed:?}");
             assert!(is(&key_of(&changed), &changed), "{changed:?}");
+        }
+    }
+
+    #[test]
+    fn a_prepared_version_is_decided_with_the_policy_checked_on_arrival() {
+        let mut d = Decisions::default();
+        let p = pod("signal");
+        // Not what the annotations say: proof that the decision did not parse them again.
+        d.prepare(&p, Err("checked on arrival".into()));
+        assert_eq!(
+            *d.decide(&p, changed()),
+            Decision::Invalid {
+                message: "checked on arrival".into()
+            }
+        );
+        // Taking in the same version again keeps its policy and its decisions.
+        d.prepare(&p, policy::validated_policy(&p));
+        assert!(matches!(*d.decide(&p, changed()), Decision::Invalid { .. }));
+        // A new version (same UID) is checked afresh: here by the decision itself.
+        let next = pod("signal");
+        assert!(matches!(
+            *d.decide(&next, changed()),
+            Decision::Signal { .. }
+        ));
+        assert_eq!((d.len(), d.remembered(&p.uid)), (1, 1));
+    }
+
+    #[test]
+    fn a_decision_with_the_checked_policy_is_the_pure_one() {
+        for action in ["signal", "evict", "explode", "http"] {
+            let mut d = Decisions::default();
+            let p = pod(action);
+            d.prepare(&p, policy::validated_policy(&p));
+            assert_eq!(
+                *d.decide(&p, changed()),
+                policy::decide_changes(&p, &changed()),
+                "{action}"
+            );
         }
     }
 

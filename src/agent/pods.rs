@@ -11,7 +11,7 @@ use crate::core::model::{PodInfo, VolumeKey};
 use crate::core::nudge_delay::{announced_volumes, nudged_source, NudgeDelays};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::{IndexChange, PodIndex};
-use crate::core::policy::{self, ChangedVolumes, Decision};
+use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision};
 use crate::execute::evict::EvictJob;
 use crate::execute::http::HttpJob;
 use crate::execute::signal::SignalJob;
@@ -123,6 +123,12 @@ impl Pods {
         &self.debouncer
     }
 
+    /// How many pods have a version taken in by the decisions ([`Decisions::prepare`]).
+    #[cfg(test)]
+    pub fn decided_pods(&self) -> usize {
+        self.decisions.len()
+    }
+
     #[cfg(test)]
     pub fn debouncer_mut(&mut self) -> &mut Debouncer {
         &mut self.debouncer
@@ -212,11 +218,15 @@ impl Pods {
         match update {
             PodUpdate::Apply(pod) => {
                 self.enter(&pod);
-                self.validate(&pod, exec);
+                let checked = self.validate(&pod, exec);
                 self.see_nudge(&pod, now);
                 self.warm([&pod], false, exec);
                 exec.pod_updated(&pod);
+                let uid = checked.is_some().then(|| pod.uid.clone());
                 let change = self.index_mut().apply(pod);
+                if let (Some(uid), Some(checked)) = (uid, checked) {
+                    self.prepare(&uid, checked);
+                }
                 if change == IndexChange::Added {
                     tracing::debug!("pod added to the index");
                     entered.added = true;
@@ -228,9 +238,12 @@ impl Pods {
                 entered.gone.push(uid);
             }
             PodUpdate::Resync(list) => {
+                let mut checked = Vec::with_capacity(list.len());
                 for pod in &list {
                     self.enter(pod);
-                    self.validate(pod, exec);
+                    if let Some(policy) = self.validate(pod, exec) {
+                        checked.push((pod.uid.clone(), policy));
+                    }
                     self.see_nudge(pod, now);
                     exec.pod_updated(pod);
                 }
@@ -239,6 +252,9 @@ impl Pods {
                 }
                 self.warm(&list, !self.synced, exec);
                 let gone = self.index_mut().reset(list);
+                for (uid, policy) in checked {
+                    self.prepare(&uid, policy);
+                }
                 for uid in &gone {
                     self.forget(uid, exec);
                 }
@@ -307,17 +323,19 @@ impl Pods {
     }
 
     /// Reports a malformed annotation as soon as the pod is seen (once per distinct error).
-    fn validate(&mut self, pod: &PodInfo, exec: &Executor) {
+    fn validate(&mut self, pod: &PodInfo, exec: &Executor) -> Option<CheckedPolicy> {
         if !self.in_scope(pod) {
-            return;
+            return None;
         }
         // The pacing annotations are read on every update (a pod that did not opt in keeps
         // them for when it does), and refused only for a pod that opted in.
         let pacing = self.pacing.on_pod(pod);
-        let checked = policy::validated_policy(pod).and_then(|p| match p {
-            Some(_) => pacing,
-            None => Ok(()),
-        });
+        let policy = policy::validated_policy(pod);
+        let checked = match &policy {
+            Err(message) => Err(message.clone()),
+            Ok(Some(_)) => pacing,
+            Ok(None) => Ok(()),
+        };
         match checked {
             Err(message) => {
                 if self.warned.get(&pod.uid) != Some(&message) {
@@ -330,6 +348,16 @@ impl Pods {
             Ok(_) => {
                 self.warned.remove(&pod.uid);
             }
+        }
+        Some(policy)
+    }
+
+    /// The pod version just put in the index is decided with `checked`, its policy as
+    /// [`Self::validate`] found it (not parsed again at its first swap).
+    fn prepare(&mut self, uid: &str, checked: CheckedPolicy) {
+        let pod = self.index().shared(uid);
+        if let Some(pod) = pod {
+            self.decisions.prepare(&pod, checked);
         }
     }
 

@@ -513,6 +513,27 @@ async fn pods_outside_the_namespace_filter_are_not_looked_up_ahead() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn each_pod_version_in_scope_is_taken_in_by_the_decisions_on_arrival() {
+    // In scope: the policy checked on arrival is kept for the first swap's decision.
+    let mut w = world(None);
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    assert_eq!(w.agent.pods.decided_pods(), 1);
+    let mut next = pod("signal");
+    next.phase = "Pending".into();
+    w.agent.on_pod(PodUpdate::Apply(next));
+    assert_eq!(w.agent.pods.decided_pods(), 1);
+    w.agent.on_pod(PodUpdate::Delete { uid: UID.into() });
+    assert_eq!(w.agent.pods.decided_pods(), 0);
+    // Outside the namespace filter nothing is parsed or kept.
+    let mut w = world_with(None, |s| {
+        s.scope.namespaces.exclude.insert("web".into());
+    });
+    w.agent.on_pod(PodUpdate::Resync(vec![pod("signal")]));
+    w.agent.on_pod(PodUpdate::Apply(pod("signal")));
+    assert_eq!(w.agent.pods.decided_pods(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn ready_at_once_when_the_first_pod_list_has_nothing_to_signal() {
     let mut w = world(None);
     w.agent.on_pod(PodUpdate::Resync(vec![pod("evict")]));

@@ -90,7 +90,7 @@ pub enum Decision {
 
 /// Parses the pod's annotations and checks them against its spec (container names, sources).
 /// `Ok(None)`: not opted in.
-pub fn validated_policy(pod: &PodInfo) -> Result<Option<PodPolicy>, String> {
+pub fn validated_policy(pod: &PodInfo) -> CheckedPolicy {
     let Some(policy) = annotations::parse(&pod.annotations).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
@@ -197,15 +197,30 @@ pub fn decide(pod: &PodInfo, changed: &BTreeSet<String>) -> Decision {
     decide_changes(pod, &changed.iter().map(|v| (v.clone(), None)).collect())
 }
 
+/// A pod's annotations parsed and checked against its spec ([`validated_policy`]); `Ok(None)`:
+/// not opted in.
+pub type CheckedPolicy = Result<Option<PodPolicy>, String>;
+
 /// Decides what to do for `pod` given which sources of which volumes changed. The cause names
 /// only those sources (and only those that count for the pod).
 pub fn decide_changes(pod: &PodInfo, changed: &ChangedVolumes) -> Decision {
-    let policy = match validated_policy(pod) {
+    decide_with(pod, &validated_policy(pod), changed)
+}
+
+/// [`decide_changes`] with the pod's policy checked already: `policy` is
+/// [`validated_policy`] of this very `pod` (the agent parses it once per pod version, when
+/// the version arrives, not on the path of a swap: `agent::decisions`).
+pub fn decide_with(pod: &PodInfo, policy: &CheckedPolicy, changed: &ChangedVolumes) -> Decision {
+    let policy = match policy {
         Ok(None) => return Decision::NotOptedIn,
         Ok(Some(p)) => p,
-        Err(message) => return Decision::Invalid { message },
+        Err(message) => {
+            return Decision::Invalid {
+                message: message.clone(),
+            }
+        }
     };
-    let triggering = triggering_volumes(pod, &policy, changed);
+    let triggering = triggering_volumes(pod, policy, changed);
     if triggering.is_empty() {
         return Decision::NothingToDo {
             reason: "no changed volume has a ConfigMap/Secret source that counts for this pod"
@@ -226,9 +241,9 @@ pub fn decide_changes(pod: &PodInfo, changed: &ChangedVolumes) -> Decision {
 
     match policy.action {
         Action::Signal { signal, check } => {
-            decide_signal(pod, &policy, &volumes, (signal, check), cause)
+            decide_signal(pod, policy, &volumes, (signal, check), cause)
         }
-        Action::Http(ref spec) => decide_http(pod, &policy, &volumes, spec, cause),
+        Action::Http(ref spec) => decide_http(pod, policy, &volumes, spec, cause),
         Action::Rollout => Decision::NothingToDo {
             reason: format!(
                 "action rollout: reloadlet controller rolls the owning workload ({cause}); the node agent never signals, evicts or calls this pod"
