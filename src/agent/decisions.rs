@@ -3,13 +3,12 @@
 //! [`policy::decide_changes`] is a pure function of the pod (an immutable `Arc<PodInfo>`:
 //! an update replaces it) and the changed sources, so its result can be kept. The pod's
 //! annotations are parsed once per pod version, when the version arrives
-//! ([`Decisions::prepare`], with the check the agent makes of every update anyway), and each
-//! change's decision is made once per version: neither on the path between the kernel's event
-//! and the signal when it can be helped. A change is decided afresh for every pod version (a
-//! nudge of the controller is a pod update before the swap it announces; in the benchmark each
-//! volume swaps about once per agent turn), so the parse was on that path at most swaps: 7 % of
-//! the hot thread's work before the signal (docs/architecture.md, "Allocations before the
-//! signal").
+//! ([`Decisions::prepare`], reusing the check the agent makes of every update anyway), and each
+//! change is decided once per version and remembered. A pod version's first swap of a volume
+//! still decides (a nudge of the controller is a pod update just before the swap it
+//! announces; in the benchmark each volume swaps about once per agent turn), but no longer
+//! parses: the parse was 7 % of the hot thread's work before the signal at most swaps
+//! (docs/architecture.md, "Shared names, the policy checked on arrival").
 //!
 //! A decision is shared (`Arc`): a swap that finds its decision allocates nothing for it (a
 //! trace of the benchmark counted 65 allocations before each signal, 5 of them copying the
