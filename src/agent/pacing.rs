@@ -8,6 +8,7 @@
 
 use crate::core::debounce::PendingChange;
 use crate::core::model::PodInfo;
+use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pacing::{ActionClass, Gate, Pacer, PacingBook, PacingDefaults, PacingSpecs};
 pub use crate::core::pacing::{Notice, WallClock};
 use crate::serve::metrics::PacingMetrics;
@@ -199,9 +200,47 @@ impl PodPacing {
 }
 
 /// The pacing class of an action: evictions replace the pod, signals and HTTP reloads do not.
-pub fn class_of(kind: crate::core::outcome::ActionKind) -> ActionClass {
+pub fn class_of(kind: ActionKind) -> ActionClass {
     match kind {
-        crate::core::outcome::ActionKind::Evict => ActionClass::Disruptive,
+        ActionKind::Evict => ActionClass::Disruptive,
         _ => ActionClass::InPlace,
     }
+}
+
+/// The Event (and notification) of a deferral or a flapping episode, once each.
+pub(super) fn report_notice(
+    pod: &PodInfo,
+    kind: ActionKind,
+    notice: Option<Notice>,
+    volumes: &[&str],
+    exec: &crate::execute::Executor,
+) {
+    let (outcome, note) = match notice {
+        None => return,
+        Some(Notice::Deferred { until, why }) => (
+            Outcome::Deferred,
+            format!(
+                "{} deferred until {until} ({}); it runs once then, on the latest content",
+                kind.as_str(),
+                why.as_str()
+            ),
+        ),
+        Some(Notice::Flapping(r)) => (
+            Outcome::Flapping,
+            format!(
+                "{} changed {} times within {}: holding the {} until it has been quiet for {}",
+                r.source,
+                r.changes,
+                humantime::format_duration(r.within),
+                kind.as_str(),
+                humantime::format_duration(r.within)
+            ),
+        ),
+    };
+    if outcome == Outcome::Flapping {
+        tracing::warn!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "flap breaker");
+    } else {
+        tracing::info!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "action deferred");
+    }
+    exec.report(&pod.into(), kind, outcome, note);
 }

@@ -3,7 +3,7 @@
 //! annotations validated, the decision cache) and what acting on a change means for one.
 
 use super::decisions::Decisions;
-use super::pacing::{class_of, Notice, Paced, PodPacing};
+use super::pacing::{class_of, report_notice, Paced, PodPacing};
 use crate::core::annotations::{Action, PROJECTION_NUDGE};
 use crate::core::debounce::{Debouncer, PendingChange};
 use crate::core::filters::NamespaceFilter;
@@ -555,44 +555,6 @@ pub enum Acted {
     Done,
     /// Held by the pod's pacing, acted on later.
     Held,
-}
-
-/// The Event (and notification) of a deferral or a flapping episode, once each.
-fn report_notice(
-    pod: &PodInfo,
-    kind: ActionKind,
-    notice: Option<Notice>,
-    volumes: &[&str],
-    exec: &Executor,
-) {
-    let (outcome, note) = match notice {
-        None => return,
-        Some(Notice::Deferred { until, why }) => (
-            Outcome::Deferred,
-            format!(
-                "{} deferred until {until} ({}); it runs once then, on the latest content",
-                kind.as_str(),
-                why.as_str()
-            ),
-        ),
-        Some(Notice::Flapping(r)) => (
-            Outcome::Flapping,
-            format!(
-                "{} changed {} times within {}: holding the {} until it has been quiet for {}",
-                r.source,
-                r.changes,
-                humantime::format_duration(r.within),
-                kind.as_str(),
-                humantime::format_duration(r.within)
-            ),
-        ),
-    };
-    if outcome == Outcome::Flapping {
-        tracing::warn!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "flap breaker");
-    } else {
-        tracing::info!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "action deferred");
-    }
-    exec.report(&pod.into(), kind, outcome, note);
 }
 
 /// `/readyz` answers 200 from now on: the pod list is in and the main processes of its
