@@ -248,7 +248,7 @@ async fn watch_count_returns_to_baseline_after_200_pods_come_and_go() {
     let events = collect_until(&mut w, SOON, |all| {
         uids.iter().all(|uid| {
             all.contains(&WatchEvent::PodGone {
-                pod_uid: uid.clone(),
+                pod_uid: uid.as_str().into(),
             })
         })
     })
@@ -258,7 +258,7 @@ async fn watch_count_returns_to_baseline_after_200_pods_come_and_go() {
             count(
                 &events,
                 &WatchEvent::PodGone {
-                    pod_uid: uid.clone()
+                    pod_uid: uid.as_str().into()
                 }
             ),
             1

@@ -16,6 +16,7 @@ mod react;
 mod tree;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use inotify::Inotify;
@@ -55,7 +56,7 @@ pub enum WatchEvent {
     /// The volume directory is gone.
     VolumeGone(VolumeKey),
     /// The pod directory is gone. Each of its volumes still known got a `VolumeGone` first.
-    PodGone { pod_uid: String },
+    PodGone { pod_uid: Arc<str> },
     /// The kernel queue overflowed; a full rescan follows as `Look { cause: Rescan }` events.
     Overflow,
 }

@@ -403,10 +403,11 @@ impl<A: WatchApi> Tree<A> {
         }
         self.out
             .extend(gone.volumes.into_iter().map(WatchEvent::VolumeGone));
-        self.out
-            .extend(gone.pods.into_iter().map(|pod_uid| WatchEvent::PodGone {
-                pod_uid: pod_uid.to_string(),
-            }));
+        self.out.extend(
+            gone.pods
+                .into_iter()
+                .map(|pod_uid| WatchEvent::PodGone { pod_uid }),
+        );
     }
 }
 
