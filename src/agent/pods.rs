@@ -220,7 +220,7 @@ impl Pods {
                 self.enter(&pod);
                 let checked = self.validate(&pod, exec);
                 self.see_nudge(&pod, now);
-                self.warm([&pod], false, exec);
+                self.warm([(&pod, checked.as_ref())], false, exec);
                 exec.pod_updated(&pod);
                 let uid = checked.is_some().then(|| pod.uid.clone());
                 let change = self.index_mut().apply(pod);
@@ -241,16 +241,23 @@ impl Pods {
                 let mut checked = Vec::with_capacity(list.len());
                 for pod in &list {
                     self.enter(pod);
-                    if let Some(policy) = self.validate(pod, exec) {
-                        checked.push((pod.uid.clone(), policy));
-                    }
+                    checked.push(self.validate(pod, exec));
                     self.see_nudge(pod, now);
                     exec.pod_updated(pod);
                 }
                 if !self.synced {
                     tracing::info!(pods = list.len(), "pod list synced");
                 }
-                self.warm(&list, !self.synced, exec);
+                self.warm(
+                    list.iter().zip(checked.iter().map(Option::as_ref)),
+                    !self.synced,
+                    exec,
+                );
+                let checked: Vec<(String, CheckedPolicy)> = list
+                    .iter()
+                    .zip(checked)
+                    .filter_map(|(pod, policy)| Some((pod.uid.clone(), policy?)))
+                    .collect();
                 let gone = self.index_mut().reset(list);
                 for (uid, policy) in checked {
                     self.prepare(&uid, policy);
@@ -365,18 +372,19 @@ impl Pods {
     /// could target, so that a later change costs two small reads instead of a scan.
     /// `then_ready`: report ready once the pass is done (the first pod list), so that the
     /// first swaps after `/readyz` take the kept pidfds rather than a /proc scan of their
-    /// own beside the pass (tens of milliseconds at 250 pods).
+    /// own beside the pass (tens of milliseconds at 250 pods). Each pod comes with its policy
+    /// as [`Self::validate`] checked it (`None`: outside the namespace filter).
     fn warm<'a>(
         &mut self,
-        pods: impl IntoIterator<Item = &'a PodInfo>,
+        pods: impl IntoIterator<Item = (&'a PodInfo, Option<&'a CheckedPolicy>)>,
         then_ready: bool,
         exec: &Executor,
     ) {
         let mut targets = Vec::new();
-        for pod in pods {
+        for (pod, policy) in pods {
             let signals = matches!(
-                policy::validated_policy(pod),
-                Ok(Some(p)) if matches!(p.action, Action::Signal { .. })
+                policy,
+                Some(Ok(Some(p))) if matches!(p.action, Action::Signal { .. })
             );
             // Outside --namespaces / --exclude-namespaces nothing will be signalled: no
             // /proc pass and no pidfd for it.
