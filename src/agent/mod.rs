@@ -19,6 +19,8 @@ pub mod state_writer;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_arrival;
+#[cfg(test)]
 mod tests_pacing;
 #[cfg(test)]
 mod tests_run;
