@@ -2,6 +2,7 @@
 //! inotify instances; and the temporary raise of `fs.inotify.max_user_instances`.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// A field of `/proc/<pid>/status` (or `smaps_rollup`) in kB, e.g. `VmRSS:`.
 fn kib(file: &str, field: &str) -> Option<u64> {
@@ -74,6 +75,25 @@ pub fn wakeups(pid: i32) -> std::collections::HashMap<String, u64> {
             (format!("{tid} {}", comm.trim_end()), n)
         })
         .collect()
+}
+
+/// Waits until no thread of `pid` has woken for `quiet` (its start-up work — hashing every
+/// volume, the first state write, the pass over /proc — done), polling `/proc` only, for at
+/// most `limit`. How long it took, or `None` at the limit.
+pub fn settle(pid: i32, quiet: Duration, limit: Duration) -> Option<Duration> {
+    let t0 = Instant::now();
+    let mut last = wakeups(pid);
+    loop {
+        std::thread::sleep(quiet); // one window of the stillness asked for
+        let now = wakeups(pid);
+        if wakeups_between(&last, &now).0 == 0 {
+            return Some(t0.elapsed());
+        }
+        if t0.elapsed() >= limit {
+            return None;
+        }
+        last = now;
+    }
 }
 
 /// Wakeups between two [`wakeups`] samples: the growth of each thread seen in both, all of
