@@ -22,12 +22,15 @@
 //!    what the machine did meanwhile ([`stalls`]: a sleeper's late wake-ups, steal time), so a
 //!    tail that is the machine's, hitting whichever approach has the turn, is told apart. Then reloadlet's wakeups over
 //!    `BENCH_IDLE_SECS` with nothing happening. Ratios are printed next to issue 14's bar.
+//!    Last, at the large size, each agent binary meets `BENCH_BURSTS` (8) bursts of every
+//!    volume swapped at once ([`bursts`]): the last pod's signal, and the memory afterwards.
 //! 2. evict: 100 annotated pods without a PDB swap at once; time from the last swap to the
 //!    last eviction request, and the most requests in flight (the API answers in 20 ms).
 //!
 //! The machine is shared: compare figures within one run, never assert on them.
 
 mod approaches;
+mod bursts;
 mod evict;
 mod procs;
 mod report;
@@ -62,6 +65,7 @@ pub struct Knobs {
     pub rate: f64,
     pub deadline: Duration,
     pub idle: Duration,
+    pub bursts: usize,
 }
 
 impl Knobs {
@@ -74,6 +78,7 @@ impl Knobs {
             rate: env("BENCH_RATE", 50).max(1) as f64,
             deadline: Duration::from_millis(env("BENCH_DEADLINE_MS", 1000) as u64),
             idle: Duration::from_secs(env("BENCH_IDLE_SECS", 10) as u64),
+            bursts: env("BENCH_BURSTS", 8),
         }
     }
 }
@@ -194,7 +199,7 @@ fn targets(pods: &[BenchPod], n: usize, vols: usize) -> Vec<Target> {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+pub enum Kind {
     Floor,
     Sidecar,
     Reloadlet,
@@ -379,6 +384,25 @@ async fn signal_bench(k: &Knobs) {
             }
         }
         drop(raised);
+        if si == sizes.len() - 1 && k.bursts > 0 {
+            for &kind in kinds
+                .iter()
+                .filter(|x| matches!(x, Kind::Reloadlet | Kind::Static))
+            {
+                let bin = match kind {
+                    Kind::Static => static_bin.clone().expect("checked above"),
+                    _ => Agent::glibc_binary(),
+                };
+                let label = format!("{kind:?}-burst").to_lowercase();
+                let log = node.path(&format!("reloadlet-{n}-{label}.log"));
+                let agent = Agent::start(&node, &bin, &log, &node.path(&format!("state-{label}")));
+                agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
+                procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
+                summary
+                    .bursts
+                    .push(bursts::run(&agent, kind, &tg, &records, k.bursts));
+            }
+        }
         for (kind, m) in measured {
             summary.rows.push(Row {
                 volumes: n,
@@ -416,7 +440,7 @@ fn turn_outcome(kind: Kind, outcome: Outcome, seen: &stalls::Seen) -> Outcome {
 }
 
 /// How long the agent is to be still (no thread woken) before its turn's swaps.
-const SETTLED: Duration = Duration::from_millis(1000);
+pub const SETTLED: Duration = Duration::from_millis(1000);
 
 const SIGNALED: &str = "reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}";
 

@@ -14,6 +14,8 @@ pub struct Summary {
     pub rows: Vec<Row>,
     /// reloadlet's wakeups over an idle window.
     pub idle: Option<(u64, usize, Duration)>,
+    /// Every volume swapped at once, per agent binary (no bar).
+    pub bursts: Vec<crate::bursts::Bursts>,
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -201,5 +203,26 @@ impl Summary {
             format!("RSS / sidecar fleet RSS at {s} volumes"),
             mem(s, "sidecar"),
         );
+        for b in &self.bursts {
+            let who = format!("{:?}", b.kind).to_lowercase();
+            let worst = b.spans_ms.iter().copied().fold(f64::NAN, f64::max);
+            println!(
+                "{:<44} {worst:>8.0}ms  ({} bursts of {} volumes, {} pods missed)",
+                format!("{who}: a burst's last signal, worst"),
+                b.rounds,
+                b.volumes,
+                b.missed
+            );
+            println!(
+                "{:<44} {:>8.2}MiB (bar for steady swaps: {} MiB)",
+                format!("{who}: RSS after the bursts"),
+                b.memory.rss_mib(),
+                if b.kind == crate::Kind::Static {
+                    12
+                } else {
+                    16
+                }
+            );
+        }
     }
 }

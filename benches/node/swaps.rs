@@ -150,3 +150,48 @@ pub fn collect(swaps: &[Swap], records: &[PathBuf], deadline: Duration) -> Outco
     }
     out
 }
+
+/// What one burst came to: every pod's swaps made at once, as one kubelet sync makes them when
+/// a ConfigMap that most pods of the node mount changes.
+#[derive(Clone, Copy, Debug)]
+pub struct Burst {
+    /// From the burst's first swap to the last pod's first SIGHUP after its own last swap.
+    pub span_ms: f64,
+    /// Pods with no SIGHUP after their last swap within the deadline.
+    pub missed: usize,
+    pub pods: usize,
+}
+
+/// Waits (polling) until every pod swapped in `swaps` has a SIGHUP at or after its last swap,
+/// or `deadline` after the last swap. Several swaps of one pod may be answered by one SIGHUP
+/// (an agent that reads them in one batch acts once): only the last swap is owed one.
+pub fn collect_burst(swaps: &[Swap], records: &[PathBuf], deadline: Duration) -> Burst {
+    let first = swaps.iter().map(|s| s.at_ns).min().unwrap_or(0);
+    let mut last_swap: std::collections::BTreeMap<usize, i128> = Default::default();
+    for s in swaps {
+        let at = last_swap.entry(s.pod).or_insert(s.at_ns);
+        *at = (*at).max(s.at_ns);
+    }
+    let end = last_swap.values().max().copied().unwrap_or(0) + deadline.as_nanos() as i128;
+    let answered = |pod: usize, after: i128| hups(&records[pod], after).into_iter().min();
+    loop {
+        let done = last_swap.iter().all(|(p, at)| answered(*p, *at).is_some());
+        if done || monotonic_ns() > end {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut span = 0i128;
+    let mut missed = 0;
+    for (p, at) in &last_swap {
+        match answered(*p, *at) {
+            Some(ns) => span = span.max(ns - first),
+            None => missed += 1,
+        }
+    }
+    Burst {
+        span_ms: span as f64 / 1e6,
+        missed,
+        pods: last_swap.len(),
+    }
+}
