@@ -287,6 +287,22 @@ async fn signal_bench(k: &Knobs) {
             kinds.iter().map(|k| (*k, Measured::default())).collect();
         let half = k.swaps / 2;
         let meter = stalls::StallMeter::start();
+        // An agent with a fresh state dir (a first start, no catch-up of swaps made while the
+        // other approaches ran), tracking every volume and then still: a turn measures a
+        // running agent, not its start-up's work (hashing every volume, the first state
+        // write, the pass over /proc) on the same two CPUs — 5-s turns begun right after the
+        // start reached a p99 of 1.1 and 3.1 ms with no steal and at most 2 late wake-ups
+        // (docs/architecture.md). Also how long the stillness took to come.
+        let start_settled = |kind: Kind, log: &std::path::Path, state: &str| {
+            let bin = match kind {
+                Kind::Static => static_bin.clone().expect("checked above"),
+                _ => Agent::glibc_binary(),
+            };
+            let agent = Agent::start(&node, &bin, log, &node.path(&format!("state-{state}")));
+            agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
+            let settled = procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
+            (agent, settled)
+        };
         for (turn, kind) in order.iter().enumerate() {
             let ks = if turn < kinds.len() {
                 0..half
@@ -321,21 +337,8 @@ async fn signal_bench(k: &Knobs) {
                     Err(e) => m.note = e,
                 },
                 Kind::Reloadlet | Kind::Static => {
-                    let bin = match kind {
-                        Kind::Static => static_bin.clone().expect("checked above"),
-                        _ => Agent::glibc_binary(),
-                    };
                     let log = node.path(&format!("reloadlet-{n}-{turn}.log"));
-                    // A fresh state dir: a first start, no catch-up for swaps made while
-                    // the other approaches ran.
-                    let state = node.path(&format!("state-{si}-{n}-{turn}"));
-                    let agent = Agent::start(&node, &bin, &log, &state);
-                    agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
-                    // The turn measures a running agent, not its start-up's work (hashing
-                    // every volume, the first state write, the pass over /proc) on the same
-                    // two CPUs: 5-s turns begun right after the start reached a p99 of 1.1 and
-                    // 3.1 ms with no steal and at most 2 late wake-ups (docs/architecture.md).
-                    let settled = procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
+                    let (agent, settled) = start_settled(*kind, &log, &format!("{si}-{n}-{turn}"));
                     let ready = agent.ready_after;
                     let before = agent.metric(SIGNALED);
                     let (started, steal) = (Instant::now(), stalls::steal_ticks());
@@ -389,15 +392,9 @@ async fn signal_bench(k: &Knobs) {
                 .iter()
                 .filter(|x| matches!(x, Kind::Reloadlet | Kind::Static))
             {
-                let bin = match kind {
-                    Kind::Static => static_bin.clone().expect("checked above"),
-                    _ => Agent::glibc_binary(),
-                };
                 let label = format!("{kind:?}-burst").to_lowercase();
                 let log = node.path(&format!("reloadlet-{n}-{label}.log"));
-                let agent = Agent::start(&node, &bin, &log, &node.path(&format!("state-{label}")));
-                agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
-                procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
+                let (agent, _) = start_settled(kind, &log, &label);
                 summary
                     .bursts
                     .push(bursts::run(&agent, kind, &tg, &records, k.bursts));
