@@ -79,7 +79,9 @@ pub fn wakeups(pid: i32) -> std::collections::HashMap<String, u64> {
 
 /// Waits until no thread of `pid` has woken for `quiet` (its start-up work — hashing every
 /// volume, the first state write, the pass over /proc — done), polling `/proc` only, for at
-/// most `limit`. How long it took, or `None` at the limit.
+/// most `limit`. How long it took, or `None` at the limit. A thread's switches count its
+/// wake-ups: it is switched out each time it sleeps (`nvcsw`) or is preempted (`nivcsw`),
+/// printed by the kernel's `fs/proc/array.c` (`task_context_switch_counts`).
 pub fn settle(pid: i32, quiet: Duration, limit: Duration) -> Option<Duration> {
     let t0 = Instant::now();
     let mut last = wakeups(pid);

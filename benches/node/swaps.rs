@@ -151,8 +151,7 @@ pub fn collect(swaps: &[Swap], records: &[PathBuf], deadline: Duration) -> Outco
     out
 }
 
-/// What one burst came to: every pod's swaps made at once, as one kubelet sync makes them when
-/// a ConfigMap that most pods of the node mount changes.
+/// What one burst came to: every pod's swaps made at once ([`crate::bursts`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Burst {
     /// From the burst's first swap to the last pod's first SIGHUP after its own last swap.
@@ -173,22 +172,23 @@ pub fn collect_burst(swaps: &[Swap], records: &[PathBuf], deadline: Duration) ->
         *at = (*at).max(s.at_ns);
     }
     let end = last_swap.values().max().copied().unwrap_or(0) + deadline.as_nanos() as i128;
-    let answered = |pod: usize, after: i128| hups(&records[pod], after).into_iter().min();
+    // Each pod's first SIGHUP after its last swap, once seen; only the others are read again.
+    let mut answered: std::collections::BTreeMap<usize, i128> = Default::default();
     loop {
-        let done = last_swap.iter().all(|(p, at)| answered(*p, *at).is_some());
-        if done || monotonic_ns() > end {
+        for (p, at) in &last_swap {
+            if !answered.contains_key(p) {
+                if let Some(ns) = hups(&records[*p], *at).into_iter().min() {
+                    answered.insert(*p, ns);
+                }
+            }
+        }
+        if answered.len() == last_swap.len() || monotonic_ns() > end {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let mut span = 0i128;
-    let mut missed = 0;
-    for (p, at) in &last_swap {
-        match answered(*p, *at) {
-            Some(ns) => span = span.max(ns - first),
-            None => missed += 1,
-        }
-    }
+    let span = answered.values().map(|ns| ns - first).max().unwrap_or(0);
+    let missed = last_swap.len() - answered.len();
     Burst {
         span_ms: span as f64 / 1e6,
         missed,
