@@ -10,8 +10,9 @@
 # Sizes (environment): BENCH_SMALL (100) and BENCH_LARGE (1000) volumes, BENCH_VOLS_PER_POD (4),
 # BENCH_SWAPS per approach and size (2000), BENCH_RATE swaps/s (50), BENCH_DEADLINE_MS for a
 # miss (1000), BENCH_IDLE_SECS (10; 0 skips), BENCH_BURSTS (8; 0 skips) bursts of every volume
-# swapped at once against each agent, BENCH_SIDECAR_MAX (200) sidecars at most,
-# BENCH_SMAPS_DIR (unset) receives /proc/PID/smaps of each reloadlet run, BENCH_STATIC_BIN a
+# swapped at once against each agent, BENCH_HELD_BURSTS (4; 0 skips) more written while it is
+# stopped, BENCH_SIDECAR_MAX (200) sidecars at most,
+# BENCH_SMAPS_DIR (unset) receives /proc/PID/smaps of each reloadlet run and after the bursts, BENCH_STATIC_BIN a
 # static binary to measure instead of building one.
 # The sidecar fleet may need fs.inotify.max_user_instances raised above its default of 128:
 # the benchmark raises it for the fleet's lifetime only and restores it (so does this script

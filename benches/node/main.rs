@@ -23,7 +23,8 @@
 //!    tail that is the machine's, hitting whichever approach has the turn, is told apart. Then reloadlet's wakeups over
 //!    `BENCH_IDLE_SECS` with nothing happening. Ratios are printed next to issue 14's bar.
 //!    Last, at the large size, each agent binary meets `BENCH_BURSTS` (8) bursts of every
-//!    volume swapped at once ([`bursts`]): the last pod's signal, and the memory afterwards.
+//!    volume swapped at once, then `BENCH_HELD_BURSTS` (4) written while it is stopped
+//!    ([`bursts`]): the last pod's signal, and the memory afterwards.
 //! 2. evict: 100 annotated pods without a PDB swap at once; time from the last swap to the
 //!    last eviction request, and the most requests in flight (the API answers in 20 ms).
 //!
@@ -66,6 +67,7 @@ pub struct Knobs {
     pub deadline: Duration,
     pub idle: Duration,
     pub bursts: usize,
+    pub held_bursts: usize,
 }
 
 impl Knobs {
@@ -79,6 +81,7 @@ impl Knobs {
             deadline: Duration::from_millis(env("BENCH_DEADLINE_MS", 1000) as u64),
             idle: Duration::from_secs(env("BENCH_IDLE_SECS", 10) as u64),
             bursts: env("BENCH_BURSTS", 8),
+            held_bursts: env("BENCH_HELD_BURSTS", 4),
         }
     }
 }
@@ -349,11 +352,7 @@ async fn signal_bench(k: &Knobs) {
                         &meter.since(started, steal),
                     ));
                     m.memory = m.memory.max(Memory::of(&[agent.pid()]));
-                    if let Some(dir) = std::env::var_os("BENCH_SMAPS_DIR") {
-                        // Where the memory is, mapping by mapping (docs/architecture.md).
-                        let to = PathBuf::from(dir).join(format!("{kind:?}-{n}-{turn}.smaps"));
-                        let _ = std::fs::copy(format!("/proc/{}/smaps", agent.pid()), to);
-                    }
+                    procs::keep_smaps(agent.pid(), &format!("{kind:?}-{n}-{turn}"));
                     let counted = agent.metric(SIGNALED) - before;
                     if m.outcome.misses > 0 {
                         println!(
@@ -387,7 +386,7 @@ async fn signal_bench(k: &Knobs) {
             }
         }
         drop(raised);
-        if si == sizes.len() - 1 && k.bursts > 0 {
+        if si == sizes.len() - 1 && k.bursts + k.held_bursts > 0 {
             for &kind in kinds
                 .iter()
                 .filter(|x| matches!(x, Kind::Reloadlet | Kind::Static))
@@ -395,9 +394,14 @@ async fn signal_bench(k: &Knobs) {
                 let label = format!("{kind:?}-burst").to_lowercase();
                 let log = node.path(&format!("reloadlet-{n}-{label}.log"));
                 let (agent, _) = start_settled(kind, &log, &label);
-                summary
-                    .bursts
-                    .push(bursts::run(&agent, kind, &tg, &records, k.bursts));
+                summary.bursts.push(bursts::run(
+                    &agent,
+                    kind,
+                    &tg,
+                    &records,
+                    k.bursts,
+                    k.held_bursts,
+                ));
             }
         }
         for (kind, m) in measured {

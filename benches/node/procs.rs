@@ -52,6 +52,15 @@ impl Memory {
     }
 }
 
+/// With `BENCH_SMAPS_DIR` set, a copy of `/proc/<pid>/smaps` there as `<name>.smaps`: where
+/// the memory is, mapping by mapping (docs/architecture.md).
+pub fn keep_smaps(pid: i32, name: &str) {
+    if let Some(dir) = std::env::var_os("BENCH_SMAPS_DIR") {
+        let to = PathBuf::from(dir).join(format!("{name}.smaps"));
+        let _ = std::fs::copy(format!("/proc/{pid}/smaps"), to);
+    }
+}
+
 /// Peak RSS (`VmHWM`) of one process, in MiB.
 pub fn peak_rss_mib(pid: i32) -> f64 {
     kib(&format!("/proc/{pid}/status"), "VmHWM:").unwrap_or(0) as f64 / 1024.0

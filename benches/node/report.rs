@@ -205,24 +205,33 @@ impl Summary {
         );
         for b in &self.bursts {
             let who = format!("{:?}", b.kind).to_lowercase();
-            let worst = b.spans_ms.iter().copied().fold(f64::NAN, f64::max);
+            let worst = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
             println!(
-                "{:<44} {worst:>8.0}ms  ({} bursts of {} volumes, {} pods missed)",
+                "{:<44} {:>8.0}ms  ({} bursts of {} volumes)",
                 format!("{who}: a burst's last signal, worst"),
+                worst(&b.spans_ms),
                 b.rounds,
-                b.volumes,
+                b.volumes
+            );
+            println!(
+                "{:<44} {:>8.0}ms  ({} held bursts, from the agent's release; {} pods missed in all)",
+                format!("{who}: a held burst's last signal, worst"),
+                worst(&b.held_ms),
+                b.held_rounds,
                 b.missed
             );
-            println!(
-                "{:<44} {:>8.2}MiB (bar for steady swaps: {} MiB)",
-                format!("{who}: RSS after the bursts"),
-                b.memory.rss_mib(),
-                if b.kind == crate::Kind::Static {
-                    12
-                } else {
-                    16
-                }
-            );
+            let bar = if b.kind == crate::Kind::Static {
+                12
+            } else {
+                16
+            };
+            for (when, m) in [("bursts", &b.memory), ("held bursts", &b.held_memory)] {
+                println!(
+                    "{:<44} {:>8.2}MiB (bar for steady swaps: {bar} MiB)",
+                    format!("{who}: RSS after the {when}"),
+                    m.rss_mib(),
+                );
+            }
         }
     }
 }

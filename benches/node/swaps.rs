@@ -156,6 +156,8 @@ pub fn collect(swaps: &[Swap], records: &[PathBuf], deadline: Duration) -> Outco
 pub struct Burst {
     /// From the burst's first swap to the last pod's first SIGHUP after its own last swap.
     pub span_ms: f64,
+    /// That last SIGHUP, on the CLOCK_MONOTONIC of the swaps (0: none).
+    pub last_ns: i128,
     /// Pods with no SIGHUP after their last swap within the deadline.
     pub missed: usize,
     pub pods: usize,
@@ -187,10 +189,15 @@ pub fn collect_burst(swaps: &[Swap], records: &[PathBuf], deadline: Duration) ->
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let span = answered.values().map(|ns| ns - first).max().unwrap_or(0);
+    let last_ns = answered.values().max().copied().unwrap_or(0);
     let missed = last_swap.len() - answered.len();
     Burst {
-        span_ms: span as f64 / 1e6,
+        span_ms: if answered.is_empty() {
+            0.0
+        } else {
+            (last_ns - first) as f64 / 1e6
+        },
+        last_ns,
         missed,
         pods: last_swap.len(),
     }
