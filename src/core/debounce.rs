@@ -30,6 +30,7 @@
 //! side adds nothing: its loop reads the watch before it fires a due change (`agent/mod.rs`,
 //! a biased `select!`), so a swap already queued when the grace ends joins the change.
 
+use crate::core::drained::ReleaseDrained;
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -216,6 +217,8 @@ impl Debouncer {
                 self.announced.remove(uid);
             }
         }
+        self.pending.release_if_drained();
+        self.announced.release_if_drained();
         out.sort_by_key(|(_, c)| c.first_seen);
         out
     }
@@ -228,7 +231,10 @@ impl Debouncer {
     /// Drops whatever is pending for a pod that went away.
     pub fn remove_pod(&mut self, pod_uid: &str) -> bool {
         self.announced.remove(pod_uid);
-        self.pending.remove(pod_uid).is_some()
+        let removed = self.pending.remove(pod_uid).is_some();
+        self.pending.release_if_drained();
+        self.announced.release_if_drained();
+        removed
     }
 
     pub fn len(&self) -> usize {
@@ -245,6 +251,18 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_burst_of_pods_leaves_no_room_behind_once_due() {
+        let t0 = Instant::now();
+        let mut d = Debouncer::new(Duration::ZERO);
+        for i in 0..250 {
+            d.add(&format!("p{i}"), "conf", t0);
+        }
+        assert!(d.pending.capacity() >= 250);
+        assert_eq!(d.take_due(t0).len(), 250);
+        assert_eq!(d.pending.capacity(), 0);
+    }
 
     #[test]
     fn swaps_within_the_window_coalesce_into_one_change() {

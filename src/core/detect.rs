@@ -1,5 +1,6 @@
 //! Change detection (pure): the last content hash seen per volume, and what a new look means.
 
+use crate::core::drained::ReleaseDrained;
 use crate::core::model::VolumeKey;
 use std::collections::{HashMap, HashSet};
 
@@ -66,7 +67,9 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         };
         // A look at a swapped volume knows its content now: compared with the content
         // before the swap (a change is pending already either way).
-        self.unhashed.remove(key);
+        if self.unhashed.remove(key) {
+            self.unhashed.release_if_drained();
+        }
         match self.seen.get_mut(key) {
             None => {
                 self.seen.insert(key.clone(), hash);
@@ -112,6 +115,7 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         if !self.unhashed.remove(key) {
             return Recorded::NotPending;
         }
+        self.unhashed.release_if_drained();
         match self.seen.get_mut(key) {
             Some(old) if *old == hash => Recorded::Unchanged,
             Some(old) => {
@@ -126,6 +130,7 @@ impl<H: Eq + Clone> ChangeDetector<H> {
     /// before the swap (a restart then sees a change and acts once more rather than never).
     pub fn unrecorded(&mut self, key: &VolumeKey) {
         self.unhashed.remove(key);
+        self.unhashed.release_if_drained();
     }
 
     pub fn last(&self, key: &VolumeKey) -> Option<&H> {
@@ -152,12 +157,14 @@ impl<H: Eq + Clone> ChangeDetector<H> {
     /// The pod's changes were acted on (or deliberately not): persist their new hashes.
     pub fn settle_pod(&mut self, pod_uid: &str) {
         self.unsettled.retain(|k, _| &*k.pod_uid != pod_uid);
+        self.release_drained();
     }
 
     pub fn forget_volume(&mut self, key: &VolumeKey) {
         self.seen.remove(key);
         self.unsettled.remove(key);
         self.unhashed.remove(key);
+        self.release_drained();
     }
 
     pub fn forget_pod(&mut self, pod_uid: &str) {
@@ -181,6 +188,14 @@ impl<H: Eq + Clone> ChangeDetector<H> {
         let seen = &self.seen;
         self.unsettled.retain(|k, _| seen.contains_key(k));
         self.unhashed.retain(|k| seen.contains_key(k));
+        self.release_drained();
+    }
+
+    /// The tables of pending work give back a burst's memory once empty again
+    /// ([`crate::core::drained`]); `seen` holds one entry per volume and stays.
+    fn release_drained(&mut self) {
+        self.unsettled.release_if_drained();
+        self.unhashed.release_if_drained();
     }
 
     pub fn len(&self) -> usize {
@@ -207,6 +222,32 @@ mod tests {
             plugin: VolumePlugin::ConfigMap,
             volume: vol.into(),
         }
+    }
+
+    #[test]
+    fn a_burst_of_swaps_leaves_no_room_behind_once_settled_and_hashed() {
+        // Every volume of a node swapped at once (a held burst): the tables of pending work
+        // hold them all, then give their memory back; what is known per volume stays.
+        let mut d = ChangeDetector::<u32>::default();
+        let keys: Vec<_> = (0..1000)
+            .map(|i| key(&format!("p{}", i / 4), &format!("c{i}")))
+            .collect();
+        for k in &keys {
+            d.observe(k, Some(1));
+        }
+        for k in &keys {
+            assert!(d.swapped(k));
+        }
+        assert!(d.unsettled.capacity() >= 1000 && d.unhashed.capacity() >= 1000);
+        for i in 0..250 {
+            d.settle_pod(&format!("p{i}"));
+        }
+        for k in &keys {
+            assert_eq!(d.record(k, 2), Recorded::Changed);
+        }
+        assert_eq!((d.unsettled.capacity(), d.unhashed.capacity()), (0, 0));
+        assert_eq!(d.len(), 1000);
+        assert!(d.iter().all(|(_, h)| *h == 2));
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod annotations;
 pub mod debounce;
 pub mod detect;
 pub mod disruption_budgets;
+pub mod drained;
 pub mod filters;
 pub mod label_selector;
 pub mod model;
