@@ -84,8 +84,9 @@ pub fn run(
         out.pods = burst.pods;
         out.missed += burst.missed;
         if hold {
-            out.held_ms
-                .push((burst.last_ns - thawed).max(0) as f64 / 1e6);
+            // No pod answered: no span (the misses say so).
+            let span = (burst.last_ns > 0).then(|| (burst.last_ns - thawed).max(0) as f64 / 1e6);
+            out.held_ms.push(span.unwrap_or(f64::NAN));
         } else {
             out.spans_ms.push(burst.span_ms);
         }
@@ -94,21 +95,28 @@ pub fn run(
             procs::keep_smaps(agent.pid(), &format!("{kind:?}-bursts"));
         }
     }
-    out.held_memory = Memory::of(&[agent.pid()]);
-    procs::keep_smaps(agent.pid(), &format!("{kind:?}-held-bursts"));
     let who = format!("{kind:?}").to_lowercase();
-    let (lo, hi) = range(&out.spans_ms);
+    if rounds > 0 {
+        let (lo, hi) = range(&out.spans_ms);
+        println!(
+            "   {who} bursts: {rounds} x {} swaps of {} pods at once; last pod signaled {lo:.0}-{hi:.0} ms after the first swap; then RSS {:.1} MiB",
+            out.volumes,
+            out.pods,
+            out.memory.rss_mib(),
+        );
+    }
+    if held > 0 {
+        out.held_memory = Memory::of(&[agent.pid()]);
+        procs::keep_smaps(agent.pid(), &format!("{kind:?}-held-bursts"));
+        let (lo, hi) = range(&out.held_ms);
+        println!(
+            "   {who} held bursts: {held} x the same, written while the agent was stopped; last pod signaled {lo:.0}-{hi:.0} ms after it went on; then RSS {:.1} MiB",
+            out.held_memory.rss_mib(),
+        );
+    }
     println!(
-        "   {who} bursts: {rounds} x {} swaps of {} pods at once; last pod signaled {lo:.0}-{hi:.0} ms after the first swap; then RSS {:.1} MiB",
-        out.volumes,
-        out.pods,
-        out.memory.rss_mib(),
-    );
-    let (lo, hi) = range(&out.held_ms);
-    println!(
-        "   {who} held bursts: {held} x the same, written while the agent was stopped; last pod signaled {lo:.0}-{hi:.0} ms after it went on; {} pods missed in all; then RSS {:.1} MiB (peak {:.1})",
+        "   {who}: {} pods missed in all bursts; peak RSS {:.1} MiB",
         out.missed,
-        out.held_memory.rss_mib(),
         procs::peak_rss_mib(agent.pid())
     );
     out

@@ -207,17 +207,11 @@ impl Summary {
             let who = format!("{:?}", b.kind).to_lowercase();
             let worst = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
             println!(
-                "{:<44} {:>8.0}ms  ({} bursts of {} volumes)",
+                "{:<44} {:>8.0}ms  ({} bursts of {} volumes; {} pods missed in all bursts)",
                 format!("{who}: a burst's last signal, worst"),
                 worst(&b.spans_ms),
                 b.rounds,
-                b.volumes
-            );
-            println!(
-                "{:<44} {:>8.0}ms  ({} held bursts, from the agent's release; {} pods missed in all)",
-                format!("{who}: a held burst's last signal, worst"),
-                worst(&b.held_ms),
-                b.held_rounds,
+                b.volumes,
                 b.missed
             );
             let bar = if b.kind == crate::Kind::Static {
@@ -225,7 +219,17 @@ impl Summary {
             } else {
                 16
             };
-            for (when, m) in [("bursts", &b.memory), ("held bursts", &b.held_memory)] {
+            let mut after = vec![("bursts", &b.memory)];
+            if b.held_rounds > 0 {
+                println!(
+                    "{:<44} {:>8.0}ms  ({} held bursts, from the agent's release)",
+                    format!("{who}: a held burst's last signal, worst"),
+                    worst(&b.held_ms),
+                    b.held_rounds
+                );
+                after.push(("held bursts", &b.held_memory));
+            }
+            for (when, m) in after {
                 println!(
                     "{:<44} {:>8.2}MiB (bar for steady swaps: {bar} MiB)",
                     format!("{who}: RSS after the {when}"),
