@@ -313,6 +313,43 @@ mod tests {
     }
 
     #[test]
+    fn the_main_threads_stat_shows_the_masks_of_the_process() {
+        // What the kept path reads (`/proc/<pid>/task/<pid>/stat`) against the process-wide
+        // file, for a shell with a handler (HUP) and an ignored signal (USR1).
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "trap 'echo hup' HUP; trap '' USR1; sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let read = |path: String| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let masks = SignalStatus::parse_stat(&text, None).unwrap();
+                // The shell sets its traps after it starts: wait for them.
+                let both = masks.caught & 1 != 0 && masks.ignored & (1 << (libc::SIGUSR1 - 1)) != 0;
+                if both || std::time::Instant::now() > deadline {
+                    return masks;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        };
+        let process = read(format!("/proc/{pid}/stat"));
+        let main_thread = read(format!("/proc/{pid}/task/{pid}/stat"));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(process, main_thread);
+        assert!(
+            SignalStatus::has(process.caught, ReloadSignal::Hup),
+            "{process:?}"
+        );
+        assert!(
+            SignalStatus::has(process.ignored, ReloadSignal::Usr1),
+            "{process:?}"
+        );
+    }
+
+    #[test]
     fn parses_the_kernel_stat_format_like_status() {
         // A child at rest (not this process: other tests change its threads' masks meanwhile):
         // both files say the same about signals 1–31.

@@ -48,13 +48,21 @@ pub struct ProcFs {
 struct Kept {
     pid: i32,
     pin: Box<dyn Pinned>,
-    /// `/proc/<pid>/stat`, re-read before each signal ([`SignalStatus::parse_stat`]).
+    /// `/proc/<pid>/task/<pid>/stat`, the main thread's own, re-read before each signal
+    /// ([`SignalStatus::parse_stat`]). It prints the same three masks as `/proc/<pid>/stat`:
+    /// both are kernel `fs/proc/array.c` `do_task_stat` (`proc_tid_stat` with `whole` = 0,
+    /// `proc_tgid_stat` with 1), `blocked` from the task itself and `sigignore`/`sigcatch`
+    /// from `collect_sigign_sigcatch` over the handlers the thread group shares. Only the
+    /// process-wide file then walks every thread, under the process's signal lock, to add
+    /// up faults and CPU time (`__for_each_thread`, `thread_group_cputime_adjusted`): work
+    /// that grows with the threads of the process signalled. Measured here with `pread`: 4.8
+    /// against 4.2 µs at 1 thread, 8.4 against 5.1 µs at 256.
     stat: std::fs::File,
     /// From `status` when kept (a process's PID in its own namespace never changes).
     ns_pid: Option<i32>,
 }
 
-/// Room for `/proc/<pid>/stat` (about 300 bytes; the comm is at most 64); a longer one is
+/// Room for a `stat` file (about 300 bytes; the comm is at most 64); a longer one is
 /// not a stat line.
 const STAT_BUFFER: usize = 1024;
 
@@ -122,7 +130,13 @@ impl ProcFs {
         if !pin.exact() {
             return;
         }
-        let path = self.proc_root.join(main.pid.to_string()).join("stat");
+        let pid = main.pid.to_string();
+        let path = self
+            .proc_root
+            .join(&pid)
+            .join("task")
+            .join(&pid)
+            .join("stat");
         let Ok(stat) = std::fs::File::open(&path) else {
             return;
         };

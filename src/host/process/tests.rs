@@ -22,6 +22,15 @@ struct FakeProc {
     dir: tempfile::TempDir,
 }
 
+/// `<pid>/stat` and the main thread's `<pid>/task/<pid>/stat`: the kernel prints the same
+/// signal masks in both.
+fn write_stat(dir: &std::path::Path, pid: i32, text: &str) {
+    let task = dir.join("task").join(pid.to_string());
+    fs::create_dir_all(&task).expect("task dir");
+    fs::write(dir.join("stat"), text).expect("stat");
+    fs::write(task.join("stat"), text).expect("task stat");
+}
+
 impl FakeProc {
     fn new() -> Self {
         Self {
@@ -46,7 +55,7 @@ impl FakeProc {
                 "0".to_owned()
             });
         }
-        fs::write(dir.join("stat"), fields.join(" ") + "\n").expect("stat");
+        write_stat(&dir, pid, &(fields.join(" ") + "\n"));
         fs::write(dir.join("cgroup"), cgroup).expect("cgroup");
         // A process with a handler for every signal reloadlet sends.
         self.status(pid, "my (odd) comm", 0, 0, ALL_RELOAD_SIGNALS, 1);
@@ -73,11 +82,8 @@ impl FakeProc {
         fields[30] = (ign & low).to_string();
         fields[31] = (cgt & low).to_string();
         let pid_field = stat.split(' ').next().expect("pid");
-        fs::write(
-            dir.join("stat"),
-            format!("{pid_field} ({name}) {}\n", fields.join(" ")),
-        )
-        .expect("stat");
+        let stat = format!("{pid_field} ({name}) {}\n", fields.join(" "));
+        write_stat(&dir, pid, &stat);
     }
 
     fn remove(&self, pid: i32) {
