@@ -25,22 +25,36 @@ const RATE: f64 = 5000.0;
 /// A pod not signaled this long after its last swap of a burst is missed.
 const DEADLINE: Duration = Duration::from_secs(10);
 
+/// One kind of burst against one agent: live (the agent running) or held (written while it
+/// was stopped).
+#[derive(Default)]
+pub struct Phase {
+    pub rounds: usize,
+    /// Each burst's span to the last pod's signal: from the first swap (live) or from the
+    /// agent's release (held).
+    pub spans_ms: Vec<f64>,
+    /// After the phase's last burst, the agent still again.
+    pub memory: Memory,
+}
+
+impl Phase {
+    /// The shortest and the longest span (NaN when there is none).
+    pub fn range_ms(&self) -> (f64, f64) {
+        let lo = self.spans_ms.iter().copied().fold(f64::NAN, f64::min);
+        let hi = self.spans_ms.iter().copied().fold(f64::NAN, f64::max);
+        (lo, hi)
+    }
+}
+
 /// What the bursts came to for one agent binary.
 pub struct Bursts {
     pub kind: Kind,
-    pub rounds: usize,
-    pub held_rounds: usize,
     pub volumes: usize,
     pub pods: usize,
-    /// Each live burst's span, first swap to the last pod's signal.
-    pub spans_ms: Vec<f64>,
-    /// Each held burst's span, the agent's thaw to the last pod's signal.
-    pub held_ms: Vec<f64>,
+    pub live: Phase,
+    pub held: Phase,
+    /// Pods not signaled, over every burst.
     pub missed: usize,
-    /// After the last live burst, the agent still again.
-    pub memory: Memory,
-    /// After the last held burst, the agent still again.
-    pub held_memory: Memory,
 }
 
 /// `rounds` bursts of every target against `agent` (started and still), each waited for and
@@ -57,61 +71,57 @@ pub fn run(
 ) -> Bursts {
     let mut out = Bursts {
         kind,
-        rounds,
-        held_rounds: held,
         volumes: targets.len(),
         pods: 0,
-        spans_ms: Vec::new(),
-        held_ms: Vec::new(),
+        live: Phase {
+            rounds,
+            ..Phase::default()
+        },
+        held: Phase {
+            rounds: held,
+            ..Phase::default()
+        },
         missed: 0,
-        memory: Memory::default(),
-        held_memory: Memory::default(),
     };
     let pid = Pid::from_raw(agent.pid());
-    for round in 0..rounds + held {
-        let tag = format!("burst-{kind:?}-{round}");
-        let hold = round >= rounds;
-        if hold {
-            kill(pid, Signal::SIGSTOP).expect("stop the agent");
-        }
-        let made = swaps::run(targets, 0..targets.len(), RATE, &tag);
-        let thawed = monotonic_ns();
-        if hold {
-            kill(pid, Signal::SIGCONT).expect("let the agent go");
-        }
-        let burst = swaps::collect_burst(&made, records, DEADLINE);
-        procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
-        out.pods = burst.pods;
-        out.missed += burst.missed;
-        if hold {
-            // No pod answered: no span (the misses say so).
-            let span = (burst.last_ns > 0).then(|| (burst.last_ns - thawed).max(0) as f64 / 1e6);
-            out.held_ms.push(span.unwrap_or(f64::NAN));
-        } else {
-            out.spans_ms.push(burst.span_ms);
-        }
-        if round + 1 == rounds {
-            out.memory = Memory::of(&[agent.pid()]);
-            procs::keep_smaps(agent.pid(), &format!("{kind:?}-bursts"));
-        }
-    }
     let who = format!("{kind:?}").to_lowercase();
-    if rounds > 0 {
-        let (lo, hi) = range(&out.spans_ms);
+    for (hold, phase) in [(false, &mut out.live), (true, &mut out.held)] {
+        if phase.rounds == 0 {
+            continue;
+        }
+        for round in 0..phase.rounds {
+            let tag = format!("burst-{kind:?}-{hold}-{round}");
+            if hold {
+                kill(pid, Signal::SIGSTOP).expect("stop the agent");
+            }
+            let made = swaps::run(targets, 0..targets.len(), RATE, &tag);
+            let released = monotonic_ns();
+            if hold {
+                kill(pid, Signal::SIGCONT).expect("let the agent go");
+            }
+            let burst = swaps::collect_burst(&made, records, DEADLINE);
+            procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
+            out.pods = burst.pods;
+            out.missed += burst.missed;
+            let from = if hold { released } else { burst.first_ns };
+            phase.spans_ms.push(burst.span_ms(from));
+        }
+        phase.memory = Memory::of(&[agent.pid()]);
+        let (name, from) = if hold {
+            ("held-bursts", "it went on")
+        } else {
+            ("bursts", "the first swap")
+        };
+        procs::keep_smaps(agent.pid(), &format!("{kind:?}-{name}"));
+        let (lo, hi) = phase.range_ms();
         println!(
-            "   {who} bursts: {rounds} x {} swaps of {} pods at once; last pod signaled {lo:.0}-{hi:.0} ms after the first swap; then RSS {:.1} MiB",
+            "   {who} {}: {} x {} swaps of {} pods at once{}; last pod signaled {lo:.0}-{hi:.0} ms after {from}; then RSS {:.1} MiB",
+            name.replace('-', " "),
+            phase.rounds,
             out.volumes,
             out.pods,
-            out.memory.rss_mib(),
-        );
-    }
-    if held > 0 {
-        out.held_memory = Memory::of(&[agent.pid()]);
-        procs::keep_smaps(agent.pid(), &format!("{kind:?}-held-bursts"));
-        let (lo, hi) = range(&out.held_ms);
-        println!(
-            "   {who} held bursts: {held} x the same, written while the agent was stopped; last pod signaled {lo:.0}-{hi:.0} ms after it went on; then RSS {:.1} MiB",
-            out.held_memory.rss_mib(),
+            if hold { ", written while the agent was stopped" } else { "" },
+            phase.memory.rss_mib(),
         );
     }
     println!(
@@ -120,11 +130,4 @@ pub fn run(
         procs::peak_rss_mib(agent.pid())
     );
     out
-}
-
-/// The smallest and largest of `v` (NaN when empty).
-fn range(v: &[f64]) -> (f64, f64) {
-    let lo = v.iter().copied().fold(f64::NAN, f64::min);
-    let hi = v.iter().copied().fold(f64::NAN, f64::max);
-    (lo, hi)
 }

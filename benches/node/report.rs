@@ -205,35 +205,28 @@ impl Summary {
         );
         for b in &self.bursts {
             let who = format!("{:?}", b.kind).to_lowercase();
-            let worst = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
-            println!(
-                "{:<44} {:>8.0}ms  ({} bursts of {} volumes; {} pods missed in all bursts)",
-                format!("{who}: a burst's last signal, worst"),
-                worst(&b.spans_ms),
-                b.rounds,
-                b.volumes,
-                b.missed
-            );
             let bar = if b.kind == crate::Kind::Static {
                 12
             } else {
                 16
             };
-            let mut after = vec![("bursts", &b.memory)];
-            if b.held_rounds > 0 {
+            let phases = [
+                ("bursts", "", &b.live),
+                ("held bursts", ", from the agent's release", &b.held),
+            ];
+            for (name, from, phase) in phases.into_iter().filter(|p| p.2.rounds > 0) {
                 println!(
-                    "{:<44} {:>8.0}ms  ({} held bursts, from the agent's release)",
-                    format!("{who}: a held burst's last signal, worst"),
-                    worst(&b.held_ms),
-                    b.held_rounds
+                    "{:<44} {:>8.0}ms  ({} {name} of {} volumes{from}; {} pods missed in all bursts)",
+                    format!("{who}: {name}, last signal (worst)"),
+                    phase.range_ms().1,
+                    phase.rounds,
+                    b.volumes,
+                    b.missed
                 );
-                after.push(("held bursts", &b.held_memory));
-            }
-            for (when, m) in after {
                 println!(
                     "{:<44} {:>8.2}MiB (bar for steady swaps: {bar} MiB)",
-                    format!("{who}: RSS after the {when}"),
-                    m.rss_mib(),
+                    format!("{who}: RSS after the {name}"),
+                    phase.memory.rss_mib(),
                 );
             }
         }

@@ -154,20 +154,29 @@ pub fn collect(swaps: &[Swap], records: &[PathBuf], deadline: Duration) -> Outco
 /// What one burst came to: every pod's swaps made at once ([`crate::bursts`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Burst {
-    /// From the burst's first swap to the last pod's first SIGHUP after its own last swap.
-    pub span_ms: f64,
-    /// That last SIGHUP, on the CLOCK_MONOTONIC of the swaps (0: none).
-    pub last_ns: i128,
+    /// The burst's first swap, on the CLOCK_MONOTONIC of the swaps.
+    pub first_ns: i128,
+    /// The last pod's first SIGHUP after its own last swap (`None`: no pod answered).
+    pub last_ns: Option<i128>,
     /// Pods with no SIGHUP after their last swap within the deadline.
     pub missed: usize,
     pub pods: usize,
+}
+
+impl Burst {
+    /// From `from_ns` (the first swap, or when a stopped agent was let go) to the last pod's
+    /// signal; NaN when no pod answered.
+    pub fn span_ms(&self, from_ns: i128) -> f64 {
+        self.last_ns
+            .map_or(f64::NAN, |last| (last - from_ns).max(0) as f64 / 1e6)
+    }
 }
 
 /// Waits (polling) until every pod swapped in `swaps` has a SIGHUP at or after its last swap,
 /// or `deadline` after the last swap. Several swaps of one pod may be answered by one SIGHUP
 /// (an agent that reads them in one batch acts once): only the last swap is owed one.
 pub fn collect_burst(swaps: &[Swap], records: &[PathBuf], deadline: Duration) -> Burst {
-    let first = swaps.iter().map(|s| s.at_ns).min().unwrap_or(0);
+    let first_ns = swaps.iter().map(|s| s.at_ns).min().unwrap_or(0);
     let mut last_swap: std::collections::BTreeMap<usize, i128> = Default::default();
     for s in swaps {
         let at = last_swap.entry(s.pod).or_insert(s.at_ns);
@@ -189,16 +198,10 @@ pub fn collect_burst(swaps: &[Swap], records: &[PathBuf], deadline: Duration) ->
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let last_ns = answered.values().max().copied().unwrap_or(0);
-    let missed = last_swap.len() - answered.len();
     Burst {
-        span_ms: if answered.is_empty() {
-            0.0
-        } else {
-            (last_ns - first) as f64 / 1e6
-        },
-        last_ns,
-        missed,
+        first_ns,
+        last_ns: answered.values().max().copied(),
+        missed: last_swap.len() - answered.len(),
         pods: last_swap.len(),
     }
 }
