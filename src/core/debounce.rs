@@ -217,8 +217,7 @@ impl Debouncer {
                 self.announced.remove(uid);
             }
         }
-        self.pending.release_if_drained();
-        self.announced.release_if_drained();
+        self.release_drained();
         out.sort_by_key(|(_, c)| c.first_seen);
         out
     }
@@ -232,9 +231,15 @@ impl Debouncer {
     pub fn remove_pod(&mut self, pod_uid: &str) -> bool {
         self.announced.remove(pod_uid);
         let removed = self.pending.remove(pod_uid).is_some();
+        self.release_drained();
+        removed
+    }
+
+    /// The pending tables give back a burst's memory once empty again
+    /// ([`crate::core::drained`]).
+    fn release_drained(&mut self) {
         self.pending.release_if_drained();
         self.announced.release_if_drained();
-        removed
     }
 
     pub fn len(&self) -> usize {
