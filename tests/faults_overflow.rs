@@ -7,8 +7,7 @@ mod common;
 
 use common::fixtures::{configmap, pod};
 use common::*;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nodesim::hold;
 use std::time::Duration;
 
 const SYSCTL: &str = "/proc/sys/fs/inotify/max_queued_events";
@@ -44,15 +43,16 @@ async fn an_overflow_triggers_a_rescan_that_acts_exactly_on_changed_volumes() {
         node.start_agent(&[]).await; // its inotify instance now has a 16-event queue
     }
     node.wait_tracked(4).await;
-    let pid = Pid::from_raw(node.agent().child.id() as i32);
-    kill(pid, Signal::SIGSTOP).unwrap();
+    let pid = node.agent().child.id() as i32;
+    // Held until every thread has stopped: a quick SIGCONT would cancel a stop still pending.
+    hold::stop(pid, Duration::from_secs(10)).expect("hold the agent");
     node.api
         .apply_configmap(configmap("o", "changed", &[("k", "2")]));
     let junk = node.kubelet_root().join("pods");
     for i in 0..40 {
         std::fs::create_dir(junk.join(format!("junk-{i}"))).unwrap();
     }
-    kill(pid, Signal::SIGCONT).unwrap();
+    hold::release(pid).expect("let the agent go");
     eventually("the overflow is counted", Duration::from_secs(15), || {
         (node.metric("reloadlet_inotify_overflows_total") >= 1.0).then_some(())
     })

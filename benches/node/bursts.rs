@@ -12,9 +12,8 @@ use crate::approaches::{Agent, Target};
 use crate::procs::{self, Memory};
 use crate::swaps;
 use crate::{Kind, SETTLED};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use nodesim::bench_support::monotonic_ns;
+use nodesim::hold;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -83,31 +82,30 @@ pub fn run(
         },
         missed: 0,
     };
-    let pid = Pid::from_raw(agent.pid());
     let who = format!("{kind:?}").to_lowercase();
-    for (hold, phase) in [(false, &mut out.live), (true, &mut out.held)] {
+    for (held, phase) in [(false, &mut out.live), (true, &mut out.held)] {
         if phase.rounds == 0 {
             continue;
         }
         for round in 0..phase.rounds {
-            let tag = format!("burst-{kind:?}-{hold}-{round}");
-            if hold {
-                kill(pid, Signal::SIGSTOP).expect("stop the agent");
+            let tag = format!("burst-{kind:?}-{held}-{round}");
+            if held {
+                hold::stop(agent.pid(), Duration::from_secs(10)).expect("stop the agent");
             }
             let made = swaps::run(targets, 0..targets.len(), RATE, &tag);
             let released = monotonic_ns();
-            if hold {
-                kill(pid, Signal::SIGCONT).expect("let the agent go");
+            if held {
+                hold::release(agent.pid()).expect("let the agent go");
             }
             let burst = swaps::collect_burst(&made, records, DEADLINE);
             procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
             out.pods = burst.pods;
             out.missed += burst.missed;
-            let from = if hold { released } else { burst.first_ns };
+            let from = if held { released } else { burst.first_ns };
             phase.spans_ms.push(burst.span_ms(from));
         }
         phase.memory = Memory::of(&[agent.pid()]);
-        let (name, from) = if hold {
+        let (name, from) = if held {
             ("held-bursts", "it went on")
         } else {
             ("bursts", "the first swap")
@@ -120,7 +118,7 @@ pub fn run(
             phase.rounds,
             out.volumes,
             out.pods,
-            if hold { ", written while the agent was stopped" } else { "" },
+            if held { ", written while the agent was stopped" } else { "" },
             phase.memory.rss_mib(),
         );
     }

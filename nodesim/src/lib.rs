@@ -15,6 +15,7 @@ pub mod cgroups;
 pub mod clock;
 pub mod csi;
 pub mod flavor;
+pub mod hold;
 pub mod kubelet;
 mod kubelet_api;
 mod kubelet_options;
