@@ -134,7 +134,11 @@ pub fn random_container_id() -> String {
 /// returns its host PID. Exec'd means: its command line is the command's, or its executable
 /// is the command's — a program may rewrite its command line at once (nginx's master sets
 /// its title, `ngx_setproctitle`, before this poll may see the exec), while the shell that
-/// runs the init script is still `/bin/sh`.
+/// runs the init script is still `/bin/sh`. Either way its command line must not be empty:
+/// `execve(2)` switches `/proc/<pid>/exe` to the new file before it lays out the arguments,
+/// and until then the kernel reads the command line as empty (`fs/proc/base.c`,
+/// `get_mm_cmdline`: "Check if process spawned far enough to have cmdline", `mm->env_end`
+/// still 0; it is set with the arguments in `fs/binfmt_elf.c`, `create_elf_tables`).
 pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
     let deadline = Instant::now() + START_TIMEOUT;
     let want: Vec<u8> = running
@@ -153,8 +157,11 @@ pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
             if parent_of(pid) != Some(running.handle.shim_pid) {
                 continue;
             }
-            let exec_d = fs::read(format!("/proc/{pid}/cmdline")).ok() == Some(want.clone())
-                || want_exe.is_some() && fs::read_link(format!("/proc/{pid}/exe")).ok() == want_exe;
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let exec_d = cmdline == want
+                || !cmdline.is_empty()
+                    && want_exe.is_some()
+                    && fs::read_link(format!("/proc/{pid}/exe")).ok() == want_exe;
             if exec_d {
                 return Ok(pid);
             }
