@@ -144,8 +144,10 @@ pub fn in_process_groups(pgids: &[i32]) -> Vec<i32> {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
                 .and_then(|s| {
-                    let rest = s.rsplit_once(')')?.1;
-                    rest.split_whitespace().nth(2)?.parse::<i32>().ok()
+                    nodesim::proc_stat::fields_after_comm(&s)?
+                        .nth(2)?
+                        .parse::<i32>()
+                        .ok()
                 })
                 .is_some_and(|g| pgids.contains(&g))
         })

@@ -9,6 +9,7 @@
 //! show state `T` in `/proc/<pid>/task/<tid>/stat` (`task_state_array` in
 //! `fs/proc/array.c`) makes the hold real before anything is written behind its back.
 
+use crate::proc_stat;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::io;
@@ -36,38 +37,24 @@ pub fn release(pid: i32) -> io::Result<()> {
     Ok(kill(Pid::from_raw(pid), Signal::SIGCONT)?)
 }
 
-/// Whether every thread of `pid` is in state `T` (stopped by a signal).
+/// Whether every thread of `pid` is in state `T` (stopped by a signal). A thread that ended
+/// meanwhile is not counted.
 fn every_thread_stopped(pid: i32) -> io::Result<bool> {
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let stat = match std::fs::read_to_string(task?.path().join("stat")) {
-            Ok(stat) => stat,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // the thread ended
-            Err(e) => return Err(e),
-        };
-        if state(&stat) != Some('T') {
-            return Ok(false);
+        let stat = task?.path().join("stat");
+        match proc_stat::state(&stat) {
+            Some('T') => {}
+            None if !stat.exists() => {} // the thread ended
+            _ => return Ok(false),
         }
     }
     Ok(true)
-}
-
-/// The state letter of a `stat` line: the field after the `(comm)`, which may itself hold
-/// spaces and parentheses, so the last `)` ends it.
-fn state(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::process::Command;
-
-    #[test]
-    fn the_state_is_read_after_a_comm_holding_parentheses() {
-        assert_eq!(state("42 (a) b) T 1 42"), Some('T'));
-        assert_eq!(state("42 (sleep) S 1 42"), Some('S'));
-        assert_eq!(state("garbage"), None);
-    }
 
     #[test]
     fn a_held_process_has_every_thread_stopped_until_released() {

@@ -26,6 +26,7 @@ mod mount_targets;
 pub mod node;
 pub mod pod_ip;
 pub mod probe;
+pub mod proc_stat;
 pub mod projection;
 pub mod qos;
 pub mod runtime;

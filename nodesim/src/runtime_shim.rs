@@ -189,9 +189,10 @@ fn executable(command: &str) -> Option<PathBuf> {
 /// The parent PID from `/proc/<pid>/stat`.
 pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // the command name is in parentheses and may contain spaces
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split(' ').nth(1)?.parse().ok()
+    crate::proc_stat::fields_after_comm(&stat)?
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Releases the mount targets a container held, newest first.

@@ -251,12 +251,7 @@ pub fn evicted_set(node: &Node) -> std::collections::BTreeSet<String> {
 
 pub fn alive(pid: i32) -> bool {
     // Zombies count as dead: a signal with the default action would have killed it.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
+    nodesim::proc_stat::state(Path::new(&format!("/proc/{pid}/stat"))).is_some_and(|s| s != 'Z')
 }
 
 impl Drop for Node {
