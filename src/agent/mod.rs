@@ -190,18 +190,47 @@ impl Agent {
         };
         self.update_watch_gauges(&watcher);
         self.chores.run(&self.pods, &mut self.volumes, &self.exec);
+        // The waits that outlive one turn are made once and kept across turns: a swap's turn
+        // then polls them in place instead of making, registering and dropping each of them
+        // (a notification's waiter list, the timer wheel's entry) before its signal. A
+        // notification's wait is made again once it fired; the timer is moved only when the
+        // deadline moves (`Sleep::reset`), which the chores' 1-s timer does once a second.
+        let cancelled = shutdown.cancelled();
+        let evictions = evictions_changed.notified();
+        let budgets = notified(budgets_changed.as_deref());
+        let timer = tokio::time::sleep_until(tokio::time::Instant::now());
+        tokio::pin!(cancelled, evictions, budgets, timer);
+        let mut timer_at: Option<Instant> = None;
         loop {
             let deadline = self.next_deadline();
+            if deadline != timer_at {
+                match deadline {
+                    Some(at) => timer.as_mut().reset(at.into()),
+                    // Nothing due: a timer set earlier is dropped (an unpolled one is in no
+                    // timer wheel), so that it does not wake the loop once for nothing.
+                    None => timer.set(tokio::time::sleep_until(tokio::time::Instant::now())),
+                }
+                timer_at = deadline;
+            }
             self.health.set_idle(true);
             let wake = tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => Wake::Shutdown,
+                _ = &mut cancelled => Wake::Shutdown,
                 batch = watcher.next_batch() => Wake::Watch(batch),
                 update = pods.recv(), if pods_open => Wake::Pod(update),
                 done = hashed.recv() => Wake::Hashed(done),
-                _ = sleep_until(deadline), if deadline.is_some() => Wake::Due,
-                _ = evictions_changed.notified() => Wake::Changed,
-                _ = notified(budgets_changed.as_deref()) => Wake::Changed,
+                _ = &mut timer, if deadline.is_some() => {
+                    timer_at = None;
+                    Wake::Due
+                }
+                _ = &mut evictions => {
+                    evictions.set(evictions_changed.notified());
+                    Wake::Changed
+                }
+                _ = &mut budgets => {
+                    budgets.set(notified(budgets_changed.as_deref()));
+                    Wake::Changed
+                }
             };
             self.health.set_idle(false);
             match wake {
@@ -439,13 +468,6 @@ impl Agent {
 async fn notified(notify: Option<&tokio::sync::Notify>) {
     match notify {
         Some(n) => n.notified().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
 }
