@@ -198,7 +198,7 @@ impl Agent {
         let cancelled = shutdown.cancelled();
         let evictions = evictions_changed.notified();
         let budgets = notified(budgets_changed.as_deref());
-        let timer = tokio::time::sleep_until(tokio::time::Instant::now());
+        let timer = unarmed_timer();
         tokio::pin!(cancelled, evictions, budgets, timer);
         let mut timer_at: Option<Instant> = None;
         loop {
@@ -206,9 +206,9 @@ impl Agent {
             if deadline != timer_at {
                 match deadline {
                     Some(at) => timer.as_mut().reset(at.into()),
-                    // Nothing due: a timer set earlier is dropped (an unpolled one is in no
-                    // timer wheel), so that it does not wake the loop once for nothing.
-                    None => timer.set(tokio::time::sleep_until(tokio::time::Instant::now())),
+                    // Nothing due: a timer set earlier is dropped, so that it does not wake
+                    // the loop once for nothing.
+                    None => timer.set(unarmed_timer()),
                 }
                 timer_at = deadline;
             }
@@ -470,4 +470,11 @@ async fn notified(notify: Option<&tokio::sync::Notify>) {
         Some(n) => n.notified().await,
         None => std::future::pending().await,
     }
+}
+
+/// A timer in no timer wheel: Tokio registers a `Sleep` at its first poll, not when it is
+/// made (tokio 1.54 `src/time/sleep.rs`, `poll_elapsed`: the `TimerEntry` is created there),
+/// and the loop polls it only while a deadline is set (after `Sleep::reset` to it).
+fn unarmed_timer() -> tokio::time::Sleep {
+    tokio::time::sleep_until(now().into())
 }
