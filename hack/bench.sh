@@ -8,7 +8,9 @@
 #     made by a separate process (examples/swapper.rs), as the kubelet's are;
 #  2. an eviction burst of 100 pods.
 # Sizes (environment): BENCH_SMALL (100) and BENCH_LARGE (1000) volumes, BENCH_VOLS_PER_POD (4),
-# BENCH_SWAPS per approach and size (2000), BENCH_RATE swaps/s (50), BENCH_DEADLINE_MS for a
+# BENCH_SWAPS per approach and size (2000), BENCH_BLOCK swaps an approach takes before the next
+# approach's (200; every approach runs throughout, on its own copy of the volumes, and the
+# blocks alternate round after round), BENCH_RATE swaps/s (50), BENCH_DEADLINE_MS for a
 # miss (1000), BENCH_IDLE_SECS (10; 0 skips), BENCH_BURSTS (8; 0 skips) bursts of every volume
 # swapped at once against each agent, BENCH_HELD_BURSTS (4; 0 skips) more written while it is
 # stopped, BENCH_SIDECAR_MAX (200) sidecars at most,

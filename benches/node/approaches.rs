@@ -1,6 +1,6 @@
 //! The three ways of turning a `..data` swap into a SIGHUP that the benchmark compares, each
-//! started on the same simulated node for the same volumes and stopped (with every process
-//! it started) on drop:
+//! started on the same simulated node, on its own copy of the same volumes ([`crate::roots`]),
+//! and stopped (with every process it started) on drop:
 //!
 //! - [`Floor`]: `examples/floor.rs`, one process blocked in `read(2)` on one inotify fd.
 //! - [`Sidecars`]: one `inotifywait` + `kill` shell loop per volume (inotify-tools).
@@ -165,7 +165,8 @@ impl Drop for Sidecars {
     }
 }
 
-/// reloadlet under test, on the node's kubelet root and API server.
+/// reloadlet under test, on a kubelet root (the node's, or an approach's copy of its volumes:
+/// [`crate::roots`]) and the node's API server.
 pub struct Agent {
     child: Child,
     listen: String,
@@ -188,8 +189,14 @@ impl Agent {
             .filter(|p| p.is_file())
     }
 
-    /// Starts reloadlet (`bin`) with `--debounce 0s` and waits for /readyz.
-    pub fn start(node: &SimNode, bin: &Path, log: &Path, state_dir: &Path) -> Agent {
+    /// Starts reloadlet (`bin`) with `--debounce 0s` on `kubelet_root` and waits for /readyz.
+    pub fn start(
+        node: &SimNode,
+        kubelet_root: &Path,
+        bin: &Path,
+        log: &Path,
+        state_dir: &Path,
+    ) -> Agent {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -203,7 +210,7 @@ impl Agent {
             // hold a pod swapped more often (docs/pacing.md).
             .args(["--flap-threshold", "off"])
             .arg("--kubelet-root")
-            .arg(node.kubelet_root())
+            .arg(kubelet_root)
             .arg("--state-dir")
             .arg(state_dir)
             .env("KUBECONFIG", node.kubeconfig())

@@ -42,6 +42,7 @@ pub async fn evict_bench(pods: usize) {
     s.api.set_response_delay(None);
     let agent = Agent::start(
         &s,
+        &s.kubelet_root(),
         &Agent::glibc_binary(),
         &s.path("reloadlet.log"),
         &s.path("state"),

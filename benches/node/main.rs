@@ -3,24 +3,28 @@
 //!
 //! 1. signal: pods running `examples/sigrecorder.rs`, each with `BENCH_VOLS_PER_POD`
 //!    ConfigMap volumes (+ its kube-api-access token volume). At `BENCH_SMALL` (100) and then
-//!    `BENCH_LARGE` (1,000) ConfigMap volumes, three approaches take turns on the same node
-//!    and the same swaps (kubelet AtomicWriter updates, open loop at `BENCH_RATE` 50/s,
+//!    `BENCH_LARGE` (1,000) ConfigMap volumes, three approaches run on the same node and
+//!    take the same swaps (kubelet AtomicWriter updates, open loop at `BENCH_RATE` 50/s,
 //!    `BENCH_SWAPS` per approach and size, 2,000: a p99 of 400 samples is their 4th largest,
-//!    which moves with every hiccup of a shared machine; of 2,000 it is the 20th; and a run
-//!    of 20 s per turn reaches the agent's steady-state memory, 4 s did not):
+//!    which moves with every hiccup of a shared machine; of 2,000 it is the 20th):
 //!    - floor: `examples/floor.rs`, one process blocked in `read(2)` on one inotify fd;
 //!    - sidecar: an `inotifywait` + `kill` shell loop per volume (small size only: a fleet
 //!      of 1,000 needs 1,000 inotify instances, over `fs.inotify.max_user_instances`);
 //!    - reloadlet with `--debounce 0s`.
 //!
-//!    Each approach runs twice (order floor, sidecar, reloadlet, then reversed) with half the
-//!    swaps each time, so drift in the machine's load hits all alike; an agent's turn begins
-//!    once it has been still (no thread woken) for 1 s after its start. Latency = the target's
+//!    Every approach runs for the whole size, on its own copy of the pods' volumes
+//!    ([`roots`]; an agent watches a whole kubelet root), and signals the same pods. The swaps
+//!    go to the approaches in blocks of `BENCH_BLOCK` (200, 4 s), one approach after another,
+//!    round after round, the order reversed every other round, so a stretch of the machine's
+//!    noise lands on every approach alike (two 20-s turns each let one noisy turn decide a
+//!    run: docs/architecture.md). An agent's first block begins once it has been still (no
+//!    thread woken) for 1 s after its start. Latency = the target's
 //!    CLOCK_MONOTONIC at SIGHUP receipt − the clock just before `rename(..data_tmp, ..data)`;
 //!    a miss = no SIGHUP within `BENCH_DEADLINE_MS` (and before the pod's next swap). Memory
-//!    is summed over every process of an approach. Each turn prints its own p99 and max beside
-//!    what the machine did meanwhile ([`stalls`]: a sleeper's late wake-ups, steal time), so a
-//!    tail that is the machine's, hitting whichever approach has the turn, is told apart. Then reloadlet's wakeups over
+//!    is summed over every process of an approach, the most after any block. Each round
+//!    prints each block's p99 and max beside what the machine did meanwhile ([`stalls`]: a
+//!    sleeper's late wake-ups, steal time), so a
+//!    tail that is the machine's, hitting whichever approach has the block, is told apart. Then reloadlet's wakeups over
 //!    `BENCH_IDLE_SECS` with nothing happening. Ratios are printed next to issue 14's bar.
 //!    Last, at the large size, each agent binary meets `BENCH_BURSTS` (8) bursts of every
 //!    volume swapped at once, then `BENCH_HELD_BURSTS` (4) written while it is stopped
@@ -35,6 +39,7 @@ mod bursts;
 mod evict;
 mod procs;
 mod report;
+mod roots;
 mod stalls;
 mod swaps;
 
@@ -68,6 +73,7 @@ pub struct Knobs {
     pub idle: Duration,
     pub bursts: usize,
     pub held_bursts: usize,
+    pub block: usize,
 }
 
 impl Knobs {
@@ -82,6 +88,7 @@ impl Knobs {
             idle: Duration::from_secs(env("BENCH_IDLE_SECS", 10) as u64),
             bursts: env("BENCH_BURSTS", 8),
             held_bursts: env("BENCH_HELD_BURSTS", 4),
+            block: env("BENCH_BLOCK", 200),
         }
     }
 }
@@ -269,7 +276,6 @@ async fn signal_bench(k: &Knobs) {
         if static_bin.is_some() {
             kinds.push(Kind::Static);
         }
-        let order: Vec<Kind> = kinds.iter().chain(kinds.iter().rev()).copied().collect();
         let raised = match &sidecar {
             Ok(Some(to)) => match procs::Raised::to(procs::MAX_USER_INSTANCES, *to) {
                 Ok(r) => {
@@ -288,78 +294,61 @@ async fn signal_bench(k: &Knobs) {
         };
         let mut measured: Vec<(Kind, Measured)> =
             kinds.iter().map(|k| (*k, Measured::default())).collect();
-        let half = k.swaps / 2;
         let meter = stalls::StallMeter::start();
-        // An agent with a fresh state dir (a first start, no catch-up of swaps made while the
-        // other approaches ran), tracking every volume and then still: a turn measures a
-        // running agent, not its start-up's work (hashing every volume, the first state
-        // write, the pass over /proc) on the same two CPUs — 5-s turns begun right after the
-        // start reached a p99 of 1.1 and 3.1 ms with no steal and at most 2 late wake-ups
-        // (docs/architecture.md). Also how long the stillness took to come.
-        let start_settled = |kind: Kind, log: &std::path::Path, state: &str| {
-            let bin = match kind {
-                Kind::Static => static_bin.clone().expect("checked above"),
-                _ => Agent::glibc_binary(),
+        // An agent with a fresh state dir (a first start, no catch-up), tracking every volume
+        // of its root and then still: the blocks measure a running agent, not its start-up's
+        // work (hashing every volume, the first state write, the pass over /proc) on the same
+        // two CPUs — 5-s turns begun right after the start reached a p99 of 1.1 and 3.1 ms with
+        // no steal and at most 2 late wake-ups (docs/architecture.md). Also how long the
+        // stillness took to come.
+        let start_settled =
+            |kind: Kind, root: &std::path::Path, log: &std::path::Path, state: &str| {
+                let bin = match kind {
+                    Kind::Static => static_bin.clone().expect("checked above"),
+                    _ => Agent::glibc_binary(),
+                };
+                let agent = Agent::start(
+                    &node,
+                    root,
+                    &bin,
+                    log,
+                    &node.path(&format!("state-{state}")),
+                );
+                agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
+                let settled = procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
+                (agent, settled)
             };
-            let agent = Agent::start(&node, &bin, log, &node.path(&format!("state-{state}")));
-            agent.wait_metric("reloadlet_volumes_tracked", tracked as f64);
-            let settled = procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
-            (agent, settled)
-        };
-        for (turn, kind) in order.iter().enumerate() {
-            let ks = if turn < kinds.len() {
-                0..half
-            } else {
-                half..k.swaps
-            };
-            let second_half = turn >= kinds.len();
-            let m = &mut measured.iter_mut().find(|(x, _)| x == kind).unwrap().1;
-            match kind {
-                Kind::Floor => {
-                    let floor = Floor::start(&tg);
-                    let (started, steal) = (Instant::now(), stalls::steal_ticks());
-                    let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
-                    m.outcome.add(turn_outcome(
-                        *kind,
-                        swaps::collect(&swaps, &records, k.deadline.min(gap)),
-                        &meter.since(started, steal),
-                    ));
-                    m.memory = m.memory.max(Memory::of(&floor.pids()));
-                }
-                Kind::Sidecar => match Sidecars::start(&tg, &node.path("sidecars")) {
-                    Ok(fleet) => {
-                        let (started, steal) = (Instant::now(), stalls::steal_ticks());
-                        let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
-                        m.outcome.add(turn_outcome(
-                            *kind,
-                            swaps::collect(&swaps, &records, k.deadline.min(gap)),
-                            &meter.since(started, steal),
-                        ));
-                        m.memory = m.memory.max(Memory::of(&fleet.pids()));
+        // Every approach runs for the whole size, each on its own copy of the pods' volumes
+        // ([`roots`]), and the swaps go to them in blocks of `BENCH_BLOCK`, round after round
+        // (the order reversed every other round), so that a stretch of the machine's noise
+        // lands on every approach alike instead of on whichever had a long turn.
+        let mut running: Vec<Approach> = Vec::new();
+        for &kind in &kinds {
+            let copy = roots::Copy::of(
+                &node.kubelet_root(),
+                &node.path(&format!("roots/{n}-{kind:?}").to_lowercase()),
+            )
+            .expect("the pods' volumes are copied");
+            let targets = copy.retarget(&node.kubelet_root(), &tg);
+            let run = match kind {
+                Kind::Floor => Running::Floor(Floor::start(&targets)),
+                Kind::Sidecar => match Sidecars::start(&targets, &node.path("sidecars")) {
+                    Ok(fleet) => Running::Sidecars(fleet),
+                    Err(e) => {
+                        measured
+                            .iter_mut()
+                            .find(|(x, _)| *x == kind)
+                            .unwrap()
+                            .1
+                            .note = e;
+                        continue;
                     }
-                    Err(e) => m.note = e,
                 },
                 Kind::Reloadlet | Kind::Static => {
-                    let log = node.path(&format!("reloadlet-{n}-{turn}.log"));
-                    let (agent, settled) = start_settled(*kind, &log, &format!("{si}-{n}-{turn}"));
-                    let ready = agent.ready_after;
-                    let before = agent.metric(SIGNALED);
-                    let (started, steal) = (Instant::now(), stalls::steal_ticks());
-                    let swaps = swaps::run(&tg, ks, k.rate, &format!("{n}-{turn}"));
-                    m.outcome.add(turn_outcome(
-                        *kind,
-                        swaps::collect(&swaps, &records, k.deadline.min(gap)),
-                        &meter.since(started, steal),
-                    ));
-                    m.memory = m.memory.max(Memory::of(&[agent.pid()]));
-                    procs::keep_smaps(agent.pid(), &format!("{kind:?}-{n}-{turn}"));
-                    let counted = agent.metric(SIGNALED) - before;
-                    if m.outcome.misses > 0 {
-                        println!(
-                            "   reloadlet missed swaps; its actions: {}",
-                            agent.series("reloadlet_actions_total")
-                        );
-                    }
+                    let who = format!("{kind:?}").to_lowercase();
+                    let log = node.path(&format!("reloadlet-{n}-{who}.log"));
+                    let (agent, settled) =
+                        start_settled(kind, copy.root(), &log, &format!("{si}-{n}-{who}"));
                     let armed = std::fs::read_to_string(&log)
                         .unwrap_or_default()
                         .lines()
@@ -368,23 +357,74 @@ async fn signal_bench(k: &Knobs) {
                         .trim()
                         .to_owned();
                     println!(
-                        "   {} start -> /readyz {:.0} ms, still for {} ms after {}, {counted} signals counted, peak RSS {:.1} MiB; {armed}",
-                        format!("{kind:?}").to_lowercase(),
-                        ready.as_secs_f64() * 1e3,
+                        "   {who} start -> /readyz {:.0} ms, still for {} ms after {}; {armed}",
+                        agent.ready_after.as_secs_f64() * 1e3,
                         SETTLED.as_millis(),
-                        settled.map_or("30 s: never".into(), |d| format!("{:.1} s", d.as_secs_f64())),
-                        procs::peak_rss_mib(agent.pid())
+                        settled.map_or("30 s: never".into(), |d| format!(
+                            "{:.1} s",
+                            d.as_secs_f64()
+                        )),
                     );
-                    if *kind == Kind::Reloadlet
-                        && si == sizes.len() - 1
-                        && second_half
-                        && !k.idle.is_zero()
-                    {
-                        summary.idle = Some(idle_wakeups(&agent, k.idle));
-                    }
+                    let before = agent.metric(SIGNALED);
+                    Running::Agent { agent, before }
                 }
+            };
+            running.push(Approach {
+                kind,
+                run,
+                targets,
+                _copy: copy,
+            });
+        }
+        let block = k.block.clamp(1, k.swaps);
+        for round in 0..k.swaps.div_ceil(block) {
+            let ks = round * block..((round + 1) * block).min(k.swaps);
+            let mut order: Vec<usize> = (0..running.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            let mut line = format!(
+                "   round {:>2}, swaps {}-{}:",
+                round + 1,
+                ks.start,
+                ks.end - 1
+            );
+            for i in order {
+                let a = &running[i];
+                let m = &mut measured.iter_mut().find(|(x, _)| *x == a.kind).unwrap().1;
+                let (started, steal) = (Instant::now(), stalls::steal_ticks());
+                let who = format!("{:?}", a.kind).to_lowercase();
+                let swaps = swaps::run(&a.targets, ks.clone(), k.rate, &format!("{n}-{who}"));
+                let outcome = swaps::collect(&swaps, &records, k.deadline.min(gap));
+                line += &block_summary(&who, &outcome, &meter.since(started, steal));
+                m.outcome.add(outcome);
+                m.memory = m.memory.max(Memory::of(&a.run.pids()));
+            }
+            println!("{line}");
+        }
+        for a in &running {
+            let Running::Agent { agent, before } = &a.run else {
+                continue;
+            };
+            let who = format!("{:?}", a.kind).to_lowercase();
+            let m = &measured.iter().find(|(x, _)| *x == a.kind).unwrap().1;
+            if m.outcome.misses > 0 {
+                println!(
+                    "   {who} missed swaps; its actions: {}",
+                    agent.series("reloadlet_actions_total")
+                );
+            }
+            procs::keep_smaps(agent.pid(), &format!("{:?}-{n}", a.kind));
+            println!(
+                "   {who}: {} signals counted, peak RSS {:.1} MiB",
+                agent.metric(SIGNALED) - before,
+                procs::peak_rss_mib(agent.pid())
+            );
+            if a.kind == Kind::Reloadlet && si == sizes.len() - 1 && !k.idle.is_zero() {
+                summary.idle = Some(idle_wakeups(agent, k.idle));
             }
         }
+        drop(running); // every approach stopped, its copy removed
         drop(raised);
         if si == sizes.len() - 1 && k.bursts + k.held_bursts > 0 {
             for &kind in kinds
@@ -393,7 +433,7 @@ async fn signal_bench(k: &Knobs) {
             {
                 let label = format!("{kind:?}-burst").to_lowercase();
                 let log = node.path(&format!("reloadlet-{n}-{label}.log"));
-                let (agent, _) = start_settled(kind, &log, &label);
+                let (agent, _) = start_settled(kind, &node.kubelet_root(), &log, &label);
                 summary.bursts.push(bursts::run(
                     &agent,
                     kind,
@@ -425,19 +465,53 @@ async fn signal_bench(k: &Knobs) {
     summary.print(k);
 }
 
-/// One turn's swaps, printed with what the machine did meanwhile (a turn's tail is only
+/// One block's p99 and max, beside what the machine did meanwhile (a block's tail is only
 /// the approach's when the machine was quiet).
-fn turn_outcome(kind: Kind, outcome: Outcome, seen: &stalls::Seen) -> Outcome {
-    println!(
-        "   turn {}: p99 {:.3} ms, max {:.2} ms; meanwhile {} wake-ups of a sleeper >= 1 ms late (worst {:.1} ms), {} ms of steal",
-        format!("{kind:?}").to_lowercase(),
+fn block_summary(who: &str, outcome: &Outcome, seen: &stalls::Seen) -> String {
+    format!(
+        " {who} {:.2}/{:.1}{}",
         outcome.percentile(0.99),
         outcome.max(),
-        seen.stalls,
-        seen.worst.as_secs_f64() * 1e3,
-        seen.steal_ms
-    );
-    outcome
+        if seen.stalls + seen.steal_ms as usize > 0 {
+            format!(
+                " ({} late, worst {:.1}; steal {})",
+                seen.stalls,
+                seen.worst.as_secs_f64() * 1e3,
+                seen.steal_ms
+            )
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// One approach, running for a whole size on its own copy of the volumes.
+struct Approach {
+    kind: Kind,
+    /// Declared before the copy: stopped before its directories go.
+    run: Running,
+    targets: Vec<Target>,
+    _copy: roots::Copy,
+}
+
+enum Running {
+    Floor(Floor),
+    Sidecars(Sidecars),
+    /// With its count of signals before the first block.
+    Agent {
+        agent: Agent,
+        before: f64,
+    },
+}
+
+impl Running {
+    fn pids(&self) -> Vec<i32> {
+        match self {
+            Running::Floor(f) => f.pids(),
+            Running::Sidecars(s) => s.pids(),
+            Running::Agent { agent, .. } => vec![agent.pid()],
+        }
+    }
 }
 
 /// How long the agent is to be still (no thread woken) before its turn's swaps.
