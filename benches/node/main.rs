@@ -18,7 +18,8 @@
 //!    round after round, the order reversed every other round, so a stretch of the machine's
 //!    noise lands on every approach alike (two 20-s turns each let one noisy turn decide a
 //!    run: docs/architecture.md). An agent's first block begins once it has been still (no
-//!    thread woken) for 1 s after its start. Latency = the target's
+//!    thread woken) for 1 s after its start, and the next approach's block once it has been
+//!    still for 1 s after its own block. Latency = the target's
 //!    CLOCK_MONOTONIC at SIGHUP receipt − the clock just before `rename(..data_tmp, ..data)`;
 //!    a miss = no SIGHUP within `BENCH_DEADLINE_MS` (and before the pod's next swap). Memory
 //!    is summed over every process of an approach, the most after any block. Each round
@@ -399,6 +400,12 @@ async fn signal_bench(k: &Knobs) {
                 line += &block_summary(&who, &outcome, &meter.since(started, steal));
                 m.outcome.add(outcome);
                 m.memory = m.memory.max(Memory::of(&a.run.pids()));
+                // An agent's work after its last signals (the chores 1 s after a change: the
+                // state write, its Events) is over before the next approach's block begins,
+                // as before its first: it lands on no one else's swaps.
+                if let Running::Agent { agent, .. } = &a.run {
+                    procs::settle(agent.pid(), SETTLED, Duration::from_secs(30));
+                }
             }
             println!("{line}");
         }
