@@ -222,6 +222,8 @@ pub enum Kind {
 #[derive(Default)]
 pub struct Measured {
     pub outcome: Outcome,
+    /// Each block's own p99, in order.
+    pub block_p99: Vec<f64>,
     pub memory: Memory,
     pub note: String,
 }
@@ -394,10 +396,19 @@ async fn signal_bench(k: &Knobs) {
                 let a = &running[i];
                 let m = &mut measured.iter_mut().find(|(x, _)| *x == a.kind).unwrap().1;
                 let (started, steal) = (Instant::now(), stalls::steal_ticks());
+                let cpu = (
+                    procs::cpu_ms(&[std::process::id() as i32]),
+                    procs::cpu_ms(&a.run.pids()),
+                );
                 let who = format!("{:?}", a.kind).to_lowercase();
                 let swaps = swaps::run(&a.targets, ks.clone(), k.rate, &format!("{n}-{who}"));
                 let outcome = swaps::collect(&swaps, &records, k.deadline.min(gap));
-                line += &block_summary(&who, &outcome, &meter.since(started, steal));
+                let cpu = (
+                    procs::cpu_ms(&[std::process::id() as i32]) - cpu.0,
+                    procs::cpu_ms(&a.run.pids()) - cpu.1,
+                );
+                line += &block_summary(&who, &outcome, &meter.since(started, steal), cpu);
+                m.block_p99.push(outcome.percentile(0.99));
                 m.outcome.add(outcome);
                 m.memory = m.memory.max(Memory::of(&a.run.pids()));
                 // An agent's work after its last signals (the chores 1 s after a change: the
@@ -474,11 +485,15 @@ async fn signal_bench(k: &Knobs) {
 
 /// One block's p99 and max, beside what the machine did meanwhile (a block's tail is only
 /// the approach's when the machine was quiet).
-fn block_summary(who: &str, outcome: &Outcome, seen: &stalls::Seen) -> String {
+/// `cpu`: CPU time in ms meanwhile of the benchmark's process (the simulated API server,
+/// the kubelet, the stall meter) and of the approach's processes.
+fn block_summary(who: &str, outcome: &Outcome, seen: &stalls::Seen, cpu: (u64, u64)) -> String {
     format!(
-        " {who} {:.2}/{:.1}{}",
+        " {who} {:.2}/{:.1} [cpu {}+{}]{}",
         outcome.percentile(0.99),
         outcome.max(),
+        cpu.0,
+        cpu.1,
         if seen.stalls + seen.steal_ms as usize > 0 {
             format!(
                 " ({} late, worst {:.1}; steal {})",

@@ -61,6 +61,25 @@ pub fn keep_smaps(pid: i32, name: &str) {
     }
 }
 
+/// CPU time (user + system, every thread) of the processes `pids`, in ms: fields 14 and 15
+/// of `/proc/<pid>/stat`, in USER_HZ (100) ticks (proc(5)).
+pub fn cpu_ms(pids: &[i32]) -> u64 {
+    pids.iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command's closing parenthesis: field 3 (state) onwards.
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            Some(f.iter().sum::<u64>() * 10)
+        })
+        .sum()
+}
+
 /// Peak RSS (`VmHWM`) of one process, in MiB.
 pub fn peak_rss_mib(pid: i32) -> f64 {
     kib(&format!("/proc/{pid}/status"), "VmHWM:").unwrap_or(0) as f64 / 1024.0

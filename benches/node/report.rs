@@ -185,6 +185,22 @@ impl Summary {
             Some(v) => println!("{what:<44} {v:>8.2}x"),
             None => println!("{what:<44} {:>8}", "-"),
         };
+        // The median of the blocks' own p99s: the approach on a typical stretch of the run,
+        // whatever the noisiest blocks did.
+        let typical = |size: usize, who: &str| -> Option<f64> {
+            let mut v = self.get(size, who)?.block_p99.clone();
+            v.retain(|x| x.is_finite());
+            v.sort_by(f64::total_cmp);
+            (!v.is_empty()).then(|| v[v.len() / 2])
+        };
+        for who in ["reloadlet", "static"] {
+            if let (Some(a), Some(f)) = (typical(l, who), typical(l, "floor")) {
+                info(
+                    format!("{who}: median block p99 / floor's, {l} volumes"),
+                    Some(a / f),
+                );
+            }
+        }
         info(
             format!("p99 / floor p99 at {s} volumes"),
             ratio(s, "reloadlet", "floor", 0.99),
