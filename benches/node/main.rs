@@ -443,6 +443,8 @@ async fn signal_bench(k: &Knobs) {
             }
         }
         drop(running); // every approach stopped, its copy removed
+                       // The copies' deletion written back now, not during the bursts' swaps on the same disk.
+        nix::unistd::sync();
         drop(raised);
         if si == sizes.len() - 1 && k.bursts + k.held_bursts > 0 {
             for &kind in kinds
