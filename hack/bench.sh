@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark (as root). On one simulated node (this part about 7 minutes at the defaults):
+# The benchmark (as root). On one simulated node (this part about 11 minutes at the defaults):
 #  1. swap -> signal latency (p50, p99, max, misses) and memory of reloadlet (--debounce 0s;
 #     the glibc build and the image's static binary) and of two references, the floor
 #     (examples/floor.rs: one inotify fd, kill(2) on ..data) and an inotifywait + kill
