@@ -403,9 +403,10 @@ async fn signal_bench(k: &Knobs) {
                 let who = format!("{:?}", a.kind).to_lowercase();
                 let swaps = swaps::run(&a.targets, ks.clone(), k.rate, &format!("{n}-{who}"));
                 let outcome = swaps::collect(&swaps, &records, k.deadline.min(gap));
+                // Saturating: a process of the approach that ended meanwhile takes its time along.
                 let cpu = (
-                    procs::cpu_ms(&[std::process::id() as i32]) - cpu.0,
-                    procs::cpu_ms(&a.run.pids()) - cpu.1,
+                    procs::cpu_ms(&[std::process::id() as i32]).saturating_sub(cpu.0),
+                    procs::cpu_ms(&a.run.pids()).saturating_sub(cpu.1),
                 );
                 line += &block_summary(&who, &outcome, &meter.since(started, steal), cpu);
                 m.block_p99.push(outcome.percentile(0.99));
