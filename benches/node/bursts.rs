@@ -82,7 +82,7 @@ pub fn run(
         },
         missed: 0,
     };
-    let who = format!("{kind:?}").to_lowercase();
+    let who = kind.name();
     for (held, phase) in [(false, &mut out.live), (true, &mut out.held)] {
         if phase.rounds == 0 {
             continue;

@@ -218,6 +218,13 @@ pub enum Kind {
     Static,
 }
 
+impl Kind {
+    /// Its name in the output (`floor`, `reloadlet`, …).
+    pub fn name(self) -> String {
+        format!("{self:?}").to_lowercase()
+    }
+}
+
 /// Everything measured for one approach at one size.
 #[derive(Default)]
 pub struct Measured {
@@ -329,7 +336,7 @@ async fn signal_bench(k: &Knobs) {
         for &kind in &kinds {
             let copy = roots::Copy::of(
                 &node.kubelet_root(),
-                &node.path(&format!("roots/{n}-{kind:?}").to_lowercase()),
+                &node.path(&format!("roots/{n}-{}", kind.name())),
             )
             .expect("the pods' volumes are copied");
             let targets = copy.retarget(&node.kubelet_root(), &tg);
@@ -348,7 +355,7 @@ async fn signal_bench(k: &Knobs) {
                     }
                 },
                 Kind::Reloadlet | Kind::Static => {
-                    let who = format!("{kind:?}").to_lowercase();
+                    let who = kind.name();
                     let log = node.path(&format!("reloadlet-{n}-{who}.log"));
                     let (agent, settled) =
                         start_settled(kind, copy.root(), &log, &format!("{si}-{n}-{who}"));
@@ -380,6 +387,7 @@ async fn signal_bench(k: &Knobs) {
             });
         }
         let block = k.block.clamp(1, k.swaps);
+        let bench = std::process::id() as i32;
         for round in 0..k.swaps.div_ceil(block) {
             let ks = round * block..((round + 1) * block).min(k.swaps);
             let mut order: Vec<usize> = (0..running.len()).collect();
@@ -396,16 +404,13 @@ async fn signal_bench(k: &Knobs) {
                 let a = &running[i];
                 let m = &mut measured.iter_mut().find(|(x, _)| *x == a.kind).unwrap().1;
                 let (started, steal) = (Instant::now(), stalls::steal_ticks());
-                let cpu = (
-                    procs::cpu_ms(&[std::process::id() as i32]),
-                    procs::cpu_ms(&a.run.pids()),
-                );
-                let who = format!("{:?}", a.kind).to_lowercase();
+                let cpu = (procs::cpu_ms(&[bench]), procs::cpu_ms(&a.run.pids()));
+                let who = a.kind.name();
                 let swaps = swaps::run(&a.targets, ks.clone(), k.rate, &format!("{n}-{who}"));
                 let outcome = swaps::collect(&swaps, &records, k.deadline.min(gap));
                 // Saturating: a process of the approach that ended meanwhile takes its time along.
                 let cpu = (
-                    procs::cpu_ms(&[std::process::id() as i32]).saturating_sub(cpu.0),
+                    procs::cpu_ms(&[bench]).saturating_sub(cpu.0),
                     procs::cpu_ms(&a.run.pids()).saturating_sub(cpu.1),
                 );
                 line += &block_summary(&who, &outcome, &meter.since(started, steal), cpu);
@@ -425,7 +430,7 @@ async fn signal_bench(k: &Knobs) {
             let Running::Agent { agent, before } = &a.run else {
                 continue;
             };
-            let who = format!("{:?}", a.kind).to_lowercase();
+            let who = a.kind.name();
             let m = &measured.iter().find(|(x, _)| *x == a.kind).unwrap().1;
             if m.outcome.misses > 0 {
                 println!(
@@ -443,8 +448,9 @@ async fn signal_bench(k: &Knobs) {
                 summary.idle = Some(idle_wakeups(agent, k.idle));
             }
         }
-        drop(running); // every approach stopped, its copy removed
-                       // The copies' deletion written back now, not during the bursts' swaps on the same disk.
+        // Every approach stopped and its copy removed; the deletion written back now, not
+        // during the bursts' swaps on the same disk.
+        drop(running);
         nix::unistd::sync();
         drop(raised);
         if si == sizes.len() - 1 && k.bursts + k.held_bursts > 0 {
@@ -452,7 +458,7 @@ async fn signal_bench(k: &Knobs) {
                 .iter()
                 .filter(|x| matches!(x, Kind::Reloadlet | Kind::Static))
             {
-                let label = format!("{kind:?}-burst").to_lowercase();
+                let label = format!("{}-burst", kind.name());
                 let log = node.path(&format!("reloadlet-{n}-{label}.log"));
                 let (agent, _) = start_settled(kind, &node.kubelet_root(), &log, &label);
                 summary.bursts.push(bursts::run(
@@ -468,7 +474,7 @@ async fn signal_bench(k: &Knobs) {
         for (kind, m) in measured {
             summary.rows.push(Row {
                 volumes: n,
-                kind: format!("{kind:?}").to_lowercase(),
+                kind: kind.name(),
                 measured: m,
             });
         }
@@ -539,7 +545,7 @@ impl Running {
     }
 }
 
-/// How long the agent is to be still (no thread woken) before its turn's swaps.
+/// How long an agent is to be still (no thread woken) before its first block and after each.
 pub const SETTLED: Duration = Duration::from_millis(1000);
 
 const SIGNALED: &str = "reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}";

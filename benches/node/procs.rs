@@ -67,15 +67,13 @@ pub fn cpu_ms(pids: &[i32]) -> u64 {
     pids.iter()
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // After the command's closing parenthesis: field 3 (state) onwards.
-            let rest = stat.rsplit_once(')')?.1;
-            let f: Vec<u64> = rest
-                .split_whitespace()
+            // Fields 14 and 15: the 12th and 13th after the command.
+            let ticks: u64 = nodesim::proc_stat::fields_after_comm(&stat)?
                 .skip(11)
                 .take(2)
-                .filter_map(|v| v.parse().ok())
-                .collect();
-            Some(f.iter().sum::<u64>() * 10)
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum();
+            Some(ticks * 10)
         })
         .sum()
 }

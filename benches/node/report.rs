@@ -220,7 +220,7 @@ impl Summary {
             mem(s, "sidecar"),
         );
         for b in &self.bursts {
-            let who = format!("{:?}", b.kind).to_lowercase();
+            let who = b.kind.name();
             let bar = if b.kind == crate::Kind::Static {
                 12
             } else {
