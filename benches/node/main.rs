@@ -345,12 +345,7 @@ async fn signal_bench(k: &Knobs) {
                 Kind::Sidecar => match Sidecars::start(&targets, &node.path("sidecars")) {
                     Ok(fleet) => Running::Sidecars(fleet),
                     Err(e) => {
-                        measured
-                            .iter_mut()
-                            .find(|(x, _)| *x == kind)
-                            .unwrap()
-                            .1
-                            .note = e;
+                        measured_of(&mut measured, kind).note = e;
                         continue;
                     }
                 },
@@ -402,21 +397,23 @@ async fn signal_bench(k: &Knobs) {
             );
             for i in order {
                 let a = &running[i];
-                let m = &mut measured.iter_mut().find(|(x, _)| *x == a.kind).unwrap().1;
+                let m = measured_of(&mut measured, a.kind);
+                // Found once per block: a sidecar fleet's are looked up in /proc.
+                let pids = a.run.pids();
                 let (started, steal) = (Instant::now(), stalls::steal_ticks());
-                let cpu = (procs::cpu_ms(&[bench]), procs::cpu_ms(&a.run.pids()));
+                let cpu = (procs::cpu_ms(&[bench]), procs::cpu_ms(&pids));
                 let who = a.kind.name();
                 let swaps = swaps::run(&a.targets, ks.clone(), k.rate, &format!("{n}-{who}"));
                 let outcome = swaps::collect(&swaps, &records, k.deadline.min(gap));
                 // Saturating: a process of the approach that ended meanwhile takes its time along.
                 let cpu = (
                     procs::cpu_ms(&[bench]).saturating_sub(cpu.0),
-                    procs::cpu_ms(&a.run.pids()).saturating_sub(cpu.1),
+                    procs::cpu_ms(&pids).saturating_sub(cpu.1),
                 );
                 line += &block_summary(&who, &outcome, &meter.since(started, steal), cpu);
                 m.block_p99.push(outcome.percentile(0.99));
                 m.outcome.add(outcome);
-                m.memory = m.memory.max(Memory::of(&a.run.pids()));
+                m.memory = m.memory.max(Memory::of(&pids));
                 // An agent's work after its last signals (the chores 1 s after a change: the
                 // state write, its Events) is over before the next approach's block begins,
                 // as before its first: it lands on no one else's swaps.
@@ -431,8 +428,7 @@ async fn signal_bench(k: &Knobs) {
                 continue;
             };
             let who = a.kind.name();
-            let m = &measured.iter().find(|(x, _)| *x == a.kind).unwrap().1;
-            if m.outcome.misses > 0 {
+            if measured_of(&mut measured, a.kind).outcome.misses > 0 {
                 println!(
                     "   {who} missed swaps; its actions: {}",
                     agent.series("reloadlet_actions_total")
@@ -514,6 +510,15 @@ fn block_summary(who: &str, outcome: &Outcome, seen: &stalls::Seen, cpu: (u64, u
             String::new()
         }
     )
+}
+
+/// What was measured of `kind` (every kind of the size has its entry).
+fn measured_of(measured: &mut [(Kind, Measured)], kind: Kind) -> &mut Measured {
+    &mut measured
+        .iter_mut()
+        .find(|(x, _)| *x == kind)
+        .expect("every kind of the size is measured")
+        .1
 }
 
 /// One approach, running for a whole size on its own copy of the volumes.

@@ -190,8 +190,7 @@ impl Summary {
         let typical = |size: usize, who: &str| -> Option<f64> {
             let mut v = self.get(size, who)?.block_p99.clone();
             v.retain(|x| x.is_finite());
-            v.sort_by(f64::total_cmp);
-            (!v.is_empty()).then(|| v[v.len() / 2])
+            (!v.is_empty()).then(|| crate::swaps::percentile(&v, 0.5))
         };
         for who in ["reloadlet", "static"] {
             if let (Some(a), Some(f)) = (typical(l, who), typical(l, "floor")) {

@@ -73,17 +73,22 @@ impl Outcome {
     }
 
     pub fn percentile(&self, p: f64) -> f64 {
-        let mut v = self.lat_ms.clone();
-        if v.is_empty() {
-            return f64::NAN;
-        }
-        v.sort_by(f64::total_cmp);
-        v[((v.len() as f64 - 1.0) * p).round() as usize]
+        percentile(&self.lat_ms, p)
     }
 
     pub fn max(&self) -> f64 {
         self.lat_ms.iter().copied().fold(f64::NAN, f64::max)
     }
+}
+
+/// The `p` percentile (0..=1) of `values`, nearest rank; NaN for none.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut v = values.to_vec();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// SIGHUP receipt times recorded in `file` at or after `since_ns`.
