@@ -260,6 +260,7 @@ impl Agent {
                 Wake::Due => self.fire_due(),
                 Wake::Changed => self.chores.soon(now()),
             }
+            self.report_over_limit();
             // A pod's arrival hashes the volumes that waited for it: keep the gauge current.
             self.metrics
                 .watch
@@ -303,6 +304,32 @@ impl Agent {
                 }
                 WatchEvent::Overflow => {
                     tracing::warn!("inotify queue overflowed; rescanning every watched volume");
+                }
+            }
+        }
+    }
+
+    /// Volumes refused for a limit: a Warning `VolumeOverLimit` on a pod that opted in (its
+    /// author can fix the volume), a log line for any other; the rest of the node goes on.
+    fn report_over_limit(&mut self) {
+        for (key, why) in self.volumes.take_over_limit() {
+            let pod = self.pods.index().get(&key.pod_uid).cloned();
+            let opted_in = pod
+                .as_ref()
+                .is_some_and(|p| p.annotations.contains_key(crate::core::annotations::ACTION));
+            match pod {
+                Some(pod) if opted_in => {
+                    let note = format!("volume {} is not followed: {why}", key.volume);
+                    tracing::warn!(pod = %pod.full_name(), volume = %key.volume, error = %why, "volume over a limit; not followed");
+                    self.exec.report(
+                        &(&pod).into(),
+                        crate::core::outcome::ActionKind::None,
+                        crate::core::outcome::Outcome::VolumeOverLimit,
+                        note,
+                    );
+                }
+                _ => {
+                    tracing::warn!(volume = %key, error = %why, "volume of a pod that did not opt in is over a limit; not followed");
                 }
             }
         }

@@ -79,6 +79,8 @@ struct VolumeState {
     legacy: Option<[u8; 32]>,
     look: Look,
     after: AfterAction,
+    /// The limit the volume's last hash was refused for (reported once until it changes).
+    over_limit: Option<String>,
 }
 
 /// A volume whose content changed at `at`: its pod's action follows after the debounce.
@@ -104,6 +106,8 @@ pub struct VolumeTracker {
     /// Something to persist changed since the last [`Self::snapshot`].
     dirty: bool,
     settling: Settling,
+    /// Volumes newly refused for a limit, for the loop to report ([`Self::take_over_limit`]).
+    over_limit: Vec<(VolumeKey, String)>,
 }
 
 impl VolumeTracker {
@@ -138,6 +142,7 @@ impl VolumeTracker {
             max_bytes,
             swap_counters: VolumePlugin::ALL.map(|p| metrics.swap_counters(p)),
             dirty: false,
+            over_limit: Vec::new(),
             settling: Settling::default(),
         };
         (tracker, hashed)
@@ -491,9 +496,13 @@ impl VolumeTracker {
             Ok(None) => None,
             Err(e) => {
                 tracing::warn!(volume = %key, error = %e, "cannot hash volume; change ignored");
+                if e.over_limit() {
+                    self.refused(key, e.to_string());
+                }
                 return;
             }
         };
+        self.with_state(key, |state| state.over_limit = None);
         let observation = self.detector.observe(key, hash);
         tracing::debug!(volume = %key, ?cause, ?observation, "looked at volume");
         match observation {
@@ -505,6 +514,23 @@ impl VolumeTracker {
             }
             Observation::Unchanged | Observation::NotWritten => {}
         }
+    }
+
+    /// A volume over a limit: not followed as it is; reported once per volume and limit.
+    fn refused(&mut self, key: &VolumeKey, why: String) {
+        let mut new = false;
+        self.with_state(key, |state| {
+            new = state.over_limit.as_ref() != Some(&why);
+            state.over_limit = Some(why.clone());
+        });
+        if new {
+            self.over_limit.push((key.clone(), why));
+        }
+    }
+
+    /// The volumes refused for a limit since the last call (each once per limit).
+    pub fn take_over_limit(&mut self) -> Vec<(VolumeKey, String)> {
+        std::mem::take(&mut self.over_limit)
     }
 
     /// A volume's content changed (seen at `now`, told by `how`).

@@ -839,8 +839,12 @@ mod tests {
         );
         assert_eq!(
             evict(&[(BLOCKED_TIMEOUT, "soon")]).unwrap_err().to_string(),
-            "reloadlet.io/blocked-timeout: \"soon\" is not a duration above 0s (e.g. 10m, 1h)"
+            "reloadlet.io/blocked-timeout: \"soon\" is not a duration above 0s and at most 7 days (e.g. 10m, 1h)"
         );
+        // A tenant's overflow (issue #43): refused, never added to an instant.
+        assert!(evict(&[(ON_BLOCKED, "rollout"), (BLOCKED_TIMEOUT, "300000000000y")]).is_err());
+        assert_eq!(evict(&[(BLOCKED_TIMEOUT, "7d")]), Ok(true));
+        assert!(evict(&[(BLOCKED_TIMEOUT, "8d")]).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod debounce;
 pub mod detect;
 pub mod disruption_budgets;
 pub mod drained;
+pub mod durations;
 pub mod filters;
 pub mod label_selector;
 pub mod model;

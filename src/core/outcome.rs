@@ -60,6 +60,9 @@ pub enum Outcome {
     /// A 4xx other than 408/429, or no 2xx within the retry budget (Warning `ReloadFailed`).
     ReloadFailed,
     InvalidAnnotation,
+    /// A volume over one of the agent's limits (depth, entries, bytes): not followed
+    /// (Warning `VolumeOverLimit`, once per volume and limit).
+    VolumeOverLimit,
     SubPathNotUpdated,
     DryRun,
     /// An evict pod that no PodDisruptionBudget selects (a warning, not counted).
@@ -120,6 +123,7 @@ impl Outcome {
             Self::Reloaded => "reloaded",
             Self::ReloadFailed => "reload_failed",
             Self::InvalidAnnotation => "invalid_annotation",
+            Self::VolumeOverLimit => "volume_over_limit",
             Self::SubPathNotUpdated => "subpath_not_updated",
             Self::DryRun => "dry_run",
             Self::NoDisruptionBudget => "no_disruption_budget",
@@ -154,6 +158,7 @@ impl Outcome {
             Self::Reloaded => ("Reloaded", false),
             Self::ReloadFailed => ("ReloadFailed", true),
             Self::InvalidAnnotation => ("InvalidAnnotation", true),
+            Self::VolumeOverLimit => ("VolumeOverLimit", true),
             Self::SubPathNotUpdated => ("SubPathNotUpdated", true),
             Self::NoDisruptionBudget => ("NoDisruptionBudget", true),
             Self::EnvNotReloaded => ("EnvNotReloaded", true),
@@ -192,7 +197,7 @@ impl Outcome {
             | Self::EvictionHandedOff
             | Self::Refused => &[Evict],
             Self::Reloaded | Self::ReloadFailed => &[Http],
-            Self::InvalidAnnotation | Self::EnvNotReloaded => &[None],
+            Self::InvalidAnnotation | Self::VolumeOverLimit | Self::EnvNotReloaded => &[None],
             Self::DryRun => &[Signal, Evict, Http, Rollout],
             Self::RolloutRequested | Self::RolloutUnsupported | Self::RolloutFailed => &[Rollout],
             // Counted apart: reloadlet_pacing_deferrals_total, reloadlet_flap_episodes_total.
@@ -284,6 +289,7 @@ mod tests {
                 ("reloaded", "Reloaded", false),
                 ("reload_failed", "ReloadFailed", true),
                 ("invalid_annotation", "InvalidAnnotation", true),
+                ("volume_over_limit", "VolumeOverLimit", true),
                 ("subpath_not_updated", "SubPathNotUpdated", true),
                 ("no_disruption_budget", "NoDisruptionBudget", true),
                 ("env_not_reloaded", "EnvNotReloaded", true),

@@ -20,6 +20,8 @@ pub const ON_BLOCKED: &str = "reloadlet.io/on-blocked";
 /// rollout` rolls the owner anyway.
 pub const BLOCKED_TIMEOUT: &str = "reloadlet.io/blocked-timeout";
 pub const DEFAULT_BLOCKED_TIMEOUT: Duration = Duration::from_secs(600);
+/// The longest `blocked-timeout` a pod may ask for (a week): longer is refused as invalid.
+pub const MAX_BLOCKED_TIMEOUT: Duration = crate::core::durations::MAX_ANNOTATION_DURATION;
 
 /// The kinds a rollout can restart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -286,7 +288,9 @@ pub enum OnBlocked {
 pub enum BlockedError {
     #[error("{ON_BLOCKED}: {0:?} is not valid; use \"wait\" (the default) or \"rollout\"")]
     OnBlocked(String),
-    #[error("{BLOCKED_TIMEOUT}: {0:?} is not a duration above 0s (e.g. 10m, 1h)")]
+    #[error(
+        "{BLOCKED_TIMEOUT}: {0:?} is not a duration above 0s and at most 7 days (e.g. 10m, 1h)"
+    )]
     Timeout(String),
 }
 
@@ -302,7 +306,7 @@ pub fn on_blocked(
     };
     let timeout = match annotations.get(BLOCKED_TIMEOUT) {
         None => DEFAULT_BLOCKED_TIMEOUT,
-        Some(v) => humantime::parse_duration(v.trim())
+        Some(v) => crate::core::durations::parse_bounded(v, MAX_BLOCKED_TIMEOUT)
             .ok()
             .filter(|d| !d.is_zero())
             .ok_or_else(|| BlockedError::Timeout(v.clone()))?,

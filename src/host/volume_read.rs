@@ -130,8 +130,23 @@ pub enum HashError {
     DataTarget { path: PathBuf, target: PathBuf },
     #[error("volume content exceeds the {limit}-byte limit")]
     TooLarge { limit: u64 },
+    #[error("the volume nests directories deeper than the {limit}-level limit")]
+    TooDeep { limit: usize },
+    #[error("the volume has more than the {limit}-entry limit of files and directories")]
+    TooManyEntries { limit: usize },
     #[error("{path} is neither a regular file, a directory nor a symlink")]
     Unsupported { path: PathBuf },
+}
+
+impl HashError {
+    /// Over one of the limits ([`MAX_DEPTH`], [`MAX_ENTRIES`], the byte budget): the volume
+    /// is refused as it is, and hashing it again gives the same answer until it changes.
+    pub fn over_limit(&self) -> bool {
+        matches!(
+            self,
+            Self::TooDeep { .. } | Self::TooManyEntries { .. } | Self::TooLarge { .. }
+        )
+    }
 }
 
 /// Hashes the tree `volume_dir/..data` points to, part by part (see [`Layout`]). `Ok(None)`
@@ -232,7 +247,8 @@ pub fn hash_volume_counted(
 
 /// The sum of the sizes of the regular files below the directory `..data` points to, from
 /// their metadata only (nothing is read): whether a volume not hashed yet is small enough to
-/// hash in place. `0` before the first write; `u64::MAX` when it cannot be told.
+/// hash in place. `0` before the first write; `u64::MAX` when it cannot be told (or the tree
+/// has more than [`MAX_ENTRIES`] entries).
 pub fn content_bytes(volume_dir: &Path) -> u64 {
     let root = match data_dir(volume_dir) {
         Ok(Some(root)) => root.path,
@@ -240,12 +256,18 @@ pub fn content_bytes(volume_dir: &Path) -> u64 {
         Err(_) => return u64::MAX,
     };
     let mut total = 0u64;
+    let mut seen = 0usize;
     let mut stack = vec![root];
     while let Some(dir) = stack.pop() {
         let Ok(entries) = fs::read_dir(&dir) else {
             return u64::MAX;
         };
         for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                // Over the walk's own limit: the hash will say so.
+                return u64::MAX;
+            }
             let Ok(meta) = entry.metadata() else { continue };
             if meta.is_dir() {
                 stack.push(entry.path());
@@ -324,12 +346,33 @@ fn is_timestamp_dir_name(target: &Path) -> bool {
         && name != DATA_LINK.as_bytes()
 }
 
+/// The deepest directory nesting a volume may have below `..data`. The API server accepts
+/// `items[].path` up to 4,096 characters (kubernetes `pkg/apis/core/validation`,
+/// `validateKeyToPath`: `validateLocalDescendingPath` and a 4096-byte cap), so about two
+/// thousand levels are possible; no real payload nests a tenth as deep. A deeper volume is
+/// refused whole ([`HashError::TooDeep`]), never partly hashed.
+pub const MAX_DEPTH: usize = 64;
+
+/// The most entries (files, directories, symlinks) a volume may have. A ConfigMap or Secret
+/// holds at most 1 MiB (etcd's request limit) and so at most some tens of thousands of keys;
+/// the byte budget alone would let a volume of one-byte names keep millions of entries in
+/// memory. A bigger volume is refused whole ([`HashError::TooManyEntries`]).
+pub const MAX_ENTRIES: usize = 20_000;
+
 struct Walker {
     budget: u64,
     limit: u64,
     entries: Vec<Entry>,
     /// A CSI volume written in place: its top-level `..*` entries are not its content.
     skip_top_dotdot: bool,
+}
+
+/// One directory being listed by [`Walker::walk`]: its descriptor, its path relative to the
+/// root, and its children not handled yet (in reverse byte order, so `pop` gives the next).
+struct Frame {
+    dir: OwnedFd,
+    rel: Vec<u8>,
+    children: Vec<(Vec<u8>, FileType)>,
 }
 
 impl Walker {
@@ -346,50 +389,37 @@ impl Walker {
     /// pre-order with siblings in byte order of their names (the stream's order); only wanted
     /// files are read.
     ///
+    /// Iterative, with an explicit stack of at most [`MAX_DEPTH`] open directories: a
+    /// tenant's volume decides the depth, so it must not decide this thread's stack use. At
+    /// most [`MAX_ENTRIES`] entries are kept.
+    ///
     /// Every call is relative to the directory's descriptor (`openat`, `readlinkat`), the
     /// file type comes from `getdents64`'s `d_type` (tmpfs fills it in; `DT_UNKNOWN` falls
     /// back to `fstatat`), and a file is read up to the size `fstat` gave it: a small volume
     /// costs `readlink`, `open`, `getdents64` ×2, `close`, then `openat`, `fstat`, `read`,
     /// `close` per file.
     fn walk(&mut self, root: Root, wanted: impl Fn(&[u8]) -> bool) -> Result<(), HashError> {
-        self.walk_dir(&root.path, root.fd, &[], &wanted)
-    }
-
-    fn walk_dir(
-        &mut self,
-        root: &Path,
-        dir: OwnedFd,
-        rel: &[u8],
-        wanted: &impl Fn(&[u8]) -> bool,
-    ) -> Result<(), HashError> {
-        let dir_path = || root.join(std::ffi::OsStr::from_bytes(rel));
-        let mut children = Vec::new();
-        // A stack buffer: listing a volume allocates nothing but the names kept.
-        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-        let mut listing = fs_sys::RawDir::new(&dir, &mut buf);
-        while let Some(entry) = listing.next() {
-            let entry = entry.map_err(|e| io_error(dir_path(), e))?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
+        let base = root.path;
+        let first = self.list(&base, root.fd, Vec::new())?;
+        let mut stack = vec![first];
+        loop {
+            let depth = stack.len();
+            let Some(frame) = stack.last_mut() else { break };
+            let Some((name, listed)) = frame.children.pop() else {
+                stack.pop();
                 continue;
-            }
-            if self.skip_top_dotdot && rel.is_empty() && name.starts_with(b"..") {
-                continue;
-            }
-            children.push((name.to_vec(), entry.file_type()));
-        }
-        children.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, listed) in children {
-            let mut child = Vec::with_capacity(rel.len() + 1 + name.len());
-            if !rel.is_empty() {
-                child.extend_from_slice(rel);
+            };
+            let mut child = Vec::with_capacity(frame.rel.len() + 1 + name.len());
+            if !frame.rel.is_empty() {
+                child.extend_from_slice(&frame.rel);
                 child.push(b'/');
             }
             child.extend_from_slice(&name);
-            let path = || root.join(std::ffi::OsStr::from_bytes(&child));
+            let path = || base.join(std::ffi::OsStr::from_bytes(&child));
+            let dir = frame.dir.as_fd();
             let kind = match listed {
                 FileType::Unknown => {
-                    let stat = fs_sys::statat(&dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                    let stat = fs_sys::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
                         .map_err(|e| io_error(path(), e))?;
                     FileType::from_raw_mode(stat.st_mode as _)
                 }
@@ -399,9 +429,15 @@ impl Walker {
                 continue;
             }
             self.spend(child.len() as u64)?;
+            if self.entries.len() >= MAX_ENTRIES {
+                return Err(HashError::TooManyEntries { limit: MAX_ENTRIES });
+            }
             match kind {
                 FileType::Directory => {
-                    let fd = fs_sys::openat(&dir, name.as_slice(), DIR_FLAGS, Mode::empty())
+                    if depth >= MAX_DEPTH {
+                        return Err(HashError::TooDeep { limit: MAX_DEPTH });
+                    }
+                    let fd = fs_sys::openat(dir, name.as_slice(), DIR_FLAGS, Mode::empty())
                         .map_err(|e| io_error(path(), e))?;
                     let mode = fs_sys::fstat(&fd).map_err(|e| io_error(path(), e))?.st_mode;
                     self.entries.push(Entry {
@@ -410,12 +446,13 @@ impl Walker {
                         mode: mode as u32 & 0o7777,
                         content: Vec::new(),
                     });
-                    self.walk_dir(root, fd, &child, wanted)?;
+                    let next = self.list(&base, fd, child)?;
+                    stack.push(next);
                 }
                 FileType::Symlink => {
-                    let stat = fs_sys::statat(&dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                    let stat = fs_sys::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
                         .map_err(|e| io_error(path(), e))?;
-                    let target = fs_sys::readlinkat(&dir, name.as_slice(), Vec::new())
+                    let target = fs_sys::readlinkat(dir, name.as_slice(), Vec::new())
                         .map_err(|e| io_error(path(), e))?
                         .into_bytes();
                     self.spend(target.len() as u64)?;
@@ -427,7 +464,7 @@ impl Walker {
                     });
                 }
                 FileType::RegularFile => {
-                    let (mode, digest) = self.file_digest(dir.as_fd(), &name, &path)?;
+                    let (mode, digest) = self.file_digest(dir, &name, &path)?;
                     self.entries.push(Entry {
                         kind: FILE,
                         rel: child,
@@ -440,6 +477,37 @@ impl Walker {
             }
         }
         Ok(())
+    }
+
+    /// The children of the directory `dir` (at `rel` below `base`), sorted for [`Self::walk`].
+    /// Each listed name is counted against [`MAX_ENTRIES`] before it is kept, so one huge
+    /// directory is refused while it is read (names are paid for from the byte budget when
+    /// the walk keeps them: excluded files cost nothing).
+    fn list(&mut self, base: &Path, dir: OwnedFd, rel: Vec<u8>) -> Result<Frame, HashError> {
+        let mut children = Vec::new();
+        {
+            // A stack buffer: listing a volume allocates nothing but the names kept.
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+            let mut listing = fs_sys::RawDir::new(&dir, &mut buf);
+            while let Some(entry) = listing.next() {
+                let entry =
+                    entry.map_err(|e| io_error(base.join(std::ffi::OsStr::from_bytes(&rel)), e))?;
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                if self.skip_top_dotdot && rel.is_empty() && name.starts_with(b"..") {
+                    continue;
+                }
+                if self.entries.len() + children.len() >= MAX_ENTRIES {
+                    return Err(HashError::TooManyEntries { limit: MAX_ENTRIES });
+                }
+                children.push((name.to_vec(), entry.file_type()));
+            }
+        }
+        // Reverse byte order: the walk pops the smallest name first.
+        children.sort_by(|a, b| b.0.cmp(&a.0));
+        Ok(Frame { dir, rel, children })
     }
 
     /// The mode and SHA-256 of a regular file's content, opened without following a symlink.

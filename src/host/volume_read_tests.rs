@@ -460,3 +460,53 @@ fn data_target_reads_the_link_whatever_its_length() {
         );
     }
 }
+
+/// A tenant's `items[].path` of `a/a/a/…` (the API accepts 4,096 characters: about two
+/// thousand levels). The walk is iterative: on a thread with a 128 KiB stack (a recursive walk
+/// with its 4 KiB listing buffer per level needed several MiB here) a tree far deeper than the
+/// limit is refused with the limit named, and the same tree at the limit is hashed.
+#[test]
+fn a_tenant_deep_tree_is_refused_at_the_depth_limit_without_deep_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = vec!["a"; 1_500].join("/") + "/key";
+    write_volume(dir.path(), TS1, &[(&deep, "v", 0o644)]);
+    let at_limit = tempfile::tempdir().unwrap();
+    let ok = vec!["a"; MAX_DEPTH - 1].join("/") + "/key";
+    write_volume(at_limit.path(), TS1, &[(&ok, "v", 0o644)]);
+    let (deep_path, ok_path) = (dir.path().to_owned(), at_limit.path().to_owned());
+    let (deep_result, ok_result) = std::thread::Builder::new()
+        .stack_size(128 << 10)
+        .spawn(move || (hv(&deep_path, 1 << 30), hv(&ok_path, 1 << 30)))
+        .unwrap()
+        .join()
+        .expect("the walk must not overflow a small stack");
+    let err = deep_result.unwrap_err();
+    assert!(
+        matches!(err, HashError::TooDeep { limit } if limit == MAX_DEPTH),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&MAX_DEPTH.to_string()), "{err}");
+    // Positive control: the same shape at the limit is hashed.
+    assert!(ok_result.unwrap().is_some());
+    // content_bytes (the size estimate) walks the deep tree without trouble.
+    let _ = content_bytes(dir.path());
+}
+
+/// A volume of more entries than [`MAX_ENTRIES`] (each a one-byte name, well inside the byte
+/// budget) is refused whole while it is listed, naming the limit; one under it is hashed.
+#[test]
+fn a_tenant_volume_of_too_many_entries_is_refused_naming_the_limit() {
+    let names: Vec<String> = (0..=MAX_ENTRIES).map(|i| format!("{i:x}")).collect();
+    let over: Vec<(&str, &str, u32)> = names.iter().map(|n| (n.as_str(), "", 0o644)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_volume(dir.path(), TS1, &over);
+    let err = hv(dir.path(), 1 << 30).unwrap_err();
+    assert!(
+        matches!(err, HashError::TooManyEntries { limit } if limit == MAX_ENTRIES),
+        "{err}"
+    );
+    assert_eq!(content_bytes(dir.path()), u64::MAX);
+    let under = tempfile::tempdir().unwrap();
+    write_volume(under.path(), TS1, &over[..MAX_ENTRIES - 1]);
+    assert!(hv(under.path(), 1 << 30).unwrap().is_some());
+}

@@ -237,7 +237,8 @@ impl RolloutFeature {
                     continue;
                 }
                 tracing::info!(pod = %pod.full_name(), source = %change.source, timeout = %humantime::format_duration(timeout), "evict pod with on-blocked: rollout; its owner is rolled if the pod still runs after the timeout");
-                let at = Instant::now() + timeout;
+                let now = Instant::now();
+                let at = Instant::from_std(crate::core::durations::later(now.into_std(), timeout));
                 match self
                     .escalations
                     .iter_mut()

@@ -215,10 +215,10 @@ impl PacingSpec {
     }
 }
 
-/// A duration as `humantime` reads it (`90s`, `10m`, `1h30m`).
+/// A duration as `humantime` reads it (`90s`, `10m`, `1h30m`), at most a week
+/// ([`crate::core::durations::MAX_ANNOTATION_DURATION`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("not a duration (e.g. 30s, 10m, 1h): {e}"))
+    crate::core::durations::parse_bounded(s, crate::core::durations::MAX_ANNOTATION_DURATION)
 }
 
 #[cfg(test)]
