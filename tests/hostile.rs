@@ -188,3 +188,127 @@ async fn a_blocked_timeout_of_three_hundred_billion_years_cannot_stop_the_contro
     );
     controller.stop().await;
 }
+
+/// A Deployment whose template mounts `cfg` and asks for `action` (`None`: nothing).
+fn deployment(name: &str, action: Option<&str>) -> k8s_openapi::api::apps::v1::Deployment {
+    let mut annotations = json!({"nodesim.reloadlet.io/ready-delay-ms": "200"});
+    if let Some(action) = action {
+        annotations["reloadlet.io/action"] = json!(action);
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {
+                    "containers": [{"name": "app", "image": "app",
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]}],
+                    "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}]
+                }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+fn deployment_patches(node: &Node, name: &str) -> usize {
+    node.api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/deployments/{name}")))
+        .count()
+}
+
+/// Issue #43 §2, a tenant who can write pods but not Deployments: `action: rollout` patched
+/// onto the running pod of a Deployment whose template never asked, and a bare pod whose
+/// owner reference names that Deployment's ReplicaSet with a made-up UID. The controller
+/// patches neither Deployment's template; each pod gets a Warning `RolloutNotGranted` saying
+/// why. Positive control: the Deployment whose template asks is rolled by the same change.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_cannot_have_a_workload_rolled_that_never_asked() {
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "cfg", &[("k", "v1")]));
+    node.api
+        .apply_deployment(deployment("victim", None))
+        .unwrap();
+    node.api
+        .apply_deployment(deployment("asks", Some("rollout")))
+        .unwrap();
+    let first_pod = |name: &str| {
+        let pods = node
+            .api
+            .pods_of_workload(WorkloadKind::Deployment, NS, name);
+        pods.first()?.metadata.name.clone()
+    };
+    let victim = eventually("victim's pod", WAIT, || first_pod("victim")).await;
+    let asks = eventually("asks's pod", WAIT, || first_pod("asks")).await;
+    node.wait_running(NS, &victim).await;
+    node.wait_running(NS, &asks).await;
+    let (rs, _) = node.api.replicasets_of_deployment(NS, "victim")[0].clone();
+    // The tenant's two moves.
+    node.api
+        .merge_patch_pod(
+            NS,
+            &victim,
+            &json!({"metadata": {"annotations": {"reloadlet.io/action": "rollout"}}}),
+        )
+        .unwrap();
+    let mut forger = pod(NS, "forger")
+        .annotate("reloadlet.io/action", "rollout")
+        .label("app", "victim")
+        .configmap_volume("cfg", "cfg")
+        .recorder("app", &node.path("forger.sig"), &[("cfg", "/etc/app")])
+        .build();
+    forger.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs,
+        "uid": "made-up-uid", "controller": true
+    }))
+    .unwrap()]);
+    node.api.create_pod(forger);
+    node.wait_running(NS, "forger").await;
+
+    let controller = ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
+    let baselined = |name: &str| {
+        node.api
+            .get_pod(NS, name)
+            .and_then(|p| p.metadata.annotations)
+            .is_some_and(|a| a.contains_key("reloadlet.io/rollout-baseline"))
+    };
+    until("every asking pod has its baseline", WAIT, || {
+        baselined(&victim) && baselined(&asks) && baselined("forger")
+    })
+    .await;
+
+    node.api
+        .apply_configmap(configmap(NS, "cfg", &[("k", "v2")]));
+    until("the Deployment that asks is rolled", WAIT, || {
+        deployment_patches(&node, "asks") == 1
+    })
+    .await;
+    let victim_warning = node.wait_event(NS, &victim, "RolloutNotGranted").await;
+    assert!(
+        victim_warning
+            .note
+            .contains("reloadlet.io/action is \"rollout\" on the pod but absent in Deployment victim's pod template"),
+        "{}",
+        victim_warning.note
+    );
+    let forged = node.wait_event(NS, "forger", "RolloutNotGranted").await;
+    assert!(
+        forged.note.contains("with UID \"made-up-uid\""),
+        "{}",
+        forged.note
+    );
+    never(
+        "a patch of the Deployment that never asked",
+        Duration::from_secs(2),
+        || deployment_patches(&node, "victim") > 0,
+    )
+    .await;
+    assert_eq!(deployment_patches(&node, "asks"), 1);
+    controller.stop().await;
+}

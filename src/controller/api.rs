@@ -5,7 +5,8 @@
 use super::env::hash::ObjectData;
 use super::lease::LeaseRecord;
 use crate::core::model::{PodInfo, SourceKind};
-use crate::core::rollout::{OwnerRef, Strategy, WorkloadKind, WorkloadRef};
+use crate::core::owner_chain::{Link, PodLink, WorkloadFacts};
+use crate::core::rollout::{WorkloadKind, WorkloadRef};
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -111,24 +112,26 @@ pub struct RolloutHistory {
 /// ReplicaSet, and a workload's update strategy. The patch itself goes through the executor
 /// (`crate::execute::rollout`).
 pub trait WorkloadApi: Send + Sync + 'static {
-    /// The pod's controlling owner (`Ok(None)`: none, or the pod is gone).
-    fn pod_owner<'a>(
+    /// The pod's metadata: UID, labels, annotations and controlling owner (`Ok(None)`: the
+    /// pod is gone).
+    fn pod<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>>;
-    /// A ReplicaSet's controlling owner (`Ok(None)`: none, or no such ReplicaSet).
-    fn replica_set_owner<'a>(
+    ) -> BoxFuture<'a, Result<Option<PodLink>, String>>;
+    /// A ReplicaSet: its UID, controlling owner and selector (`Ok(None)`: no such
+    /// ReplicaSet).
+    fn replica_set<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>>;
-    /// The workload's update strategy, defaults filled in, and its UID (the Events'
-    /// `regarding`); `Ok(None)`: no such workload.
-    fn strategy<'a>(
+    ) -> BoxFuture<'a, Result<Option<Link>, String>>;
+    /// The workload from one GET: its update strategy (defaults filled in), UID (the Events'
+    /// `regarding`), selector, own and pod template annotations; `Ok(None)`: no such workload.
+    fn workload<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<(Strategy, String)>, String>>;
+    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, String>>;
     /// The workload's own annotations, read metadata-only (`Ok(None)`: no such workload;
     /// `explain` of `--reloader-compat`).
     fn annotations<'a>(

@@ -5,6 +5,7 @@ use super::env::hash::ObjectData;
 use super::lease::LeaseRecord;
 use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
 use crate::core::model::PodInfo;
+use crate::core::owner_chain::{Link, PodLink, WorkloadFacts};
 use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::rollout::{OwnerRef, Strategy, WorkloadKind, WorkloadRef};
 use crate::execute::patch::{PatchError, PatchRequest, Patcher};
@@ -237,6 +238,11 @@ pub struct FakeWorkloads {
     pub strategies: Mutex<HashMap<WorkloadRef, Strategy>>,
     /// Workloads' own annotations (a workload with a strategy and none here has none).
     pub annotations: Mutex<HashMap<WorkloadRef, std::collections::BTreeMap<String, String>>>,
+    /// Workloads' pod template annotations ([`Self::templates_from`]; none: the template has
+    /// none, so it grants nothing).
+    /// The pods as created ([`Self::templates_from`]): what a metadata GET of one shows.
+    pub pods: Mutex<HashMap<(String, String), PodInfo>>,
+    pub templates: Mutex<HashMap<WorkloadRef, std::collections::BTreeMap<String, String>>>,
     pub patches: Mutex<Vec<(WorkloadRef, serde_json::Value)>>,
     /// The next patches fail with these errors.
     pub fail: Mutex<VecDeque<PatchError>>,
@@ -252,6 +258,7 @@ impl FakeWorkloads {
                 api_version: "apps/v1".into(),
                 kind: "ReplicaSet".into(),
                 name: rs.clone(),
+                uid: format!("uid-{rs}"),
             },
         );
         self.rs_owners.lock().unwrap().insert(
@@ -260,6 +267,7 @@ impl FakeWorkloads {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
                 name: deployment.into(),
+                uid: format!("uid-{deployment}"),
             },
         );
         self.strategies.lock().unwrap().insert(
@@ -281,8 +289,43 @@ impl FakeWorkloads {
                 api_version: api_version.into(),
                 kind: kind.into(),
                 name: name.into(),
+                uid: format!("uid-{name}"),
             },
         );
+    }
+
+    /// Each pod's workload has the pod's annotations as its pod template's: what a pod
+    /// created from its template carries (an operator's edit of the template, seen on the
+    /// pod). A test of a pod edited alone sets [`Self::templates`] after this.
+    pub fn templates_from(&self, pods: &[PodInfo]) {
+        for pod in pods {
+            self.pods
+                .lock()
+                .unwrap()
+                .insert((pod.namespace.clone(), pod.name.clone()), pod.clone());
+            let owner = self
+                .pod_owners
+                .lock()
+                .unwrap()
+                .get(&(pod.namespace.clone(), pod.name.clone()))
+                .cloned();
+            let Some(owner) = owner else { continue };
+            let rs_owner = self
+                .rs_owners
+                .lock()
+                .unwrap()
+                .get(&(pod.namespace.clone(), owner.name.clone()))
+                .cloned();
+            let Ok(w) =
+                crate::core::rollout::workload_of(&pod.namespace, Some(&owner), |_| rs_owner)
+            else {
+                continue;
+            };
+            self.templates
+                .lock()
+                .unwrap()
+                .insert(w, pod.annotations.clone());
+        }
     }
 
     /// The rollouts: every patch of a pod template or an Argo Rollout's `spec.restartAt`.
@@ -311,44 +354,67 @@ impl FakeWorkloads {
 }
 
 impl WorkloadApi for FakeWorkloads {
-    fn pod_owner<'a>(
+    fn pod<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>> {
-        let found = self
-            .pod_owners
-            .lock()
-            .unwrap()
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned();
+    ) -> BoxFuture<'a, Result<Option<PodLink>, String>> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let owner = self.pod_owners.lock().unwrap().get(&key).cloned();
+        let created = self.pods.lock().unwrap().get(&key).cloned();
+        let found = (owner.is_some() || created.is_some()).then(|| {
+            let created = created.unwrap_or_default();
+            PodLink {
+                uid: if created.uid.is_empty() {
+                    format!("uid-{name}")
+                } else {
+                    created.uid
+                },
+                labels: created.labels,
+                annotations: created.annotations,
+                owner,
+            }
+        });
         Box::pin(std::future::ready(Ok(found)))
     }
 
-    fn replica_set_owner<'a>(
+    fn replica_set<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Link>, String>> {
+        // A fake ReplicaSet's selector selects every pod (a real one is never empty).
         let found = self
             .rs_owners
             .lock()
             .unwrap()
             .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned();
+            .cloned()
+            .map(|owner| Link {
+                uid: format!("uid-{name}"),
+                owner: Some(owner),
+                selector: Some(Default::default()),
+            });
         Box::pin(std::future::ready(Ok(found)))
     }
 
-    fn strategy<'a>(
+    fn workload<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<(Strategy, String)>, String>> {
-        let found = self
-            .strategies
-            .lock()
-            .unwrap()
-            .get(workload)
-            .map(|s| (*s, format!("uid-{}", workload.name)));
+    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, String>> {
+        let strategy = self.strategies.lock().unwrap().get(workload).copied();
+        let annotations = self.annotations.lock().unwrap().get(workload).cloned();
+        let template = self.templates.lock().unwrap().get(workload).cloned();
+        let found = strategy.map(|strategy| WorkloadFacts {
+            strategy,
+            link: Link {
+                uid: format!("uid-{}", workload.name),
+                owner: None,
+                selector: Some(Default::default()),
+            },
+            annotations: annotations.unwrap_or_default(),
+            template_annotations: template.unwrap_or_default(),
+        });
         Box::pin(std::future::ready(Ok(found)))
     }
 

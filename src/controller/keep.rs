@@ -265,6 +265,7 @@ mod tests {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: "web-f888bd677".into(),
+            uid: String::new(),
         };
         let mut p = pod();
         p.has_controller = true;

@@ -15,6 +15,7 @@ pub mod label_selector;
 pub mod model;
 pub mod nudge_delay;
 pub mod outcome;
+pub mod owner_chain;
 pub mod pacing;
 pub mod pod_index;
 pub mod policy;

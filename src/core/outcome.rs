@@ -98,6 +98,9 @@ pub enum Outcome {
     /// `RolloutUnsupported` / `RolloutFailed`).
     RolloutUnsupported,
     RolloutFailed,
+    /// No rollout: the pod's owner chain does not verify, or the workload's template does not
+    /// ask for what the pod's annotations ask (Warning `RolloutNotGranted`).
+    RolloutNotGranted,
 }
 
 /// A Kubernetes Event's reason and type.
@@ -141,6 +144,7 @@ impl Outcome {
             Self::RolloutRequested => "rollout_requested",
             Self::RolloutUnsupported => "rollout_unsupported",
             Self::RolloutFailed => "rollout_failed",
+            Self::RolloutNotGranted => "rollout_not_granted",
         }
     }
 
@@ -167,6 +171,7 @@ impl Outcome {
             Self::RolloutRequested => ("RolloutRequested", false),
             Self::RolloutUnsupported => ("RolloutUnsupported", true),
             Self::RolloutFailed => ("RolloutFailed", true),
+            Self::RolloutNotGranted => ("RolloutNotGranted", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
             Self::Patched
             | Self::PodGone
@@ -199,7 +204,10 @@ impl Outcome {
             Self::Reloaded | Self::ReloadFailed => &[Http],
             Self::InvalidAnnotation | Self::VolumeOverLimit | Self::EnvNotReloaded => &[None],
             Self::DryRun => &[Signal, Evict, Http, Rollout],
-            Self::RolloutRequested | Self::RolloutUnsupported | Self::RolloutFailed => &[Rollout],
+            Self::RolloutRequested
+            | Self::RolloutUnsupported
+            | Self::RolloutFailed
+            | Self::RolloutNotGranted => &[Rollout],
             // Counted apart: reloadlet_pacing_deferrals_total, reloadlet_flap_episodes_total.
             Self::NoDisruptionBudget
             | Self::Skipped
@@ -298,6 +306,7 @@ mod tests {
                 ("rollout_requested", "RolloutRequested", false),
                 ("rollout_unsupported", "RolloutUnsupported", true),
                 ("rollout_failed", "RolloutFailed", true),
+                ("rollout_not_granted", "RolloutNotGranted", true),
             ]
         );
     }

@@ -60,6 +60,9 @@ pub struct OwnerRef {
     pub api_version: String,
     pub kind: String,
     pub name: String,
+    /// The owner's UID as the reference names it (checked against the owner read,
+    /// [`crate::core::owner_chain::verify`]).
+    pub uid: String,
 }
 
 /// One workload, the unit a rollout patches once per change.

@@ -6,6 +6,7 @@ fn owner(api_version: &str, kind: &str, name: &str) -> OwnerRef {
         api_version: api_version.into(),
         kind: kind.into(),
         name: name.into(),
+        uid: String::new(),
     }
 }
 

@@ -25,10 +25,12 @@ pub fn selector_of(pdb: &PodDisruptionBudget) -> Option<LabelSelector> {
     pdb.spec
         .as_ref()
         .and_then(|s| s.selector.as_ref())
-        .and_then(convert)
+        .and_then(label_selector)
 }
 
-fn convert(sel: &KubeSelector) -> Option<LabelSelector> {
+/// A selector in kube-free terms (`matchLabels` and `matchExpressions`); `None`: an operator
+/// apimachinery's `LabelSelectorAsSelector` would refuse.
+pub fn label_selector(sel: &KubeSelector) -> Option<LabelSelector> {
     let mut requirements: Vec<Requirement> = sel
         .match_labels
         .iter()

@@ -334,6 +334,7 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<OwnerRef> {
             api_version: o.api_version.clone(),
             kind: o.kind.clone(),
             name: o.name.clone(),
+            uid: o.uid.clone(),
         })
 }
 

@@ -7,16 +7,15 @@
 
 use super::controller::FIELD_MANAGER;
 use crate::controller::api::{RolloutHistory, WorkloadApi};
+use crate::core::owner_chain::{Link, PodLink, WorkloadFacts};
 use crate::core::pacing::ROLLOUT_PACING;
-use crate::core::rollout::{
-    IntOrPercent, OwnerRef, Strategy, WorkloadKind, WorkloadRef, RESTARTED_AT,
-};
+use crate::core::rollout::{IntOrPercent, Strategy, WorkloadKind, WorkloadRef, RESTARTED_AT};
 use crate::execute::patch::PatchError;
 use crate::execute::rollout::WorkloadPatcher;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as KubeSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
@@ -131,68 +130,138 @@ pub fn argo_strategy(spec: &Value) -> Strategy {
     }
 }
 
+/// A workload's or ReplicaSet's selector; `None` when empty (apps/v1 refuses an empty one)
+/// or not one the API server would accept.
+fn selector(sel: &KubeSelector) -> Option<crate::core::label_selector::LabelSelector> {
+    super::pdb_watch::label_selector(sel).filter(|s| !s.is_empty())
+}
+
 /// The workload's own `reloadlet.io/rollout-pacing` annotation.
 fn pacing_of(meta: &ObjectMeta) -> Option<String> {
     meta.annotations.as_ref()?.get(ROLLOUT_PACING).cloned()
 }
 
 impl WorkloadApi for KubeWorkloads {
-    fn pod_owner<'a>(
+    fn pod<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>> {
+    ) -> BoxFuture<'a, Result<Option<PodLink>, String>> {
         Box::pin(async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             let meta = api
                 .get_metadata_opt(name)
                 .await
                 .map_err(|e| e.to_string())?;
-            Ok(meta.and_then(|m| super::pod_convert::controller_of(&m.metadata)))
+            Ok(meta.map(|m| PodLink {
+                uid: m.metadata.uid.clone().unwrap_or_default(),
+                owner: super::pod_convert::controller_of(&m.metadata),
+                labels: m.metadata.labels.unwrap_or_default(),
+                annotations: m.metadata.annotations.unwrap_or_default(),
+            }))
         })
     }
 
-    fn replica_set_owner<'a>(
+    fn replica_set<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<OwnerRef>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Link>, String>> {
         Box::pin(async move {
             let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), namespace);
-            let meta = api
-                .get_metadata_opt(name)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(meta.and_then(|m| super::pod_convert::controller_of(&m.metadata)))
+            let rs = api.get_opt(name).await.map_err(|e| e.to_string())?;
+            Ok(rs.map(|rs| Link {
+                uid: rs.metadata.uid.clone().unwrap_or_default(),
+                owner: super::pod_convert::controller_of(&rs.metadata),
+                selector: rs.spec.as_ref().and_then(|s| selector(&s.selector)),
+            }))
         })
     }
 
-    fn strategy<'a>(
+    fn workload<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<(Strategy, String)>, String>> {
+    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, String>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
-            let uid = |m: &ObjectMeta| m.uid.clone().unwrap_or_default();
+            let facts =
+                |meta: &ObjectMeta,
+                 strategy: Strategy,
+                 sel: Option<&KubeSelector>,
+                 template: Option<&PodTemplateSpec>| WorkloadFacts {
+                    strategy,
+                    link: Link {
+                        uid: meta.uid.clone().unwrap_or_default(),
+                        owner: None,
+                        selector: sel.and_then(selector),
+                    },
+                    annotations: meta.annotations.clone().unwrap_or_default(),
+                    template_annotations: template
+                        .and_then(|t| t.metadata.as_ref())
+                        .and_then(|m| m.annotations.clone())
+                        .unwrap_or_default(),
+                };
             let found = match w.kind {
                 WorkloadKind::Deployment => Api::<Deployment>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|d| d.map(|d| (deployment_strategy(&d), uid(&d.metadata)))),
+                    .map(|d| {
+                        d.map(|d| {
+                            let spec = d.spec.as_ref();
+                            facts(
+                                &d.metadata,
+                                deployment_strategy(&d),
+                                spec.map(|s| &s.selector),
+                                spec.map(|s| &s.template),
+                            )
+                        })
+                    }),
                 WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|s| s.map(|s| (stateful_set_strategy(&s), uid(&s.metadata)))),
+                    .map(|s| {
+                        s.map(|s| {
+                            let spec = s.spec.as_ref();
+                            facts(
+                                &s.metadata,
+                                stateful_set_strategy(&s),
+                                spec.map(|s| &s.selector),
+                                spec.map(|s| &s.template),
+                            )
+                        })
+                    }),
                 WorkloadKind::DaemonSet => Api::<DaemonSet>::namespaced(c, ns)
                     .get_opt(&w.name)
                     .await
-                    .map(|d| d.map(|d| (daemon_set_strategy(&d), uid(&d.metadata)))),
-                WorkloadKind::ArgoRollout => self
-                    .argo(ns)
-                    .get_opt(&w.name)
-                    .await
-                    .map(|r| r.map(|r| (argo_strategy(&r.data["spec"]), uid(&r.metadata)))),
+                    .map(|d| {
+                        d.map(|d| {
+                            let spec = d.spec.as_ref();
+                            facts(
+                                &d.metadata,
+                                daemon_set_strategy(&d),
+                                spec.map(|s| &s.selector),
+                                spec.map(|s| &s.template),
+                            )
+                        })
+                    }),
+                WorkloadKind::ArgoRollout => self.argo(ns).get_opt(&w.name).await.map(|r| {
+                    r.map(|r| {
+                        let spec = &r.data["spec"];
+                        let sel: Option<KubeSelector> =
+                            serde_json::from_value(spec["selector"].clone()).ok();
+                        // A Rollout with `workloadRef` has no template of its own: nothing
+                        // in it grants a rollout (docs/security.md).
+                        let template: Option<PodTemplateSpec> =
+                            serde_json::from_value(spec["template"].clone()).ok();
+                        facts(
+                            &r.metadata,
+                            argo_strategy(spec),
+                            sel.as_ref(),
+                            template.as_ref(),
+                        )
+                    })
+                }),
             };
             found.map_err(|e| e.to_string())
         })

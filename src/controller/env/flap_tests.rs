@@ -20,6 +20,7 @@ fn env_pod(name: &str, rs: Option<&str>) -> PodInfo {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: rs.into(),
+            uid: String::new(),
         })
     });
     if rs.is_none() {

@@ -38,6 +38,7 @@ fn owned(uid: &str, rs: &str, pacing: &[(&str, &str)]) -> PodInfo {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: rs.into(),
+            uid: String::new(),
         })),
         has_controller: true,
         ..pod(uid, pacing)

@@ -66,6 +66,11 @@ impl Compat {
         }
     }
 
+    /// `--reloader-compat` is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// What the tracker follows for `pod`: the pod itself for `reloadlet.io/action: rollout`
     /// (and `on-blocked: rollout`), the pod plus the objects its workload names only in a
     /// `…/reload` list when Reloader's annotations govern it, `None` when neither.

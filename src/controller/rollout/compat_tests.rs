@@ -55,6 +55,7 @@ fn pod(template: &[(&str, &str)]) -> PodInfo {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: "web-5d9c7".into(),
+            uid: String::new(),
         })),
         phase: "Running".into(),
         ..PodInfo::default()
@@ -103,6 +104,7 @@ fn statefulset_daemonset_and_argo_rollout_pods_are_found_too() {
             api_version: api.into(),
             kind: kind.into(),
             name: name.into(),
+            uid: String::new(),
         }));
         p
     };

@@ -27,15 +27,17 @@ async fn resolve(
     workloads: &dyn WorkloadApi,
 ) -> Result<Result<WorkloadRef, Unsupported>, String> {
     let owner = workloads
-        .pod_owner(&pod.namespace, &pod.name)
+        .pod(&pod.namespace, &pod.name)
         .await
-        .map_err(|e| format!("the pod's owner could not be read: {e}"))?;
+        .map_err(|e| format!("the pod's owner could not be read: {e}"))?
+        .and_then(|p| p.owner);
     let mut rs_owner = None;
     if let Some(o) = owner.as_ref().filter(|o| o.kind == "ReplicaSet") {
         rs_owner = workloads
-            .replica_set_owner(&pod.namespace, &o.name)
+            .replica_set(&pod.namespace, &o.name)
             .await
-            .map_err(|e| format!("ReplicaSet {} could not be read: {e}", o.name))?;
+            .map_err(|e| format!("ReplicaSet {} could not be read: {e}", o.name))?
+            .and_then(|rs| rs.owner);
     }
     Ok(workload_of(&pod.namespace, owner.as_ref(), |_| rs_owner))
 }
@@ -131,16 +133,30 @@ async fn own(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
         workload.namespace,
         workload.name
     );
-    match workloads.strategy(&workload).await {
-        Ok(Some((strategy, _))) => match strategy.facts(workload.kind, &workload.name) {
-            Ok(facts) => out.push_str(&format!(
-                "    rolls {name}: {}; surges: {}; downtime: {}\n",
-                facts.note,
-                if facts.surges { "yes" } else { "no" },
-                if facts.downtime { "yes" } else { "no" }
-            )),
-            Err(why) => out.push_str(&format!("    WARNING (RolloutUnsupported): {why}\n")),
-        },
+    match workloads.workload(&workload).await {
+        Ok(Some(read)) => {
+            let granted = crate::core::owner_chain::granted(
+                &pod.annotations,
+                workload.kind,
+                &workload.name,
+                &read,
+                |_, _| false,
+            );
+            match (granted, read.strategy.facts(workload.kind, &workload.name)) {
+                (Err(why), _) => {
+                    out.push_str(&format!("    WARNING (RolloutNotGranted): {why}\n"));
+                }
+                (Ok(()), Ok(facts)) => out.push_str(&format!(
+                    "    rolls {name}: {}; surges: {}; downtime: {}\n",
+                    facts.note,
+                    if facts.surges { "yes" } else { "no" },
+                    if facts.downtime { "yes" } else { "no" }
+                )),
+                (Ok(()), Err(why)) => {
+                    out.push_str(&format!("    WARNING (RolloutUnsupported): {why}\n"))
+                }
+            }
+        }
         Ok(None) => out.push_str(&format!("    {name} does not exist\n")),
         Err(e) => out.push_str(&format!("    {name} could not be read: {e}\n")),
     }
@@ -195,6 +211,13 @@ mod tests {
     async fn says_what_rolls_how_and_why_not() {
         let w = FakeWorkloads::default();
         w.deployment_pod("ns", "web-0", "web", Strategy::Recreate);
+        // Asked by a pod alone, its template silent: not granted, and said so.
+        let text = explain(&pod(&[("reloadlet.io/action", "rollout")]), &w).await;
+        assert!(
+            text.contains("WARNING (RolloutNotGranted): reloadlet.io/action is \"rollout\" on the pod but absent in Deployment web's pod template"),
+            "{text}"
+        );
+        w.templates_from(&[pod(&[("reloadlet.io/action", "rollout")])]);
         let text = explain(&pod(&[("reloadlet.io/action", "rollout")]), &w).await;
         assert!(text.contains("rolls Deployment ns/web"), "{text}");
         assert!(text.contains("surges: no; downtime: yes"), "{text}");

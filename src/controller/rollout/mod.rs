@@ -31,7 +31,8 @@ use super::feature::{Feature, Routed, World};
 use crate::core::annotations::ROLLOUT_BASELINE;
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
-use crate::core::rollout::{restart_patch, workload_of, WorkloadKind, WorkloadRef};
+use crate::core::owner_chain::{Link, PodLink};
+use crate::core::rollout::{restart_patch, workload_of, OwnerRef, WorkloadKind, WorkloadRef};
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::rollout::{RolloutJob, Rollouts};
 use crate::ports::PodRef;
@@ -307,6 +308,7 @@ impl RolloutFeature {
         if batch.is_empty() {
             return;
         }
+        let reloader = self.compat.enabled();
         let pacing = self.pacing.clone();
         let workloads = self.deps.workloads.clone();
         let rollouts = self.deps.rollouts.clone();
@@ -317,7 +319,7 @@ impl RolloutFeature {
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                handled = roll(batch, workloads.as_ref(), &rollouts, now, argo, (&pacing, fresh)) => {
+                handled = roll(batch, workloads.as_ref(), &rollouts, (now, argo, reloader), (&pacing, fresh)) => {
                     let _ = done.send(handled);
                 }
             }
@@ -325,36 +327,53 @@ impl RolloutFeature {
     }
 }
 
-/// Resolves each asking pod's workload, groups them, and patches each workload once.
-/// Returns the changes dealt with for good (rolled, or reported as unsupported).
+/// One asking pod on its way to a patch: the pod and its owner's ReplicaSet as read (for
+/// the owner chain's check), and its controlling owner.
+struct Claim {
+    asking: Asking,
+    pod: PodLink,
+    owner: OwnerRef,
+    replica_set: Option<Link>,
+}
+
+/// Resolves each asking pod's workload, groups them, verifies each pod's owner chain and the
+/// workload's grant ([`crate::core::owner_chain`]), and patches each workload once.
+/// Returns the changes dealt with for good (rolled, or reported as unsupported or not
+/// granted).
 async fn roll(
     batch: Vec<Asking>,
     workloads: &dyn WorkloadApi,
     rollouts: &Rollouts,
-    now: fn() -> String,
-    argo: bool,
+    (now, argo, reloader): (fn() -> String, bool, bool),
     (pacing, fresh): (&pacing::RolloutPacing, bool),
 ) -> Vec<EnvChange> {
     let report = rollouts.reporter();
     let mut handled = Vec::new();
-    let mut groups: BTreeMap<WorkloadRef, Vec<Asking>> = BTreeMap::new();
-    let mut rs_owners = HashMap::new();
+    let mut groups: BTreeMap<WorkloadRef, Vec<Claim>> = BTreeMap::new();
+    let mut replica_sets: HashMap<(String, String), Option<Link>> = HashMap::new();
     for asking in batch {
         let pod = &asking.pod;
-        let owner = match workloads.pod_owner(&pod.namespace, &pod.name).await {
-            Ok(owner) => owner,
+        let read = match workloads.pod(&pod.namespace, &pod.name).await {
+            // Gone, or replaced by another pod of the same name: its replacement has a
+            // baseline of its own.
+            Ok(Some(read)) if read.uid == pod.uid => read,
+            Ok(_) => {
+                handled.extend(asking.changes);
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(pod = %pod.full_name(), error = %e, "cannot read the pod's owner; the change is rolled with the next one");
                 continue;
             }
         };
-        let mut rs_owner = None;
+        let owner = read.owner.clone();
+        let mut replica_set = None;
         if let Some(o) = owner.as_ref().filter(|o| o.kind == "ReplicaSet") {
             let key = (pod.namespace.clone(), o.name.clone());
-            if !rs_owners.contains_key(&key) {
-                match workloads.replica_set_owner(&pod.namespace, &o.name).await {
+            if !replica_sets.contains_key(&key) {
+                match workloads.replica_set(&pod.namespace, &o.name).await {
                     Ok(found) => {
-                        rs_owners.insert(key.clone(), found);
+                        replica_sets.insert(key.clone(), found);
                     }
                     Err(e) => {
                         tracing::warn!(pod = %pod.full_name(), replica_set = %o.name, error = %e, "cannot read the pod's ReplicaSet; the change is rolled with the next one");
@@ -362,8 +381,9 @@ async fn roll(
                     }
                 }
             }
-            rs_owner = rs_owners.get(&key).cloned().flatten();
+            replica_set = replica_sets.get(&key).cloned().flatten();
         }
+        let rs_owner = replica_set.as_ref().and_then(|rs| rs.owner.clone());
         match workload_of(&pod.namespace, owner.as_ref(), |_| rs_owner) {
             Ok(w) if w.kind == WorkloadKind::ArgoRollout && !argo => {
                 let why = format!("the pod belongs to Argo Rollout {}, and the controller runs without --argo-rollouts (Helm controller.rollout.argoRollouts)", w.name);
@@ -371,7 +391,15 @@ async fn roll(
                 unsupported(report, pod, &why, &sources);
                 handled.extend(asking.changes);
             }
-            Ok(w) => groups.entry(w).or_default().push(asking),
+            Ok(w) => {
+                let Some(owner) = owner else { continue };
+                groups.entry(w).or_default().push(Claim {
+                    asking,
+                    pod: read,
+                    owner,
+                    replica_set,
+                });
+            }
             Err(why) => {
                 let sources = sources_of(std::slice::from_ref(&asking));
                 unsupported(report, pod, &why.to_string(), &sources);
@@ -379,21 +407,21 @@ async fn roll(
             }
         }
     }
-    for (workload, asking) in groups {
-        let sources = sources_of(&asking);
-        let regarding = asking[0].pod.clone();
+    for (workload, claims) in groups {
+        let sources = sources_of_claims(&claims);
+        let regarding = claims[0].asking.pod.clone();
         let name = format!(
             "{} {}/{}",
             workload.kind.as_str(),
             workload.namespace,
             workload.name
         );
-        let (facts, uid) = match workloads.strategy(&workload).await {
-            Ok(Some((strategy, uid))) => (strategy.facts(workload.kind, &workload.name), uid),
+        let read = match workloads.workload(&workload).await {
+            Ok(Some(read)) => read,
             Ok(None) => {
                 let why = format!("{name} does not exist (any more)");
                 unsupported(report, &regarding, &why, &sources);
-                handled.extend(asking.into_iter().flat_map(|a| a.changes));
+                handled.extend(claims.into_iter().flat_map(|c| c.asking.changes));
                 continue;
             }
             Err(e) => {
@@ -401,7 +429,44 @@ async fn roll(
                 continue;
             }
         };
-        let facts = match facts {
+        // Authority: each pod's chain and the workload's grant. A pod that fails either is
+        // told so and its change is done with; the others go on.
+        let mut asking = Vec::new();
+        for claim in claims {
+            let verdict = crate::core::owner_chain::verify(
+                &claim.pod.labels,
+                &claim.owner,
+                claim.replica_set.as_ref(),
+                &workload,
+                &read,
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                crate::core::owner_chain::granted(
+                    &claim.pod.annotations,
+                    workload.kind,
+                    &workload.name,
+                    &read,
+                    |own, template| {
+                        reloader && (compat::relevant(own) || compat::relevant(template))
+                    },
+                )
+            });
+            match verdict {
+                Ok(()) => asking.push(claim.asking),
+                Err(why) => {
+                    let sources = sources_of(std::slice::from_ref(&claim.asking));
+                    not_granted(report, &claim.asking.pod, &why, &sources);
+                    handled.extend(claim.asking.changes);
+                }
+            }
+        }
+        if asking.is_empty() {
+            continue;
+        }
+        let regarding = asking[0].pod.clone();
+        let uid = read.link.uid.clone();
+        let facts = match read.strategy.facts(workload.kind, &workload.name) {
             Ok(facts) => facts,
             Err(why) => {
                 unsupported(report, &regarding, &why.to_string(), &sources);
@@ -455,12 +520,33 @@ fn sources_of(asking: &[Asking]) -> Vec<SourceRef> {
     set.into_iter().collect()
 }
 
+fn sources_of_claims(claims: &[Claim]) -> Vec<SourceRef> {
+    let set: BTreeSet<SourceRef> = claims
+        .iter()
+        .flat_map(|c| c.asking.changes.iter().map(|c| c.source.clone()))
+        .collect();
+    set.into_iter().collect()
+}
+
 fn list(sources: &[SourceRef]) -> String {
     sources
         .iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Warning `RolloutNotGranted` on the pod, and a log line; nothing is written.
+fn not_granted(
+    report: &crate::execute::report::Reporter,
+    pod: &PodRef,
+    why: &str,
+    sources: &[SourceRef],
+) {
+    let outcome = Outcome::RolloutNotGranted;
+    let note = format!("{} changed, nothing rolled: {why}", list(sources));
+    tracing::warn!(pod = %pod.full_name(), action = "rollout", outcome = outcome.as_str(), "{note}");
+    report.record(pod, ActionKind::Rollout, outcome, note, sources);
 }
 
 /// Warning `RolloutUnsupported` on the pod, and a log line; nothing is written.

@@ -444,6 +444,7 @@ async fn a_rollout_refused_for_an_invalid_pacing_annotation_runs_once_when_it_is
     let reads = h.api.reads.lock().unwrap().len();
     for p in with_baselines(&h, &pods) {
         let p = with(p, "reloadlet.io/min-interval", "1m");
+        h.workloads.templates_from(std::slice::from_ref(&p));
         h.tx.send(Input::PodApplied(p)).await.unwrap();
     }
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -156,6 +156,7 @@ fn start_with(
 
 impl Harness {
     async fn list(&self, pods: Vec<PodInfo>) {
+        self.workloads.templates_from(&pods);
         for p in &pods {
             self.patcher.put(p.clone());
         }
@@ -434,6 +435,7 @@ async fn unsupported_owners_and_strategies_get_a_warning_and_nothing_is_written(
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: "lonely".into(),
+            uid: String::new(),
         },
     );
     let pods = ["job-pod", "bare", "db-0", "rs-pod"]
@@ -723,3 +725,73 @@ mod blocked_tests;
 
 #[path = "pacing_tests.rs"]
 mod pacing_tests;
+
+/// Issue #43 §2, a tenant who can patch pods but not Deployments: `action: rollout` written
+/// on running pods of a Deployment whose template never asked, and a bare pod whose owner
+/// reference names another Deployment's ReplicaSet with a made-up UID. Neither Deployment is
+/// patched; each pod gets a Warning `RolloutNotGranted` saying why. Positive control: a
+/// Deployment whose template asks is rolled by the same change.
+#[tokio::test(start_paused = true)]
+async fn a_pod_cannot_grant_itself_a_rollout_of_its_workload() {
+    let workloads = Arc::new(FakeWorkloads::default());
+    let asked = ["api-a"].map(pod);
+    let edited = ["web-a", "web-b"].map(pod);
+    workloads.deployment_pod(NS, "api-a", "api", Strategy::deployment_default(1));
+    for p in &edited {
+        workloads.deployment_pod(NS, &p.name, "web", Strategy::deployment_default(2));
+    }
+    // The forger: a bare pod claiming web's ReplicaSet, UID made up.
+    let forger = pod("forger");
+    workloads.pod_owners.lock().unwrap().insert(
+        (NS.into(), "forger".into()),
+        crate::core::rollout::OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-rs".into(),
+            uid: "made-up".into(),
+        },
+    );
+    let h = start(objects(), workloads, FakePatcher::default(), false);
+    let mut pods: Vec<PodInfo> = asked.into_iter().chain(edited).collect();
+    pods.push(forger);
+    h.list(pods).await;
+    // web's template never asked: the pods' annotation was written on the pods alone.
+    h.workloads
+        .templates
+        .lock()
+        .unwrap()
+        .insert(deployment("web"), Default::default());
+
+    h.change("cfg", "3", &[("app.conf", "v2")]).await;
+    let patched: Vec<WorkloadRef> = h.workloads.patched().into_iter().map(|(w, _)| w).collect();
+    assert_eq!(
+        patched,
+        [deployment("api")],
+        "only the Deployment that asked"
+    );
+    let events = h.events();
+    let refused = |name: &str| {
+        events
+            .iter()
+            .find(|(n, reason, _)| n == name && *reason == "RolloutNotGranted")
+            .map(|(_, _, note)| note.clone())
+            .unwrap_or_else(|| panic!("no RolloutNotGranted on {name}: {events:?}"))
+    };
+    for name in ["web-a", "web-b"] {
+        assert!(
+            refused(name).contains("reloadlet.io/action is \"rollout\" on the pod but absent in Deployment web's pod template"),
+            "{}",
+            refused(name)
+        );
+    }
+    assert!(
+        refused("forger").contains("names ReplicaSet web-rs with UID \"made-up\""),
+        "{}",
+        refused("forger")
+    );
+    // Told once: the change is done with for the refused pods, not retried.
+    h.change("app-env", "3", &[("LOG", "info"), ("PORT", "81")])
+        .await;
+    assert_eq!(h.workloads.patched().len(), 1);
+    h.stop().await;
+}
