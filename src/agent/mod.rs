@@ -146,6 +146,7 @@ impl Agent {
             deps.processes.clone(),
             health.clone(),
             metrics.clone(),
+            settings.http_fence,
         );
         Self {
             settings,

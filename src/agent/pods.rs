@@ -11,7 +11,7 @@ use crate::core::model::{PodInfo, VolumeKey};
 use crate::core::nudge_delay::{announced_volumes, nudged_source, NudgeDelays};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::{IndexChange, PodIndex};
-use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision};
+use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision, HttpFence};
 use crate::execute::evict::EvictJob;
 use crate::execute::http::HttpJob;
 use crate::execute::signal::SignalJob;
@@ -65,6 +65,8 @@ pub struct Pods {
     processes: Arc<dyn ContainerProcesses>,
     health: Arc<Health>,
     metrics: Metrics,
+    /// `--http-allow-host-network`: part of every pod's policy check.
+    fence: HttpFence,
 }
 
 impl Pods {
@@ -76,11 +78,13 @@ impl Pods {
         processes: Arc<dyn ContainerProcesses>,
         health: Arc<Health>,
         metrics: Metrics,
+        fence: HttpFence,
     ) -> Self {
         Self {
             index,
             debouncer,
-            decisions: Decisions::default(),
+            decisions: Decisions::new(fence),
+            fence,
             nudges: NudgeDelays::default(),
             warned: HashMap::new(),
             warmed: HashSet::new(),
@@ -337,7 +341,7 @@ impl Pods {
         // The pacing annotations are read on every update (a pod that did not opt in keeps
         // them for when it does), and refused only for a pod that opted in.
         let pacing = self.pacing.on_pod(pod);
-        let policy = policy::validated_policy(pod);
+        let policy = policy::validated_policy_with(pod, self.fence);
         let checked = match &policy {
             Err(message) => Err(message.clone()),
             Ok(Some(_)) => pacing,
