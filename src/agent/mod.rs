@@ -146,8 +146,8 @@ impl Agent {
             deps.processes.clone(),
             health.clone(),
             metrics.clone(),
-            settings.http_fence,
-        );
+        )
+        .with_http_fence(settings.http_fence);
         Self {
             settings,
             metrics,

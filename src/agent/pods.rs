@@ -78,13 +78,12 @@ impl Pods {
         processes: Arc<dyn ContainerProcesses>,
         health: Arc<Health>,
         metrics: Metrics,
-        fence: HttpFence,
     ) -> Self {
         Self {
             index,
             debouncer,
-            decisions: Decisions::new(fence),
-            fence,
+            decisions: Decisions::default(),
+            fence: HttpFence::default(),
             nudges: NudgeDelays::default(),
             warned: HashMap::new(),
             warmed: HashSet::new(),
@@ -98,6 +97,14 @@ impl Pods {
             health,
             metrics,
         }
+    }
+
+    /// `--http-allow-host-network`: what `http` pods may reach (the default refuses
+    /// `hostNetwork` pods).
+    pub fn with_http_fence(mut self, fence: HttpFence) -> Self {
+        self.fence = fence;
+        self.decisions = Decisions::new(fence);
+        self
     }
 
     pub fn index(&self) -> std::sync::RwLockReadGuard<'_, PodIndex> {
