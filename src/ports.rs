@@ -119,16 +119,18 @@ pub struct HttpCall {
     pub body: String,
 }
 
-/// What the pod answered: the status and the first bytes of the body (lossy UTF-8, at most
-/// [`HTTP_BODY_PREFIX`] bytes, trimmed).
+/// What the pod answered: the status and the first bytes of the body (the first
+/// [`HTTP_BODY_READ`] bytes at most, lossy UTF-8, trimmed). Tenant text: quoted only through
+/// `execute::http::quoted_body`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpAnswer {
     pub status: u16,
     pub body_prefix: String,
 }
 
-/// How much of a response body is kept (and quoted in `ReloadFailed`).
-pub const HTTP_BODY_PREFIX: usize = 256;
+/// The most bytes of a reload endpoint's answer body that are read; the client then hangs
+/// up. (Of those, at most `execute::http::QUOTED_BODY_BYTES` are quoted.)
+pub const HTTP_BODY_READ: usize = 4096;
 
 /// Why a reload request got no HTTP answer. Each holds the client's error and its causes
 /// as one line (`a: b: c`), the text logged and quoted in `ReloadFailed`.

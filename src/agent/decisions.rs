@@ -15,7 +15,7 @@
 //! remembered decision; docs/architecture.md, "Allocations before the signal").
 
 use crate::core::model::{PodInfo, SourceRef};
-use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision};
+use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision, HttpFence};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
@@ -85,9 +85,18 @@ impl Last {
 #[derive(Default)]
 pub struct Decisions {
     last: HashMap<String, Last>,
+    /// `--http-allow-host-network`, for a pod version checked here (not by `prepare`).
+    fence: HttpFence,
 }
 
 impl Decisions {
+    pub fn new(fence: HttpFence) -> Self {
+        Self {
+            last: HashMap::new(),
+            fence,
+        }
+    }
+
     /// Takes in a pod version as it arrives, with its policy as checked then
     /// ([`policy::validated_policy`] of this `pod`): its decisions use that policy instead of
     /// parsing the annotations again. A version taken in already keeps what it has.
@@ -109,14 +118,14 @@ impl Decisions {
             Some(last) => {
                 if !std::ptr::eq(last.pod.as_ptr(), Arc::as_ptr(pod)) {
                     // A version not taken in by `prepare` (it was not checked on arrival).
-                    *last = Last::new(pod, policy::validated_policy(pod));
+                    *last = Last::new(pod, policy::validated_policy_with(pod, self.fence));
                 }
                 last
             }
             None => self
                 .last
                 .entry(pod.uid.clone())
-                .or_insert_with(|| Last::new(pod, policy::validated_policy(pod))),
+                .or_insert_with(|| Last::new(pod, policy::validated_policy_with(pod, self.fence))),
         };
         if let Some((_, decision)) = last.decided.iter().find(|(k, _)| is(k, &changed)) {
             return decision.clone();

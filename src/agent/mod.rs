@@ -146,7 +146,8 @@ impl Agent {
             deps.processes.clone(),
             health.clone(),
             metrics.clone(),
-        );
+        )
+        .with_http_fence(settings.http_fence);
         Self {
             settings,
             metrics,

@@ -11,7 +11,7 @@ use crate::core::model::{PodInfo, VolumeKey};
 use crate::core::nudge_delay::{announced_volumes, nudged_source, NudgeDelays};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::{IndexChange, PodIndex};
-use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision};
+use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision, HttpFence};
 use crate::execute::evict::EvictJob;
 use crate::execute::http::HttpJob;
 use crate::execute::signal::SignalJob;
@@ -65,6 +65,8 @@ pub struct Pods {
     processes: Arc<dyn ContainerProcesses>,
     health: Arc<Health>,
     metrics: Metrics,
+    /// `--http-allow-host-network`: part of every pod's policy check.
+    fence: HttpFence,
 }
 
 impl Pods {
@@ -81,6 +83,7 @@ impl Pods {
             index,
             debouncer,
             decisions: Decisions::default(),
+            fence: HttpFence::default(),
             nudges: NudgeDelays::default(),
             warned: HashMap::new(),
             warmed: HashSet::new(),
@@ -94,6 +97,14 @@ impl Pods {
             health,
             metrics,
         }
+    }
+
+    /// `--http-allow-host-network`: what `http` pods may reach (the default refuses
+    /// `hostNetwork` pods).
+    pub fn with_http_fence(mut self, fence: HttpFence) -> Self {
+        self.fence = fence;
+        self.decisions = Decisions::new(fence);
+        self
     }
 
     pub fn index(&self) -> std::sync::RwLockReadGuard<'_, PodIndex> {
@@ -337,7 +348,7 @@ impl Pods {
         // The pacing annotations are read on every update (a pod that did not opt in keeps
         // them for when it does), and refused only for a pod that opted in.
         let pacing = self.pacing.on_pod(pod);
-        let policy = policy::validated_policy(pod);
+        let policy = policy::validated_policy_with(pod, self.fence);
         let checked = match &policy {
             Err(message) => Err(message.clone()),
             Ok(Some(_)) => pacing,

@@ -6,8 +6,8 @@ use crate::config::agent::{EvictionLimits, HostPaths, VolumeSettings};
 use crate::config::LogFormat;
 use crate::core::annotations;
 use crate::core::model::{
-    ContainerId, ContainerInfo, ContainerKind, PodInfo, SourceKind, SourceRef, VolumeKey,
-    VolumeMount, VolumePlugin, VolumeSpec,
+    ContainerId, ContainerInfo, ContainerKind, ContainerPort, PodInfo, SourceKind, SourceRef,
+    VolumeKey, VolumeMount, VolumePlugin, VolumeSpec,
 };
 use crate::host::inotify::LookCause;
 use crate::host::state_file::{PendingEviction, SavedState};
@@ -57,6 +57,7 @@ pub(super) fn settings(dir: &Path) -> Settings {
         notify: Default::default(),
         pacing: Default::default(),
         http_ca_file: None,
+        http_fence: Default::default(),
     }
 }
 
@@ -307,7 +308,7 @@ fn http_pod() -> PodInfo {
         .insert(annotations::HTTP_PORT.into(), "web".into());
     pod.annotations
         .insert(annotations::HTTP_BODY.into(), "{}".into());
-    pod.containers[0].ports = vec![("web".into(), 9090)];
+    pod.containers[0].ports = vec![ContainerPort::named("web", 9090)];
     pod.pod_ip = Some("10.1.2.3".parse().unwrap());
     pod
 }

@@ -38,6 +38,11 @@ pub struct RunArgs {
     /// verified.
     #[arg(long, env = "RELOADLET_HTTP_CA_FILE")]
     pub http_ca_file: Option<PathBuf>,
+    /// Let `reloadlet.io/action: http` pods that use `hostNetwork` be reloaded. Their IP is
+    /// the node's own address, so the request goes to a service of the node (on a port the
+    /// pod declares); refused by default.
+    #[arg(long, env = "RELOADLET_HTTP_ALLOW_HOST_NETWORK")]
+    pub http_allow_host_network: bool,
     #[command(flatten)]
     pub notify: crate::outbound::notify::NotifyArgs,
     /// `--flap-threshold`, `--time-zone`, `--max-defer` (docs/pacing.md).
@@ -185,6 +190,8 @@ pub struct Settings {
     pub notify: crate::outbound::notify::NotifySettings,
     /// `--http-ca-file`: verify https reload endpoints against these CAs.
     pub http_ca_file: Option<PathBuf>,
+    /// `--http-allow-host-network`: what the `http` action may reach.
+    pub http_fence: crate::core::policy::HttpFence,
     /// `--debounce`, `--flap-threshold`, `--time-zone`, `--max-defer`: every pod's pacing
     /// before its annotations.
     pub pacing: crate::core::pacing::PacingDefaults,
@@ -252,6 +259,9 @@ impl RunArgs {
             pacing,
             notify,
             http_ca_file: self.http_ca_file,
+            http_fence: crate::core::policy::HttpFence {
+                allow_host_network: self.http_allow_host_network,
+            },
             node_name,
             paths: HostPaths {
                 kubelet_root,

@@ -104,8 +104,8 @@ pub fn trimmed_for_compat(mut pod: PodInfo) -> PodInfo {
 mod tests {
     use super::*;
     use crate::core::model::{
-        ContainerInfo, ContainerKind, EnvKeys, EnvRef, SourceKind, SourceRef, VolumeMount,
-        VolumeSpec,
+        ContainerInfo, ContainerKind, ContainerPort, EnvKeys, EnvRef, SourceKind, SourceRef,
+        VolumeMount, VolumeSpec,
     };
     use crate::core::rollout::OwnerRef;
     use std::collections::BTreeMap;
@@ -153,7 +153,7 @@ mod tests {
                 mounts: vec![mount("conf"), mount("scratch")],
                 container_id: None,
                 running: true,
-                ports: vec![("http".into(), 8080)],
+                ports: vec![ContainerPort::named("http", 8080)],
             }],
             phase: "Running".into(),
             ..PodInfo::default()

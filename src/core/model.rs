@@ -243,9 +243,42 @@ pub struct ContainerInfo {
     pub container_id: Option<ContainerId>,
     /// `state.running` is set in the status.
     pub running: bool,
-    /// The container's named ports (`ports[].name` → `containerPort`), for
-    /// `reloadlet.io/http-port` by name.
-    pub ports: Vec<(String, u16)>,
+    /// The container's declared TCP ports (`ports[]`): `reloadlet.io/http-port` must name
+    /// one of them, by number or by name.
+    pub ports: Vec<ContainerPort>,
+}
+
+/// One `ports[]` entry of a container (TCP only: an HTTP request never reaches a port
+/// declared for UDP or SCTP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerPort {
+    /// `containerPort`.
+    pub number: u16,
+    /// `name`, if the entry has one.
+    pub name: Option<String>,
+}
+
+impl ContainerPort {
+    pub fn named(name: &str, number: u16) -> Self {
+        Self {
+            number,
+            name: Some(name.to_owned()),
+        }
+    }
+
+    pub fn unnamed(number: u16) -> Self {
+        Self { number, name: None }
+    }
+}
+
+impl fmt::Display for ContainerPort {
+    /// `9090/web`, or `9090` for an unnamed port.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "{}/{name}", self.number),
+            None => write!(f, "{}", self.number),
+        }
+    }
 }
 
 /// Everything reloadlet keeps about one pod of its node.
@@ -272,6 +305,9 @@ pub struct PodInfo {
     pub env: Vec<EnvRef>,
     /// `status.podIP` (set by the kubelet once the sandbox has its network).
     pub pod_ip: Option<std::net::IpAddr>,
+    /// `spec.hostNetwork`: the pod shares the node's network, and `pod_ip` is the node's own
+    /// address.
+    pub host_network: bool,
 }
 
 /// Which keys of a ConfigMap/Secret a container reads into its environment.

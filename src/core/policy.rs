@@ -88,9 +88,23 @@ pub enum Decision {
     AlreadyTerminating,
 }
 
-/// Parses the pod's annotations and checks them against its spec (container names, sources).
+/// What the operator lets the `http` action reach beyond the pod's own network namespace
+/// (the agent's `--http-allow-host-network`). The default refuses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HttpFence {
+    /// A `hostNetwork` pod may use `action: http`: its request goes to the node's own address.
+    pub allow_host_network: bool,
+}
+
+/// Parses the pod's annotations and checks them against its spec (container names, sources,
+/// the HTTP port), with the default [`HttpFence`] (no `hostNetwork` pod may use `http`).
 /// `Ok(None)`: not opted in.
 pub fn validated_policy(pod: &PodInfo) -> CheckedPolicy {
+    validated_policy_with(pod, HttpFence::default())
+}
+
+/// [`validated_policy`] under the operator's `fence`.
+pub fn validated_policy_with(pod: &PodInfo, fence: HttpFence) -> CheckedPolicy {
     let Some(policy) = annotations::parse(&pod.annotations).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
@@ -114,23 +128,8 @@ pub fn validated_policy(pod: &PodInfo) -> CheckedPolicy {
             }
         }
     }
-    if let Action::Http(HttpSpec {
-        port: HttpPort::Named(name),
-        ..
-    }) = &policy.action
-    {
-        let declared = pod
-            .containers
-            .iter()
-            .filter(|c| c.kind != ContainerKind::Init)
-            .filter(|c| selected(&policy, c))
-            .any(|c| c.ports.iter().any(|(n, _)| n == name));
-        if !declared {
-            return Err(format!(
-                "{}: no container declares a port named {name:?}",
-                annotations::HTTP_PORT
-            ));
-        }
+    if let Action::Http(spec) = &policy.action {
+        check_http(pod, &policy, spec, fence)?;
     }
     for (kind, names) in [
         (SourceKind::ConfigMap, &policy.configmaps),
@@ -154,6 +153,71 @@ pub fn validated_policy(pod: &PodInfo) -> CheckedPolicy {
     }
     validate_csi_lists(pod, &policy)?;
     Ok(Some(policy))
+}
+
+/// What an `http` pod may reach: only a port one of its containers declares
+/// (`ports[].containerPort` by number, `ports[].name` by name), and only its own network
+/// namespace unless the operator allows `hostNetwork` pods (whose IP is the node's: the
+/// request would go to a service of the node itself, sent by a privileged agent).
+fn check_http(
+    pod: &PodInfo,
+    policy: &PodPolicy,
+    spec: &HttpSpec,
+    fence: HttpFence,
+) -> Result<(), String> {
+    if pod.host_network && !fence.allow_host_network {
+        return Err(format!(
+            "{}: http is refused on a hostNetwork pod: its IP is the node's own address, so the \
+             request would go to a service of the node; the operator has not allowed that \
+             (agent flag --http-allow-host-network)",
+            annotations::ACTION
+        ));
+    }
+    let declared = || {
+        let ports: Vec<String> = pod
+            .containers
+            .iter()
+            .flat_map(|c| &c.ports)
+            .map(ToString::to_string)
+            .collect();
+        if ports.is_empty() {
+            "none".to_owned()
+        } else {
+            ports.join(", ")
+        }
+    };
+    match &spec.port {
+        HttpPort::Number(n) => {
+            let found = pod
+                .containers
+                .iter()
+                .flat_map(|c| &c.ports)
+                .any(|p| p.number == *n);
+            if !found {
+                return Err(format!(
+                    "{}: {n} is not a port any container of the pod declares (declared: {})",
+                    annotations::HTTP_PORT,
+                    declared()
+                ));
+            }
+        }
+        HttpPort::Named(name) => {
+            let found = pod
+                .containers
+                .iter()
+                .filter(|c| c.kind != ContainerKind::Init)
+                .filter(|c| selected(policy, c))
+                .any(|c| c.ports.iter().any(|p| p.name.as_ref() == Some(name)));
+            if !found {
+                return Err(format!(
+                    "{}: no container declares a port named {name:?} (declared: {})",
+                    annotations::HTTP_PORT,
+                    declared()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `reloadlet.io/secretproviderclasses` and `reloadlet.io/csi-volumes` name CSI volumes of the
@@ -376,9 +440,12 @@ fn decide_http(
     let port = match &spec.port {
         HttpPort::Number(n) => *n,
         HttpPort::Named(name) => {
-            let found = containers
-                .iter()
-                .find_map(|c| c.ports.iter().find(|(n, _)| n == name).map(|(_, p)| *p));
+            let found = containers.iter().find_map(|c| {
+                c.ports
+                    .iter()
+                    .find(|p| p.name.as_ref() == Some(name))
+                    .map(|p| p.number)
+            });
             match found {
                 Some(p) => p,
                 None => {

@@ -1,5 +1,7 @@
 use super::*;
-use crate::core::model::{ContainerInfo, ContainerRuntime, SourceKind, VolumeMount, VolumeSpec};
+use crate::core::model::{
+    ContainerInfo, ContainerPort, ContainerRuntime, SourceKind, VolumeMount, VolumeSpec,
+};
 
 /// A fluent pod fixture: `pod().annotate(..).volume(..).container(..)`.
 struct Fixture(PodInfo);
@@ -85,10 +87,20 @@ impl Fixture {
         });
         self
     }
+    /// Gives the last container an unnamed port.
+    fn unnamed_port(mut self, port: u16) -> Self {
+        let c = self.0.containers.last_mut().unwrap();
+        c.ports.push(ContainerPort::unnamed(port));
+        self
+    }
+    fn host_network(mut self) -> Self {
+        self.0.host_network = true;
+        self
+    }
     /// Gives the last container a named port.
     fn port(mut self, name: &str, port: u16) -> Self {
         let c = self.0.containers.last_mut().unwrap();
-        c.ports.push((name.into(), port));
+        c.ports.push(ContainerPort::named(name, port));
         self
     }
     fn unowned(mut self) -> Self {
@@ -403,6 +415,7 @@ fn prometheus_pod(port: &str) -> Fixture {
         .volume("rules", vec![cm("rules")])
         .container("prometheus", &["config"])
         .port("web", 9090)
+        .unnamed_port(8081)
         .container("thanos", &["rules"])
         .port("grpc", 10901)
 }
@@ -428,6 +441,19 @@ fn http_table() {
     let cases: Vec<Case> = vec![
         ("9090", "config", Ok((9090, vec!["prometheus"]))),
         ("web", "config", Ok((9090, vec!["prometheus"]))),
+        // A number: declared by any container of the pod (the request goes to the pod's IP).
+        ("10901", "config", Ok((10901, vec!["prometheus"]))),
+        ("8081", "config", Ok((8081, vec!["prometheus"]))),
+        (
+            "8080",
+            "config",
+            Err("Invalid: reloadlet.io/http-port: 8080 is not a port any container of the pod declares (declared: 9090/web, 8081, 10901/grpc)"),
+        ),
+        (
+            "22",
+            "rules",
+            Err("Invalid: reloadlet.io/http-port: 22 is not a port any container of the pod declares (declared: 9090/web, 8081, 10901/grpc)"),
+        ),
         ("grpc", "rules", Ok((10901, vec!["thanos"]))),
         (
             "grpc",
@@ -437,7 +463,7 @@ fn http_table() {
         (
             "metrics",
             "config",
-            Err("Invalid: reloadlet.io/http-port: no container declares a port named \"metrics\""),
+            Err("Invalid: reloadlet.io/http-port: no container declares a port named \"metrics\" (declared: 9090/web, 8081, 10901/grpc)"),
         ),
         ("0", "config", Err("Invalid: reloadlet.io/http-port: \"0\" is neither a port number (1-65535) nor a port name (1-15 lowercase letters, digits and '-', with at least one letter)")),
     ];
@@ -485,7 +511,8 @@ fn http_follows_the_same_narrowing_as_signal() {
         .annotate("reloadlet.io/action", "http")
         .annotate("reloadlet.io/http-port", "9090")
         .volume("config", vec![cm("prometheus-config")])
-        .container("prometheus", &["config@sub"]);
+        .container("prometheus", &["config@sub"])
+        .port("web", 9090);
     // Reported as the http action that could not be taken, not as a signal.
     assert!(matches!(
         decide(&sub.0, &changed(&["config"])),
@@ -499,6 +526,78 @@ fn http_follows_the_same_narrowing_as_signal() {
         panic!()
     };
     assert_eq!(cause.to_string(), "configmap prometheus-config changed");
+}
+
+#[test]
+fn a_pod_without_declared_ports_reaches_nothing() {
+    let bare = pod()
+        .annotate("reloadlet.io/action", "http")
+        .annotate("reloadlet.io/http-port", "10250")
+        .volume("config", vec![cm("prometheus-config")])
+        .container("prometheus", &["config"]);
+    let d = decide(&bare.0, &changed(&["config"]));
+    assert_eq!(
+        d,
+        Decision::Invalid {
+            message: "reloadlet.io/http-port: 10250 is not a port any container of the pod declares (declared: none)".into()
+        }
+    );
+}
+
+#[test]
+fn host_network_http_pods_need_the_operators_fence() {
+    const REFUSED: &str = "reloadlet.io/action: http is refused on a hostNetwork pod: its IP is the node's own address, so the request would go to a service of the node; the operator has not allowed that (agent flag --http-allow-host-network)";
+    let allowed = HttpFence {
+        allow_host_network: true,
+    };
+    // (pod, fence, want: Ok(port) or Err(message))
+    type Case = (Fixture, HttpFence, Result<u16, String>);
+    let cases: Vec<Case> = vec![
+        (prometheus_pod("web"), HttpFence::default(), Ok(9090)),
+        (prometheus_pod("web"), allowed, Ok(9090)),
+        (
+            prometheus_pod("web").host_network(),
+            HttpFence::default(),
+            Err(REFUSED.into()),
+        ),
+        (prometheus_pod("9090").host_network(), allowed, Ok(9090)),
+        // Allowed, still only to a declared port.
+        (
+            prometheus_pod("10250").host_network(),
+            allowed,
+            Err("reloadlet.io/http-port: 10250 is not a port any container of the pod declares (declared: 9090/web, 8081, 10901/grpc)".into()),
+        ),
+    ];
+    for (i, (fixture, fence, want)) in cases.into_iter().enumerate() {
+        let pod = &fixture.0;
+        let checked = validated_policy_with(pod, fence);
+        let d = decide_with(
+            pod,
+            &checked,
+            &changed(&["config"])
+                .into_iter()
+                .map(|v| (v, None))
+                .collect(),
+        );
+        match want {
+            Ok(port) => assert_eq!(http_port(&d).0, port, "case {i}"),
+            Err(message) => {
+                assert_eq!(checked, Err(message.clone()), "case {i}");
+                assert_eq!(d, Decision::Invalid { message }, "case {i}");
+            }
+        }
+    }
+    // The default check (explain, and any caller without the agent's flag) refuses.
+    assert_eq!(
+        validated_policy(&prometheus_pod("web").host_network().0),
+        Err(REFUSED.into())
+    );
+    // Signal and evict do not go over the network: hostNetwork changes nothing for them.
+    let signal = nginx_pod().host_network();
+    assert!(matches!(
+        decide(&signal.0, &changed(&["conf"])),
+        Decision::Signal { .. }
+    ));
 }
 
 fn csi_pod() -> Fixture {

@@ -110,16 +110,15 @@ pub enum Verdict {
 }
 
 /// Classifies an answer: 2xx reloaded; 408, 429 and 5xx retried (the endpoint is busy or
-/// starting); any other status final, quoting the body (Prometheus: 403 "Lifecycle API is
-/// not enabled.").
+/// starting); any other status final. The text quotes the start of the body
+/// ([`quoted_body`]; Prometheus: 403 "Lifecycle API is not enabled.").
 pub fn verdict(answer: &Result<HttpAnswer, AttemptError>) -> Verdict {
     match answer {
         Err(e) => Verdict::Retry(e.to_string()),
         Ok(a) => {
-            let said = if a.body_prefix.is_empty() {
-                format!("→ {}", a.status)
-            } else {
-                format!("→ {} {:?}", a.status, a.body_prefix)
+            let said = match quoted_body(&a.body_prefix) {
+                None => format!("→ {}", a.status),
+                Some(quoted) => format!("→ {} {quoted}", a.status),
             };
             match a.status {
                 200..=299 => Verdict::Reloaded,
@@ -128,6 +127,59 @@ pub fn verdict(answer: &Result<HttpAnswer, AttemptError>) -> Verdict {
             }
         }
     }
+}
+
+/// The most bytes of an answer body's text quoted in an Event note, a log line or a
+/// notification (before the closing `…"`).
+pub const QUOTED_BODY_BYTES: usize = 200;
+
+/// The start of an answer body as data for one line of text: in double quotes, at most
+/// [`QUOTED_BODY_BYTES`] bytes of it (cut at a character, then `…`). The endpoint is the
+/// tenant's, so nothing in it may read as more than a quote: runs of whitespace (newlines,
+/// tabs, U+2028 …) become one space, other control characters (NUL, ESC of an ANSI sequence,
+/// DEL, C1) and bidirectional overrides become U+FFFD, and `"` and `\` are escaped. `None`
+/// when nothing visible is left.
+pub fn quoted_body(body: &str) -> Option<String> {
+    let mut text = String::with_capacity(QUOTED_BODY_BYTES.min(body.len()));
+    let mut space = false;
+    let mut cut = false;
+    let mut utf8 = [0u8; 4];
+    for c in body.chars() {
+        if c.is_whitespace() {
+            space = !text.is_empty();
+            continue;
+        }
+        let piece: &str = if c.is_control() || is_bidi_control(c) {
+            "\u{fffd}"
+        } else if c == '"' {
+            "\\\""
+        } else if c == '\\' {
+            "\\\\"
+        } else {
+            c.encode_utf8(&mut utf8)
+        };
+        if text.len() + usize::from(space) + piece.len() > QUOTED_BODY_BYTES {
+            cut = true;
+            break;
+        }
+        if std::mem::take(&mut space) {
+            text.push(' ');
+        }
+        text.push_str(piece);
+    }
+    if text.is_empty() {
+        return None;
+    }
+    Some(format!("\"{text}{}\"", if cut { "…" } else { "" }))
+}
+
+/// Characters that reorder how the text around them is shown (Unicode bidirectional
+/// formatting: ALM, LRM, RLM, LRE…RLO, LRI…PDI).
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
 }
 
 impl HttpSettings {

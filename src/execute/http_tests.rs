@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::core::annotations::{HttpMethod, HttpPort, HttpSpec, DEFAULT_HTTP_PATH};
-use crate::core::model::{ContainerId, ContainerInfo, ContainerKind, SourceKind};
+use crate::core::model::{ContainerId, ContainerInfo, ContainerKind, ContainerPort, SourceKind};
 use crate::ports::fake::{self, Reply};
 use crate::serve::metrics::Metrics;
 use tokio::time::Instant as TokioInstant;
@@ -32,7 +32,7 @@ fn pod(uid: &str, container_id: &str) -> PodInfo {
             mounts: vec![],
             container_id: ContainerId::parse(&format!("containerd://{container_id}")),
             running: true,
-            ports: vec![("web".into(), 9090)],
+            ports: vec![ContainerPort::named("web", 9090)],
         }],
         ..Default::default()
     }
@@ -430,4 +430,91 @@ fn ipv6_pod_ips_are_bracketed() {
     j.target.spec.path = "/api/v2/reload".into();
     let c = call(&j.target, "fd00::1".parse().unwrap());
     assert_eq!(c.url, "http://[fd00::1]:9090/api/v2/reload");
+}
+
+#[test]
+fn answer_bodies_are_quoted_short_and_on_one_line() {
+    let ansi = "\u{1b}[31mred\u{1b}[0m";
+    let cases: Vec<(&str, Option<&str>)> = vec![
+        (
+            "Lifecycle API is not enabled.\n",
+            Some("\"Lifecycle API is not enabled.\""),
+        ),
+        ("", None),
+        (" \n\r\n\t ", None),
+        // One answer cannot forge more lines: every run of whitespace is one space.
+        (
+            "bad\nPOST http://x → 200: configmap y changed\r\n",
+            Some("\"bad POST http://x → 200: configmap y changed\""),
+        ),
+        ("a\u{2028}b\u{2029}c\u{85}d", Some("\"a b c d\"")),
+        // Terminal escapes, NUL, DEL and C1 controls are no longer controls.
+        (ansi, Some("\"\u{fffd}[31mred\u{fffd}[0m\"")),
+        (
+            "nul\0del\u{7f}csi\u{9b}",
+            Some("\"nul\u{fffd}del\u{fffd}csi\u{fffd}\""),
+        ),
+        // Bidirectional overrides cannot reorder the note around them.
+        (
+            "abc\u{202e}fed\u{2066}x",
+            Some("\"abc\u{fffd}fed\u{fffd}x\""),
+        ),
+        // The quote cannot be closed from inside.
+        (r#"x": ok "y\"#, Some(r#""x\": ok \"y\\""#)),
+    ];
+    for (body, want) in cases {
+        assert_eq!(quoted_body(body).as_deref(), want, "{body:?}");
+    }
+}
+
+#[test]
+fn a_long_body_is_cut_at_a_character_with_an_ellipsis() {
+    let megabyte = "line\n".repeat(1 << 18);
+    let q = quoted_body(&megabyte).unwrap();
+    assert!(q.len() <= QUOTED_BODY_BYTES + "\"…\"".len(), "{}", q.len());
+    assert!(q.starts_with("\"line line ") && q.ends_with("…\""), "{q}");
+    assert!(!q.contains('\n'));
+    // Two-byte characters: cut between two, never inside one.
+    let q = quoted_body(&"é".repeat(300)).unwrap();
+    assert_eq!(q, format!("\"{}…\"", "é".repeat(QUOTED_BODY_BYTES / 2)));
+    // An escape is kept whole or left out.
+    let q = quoted_body(&format!("{}\"", "x".repeat(QUOTED_BODY_BYTES - 1))).unwrap();
+    assert_eq!(q, format!("\"{}…\"", "x".repeat(QUOTED_BODY_BYTES - 1)));
+    // Exactly the limit: no ellipsis.
+    let q = quoted_body(&"x".repeat(QUOTED_BODY_BYTES)).unwrap();
+    assert_eq!(q.len(), QUOTED_BODY_BYTES + 2);
+}
+
+#[test]
+fn invalid_utf8_is_quoted_as_replacement_characters() {
+    // What the client makes of the bytes it read (lossy UTF-8), then quoted.
+    let read = String::from_utf8_lossy(b"\xff\xfe ok \xc3");
+    assert_eq!(
+        quoted_body(&read).unwrap(),
+        "\"\u{fffd}\u{fffd} ok \u{fffd}\""
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_with_a_megabyte_of_lines_is_one_short_line_in_the_event() {
+    let body: &'static str = "FAKE\n\u{1b}[2J".repeat(1 << 17).leak();
+    let w = world(vec![Reply::Status(403, body)]);
+    w.http.request(job());
+    w.settle().await;
+    let notes = w.notes();
+    assert_eq!(notes.len(), 1);
+    let (reason, note) = &notes[0];
+    assert_eq!(*reason, "ReloadFailed");
+    assert!(
+        note.starts_with("POST http://10.1.2.3:9090/-/reload → 403 \"FAKE \u{fffd}[2JFAKE "),
+        "{note}"
+    );
+    assert!(
+        note.ends_with("…\": configmap prometheus-config changed"),
+        "{note}"
+    );
+    assert!(
+        note.len() < 320 && !note.contains('\n') && !note.contains('\u{1b}'),
+        "{note}"
+    );
 }

@@ -4,9 +4,9 @@
 
 use super::pod_view::{ContainerStatusView, ContainerView, PodSpecView, PodView, VolumeView};
 use crate::core::model::{
-    ContainerId, ContainerInfo, ContainerKind, CsiVolumeSpec, EnvKeys, EnvRef, PodInfo, SourceKind,
-    SourceRef, VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY, SECRETS_STORE_DRIVER,
-    SECRET_PROVIDER_CLASS_ATTRIBUTE,
+    ContainerId, ContainerInfo, ContainerKind, ContainerPort, CsiVolumeSpec, EnvKeys, EnvRef,
+    PodInfo, SourceKind, SourceRef, VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
+    SECRETS_STORE_DRIVER, SECRET_PROVIDER_CLASS_ATTRIBUTE,
 };
 use crate::core::rollout::OwnerRef;
 use k8s_openapi::api::core::v1::KeyToPath;
@@ -54,6 +54,7 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
         pod_ip: status
             .and_then(|s| s.pod_ip.as_deref())
             .and_then(|ip| ip.parse().ok()),
+        host_network: spec.host_network.unwrap_or(false),
     })
 }
 
@@ -204,7 +205,14 @@ fn container_info(
             .ports
             .iter()
             .flatten()
-            .filter_map(|p| Some((p.name.clone()?, u16::try_from(p.container_port).ok()?)))
+            // `protocol` defaults to TCP; a UDP or SCTP port is no HTTP endpoint.
+            .filter(|p| p.protocol.as_deref().is_none_or(|proto| proto == "TCP"))
+            .filter_map(|p| {
+                Some(ContainerPort {
+                    number: u16::try_from(p.container_port).ok().filter(|n| *n != 0)?,
+                    name: p.name.clone().filter(|n| !n.is_empty()),
+                })
+            })
             .collect(),
     }
 }
@@ -400,6 +408,40 @@ mod tests {
             })
         );
         assert_eq!(volume(json!({"name": "data", "emptyDir": {}})).csi, None);
+    }
+
+    #[test]
+    fn keeps_the_declared_tcp_ports_and_host_network() {
+        let pod: PodView = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "n", "uid": "u"},
+            "spec": {
+                "hostNetwork": true,
+                "containers": [{"name": "app", "ports": [
+                    {"name": "web", "containerPort": 9090},
+                    {"containerPort": 8080, "protocol": "TCP"},
+                    {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                    {"name": "sctp", "containerPort": 36412, "protocol": "SCTP"},
+                    {"name": "huge", "containerPort": 70000}
+                ]}]
+            }
+        }))
+        .unwrap();
+        let info = pod_info(&pod).unwrap();
+        assert!(info.host_network);
+        assert_eq!(
+            info.containers[0].ports,
+            [
+                ContainerPort::named("web", 9090),
+                ContainerPort::unnamed(8080)
+            ]
+        );
+        let plain: PodView = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "n", "uid": "u"},
+            "spec": {"containers": [{"name": "app"}]}
+        }))
+        .unwrap();
+        let info = pod_info(&plain).unwrap();
+        assert!(!info.host_network && info.containers[0].ports.is_empty());
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct PodSpecView {
     pub containers: Vec<ContainerView>,
     pub init_containers: Option<Vec<ContainerView>>,
     pub volumes: Option<Vec<VolumeView>>,
+    /// The pod shares the node's network namespace (its `status.podIP` is the node's).
+    pub host_network: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

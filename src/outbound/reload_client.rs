@@ -11,10 +11,14 @@
 //!   the pod's IP address (an IP SAN), as for any TLS client.
 //! - No redirects are followed, no connection is kept between requests (pods come and go,
 //!   and a reload is rare), no proxy is used (a pod IP is reached directly).
+//! - The endpoint is the tenant's: of its answer at most [`HTTP_BODY_READ`] bytes of the body
+//!   are read (then the connection is dropped), through a read buffer of at most
+//!   [`READ_BUFFER`] bytes (the head must fit in it), so 16 requests in flight hold a few
+//!   hundred KiB at most whatever the endpoints send.
 
 use crate::core::annotations::HttpMethod;
 use crate::outbound::http_client::{body_prefix, error_chain};
-use crate::ports::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, HTTP_BODY_PREFIX};
+use crate::ports::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, HTTP_BODY_READ};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
@@ -32,6 +36,10 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// hyper's read buffer per connection (its default grows to ~400 KiB). An answer's head
+/// larger than this fails the attempt ("message head is too large").
+const READ_BUFFER: usize = 16 * 1024;
 
 pub struct ReloadClient {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
@@ -70,6 +78,7 @@ impl ReloadClient {
             .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
+            .http1_max_buf_size(READ_BUFFER)
             .build(connector);
         Ok(Self { client })
     }
@@ -101,7 +110,7 @@ impl ReloadClient {
             .await
             .map_err(|e| HttpCallError::Transport(error_chain(&e)))?;
         let status = resp.status().as_u16();
-        let body_prefix = body_prefix(resp.into_body(), HTTP_BODY_PREFIX).await;
+        let body_prefix = body_prefix(resp.into_body(), HTTP_BODY_READ).await;
         Ok(HttpAnswer {
             status,
             body_prefix,
@@ -202,6 +211,60 @@ mod tests {
     fn json_bodies_are_sent_as_json() {
         assert_eq!(content_type("{}"), "application/json");
         assert_eq!(content_type("reload"), "text/plain; charset=utf-8");
+    }
+
+    /// A tenant's endpoint answering 500 with a 64 MiB body (invalid UTF-8, newlines, ANSI
+    /// escapes): the client keeps the first 4 KiB and hangs up, so the server cannot write it
+    /// all.
+    #[tokio::test]
+    async fn a_huge_answer_is_read_only_up_to_the_limit_then_dropped() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const SIZE: usize = 64 << 20;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = conn.read(&mut request).await.unwrap();
+            let head =
+                format!("HTTP/1.1 500 Internal Server Error\r\ncontent-length: {SIZE}\r\n\r\n");
+            conn.write_all(head.as_bytes()).await.unwrap();
+            let chunk: Vec<u8> = b"\xff\xfe\n\x1b[31mFAKE\x00 line\r\n"
+                .iter()
+                .copied()
+                .cycle()
+                .take(64 * 1024)
+                .collect();
+            let mut written = 0;
+            while written < SIZE {
+                if conn.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                written += chunk.len();
+            }
+            written
+        });
+        let client = ReloadClient::new(None).unwrap();
+        let answer = client
+            .send(&HttpCall {
+                method: HttpMethod::Post,
+                url: format!("http://{addr}/-/reload"),
+                body: String::new(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 500);
+        // Lossy decoding turns each invalid byte into U+FFFD (3 bytes): bounded by 3 × 4 KiB.
+        assert!(!answer.body_prefix.is_empty());
+        assert!(
+            answer.body_prefix.len() <= 3 * HTTP_BODY_READ,
+            "{}",
+            answer.body_prefix.len()
+        );
+        assert!(answer.body_prefix.contains('\u{fffd}'));
+        drop(client);
+        let written = server.await.unwrap();
+        assert!(written < SIZE, "the client read the whole body");
     }
 
     #[test]
