@@ -4,7 +4,8 @@
 //! ```text
 //! executor outcome ──> Notification (event) ──> Notifier::notify (never blocks)
 //!   ──> --notify-on filter ──> dedupe (5 min per source object and reason)
-//!   ──> render per format ──> bounded queue per webhook (drop oldest)
+//!   ──> render per format, tenant text quoted as data (quote)
+//!   ──> bounded queue per webhook (drop oldest)
 //!   ──> Poster (5 s per attempt, 3 retries with backoff)
 //! ```
 //!
@@ -18,6 +19,7 @@ pub mod format;
 pub mod http_poster;
 pub mod metrics;
 pub mod poster;
+pub mod quote;
 pub mod secret_url;
 pub mod sender;
 
