@@ -108,6 +108,9 @@ pub struct ControllerSettings {
     pub max_nudges_per_second: u32,
     /// `None`: leader election is off (this replica always acts).
     pub election: Option<LeaseTarget>,
+    /// The controller's own namespace (`POD_NAMESPACE` / `--lease-namespace`), where its key
+    /// Secret lives (`crate::k8s::controller_key`); `None` outside a cluster.
+    pub key_namespace: Option<String>,
     pub listen: SocketAddr,
     pub log_format: LogFormat,
     pub scope: ControllerScope,
@@ -204,6 +207,7 @@ impl ControllerArgs {
         }
         let pacing = self.pacing.defaults(Duration::ZERO)?;
         Ok(ControllerSettings {
+            key_namespace: el.lease_namespace.clone().filter(|s| !s.is_empty()),
             pacing,
             secrets: self.secrets,
             max_nudges_per_second: self.max_nudges_per_second,

@@ -478,6 +478,7 @@ mod env_consumers {
             secrets: false,
             stop: stop.clone(),
             pacing: Default::default(),
+            key: crate::core::volume_digest::HashKey::from_bytes([7; 32]),
         })))
     }
 

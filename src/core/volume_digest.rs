@@ -46,7 +46,8 @@ impl HashKey {
         &self.0
     }
 
-    fn mac(&self) -> Hmac<Sha256> {
+    /// An HMAC-SHA256 keyed with this key.
+    pub fn mac(&self) -> Hmac<Sha256> {
         Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes a key of any length")
     }
 

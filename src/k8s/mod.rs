@@ -3,6 +3,7 @@
 pub mod api_backoff;
 pub mod client;
 pub mod controller;
+pub mod controller_key;
 pub mod events;
 pub mod eviction;
 pub mod pdb_watch;

@@ -177,6 +177,27 @@ pub async fn serve(
         health,
     )
     .with(Box::new(nudges));
+    // The key of the digests and baselines the env consumers and rollouts write.
+    let key = if settings.env.configmaps || settings.env.secrets || settings.rollout.enabled {
+        Some(match &settings.key_namespace {
+            Some(namespace) => {
+                crate::k8s::controller_key::load_or_create(clients.main.clone(), namespace)
+                    .await
+                    .map_err(|e| format!("the controller's key: {e}"))?
+            }
+            None => {
+                tracing::warn!("no namespace of its own (POD_NAMESPACE or --lease-namespace): the controller's key is made anew at each start, so the baselines written before a restart are taken afresh and a change made while it was down is not acted on");
+                crate::core::volume_digest::HashKey::generate()
+                    .map_err(|e| format!("the kernel's random source: {e}"))?
+            }
+        })
+    } else {
+        None
+    };
+    let keyed = || {
+        key.clone()
+            .expect("loaded when env consumers or rollouts are on")
+    };
     if settings.env.configmaps || settings.env.secrets {
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(
@@ -196,6 +217,7 @@ pub async fn serve(
             secrets: settings.env.secrets,
             stop: shutdown.clone(),
             pacing: settings.pacing.clone(),
+            key: keyed(),
         })));
     }
     if settings.rollout.enabled {
@@ -222,6 +244,7 @@ pub async fn serve(
             reloader_compat: settings.rollout.reloader_compat,
             now: now_rfc3339,
             stop: shutdown.clone(),
+            key: keyed(),
         })
         .with_budgets(budgets)
         .with_pacing(settings.pacing.clone());

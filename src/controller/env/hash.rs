@@ -11,7 +11,8 @@
 
 use crate::core::annotations::{self, Action};
 use crate::core::model::{EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef};
-use sha2::{Digest, Sha256};
+use crate::core::volume_digest::HashKey;
+use hmac::Mac;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -111,14 +112,19 @@ pub fn narrowed_in(policy: Option<&annotations::PodPolicy>, source: &SourceRef) 
     list.as_ref().is_some_and(|l| l.contains(&r.name))
 }
 
-/// The digest (16 hex digits of SHA-256) of exactly what `selectors` read of `data` (`None`:
-/// the object does not exist). Every field is length-prefixed and tagged, so a missing key, an
-/// empty value and a binary value all differ, and the result does not depend on key order.
-pub fn digest(selectors: &[Selector], data: Option<&ObjectData>) -> String {
-    let mut h = Sha256::new();
+/// The digest (16 hex digits of HMAC-SHA256 under the controller's `key`) of exactly what
+/// `selectors` read of `data` (`None`: the object does not exist). Every field is
+/// length-prefixed and tagged, so a missing key, an empty value and a binary value all differ,
+/// and the result does not depend on key order. Keyed: the digest of a Secret's data is
+/// written into pod annotations that anyone who can read pods sees, and an unkeyed one would
+/// let them test guesses of the Secret offline (issue #43 §3; the agent keys its volume
+/// digests for the same reason, `crate::core::volume_digest`).
+pub fn digest(key: &HashKey, selectors: &[Selector], data: Option<&ObjectData>) -> String {
+    let mut h = key.mac();
+    h.update(b"reloadlet object digest");
     let mut field = |tag: &[u8], bytes: &[u8]| {
         h.update(tag);
-        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(&(bytes.len() as u64).to_le_bytes());
         h.update(bytes);
     };
     let mut sorted: Vec<&Selector> = selectors.iter().collect();
@@ -168,23 +174,69 @@ pub fn digest(selectors: &[Selector], data: Option<&ObjectData>) -> String {
             }
         }
     }
-    hex::encode(&h.finalize()[..8])
+    hex::encode(&h.finalize().into_bytes()[..8])
 }
 
-/// The value of `reloadlet.io/env-baseline`: `configmap/app-env=0123456789abcdef,…`, sorted.
-pub fn format_baseline(digests: &BTreeMap<SourceRef, String>) -> String {
-    digests
+/// The MAC of a baseline value: which annotation of which pod (by UID) it is, and the
+/// entries. 32 hex digits (128 bits of HMAC-SHA256 under the controller's key).
+fn baseline_mac(key: &HashKey, annotation: &str, uid: &str, entries: &str) -> String {
+    let mut mac = key.mac();
+    for part in [
+        b"reloadlet baseline".as_slice(),
+        annotation.as_bytes(),
+        uid.as_bytes(),
+        entries.as_bytes(),
+    ] {
+        mac.update(&(part.len() as u64).to_le_bytes());
+        mac.update(part);
+    }
+    hex::encode(&mac.finalize().into_bytes()[..16])
+}
+
+/// The value of `reloadlet.io/env-baseline` (`reloadlet.io/rollout-baseline`) of the pod
+/// `uid`: `configmap/app-env=0123456789abcdef,…;mac=<32 hex>`, sorted. The MAC proves the
+/// value is this controller's: a pod author can write the annotation, and a forged baseline
+/// would make the controller take data as changed (issue #43 §2).
+pub fn format_baseline(
+    key: &HashKey,
+    annotation: &str,
+    uid: &str,
+    digests: &BTreeMap<SourceRef, String>,
+) -> String {
+    let entries = digests
         .iter()
         .map(|(s, d)| format!("{}/{}={d}", s.kind.as_str(), s.name))
         .collect::<Vec<_>>()
-        .join(",")
+        .join(",");
+    let mac = baseline_mac(key, annotation, uid, &entries);
+    format!("{entries};mac={mac}")
 }
 
-/// Parses `reloadlet.io/env-baseline`; entries that do not parse are left out (a baseline is
-/// then taken again for them).
-pub fn parse_baseline(value: &str) -> BTreeMap<SourceRef, String> {
+/// Parses a baseline annotation written by [`format_baseline`] for the pod `uid`. `None` when
+/// its MAC is missing or wrong: not this controller's (a forgery, a copy from another pod, or
+/// a value from before baselines were signed), so nothing in it is trusted and a baseline is
+/// taken afresh. Entries that do not parse are left out (a baseline is then taken again for
+/// them).
+pub fn parse_baseline(
+    key: &HashKey,
+    annotation: &str,
+    uid: &str,
+    value: &str,
+) -> Option<BTreeMap<SourceRef, String>> {
+    let (entries, mac) = value.rsplit_once(";mac=")?;
+    let want = baseline_mac(key, annotation, uid, entries);
+    // Compared in constant time: the MAC is the only secret-derived value here.
+    let equal = mac.len() == want.len()
+        && mac
+            .bytes()
+            .zip(want.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if !equal {
+        return None;
+    }
     let mut out = BTreeMap::new();
-    for entry in value.split(',') {
+    for entry in entries.split(',') {
         let Some((source, digest)) = entry.trim().split_once('=') else {
             continue;
         };
@@ -207,7 +259,7 @@ pub fn parse_baseline(value: &str) -> BTreeMap<SourceRef, String> {
             );
         }
     }
-    out
+    Some(out)
 }
 
 /// Does the controller follow this pod's env at all? (opted in with a valid annotation,

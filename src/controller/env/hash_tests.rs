@@ -1,6 +1,7 @@
 //! Table tests of the env consumers' pure part.
 
 use super::*;
+use crate::core::volume_digest::HashKey;
 
 fn key(k: &str) -> Selector {
     Selector {
@@ -135,8 +136,8 @@ fn a_digest_changes_exactly_when_what_the_pod_reads_changes() {
         ),
     ];
     for (what, sels, before, after, changed) in cases {
-        let a = digest(&sels, before.as_ref());
-        let b = digest(&sels, after.as_ref());
+        let a = digest(&k(), &sels, before.as_ref());
+        let b = digest(&k(), &sels, after.as_ref());
         assert_eq!(a != b, changed, "{what}");
         assert_eq!(a.len(), 16, "{what}");
     }
@@ -146,14 +147,17 @@ fn a_digest_changes_exactly_when_what_the_pod_reads_changes() {
 fn a_digest_does_not_depend_on_order_and_a_prefix_is_part_of_it() {
     let d = data(&[("A", "1"), ("B", "2")], &[]);
     assert_eq!(
-        digest(&[key("A"), key("B")], Some(&d)),
-        digest(&[key("B"), key("A"), key("B")], Some(&d))
+        digest(&k(), &[key("A"), key("B")], Some(&d)),
+        digest(&k(), &[key("B"), key("A"), key("B")], Some(&d))
     );
-    assert_ne!(digest(&[all("")], Some(&d)), digest(&[all("X_")], Some(&d)));
+    assert_ne!(
+        digest(&k(), &[all("")], Some(&d)),
+        digest(&k(), &[all("X_")], Some(&d))
+    );
     // Key and value boundaries are length-prefixed: ("AB","") ≠ ("A","B").
     assert_ne!(
-        digest(&[all("")], Some(&data(&[("AB", "")], &[]))),
-        digest(&[all("")], Some(&data(&[("A", "B")], &[])))
+        digest(&k(), &[all("")], Some(&data(&[("AB", "")], &[]))),
+        digest(&k(), &[all("")], Some(&data(&[("A", "B")], &[])))
     );
 }
 
@@ -170,15 +174,108 @@ fn the_baseline_annotation_round_trips_and_skips_garbage() {
     };
     m.insert(cm.clone(), "0123456789abcdef".to_owned());
     m.insert(s, "fedcba9876543210".to_owned());
-    let text = format_baseline(&m);
+    let text = format_baseline(&k(), "reloadlet.io/env-baseline", "uid-1", &m);
+    let (entries, mac) = text.split_once(";mac=").unwrap();
     assert_eq!(
-        text,
+        entries,
         "configmap/app-env=0123456789abcdef,secret/db=fedcba9876543210"
     );
-    assert_eq!(parse_baseline(&text), m);
-    let junk = parse_baseline("configmap/app-env=0123456789abcdef,x/y=1,secret/z=short,=,");
+    assert_eq!(mac.len(), 32);
+    assert_eq!(
+        parse_baseline(&k(), "reloadlet.io/env-baseline", "uid-1", &text),
+        Some(m)
+    );
+    // Garbage entries inside a signed value are left out.
+    let mut junk_map = BTreeMap::new();
+    junk_map.insert(cm.clone(), "0123456789abcdef".to_owned());
+    let signed = format_baseline(&k(), "a", "u", &junk_map);
+    let (_, mac) = signed.split_once(";mac=").unwrap();
+    let _ = mac;
+    let junk = parse_baseline(&k(), "a", "u", &signed).unwrap();
     assert_eq!(junk.len(), 1);
     assert!(junk.contains_key(&cm));
+}
+
+/// Issue #43 §2: a baseline a pod author wrote is not trusted. Unsigned (the format before
+/// baselines were signed, or a forgery), signed for another pod or another annotation,
+/// signed by another controller's key, or edited after signing: `None`.
+#[test]
+fn a_baseline_not_signed_by_this_controller_for_this_pod_is_not_trusted() {
+    let mut m = BTreeMap::new();
+    m.insert(
+        SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: "app".into(),
+        },
+        "0123456789abcdef".to_owned(),
+    );
+    let signed = format_baseline(&k(), "reloadlet.io/rollout-baseline", "uid-1", &m);
+    let parse = |key: &HashKey, annotation: &str, uid: &str, value: &str| {
+        parse_baseline(key, annotation, uid, value)
+    };
+    assert!(parse(&k(), "reloadlet.io/rollout-baseline", "uid-1", &signed).is_some());
+    let other_key = HashKey::from_bytes([9; 32]);
+    for (what, key, annotation, uid, value) in [
+        (
+            "unsigned",
+            k(),
+            "reloadlet.io/rollout-baseline",
+            "uid-1",
+            "configmap/app=0123456789abcdef".to_owned(),
+        ),
+        (
+            "another pod",
+            k(),
+            "reloadlet.io/rollout-baseline",
+            "uid-2",
+            signed.clone(),
+        ),
+        (
+            "another annotation",
+            k(),
+            "reloadlet.io/env-baseline",
+            "uid-1",
+            signed.clone(),
+        ),
+        (
+            "another key",
+            other_key,
+            "reloadlet.io/rollout-baseline",
+            "uid-1",
+            signed.clone(),
+        ),
+        (
+            "edited",
+            k(),
+            "reloadlet.io/rollout-baseline",
+            "uid-1",
+            signed.replace("0123", "9999"),
+        ),
+        (
+            "truncated mac",
+            k(),
+            "reloadlet.io/rollout-baseline",
+            "uid-1",
+            signed[..signed.len() - 1].to_owned(),
+        ),
+    ] {
+        assert_eq!(parse(&key, annotation, &uid, &value), None, "{what}");
+    }
+}
+
+/// Issue #43 §3: the digest of a Secret's data is keyed — the same data under another key
+/// digests apart, so a reader of pod annotations cannot test guesses.
+#[test]
+fn digests_are_keyed() {
+    let d = data(&[("PASSWORD", "hunter2")], &[]);
+    let a = digest(&k(), &[key("PASSWORD")], Some(&d));
+    let b = digest(&HashKey::from_bytes([9; 32]), &[key("PASSWORD")], Some(&d));
+    assert_ne!(a, b);
+    assert_eq!(a, digest(&k(), &[key("PASSWORD")], Some(&d)));
+}
+
+fn k() -> HashKey {
+    HashKey::from_bytes([7; 32])
 }
 
 fn pod(ann: &[(&str, &str)], owned: bool) -> PodInfo {

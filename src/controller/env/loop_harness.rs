@@ -102,6 +102,7 @@ impl Harness {
             secrets: false,
             stop: stop.clone(),
             pacing: Default::default(),
+            key: crate::core::volume_digest::HashKey::from_bytes([7; 32]),
         });
         let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
         Self {

@@ -48,6 +48,8 @@ pub struct EnvDeps {
     pub stop: CancellationToken,
     /// `--flap-threshold`, `--time-zone`, `--max-defer` (docs/pacing.md).
     pub pacing: crate::core::pacing::PacingDefaults,
+    /// The controller's key: digests and baseline MACs (`crate::k8s::controller_key`).
+    pub key: crate::core::volume_digest::HashKey,
 }
 
 pub struct EnvConsumers {
@@ -75,7 +77,7 @@ impl EnvConsumers {
             warned: HashMap::new(),
             gauges: Default::default(),
             records: HashMap::new(),
-            tracker: EnvTracker::new(deps.configmaps, deps.secrets),
+            tracker: EnvTracker::new(deps.configmaps, deps.secrets).keyed(deps.key.clone()),
             deps,
             fetched_tx,
             fetched_rx,

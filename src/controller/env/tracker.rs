@@ -13,6 +13,7 @@ use super::vec_map::VecMap;
 use crate::controller::api::ObjectKey;
 use crate::core::annotations::ENV_BASELINE;
 use crate::core::model::{PodInfo, SourceRef};
+use crate::core::volume_digest::HashKey;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Debug)]
@@ -62,6 +63,8 @@ pub type RefsFn = fn(&PodInfo, bool, bool) -> BTreeMap<SourceRef, Vec<Selector>>
 #[derive(Debug)]
 pub struct EnvTracker {
     refs: RefsFn,
+    /// The controller's key: digests and baseline MACs ([`Self::keyed`]).
+    key: HashKey,
     annotation: &'static str,
     configmaps: bool,
     secrets: bool,
@@ -96,10 +99,20 @@ impl EnvTracker {
         }
     }
 
+    /// Digests and baseline MACs under `key` (the controller's, which outlives a restart:
+    /// `crate::k8s::controller_key`).
+    pub fn keyed(mut self, key: HashKey) -> Self {
+        self.key = key;
+        self
+    }
+
     /// A tracker of what `refs` says each pod reads, its baseline kept in `annotation`.
     pub fn with(refs: RefsFn, annotation: &'static str, configmaps: bool, secrets: bool) -> Self {
         Self {
             refs,
+            // Replaced by the controller's key ([`Self::keyed`]); a tracker made without one
+            // (tests) still never trusts a baseline it did not sign itself.
+            key: HashKey::generate().expect("the kernel's random source (getrandom)"),
             annotation,
             configmaps,
             secrets,
@@ -128,10 +141,19 @@ impl EnvTracker {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             refs: VecMap::default(),
-            // First sight: the baseline the controller wrote earlier, if any.
+            // First sight: the baseline the controller wrote earlier, if any — and only if it
+            // is the controller's (its MAC holds): a forged or copied one is not trusted, and
+            // a baseline is taken afresh (then written over it).
             known: annotation
                 .as_deref()
-                .map(|a| parse_baseline(a).into_iter().collect())
+                .and_then(|a| {
+                    let parsed = parse_baseline(&self.key, self.annotation, &pod.uid, a);
+                    if parsed.is_none() {
+                        tracing::warn!(pod = %pod.full_name(), annotation = self.annotation, "the baseline annotation on the pod is not this controller's (unsigned, forged or copied); ignored, a baseline is taken afresh");
+                    }
+                    parsed
+                })
+                .map(|known| known.into_iter().collect())
                 .unwrap_or_default(),
             written: annotation.clone(),
             writing: None,
@@ -266,7 +288,7 @@ impl EnvTracker {
             let Some(selectors) = pod.refs.get(&source) else {
                 continue;
             };
-            let now = digest(selectors, data);
+            let now = digest(&self.key, selectors, data);
             match pod.known.get(&source) {
                 None if seq > pod.seen_seq => {
                     pod.known.insert(source.clone(), now);
@@ -370,7 +392,7 @@ impl EnvTracker {
                 .iter()
                 .map(|(s, d)| (s.clone(), d.clone()))
                 .collect();
-            let value = format_baseline(&known);
+            let value = format_baseline(&self.key, self.annotation, &uid, &known);
             if pod.written.as_ref() == Some(&value) || pod.writing.as_ref() == Some(&value) {
                 continue;
             }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::core::model::{EnvKeys, EnvRef, SourceKind};
+use crate::core::volume_digest::HashKey;
 
 fn pod(uid: &str, keys: &[&str], baseline: Option<&str>) -> PodInfo {
     let mut annotations = BTreeMap::from([("reloadlet.io/action".to_owned(), "evict".to_owned())]);
@@ -137,7 +138,7 @@ fn a_source_back_at_the_baseline_settles_what_was_asked_and_its_return_is_a_chan
 #[test]
 fn a_baseline_written_before_a_restart_detects_a_change_made_meanwhile() {
     let v1 = data(&[("LOG", "info")]);
-    let mut first = EnvTracker::new(true, false);
+    let mut first = EnvTracker::new(true, false).keyed(key());
     first.put_pod(&pod("a", &["LOG"], None));
     fetch(&mut first, "1", &v1);
     let writes = first.writes();
@@ -146,7 +147,7 @@ fn a_baseline_written_before_a_restart_detects_a_change_made_meanwhile() {
     let baseline = writes[0].value.clone();
 
     // Restarted; changed while down; a pod created meanwhile has no baseline yet.
-    let mut second = EnvTracker::new(true, false);
+    let mut second = EnvTracker::new(true, false).keyed(key());
     assert!(second
         .put_pod(&pod("a", &["LOG"], Some(&baseline)))
         .is_empty());
@@ -154,10 +155,32 @@ fn a_baseline_written_before_a_restart_detects_a_change_made_meanwhile() {
     let v2 = data(&[("LOG", "debug")]);
     assert_eq!(fetch(&mut second, "2", &v2), ["a"], "only the old pod");
     // Nothing changed while down: nothing.
-    let mut third = EnvTracker::new(true, false);
+    let mut third = EnvTracker::new(true, false).keyed(key());
     third.put_pod(&pod("a", &["LOG"], Some(&baseline)));
     assert!(fetch(&mut third, "1", &v1).is_empty());
     assert!(third.writes().is_empty(), "the annotation already says it");
+
+    // Issue #43 §2: a restarted controller with another key (or a forged baseline) trusts
+    // nothing in it: a fresh baseline, no change reported, and the annotation rewritten.
+    let mut other = EnvTracker::new(true, false).keyed(HashKey::from_bytes([1; 32]));
+    assert_eq!(
+        other.put_pod(&pod("a", &["LOG"], Some(&baseline))),
+        vec![cm()],
+        "fetched afresh"
+    );
+    assert!(
+        fetch(&mut other, "2", &v2).is_empty(),
+        "not taken as changed"
+    );
+    assert_eq!(
+        other.writes().len(),
+        1,
+        "its own baseline written over the one it distrusts"
+    );
+}
+
+fn key() -> HashKey {
+    HashKey::from_bytes([7; 32])
 }
 
 #[test]

@@ -66,6 +66,8 @@ pub struct RolloutDeps {
     pub reloader_compat: bool,
     /// `kubectl.kubernetes.io/restartedAt`'s value: now, RFC 3339.
     pub now: fn() -> String,
+    /// The controller's key: digests and baseline MACs (`crate::k8s::controller_key`).
+    pub key: crate::core::volume_digest::HashKey,
     pub stop: CancellationToken,
 }
 
@@ -102,7 +104,8 @@ impl RolloutFeature {
         let (fetched_tx, fetched_rx, fetches) = read_channel();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
-            tracker: EnvTracker::with(refs::references, ROLLOUT_BASELINE, true, deps.secrets),
+            tracker: EnvTracker::with(refs::references, ROLLOUT_BASELINE, true, deps.secrets)
+                .keyed(deps.key.clone()),
             compat: compat::Compat::new(deps.reloader_compat, deps.secrets, deps.argo),
             deps,
             fetched_tx,

@@ -110,6 +110,7 @@ mod tests {
     use super::*;
     use crate::controller::env::hash::{digest, ObjectData};
     use crate::core::model::VolumeSpec;
+    use crate::core::volume_digest::HashKey;
 
     fn cm(name: &str) -> SourceRef {
         SourceRef {
@@ -135,7 +136,7 @@ mod tests {
             ..PodInfo::default()
         };
         let refs = references(&pod, true, false);
-        let of = |d: &ObjectData| digest(&refs[&cm("app")], Some(d));
+        let of = |d: &ObjectData| digest(&HashKey::from_bytes([7; 32]), &refs[&cm("app")], Some(d));
         let before = of(&data(
             &[("app.conf", "v1"), ("other", "x")],
             &[("logo", b"1")],
@@ -169,7 +170,7 @@ mod tests {
             ..VolumeSpec::default()
         });
         let refs = references(&pod, true, false);
-        let of = |d: &ObjectData| digest(&refs[&cm("app")], Some(d));
+        let of = |d: &ObjectData| digest(&HashKey::from_bytes([7; 32]), &refs[&cm("app")], Some(d));
         assert_ne!(
             of(&data(&[("app.conf", "v1"), ("other", "x")], &[])),
             of(&data(&[("app.conf", "v1"), ("other", "y")], &[]))

@@ -140,6 +140,7 @@ fn start_with(
         reloader_compat: false,
         now,
         stop: stop.clone(),
+        key: crate::core::volume_digest::HashKey::from_bytes([7; 32]),
     });
     let feature = configure(feature);
     let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
