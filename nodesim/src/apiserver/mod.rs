@@ -22,6 +22,7 @@ mod model;
 mod objects;
 mod pdb_store;
 mod pdb_watch;
+pub mod rbac;
 mod readiness;
 mod records;
 mod render;
