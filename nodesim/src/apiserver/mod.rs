@@ -24,6 +24,7 @@ mod objects;
 mod pdb_store;
 mod pdb_watch;
 pub mod rbac;
+pub mod rbac_chart;
 mod readiness;
 mod records;
 mod render;

@@ -323,6 +323,12 @@ pub struct Policy {
 #[error("RBAC objects: {0}")]
 pub struct PolicyError(String);
 
+impl PolicyError {
+    pub(crate) fn new(why: String) -> Self {
+        Self(why)
+    }
+}
+
 fn ns_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
     meta.namespace.as_deref().unwrap_or_default()
 }
