@@ -78,8 +78,8 @@ async fn a_service_account_gets_what_its_roles_grant_and_a_403_for_the_rest() {
     assert_eq!(
         forbidden,
         [
-            "PATCH /api/v1/namespaces/a/pods/web (RBAC): system:serviceaccount:sys:agent cannot patch \"pods\" in group \"\"",
-            "GET /api/v1/pods (RBAC): system:serviceaccount:sys:other cannot list \"pods\" in group \"\"",
+            "PATCH /api/v1/namespaces/a/pods/web (RBAC) by system:serviceaccount:sys:agent: patch \"pods\" in group \"\"",
+            "GET /api/v1/pods (RBAC) by system:serviceaccount:sys:other: list \"pods\" in group \"\"",
         ]
     );
     assert_eq!(node.api.unexpected_forbidden().len(), 2);

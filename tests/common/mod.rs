@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod fixtures;
+pub mod rbac;
 #[path = "../support/wait.rs"]
 mod wait;
 #[allow(unused_imports)] // not every test binary waits
@@ -44,6 +45,9 @@ impl Default for NodeOptions {
 pub struct Node {
     pub agent: Option<AgentProcess>,
     pub sim: SimNode,
+    /// The agent and the controller run as their chart service accounts, under the chart's
+    /// RBAC (see [`rbac`]); on by default. Off: as the admin, for tests of other identities.
+    pub rbac: bool,
 }
 
 impl std::ops::Deref for Node {
@@ -84,7 +88,18 @@ impl Node {
         })
         .await
         .expect("simulated node");
-        Node { agent: None, sim }
+        Node::from_sim(sim)
+    }
+
+    /// A node around a simulated node started elsewhere, with the chart's default RBAC.
+    pub fn from_sim(sim: SimNode) -> Node {
+        let node = Node {
+            agent: None,
+            sim,
+            rbac: true,
+        };
+        node.load_chart_rbac(&[]);
+        node
     }
 
     /// Starts reloadlet (`--debounce 0s` unless `args` say otherwise) and waits for /readyz.
@@ -123,7 +138,7 @@ impl Node {
         all.extend(args.iter().map(|s| s.to_string()));
         let child = cmd
             .args(&all)
-            .env("KUBECONFIG", self.kubeconfig())
+            .env("KUBECONFIG", self.agent_kubeconfig())
             .env("RUST_LOG", "reloadlet=debug,info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -266,6 +281,7 @@ impl Drop for Node {
                 );
             }
         }
+        self.finish_rbac();
         // `sim` (dropped after this) stops every process and removes mounts and cgroups.
     }
 }

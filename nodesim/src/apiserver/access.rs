@@ -30,7 +30,7 @@ impl std::fmt::Display for ForbiddenRecord {
         let source = if self.rbac { "RBAC" } else { "injected" };
         write!(
             f,
-            "{} {} ({source}): {} cannot {} {:?} in group {:?}",
+            "{} {} ({source}) by {}: {} {:?} in group {:?}",
             self.method,
             self.path,
             self.user,
