@@ -65,7 +65,9 @@ pub struct AgentProcess {
 
 impl Node {
     /// `reloadlet explain --pod <namespace>/<pod>` against this node's API server, as an
-    /// operator runs it (outside a pod): its standard output.
+    /// operator runs it (outside a pod): its standard output. As the admin: run with the
+    /// agent's service account (`kubectl exec ds/reloadlet -- reloadlet explain`), its
+    /// workload reads (replicasets/deployments get) are 403 under the chart's agent role.
     #[allow(dead_code)] // not every test binary explains
     pub fn explain_output(&self, namespace: &str, pod: &str) -> String {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
