@@ -156,6 +156,9 @@ for d in 1 1.s 5x "1s;" -1s; do
   step "values.schema.json rejects the debounce '$d'" schema_takes no "debounce=$d"
 done
 step "values.schema.json accepts serviceMonitor.interval 1m30s" schema_takes yes serviceMonitor.interval=1m30s
+# The RBAC the simulated API server enforces in the integration tests is the chart's.
+step "nodesim/fixtures/rbac-chart.json is the chart's RBAC, kustomize agrees (hack/render-rbac.sh --check)" \
+  "$root/hack/render-rbac.sh" --check
 step "hadolint Dockerfile" hadolint "$root/Dockerfile"
 step "shellcheck hack/*.sh" shellcheck "$root"/hack/*.sh
 step "hack/bump-version.sh --check (Cargo.toml, Cargo.lock, Chart.yaml, image tag)" "$root/hack/bump-version.sh" --check

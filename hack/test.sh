@@ -2,7 +2,8 @@
 # The whole test suite, as root (the simulated node makes cgroups, tmpfs mounts and PID
 # namespaces): the OCI image (hack/build-image.sh), formatting and lints, every Rust test
 # (unit, simulated-node integration, parser fuzzing on stable, the image under podman with
-# the chart's posture), and the rendered-manifest checks.
+# the chart's posture), every RBAC rule the chart grants exercised by some test
+# (hack/check-rbac-coverage.sh), and the rendered-manifest checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,10 +27,15 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test" >&2
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
+# The integration tests append the RBAC rule entries they used here (tests/common/rbac.rs).
+rm -rf target/rbac-used
 # --no-fail-fast: one run shows every failing test binary, not only the first.
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 passed=$(grep -E '^test result:' "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E '^test result:' "$log" | awk '{s += $6} END {print s + 0}')
+
+echo "== RBAC least privilege: every granted rule exercised by a test" >&2
+hack/check-rbac-coverage.sh
 
 echo "== rendered manifests" >&2
 hack/check-manifests.sh

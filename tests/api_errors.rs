@@ -23,6 +23,8 @@ fn pod_lists(node: &Node) -> usize {
 async fn a_forbidden_pod_list_backs_off_is_named_once_and_makes_the_agent_unready() {
     let mut node = Node::start(NodeOptions::default()).await;
     node.api.set_outage(Some(403));
+    // Every request answers the injected 403, whatever it asks.
+    node.api.expect_forbidden("*", "*", "*");
     node.spawn_agent(&[]);
     let listen = node.agent().listen.clone();
     let body = eventually("/readyz 503 naming RBAC", Duration::from_secs(10), || {

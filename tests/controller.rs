@@ -295,7 +295,7 @@ async fn faithful_node() -> Node {
     })
     .await
     .expect("simulated node");
-    Node { agent: None, sim }
+    Node::from_sim(sim)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -56,7 +56,7 @@ async fn scene() -> Scene {
     })
     .await
     .expect("simulated node");
-    let mut node = Node { agent: None, sim };
+    let mut node = Node::from_sim(sim);
     // The agent's default --debounce (the harness passes 0s unless told).
     node.start_agent(&["--debounce", "250ms"]).await;
     node.api

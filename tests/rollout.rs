@@ -527,7 +527,7 @@ async fn an_argo_rollout_is_restarted_through_spec_restart_at_once() {
     )
     .await
     .expect("simulated node");
-    let node = Node { agent: None, sim };
+    let node = Node::from_sim(sim);
     node.api.set_nodes(&[NODE]);
     change(&node, "canary-cfg", "v1");
     let mut rollout: nodesim::apiserver::Rollout = serde_json::from_value(json!({

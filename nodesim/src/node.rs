@@ -52,8 +52,22 @@ impl SimNode {
         self.path("kubelet")
     }
 
-    /// A kubeconfig for the API server (what `KUBECONFIG` points at).
+    /// A kubeconfig for the API server (what `KUBECONFIG` points at), as the admin: allowed
+    /// everything.
     pub fn kubeconfig(&self) -> PathBuf {
         self.path("kubeconfig")
+    }
+
+    /// A kubeconfig with a new token of the ServiceAccount `namespace/name`, whose requests
+    /// the API server authorizes with its RBAC objects ([`ApiServer::set_rbac`]).
+    pub fn kubeconfig_for(&self, namespace: &str, name: &str) -> std::io::Result<PathBuf> {
+        let token = self
+            .api
+            .mint_token(crate::apiserver::rbac::User::service_account(
+                namespace, name,
+            ));
+        let path = self.path(&format!("kubeconfig-{namespace}-{name}"));
+        self.api.write_kubeconfig_with_token(&path, Some(&token))?;
+        Ok(path)
     }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod fixtures;
+pub mod rbac;
 #[path = "../support/wait.rs"]
 mod wait;
 #[allow(unused_imports)] // not every test binary waits
@@ -44,6 +45,9 @@ impl Default for NodeOptions {
 pub struct Node {
     pub agent: Option<AgentProcess>,
     pub sim: SimNode,
+    /// The agent and the controller run as their chart service accounts, under the chart's
+    /// RBAC (see [`rbac`]); on by default. Off: as the admin, for tests of other identities.
+    pub rbac: bool,
 }
 
 impl std::ops::Deref for Node {
@@ -61,7 +65,9 @@ pub struct AgentProcess {
 
 impl Node {
     /// `reloadlet explain --pod <namespace>/<pod>` against this node's API server, as an
-    /// operator runs it (outside a pod): its standard output.
+    /// operator runs it (outside a pod): its standard output. As the admin: run with the
+    /// agent's service account (`kubectl exec ds/reloadlet -- reloadlet explain`), its
+    /// workload reads (replicasets/deployments get) are 403 under the chart's agent role.
     #[allow(dead_code)] // not every test binary explains
     pub fn explain_output(&self, namespace: &str, pod: &str) -> String {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
@@ -84,7 +90,18 @@ impl Node {
         })
         .await
         .expect("simulated node");
-        Node { agent: None, sim }
+        Node::from_sim(sim)
+    }
+
+    /// A node around a simulated node started elsewhere, with the chart's default RBAC.
+    pub fn from_sim(sim: SimNode) -> Node {
+        let node = Node {
+            agent: None,
+            sim,
+            rbac: true,
+        };
+        node.load_chart_rbac(&[]);
+        node
     }
 
     /// Starts reloadlet (`--debounce 0s` unless `args` say otherwise) and waits for /readyz.
@@ -123,7 +140,7 @@ impl Node {
         all.extend(args.iter().map(|s| s.to_string()));
         let child = cmd
             .args(&all)
-            .env("KUBECONFIG", self.kubeconfig())
+            .env("KUBECONFIG", self.agent_kubeconfig())
             .env("RUST_LOG", "reloadlet=debug,info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -266,6 +283,7 @@ impl Drop for Node {
                 );
             }
         }
+        self.finish_rbac();
         // `sim` (dropped after this) stops every process and removes mounts and cgroups.
     }
 }

@@ -26,11 +26,14 @@ impl ControllerProcess {
             .port();
         let listen = format!("127.0.0.1:{port}");
         let log = node.path(&format!("controller-{port}.log"));
+        if node.rbac {
+            node.load_chart_rbac(&crate::common::rbac::controller_chart_values(args, env));
+        }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_reloadlet"));
         cmd.arg("controller")
             .args(["--listen", &listen])
             .args(args)
-            .env("KUBECONFIG", node.kubeconfig())
+            .env("KUBECONFIG", node.controller_kubeconfig())
             .env("RUST_LOG", "reloadlet=debug,info")
             .env_remove("POD_NAMESPACE")
             .env_remove("POD_NAME")

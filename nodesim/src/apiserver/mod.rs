@@ -11,6 +11,7 @@
 //! Tests and the simulated kubelet drive it in-process through [`ApiServer`]; reloadlet
 //! reaches it over HTTP through the kubeconfig from [`ApiServer::write_kubeconfig`].
 
+mod access;
 mod argo;
 mod daemonset;
 mod deployment;
@@ -22,6 +23,8 @@ mod model;
 mod objects;
 mod pdb_store;
 mod pdb_watch;
+pub mod rbac;
+pub mod rbac_chart;
 mod readiness;
 mod records;
 mod render;
@@ -37,6 +40,7 @@ mod watch;
 mod workloads;
 mod workloads_api;
 
+pub use access::{ExpectedForbidden, ForbiddenRecord, UsedRule};
 pub use argo::{Rollout, RolloutSpec};
 pub use disruption::{compute_status, expected_and_desired, scaled_value, BudgetError};
 pub use events::merge_patch;
@@ -248,9 +252,19 @@ impl ApiServer {
         self.inner.shared.set_tokens(tokens);
     }
 
-    /// A kubeconfig whose current context points at this server (no auth; with TLS, it
-    /// trusts the server's CA).
+    /// A kubeconfig whose current context points at this server (no auth, i.e. the admin;
+    /// with TLS, it trusts the server's CA).
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        self.write_kubeconfig_with_token(path, None)
+    }
+
+    /// A kubeconfig as [`ApiServer::write_kubeconfig`] whose user presents `token`
+    /// (e.g. one from [`ApiServer::mint_token`]).
+    pub fn write_kubeconfig_with_token(
+        &self,
+        path: &Path,
+        token: Option<&str>,
+    ) -> std::io::Result<()> {
         let ca = match self.ca_pem() {
             Some(pem) => {
                 let ca_path = path.with_extension("ca.crt");
@@ -259,13 +273,58 @@ impl ApiServer {
             }
             None => String::new(),
         };
+        let user = match token {
+            Some(t) => format!("\n    token: {t}"),
+            None => " {}".to_string(),
+        };
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: nodesim\n  cluster:\n    server: {}{ca}\n\
              contexts:\n- name: nodesim\n  context:\n    cluster: nodesim\n    user: nodesim\n    namespace: default\n\
-             current-context: nodesim\nusers:\n- name: nodesim\n  user: {{}}\npreferences: {{}}\n",
+             current-context: nodesim\nusers:\n- name: nodesim\n  user:{user}\npreferences: {{}}\n",
             self.url()
         );
         std::fs::write(path, text)
+    }
+
+    // ---- identities and RBAC ----
+
+    /// A new bearer token that authenticates as `user` (e.g.
+    /// [`rbac::User::service_account`]): its requests are authorized by the RBAC objects of
+    /// [`ApiServer::set_rbac`]. Requests with no token or another are the admin's, allowed
+    /// everything.
+    pub fn mint_token(&self, user: rbac::User) -> String {
+        self.inner.shared.access().mint(user)
+    }
+
+    /// Replaces the RBAC objects (Roles, ClusterRoles and their bindings) that authorize
+    /// minted tokens' requests.
+    pub fn set_rbac(&self, policy: rbac::Policy) {
+        self.inner.shared.access().set_policy(policy);
+    }
+
+    /// Every 403 answered so far: denied by RBAC, or injected ([`ApiServer::set_outage`]).
+    pub fn forbidden(&self) -> Vec<ForbiddenRecord> {
+        self.inner.shared.access().forbidden()
+    }
+
+    /// Declares 403s the test expects: `verb`, API `group` and `resource`
+    /// (`resource/subresource`), each `*` for any.
+    pub fn expect_forbidden(&self, verb: &str, group: &str, resource: &str) {
+        self.inner.shared.access().expect(ExpectedForbidden {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+        });
+    }
+
+    /// The 403s answered that no [`ApiServer::expect_forbidden`] declared.
+    pub fn unexpected_forbidden(&self) -> Vec<ForbiddenRecord> {
+        self.inner.shared.access().unexpected()
+    }
+
+    /// Every rule entry that allowed a minted token's request, with its role and user.
+    pub fn used_rules(&self) -> Vec<UsedRule> {
+        self.inner.shared.access().used()
     }
 
     /// Turns the `WatchList` feature gate on or off for the watches started from now on.

@@ -1,7 +1,9 @@
 //! HTTP routing: the request log / outage / delay gate, and the handlers.
 
+use super::access::{Decision, ForbiddenRecord};
 use super::events::EventApi;
 use super::http_objects;
+use super::rbac::Attributes;
 use super::records::RequestRecord;
 use super::render;
 use super::shared::Shared;
@@ -111,11 +113,35 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
         tokio::time::sleep(d).await;
     }
     let outage = *shared.outage.borrow();
+    let attrs = Attributes::from_request(&method, &path, &query);
+    let mut denied_by_rbac = false;
     let resp = match outage {
         Some(code) => ApiStatus::outage(code).into_response(),
         None if !shared.authenticates(&token) => super::secure::unauthorized().into_response(),
-        None => next.run(req).await,
+        None => {
+            // Authorization follows authentication, before any handler (kube-apiserver's
+            // WithAuthorization filter).
+            let decision = shared.access().authorize(&token, &attrs);
+            match decision {
+                Decision::Admin | Decision::Allowed => next.run(req).await,
+                Decision::Denied(status) => {
+                    denied_by_rbac = true;
+                    status.into_response()
+                }
+            }
+        }
     };
+    if resp.status() == StatusCode::FORBIDDEN {
+        let mut access = shared.access();
+        let user = access.user_name(&token);
+        access.record_forbidden(ForbiddenRecord {
+            user,
+            method: method.clone(),
+            path: path.clone(),
+            attributes: attrs,
+            rbac: denied_by_rbac,
+        });
+    }
     if eviction {
         shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     }

@@ -1,5 +1,6 @@
 //! What the HTTP handlers, watch tasks and the in-process handle share.
 
+use super::access::Access;
 use super::model::Resource;
 use super::store::{State, WatchSignal};
 use std::collections::BTreeMap;
@@ -29,6 +30,8 @@ pub(crate) struct Shared {
     tokens: Mutex<Option<Vec<String>>>,
     /// The `WatchList` feature gate: streaming lists are served.
     watch_list: std::sync::atomic::AtomicBool,
+    /// Service accounts' tokens, RBAC, and what was allowed and denied.
+    access: Mutex<Access>,
 }
 
 impl Shared {
@@ -52,6 +55,7 @@ impl Shared {
             open_watches: Default::default(),
             tokens: Mutex::new(None),
             watch_list: std::sync::atomic::AtomicBool::new(true),
+            access: Mutex::new(Access::default()),
         }
     }
 
@@ -69,12 +73,21 @@ impl Shared {
         *self.tokens.lock().unwrap_or_else(|e| e.into_inner()) = tokens;
     }
 
-    /// Whether a request bearing `token` ("" for none) is authenticated.
+    /// Whether a request bearing `token` ("" for none) is authenticated: a service
+    /// account's minted token always is.
     pub fn authenticates(&self, token: &str) -> bool {
+        if self.access().is_minted(token) {
+            return true;
+        }
         match &*self.tokens.lock().unwrap_or_else(|e| e.into_inner()) {
             None => true,
             Some(known) => !token.is_empty() && known.iter().any(|t| t == token),
         }
+    }
+
+    /// Tokens, RBAC and their records.
+    pub fn access(&self) -> MutexGuard<'_, Access> {
+        self.access.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Locks the state (a panic in another holder does not poison it for tests).
