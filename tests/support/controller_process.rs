@@ -35,7 +35,9 @@ impl ControllerProcess {
             .args(args)
             .env("KUBECONFIG", node.controller_kubeconfig())
             .env("RUST_LOG", "reloadlet=debug,info")
-            .env_remove("POD_NAMESPACE")
+            // The controller's own namespace, as the chart's downward API gives it: its key
+            // Secret lives there (tests that elect a leader pass their own).
+            .env("POD_NAMESPACE", "reloadlet-system")
             .env_remove("POD_NAME")
             .env_remove("RELOADLET_ENV_CONSUMERS")
             .env_remove("RELOADLET_ENV_CONSUMERS_SECRETS")
