@@ -1241,7 +1241,7 @@ def _policy_user(r: Render) -> tuple[bool, str]:
     want = {
         f"system:serviceaccount:{r.namespace}:{sa}": True,
         f"system:serviceaccount:{r.namespace}:{r.fullname}": False,
-        f"system:serviceaccount:other-ns:{sa}": False,
+        f"system:serviceaccount:{r.namespace}-other:{sa}": False,
         "kubernetes-admin": False,
     }
     problems = []
