@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Renders and checks reloadlet's install manifests, offline:
-#   1. kubectl kustomize deploy/, deploy/overlays/* and deploy/monitoring/
+#   1. kubectl kustomize deploy/, deploy/overlays/* and deploy/monitoring/, and an overlay
+#      of deploy/ with namespace: other-ns and namePrefix: team- ("overlay-renamed")
 #   2. helm lint --strict and helm template of deploy/chart/reloadlet: the
 #      defaults ("chart-default", release reloadlet in reloadlet-system); the
 #      same release with createNamespace, the ServiceMonitor, PrometheusRule and
@@ -114,6 +115,21 @@ without_lines() { # without_lines DEST PATTERN...: deploy/ with the matching lin
   done
   render "$dest" kubectl kustomize "$copy"
 }
+# An overlay of deploy/ that moves and renames the install (namespace: other-ns, namePrefix:
+# team-, with deploy/base/cluster-scoped.yaml as docs/controller.md says): every check of
+# a kustomize render runs on it as on deploy/ itself, named team-reloadlet in other-ns, so
+# the admission policy must name system:serviceaccount:other-ns:team-reloadlet-controller
+# (issue #43 §2; a literal username in it matched nothing under such an overlay).
+renamed_overlay() {
+  local dir="$out/renamed-overlay"
+  mkdir -p "$dir/overlay" && cp -r "$deploy_dir" "$dir/deploy" && cp "$deploy_dir/base/cluster-scoped.yaml" "$dir/overlay/"
+  printf '%s\n' 'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' 'namespace: other-ns' \
+    'namePrefix: team-' 'resources:' '  - ../deploy' 'transformers:' '  - cluster-scoped.yaml' >"$dir/overlay/kustomization.yaml"
+  render "$out/overlay-renamed.yaml" kubectl kustomize "$dir/overlay"
+  overlay_args+=(--overlay "renamed=$out/overlay-renamed.yaml=/var/lib/kubelet=other-ns=team-reloadlet")
+  overlay_renders+=(overlay-renamed)
+}
+renamed_overlay
 without_lines "$out/kustomize-no-policy.yaml" '^  - ../components/controller-admission-policy$'
 without_lines "$out/kustomize-no-controller.yaml" '^  - ../components/controller-admission-policy$' '^  - ../components/controller$'
 
@@ -241,5 +257,8 @@ run_widened "chart default controller.secrets: true" \
 run_widened "chart renders the admission policy on Kubernetes 1.29" \
   "step: chart refuses the admission policy below Kubernetes 1.30" \
   "literal_replace chart/reloadlet/templates/controller-admission-policy.yaml '<1.30.0-0' '<1.20.0-0'"
+run_widened "admission policy naming its ServiceAccount literally (matches nothing under an overlay)" \
+  "overlay-renamed: admission policy: applies to the controller's ServiceAccount" \
+  "literal_replace components/controller-admission-policy/admission-policy.yaml '\$(RELOADLET_CONTROLLER_NAMESPACE):\$(RELOADLET_CONTROLLER_NAME)' 'reloadlet-system:reloadlet-controller'"
 echo "self-test: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -3,7 +3,7 @@
 
     check_manifests.py --kustomize K.yaml --chart-default D.yaml --chart-full F.yaml \
         [--chart-full-kubelet-root DIR] [--chart-release R.yaml] [--chart-knobs K.yaml] \
-        [--overlay NAME=FILE=KUBELET_ROOT ...] [--chart-secrets S.yaml] [--chart-no-policy P.yaml] \
+        [--overlay NAME=FILE=KUBELET_ROOT[=NAMESPACE=FULLNAME] ...] [--chart-secrets S.yaml] [--chart-no-policy P.yaml] \
         [--chart-no-controller C.yaml] [--kustomize-no-policy P.yaml] [--kustomize-no-controller C.yaml] \
         [--monitoring M.yaml] [--repo DIR] [--steps STEPS.tsv] [--self-test]
 
@@ -12,7 +12,8 @@
 grafanaDashboard and privileged on and kubeletRoot=--chart-full-kubelet-root;
 --chart-release a release "prod" in "apps-prod" with the monitoring on; --chart-knobs
 a release "knobs" in "knobs-ns" with manifest_checks.KNOBS set. --overlay adds a
-kustomize overlay's render, whose kubelet root must be KUBELET_ROOT. The controller
+kustomize overlay's render, whose kubelet root must be KUBELET_ROOT (and whose
+objects are named FULLNAME[-…] in NAMESPACE, when given; default reloadlet-system/reloadlet). The controller
 variants: the chart's defaults with controller.secrets=true, controller.admissionPolicy=false,
 controller.enabled=false; deploy/ with the admission-policy component line, and with
 both controller lines, deleted from deploy/base/kustomization.yaml. --steps adds the results of earlier steps (helm lint,
@@ -209,11 +210,12 @@ def main(argv: list[str]) -> int:
                                                         owns_namespace=True, controller=False, admission_policy=False)
         for spec in args.overlay:
             parts = spec.split("=")
-            if len(parts) != 3:
-                raise InputError(f"--overlay {spec!r}: want NAME=FILE=KUBELET_ROOT")
-            name, path, kubelet_root = parts
+            if len(parts) not in (3, 5):
+                raise InputError(f"--overlay {spec!r}: want NAME=FILE=KUBELET_ROOT[=NAMESPACE=FULLNAME]")
+            name, path, kubelet_root = parts[:3]
+            named = dict(namespace=parts[3], fullname=parts[4]) if len(parts) == 5 else {}
             renders[f"overlay-{name}"] = Render(f"overlay-{name}", load_docs(path), kubelet_root=kubelet_root,
-                                                owns_namespace=True)
+                                                owns_namespace=True, **named)
         for r in renders.values():
             _one(r.docs, "DaemonSet")
         ctx = Context(

@@ -1010,6 +1010,9 @@ def _both(*fns):
     return fn
 
 
+# The MAC suffix the controller writes after a baseline's digests (issue #43 §2).
+_MAC = ";mac=0123456789abcdef0123456789abcdef"
+
 # (description, edit of the old pod, subresource, allowed?)
 POLICY_CASES = [
     ("sets the nudge annotation", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), "", True),
@@ -1024,10 +1027,14 @@ POLICY_CASES = [
     ("drops the ownerReferences", lambda p: p["metadata"].pop("ownerReferences"), "", False),
     ("writes a malformed nudge", _ann(NUDGE_ANNOTATION, "configmap/app-cfg"), "", False),
     ("writes the nudge through the status subresource", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), "status", False),
-    ("sets the env baseline", _ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef,secret/db=fedcba9876543210"), "", True),
+    ("sets the env baseline", _ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef,secret/db=fedcba9876543210" + _MAC), "", True),
+    ("writes an env baseline without the controller's MAC", _ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef"), "", False),
+    ("writes an env baseline with a short MAC", _ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef" + _MAC[:-1]), "", False),
+    ("writes an env baseline with an upper-case MAC", _ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef" + _MAC.upper().replace("MAC", "mac")), "", False),
     ("writes a malformed env baseline", _ann(BASELINE_ANNOTATION, "configmap/app-env=xyz"), "", False),
-    ("sets the env baseline and changes another annotation", _both(_ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef"), _ann("team", "b")), "", False),
-    ("sets the rollout baseline", _ann(ROLLOUT_BASELINE_ANNOTATION, "configmap/app-cfg=0123456789abcdef"), "", True),
+    ("sets the env baseline and changes another annotation", _both(_ann(BASELINE_ANNOTATION, "configmap/app-env=0123456789abcdef" + _MAC), _ann("team", "b")), "", False),
+    ("sets the rollout baseline", _ann(ROLLOUT_BASELINE_ANNOTATION, "configmap/app-cfg=0123456789abcdef" + _MAC), "", True),
+    ("writes a rollout baseline without the controller's MAC", _ann(ROLLOUT_BASELINE_ANNOTATION, "configmap/app-cfg=0123456789abcdef"), "", False),
     ("writes a malformed rollout baseline", _ann(ROLLOUT_BASELINE_ANNOTATION, "configmap/app-cfg"), "", False),
     ("sets the rollout annotations on the pod itself", _ann(RESTARTED_AT, "2026-11-26T12:00:00Z"), "", False),
     ("records an env consumer's held eviction", _ann(ENV_PACING, '{"flapping":{"since":"2026-11-26T12:00:00Z","source":"configmap app-env","changes":4}}'), "", True),
@@ -1096,6 +1103,45 @@ WORKLOAD_CASES = [
     ("writes a restartedAt that is no time", _tmpl(RESTARTED_AT, "now"), "", False),
     ("writes a malformed restarted-for", _tmpl(RESTARTED_FOR, "everything"), "", False),
     ("scales through the scale subresource", lambda d: d["spec"].update(replicas=5), "scale", False),
+    ("adds a finalizer", _both(_ROLL, lambda d: d["metadata"].update(finalizers=["x.io/hold"])), "", False),
+    ("adds an owner reference", _both(_ROLL, lambda d: d["metadata"].update(
+        ownerReferences=[{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u"}])), "", False),
+    ("marks it deleted", _both(_ROLL, lambda d: d["metadata"].update(deletionTimestamp="2026-11-26T12:00:00Z")), "", False),
+]
+
+
+def _granting(key: str | None, value: str = "", own: bool = False):
+    """A Deployment whose template (or, own=True, itself) carries key: value instead of
+    reloadlet.io/action: rollout (key None: nothing)."""
+    d = _sample_deployment()
+    d["spec"]["template"]["metadata"]["annotations"].pop("reloadlet.io/action")
+    if key is not None:
+        (d["metadata"] if own else d["spec"]["template"]["metadata"]).setdefault("annotations", {})[key] = value
+    return d
+
+
+def _evict_on_blocked(value: str) -> dict:
+    d = _granting("reloadlet.io/action", "evict")
+    d["spec"]["template"]["metadata"]["annotations"]["reloadlet.io/on-blocked"] = value
+    return d
+
+
+# (description, old Deployment, allowed without --reloader-compat, allowed with it): the
+# rollout (restartedAt, restarted-for) written to a workload that asks, or does not ask, for it.
+GRANT_CASES = [
+    ("whose template asks for action: rollout", _sample_deployment(), True, True),
+    ("whose template asks for ' Rollout ' (trimmed, any case)", _granting("reloadlet.io/action", " Rollout "), True, True),
+    ("whose template asks for evict with on-blocked: rollout", _evict_on_blocked("rollout"), True, True),
+    ("whose template asks for evict, on-blocked: wait", _evict_on_blocked("wait"), False, False),
+    ("whose template asks for signal", _granting("reloadlet.io/action", "signal"), False, False),
+    ("whose template never opted in", _granting(None), False, False),
+    ("that asks for action: rollout on itself, not its template", _granting("reloadlet.io/action", "rollout", own=True), False, False),
+    ("with reloader.stakater.com/auto on itself", _granting("reloader.stakater.com/auto", "true", own=True), False, True),
+    ("with configmap.reloader.stakater.com/reload in its template", _granting("configmap.reloader.stakater.com/reload", "app-cfg"), False, True),
+    ("with secret.reloader.stakater.com/auto on itself", _granting("secret.reloader.stakater.com/auto", "true", own=True), False, True),
+    ("with reloader.stakater.com/search in its template", _granting("reloader.stakater.com/search", "true"), False, True),
+    ("with Reloader's annotation but action: signal in its template",
+     _edit(_granting("reloadlet.io/action", "signal"), _own("reloader.stakater.com/auto", "true")), False, False),
 ]
 
 
@@ -1146,7 +1192,7 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
     return not problems, "; ".join(problems)
 
 
-@render_check("admission policy: a workload update by the controller may change only the restartedAt and restarted-for template annotations and its rollout-pacing annotation")
+@render_check("admission policy: a workload update by the controller may change only the restartedAt and restarted-for template annotations and its rollout-pacing annotation, of a workload that asks")
 def _policy_workloads(r: Render) -> tuple[bool, str]:
     if not r.admission_policy:
         return None
@@ -1164,6 +1210,11 @@ def _policy_workloads(r: Render) -> tuple[bool, str]:
     user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
     old = _sample_deployment()
     problems += _verdicts(policy, user, "web", [(*c, old) for c in WORKLOAD_CASES], "a workload update")
+    # Issue #43 §2: only a workload that asks is rolled (under --reloader-compat, also one
+    # that carries Reloader's annotations): the rollout patch of each sample.
+    grants = [(f"rolls a Deployment {desc}", _ROLL, "", compat if r.reloader_compat else plain, d)
+              for desc, d, plain, compat in GRANT_CASES]
+    problems += _verdicts(policy, user, "web", grants, "a workload update")
     return not problems, "; ".join(problems)
 
 
@@ -1241,7 +1292,7 @@ def _policy_user(r: Render) -> tuple[bool, str]:
     want = {
         f"system:serviceaccount:{r.namespace}:{sa}": True,
         f"system:serviceaccount:{r.namespace}:{r.fullname}": False,
-        f"system:serviceaccount:other-ns:{sa}": False,
+        f"system:serviceaccount:{r.namespace}-other:{sa}": False,
         "kubernetes-admin": False,
     }
     problems = []

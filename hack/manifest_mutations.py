@@ -321,7 +321,7 @@ C_SELECTORS = "controller pod: agent and controller selectors never match each o
 P_BINDING = "admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs"
 P_CEL = "admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected"
 P_WORKLOADS = ("admission policy: a workload update by the controller may change only the restartedAt and restarted-for"
-               " template annotations and its rollout-pacing annotation")
+               " template annotations and its rollout-pacing annotation, of a workload that asks")
 P_USER = "admission policy: applies to the controller's ServiceAccount (system:serviceaccount:<ns>:<name>) only"
 AGREE = "agree: security-relevant fields identical"
 
@@ -527,6 +527,21 @@ MUTATIONS += [
              lambda c: _replace_in(_validation(c, CD, "variables.newTemplate.all"), "expression",
                                    "&& variables.oldTemplate[k] == variables.newTemplate[k]", ""),
              P_WORKLOADS, CD),
+    Mutation("policy rolls any workload (no template grant)",
+             lambda c: _replace_in(_validation(c, K, "variables.rollGranted"), "expression",
+                                   "variables.rollGranted", "true"),
+             P_WORKLOADS, K),
+    Mutation("policy takes Reloader's annotations without --reloader-compat",
+             lambda c: next(v for v in _vap(c, CD)["spec"]["variables"] if v["name"] == "reloaderCompat").update(expression="true"),
+             P_WORKLOADS, CD),
+    Mutation("policy takes reloadlet.io/action: evict alone as a grant",
+             lambda c: _replace_in(next(v for v in _vap(c, K)["spec"]["variables"] if v["name"] == "rollGranted"), "expression",
+                                   "variables.templateAction == 'evict' && variables.templateOnBlocked == 'rollout'",
+                                   "variables.templateAction == 'evict'"),
+             P_WORKLOADS, K),
+    Mutation("policy takes a baseline without the controller's MAC",
+             lambda c: _replace_in(_validation(c, CD, "mac="), "expression", ";mac=[0-9a-f]{32}$", "(;mac=[0-9a-f]{32})?$"),
+             P_CEL, CD),
     Mutation("policy does not match StatefulSets",
              lambda c: [r["resources"].remove(x) for r in _vap(c, CR)["spec"]["matchConstraints"]["resourceRules"]
                         for x in ("statefulsets", "statefulsets/*") if x in r["resources"]],
@@ -588,6 +603,10 @@ MUTATIONS += [
              lambda c: _c(c, CD, "ClusterRole")["rules"].append(
                  {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]}),
              C_COMPAT, CD),
+    Mutation("controller.reloaderCompat, but the policy refuses Reloader's workloads",
+             lambda c: next(v for v in _vap(c, CC)["spec"]["variables"] if v["name"] == "reloaderCompat").update(expression="false"),
+             "admission policy: a workload update by the controller may change only the restartedAt and restarted-for"
+             " template annotations and its rollout-pacing annotation, of a workload that asks", CC),
     Mutation("controller.reloaderCompat without --reloader-compat",
              lambda c: _drop_args(_cc(c, CC), "--reloader-compat"),
              C_COMPAT, CC),
