@@ -499,11 +499,22 @@ async fn secrets_are_watched_metadata_only_and_only_with_the_secrets_flag() {
         .then_some(())
     })
     .await;
+    // The tenants' Secrets; the controller's own key Secret (reloadlet-controller-key in its
+    // namespace, read once at start) is checked apart below.
+    const KEY_SECRET: &str = "/namespaces/reloadlet-system/secrets";
     let secret_requests = || {
         node.api
             .requests()
             .into_iter()
-            .filter(|r| r.path.contains("/secrets"))
+            .filter(|r| r.path.contains("/secrets") && !r.path.contains(KEY_SECRET))
+            .collect::<Vec<_>>()
+    };
+    // The key's reads: one Secret by name, nothing listed.
+    let key_requests = || {
+        node.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains(KEY_SECRET))
             .collect::<Vec<_>>()
     };
 
@@ -538,6 +549,12 @@ async fn secrets_are_watched_metadata_only_and_only_with_the_secrets_flag() {
         .iter()
         .all(|r| r.method == "GET" && r.accept.contains("as=PartialObjectMetadata")));
     assert!(!controller.log().contains("s3"), "Secret data in the log");
+    let key_reads = key_requests();
+    assert!(!key_reads.is_empty(), "the controller's key is read");
+    assert!(key_reads
+        .iter()
+        .all(|r| r.path.ends_with("/secrets/reloadlet-controller-key")
+            || (r.method == "POST" && r.path.ends_with("/secrets"))));
     controller.stop().await;
 }
 

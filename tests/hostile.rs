@@ -312,3 +312,76 @@ async fn a_pod_cannot_have_a_workload_rolled_that_never_asked() {
     assert_eq!(deployment_patches(&node, "asks"), 1);
     controller.stop().await;
 }
+
+/// Issue #43 §2: state the controller relies on cannot be forged. A tenant overwrites the
+/// `reloadlet.io/rollout-baseline` of a pod whose Deployment asks for rollouts with a made-up
+/// digest, then the controller restarts (it sees the pod afresh, as after a leader change).
+/// Nothing is rolled: the forged value is not the controller's (its MAC does not hold), so a
+/// fresh baseline is taken and written over it. Positive control: a real change of the data
+/// then rolls the Deployment once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_baseline_rolls_nothing_after_a_restart() {
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "cfg", &[("k", "v1")]));
+    node.api
+        .apply_deployment(deployment("web", Some("rollout")))
+        .unwrap();
+    let web = eventually("web's pod", WAIT, || {
+        let pods = node
+            .api
+            .pods_of_workload(WorkloadKind::Deployment, NS, "web");
+        pods.first()?.metadata.name.clone()
+    })
+    .await;
+    node.wait_running(NS, &web).await;
+    let baseline = |node: &Node| {
+        node.api
+            .get_pod(NS, &web)
+            .and_then(|p| p.metadata.annotations)
+            .and_then(|a| a.get("reloadlet.io/rollout-baseline").cloned())
+    };
+    let controller = ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
+    let signed = eventually("web's baseline", WAIT, || baseline(&node)).await;
+    assert!(signed.contains(";mac="), "{signed}");
+    controller.stop().await;
+
+    // The tenant's forgery: the format the controller wrote before baselines were signed,
+    // and a signed-looking one with a made-up MAC.
+    for forged in [
+        "configmap/cfg=0000000000000000",
+        "configmap/cfg=0000000000000000;mac=00000000000000000000000000000000",
+    ] {
+        node.api
+            .merge_patch_pod(
+                NS,
+                &web,
+                &json!({"metadata": {"annotations": {"reloadlet.io/rollout-baseline": forged}}}),
+            )
+            .unwrap();
+        let controller = ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
+        until("the forged baseline replaced by a signed one", WAIT, || {
+            baseline(&node).is_some_and(|b| b != forged && b.contains(";mac="))
+        })
+        .await;
+        never(
+            "a rollout from a forged baseline",
+            Duration::from_secs(2),
+            || deployment_patches(&node, "web") > 0,
+        )
+        .await;
+        assert!(controller.log().contains("not this controller's"));
+        controller.stop().await;
+    }
+
+    // Positive control: a real change rolls web, once.
+    let controller = ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
+    node.api
+        .apply_configmap(configmap(NS, "cfg", &[("k", "v2")]));
+    until("web rolled for the real change", WAIT, || {
+        deployment_patches(&node, "web") == 1
+    })
+    .await;
+    controller.stop().await;
+}
