@@ -143,6 +143,33 @@ pub struct Dropped {
     pub secret: u64,
 }
 
+/// The order in which due pods get the rate cap's room: pods waiting for their first nudge
+/// first; among them — and among re-nudges — namespaces share the cap: the namespace served
+/// least so far in this busy period goes next (`served`: nudges sent per namespace since the
+/// queue was last empty), each namespace's longest-waiting pod first. So a namespace with
+/// thousands of pods behind one change cannot hold every other namespace's change back for
+/// minutes (issue #43 §1: the shared queues are shared fairly between namespaces), and with
+/// one namespace alone the order is the plain oldest-first.
+fn fair_order(picks: &mut [(bool, Instant, PodKey)], served: &HashMap<String, u64>) {
+    picks.sort_by(|a, b| (!a.0, a.1, &a.2).cmp(&(!b.0, b.1, &b.2)));
+    let mut turns: HashMap<(bool, &str), u64> = HashMap::new();
+    let ranks: Vec<u64> = picks
+        .iter()
+        .map(|(undelivered, _, pod)| {
+            let ns = pod.namespace.as_str();
+            let turn = turns.entry((*undelivered, ns)).or_default();
+            *turn += 1;
+            served.get(ns).copied().unwrap_or(0) + *turn
+        })
+        .collect();
+    let mut ranked: Vec<(u64, (bool, Instant, PodKey))> =
+        ranks.into_iter().zip(picks.iter().cloned()).collect();
+    ranked.sort_by(|(ra, a), (rb, b)| (!a.0, *ra, a.1, &a.2).cmp(&(!b.0, *rb, b.1, &b.2)));
+    for (slot, (_, pick)) in picks.iter_mut().zip(ranked) {
+        *slot = pick;
+    }
+}
+
 /// The rate cap's window: at most `max_per_second` patches in any window this long.
 const WINDOW: Duration = Duration::from_secs(1);
 /// Patches are spaced `1 / max_per_second` apart; a loop that woke late may catch up this
@@ -168,6 +195,8 @@ pub struct Scheduler {
     /// The earliest the next patch may go (the even spacing).
     next_slot: Option<Instant>,
     dropped: Dropped,
+    /// Nudges sent per namespace since the queue was last empty ([`fair_order`]).
+    served: HashMap<String, u64>,
 }
 
 impl Scheduler {
@@ -179,6 +208,7 @@ impl Scheduler {
             sent: VecDeque::new(),
             next_slot: None,
             dropped: Dropped::default(),
+            served: HashMap::new(),
         }
     }
 
@@ -203,11 +233,15 @@ impl Scheduler {
     /// The pod is gone or no longer qualifies (or a patch failed for good): nothing more for it.
     pub fn cancel(&mut self, pod: &PodKey) {
         self.pods.remove(pod);
+        if self.pods.is_empty() {
+            self.served.clear();
+        }
     }
 
     /// Leadership lost: forget everything pending.
     pub fn clear(&mut self) {
         self.pods.clear();
+        self.served.clear();
     }
 
     /// Pods with attempts still to send.
@@ -284,7 +318,7 @@ impl Scheduler {
                 Some((q.undelivered, oldest, pod.clone()))
             })
             .collect();
-        picks.sort_by_key(|a| (!a.0, a.1));
+        fair_order(&mut picks, &self.served);
         // A re-nudge leaves room for each pod still waiting for its first one.
         let mut waiting = self.pods.values().filter(|q| q.undelivered).count();
         let interval = self.interval();
@@ -327,6 +361,7 @@ impl Scheduler {
                 if undelivered {
                     waiting -= 1;
                 }
+                *self.served.entry(pod.namespace.clone()).or_default() += 1;
                 queue.next_allowed = Some(now + POD_INTERVAL);
                 queue.undelivered = false;
                 out.push(Nudge {
@@ -338,6 +373,10 @@ impl Scheduler {
             if queue.attempts.is_empty() {
                 self.pods.remove(&pod);
             }
+        }
+        if self.pods.is_empty() {
+            // The busy period is over: the next one starts every namespace even.
+            self.served.clear();
         }
         out
     }
@@ -386,6 +425,46 @@ mod tests {
     }
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// Issue #43 §1: one namespace's 1,000 consumers of a changed ConfigMap, and one pod of
+    /// another namespace whose change came a moment later. At 10 nudges a second, the quiet
+    /// namespace's pod is nudged in the second slot (the namespaces take turns), not after
+    /// the noisy namespace's 100 s; every noisy pod is still nudged, in order, at the cap.
+    #[test]
+    fn namespaces_take_turns_for_the_rate_cap() {
+        let mut s = Scheduler::new(10);
+        let t0 = Instant::now();
+        let in_ns = |ns: &str, name: &str| PodKey {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: format!("uid-{ns}-{name}"),
+        };
+        for i in 0..1_000 {
+            s.schedule(in_ns("noisy", &format!("p{i:04}")), change("big", "2"), t0);
+        }
+        s.schedule(in_ns("quiet", "web"), change("small", "7"), t0 + ms(1));
+        let mut order = Vec::new();
+        let mut now = t0 + ms(1);
+        while order.len() < 20 {
+            for n in s.due(now) {
+                order.push((n.pod.namespace.clone(), n.pod.name.clone()));
+            }
+            now += ms(100);
+        }
+        let quiet = order.iter().position(|(ns, _)| ns == "quiet");
+        assert_eq!(quiet, Some(1), "{order:?}");
+        let noisy: Vec<&str> = order
+            .iter()
+            .filter(|(ns, _)| ns == "noisy")
+            .map(|(_, n)| n.as_str())
+            .take(3)
+            .collect();
+        assert_eq!(
+            noisy,
+            ["p0000", "p0001", "p0002"],
+            "oldest first within a namespace"
+        );
     }
 
     #[test]
