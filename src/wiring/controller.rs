@@ -176,6 +176,7 @@ pub async fn serve(
         metrics,
         health,
     )
+    .reporting(reporter.clone())
     .with(Box::new(nudges));
     if settings.env.configmaps || settings.env.secrets {
         let index = Arc::new(RwLock::new(PodIndex::default()));
