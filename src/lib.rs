@@ -17,11 +17,13 @@
 //!   volume files, the state file), [`outbound`] (reload endpoints, notifications).
 //! - [`retry`]: every retry's policy (delays, cap, jitter, `Retry-After`, deadline) and
 //!   its waiting, one way.
+//! - [`contain`]: a panic while handling one object stays with that object.
 //! - [`serve`]: health and metrics; [`config`]: flags and environment, parsed once;
 //!   [`wiring`]: each mode assembled from the above; [`explain`]: the third command.
 
 pub mod agent;
 pub mod config;
+pub mod contain;
 pub mod controller;
 pub mod core;
 pub mod execute;

@@ -16,6 +16,10 @@ fn main() -> ExitCode {
     };
     let format = cli.log_format;
     init_tracing(format);
+    // A panic while handling one object is caught and logged by its loop
+    // (reloadlet::contain); any other keeps the default hook's text on stderr and ends the
+    // process as before.
+    reloadlet::contain::install_panic_hook();
     reloadlet::host::memory::limit_malloc_arenas();
     if matches!(cli.command, Some(Command::Controller(_))) {
         // One arena and a fixed mmap threshold: at 100,000 pods glibc's defaults left a

@@ -161,11 +161,14 @@ pub mod fake {
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
-    /// Records every Event: on pods, and on other objects (workloads).
+    /// Records every Event: on pods, and on other objects (workloads). The third field is
+    /// a fault to inject: publishing any Event but `InternalError` on the pod of that name
+    /// panics (a bug reached from one pod's input, `crate::contain`).
     #[derive(Default)]
     pub struct Events(
         pub Mutex<Vec<(PodRef, PodEvent)>>,
         pub Mutex<Vec<(ObjectRef, PodEvent)>>,
+        pub Mutex<Option<String>>,
     );
 
     impl Events {
@@ -184,6 +187,10 @@ pub mod fake {
 
     impl EventSink for Events {
         fn publish(&self, pod: &PodRef, event: PodEvent) {
+            let poisoned = self.2.lock().unwrap().as_deref() == Some(pod.name.as_str());
+            if poisoned && event.reason != "InternalError" {
+                panic!("injected: no {} Event for {}", event.reason, pod.name);
+            }
             self.0.lock().unwrap().push((pod.clone(), event));
         }
 
@@ -313,6 +320,9 @@ pub mod fake {
         pub warms: std::sync::atomic::AtomicUsize,
         /// While set, a warm pass does not end (as a /proc pass over many pods takes time).
         pub hold_warm: std::sync::atomic::AtomicBool,
+        /// A fault to inject: a signal to this pod UID on the hot path panics (a bug reached
+        /// from one pod's input, `crate::contain`).
+        pub panic_for: Mutex<Option<String>>,
     }
 
     impl Processes {
@@ -401,6 +411,9 @@ pub mod fake {
             use std::sync::atomic::Ordering;
             if !self.kept.load(Ordering::Relaxed) {
                 return None;
+            }
+            if self.panic_for.lock().unwrap().as_deref() == Some(pod_uid) {
+                panic!("injected: cannot signal pod {pod_uid}");
             }
             self.hot.fetch_add(1, Ordering::Relaxed);
             Some(self.deliver(pod_uid, container, signal, check))

@@ -21,6 +21,8 @@ mod tests;
 #[cfg(test)]
 mod tests_arrival;
 #[cfg(test)]
+mod tests_contain;
+#[cfg(test)]
 mod tests_pacing;
 #[cfg(test)]
 mod tests_run;
@@ -29,7 +31,9 @@ mod volumes;
 pub use volumes::INLINE_HASH_BYTES;
 
 use crate::config::Settings;
+use crate::contain::{Caught, Quarantine, Stage, QUARANTINE_CAP};
 use crate::core::debounce::Debouncer;
+use crate::core::model::VolumeKey;
 use crate::core::pod_index::PodIndex;
 use crate::execute::evict::EvictionSettings;
 pub use crate::execute::Deps;
@@ -76,6 +80,9 @@ pub struct Agent {
     last_stats: WatchStats,
     /// Big volumes' hashes, back from the hasher thread (taken by [`Self::run`]).
     hashed: Option<mpsc::UnboundedReceiver<hasher::Hashed>>,
+    /// Volumes whose look panicked (`crate::contain`): forgotten, and not looked at again
+    /// until they (or their pod) go away.
+    poisoned_volumes: Quarantine<VolumeKey, ()>,
 }
 
 /// The pod index, read. A panic while holding the lock cannot leave the index half-updated:
@@ -138,6 +145,7 @@ impl Agent {
         let mut paced =
             pacing::PodPacing::new(settings.pacing.clone(), clock, metrics.pacing.clone());
         paced.restore(std::mem::take(&mut saved.pacers));
+        crate::contain::precreate(&metrics, &Stage::AGENT);
         let pods = Pods::new(
             index,
             Debouncer::new(settings.volumes.debounce),
@@ -158,6 +166,7 @@ impl Agent {
             chores: Chores::new(writer, saved),
             last_stats: WatchStats::default(),
             hashed: Some(hashed),
+            poisoned_volumes: Quarantine::new(QUARANTINE_CAP),
         }
     }
 
@@ -291,15 +300,27 @@ impl Agent {
         for event in batch {
             match event {
                 WatchEvent::Look { key, cause } => {
+                    if self.poisoned_volumes.contains(&key) {
+                        continue;
+                    }
                     let dir = watcher.volume_dir(&key);
                     let pods = &mut self.pods;
-                    self.volumes
-                        .look(&key, dir, cause, at, &mut |c: Changed<'_>| {
+                    let volumes = &mut self.volumes;
+                    let looked = crate::contain::catch(|| {
+                        volumes.look(&key, dir, cause, at, &mut |c: Changed<'_>| {
                             pods.content_changed(c.key, c.at, now())
-                        });
+                        })
+                    });
+                    if let Err(caught) = looked {
+                        self.volume_panicked(&key, &caught);
+                    }
                 }
-                WatchEvent::VolumeGone(key) => self.volumes.forget_volume(&key),
+                WatchEvent::VolumeGone(key) => {
+                    self.poisoned_volumes.release(&key);
+                    self.volumes.forget_volume(&key);
+                }
                 WatchEvent::PodGone { pod_uid } => {
+                    self.poisoned_volumes.retain(|k| *k.pod_uid != *pod_uid);
                     self.volumes.forget_pod(&pod_uid);
                     self.pods.drop_pending(&pod_uid);
                 }
@@ -307,6 +328,43 @@ impl Agent {
                     tracing::warn!("inotify queue overflowed; rescanning every watched volume");
                 }
             }
+        }
+    }
+
+    /// A panic was caught while looking at (or taking the hash of) volume `key`: logged and
+    /// counted, the volume forgotten (its half-made state dropped) and quarantined until it or
+    /// its pod goes away; a Warning `InternalError` on its pod when the pod opted in and is
+    /// inside the namespace filter. The rest of the node goes on.
+    fn volume_panicked(&mut self, key: &VolumeKey, caught: &Caught) {
+        tracing::error!(volume = %key, stage = Stage::Volume.as_str(), panic = %caught.message, at = caught.location.as_deref().unwrap_or("?"), "panic while looking at a volume; it is not followed until it goes away");
+        crate::contain::count(&self.metrics, Stage::Volume);
+        let forgotten = crate::contain::catch(|| self.volumes.forget_volume(key));
+        if forgotten.is_err() {
+            tracing::error!(volume = %key, "panic while forgetting a volume after a panic");
+        }
+        self.poisoned_volumes.hold(key.clone(), ());
+        let pod = self.pods.index().get(&key.pod_uid).cloned();
+        let opted_in = |p: &crate::core::model::PodInfo| {
+            p.annotations.contains_key(crate::core::annotations::ACTION) && self.pods.in_scope(p)
+        };
+        let Some(pod) = pod.filter(opted_in) else {
+            return;
+        };
+        let note = format!(
+            "reloadlet could not handle volume {} of this pod: {}; it is not followed until the pod is recreated",
+            key.volume, caught.message
+        );
+        let exec = &self.exec;
+        let reported = crate::contain::catch(|| {
+            exec.report(
+                &(&pod).into(),
+                crate::core::outcome::ActionKind::None,
+                crate::core::outcome::Outcome::InternalError,
+                note,
+            )
+        });
+        if let Err(again) = reported {
+            tracing::error!(volume = %key, panic = %again.message, "panic while reporting a caught panic; no Event");
         }
     }
 
@@ -362,10 +420,24 @@ impl Agent {
 
     /// A big volume's hash is back from the hasher thread.
     fn on_hashed(&mut self, done: hasher::Hashed) {
+        let key = done.key.clone();
+        if self.poisoned_volumes.contains(&key) {
+            return;
+        }
         let pods = &mut self.pods;
-        let swapped_again = self.volumes.on_hashed(done, now(), &mut |c: Changed<'_>| {
-            pods.content_changed(c.key, c.at, now())
+        let volumes = &mut self.volumes;
+        let step = crate::contain::catch(|| {
+            volumes.on_hashed(done, now(), &mut |c: Changed<'_>| {
+                pods.content_changed(c.key, c.at, now())
+            })
         });
+        let swapped_again = match step {
+            Ok(again) => again,
+            Err(caught) => {
+                self.volume_panicked(&key, &caught);
+                false
+            }
+        };
         if swapped_again {
             let pods = &self.pods;
             self.volumes.hash_swapped(|uid| pods.pending(uid));
@@ -377,6 +449,7 @@ impl Agent {
         for uid in &entered.gone {
             self.chores.forget(uid);
             self.volumes.given_up(uid);
+            self.poisoned_volumes.retain(|k| *k.pod_uid != **uid);
         }
         if entered.added {
             self.look_deferred();
@@ -389,9 +462,22 @@ impl Agent {
 
     fn look_deferred(&mut self) {
         let pods = &mut self.pods;
-        self.volumes.look_deferred(now(), &mut |c: Changed<'_>| {
-            pods.content_changed(c.key, c.at, now())
+        let volumes = &mut self.volumes;
+        let step = crate::contain::catch(|| {
+            volumes.look_deferred(now(), &mut |c: Changed<'_>| {
+                pods.content_changed(c.key, c.at, now())
+            })
         });
+        if let Err(caught) = step {
+            self.volumes_panicked("volumes waiting for their pod", &caught);
+        }
+    }
+
+    /// A panic was caught in a step over several volumes (no one volume to blame): logged
+    /// and counted; those volumes are looked at again at their next event.
+    fn volumes_panicked(&self, what: &str, caught: &Caught) {
+        tracing::error!(volumes = what, stage = Stage::Volume.as_str(), panic = %caught.message, at = caught.location.as_deref().unwrap_or("?"), "panic while looking at volumes; the loop goes on");
+        crate::contain::count(&self.metrics, Stage::Volume);
     }
 
     fn fire_due(&mut self) {
@@ -406,9 +492,15 @@ impl Agent {
     /// taken as changed on the kubelet's word.
     fn fire_due_at(&mut self, now: Instant) {
         let pods = &mut self.pods;
-        self.volumes.look_settled(now, &mut |c: Changed<'_>| {
-            pods.content_changed(c.key, c.at, now)
+        let volumes = &mut self.volumes;
+        let step = crate::contain::catch(|| {
+            volumes.look_settled(now, &mut |c: Changed<'_>| {
+                pods.content_changed(c.key, c.at, now)
+            })
         });
+        if let Err(caught) = step {
+            self.volumes_panicked("CSI volumes settling", &caught);
+        }
         self.fire_changes_due(now);
         let pods = &self.pods;
         self.volumes.hash_swapped(|uid| pods.pending(uid));
@@ -466,7 +558,25 @@ impl Agent {
         let volumes = &self.volumes;
         let changed =
             |pod: &crate::core::model::PodInfo| volumes.changed_sources(pod, &change.volumes);
-        let acted = self.pods.act(uid, change, fresh, changed, &self.exec, now);
+        let pods = &mut self.pods;
+        let exec = &self.exec;
+        let step = crate::contain::catch(|| pods.act(uid, change, fresh, changed, exec, now));
+        let acted = match step {
+            Ok(acted) => acted,
+            Err(caught) => {
+                // The change is dropped with the pod's other pending work (`Pods::poison`);
+                // its content counts as handled, so a later change is a new one.
+                let pod = self.pods.index().get(uid).cloned();
+                match pod {
+                    Some(pod) => self.pods.poison(&pod, Stage::Act, &caught, &self.exec),
+                    None => {
+                        tracing::error!(pod_uid = uid, panic = %caught.message, "panic while acting on a pod that left the index");
+                        crate::contain::count(&self.metrics, Stage::Act);
+                    }
+                }
+                Acted::Done
+            }
+        };
         if acted == Acted::Done {
             self.volumes.acted(uid);
         }

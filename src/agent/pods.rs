@@ -4,6 +4,7 @@
 
 use super::decisions::Decisions;
 use super::pacing::{class_of, report_notice, Paced, PodPacing};
+use crate::contain::{Caught, Quarantine, Stage, QUARANTINE_CAP};
 use crate::core::annotations::{Action, PROJECTION_NUDGE};
 use crate::core::debounce::{Debouncer, PendingChange};
 use crate::core::filters::NamespaceFilter;
@@ -67,6 +68,10 @@ pub struct Pods {
     metrics: Metrics,
     /// `--http-allow-host-network`: part of every pod's policy check.
     fence: HttpFence,
+    /// Pods whose handling panicked (`crate::contain`), as they were then: kept in the index
+    /// (their volumes still map to them) but neither validated nor acted on while they come
+    /// again unchanged (a relist sends them all again); released when they change or go.
+    poisoned: Quarantine<String, PodInfo>,
 }
 
 impl Pods {
@@ -96,6 +101,7 @@ impl Pods {
             processes,
             health,
             metrics,
+            poisoned: Quarantine::new(QUARANTINE_CAP),
         }
     }
 
@@ -223,16 +229,77 @@ impl Pods {
         }
     }
 
+    /// Whether the pod is quarantined (its handling panicked, and it has not changed since).
+    #[cfg(test)]
+    pub fn poisoned(&self, uid: &str) -> bool {
+        self.poisoned.contains(uid)
+    }
+
+    /// A pod entering, contained ([`crate::contain`]): its annotations validated, its nudge
+    /// seen, the executor told. `None`: outside the namespace filter, quarantined at this
+    /// very version, or its handling panicked now (then quarantined).
+    fn admit(&mut self, pod: &PodInfo, exec: &Executor, now: Instant) -> Option<CheckedPolicy> {
+        if self.poisoned.holds(pod.uid.as_str(), pod) {
+            return None;
+        }
+        let step = crate::contain::catch(|| {
+            let checked = self.validate(pod, exec);
+            self.see_nudge(pod, now);
+            exec.pod_updated(pod);
+            checked
+        });
+        match step {
+            Ok(checked) => checked,
+            Err(caught) => {
+                self.poison(pod, Stage::PodUpdate, &caught, exec);
+                None
+            }
+        }
+    }
+
+    /// A panic was caught while handling `pod` in `stage`: logged and counted, what the pod
+    /// had pending or half-made here is dropped, the pod quarantined at this version, and a
+    /// Warning `InternalError` Event says so when the pod is inside the namespace filter
+    /// (itself contained: a second panic is logged).
+    pub fn poison(&mut self, pod: &PodInfo, stage: Stage, caught: &Caught, exec: &Executor) {
+        tracing::error!(
+            pod = %pod.full_name(),
+            pod_uid = %pod.uid,
+            stage = stage.as_str(),
+            panic = %caught.message,
+            at = caught.location.as_deref().unwrap_or("?"),
+            "panic while handling a pod; it is skipped until it changes"
+        );
+        crate::contain::count(&self.metrics, stage);
+        let uid = &pod.uid;
+        self.debouncer.remove_pod(uid);
+        self.pacing.forget(uid);
+        self.decisions.forget(uid);
+        self.nudges.forget(uid);
+        self.warned.remove(uid);
+        self.poisoned.hold(uid.clone(), pod.clone());
+        if !self.in_scope(pod) {
+            // Outside the namespace filter nothing is told about a pod.
+            return;
+        }
+        let note = caught.pod_note();
+        let pod_ref = PodRef::from(pod);
+        let reported = crate::contain::catch(|| {
+            exec.report(&pod_ref, ActionKind::None, Outcome::InternalError, note);
+        });
+        if let Err(again) = reported {
+            tracing::error!(pod = %pod.full_name(), panic = %again.message, "panic while reporting a caught panic; no Event");
+        }
+    }
+
     /// Takes in a pod update (`now`: the clock).
     pub fn on_update(&mut self, update: PodUpdate, exec: &Executor, now: Instant) -> Entered {
         let mut entered = Entered::default();
         match update {
             PodUpdate::Apply(pod) => {
                 self.enter(&pod);
-                let checked = self.validate(&pod, exec);
-                self.see_nudge(&pod, now);
+                let checked = self.admit(&pod, exec, now);
                 self.warm([(&pod, checked.as_ref())], false, exec);
-                exec.pod_updated(&pod);
                 let uid = checked.is_some().then(|| pod.uid.clone());
                 let change = self.index_mut().apply(pod);
                 if let (Some(uid), Some(checked)) = (uid, checked) {
@@ -252,9 +319,7 @@ impl Pods {
                 let mut checked = Vec::with_capacity(list.len());
                 for pod in &list {
                     self.enter(pod);
-                    checked.push(self.validate(pod, exec));
-                    self.see_nudge(pod, now);
-                    exec.pod_updated(pod);
+                    checked.push(self.admit(pod, exec, now));
                 }
                 if !self.synced {
                     tracing::info!(pods = list.len(), "pod list synced");
@@ -335,6 +400,7 @@ impl Pods {
             );
         }
         self.warned.remove(uid);
+        self.poisoned.release(uid);
         self.door.outside.remove(uid);
         self.warmed.retain(|(pod, _)| pod != uid);
         self.processes.forget_pod(uid);
@@ -450,6 +516,10 @@ impl Pods {
         };
         if let Some(reason) = self.door.outside.get(uid) {
             tracing::debug!(pod = %pod.full_name(), reason, "outside the namespace filter; no action");
+            return Acted::Done;
+        }
+        if self.poisoned.holds(uid, &pod) {
+            tracing::debug!(pod = %pod.full_name(), "quarantined after a panic until it changes; no action");
             return Acted::Done;
         }
         // The volumes, for a log line or an Event (none is written before a signal).

@@ -206,7 +206,7 @@ impl World {
             });
     }
 
-    async fn settle(&self) {
+    pub(super) async fn settle(&self) {
         self.agent.exec.drain(now() + Duration::from_secs(60)).await;
     }
 }

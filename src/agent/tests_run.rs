@@ -38,7 +38,7 @@ fn volume_dir(root: &Path) -> PathBuf {
 
 /// Projects `content` into the volume at `dir` the way the kubelet's AtomicWriter does: a new
 /// timestamped directory, then `..data` swapped to it.
-fn project(dir: &Path, turn: u32, content: &str) {
+pub(super) fn project(dir: &Path, turn: u32, content: &str) {
     let ts = format!("..2026_01_01_00_00_0{turn}.1");
     std::fs::create_dir_all(dir.join(&ts)).unwrap();
     std::fs::write(dir.join(&ts).join("app.conf"), content).unwrap();

@@ -36,7 +36,12 @@ pub enum Routed<'a> {
     Workload(&'a WorkloadChange),
 }
 
+/// Each call into a feature runs contained (`crate::contain`, in the router): a panic in it
+/// is caught, logged and counted, and the object it concerned quarantined; the feature and
+/// the loop go on.
 pub trait Feature: Send {
+    /// Its name in logs (`nudge`, `env`, `rollout`).
+    fn name(&self) -> &'static str;
     /// The kinds whose first list must complete before the controller is ready.
     fn kinds(&self) -> Vec<SourceKind>;
     fn route(&mut self, event: Routed<'_>, world: &World);

@@ -20,7 +20,7 @@ use std::sync::RwLock;
 
 const NS: &str = "ns";
 
-fn cm_key(name: &str) -> ObjectKey {
+pub(super) fn cm_key(name: &str) -> ObjectKey {
     ObjectKey {
         kind: SourceKind::ConfigMap,
         namespace: NS.into(),
@@ -29,7 +29,7 @@ fn cm_key(name: &str) -> ObjectKey {
 }
 
 /// An opted-in running pod mounting configMap `cfg` in volume `v` (through subPath if asked).
-fn pod(name: &str, sub_path: bool) -> PodInfo {
+pub(super) fn pod(name: &str, sub_path: bool) -> PodInfo {
     PodInfo {
         uid: format!("uid-{name}"),
         namespace: NS.into(),
@@ -87,7 +87,11 @@ struct Harness {
 use crate::controller::fake::reporter;
 
 /// The nudge feature over `patcher`, through the executor.
-fn nudges(patcher: &FakePatcher, report: &Reporter, metrics: &ControllerMetrics) -> Nudges {
+pub(super) fn nudges(
+    patcher: &FakePatcher,
+    report: &Reporter,
+    metrics: &ControllerMetrics,
+) -> Nudges {
     let patches = Patches::new(
         PatchSettings::nudges(),
         Arc::new(patcher.clone()),

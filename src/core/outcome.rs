@@ -101,6 +101,9 @@ pub enum Outcome {
     /// No rollout: the pod's owner chain does not verify, or the workload's template does not
     /// ask for what the pod's annotations ask (Warning `RolloutNotGranted`).
     RolloutNotGranted,
+    /// A panic was caught while handling the pod (`crate::contain`): it is skipped until it
+    /// changes (Warning `InternalError`; counted in `reloadlet_handler_panics_total`).
+    InternalError,
 }
 
 /// A Kubernetes Event's reason and type.
@@ -145,6 +148,7 @@ impl Outcome {
             Self::RolloutUnsupported => "rollout_unsupported",
             Self::RolloutFailed => "rollout_failed",
             Self::RolloutNotGranted => "rollout_not_granted",
+            Self::InternalError => "internal_error",
         }
     }
 
@@ -172,6 +176,7 @@ impl Outcome {
             Self::RolloutUnsupported => ("RolloutUnsupported", true),
             Self::RolloutFailed => ("RolloutFailed", true),
             Self::RolloutNotGranted => ("RolloutNotGranted", true),
+            Self::InternalError => ("InternalError", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
             Self::Patched
             | Self::PodGone
@@ -208,8 +213,10 @@ impl Outcome {
             | Self::RolloutUnsupported
             | Self::RolloutFailed
             | Self::RolloutNotGranted => &[Rollout],
-            // Counted apart: reloadlet_pacing_deferrals_total, reloadlet_flap_episodes_total.
-            Self::NoDisruptionBudget
+            // Counted apart: reloadlet_pacing_deferrals_total, reloadlet_flap_episodes_total,
+            // reloadlet_handler_panics_total.
+            Self::InternalError
+            | Self::NoDisruptionBudget
             | Self::Skipped
             | Self::NudgeFailed
             | Self::Deferred
@@ -307,6 +314,7 @@ mod tests {
                 ("rollout_unsupported", "RolloutUnsupported", true),
                 ("rollout_failed", "RolloutFailed", true),
                 ("rollout_not_granted", "RolloutNotGranted", true),
+                ("internal_error", "InternalError", true),
             ]
         );
     }

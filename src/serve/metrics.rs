@@ -39,6 +39,12 @@ pub const LATENCY_BUCKETS: [f64; 26] = [
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PanicLabels {
+    pub mode: &'static str,
+    pub stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LatencyLabels {
     pub action: &'static str,
 }
@@ -55,6 +61,9 @@ pub struct Metrics {
     pub events_dropped: Counter,
     pub state_write_errors: Counter,
     pub pacing: PacingMetrics,
+    /// Panics caught while handling one object (`crate::contain`), by mode and stage; each
+    /// mode creates its own stages' series at 0.
+    pub handler_panics: Family<PanicLabels, Counter>,
 }
 
 /// Pacing (docs/pacing.md): what waits, what is held as flapping, and how often.
@@ -124,6 +133,7 @@ impl Metrics {
                 deferrals: Counter::default(),
                 flap_episodes: Counter::default(),
             },
+            handler_panics: Family::default(),
         };
         let r = registry;
         r.register(
@@ -226,6 +236,11 @@ impl Metrics {
             "Flapping episodes opened (each a ReloadFlapping Event)",
             m.pacing.flap_episodes.clone(),
         );
+        r.register(
+            "handler_panics",
+            "Panics caught while handling one object (the object is skipped until it changes), by mode and stage",
+            m.handler_panics.clone(),
+        );
         m.precreate();
         m
     }
@@ -273,6 +288,18 @@ impl Metrics {
                 outcome: outcome.as_str(),
             })
             .inc();
+    }
+
+    /// One panic caught in `stage` (`crate::contain::count`).
+    pub fn handler_panic(&self, mode: &'static str, stage: &'static str) {
+        self.handler_panics_series(mode, stage).inc();
+    }
+
+    /// The series of `stage` (created at 0 if new).
+    pub fn handler_panics_series(&self, mode: &'static str, stage: &'static str) -> Counter {
+        self.handler_panics
+            .get_or_create(&PanicLabels { mode, stage })
+            .clone()
     }
 
     pub fn observe_latency(&self, action: ActionKind, seconds: f64) {

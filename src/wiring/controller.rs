@@ -176,6 +176,7 @@ pub async fn serve(
         metrics,
         health,
     )
+    .reporting(reporter.clone())
     .with(Box::new(nudges));
     // The key of the digests and baselines the env consumers and rollouts write.
     let key = if settings.env.configmaps || settings.env.secrets || settings.rollout.enabled {

@@ -438,6 +438,10 @@ fn report_notice(
 }
 
 impl Feature for EnvConsumers {
+    fn name(&self) -> &'static str {
+        "env"
+    }
+
     fn kinds(&self) -> Vec<SourceKind> {
         let mut kinds = vec![SourceKind::ConfigMap];
         if self.deps.secrets {

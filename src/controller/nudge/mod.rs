@@ -154,6 +154,10 @@ impl Nudges {
 }
 
 impl Feature for Nudges {
+    fn name(&self) -> &'static str {
+        "nudge"
+    }
+
     fn kinds(&self) -> Vec<SourceKind> {
         let mut kinds = vec![SourceKind::ConfigMap];
         if self.secrets {

@@ -569,6 +569,10 @@ fn unsupported(
 }
 
 impl Feature for RolloutFeature {
+    fn name(&self) -> &'static str {
+        "rollout"
+    }
+
     fn kinds(&self) -> Vec<SourceKind> {
         let mut kinds = vec![SourceKind::ConfigMap];
         if self.deps.secrets {
