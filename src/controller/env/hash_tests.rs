@@ -189,8 +189,6 @@ fn the_baseline_annotation_round_trips_and_skips_garbage() {
     let mut junk_map = BTreeMap::new();
     junk_map.insert(cm.clone(), "0123456789abcdef".to_owned());
     let signed = format_baseline(&k(), "a", "u", &junk_map);
-    let (_, mac) = signed.split_once(";mac=").unwrap();
-    let _ = mac;
     let junk = parse_baseline(&k(), "a", "u", &signed).unwrap();
     assert_eq!(junk.len(), 1);
     assert!(junk.contains_key(&cm));
@@ -259,7 +257,7 @@ fn a_baseline_not_signed_by_this_controller_for_this_pod_is_not_trusted() {
             signed[..signed.len() - 1].to_owned(),
         ),
     ] {
-        assert_eq!(parse(&key, annotation, &uid, &value), None, "{what}");
+        assert_eq!(parse(&key, annotation, uid, &value), None, "{what}");
     }
 }
 
