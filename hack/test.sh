@@ -17,8 +17,10 @@ hack/install-manifest-tools.sh
 
 echo "== image (hack/build-image.sh: static musl binary, OCI image built offline with buildah)" >&2
 hack/build-image.sh
-# The image and runtime tests (tests/image_*.rs, tests/runtime_*.rs) run here, never skip.
+# The image and runtime tests (tests/image_*.rs, tests/runtime_*.rs) run here, never skip;
+# nor does a test that needs root (tests/support/wait.rs, root_or_skip).
 export RELOADLET_REQUIRE_IMAGE=1
+export RELOADLET_REQUIRE_ROOT=1
 
 echo "== cargo fmt / clippy" >&2
 cargo fmt --all -- --check

@@ -44,8 +44,10 @@ fn scene(node: &Node, count: usize) {
     }
 }
 
+/// A read of the collection (a LIST or a WATCH; the controller's one create of its key
+/// Secret is a POST to the collection, and no read).
 fn collection(r: &RequestRecord, resource: &str) -> bool {
-    r.path.ends_with(&format!("/{resource}"))
+    r.method == "GET" && r.path.ends_with(&format!("/{resource}"))
 }
 
 /// A change of `app-cfg` nudges all `count` pods.

@@ -9,6 +9,8 @@ fn exported() -> BTreeSet<String> {
     let m = Metrics::new(&mut reg);
     m.action(ActionKind::Signal, Outcome::Signaled);
     m.observe_latency(ActionKind::Signal, 0.001);
+    // Created per mode at start (a family without a series prints nothing).
+    m.handler_panics_series("agent", "act");
     m.watch
         .swaps
         .get_or_create(&PluginLabels {

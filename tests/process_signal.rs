@@ -155,16 +155,25 @@ struct Processes {
 }
 
 impl Processes {
-    /// Starts `sh -c script` with SIGUSR1 blocked.
+    /// Starts `sh -c script` with SIGUSR1 blocked and every other disposition at its default,
+    /// whatever the test process inherited (`nohup` ignores SIGHUP, `setsid` and shells
+    /// may leave others ignored or blocked): the shell is the workload a pod would run.
     fn spawn(&mut self, script: &str) -> i32 {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", script]);
-        // SAFETY: only sigprocmask (async-signal-safe) runs between fork and exec.
+        // SAFETY: only sigaction and sigprocmask (async-signal-safe) run between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
+                use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler};
+                let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+                for signal in Signal::iterator() {
+                    if !matches!(signal, Signal::SIGKILL | Signal::SIGSTOP) {
+                        let _ = sigaction(signal, &default);
+                    }
+                }
                 let mut set = SigSet::empty();
                 set.add(Signal::SIGUSR1);
-                sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None).map_err(std::io::Error::from)
+                sigprocmask(SigmaskHow::SIG_SETMASK, Some(&set), None).map_err(std::io::Error::from)
             });
         }
         let child = cmd.spawn().expect("spawn sh");

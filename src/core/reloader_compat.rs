@@ -22,7 +22,7 @@
 //! the caller's.
 
 use crate::core::model::SourceKind;
-use regex::Regex;
+use regex::RegexBuilder;
 use std::collections::BTreeMap;
 
 pub const AUTO: &str = "reloader.stakater.com/auto";
@@ -113,16 +113,30 @@ pub fn wants_secrets(workload: &Workload<'_>) -> bool {
 }
 
 /// A `…/reload` list: each entry an anchored regular expression, literal when it does not
-/// compile (as Reloader does).
+/// compile (as Reloader does). The expressions are a tenant's: `regex` matches in linear time,
+/// and its compiled size and nesting are capped here ([`REGEX_SIZE_LIMIT`],
+/// [`REGEX_NEST_LIMIT`]) so that one entry such as `(a{1000}){1000}` costs bounded CPU and
+/// memory to refuse (issue #43 §1); a refused entry is then compared literally.
 fn names_match(list: &str, name: &str) -> bool {
     list.split(',')
         .map(str::trim)
         .filter(|v| !v.is_empty())
-        .any(|v| match Regex::new(&format!("^(?:{v})$")) {
-            Ok(re) => re.is_match(name),
-            Err(_) => v == name,
+        .any(|v| {
+            match RegexBuilder::new(&format!("^(?:{v})$"))
+                .size_limit(REGEX_SIZE_LIMIT)
+                .nest_limit(REGEX_NEST_LIMIT)
+                .build()
+            {
+                Ok(re) => re.is_match(name),
+                Err(_) => v == name,
+            }
         })
 }
+
+/// The compiled size one `…/reload` entry may take (the crate's default is 10 MiB).
+const REGEX_SIZE_LIMIT: usize = 64 * 1024;
+/// How deeply one entry may nest groups and repetitions (the crate's default is 250).
+const REGEX_NEST_LIMIT: u32 = 32;
 
 #[cfg(test)]
 mod tests {
@@ -159,6 +173,27 @@ mod tests {
     }
 
     use SourceKind::{ConfigMap as Cm, Secret as Sec};
+
+    /// A tenant's pathological entry is refused at bounded cost and compared literally; an
+    /// ordinary one still matches.
+    #[test]
+    fn a_pathological_reload_entry_costs_bounded_and_matches_nothing() {
+        assert!(!names_match(
+            "(a{1000}){1000},((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))",
+            "a"
+        ));
+        assert!(names_match("app-.*,other", "app-config"));
+        assert!(
+            names_match("(a{1000}){1000}", "(a{1000}){1000}"),
+            "compared literally"
+        );
+        // Refused by the size limit, not compiled: the default limit would take it.
+        assert!(RegexBuilder::new("^(?:(a{100}){100})$")
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .is_err());
+        assert!(regex::Regex::new("^(?:(a{100}){100})$").is_ok());
+    }
 
     #[test]
     fn every_annotation() {

@@ -110,11 +110,15 @@ pub fn is_root() -> bool {
 }
 
 /// `true` when running as root; otherwise says the test is skipped: `if !root_or_skip() {
-/// return; }`.
+/// return; }`. Under `hack/test.sh` (`RELOADLET_REQUIRE_ROOT=1`) a test that needs root
+/// fails instead: a suite that skipped its privileged half must not pass.
 pub fn root_or_skip() -> bool {
     let root = is_root();
     if !root {
-        eprintln!("skipped: needs root");
+        if std::env::var_os("RELOADLET_REQUIRE_ROOT").is_some_and(|v| v == "1") {
+            panic!("this test needs root, and RELOADLET_REQUIRE_ROOT=1 (hack/test.sh) forbids skipping it");
+        }
+        eprintln!("skipped: needs root (run hack/test.sh as root, where skipping is an error)");
     }
     root
 }
