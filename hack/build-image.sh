@@ -169,7 +169,7 @@ rm -f "$archive"
 tar -C "$layout" --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
   --format=posix --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
   -cf "$archive" .
-cp "$sbom" "${archive%.tar}.cdx.json"
+[[ "$sbom" -ef "${archive%.tar}.cdx.json" ]] || cp "$sbom" "${archive%.tar}.cdx.json"
 
 # Each platform's share of the archive (its manifest, config and layers) against its
 # payload; allow 64 KiB for the tar headers, the manifests and the config.

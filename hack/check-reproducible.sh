@@ -35,12 +35,12 @@ echo "check-reproducible: SBOM twice: $(sha256sum <"$tmp/a.cdx.json" | cut -c1-1
 
 digests=()
 for run in a b; do
-  hack/build-image.sh --binary "$amd64" --arm64-binary "$arm64" --sbom "$tmp/a.cdx.json" --out "$tmp/$run.tar" 2>"$tmp/$run.log" \
+  hack/build-image.sh --binary "$amd64" --arm64-binary "$arm64" --sbom "$tmp/a.cdx.json" --out "$tmp/image-$run.tar" 2>"$tmp/$run.log" \
     || { cat "$tmp/$run.log" >&2; die "hack/build-image.sh failed"; }
   digests+=("$(sed -n 's/^build-image: .* (\(sha256:[0-9a-f]*\)) .*/\1/p' "$tmp/$run.log")")
 done
 [[ -n "${digests[0]}" && "${digests[0]}" == "${digests[1]}" ]] || die "image index digests differ: ${digests[*]}"
-cmp -s "$tmp/a.tar" "$tmp/b.tar" || die "the two archives differ (same index digest ${digests[0]})"
+cmp -s "$tmp/image-a.tar" "$tmp/image-b.tar" || die "the two archives differ (same index digest ${digests[0]})"
 echo "check-reproducible: image index twice: ${digests[0]} both, archives identical" >&2
 
 if [[ -n "$binary_arch" ]]; then
