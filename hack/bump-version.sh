@@ -2,7 +2,7 @@
 # Sets reloadlet's release version everywhere it is written down, or checks
 # that those places agree:
 #   Cargo.toml [package] version, reloadlet's entry in Cargo.lock,
-#   deploy/chart/reloadlet/Chart.yaml version and appVersion,
+#   deploy/chart/reloadlet/Chart.yaml version, appVersion and the artifacthub.io/images tag,
 #   deploy/base/kustomization.yaml images newTag;
 # and CHANGELOG.md: setting a version turns its "## Unreleased" section into "## VERSION"
 # (a new empty "## Unreleased" above it); --check wants a section for the version.
@@ -31,6 +31,7 @@ PLACES = [
     ("deploy/chart/reloadlet/Chart.yaml", r"(?m)(^version: )(\S+)()$", "Chart.yaml version"),
     ("deploy/chart/reloadlet/Chart.yaml", r'(?m)(^appVersion: ")([^"]+)(")', "Chart.yaml appVersion"),
     ("deploy/base/kustomization.yaml", r"(?m)(^    newTag: )(\S+)()$", "kustomization.yaml newTag"),
+    ("deploy/chart/reloadlet/Chart.yaml", r"(?m)(^      image: ghcr\.io/reloadlet/reloadlet:)(\S+)()$", "Chart.yaml artifacthub.io/images"),
 ]
 
 def find(text, pattern, what):
