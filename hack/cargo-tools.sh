@@ -11,7 +11,7 @@
 #   hack/cargo-tools.sh NAME...      only these (e.g. cargo-auditable, for hack/build-release.sh)
 set -euo pipefail
 
-tools=(cargo-auditable@0.7.7 cargo-cyclonedx@0.5.9 cargo-deny@0.19.4)
+tools=(cargo-auditable@0.7.7 cargo-cyclonedx@0.5.9 cargo-deny@0.20.2)
 
 for spec in "${tools[@]}"; do
   name="${spec%@*}" want="${spec#*@}"
