@@ -3,7 +3,9 @@
 #   docker buildx build --platform linux/amd64,linux/arm64 \
 #     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" -t IMAGE:TAG .
 # The builder runs on the target platform (emulated for a foreign one), so
-# each architecture's musl toolchain is native; see docs/install.md.
+# each architecture's musl toolchain is native; see docs/install.md. Without
+# Docker, hack/build-image.sh cross-compiles both platforms on one amd64 host
+# (docs/arm64.md) and builds only the runtime stage below.
 # Base images are pinned to version tags (hack/check-manifests.sh checks it);
 # bump the Rust one with the toolchain. Release pipelines may add a digest.
 
@@ -16,8 +18,13 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends musl-tools \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY hack/build-release.sh hack/build-release.sh
+COPY hack/build-release.sh hack/cargo-tools.sh hack/
 RUN rustup target add "$(hack/build-release.sh --arch "${TARGETARCH:-$(uname -m)}" --print-target)"
+# cargo-auditable (crates.io, --locked): the binary carries its dependency list.
+RUN hack/cargo-tools.sh cargo-auditable
+# BuildKit passes it through (docs: "SOURCE_DATE_EPOCH"); hack/build-release.sh otherwise
+# takes the commit's time, and 0 without a git checkout.
+ARG SOURCE_DATE_EPOCH
 
 # Dependency layer: rebuilt only when the manifests or the lock file change.
 COPY Cargo.toml Cargo.lock ./

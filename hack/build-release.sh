@@ -50,21 +50,65 @@ fi
 
 cd "$(dirname "$0")/.."
 
-cargo_args=(build --release --locked -p reloadlet)
-bin_dir="${CARGO_TARGET_DIR:-target}/release"
+# `cargo auditable build`: the binary carries its dependency list (name, version, source of
+# every crate compiled in) in a `.dep-v0` section, which scanners (Trivy, Grype, Syft,
+# cargo-audit bin) read from the binary itself.
+command -v cargo-auditable >/dev/null || hack/cargo-tools.sh cargo-auditable
+cargo_args=(auditable build --release --locked -p reloadlet)
+target_dir="${CARGO_TARGET_DIR:-target}"
+bin_dir="$target_dir/release"
 if [[ -n "$target" ]]; then
   cargo_args+=(--target "$target")
-  bin_dir="${CARGO_TARGET_DIR:-target}/$target/release"
+  bin_dir="$target_dir/$target/release"
+  # Reproducible release builds (hack/check-reproducible.sh): no build path in the binary
+  # (panic locations of registry crates and of code generated into OUT_DIR carry absolute
+  # paths), whatever the checkout's, CARGO_HOME's or the target dir's location; rustc takes
+  # the last matching prefix, so the target dir (often inside the checkout) comes last.
+  # SOURCE_DATE_EPOCH for any build script that stamps a time. Only for --target builds:
+  # the host build shares target/release with `cargo build --release`, whose flags these
+  # would otherwise keep invalidating.
+  export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
+  flags=()
+  read -r -a flags <<<"${RUSTFLAGS:-}"
+  flags+=("--remap-path-prefix=$PWD=/reloadlet"
+    "--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
+    "--remap-path-prefix=$(realpath -m "$target_dir")=/target")
+  CARGO_ENCODED_RUSTFLAGS="$(IFS=$'\x1f'; echo "${flags[*]}")"
+  export CARGO_ENCODED_RUSTFLAGS
   if [[ "$target" == *-linux-musl ]]; then
-    # ring compiles C: use musl's gcc wrapper. cc-rs would look for
-    # aarch64-linux-musl-gcc on arm64, which Debian does not ship.
+    # Rust's musl targets are self-contained: rustup's rust-std ships musl's libc.a and
+    # crt objects, so the only C is ring's (a few freestanding files and assembly). For it:
+    # - on the target's own architecture, musl's gcc wrapper (musl-tools);
+    # - across architectures (arm64 on amd64), Debian's cross gcc
+    #   (gcc-aarch64-linux-gnu) as compiler and as linker driver. Its glibc headers are
+    #   never linked: rustc links with -nostartfiles -nodefaultlibs, against the target's
+    #   self-contained crt and libc.a. cc-rs would otherwise look for
+    #   aarch64-linux-musl-gcc, which Debian does not ship.
+    # Why this route and not cargo-zigbuild + ziglang: two apt packages that are already
+    # on the test machine's list (no 50 MB zig toolchain from PyPI, no cargo install), and
+    # the same rustc, std and LTO as the amd64 build; measured on the 2-core test machine
+    # (README, "Release figures") the arm64 build takes as long as the amd64 one.
+    arch="${target%%-*}"
     cc_var="CC_${target//-/_}"
-    if [[ -z "${!cc_var:-}" ]]; then
-      command -v musl-gcc >/dev/null || {
-        echo "build-release: $target needs musl-gcc (apt-get install musl-tools)" >&2
-        exit 1
-      }
-      export "$cc_var=musl-gcc"
+    ld_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$target")_LINKER"
+    if [[ "$arch" == "$(uname -m)" ]]; then
+      if [[ -z "${!cc_var:-}" ]]; then
+        command -v musl-gcc >/dev/null || {
+          echo "build-release: $target needs musl-gcc (apt-get install musl-tools)" >&2
+          exit 1
+        }
+        export "$cc_var=musl-gcc"
+      fi
+    else
+      cross="$arch-linux-gnu-gcc"
+      if [[ -z "${!cc_var:-}" || -z "${!ld_var:-}" ]]; then
+        command -v "$cross" >/dev/null || {
+          echo "build-release: $target on $(uname -m) needs $cross (apt-get install gcc-${arch//_/-}-linux-gnu)" >&2
+          exit 1
+        }
+      fi
+      [[ -n "${!cc_var:-}" ]] || export "$cc_var=$cross"
+      [[ -n "${!ld_var:-}" ]] || export "$ld_var=$cross"
     fi
   fi
 fi

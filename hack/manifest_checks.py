@@ -632,6 +632,21 @@ def _linux_only(r: Render) -> tuple[bool, str]:
     return ok, "" if ok else f"nodeSelector {sel}"
 
 
+def _arch_pins(pod: dict) -> list[str]:
+    """Where a pod spec names kubernetes.io/arch (or the beta label): the image is built for
+    amd64 and arm64, and a DaemonSet must run on every node of both."""
+    scheduling = json.dumps([pod.get("nodeSelector"), pod.get("affinity")])
+    return [label for label in ("kubernetes.io/arch", "beta.kubernetes.io/arch") if label in scheduling]
+
+
+@render_check("pod: no architecture pin (amd64 and arm64 nodes alike)")
+def _no_arch_pin(r: Render) -> tuple[bool, str]:
+    pins = _arch_pins(_pod(r.docs))
+    if r.controller:
+        pins += [f"controller: {p}" for p in _arch_pins(_cpod(r))]
+    return not pins, f"pins {pins}" if pins else ""
+
+
 @render_check("chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes")
 def _knobs(r: Render) -> tuple[bool, str]:
     c, sa = _container(r.docs), _named(r.docs, "ServiceAccount", r.fullname)

@@ -195,6 +195,13 @@ MUTATIONS: list[Mutation] = [
     Mutation("chart nodeSelector replaced instead of merged",
              lambda c: _pod(_docs(c, CK)).update(nodeSelector={"pool": "a"}),
              "pod: Linux nodes only (nodeSelector kubernetes.io/os: linux)", CK),
+    Mutation("agent pinned to amd64 nodes (arm64 nodes get no agent)",
+             lambda c: _pod(_docs(c, K))["nodeSelector"].update({"kubernetes.io/arch": "amd64"}),
+             "pod: no architecture pin (amd64 and arm64 nodes alike)", K),
+    Mutation("chart affinity requires amd64",
+             lambda c: _pod(_docs(c, CD)).update(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                 "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}}),
+             "pod: no architecture pin (amd64 and arm64 nodes alike)", CD),
     Mutation("no PodDisruptionBudget read access",
              lambda c: _role(c, K).update(rules=[r for r in _role(c, K)["rules"] if "poddisruptionbudgets" not in r["resources"]]),
              "rbac: exactly the allowed rules", K),

@@ -1,12 +1,12 @@
-//! The shipped image, run as the chart runs it: the OCI archive from hack/build-image.sh,
-//! loaded into a private podman and started with the DaemonSet's posture taken from the
-//! rendered chart (host PID, capabilities, read-only root, no_new_privs, RuntimeDefault
-//! seccomp, UID 0, the kubelet pods directory with HostToContainer propagation, the state
-//! hostPath) in a private cgroup namespace, with in-cluster credentials (a service account
-//! token and `ca.crt`, `KUBERNETES_SERVICE_HOST`/`PORT`) against the simulated API server
-//! over TLS with bearer-token authentication. From the image, the agent reloads real nginx,
-//! evicts behind a PodDisruptionBudget, serves /metrics, and picks up a rotated token
-//! without a restart.
+//! The shipped image, run as the chart runs it: this machine's platform pulled from the image
+//! index of hack/build-image.sh's OCI archive into a private podman, and started with the
+//! DaemonSet's posture taken from the rendered chart (host PID, capabilities, read-only
+//! root, no_new_privs, RuntimeDefault seccomp, UID 0, the kubelet pods directory with
+//! HostToContainer propagation, the state hostPath) in a private cgroup namespace, with
+//! in-cluster credentials (a service account token and `ca.crt`,
+//! `KUBERNETES_SERVICE_HOST`/`PORT`) against the simulated API server over TLS with
+//! bearer-token authentication. From the image, the agent reloads real nginx, evicts behind
+//! a PodDisruptionBudget, serves /metrics, and picks up a rotated token without a restart.
 //!
 //! Skips in one line where podman, runc, conmon or the image archive is missing;
 //! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure instead.

@@ -73,6 +73,21 @@ pub fn archive() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
+/// The name hack/build-image.sh gives the image index: the chart's `image.repository` and
+/// appVersion.
+pub fn image_ref() -> String {
+    let out = Command::new(repo().join("hack/build-image.sh"))
+        .arg("--print-image")
+        .output()
+        .expect("hack/build-image.sh --print-image");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// The chart rendered with these extra `helm template` arguments, one JSON value per document.
 pub fn render_chart(args: &[String]) -> Vec<Value> {
     let out = Command::new(repo().join("hack/render-chart-json.sh"))
@@ -376,14 +391,16 @@ impl Podman {
         cmd
     }
 
-    /// `podman load` of the archive; returns what it loaded.
+    /// This machine's platform from the archive's image index, named as the chart names it
+    /// (`podman pull oci-archive:ARCHIVE:IMAGE:VERSION`: `podman load` refuses a layout whose
+    /// index.json lists more than the image, and it also lists the attached SBOM); returns
+    /// the image's id.
     pub fn load(&self, archive: &Path) -> String {
-        let out = run(self
-            .cmd()
-            .arg("load")
-            .arg("--quiet")
-            .arg("--input")
-            .arg(archive));
+        let out = run(self.cmd().arg("pull").arg("--quiet").arg(format!(
+            "oci-archive:{}:{}",
+            archive.display(),
+            image_ref()
+        )));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
