@@ -152,7 +152,13 @@ async fn tls_node() -> Node {
     let with_token = kubeconfig.replace("  user: {}\n", &format!("  user:\n    token: {TOKEN}\n"));
     assert_ne!(with_token, kubeconfig, "nodesim's kubeconfig changed shape");
     std::fs::write(sim.kubeconfig(), with_token).unwrap();
-    Node { agent: None, sim }
+    // The arm64 binary authenticates with this one token (its own kubeconfig), not as the
+    // chart's service accounts: nodesim's RBAC is not what this test measures.
+    Node {
+        agent: None,
+        sim,
+        rbac: false,
+    }
 }
 
 /// `(signal name, CLOCK_MONOTONIC ns)` for each line a sigrecorder wrote.
