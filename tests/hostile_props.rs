@@ -1247,3 +1247,27 @@ fn pod_objects_convert_and_decide_without_panicking() {
     assert!(converted > 500, "converted {converted}");
 }
 
+/// A `…/reload` list of regular expressions each too big to compile (`a{1000}{1000}` is
+/// millions of states): matching it must not cost the controller a compile to the regex
+/// crate's 10 MiB default per entry and per change. Before the size cap, 200 such entries
+/// took seconds of CPU for one ConfigMap change (minutes for a 256 KiB annotation).
+#[test]
+fn a_reload_list_of_huge_regexes_is_matched_cheaply() {
+    let list = vec!["a{1000}{1000}"; 200].join(",") + ",app";
+    let workload: BTreeMap<String, String> = [(rc::CONFIGMAP_RELOAD.to_owned(), list)].into();
+    let (template, object) = (BTreeMap::new(), BTreeMap::new());
+    let w = Workload {
+        annotations: &workload,
+        template: &template,
+    };
+    for name in ["app", "other"] {
+        let changed = Changed {
+            kind: SourceKind::ConfigMap,
+            name,
+            annotations: &object,
+            referenced: true,
+        };
+        let want = (name == "app").then_some(rc::CONFIGMAP_RELOAD);
+        assert_eq!(rc::matching(&w, &changed), want, "{name}");
+    }
+}

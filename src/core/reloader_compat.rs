@@ -22,7 +22,7 @@
 //! the caller's.
 
 use crate::core::model::SourceKind;
-use regex::Regex;
+use regex::RegexBuilder;
 use std::collections::BTreeMap;
 
 pub const AUTO: &str = "reloader.stakater.com/auto";
@@ -112,15 +112,36 @@ pub fn wants_secrets(workload: &Workload<'_>) -> bool {
     })
 }
 
+/// The most memory one `…/reload` entry's compiled program may take. A pattern for object
+/// names compiles to a few KiB; the regex crate's default (10 MiB) lets one entry such as
+/// `a{1000}{1000}` cost tens of milliseconds of compiling, and a 256 KiB annotation holds
+/// thousands of entries, each compiled on every change of every ConfigMap or Secret. Over
+/// this limit an entry fails to compile early and is compared literally, as any entry that
+/// does not compile.
+const MAX_PATTERN_SIZE: usize = 64 * 1024;
+
+/// An entry longer than this is compared literally without compiling it: Kubernetes object
+/// names are at most 253 characters, and no pattern for them needs to be longer.
+const MAX_PATTERN_LEN: usize = 1024;
+
 /// A `…/reload` list: each entry an anchored regular expression, literal when it does not
-/// compile (as Reloader does).
+/// compile (as Reloader does) or is over [`MAX_PATTERN_LEN`] / [`MAX_PATTERN_SIZE`].
 fn names_match(list: &str, name: &str) -> bool {
     list.split(',')
         .map(str::trim)
         .filter(|v| !v.is_empty())
-        .any(|v| match Regex::new(&format!("^(?:{v})$")) {
-            Ok(re) => re.is_match(name),
-            Err(_) => v == name,
+        .any(|v| {
+            if v.len() > MAX_PATTERN_LEN {
+                return v == name;
+            }
+            match RegexBuilder::new(&format!("^(?:{v})$"))
+                .size_limit(MAX_PATTERN_SIZE)
+                .dfa_size_limit(MAX_PATTERN_SIZE)
+                .build()
+            {
+                Ok(re) => re.is_match(name),
+                Err(_) => v == name,
+            }
         })
 }
 
