@@ -404,7 +404,7 @@ fn annotation_maps_parse_within_bounds_or_are_refused() {
     let (mut accepted, mut windows, mut refused_over) = (0, 0, 0);
     search(
         "annotations",
-        0xa11_0a7e,
+        0x0a11_0a7e,
         scaled(12_000),
         |rng| {
             let mut map = annotation_map(rng);
@@ -562,7 +562,7 @@ fn reloader_matching_never_panics_and_keeps_its_order() {
     let mut explicit_hits = 0;
     search(
         "reloader_compat",
-        0x2e10_ad,
+        0x002e_10ad,
         scaled(4_000),
         |rng| {
             let workload = reloader_map(rng);
@@ -680,7 +680,7 @@ fn the_owner_chain_holds_only_when_it_is_true() {
     let mut verified = 0;
     search(
         "owner_chain",
-        0x0c4a_1e,
+        0x000c_4a1e,
         scaled(8_000),
         |rng| {
             let labels: BTreeMap<String, String> = match rng.below(3) {
