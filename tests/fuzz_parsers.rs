@@ -7,27 +7,13 @@
 
 #[path = "../fuzz/checks.rs"]
 mod checks;
+#[path = "support/rng.rs"]
+mod rng;
 
+use rng::Rng;
 use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-
-/// splitmix64: tiny, deterministic, good enough to drive mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// Fragments that make random inputs reach the interesting branches.
 const TOKENS: &[&str] = &[
@@ -120,10 +106,7 @@ fn run(target: &str, check: fn(&[u8])) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50_000);
-    let seed: u64 = std::env::var("RELOADLET_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_2026);
+    let seed = rng::seed(0x5eed_2026);
     let seeds = corpus(target);
     let mut rng = Rng(seed);
     let inputs = seeds

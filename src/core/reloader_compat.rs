@@ -112,19 +112,35 @@ pub fn wants_secrets(workload: &Workload<'_>) -> bool {
     })
 }
 
+/// The most memory one `…/reload` entry's compiled program may take. A pattern for object
+/// names compiles to a few KiB; the regex crate's default (10 MiB) lets one entry such as
+/// `a{1000}{1000}` cost tens of milliseconds of compiling, and a 256 KiB annotation holds
+/// thousands of entries, each compiled on every change of every ConfigMap or Secret. Over
+/// this limit an entry fails to compile early and is compared literally, as any entry that
+/// does not compile.
+const MAX_PATTERN_SIZE: usize = 64 * 1024;
+
+/// An entry longer than this is compared literally without compiling it: Kubernetes object
+/// names are at most 253 characters, and no pattern for them needs to be longer.
+const MAX_PATTERN_LEN: usize = 1024;
+
 /// A `…/reload` list: each entry an anchored regular expression, literal when it does not
-/// compile (as Reloader does). The expressions are a tenant's: `regex` matches in linear time,
-/// and its compiled size and nesting are capped here ([`REGEX_SIZE_LIMIT`],
-/// [`REGEX_NEST_LIMIT`]) so that one entry such as `(a{1000}){1000}` costs bounded CPU and
-/// memory to refuse (issue #43 §1); a refused entry is then compared literally.
+/// compile (as Reloader does) or is over [`MAX_PATTERN_LEN`] / [`MAX_PATTERN_SIZE`] /
+/// [`MAX_PATTERN_NEST`]. The expressions are a tenant's: `regex` matches in linear time, and
+/// these caps make one entry such as `(a{1000}){1000}` cost bounded CPU and memory to refuse
+/// (issue #43 §1).
 fn names_match(list: &str, name: &str) -> bool {
     list.split(',')
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .any(|v| {
+            if v.len() > MAX_PATTERN_LEN {
+                return v == name;
+            }
             match RegexBuilder::new(&format!("^(?:{v})$"))
-                .size_limit(REGEX_SIZE_LIMIT)
-                .nest_limit(REGEX_NEST_LIMIT)
+                .size_limit(MAX_PATTERN_SIZE)
+                .dfa_size_limit(MAX_PATTERN_SIZE)
+                .nest_limit(MAX_PATTERN_NEST)
                 .build()
             {
                 Ok(re) => re.is_match(name),
@@ -133,10 +149,8 @@ fn names_match(list: &str, name: &str) -> bool {
         })
 }
 
-/// The compiled size one `…/reload` entry may take (the crate's default is 10 MiB).
-const REGEX_SIZE_LIMIT: usize = 64 * 1024;
 /// How deeply one entry may nest groups and repetitions (the crate's default is 250).
-const REGEX_NEST_LIMIT: u32 = 32;
+const MAX_PATTERN_NEST: u32 = 32;
 
 #[cfg(test)]
 mod tests {
@@ -189,7 +203,7 @@ mod tests {
         );
         // Refused by the size limit, not compiled: the default limit would take it.
         assert!(RegexBuilder::new("^(?:(a{100}){100})$")
-            .size_limit(REGEX_SIZE_LIMIT)
+            .size_limit(MAX_PATTERN_SIZE)
             .build()
             .is_err());
         assert!(regex::Regex::new("^(?:(a{100}){100})$").is_ok());
