@@ -68,6 +68,13 @@ LEASE_RULES = {
     (("coordination.k8s.io",), ("leases",), ("create",), ()),
     (("coordination.k8s.io",), ("leases",), ("get", "update"), (LEASE_NAME,)),
 }
+# The controller's key (src/k8s/controller_key.rs): its one Secret read by name, or created,
+# in the controller's own namespace (Role), for the env consumers' and rollouts' digests.
+KEY_SECRET = "reloadlet-controller-key"
+KEY_RULES = {
+    (("",), ("secrets",), ("create",), ()),
+    (("",), ("secrets",), ("get",), (KEY_SECRET,)),
+}
 NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
 BASELINE_ANNOTATION = "reloadlet.io/env-baseline"
 ROLLOUT_BASELINE_ANNOTATION = "reloadlet.io/rollout-baseline"
@@ -724,7 +731,10 @@ def _controller_secrets(r: Render) -> tuple[bool, str]:
     if not r.controller:
         return None
     name = r.fullname + CONTROLLER_SUFFIX
-    rules = [rule for d in _bound_roles(r.docs, name, r.namespace) for rule in d.get("rules") or []]
+    # The namespaced Role's Secret rules are the controller's own key (checked with the
+    # Lease rules below), not the tenants' Secrets.
+    rules = [rule for d in _bound_roles(r.docs, name, r.namespace) if d.get("kind") != "Role"
+             for rule in d.get("rules") or []]
     grants = sorted({t for rule in rules for t in _rule_triples(rule) if t[1].split("/")[0] in ("secrets", "*")})
     c = _ccontainer(r)
     flag = "--secrets" in (c.get("args") or []) or any(
@@ -755,6 +765,7 @@ def _controller_reloader_compat(r: Render) -> tuple[bool, str]:
 
 @render_check("controller rbac: leases create, get/update on its own Lease, through a Role in its namespace")
 def _controller_lease(r: Render) -> tuple[bool, str]:
+    # The same Role holds the controller's key Secret rules (KEY_RULES): exactly these.
     if not r.controller:
         return None
     name = r.fullname + CONTROLLER_SUFFIX
@@ -768,8 +779,9 @@ def _controller_lease(r: Render) -> tuple[bool, str]:
          tuple(x.get("resourceNames") or []))
         for x in role.get("rules") or []
     }
-    if rules != LEASE_RULES or len(role.get("rules") or []) != len(LEASE_RULES):
-        problems.append(f"rules {sorted(rules)}, want {sorted(LEASE_RULES)}")
+    want = LEASE_RULES | KEY_RULES
+    if rules != want or len(role.get("rules") or []) != len(want):
+        problems.append(f"rules {sorted(rules)}, want {sorted(want)}")
     if rb.get("roleRef") != {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}:
         problems.append(f"roleRef {rb.get('roleRef')}")
     if rb.get("subjects") != _controller_sa(r):
