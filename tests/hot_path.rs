@@ -49,10 +49,11 @@ async fn with_debounce_0s_a_change_is_signalled_through_the_kept_pidfd() {
             .then_some(())
     })
     .await;
-    assert_eq!(
-        node.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}"),
-        2.0
-    );
+    node.wait_metric(
+        "reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}",
+        2.0,
+    )
+    .await;
     // The follow-up work (log, metrics, Events) runs on the runtime's worker at SCHED_IDLE
     // (`--background-sched idle`, the default) and still arrives; the hot thread is untouched.
     // (Two occurrences of one Event: one object with a series count of 2.)

@@ -68,10 +68,11 @@ async fn signals_only_the_main_process_of_the_container_that_mounts_the_changed_
         "the pause process got a signal"
     );
     assert_eq!(signals_in(&app), ["SIGHUP"], "exactly one signal");
-    assert_eq!(
-        node.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}"),
-        1.0
-    );
+    node.wait_metric(
+        "reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}",
+        1.0,
+    )
+    .await;
     // reloadlet never reads ConfigMaps or Secrets from the API.
     assert!(node
         .api

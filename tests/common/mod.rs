@@ -187,6 +187,17 @@ impl Node {
         metric_value(&self.scrape(), series)
     }
 
+    /// Waits until one metric series reads `want`. Counters of an action are bumped by the
+    /// follow-up work, which runs after the action itself (on the SCHED_IDLE worker when the
+    /// hot path acted), so a test that saw the action waits for its count too.
+    pub async fn wait_metric(&self, series: &str, want: f64) {
+        let what = format!("{series} == {want}");
+        until(&what, Duration::from_secs(15), || {
+            self.metric(series) == want
+        })
+        .await
+    }
+
     /// Waits until reloadlet knows the content of at least `n` volumes.
     pub async fn wait_tracked(&self, n: usize) {
         let what = format!("reloadlet tracking {n} volumes");
