@@ -197,7 +197,9 @@ impl PacingSpec {
                                 .unwrap_or((WINDOW_DURATION, ""));
                             err(dk, dv, e.to_string())
                         }
-                        WindowError::Pattern(..) => err(k, pattern, e.to_string()),
+                        WindowError::Pattern(..) | WindowError::NeverOpens(_) => {
+                            err(k, pattern, e.to_string())
+                        }
                     },
                 )?;
                 spec.window = Some((window, actions));

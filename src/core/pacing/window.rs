@@ -35,6 +35,8 @@ pub enum WindowError {
     ZeroDuration,
     #[error("{0:?} is too long for a window")]
     TooLong(Duration),
+    #[error("{0:?} never matches a date (e.g. 30 February): the window would never open")]
+    NeverOpens(String),
 }
 
 impl MaintenanceWindow {
@@ -58,6 +60,11 @@ impl MaintenanceWindow {
             .build()
             .parse(pattern)
             .map_err(|e: CronError| WindowError::Pattern(pattern.to_owned(), e.to_string()))?;
+        // A pattern that names no real date would make every later search walk croner's whole
+        // range (to year 5000) for each pending change; refuse it once, here, instead.
+        if !ever_matches_a_date(&cron) {
+            return Err(WindowError::NeverOpens(pattern.to_owned()));
+        }
         let tz = jiff::tz::db()
             .get(zone)
             .map_err(|_| WindowError::Zone(zone.to_owned()))?;
@@ -115,6 +122,30 @@ impl MaintenanceWindow {
             None => "never".to_owned(),
         }
     }
+}
+
+/// Whether the day part of `cron` (day of month, month, day of week, `L`, `W`, `#`) matches
+/// some date. Every such match depends only on whether the year is a leap year and on the
+/// weekday of its first day, and every combination of the two occurs within 28 consecutive
+/// years of the Gregorian calendar between 1901 and 2099, so 28 years answer for all of them
+/// (about 10,000 cheap checks, microseconds). The hour and minute fields of a parsed pattern
+/// always hold a value.
+fn ever_matches_a_date(cron: &Cron) -> bool {
+    let pattern = &cron.pattern;
+    let first = jiff::civil::date(2024, 1, 1);
+    let last = jiff::civil::date(2052, 1, 1);
+    first
+        .series(jiff::Span::new().days(1))
+        .take_while(|d| *d < last)
+        .any(|d| {
+            let (year, month, day) = (i32::from(d.year()), d.month() as u32, d.day() as u32);
+            let weekday =
+                croner::Weekday::from_days_from_sunday(d.weekday().to_sunday_zero_offset() as u32);
+            pattern.month_match(month).unwrap_or(false)
+                && pattern
+                    .day_match(year, month, day, weekday)
+                    .unwrap_or(false)
+        })
 }
 
 #[cfg(test)]
@@ -222,6 +253,28 @@ mod tests {
             MaintenanceWindow::new("0 2 * * *", "UTC", Duration::ZERO).err(),
             Some(WindowError::ZeroDuration)
         );
+    }
+
+    #[test]
+    fn a_pattern_that_names_no_date_is_refused_and_rare_ones_are_kept() {
+        for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 2,4,6,9,11 *"] {
+            assert_eq!(
+                MaintenanceWindow::new(never, "UTC", HOUR).err(),
+                Some(WindowError::NeverOpens(never.into())),
+                "{never}"
+            );
+        }
+        // 29 February opens every four years; with a weekday as well (Vixie cron: either
+        // field) it opens every Monday of February too.
+        let leap = MaintenanceWindow::new("0 0 29 2 *", "UTC", HOUR).expect("valid");
+        assert_eq!(
+            leap.next_open(ts("2026-11-26T00:00:00Z")),
+            Some(ts("2028-02-29T00:00:00Z"))
+        );
+        for rare in ["0 0 30 2 1", "0 0 L 2 *", "0 0 * 2 1#5", "0 0 LW * *"] {
+            let w = MaintenanceWindow::new(rare, "UTC", HOUR).expect(rare);
+            assert!(w.next_open(ts("2026-11-26T00:00:00Z")).is_some(), "{rare}");
+        }
     }
 
     #[test]
