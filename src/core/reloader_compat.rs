@@ -60,8 +60,18 @@ pub struct Workload<'a> {
     pub template: &'a BTreeMap<String, String>,
 }
 
-/// Which Reloader annotation makes the workload roll for `changed` (`None`: none does).
+/// Which Reloader annotation makes the workload roll for `changed` (`None`: none does);
+/// `…/reload` lists compiled for this call only (see [`ReloadLists`] for the cached form).
 pub fn matching(workload: &Workload<'_>, changed: &Changed<'_>) -> Option<&'static str> {
+    matching_with(workload, changed, &ReloadLists::default())
+}
+
+/// [`matching`] with the `…/reload` lists compiled once and kept in `lists`.
+pub fn matching_with(
+    workload: &Workload<'_>,
+    changed: &Changed<'_>,
+    lists: &ReloadLists,
+) -> Option<&'static str> {
     if changed.annotations.get(IGNORE).map(String::as_str) == Some("true") {
         return None;
     }
@@ -86,7 +96,7 @@ pub fn matching(workload: &Workload<'_>, changed: &Changed<'_>) -> Option<&'stat
     let is_true = |k: &str| annotations.get(k).map(String::as_str) == Some("true");
     if annotations
         .get(explicit)
-        .is_some_and(|list| names_match(list, changed.name))
+        .is_some_and(|list| lists.get(list).matches(changed.name))
     {
         return Some(explicit);
     }
@@ -124,29 +134,121 @@ const MAX_PATTERN_SIZE: usize = 64 * 1024;
 /// names are at most 253 characters, and no pattern for them needs to be longer.
 const MAX_PATTERN_LEN: usize = 1024;
 
-/// A `…/reload` list: each entry an anchored regular expression, literal when it does not
-/// compile (as Reloader does) or is over [`MAX_PATTERN_LEN`] / [`MAX_PATTERN_SIZE`] /
+/// At most this many entries of one `…/reload` list are read (after dropping repeats). A
+/// workload names a handful of ConfigMaps; a 256 KiB annotation could hold 40,000 entries.
+/// A longer list is refused whole — it matches nothing — and the controller says so.
+pub const MAX_LIST_ENTRIES: usize = 256;
+
+/// How many compiled entries [`ReloadLists`] keeps before it starts over (a few KiB each).
+const MAX_CACHED_ENTRIES: usize = 4096;
+
+/// One entry of a `…/reload` list.
+#[derive(Debug)]
+enum Entry {
+    Pattern(String, regex::Regex),
+    Literal(String),
+}
+
+/// A parsed `…/reload` list: each entry an anchored regular expression, literal when it does
+/// not compile (as Reloader does) or is over [`MAX_PATTERN_LEN`] / [`MAX_PATTERN_SIZE`] /
 /// [`MAX_PATTERN_NEST`]. The expressions are a tenant's: `regex` matches in linear time, and
 /// these caps make one entry such as `(a{1000}){1000}` cost bounded CPU and memory to refuse
 /// (issue #43 §1).
-fn names_match(list: &str, name: &str) -> bool {
-    list.split(',')
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .any(|v| {
-            if v.len() > MAX_PATTERN_LEN {
-                return v == name;
-            }
-            match RegexBuilder::new(&format!("^(?:{v})$"))
-                .size_limit(MAX_PATTERN_SIZE)
-                .dfa_size_limit(MAX_PATTERN_SIZE)
-                .nest_limit(MAX_PATTERN_NEST)
-                .build()
-            {
-                Ok(re) => re.is_match(name),
-                Err(_) => v == name,
-            }
+#[derive(Debug)]
+pub struct NameList {
+    entries: Vec<Entry>,
+    /// Over [`MAX_LIST_ENTRIES`]: matches nothing.
+    too_long: bool,
+}
+
+impl NameList {
+    pub fn parse(list: &str) -> Self {
+        let mut seen = std::collections::BTreeSet::new();
+        let distinct: Vec<&str> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && seen.insert(*v))
+            .take(MAX_LIST_ENTRIES + 1)
+            .collect();
+        if distinct.len() > MAX_LIST_ENTRIES {
+            return Self {
+                entries: Vec::new(),
+                too_long: true,
+            };
+        }
+        let entries = distinct
+            .into_iter()
+            .map(|v| {
+                if v.len() > MAX_PATTERN_LEN {
+                    return Entry::Literal(v.to_owned());
+                }
+                match RegexBuilder::new(&format!("^(?:{v})$"))
+                    .size_limit(MAX_PATTERN_SIZE)
+                    .dfa_size_limit(MAX_PATTERN_SIZE)
+                    .nest_limit(MAX_PATTERN_NEST)
+                    .build()
+                {
+                    Ok(re) => Entry::Pattern(v.to_owned(), re),
+                    Err(_) => Entry::Literal(v.to_owned()),
+                }
+            })
+            .collect();
+        Self {
+            entries,
+            too_long: false,
+        }
+    }
+
+    /// Over [`MAX_LIST_ENTRIES`] distinct entries: refused whole.
+    pub fn too_long(&self) -> bool {
+        self.too_long
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        self.entries.iter().any(|e| match e {
+            Entry::Pattern(_, re) => re.is_match(name),
+            Entry::Literal(v) => v == name,
         })
+    }
+
+    /// The entries as written, repeats dropped.
+    pub fn entries(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| match e {
+            Entry::Pattern(v, _) | Entry::Literal(v) => v.as_str(),
+        })
+    }
+}
+
+/// `…/reload` lists compiled once per distinct text, not once per change and pod: at most
+/// [`MAX_CACHED_ENTRIES`] compiled entries are kept; past that the cache starts over.
+#[derive(Debug, Default)]
+pub struct ReloadLists {
+    lists: std::cell::RefCell<(
+        std::collections::HashMap<String, std::sync::Arc<NameList>>,
+        usize,
+    )>,
+}
+
+impl ReloadLists {
+    pub fn get(&self, list: &str) -> std::sync::Arc<NameList> {
+        let mut cache = self.lists.borrow_mut();
+        if let Some(found) = cache.0.get(list) {
+            return found.clone();
+        }
+        let parsed = std::sync::Arc::new(NameList::parse(list));
+        let size = parsed.entries.len().max(1);
+        if cache.1 + size > MAX_CACHED_ENTRIES {
+            *cache = Default::default();
+        }
+        cache.1 += size;
+        cache.0.insert(list.to_owned(), parsed.clone());
+        parsed
+    }
+}
+
+#[cfg(test)]
+fn names_match(list: &str, name: &str) -> bool {
+    NameList::parse(list).matches(name)
 }
 
 /// How deeply one entry may nest groups and repetitions (the crate's default is 250).
@@ -207,6 +309,33 @@ mod tests {
             .build()
             .is_err());
         assert!(regex::Regex::new("^(?:(a{100}){100})$").is_ok());
+    }
+
+    /// A list of more distinct entries than any workload names is refused whole; repeats do
+    /// not count; a list is compiled once however often it is asked about.
+    #[test]
+    fn a_huge_reload_list_is_refused_and_lists_are_compiled_once() {
+        let many: Vec<String> = (0..=MAX_LIST_ENTRIES).map(|i| format!("cm-{i}")).collect();
+        let long = NameList::parse(&many.join(","));
+        assert!(long.too_long());
+        assert!(!long.matches("cm-0"));
+        let repeated = vec!["cm-0"; 10 * MAX_LIST_ENTRIES].join(",");
+        let short = NameList::parse(&repeated);
+        assert!(!short.too_long());
+        assert!(short.matches("cm-0"));
+        assert_eq!(short.entries().collect::<Vec<_>>(), ["cm-0"]);
+
+        let lists = ReloadLists::default();
+        let a = lists.get("app-.*, other");
+        let b = lists.get("app-.*, other");
+        assert!(std::sync::Arc::ptr_eq(&a, &b), "compiled once");
+        assert!(a.matches("app-x") && a.matches("other") && !a.matches("x"));
+        // The cache is bounded: many distinct lists never keep more than the cap.
+        for i in 0..2 * MAX_CACHED_ENTRIES {
+            lists.get(&format!("cm-{i}"));
+        }
+        let (kept, entries) = &*lists.lists.borrow();
+        assert!(*entries <= MAX_CACHED_ENTRIES && kept.len() <= MAX_CACHED_ENTRIES);
     }
 
     #[test]

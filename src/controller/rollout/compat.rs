@@ -52,6 +52,8 @@ pub struct Compat {
     secrets: bool,
     argo: bool,
     workloads: HashMap<WorkloadRef, BTreeMap<String, String>>,
+    /// `…/reload` lists, compiled once per distinct text.
+    lists: rc::ReloadLists,
     /// The "Secrets need --secrets" line was logged.
     said_secrets: bool,
 }
@@ -157,7 +159,12 @@ impl Compat {
             let Some(list) = selected.get(annotation) else {
                 continue;
             };
-            for name in list.split(',').map(str::trim).filter(|n| plain_name(n)) {
+            let list = self.lists.get(list);
+            if list.too_long() {
+                tracing::warn!(annotation, max = rc::MAX_LIST_ENTRIES, "a Reloader reload list names more objects than the maximum; the list is ignored");
+                continue;
+            }
+            for name in list.entries().filter(|n| plain_name(n)) {
                 let source = SourceRef {
                     kind,
                     name: name.to_owned(),
@@ -247,7 +254,7 @@ impl Compat {
                 let source = &change.source;
                 let verdict = match data {
                     None => Err("deleted (Reloader does not roll on a delete by default)"),
-                    Some(d) => rc::matching(
+                    Some(d) => rc::matching_with(
                         &Workload {
                             annotations,
                             template: &pod.annotations,
@@ -258,6 +265,7 @@ impl Compat {
                             annotations: &d.annotations,
                             referenced: references(pod, source),
                         },
+                        &self.lists,
                     )
                     .ok_or("no Reloader annotation of the workload asks for it"),
                 };
