@@ -354,6 +354,46 @@ async fn a_full_queue_drops_the_oldest_and_counts_it() {
     cancel.cancel();
 }
 
+/// A namespace that floods the queue pushes out its own oldest, never a quiet namespace's
+/// notification, and the namespaces are sent in turn.
+#[tokio::test(start_paused = true)]
+async fn a_flooding_namespace_never_pushes_out_a_quiet_one() {
+    let poster = FakePoster::default();
+    let m = NotifyMetrics::default();
+    let cancel = CancellationToken::new();
+    let mut s = paced(false);
+    s.queue_capacity = 3;
+    let n = Notifier::start(&s, poster.clone(), m.clone(), cancel.clone());
+    let mut quiet = failure("api-0", "api-config");
+    quiet.namespace = "payments".into();
+    assert_eq!(n.notify(&quiet), Submitted::Queued { dropped: 0 });
+    // notify() never yields: 30 more into a queue of 3 before the sender takes one.
+    let mut dropped = 0;
+    for i in 0..30 {
+        let mut flood = failure(&format!("web-{i}"), &format!("cm-{i}"));
+        flood.namespace = "flood".into();
+        if let Submitted::Queued { dropped: d } = n.notify(&flood) {
+            dropped += d;
+        }
+    }
+    assert_eq!(dropped, 28, "the flood lost its own oldest");
+    until("three sent", Duration::from_secs(10), || m.sent.get() == 3).await;
+    let sent: Vec<String> = poster
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8(r.payload.body.to_vec()).unwrap())
+        .collect();
+    // Positive control and the point: the quiet namespace's one notification went out,
+    // beside the flood's two newest.
+    assert!(
+        sent.iter().any(|t| t.contains("payments/api-0 ")),
+        "{sent:?}"
+    );
+    assert!(sent.iter().any(|t| t.contains("flood/web-28 ")), "{sent:?}");
+    assert!(sent.iter().any(|t| t.contains("flood/web-29 ")), "{sent:?}");
+    cancel.cancel();
+}
+
 /// Hangs for one host, answers 200 for the others.
 #[derive(Clone, Default)]
 struct DeadHost(Arc<Mutex<Vec<String>>>);

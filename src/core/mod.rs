@@ -10,6 +10,7 @@ pub mod detect;
 pub mod disruption_budgets;
 pub mod drained;
 pub mod durations;
+pub mod fair_queue;
 pub mod filters;
 pub mod label_selector;
 pub mod model;

@@ -4,7 +4,9 @@
 //! times out or answers 5xx, 408 or 429. Any other 4xx is final at once. At most one job
 //! per pod: a newer change replaces a job still retrying (and takes over its sources); a
 //! restarted container or a deleted pod ends it. At most
-//! [`HttpSettings::max_in_flight`] requests are in flight on the node at once.
+//! [`HttpSettings::max_in_flight`] requests are in flight on the node at once, and one
+//! namespace holds at most three quarters of them ([`HttpSettings::per_namespace`]): a
+//! tenant whose endpoints hang cannot take every slot from the others.
 
 use super::report::Reporter;
 use crate::core::annotations::HttpScheme;
@@ -35,6 +37,15 @@ pub struct HttpSettings {
     pub give_up_after: Duration,
     /// Requests in flight on this node at once (a retry waiting for its delay holds none).
     pub max_in_flight: usize,
+}
+
+impl HttpSettings {
+    /// The requests one namespace may have in flight at once: all but a quarter of
+    /// [`HttpSettings::max_in_flight`] (rounded down), so a quarter stays for the others.
+    pub fn per_namespace(&self) -> usize {
+        let all = self.max_in_flight.max(1);
+        (all - all / 4).max(1)
+    }
 }
 
 impl Default for HttpSettings {
@@ -203,6 +214,8 @@ struct Inner {
     report: Reporter,
     index: Arc<RwLock<PodIndex>>,
     permits: Semaphore,
+    /// Namespace → its share of `permits` ([`HttpSettings::per_namespace`]).
+    namespace_permits: Mutex<HashMap<String, Arc<Semaphore>>>,
     stop: CancellationToken,
     tracker: TaskTracker,
     /// The async runtime requests run on (the caller may be the agent's hot thread, whose
@@ -237,6 +250,7 @@ impl HttpReloads {
                 report,
                 index,
                 permits,
+                namespace_permits: Mutex::default(),
                 stop,
                 tracker,
                 runtime: tokio::runtime::Handle::current(),
@@ -358,6 +372,23 @@ impl Inner {
         tracing::info!(pod = %pod.full_name(), method, url, body_bytes = job.target.spec.body.len(), cause = %job.cause(), action = "http", outcome = outcome.as_str(), "dry-run: would send {method} {url}");
     }
 
+    /// The namespace's share of the node's slots; shares nobody holds are forgotten once
+    /// there are many.
+    fn namespace_share(&self, namespace: &str) -> Arc<Semaphore> {
+        let per = self.settings.per_namespace();
+        let mut shares = self
+            .namespace_permits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if shares.len() >= 1024 && !shares.contains_key(namespace) {
+            shares.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < per);
+        }
+        shares
+            .entry(namespace.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(per)))
+            .clone()
+    }
+
     async fn run(&self, job: &HttpJob) {
         let mut retries = Retries::new(&self.settings.backoff()).stopped_by(self.stop.clone());
         let mut attempts = 0u32;
@@ -382,6 +413,10 @@ impl Inner {
                         self.dry_run(job, &pod, &call.url);
                         return;
                     }
+                    let share = self.namespace_share(&pod.namespace);
+                    let Ok(_share) = share.acquire().await else {
+                        return;
+                    };
                     let Ok(_permit) = self.permits.acquire().await else {
                         return;
                     };

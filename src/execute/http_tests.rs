@@ -414,6 +414,37 @@ async fn at_most_max_in_flight_requests_at_once() {
     assert_eq!(reloaded, 3);
 }
 
+/// One namespace whose endpoints hang holds at most three quarters of the slots; a pod of
+/// another namespace is still asked at once.
+#[tokio::test(start_paused = true)]
+async fn a_namespace_of_hanging_endpoints_leaves_a_quarter_of_the_slots_to_the_others() {
+    assert_eq!(
+        HttpSettings {
+            max_in_flight: 16,
+            ..HttpSettings::default()
+        }
+        .per_namespace(),
+        12
+    );
+    let w = world_with(vec![Reply::Hang; 8], false, 4);
+    for i in 0..6 {
+        let uid = format!("flood-{i}");
+        w.index.write().unwrap().apply(pod(&uid, "abc"));
+        w.http.request(job_for(&uid, "abc", "cfg"));
+    }
+    w.calls_reach(3).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(w.endpoint.calls().len(), 3, "the flood holds three of four");
+    let mut quiet = pod("quiet", "abc");
+    quiet.namespace = "payments".into();
+    w.index.write().unwrap().apply(quiet);
+    w.http.request(job_for("quiet", "abc", "cfg"));
+    // Well before any hung call times out (10 s): the fourth slot is the quiet one's.
+    w.calls_reach(4).await;
+    assert!(w.endpoint.times()[3] - w.endpoint.times()[0] < Duration::from_secs(10));
+    w.settle().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn at_shutdown_no_retry_is_waited_for() {
     let w = world(vec![Reply::Status(503, ""); 1000]);

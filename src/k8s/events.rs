@@ -1,19 +1,34 @@
-//! Kubernetes Events on pods (and on the workloads a rollout patches), published through kube's event recorder (events.k8s.io/v1)
-//! from a bounded queue: publishing never blocks an action; when the API is down and the
-//! queue is full, events are dropped and counted.
+//! Kubernetes Events on pods (and on the workloads a rollout patches), published through
+//! kube's event recorder (events.k8s.io/v1) from a bounded queue shared fairly between
+//! namespaces (`core::fair_queue`): publishing never blocks an action; the namespaces' Events
+//! are published in turn; when the API is down and the queue is full, the oldest Event of
+//! the namespace holding the most is dropped and counted — one namespace's flood of Warnings
+//! never pushes out another namespace's Events.
 
+use crate::core::fair_queue::FairQueue;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 
 pub use crate::ports::{EventSink, ObjectRef, PodEvent, PodRef};
 
 pub struct QueuedRecorder {
-    tx: mpsc::Sender<(ObjectRef, PodEvent)>,
+    queue: Arc<Queue>,
     dropped: Arc<AtomicU64>,
+}
+
+struct Queue {
+    items: Mutex<FairQueue<(ObjectRef, PodEvent)>>,
+    wake: Notify,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FairQueue<(ObjectRef, PodEvent)>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl QueuedRecorder {
@@ -21,7 +36,11 @@ impl QueuedRecorder {
 
     /// Starts the publishing task. `instance` names this agent (e.g. `reloadlet-<node>`).
     pub fn spawn(client: Client, instance: String) -> Self {
-        let (tx, mut rx) = mpsc::channel::<(ObjectRef, PodEvent)>(Self::QUEUE);
+        let queue = Arc::new(Queue {
+            items: Mutex::new(FairQueue::new(Self::QUEUE)),
+            wake: Notify::new(),
+        });
+        let rx = queue.clone();
         let recorder = Recorder::new(
             client,
             Reporter {
@@ -30,7 +49,12 @@ impl QueuedRecorder {
             },
         );
         tokio::spawn(async move {
-            while let Some((object, ev)) = rx.recv().await {
+            loop {
+                let next = rx.lock().pop();
+                let Some((_, (object, ev))) = next else {
+                    rx.wake.notified().await;
+                    continue;
+                };
                 let reference = ObjectReference {
                     api_version: Some(object.api_version.clone()),
                     kind: Some(object.kind.clone()),
@@ -56,7 +80,7 @@ impl QueuedRecorder {
             }
         });
         Self {
-            tx,
+            queue,
             dropped: Arc::default(),
         }
     }
@@ -64,9 +88,14 @@ impl QueuedRecorder {
 
 impl EventSink for QueuedRecorder {
     fn publish_about(&self, object: &ObjectRef, event: PodEvent) {
-        if self.tx.try_send((object.clone(), event)).is_err() {
+        let dropped = self
+            .queue
+            .lock()
+            .push(&object.namespace, (object.clone(), event));
+        self.queue.wake.notify_one();
+        if let Some((namespace, (gone, ev))) = dropped {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(regarding = %format!("{} {}/{}", object.kind, object.namespace, object.name), "event queue full; event dropped");
+            tracing::warn!(regarding = %format!("{} {namespace}/{}", gone.kind, gone.name), reason = ev.reason, "event queue full; dropped the oldest Event of the namespace holding the most");
         }
     }
 

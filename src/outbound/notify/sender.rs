@@ -1,8 +1,10 @@
 //! [`Notifier`]: the handle the executor calls. [`Notifier::notify`] filters, dedupes,
 //! renders and queues in microseconds under a short lock and returns; it never awaits,
 //! never blocks on the network and can be called from any thread. One task per webhook
-//! drains that webhook's bounded queue (oldest dropped and counted when full), so a dead
-//! webhook delays nobody else.
+//! drains that webhook's bounded queue, shared fairly between namespaces
+//! (`core::fair_queue`: namespaces sent in turn; when full, the oldest of the namespace
+//! holding the most is dropped and counted), so a dead webhook delays nobody else and one
+//! namespace's flood never pushes out another's notifications.
 
 use super::config::NotifySettings;
 use super::dedupe::{Dedupe, Verdict};
@@ -11,8 +13,8 @@ use super::format::{render, Format, Payload};
 use super::metrics::{FailureLabels, NotifyMetrics};
 use super::poster::{PostResponse, Poster};
 use super::secret_url::SecretUrl;
+use crate::core::fair_queue::FairQueue;
 use crate::retry::{Backoff, Jitter, Retries, RetryAfter};
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -49,7 +51,7 @@ struct Shared {
 struct Sink {
     url: SecretUrl,
     capacity: usize,
-    queue: Mutex<VecDeque<Arc<Payload>>>,
+    queue: Mutex<FairQueue<Arc<Payload>>>,
     wake: Notify,
 }
 
@@ -106,7 +108,7 @@ impl Notifier {
                 Arc::new(Sink {
                     url: url.clone(),
                     capacity: settings.queue_capacity.max(1),
-                    queue: Mutex::new(VecDeque::new()),
+                    queue: Mutex::new(FairQueue::new(settings.queue_capacity)),
                     wake: Notify::new(),
                 })
             })
@@ -155,19 +157,17 @@ impl Notifier {
         let payload = Arc::new(render(s.format, n, s.info.as_deref(), held_back));
         let mut dropped = 0;
         for sink in &s.sinks {
-            let mut q = lock(&sink.queue);
-            while q.len() >= sink.capacity {
-                q.pop_front();
+            let gone = lock(&sink.queue).push(&n.namespace, payload.clone());
+            if let Some((namespace, _)) = gone {
                 dropped += 1;
                 s.metrics.dropped.inc();
                 tracing::warn!(
                     sink = %sink.url,
-                    "notification queue full ({} waiting): dropped the oldest",
+                    namespace,
+                    "notification queue full ({} waiting): dropped the oldest of the namespace holding the most",
                     sink.capacity
                 );
             }
-            q.push_back(payload.clone());
-            drop(q);
             sink.wake.notify_one();
         }
         Submitted::Queued { dropped }
@@ -182,8 +182,8 @@ async fn drain<P: Poster>(
     cancel: CancellationToken,
 ) {
     loop {
-        let next = lock(&sink.queue).pop_front();
-        let Some(payload) = next else {
+        let next = lock(&sink.queue).pop();
+        let Some((_, payload)) = next else {
             tokio::select! {
                 _ = sink.wake.notified() => continue,
                 _ = cancel.cancelled() => return,
