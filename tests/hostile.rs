@@ -25,6 +25,67 @@ fn deep_volume(volume: &str, configmap: &str, depth: usize) -> serde_json::Value
     json!({"name": volume, "configMap": {"name": configmap, "items": [{"key": "k", "path": path}]}})
 }
 
+/// A pod that lists 300 volumes: the agent watches the first 256 (each is an inotify watch
+/// of the node's shared budget), tells the pod once with a Warning `VolumeOverLimit` naming
+/// the cap, and goes on serving the pod beside it. Before the cap, one pod spec could take
+/// every inotify watch of the node (`fs.inotify.max_user_watches`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_with_three_hundred_volumes_gets_256_watches_and_one_warning() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&[]).await;
+    for name in ["crowded-conf", "app-conf"] {
+        node.api
+            .apply_configmap(configmap(NS, name, &[("k", "v1")]));
+    }
+    let out = |n: &str| node.path(&format!("{n}.sig"));
+    let mut crowded = pod(NS, "crowded").signal();
+    for i in 0..300 {
+        crowded = crowded.configmap_volume(&format!("v{i:03}"), "crowded-conf");
+    }
+    node.api.create_pod(
+        crowded
+            .recorder("app", &out("crowded"), &[("v000", "/etc/app")])
+            .build(),
+    );
+    node.api.create_pod(
+        pod(NS, "innocent")
+            .signal()
+            .configmap_volume("conf", "app-conf")
+            .recorder("app", &out("innocent"), &[("conf", "/etc/app")])
+            .build(),
+    );
+    for name in ["crowded", "innocent"] {
+        node.wait_running(NS, name).await;
+    }
+    let warning = node.wait_event(NS, "crowded", "VolumeOverLimit").await;
+    assert_eq!(warning.type_, "Warning");
+    assert!(
+        warning.note.contains("more than 256 volumes"),
+        "{}",
+        warning.note
+    );
+    // 256 of the crowded pod's volumes (its token's among them or not) and the innocent's.
+    node.wait_tracked(257).await;
+    // The pods directory; each pod's directory, volumes/ and two plugin directories
+    // (configmap, projected); 256 volumes of the crowded pod; the innocent's two.
+    let watches = node.metric("reloadlet_inotify_watches");
+    assert!(watches <= (1 + 2 * 4 + 256 + 2) as f64, "{watches} watches");
+
+    node.api
+        .apply_configmap(configmap(NS, "app-conf", &[("k", "v2")]));
+    // Positive control: the agent still acts for the innocent pod.
+    eventually("the innocent pod got SIGHUP", WAIT, || {
+        (signals_in(&out("innocent")) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    assert_eq!(
+        node.events(NS, "crowded", "VolumeOverLimit").len(),
+        1,
+        "told once, not once per volume"
+    );
+    assert!(http_get(&node.agent().listen, "/healthz").is_some_and(|(code, _)| code == 200));
+}
+
 /// A pod in any namespace, opted in or not, with a volume a thousand directories deep: the
 /// agent refuses that volume (a Warning `VolumeOverLimit` naming the limit on the pod that
 /// opted in, a log line for the other), signals neither, and goes on signalling the innocent

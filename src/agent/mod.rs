@@ -327,6 +327,12 @@ impl Agent {
                 WatchEvent::Overflow => {
                     tracing::warn!("inotify queue overflowed; rescanning every watched volume");
                 }
+                WatchEvent::TooManyVolumes { key, max } => {
+                    let why = format!(
+                        "the pod has more than {max} volumes that reloadlet follows; this one and the rest are not watched"
+                    );
+                    self.volumes.refused_unwatched(&key, why);
+                }
             }
         }
     }
@@ -373,6 +379,11 @@ impl Agent {
     fn report_over_limit(&mut self) {
         for (key, why) in self.volumes.take_over_limit() {
             let pod = self.pods.index().get(&key.pod_uid).cloned();
+            if pod.is_none() {
+                // The volume came before its pod: told when the pod is known.
+                self.volumes.keep_over_limit(key, why);
+                continue;
+            }
             let opted_in = pod
                 .as_ref()
                 .is_some_and(|p| p.annotations.contains_key(crate::core::annotations::ACTION));

@@ -249,6 +249,7 @@ impl VolumeTracker {
         self.settling.forget(|k| &*k.pod_uid == pod_uid);
         self.states.retain(|k, _| &*k.pod_uid != pod_uid);
         self.swapped.retain(|k| &*k.pod_uid != pod_uid);
+        self.over_limit.retain(|(k, _)| &*k.pod_uid != pod_uid);
         self.detector.forget_pod(pod_uid);
         self.dirty = true;
     }
@@ -528,9 +529,20 @@ impl VolumeTracker {
         }
     }
 
+    /// A volume the watcher does not follow for a limit (too many volumes in its pod).
+    pub fn refused_unwatched(&mut self, key: &VolumeKey, why: String) {
+        self.refused(key, why);
+    }
+
     /// The volumes refused for a limit since the last call (each once per limit).
     pub fn take_over_limit(&mut self) -> Vec<(VolumeKey, String)> {
         std::mem::take(&mut self.over_limit)
+    }
+
+    /// A refusal whose pod is not known yet: told again once it is (kept until the pod's
+    /// volumes are forgotten).
+    pub fn keep_over_limit(&mut self, key: VolumeKey, why: String) {
+        self.over_limit.push((key, why));
     }
 
     /// A volume's content changed (seen at `now`, told by `how`).

@@ -161,6 +161,19 @@ impl<W: Clone + Eq + Hash> WatchBook<W> {
         Forgotten { wds, volumes, pods }
     }
 
+    /// How many volumes of the pod are known.
+    pub(crate) fn pod_volume_count(&self, pod_uid: &Arc<str>) -> usize {
+        let first = VolumeKey {
+            pod_uid: pod_uid.clone(),
+            plugin: crate::core::model::VolumePlugin::ALL[0],
+            volume: Arc::from(""),
+        };
+        self.volumes
+            .range(first..)
+            .take_while(|k| k.pod_uid == *pod_uid)
+            .count()
+    }
+
     /// Every node the books know of (watched, unwatched, known pods and volumes).
     pub(crate) fn known_nodes(&self) -> BTreeSet<Node> {
         let mut all: BTreeSet<Node> = self.by_node.keys().cloned().collect();

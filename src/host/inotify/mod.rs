@@ -25,6 +25,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::warn;
 
 pub use error::WatchError;
+pub use tree::MAX_VOLUMES_PER_POD;
 
 use crate::core::model::VolumeKey;
 use mounts::{mount_change, MountTable, MOUNTINFO};
@@ -59,6 +60,9 @@ pub enum WatchEvent {
     PodGone { pod_uid: Arc<str> },
     /// The kernel queue overflowed; a full rescan follows as `Look { cause: Rescan }` events.
     Overflow,
+    /// The pod has more than `max` volumes ([`MAX_VOLUMES_PER_POD`]): `key`, the first one
+    /// past it, and every later one are not watched. Once per pod.
+    TooManyVolumes { key: VolumeKey, max: usize },
 }
 
 /// Counters for metrics and tests.

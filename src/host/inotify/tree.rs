@@ -7,6 +7,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use inotify::{EventMask, WatchMask};
 use tracing::{debug, error, warn};
@@ -69,7 +70,15 @@ pub(crate) struct Tree<A: WatchApi> {
     root_gone: bool,
     /// The CSI drivers whose volumes are followed (`--csi-drivers`).
     csi_drivers: Vec<String>,
+    /// Pods that have more volumes than [`MAX_VOLUMES_PER_POD`] (reported once each).
+    crowded_pods: BTreeSet<Arc<str>>,
 }
+
+/// The most volumes of one pod that are watched (each is one inotify watch and one volume
+/// state). A pod spec may list thousands (only the object's size, ~1.5 MiB, bounds it); the
+/// watches of the node's user are shared by every pod (`fs.inotify.max_user_watches`), so one
+/// pod must not take them all. The volumes past it are not followed; the pod is told once.
+pub const MAX_VOLUMES_PER_POD: usize = 256;
 
 impl<A: WatchApi> Tree<A> {
     pub(crate) fn new(pods_dir: PathBuf, api: A) -> Self {
@@ -83,6 +92,7 @@ impl<A: WatchApi> Tree<A> {
             limit_logged: false,
             root_gone: false,
             csi_drivers: Vec::new(),
+            crowded_pods: BTreeSet::new(),
         }
     }
 
@@ -275,6 +285,20 @@ impl<A: WatchApi> Tree<A> {
                 return Armed::Ignored;
             }
         }
+        if let Node::Volume(key) = &node {
+            if !self.book.is_known(&node)
+                && self.book.pod_volume_count(&key.pod_uid) >= MAX_VOLUMES_PER_POD
+            {
+                if self.crowded_pods.insert(key.pod_uid.clone()) {
+                    warn!(volume = %key, max = MAX_VOLUMES_PER_POD, "pod has more volumes than are followed per pod; the rest are not watched");
+                    self.out.push(WatchEvent::TooManyVolumes {
+                        key: key.clone(),
+                        max: MAX_VOLUMES_PER_POD,
+                    });
+                }
+                return Armed::Ignored;
+            }
+        }
         let path = node.path(&self.pods_dir);
         let armed = match self.api.add(&path, mask_for(&node)) {
             Ok(wd) => self.record(node.clone(), wd, walk),
@@ -398,6 +422,9 @@ impl<A: WatchApi> Tree<A> {
             self.root_gone = true;
         }
         let gone = self.book.forget_subtree(node);
+        for uid in &gone.pods {
+            self.crowded_pods.remove(uid);
+        }
         for wd in gone.wds {
             let _ = self.api.remove(wd);
         }
@@ -619,5 +646,45 @@ mod tests {
         assert_eq!(tree.book().unwatched_volume_count(), 0);
         tree.rescan_unwatched();
         assert!(tree.take_events().is_empty());
+    }
+
+    #[test]
+    fn a_pod_with_too_many_volumes_is_told_once_and_its_neighbours_are_watched() {
+        let mut keys: Vec<VolumeKey> = (0..MAX_VOLUMES_PER_POD + 44)
+            .map(|i| key("crowded", &format!("v{i:04}")))
+            .collect();
+        keys.extend([key("quiet", "a"), key("quiet", "b")]);
+        let (_dir, mut tree) = tree_with(&keys, FakeKernel::default());
+        tree.arm_root().unwrap();
+        tree.discover_all();
+        let events = tree.take_events();
+        let told: Vec<_> = events
+            .iter()
+            .filter(|e| matches!(e, WatchEvent::TooManyVolumes { .. }))
+            .collect();
+        // Which volume comes first past the cap is the directory's listing order.
+        let seen = looks(&events, LookCause::Discovered);
+        assert!(
+            matches!(told[..], [WatchEvent::TooManyVolumes { key, max }]
+                if &*key.pod_uid == "crowded" && *max == MAX_VOLUMES_PER_POD && !seen.contains(key)),
+            "{told:?}"
+        );
+        assert_eq!(
+            seen.iter().filter(|k| &*k.pod_uid == "crowded").count(),
+            MAX_VOLUMES_PER_POD
+        );
+        // The neighbour is watched as ever (the positive control).
+        assert_eq!(
+            seen[seen.len() - 2..],
+            [key("quiet", "a"), key("quiet", "b")]
+        );
+        // root + 2 × (pod, volumes, plugin dir) + the watched volumes.
+        assert_eq!(tree.book().watch_count(), 1 + 6 + MAX_VOLUMES_PER_POD + 2);
+        // A rescan does not say it again.
+        tree.overflow();
+        assert!(!tree
+            .take_events()
+            .iter()
+            .any(|e| matches!(e, WatchEvent::TooManyVolumes { .. })));
     }
 }
