@@ -20,7 +20,7 @@ NAME = "reloadlet"
 ALLOWED_RULES = frozenset(
     [("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch")]
     + [("", "pods/eviction", "create")]
-    + [("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch")]
+    + [("policy", "poddisruptionbudgets", v) for v in ("list", "watch")]
     + [("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")]
 )
 ALLOWED_CAPS = frozenset(["KILL", "DAC_READ_SEARCH"])

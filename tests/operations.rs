@@ -189,9 +189,12 @@ async fn explain_says_what_would_happen_and_why() {
             .build(),
     );
     let handles = node.wait_running("x", "web").await;
+    // As `kubectl exec ds/reloadlet -- reloadlet explain` runs it: with the agent's service
+    // account, under the chart's agent role (its `get pods` is for this).
+    let as_agent = node.agent_kubeconfig();
     let output = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
         .args(["explain", "--pod", "x/web"])
-        .env("KUBECONFIG", node.path("kubeconfig"))
+        .env("KUBECONFIG", &as_agent)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
@@ -217,7 +220,7 @@ async fn explain_says_what_would_happen_and_why() {
     );
     let missing = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
         .args(["explain", "--pod", "x/nope"])
-        .env("KUBECONFIG", node.path("kubeconfig"))
+        .env("KUBECONFIG", &as_agent)
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(2));
