@@ -124,7 +124,9 @@ fn events(node: &Node, reason: &str) -> Vec<nodesim::apiserver::RecordedEvent> {
         .collect()
 }
 
-/// `reloadlet explain` for a pod of the node, as the DaemonSet would run it.
+/// `reloadlet explain` for a pod of the node, as an operator runs it with their own
+/// kubeconfig: the workload part (its ReplicaSet and Deployment) needs `replicasets` get,
+/// which the agent's role does not grant (tests/operations.rs runs it as the agent).
 fn explain(node: &Node, pod: &str) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
         .args(["explain", "--pod", &format!("{NS}/{pod}")])

@@ -50,7 +50,7 @@ async fn wait_ready(files: &[&Path]) {
 fn explain(node: &Node, name: &str) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
         .args(["explain", "--pod", &format!("{NS}/{name}")])
-        .env("KUBECONFIG", node.path("kubeconfig"))
+        .env("KUBECONFIG", node.agent_kubeconfig())
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
