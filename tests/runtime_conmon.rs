@@ -36,8 +36,7 @@ async fn nginx_in_a_conmon_runc_container_is_reloaded_by_sighup() {
         .tempdir()
         .unwrap();
     let api = ApiServer::start().await.unwrap();
-    api.write_kubeconfig(&tmp.path().join("kubeconfig"))
-        .unwrap();
+    agent_kubeconfig(&api, &tmp.path().join("kubeconfig"));
     let root = tmp.path().join("kubelet");
     // The pod as the API knows it (nginx with its ConfigMap, and a sibling) and its volumes
     // as the kubelet writes them.
@@ -129,6 +128,8 @@ async fn nginx_in_a_conmon_runc_container_is_reloaded_by_sighup() {
     };
     evict_scene(&stage, &mut conmon).await;
     assert!(running(master), "nginx was not touched by the eviction");
+    // The agent did all of it with the chart's agent role.
+    assert_no_forbidden(&api);
 
     drop(agent);
     drop(conmon);

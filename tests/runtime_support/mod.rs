@@ -25,6 +25,30 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+/// Loads the chart's RBAC into `api` and writes a kubeconfig of the agent's service
+/// account to `path`: the agent runs with exactly what the chart grants it.
+pub fn agent_kubeconfig(api: &nodesim::apiserver::ApiServer, path: &Path) {
+    use nodesim::apiserver::{rbac, rbac_chart};
+    api.set_rbac(rbac_chart::policy(&[]).expect("the chart's default RBAC"));
+    let (ns, name) = rbac_chart::AGENT;
+    let token = api.mint_token(rbac::User::service_account(ns, name));
+    api.write_kubeconfig_with_token(path, Some(&token))
+        .expect("write the agent's kubeconfig");
+}
+
+/// No request of the test was refused by RBAC.
+pub fn assert_no_forbidden(api: &nodesim::apiserver::ApiServer) {
+    let refused: Vec<String> = api
+        .forbidden()
+        .iter()
+        .map(|f| format!("{} {} by {}", f.method, f.path, f.user))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "403s under the chart's RBAC: {refused:#?}"
+    );
+}
+
 pub fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
