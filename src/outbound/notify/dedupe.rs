@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 
 pub const DEDUPE_WINDOW: Duration = Duration::from_secs(5 * 60);
 
+/// The most (object, reason) keys remembered. Past it, the namespace that holds the most
+/// keys forgets its oldest: a namespace that makes thousands of distinct failures costs
+/// bounded memory and CPU, and never makes another namespace's repeats go out again.
+pub const MAX_KEYS: usize = 4096;
+
 /// What the notification is about: its ConfigMaps/Secrets (or the pod when it names
 /// none), in its namespace, and the reason.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -61,6 +66,7 @@ pub enum Verdict {
 pub struct Dedupe {
     window: Duration,
     last: HashMap<Key, Entry>,
+    max_keys: usize,
 }
 
 impl Dedupe {
@@ -68,6 +74,7 @@ impl Dedupe {
         Self {
             window,
             last: HashMap::new(),
+            max_keys: MAX_KEYS,
         }
     }
 
@@ -89,6 +96,9 @@ impl Dedupe {
                 Verdict::Send { held_back }
             }
             None => {
+                if self.last.len() >= self.max_keys {
+                    self.forget_one();
+                }
                 self.last.insert(
                     key,
                     Entry {
@@ -98,6 +108,30 @@ impl Dedupe {
                 );
                 Verdict::Send { held_back: 0 }
             }
+        }
+    }
+
+    /// The oldest key of the namespace holding the most.
+    fn forget_one(&mut self) {
+        let mut per_namespace: HashMap<&str, usize> = HashMap::new();
+        for k in self.last.keys() {
+            *per_namespace.entry(k.namespace.as_str()).or_default() += 1;
+        }
+        let Some(busiest) = per_namespace
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+            .map(|(ns, _)| ns.to_owned())
+        else {
+            return;
+        };
+        let oldest = self
+            .last
+            .iter()
+            .filter(|(k, _)| k.namespace == busiest)
+            .min_by_key(|(_, e)| e.sent_at)
+            .map(|(k, _)| k.clone());
+        if let Some(k) = oldest {
+            self.last.remove(&k);
         }
     }
 
@@ -189,5 +223,29 @@ mod tests {
         assert_eq!(d.len(), 100);
         d.check(&n("a", "p", &["late"], F), t0 + DEDUPE_WINDOW * 2);
         assert_eq!(d.len(), 1);
+    }
+
+    /// A namespace making thousands of distinct failures fills the keys up to the cap and
+    /// then forgets its own oldest; a quiet namespace's key is kept, so its repeat is still
+    /// held back.
+    #[test]
+    fn the_keys_are_capped_and_a_flood_forgets_its_own() {
+        let t0 = Instant::now();
+        let mut d = Dedupe::new(DEDUPE_WINDOW);
+        d.max_keys = 64;
+        assert_eq!(
+            d.check(&n("quiet", "api", &["api-conf"], F), t0),
+            Verdict::Send { held_back: 0 }
+        );
+        for i in 0..1000 {
+            let cm = format!("cm-{i}");
+            d.check(&n("flood", "web", &[cm.as_str()], F), t0);
+        }
+        assert_eq!(d.len(), 64);
+        assert_eq!(
+            d.check(&n("quiet", "api", &["api-conf"], F), t0),
+            Verdict::Suppress,
+            "the quiet namespace's key survived the flood"
+        );
     }
 }
