@@ -122,7 +122,7 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         return;
     }
     if let Some(why) = missing() {
-        eprintln!("skipped: {why}");
+        wait::skipped(why);
         return;
     }
     let mut node = ImageNode::start(TOKEN_1).await;

@@ -24,7 +24,7 @@ async fn the_controller_image_nudges_under_the_deployment_posture() {
         return;
     }
     if let Some(why) = missing() {
-        eprintln!("skipped: {why}");
+        wait::skipped(why);
         return;
     }
     let mut node = ImageNode::start("controller-token").await;

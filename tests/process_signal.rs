@@ -161,16 +161,10 @@ impl Processes {
     fn spawn(&mut self, script: &str) -> i32 {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", script]);
-        // SAFETY: only sigaction and sigprocmask (async-signal-safe) run between fork and exec.
+        nodesim::runtime::default_signals(&mut cmd);
+        // SAFETY: only sigprocmask (async-signal-safe) runs between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
-                use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler};
-                let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
-                for signal in Signal::iterator() {
-                    if !matches!(signal, Signal::SIGKILL | Signal::SIGSTOP) {
-                        let _ = sigaction(signal, &default);
-                    }
-                }
                 let mut set = SigSet::empty();
                 set.add(Signal::SIGUSR1);
                 sigprocmask(SigmaskHow::SIG_SETMASK, Some(&set), None).map_err(std::io::Error::from)
@@ -274,7 +268,7 @@ fn v2_systemd_layout_signals_the_main_process_only() {
         return;
     }
     let Some(v2) = mounts().v2 else {
-        eprintln!("skipped: no cgroup2 mount");
+        skipped("no cgroup2 mount");
         return;
     };
     let uid = random_pod_uid();
@@ -346,7 +340,7 @@ fn v2_pid_reuse_never_signals_a_process_outside_the_container() {
         return;
     }
     let Some(v2) = mounts().v2 else {
-        eprintln!("skipped: no cgroup2 mount");
+        skipped("no cgroup2 mount");
         return;
     };
     let uid = random_pod_uid();
@@ -432,7 +426,7 @@ fn v1_cgroupfs_layout_on_pids_and_systemd_hierarchies() {
     }
     let m = mounts();
     let (Some(pids), Some(systemd)) = (m.v1_pids, m.v1_systemd) else {
-        eprintln!("skipped: no v1 pids + name=systemd hierarchies");
+        skipped("no v1 pids + name=systemd hierarchies");
         return;
     };
     let uid = random_pod_uid();

@@ -28,7 +28,7 @@ async fn nginx_in_a_conmon_runc_container_is_reloaded_by_sighup() {
         return;
     }
     if let Some(why) = missing(&["conmon", "runc", "nginx", "busybox", "catatonit"]) {
-        eprintln!("skipped: {why}");
+        wait::skipped(why);
         return;
     }
     let tmp = tempfile::Builder::new()

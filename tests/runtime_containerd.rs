@@ -28,7 +28,7 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
         return;
     }
     if let Some(why) = missing(&["containerd", "ctr", "runc", "nginx", "busybox", "catatonit"]) {
-        eprintln!("skipped: {why}");
+        wait::skipped(why);
         return;
     }
     let tmp = tempfile::Builder::new()

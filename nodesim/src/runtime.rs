@@ -18,6 +18,16 @@ use crate::runtime_shim::{
     cleanup, init_script, release_targets, reset_signals, shim_argv, wait_for_exec, PidNs,
 };
 pub use crate::runtime_shim::{parent_of, random_container_id, stand_in_argv};
+
+/// Starts `cmd` as a service manager starts a process: every catchable signal at its default
+/// action and none blocked, whatever the caller inherited (`nohup` ignores SIGHUP, `setsid`
+/// and shells may leave others ignored or blocked). Used for the containers here and for
+/// every process a test starts (the agent, the controller, shells, runtimes), so that a test
+/// run under `nohup` or from a shell that blocks signals behaves as one run from a terminal.
+pub fn default_signals(cmd: &mut Command) -> &mut Command {
+    // SAFETY: sigaction(2) and sigprocmask(2) are async-signal-safe; nothing is allocated.
+    unsafe { cmd.pre_exec(reset_signals) }
+}
 use std::collections::HashMap;
 use std::fs;
 use std::io;
@@ -375,10 +385,7 @@ impl SimRuntime {
         // starts (src/core/exec-invoke.c: reset_all_signal_handlers(), reset_signal_mask()).
         // Without this, a test run under `nohup` (SIGHUP ignored) or from a shell that blocks
         // signals would hand that disposition down to every simulated container.
-        // SAFETY: sigaction(2) and sigprocmask(2) are async-signal-safe; nothing is allocated.
-        unsafe {
-            cmd.pre_exec(reset_signals);
-        }
+        default_signals(&mut cmd);
         let shim = match cmd.spawn() {
             Ok(child) => child,
             Err(source) => {

@@ -138,7 +138,7 @@ impl Node {
             all.extend(["--debounce".into(), "0s".into()]);
         }
         all.extend(args.iter().map(|s| s.to_string()));
-        let child = cmd
+        let child = nodesim::runtime::default_signals(&mut cmd)
             .args(&all)
             .env("KUBECONFIG", self.agent_kubeconfig())
             .env("RUST_LOG", "reloadlet=debug,info")

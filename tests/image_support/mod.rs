@@ -378,6 +378,7 @@ impl Podman {
 
     pub fn cmd(&self) -> Command {
         let mut cmd = Command::new("podman");
+        nodesim::runtime::default_signals(&mut cmd);
         let d = &self.dir;
         cmd.arg(format!("--root={}", d.join("root").display()))
             .arg(format!("--runroot={}", d.join("run").display()))

@@ -107,7 +107,7 @@ impl Conmon {
         self.containers
             .push((id.to_string(), 0, format!("{pod_cgroup}/crio-{id}")));
         check(
-            Command::new("conmon")
+            nodesim::runtime::default_signals(&mut Command::new("conmon"))
                 .args(["--cid", id, "--cuuid", id, "--name", id, "--runtime"])
                 .arg(which("runc").expect("runc"))
                 .arg(format!("--runtime-arg=--root={}", self.runc_root.display()))

@@ -35,7 +35,8 @@ impl Containerd {
         );
         std::fs::write(dir.join("config.toml"), config).unwrap();
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-        let daemon = Command::new("containerd")
+        // containerd starts its containers' shims with what it inherited.
+        let daemon = nodesim::runtime::default_signals(&mut Command::new("containerd"))
             .arg("--config")
             .arg(dir.join("config.toml"))
             .stdout(Stdio::null())

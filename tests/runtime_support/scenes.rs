@@ -75,18 +75,20 @@ pub fn spawn_agent(dir: &Path, root: &Path, node: &str) -> (Agent, String) {
     let listen = format!("127.0.0.1:{}", free_port());
     let log = dir.join("agent.log");
     let agent = Agent {
-        child: Command::new(env!("CARGO_BIN_EXE_reloadlet"))
-            .args(["--node-name", node, "--listen", &listen, "--debounce", "0s"])
-            .arg("--kubelet-root")
-            .arg(root)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .env("KUBECONFIG", dir.join("kubeconfig"))
-            .env("RUST_LOG", "reloadlet=debug,info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn reloadlet"),
+        child: nodesim::runtime::default_signals(&mut Command::new(env!(
+            "CARGO_BIN_EXE_reloadlet"
+        )))
+        .args(["--node-name", node, "--listen", &listen, "--debounce", "0s"])
+        .arg("--kubelet-root")
+        .arg(root)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .env("RUST_LOG", "reloadlet=debug,info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn reloadlet"),
         log,
     };
     (agent, listen)

@@ -109,16 +109,36 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// `true` when running as root; otherwise says the test is skipped: `if !root_or_skip() {
-/// return; }`. Under `hack/test.sh` (`RELOADLET_REQUIRE_ROOT=1`) a test that needs root
-/// fails instead: a suite that skipped its privileged half must not pass.
+/// `true` when running as root. Otherwise, under `hack/test.sh` (`RELOADLET_REQUIRE_ROOT=1`)
+/// the test fails: a suite that skipped its privileged half must not pass; outside it the
+/// test is [`skipped`]: `if !root_or_skip() { return; }`.
 pub fn root_or_skip() -> bool {
     let root = is_root();
     if !root {
-        if std::env::var_os("RELOADLET_REQUIRE_ROOT").is_some_and(|v| v == "1") {
-            panic!("this test needs root, and RELOADLET_REQUIRE_ROOT=1 (hack/test.sh) forbids skipping it");
-        }
-        eprintln!("skipped: needs root (run hack/test.sh as root, where skipping is an error)");
+        skip_unless_required(
+            "RELOADLET_REQUIRE_ROOT",
+            "needs root (run hack/test.sh as root, where skipping is an error)",
+        );
     }
     root
+}
+
+/// A test that cannot run here: fails when `require` (e.g. `RELOADLET_REQUIRE_IMAGE`, which
+/// `hack/test.sh` sets) is `1`, else says it is [`skipped`] and why.
+pub fn skip_unless_required(require: &str, why: impl std::fmt::Display) {
+    assert!(
+        std::env::var_os(require).is_none_or(|v| v != "1"),
+        "{require}=1 (hack/test.sh) forbids skipping this test, which {why}"
+    );
+    skipped(why);
+}
+
+/// The one way a test says it did not run: one line, `skipped <test>: <why>`, written to the
+/// process's standard error itself, past libtest's capture, so that it shows in the output
+/// of a passing run (an `eprintln!` would be swallowed with the test's other output).
+pub fn skipped(why: impl std::fmt::Display) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr().lock(), "skipped {test}: {why}");
 }
