@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 const NS: &str = "shop";
 const NUDGE: &str = "reloadlet.io/projection-nudge";
 const WAIT: Duration = Duration::from_secs(15);
-/// Long enough for the re-nudges at 1 s and 3 s.
-const QUIET: Duration = Duration::from_secs(5);
 
 /// The nudge patches (env consumers, on by default, also write `reloadlet.io/env-baseline` once
 /// on the `env` pod: tests/env_consumers.rs covers those).
@@ -202,9 +200,23 @@ async fn a_restarted_controller_nudges_nothing_by_itself() {
         .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v3")]));
     let patches = pod_patches(&node).len();
     let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
-    never("a nudge after the restart", QUIET, || {
+    never("a nudge after the restart", NUDGE_QUIET, || {
         pod_patches(&node).len() > patches
     })
+    .await;
+    // The positive control: the restarted controller does watch; a change made now nudges.
+    let rv = node
+        .api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v4")]))
+        .metadata
+        .resource_version
+        .unwrap();
+    let want = format!("configmap/app-cfg@{rv}");
+    until(
+        "web nudged for a change made after the restart",
+        WAIT,
+        || nudge_of(&node, "web").as_deref() == Some(want.as_str()),
+    )
     .await;
     controller.stop().await;
 }

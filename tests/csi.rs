@@ -16,8 +16,6 @@ use std::time::Duration;
 
 const NS: &str = "vault";
 const WAIT: Duration = Duration::from_secs(15);
-/// How long "nothing happens" is watched for.
-const QUIET: Duration = Duration::from_millis(1500);
 const SECRETS_STORE: &str = "secrets-store.csi.k8s.io";
 const CERT_MANAGER: &str = "csi.cert-manager.io";
 const EBS: &str = "ebs.csi.aws.com";
@@ -49,7 +47,7 @@ fn publish(
 }
 
 async fn quiet(out: &Path, what: &str) {
-    never(what, QUIET, || !signals_in(out).is_empty()).await;
+    never(what, AGENT_QUIET, || !signals_in(out).is_empty()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -151,7 +149,7 @@ async fn an_atomic_rotation_signals_once_and_identical_bytes_do_nothing() {
     })
     .await;
     drop(db);
-    never("another action after the unmount", QUIET, || {
+    never("another action after the unmount", AGENT_QUIET, || {
         node.events(NS, "app", "Signaled").len() != 1
             || !node.all_events().iter().all(|e| e.type_ == "Normal")
     })
@@ -159,7 +157,10 @@ async fn an_atomic_rotation_signals_once_and_identical_bytes_do_nothing() {
 }
 
 async fn quiet_after_one(out: &Path) {
-    never("a second signal", QUIET, || signals_in(out).len() != 1).await;
+    never("a second signal", AGENT_QUIET, || {
+        signals_in(out).len() != 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -288,9 +289,11 @@ async fn class_and_volume_narrowing_and_other_drivers() {
         (signals_in(&by_class) == ["SIGHUP"]).then_some(())
     })
     .await;
-    never("by-volume signalled for an unlisted volume", QUIET, || {
-        signals_in(&by_volume).len() != 1
-    })
+    never(
+        "by-volume signalled for an unlisted volume",
+        AGENT_QUIET,
+        || signals_in(&by_volume).len() != 1,
+    )
     .await;
     assert_eq!(node.metric("reloadlet_volumes_tracked"), 6.0);
     assert!(!node.agent_log().contains("ebs.csi.aws.com/data"));

@@ -20,8 +20,6 @@ const BASELINE: &str = "reloadlet.io/env-baseline";
 /// One controller, no Lease (tests/controller.rs covers leader election).
 const NO_ELECTION: &str = "--leader-elect=false";
 const WAIT: Duration = Duration::from_secs(30);
-/// How long "nothing happens" is watched for.
-const QUIET: Duration = Duration::from_secs(3);
 
 fn env_key(var: &str, kind: &str, name: &str, key: &str) -> Value {
     let r = if kind == "secret" {
@@ -145,7 +143,7 @@ async fn a_key_change_evicts_exactly_its_readers_one_at_a_time_under_a_pdb() {
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     baselined(&node, "web").await;
     baselined(&node, "other").await;
-    never("an eviction at startup", QUIET, || {
+    never("an eviction at startup", CONTROLLER_QUIET, || {
         eviction_requests(&node) > 0
     })
     .await;
@@ -157,9 +155,11 @@ async fn a_key_change_evicts_exactly_its_readers_one_at_a_time_under_a_pdb() {
         || evicted_set(&node) == web,
     )
     .await;
-    never("a reader of PORT, or a replacement, evicted", QUIET, || {
-        evicted_uids(&node).iter().any(|u| !web.contains(u))
-    })
+    never(
+        "a reader of PORT, or a replacement, evicted",
+        CONTROLLER_QUIET,
+        || evicted_uids(&node).iter().any(|u| !web.contains(u)),
+    )
     .await;
     assert!(other.iter().all(|u| !evicted_uids(&node).contains(u)));
     let violations = node.api.invariant_violations();
@@ -208,14 +208,14 @@ async fn an_unreferenced_key_a_label_change_or_an_identical_apply_does_nothing()
     baselined(&node, "web").await;
 
     node.api.apply_configmap(app_env("info", "81"));
-    never("an eviction for an unread key", QUIET, || {
+    never("an eviction for an unread key", CONTROLLER_QUIET, || {
         eviction_requests(&node) > 0
     })
     .await;
     let mut labelled = app_env("info", "81");
     labelled.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
     node.api.apply_configmap(labelled.clone());
-    never("an eviction for a label change", QUIET, || {
+    never("an eviction for a label change", CONTROLLER_QUIET, || {
         eviction_requests(&node) > 0
     })
     .await;
@@ -224,9 +224,17 @@ async fn an_unreferenced_key_a_label_change_or_an_identical_apply_does_nothing()
         .apply_configmap(configmap(NS, "unread", &[("X", "2")]));
     never(
         "an eviction for an identical apply or an unread object",
-        QUIET,
+        CONTROLLER_QUIET,
         || eviction_requests(&node) > 0,
     )
+    .await;
+    // The positive control: the key the pods do read changes, and an eviction is asked for.
+    let mut read = app_env("debug", "81");
+    read.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
+    node.api.apply_configmap(read);
+    until("an eviction for the key the pods read", WAIT, || {
+        eviction_requests(&node) > 0
+    })
     .await;
     // Only the object some pod reads through env was ever read with its data.
     let full_reads: BTreeSet<String> = node
@@ -283,7 +291,7 @@ async fn a_secret_reader_is_ignored_unless_secrets_are_enabled() {
         .apply_secret(secret(NS, "db", &[("PASSWORD", "s2")]));
     never(
         "an eviction for a Secret without --env-consumers-secrets",
-        QUIET,
+        CONTROLLER_QUIET,
         || eviction_requests(&node) > 0,
     )
     .await;
@@ -344,9 +352,11 @@ async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_ne
     })
     .await;
     baselined(&node, "late").await;
-    never("the newer pod evicted, or the old one twice", QUIET, || {
-        evicted_uids(&node).len() > 1 || late.iter().any(|u| evicted_uids(&node).contains(u))
-    })
+    never(
+        "the newer pod evicted, or the old one twice",
+        CONTROLLER_QUIET,
+        || evicted_uids(&node).len() > 1 || late.iter().any(|u| evicted_uids(&node).contains(u)),
+    )
     .await;
     controller.stop().await;
 
@@ -355,7 +365,7 @@ async fn a_change_made_while_the_controller_is_stopped_is_acted_on_once_and_a_ne
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     never(
         "an eviction after a restart with nothing changed",
-        QUIET,
+        CONTROLLER_QUIET,
         || eviction_requests(&node) > before,
     )
     .await;
@@ -399,9 +409,11 @@ async fn a_signal_pod_gets_env_not_reloaded_once_per_change_and_is_not_evicted()
         "{}",
         ev.note
     );
-    never("a second EnvNotReloaded, or an eviction", QUIET, || {
-        node.events(NS, "sig", "EnvNotReloaded").len() > 1 || eviction_requests(&node) > 0
-    })
+    never(
+        "a second EnvNotReloaded, or an eviction",
+        CONTROLLER_QUIET,
+        || node.events(NS, "sig", "EnvNotReloaded").len() > 1 || eviction_requests(&node) > 0,
+    )
     .await;
     assert!(
         signals_in(&out).is_empty(),
@@ -409,9 +421,11 @@ async fn a_signal_pod_gets_env_not_reloaded_once_per_change_and_is_not_evicted()
     );
     controller.stop().await;
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
-    never("EnvNotReloaded repeated after a restart", QUIET, || {
-        node.events(NS, "sig", "EnvNotReloaded").len() > 1
-    })
+    never(
+        "EnvNotReloaded repeated after a restart",
+        CONTROLLER_QUIET,
+        || node.events(NS, "sig", "EnvNotReloaded").len() > 1,
+    )
     .await;
     controller.stop().await;
 }

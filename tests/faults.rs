@@ -41,6 +41,12 @@ async fn restarting_with_nothing_changed_signals_nothing() {
     )
     .await;
     assert!(node.all_events().is_empty());
+    // The positive control: the restarted agent does watch; a change made now signals.
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
+    until("a change after the restart signals", WAIT, || {
+        hups(&out) == 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

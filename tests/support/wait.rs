@@ -9,6 +9,21 @@ use std::time::Duration;
 /// How often the helpers look again.
 const POLL: Duration = Duration::from_millis(10);
 
+// How long a test watches for something that must not happen ([`never`]), named by what
+// would have happened by then. Each absence check follows a positive control in the same
+// test (the same change acted on where it must be), so the window only has to cover the
+// time between that control and the effect that must not come.
+
+/// An agent action (signal, HTTP reload, eviction) that must not come: with `--debounce 0s`
+/// the agent acts within milliseconds of the kubelet's write.
+pub const AGENT_QUIET: Duration = Duration::from_millis(1500);
+/// A controller action (rollout patch, env eviction, Event) that must not come: the
+/// controller acts after a watch event and a GET, within its coalescing.
+pub const CONTROLLER_QUIET: Duration = Duration::from_secs(3);
+/// A nudge, or the SIGHUP a kubelet sync gives, that must not come: past the controller's
+/// re-nudges 1 s and 3 s after a change.
+pub const NUDGE_QUIET: Duration = Duration::from_secs(5);
+
 /// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.
 pub async fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
     poll_until(what, timeout, f, String::new).await
@@ -79,6 +94,35 @@ pub async fn never(what: &str, window: Duration, mut f: impl FnMut() -> bool) {
     while tokio::time::Instant::now() < deadline {
         assert!(!f(), "it happened, but must not: {what}");
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether `f` holds within `timeout` (polled): for a caller that fails with more context
+/// than a panic here would have (a container's log), or that cleans up.
+pub async fn within(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`within`] for code without a runtime (cleanup in `Drop`, setup before one).
+pub fn within_blocking(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
     }
 }
 
