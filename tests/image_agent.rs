@@ -11,6 +11,7 @@
 //! Skips in one line where podman, runc, conmon or the image archive is missing;
 //! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure instead.
 
+#[path = "support/image.rs"]
 mod image_support;
 #[path = "support/wait.rs"]
 mod wait;

@@ -21,6 +21,8 @@ use reloadlet::core::model::{ContainerId, ContainerRuntime, ReloadSignal};
 use reloadlet::host::process::{ContainerProcesses, ProcFs, ProcessError};
 use wait::*;
 
+/// How long a process takes to show where it must.
+const WAIT: Duration = Duration::from_secs(10);
 const USR1_BIT: u64 = 1 << (10 - 1);
 
 // ---------------------------------------------------------------- environment
@@ -75,10 +77,6 @@ fn random_pod_uid() -> String {
         &h[16..20],
         &h[20..]
     )
-}
-
-fn poll<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
-    eventually_blocking(what, Duration::from_secs(10), probe)
 }
 
 fn procs_of(leaf: &Path) -> Vec<i32> {
@@ -188,7 +186,7 @@ impl Processes {
     /// Kills a grandchild and waits until its parent (a shell in `wait`) reaped it.
     fn kill_grandchild(&mut self, pid: i32) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        poll("grandchild reaped", || {
+        eventually_blocking("grandchild reaped", WAIT, || {
             fs::metadata(format!("/proc/{pid}")).is_err().then_some(())
         });
         self.grandchildren.retain(|p| *p != pid);
@@ -231,7 +229,7 @@ fn start_main(procs: &mut Processes, leaves: &[&Path], scratch: &Path) -> (i32, 
         &format!("sleep 600 & echo $! > '{}'; wait", child_file.display()),
     );
     let main = procs.spawn(&script);
-    let child = poll("the main process's child", || {
+    let child = eventually_blocking("the main process's child", WAIT, || {
         fs::read_to_string(&child_file)
             .ok()?
             .trim()
@@ -239,7 +237,7 @@ fn start_main(procs: &mut Processes, leaves: &[&Path], scratch: &Path) -> (i32, 
             .ok()
     });
     procs.grandchildren.push(child);
-    poll("main and child in the cgroup", || {
+    eventually_blocking("main and child in the cgroup", WAIT, || {
         let inside = procs_of(leaves[0]);
         (inside.contains(&main) && inside.contains(&child)).then_some(())
     });
@@ -249,7 +247,7 @@ fn start_main(procs: &mut Processes, leaves: &[&Path], scratch: &Path) -> (i32, 
 /// A `kubectl exec`-like process: joins the container later, parent outside.
 fn start_exec(procs: &mut Processes, leaves: &[&Path]) -> i32 {
     let pid = procs.spawn(&join_then(leaves, "exec sleep 600"));
-    poll("exec process in the cgroup", || {
+    eventually_blocking("exec process in the cgroup", WAIT, || {
         procs_of(leaves[0]).contains(&pid).then_some(())
     });
     pid
@@ -287,7 +285,7 @@ fn v2_systemd_layout_signals_the_main_process_only() {
 
     // The pause process is older than everything in the container.
     let pause = procs.spawn(&join_then(&[&pause_leaf], "exec sleep 600"));
-    poll("pause in its cgroup", || {
+    eventually_blocking("pause in its cgroup", WAIT, || {
         procs_of(&pause_leaf).contains(&pause).then_some(())
     });
     let (main, child) = start_main(&mut procs, &[&leaf], scratch.path());
@@ -445,7 +443,7 @@ fn v1_cgroupfs_layout_on_pids_and_systemd_hierarchies() {
 
     // A sibling container of the same pod, started first.
     let other = procs.spawn(&join_then(&[&sibling_leaf], "exec sleep 600"));
-    poll("sibling in its cgroup", || {
+    eventually_blocking("sibling in its cgroup", WAIT, || {
         procs_of(&sibling_leaf).contains(&other).then_some(())
     });
     let (main, child) = start_main(&mut procs, &[&leaf_pids, &leaf_systemd], scratch.path());
