@@ -299,21 +299,10 @@ async fn of_two_controllers_only_the_leader_nudges_and_the_standby_takes_over() 
     b.stop().await;
 }
 
-/// The kubelet's real sync timing with a 60 s syncFrequency: without a nudge a ConfigMap
-/// change reaches the pod after 60–90 s.
-async fn faithful_node() -> Node {
-    let sim = nodesim::node::SimNode::start(NODE, "reloadlet-it-", |k| {
-        *k = k.clone().faithful(Duration::from_secs(60));
-    })
-    .await
-    .expect("simulated node");
-    Node::from_sim(sim)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn with_the_kubelets_real_sync_timing_the_nudged_pod_reloads_in_seconds_and_the_opted_out_one_waits(
 ) {
-    let mut node = faithful_node().await;
+    let mut node = Node::start_faithful(Duration::from_secs(60)).await;
     // Both components at their default flags (the agent's --debounce included).
     node.start_agent(&[]).await;
     node.api

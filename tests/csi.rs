@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fixtures::pod;
+use common::fixtures::{pod, spc_volume};
 use common::*;
 use nodesim::csi::{CsiVolume, WriteStyle};
 use serde_json::json;
@@ -23,27 +23,9 @@ const IN_PLACE: WriteStyle = WriteStyle::InPlace {
     pause: Duration::from_millis(500),
 };
 
-fn spc_volume(name: &str, class: &str) -> serde_json::Value {
-    json!({"name": name, "csi": {"driver": SECRETS_STORE, "readOnly": true,
-        "volumeAttributes": {"secretProviderClass": class}}})
-}
-
 fn csi_volume(name: &str, driver: &str) -> serde_json::Value {
     json!({"name": name, "csi": {"driver": driver, "readOnly": true,
         "volumeAttributes": {"csi.cert-manager.io/issuer-name": "ca"}}})
-}
-
-/// Publishes a volume of the running pod as its driver would, once the agent follows it.
-fn publish(
-    node: &Node,
-    uid: &str,
-    volume: &str,
-    driver: &str,
-    style: WriteStyle,
-    files: &[(&str, &str)],
-) -> CsiVolume {
-    CsiVolume::publish(&node.kubelet_root(), uid, volume, driver, style, files)
-        .expect("publish CSI volume")
 }
 
 async fn quiet(out: &Path, what: &str) {
@@ -66,8 +48,7 @@ async fn an_atomic_rotation_signals_once_and_identical_bytes_do_nothing() {
     let uid = node.uid(NS, "app");
     // kube-api-access, then the CSI volume once the driver published it.
     node.wait_tracked(1).await;
-    let db = publish(
-        &node,
+    let db = node.publish_csi(
         &uid,
         "secrets",
         SECRETS_STORE,
@@ -179,7 +160,7 @@ async fn three_files_written_in_place_over_a_second_act_once_after_settling() {
     let uid = node.uid(NS, "legacy");
     node.wait_tracked(1).await;
     let files = [("a", "1"), ("b", "1"), ("c", "1")];
-    let vol = publish(&node, &uid, "secrets", SECRETS_STORE, IN_PLACE, &files);
+    let vol = node.publish_csi(&uid, "secrets", SECRETS_STORE, IN_PLACE, &files);
     eventually("the in-place volume's baseline", WAIT, || {
         (node.metric("reloadlet_volumes_tracked") >= 2.0).then_some(())
     })
@@ -240,16 +221,14 @@ async fn class_and_volume_narrowing_and_other_drivers() {
     for name in ["by-class", "by-volume"] {
         node.wait_running(NS, name).await;
         let uid = node.uid(NS, name);
-        let s = publish(
-            &node,
+        let s = node.publish_csi(
             &uid,
             "secrets",
             SECRETS_STORE,
             WriteStyle::Atomic,
             &[("p", "1")],
         );
-        let c = publish(
-            &node,
+        let c = node.publish_csi(
             &uid,
             "certs",
             CERT_MANAGER,
@@ -303,7 +282,7 @@ async fn class_and_volume_narrowing_and_other_drivers() {
 async fn csi_drivers_replaces_the_list() {
     let mut node = Node::start(NodeOptions::default()).await;
     node.start_agent(&["--csi-drivers", CERT_MANAGER]).await;
-    let out = node.path("app.sig");
+    let (out, control) = (node.path("app.sig"), node.path("listed.sig"));
     node.api.create_pod(
         pod(NS, "app")
             .signal()
@@ -311,20 +290,46 @@ async fn csi_drivers_replaces_the_list() {
             .recorder("app", &out, &[("secrets", "/s")])
             .build(),
     );
+    // The positive control: a pod beside it whose CSI driver is the one listed.
+    node.api.create_pod(
+        pod(NS, "listed")
+            .signal()
+            .volume(csi_volume("certs", CERT_MANAGER))
+            .recorder("app", &control, &[("certs", "/c")])
+            .build(),
+    );
     node.wait_running(NS, "app").await;
+    node.wait_running(NS, "listed").await;
+    until("both recorders ready", WAIT, || {
+        recorder_ready(&out) && recorder_ready(&control)
+    })
+    .await;
     let uid = node.uid(NS, "app");
-    node.wait_tracked(1).await;
-    let s = publish(
-        &node,
+    // The two pods' service-account tokens.
+    node.wait_tracked(2).await;
+    let s = node.publish_csi(
         &uid,
         "secrets",
         SECRETS_STORE,
         WriteStyle::Atomic,
         &[("p", "1")],
     );
+    let c = node.publish_csi(
+        &node.uid(NS, "listed"),
+        "certs",
+        CERT_MANAGER,
+        WriteStyle::Atomic,
+        &[("tls.crt", "1")],
+    );
+    node.wait_tracked(3).await;
     s.rotate(&[("p", "2")]).unwrap();
+    c.rotate(&[("tls.crt", "2")]).unwrap();
+    until("the pod with the listed driver got SIGHUP", WAIT, || {
+        signals_in(&control) == ["SIGHUP"]
+    })
+    .await;
     quiet(&out, "a signal for a driver left out of --csi-drivers").await;
-    assert_eq!(node.metric("reloadlet_volumes_tracked"), 1.0);
+    assert_eq!(node.metric("reloadlet_volumes_tracked"), 3.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -343,22 +348,14 @@ async fn restarts_act_only_on_what_rotated_while_the_agent_was_down() {
     node.wait_running(NS, "app").await;
     let uid = node.uid(NS, "app");
     node.wait_tracked(1).await;
-    let s = publish(
-        &node,
+    let s = node.publish_csi(
         &uid,
         "secrets",
         SECRETS_STORE,
         WriteStyle::Atomic,
         &[("p", "1")],
     );
-    let c = publish(
-        &node,
-        &uid,
-        "certs",
-        CERT_MANAGER,
-        IN_PLACE,
-        &[("tls.crt", "1")],
-    );
+    let c = node.publish_csi(&uid, "certs", CERT_MANAGER, IN_PLACE, &[("tls.crt", "1")]);
     node.wait_tracked(3).await;
     let state = node.path("state").join("state.json");
     eventually("both CSI digests persisted", WAIT, || {

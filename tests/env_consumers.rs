@@ -6,7 +6,7 @@ mod common;
 #[path = "support/controller_process.rs"]
 mod controller_process;
 
-use common::fixtures::{configmap, pod, secret};
+use common::fixtures::{configmap, env_key, pod, secret};
 use common::*;
 use controller_process::ControllerProcess;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -20,15 +20,6 @@ const BASELINE: &str = "reloadlet.io/env-baseline";
 /// One controller, no Lease (tests/controller.rs covers leader election).
 const NO_ELECTION: &str = "--leader-elect=false";
 const WAIT: Duration = Duration::from_secs(30);
-
-fn env_key(var: &str, kind: &str, name: &str, key: &str) -> Value {
-    let r = if kind == "secret" {
-        "secretKeyRef"
-    } else {
-        "configMapKeyRef"
-    };
-    json!({"name": var, "valueFrom": {r: {"name": name, "key": key}}})
-}
 
 fn template(app: &str, action: &str, env: Vec<Value>) -> PodTemplateSpec {
     serde_json::from_value(json!({

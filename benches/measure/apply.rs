@@ -9,17 +9,6 @@ use std::time::{Duration, Instant};
 const NS: &str = "shop";
 const WAIT: Duration = Duration::from_secs(15);
 
-/// The kubelet's real sync timing with a 60 s syncFrequency: without a nudge a ConfigMap
-/// change reaches the pod after 60–90 s.
-async fn faithful_node() -> Node {
-    let sim = nodesim::node::SimNode::start(NODE, "reloadlet-it-", |k| {
-        *k = k.clone().faithful(Duration::from_secs(60));
-    })
-    .await
-    .expect("simulated node");
-    Node::from_sim(sim)
-}
-
 /// Not a pass/fail test: ConfigMap apply → SIGHUP with the kubelet's real sync timing, for
 /// choosing the agent's `--debounce` (`RELOADLET_MEASURE_DEBOUNCE`, default 1s;
 /// `RELOADLET_MEASURE_SAMPLES`, default 10).
@@ -29,7 +18,7 @@ pub async fn apply_to_sighup() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
-    let mut node = faithful_node().await;
+    let mut node = Node::start_faithful(Duration::from_secs(60)).await;
     node.start_agent(&["--debounce", &debounce]).await;
     node.api
         .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v0")]));

@@ -1,8 +1,8 @@
 //! CSI secret rotation → signal latency (docs/csi.md "Latency"), moved from tests/csi.rs.
 
-use crate::common::fixtures::pod;
+use crate::common::fixtures::{pod, spc_volume};
 use crate::common::*;
-use nodesim::csi::{CsiVolume, WriteStyle};
+use nodesim::csi::WriteStyle;
 use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
@@ -13,23 +13,6 @@ const SECRETS_STORE: &str = "secrets-store.csi.k8s.io";
 const IN_PLACE: WriteStyle = WriteStyle::InPlace {
     pause: Duration::from_millis(500),
 };
-
-fn spc_volume(name: &str, class: &str) -> serde_json::Value {
-    json!({"name": name, "csi": {"driver": SECRETS_STORE, "readOnly": true,
-        "volumeAttributes": {"secretProviderClass": class}}})
-}
-
-fn publish(
-    node: &Node,
-    uid: &str,
-    volume: &str,
-    driver: &str,
-    style: WriteStyle,
-    files: &[(&str, &str)],
-) -> CsiVolume {
-    CsiVolume::publish(&node.kubelet_root(), uid, volume, driver, style, files)
-        .expect("publish CSI volume")
-}
 
 /// Rotation → signal latency of both write styles against the atomic swap of a Secret volume
 /// in the same run (docs/csi.md "Latency"). A measurement, not a test: it prints and asserts
@@ -72,8 +55,7 @@ pub async fn rotation_to_signal_latency() {
         .join("pods")
         .join(node.uid(NS, "secret"))
         .join("volumes/kubernetes.io~secret/v");
-    let atomic = publish(
-        &node,
+    let atomic = node.publish_csi(
         &node.uid(NS, "atomic"),
         "v",
         SECRETS_STORE,
@@ -87,8 +69,7 @@ pub async fn rotation_to_signal_latency() {
             ("c", v.to_string()),
         ]
     };
-    let inplace = publish(
-        &node,
+    let inplace = node.publish_csi(
         &node.uid(NS, "inplace"),
         "v",
         SECRETS_STORE,

@@ -1,25 +1,16 @@
 //! The env-consumer controller at scale (5,000 pods, 2,000 ConfigMaps), moved from
 //! tests/env_consumers.rs.
 
-use crate::common::fixtures::configmap;
+use crate::common::fixtures::{configmap, env_key};
 use crate::common::*;
 use crate::controller_process::ControllerProcess;
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
 
 const NS: &str = "apps";
 const BASELINE: &str = "reloadlet.io/env-baseline";
 const NO_ELECTION: &str = "--leader-elect=false";
-
-fn env_key(var: &str, kind: &str, name: &str, key: &str) -> Value {
-    let r = if kind == "secret" {
-        "secretKeyRef"
-    } else {
-        "configMapKeyRef"
-    };
-    json!({"name": var, "valueFrom": {r: {"name": name, "key": key}}})
-}
 
 /// Not a pass/fail test: 5,000 env-consumer pods over 2,000 ConfigMaps in the simulated API;
 /// a ConfigMap data change → the first eviction request of one of its readers (p50/p99 over
