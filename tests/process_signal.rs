@@ -133,10 +133,7 @@ impl Drop for CgroupDirs {
             for pid in procs_of(dir) {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !procs_of(dir).is_empty() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            within_blocking(Duration::from_secs(5), || procs_of(dir).is_empty());
             if let Err(e) = fs::remove_dir(dir) {
                 eprintln!("cannot remove {}: {e}", dir.display());
             }
@@ -197,10 +194,9 @@ impl Drop for Processes {
     fn drop(&mut self) {
         for pid in std::mem::take(&mut self.grandchildren) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while fs::metadata(format!("/proc/{pid}")).is_ok() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            within_blocking(Duration::from_secs(5), || {
+                fs::metadata(format!("/proc/{pid}")).is_err()
+            });
         }
         for child in &mut self.children {
             let _ = child.kill();

@@ -85,11 +85,9 @@ async fn signals_from_inside_a_private_cgroup_namespace() {
         || (signals_in(&app) == ["SIGHUP"]).then_some(()),
     )
     .await;
-    never(
-        "the child is left alone",
-        Duration::from_millis(800),
-        || !signals_in(&child).is_empty(),
-    )
+    never("the child is left alone", AGENT_QUIET, || {
+        !signals_in(&child).is_empty()
+    })
     .await;
     let _ = node.stop_agent().await;
 }
