@@ -61,3 +61,11 @@ if [[ -n "${BENCH_STATIC_BIN:-}" ]]; then
     echo "== the controller at scale, the image's static binary ($BENCH_STATIC_BIN)"
     RELOADLET_BIN="$BENCH_STATIC_BIN" BENCH_CTL_LATENCY=0 cargo bench --bench controller
 fi
+# 5. Measurements on the simulated node that print figures and judge nothing (they were
+#    ignored tests): CSI rotation -> signal latency (docs/csi.md), ConfigMap apply -> SIGHUP
+#    under the kubelet's real sync timing for choosing --debounce, the env-consumer
+#    controller at 5,000 pods (benches/measure/main.rs; BENCH_MEASURE=csi,apply,env picks;
+#    none: skipped). About 5 minutes.
+if [[ "${BENCH_MEASURE-csi,apply,env}" != none ]]; then
+    BENCH_MEASURE="${BENCH_MEASURE-csi,apply,env}" cargo bench --bench measure
+fi

@@ -89,7 +89,7 @@ impl Arm64 {
     /// `qemu-aarch64-static BINARY`, arguments to follow.
     fn command(&self) -> Command {
         let mut cmd = Command::new(&self.qemu);
-        cmd.arg(&self.bin);
+        nodesim::runtime::default_signals(&mut cmd).arg(&self.bin);
         cmd
     }
 
@@ -128,9 +128,7 @@ fn arm64_or_skip() -> Option<Arm64> {
     if !root_or_skip() {
         return None;
     }
-    Arm64::find()
-        .map_err(|why| eprintln!("skipped: {why}"))
-        .ok()
+    Arm64::find().map_err(skipped).ok()
 }
 
 /// A simulated node whose API server speaks TLS and wants a bearer token, with a kubeconfig
@@ -377,7 +375,7 @@ fn parse_elf(bytes: &[u8]) -> Elf {
 fn arm64_binary_is_static_aarch64_and_loads_on_64k_page_kernels() {
     let arm = match Arm64::find() {
         Ok(a) => a,
-        Err(why) => return eprintln!("skipped: {why}"),
+        Err(why) => return skipped(why),
     };
     let elf = parse_elf(&std::fs::read(&arm.bin).unwrap());
     const EM_AARCH64: u16 = 183;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fixtures::pod;
+use common::fixtures::{pod, spc_volume};
 use common::*;
 use nodesim::csi::{CsiVolume, WriteStyle};
 use serde_json::json;
@@ -16,8 +16,6 @@ use std::time::Duration;
 
 const NS: &str = "vault";
 const WAIT: Duration = Duration::from_secs(15);
-/// How long "nothing happens" is watched for.
-const QUIET: Duration = Duration::from_millis(1500);
 const SECRETS_STORE: &str = "secrets-store.csi.k8s.io";
 const CERT_MANAGER: &str = "csi.cert-manager.io";
 const EBS: &str = "ebs.csi.aws.com";
@@ -25,31 +23,13 @@ const IN_PLACE: WriteStyle = WriteStyle::InPlace {
     pause: Duration::from_millis(500),
 };
 
-fn spc_volume(name: &str, class: &str) -> serde_json::Value {
-    json!({"name": name, "csi": {"driver": SECRETS_STORE, "readOnly": true,
-        "volumeAttributes": {"secretProviderClass": class}}})
-}
-
 fn csi_volume(name: &str, driver: &str) -> serde_json::Value {
     json!({"name": name, "csi": {"driver": driver, "readOnly": true,
         "volumeAttributes": {"csi.cert-manager.io/issuer-name": "ca"}}})
 }
 
-/// Publishes a volume of the running pod as its driver would, once the agent follows it.
-fn publish(
-    node: &Node,
-    uid: &str,
-    volume: &str,
-    driver: &str,
-    style: WriteStyle,
-    files: &[(&str, &str)],
-) -> CsiVolume {
-    CsiVolume::publish(&node.kubelet_root(), uid, volume, driver, style, files)
-        .expect("publish CSI volume")
-}
-
 async fn quiet(out: &Path, what: &str) {
-    never(what, QUIET, || !signals_in(out).is_empty()).await;
+    never(what, AGENT_QUIET, || !signals_in(out).is_empty()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -68,8 +48,7 @@ async fn an_atomic_rotation_signals_once_and_identical_bytes_do_nothing() {
     let uid = node.uid(NS, "app");
     // kube-api-access, then the CSI volume once the driver published it.
     node.wait_tracked(1).await;
-    let db = publish(
-        &node,
+    let db = node.publish_csi(
         &uid,
         "secrets",
         SECRETS_STORE,
@@ -151,7 +130,7 @@ async fn an_atomic_rotation_signals_once_and_identical_bytes_do_nothing() {
     })
     .await;
     drop(db);
-    never("another action after the unmount", QUIET, || {
+    never("another action after the unmount", AGENT_QUIET, || {
         node.events(NS, "app", "Signaled").len() != 1
             || !node.all_events().iter().all(|e| e.type_ == "Normal")
     })
@@ -159,7 +138,10 @@ async fn an_atomic_rotation_signals_once_and_identical_bytes_do_nothing() {
 }
 
 async fn quiet_after_one(out: &Path) {
-    never("a second signal", QUIET, || signals_in(out).len() != 1).await;
+    never("a second signal", AGENT_QUIET, || {
+        signals_in(out).len() != 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -178,7 +160,7 @@ async fn three_files_written_in_place_over_a_second_act_once_after_settling() {
     let uid = node.uid(NS, "legacy");
     node.wait_tracked(1).await;
     let files = [("a", "1"), ("b", "1"), ("c", "1")];
-    let vol = publish(&node, &uid, "secrets", SECRETS_STORE, IN_PLACE, &files);
+    let vol = node.publish_csi(&uid, "secrets", SECRETS_STORE, IN_PLACE, &files);
     eventually("the in-place volume's baseline", WAIT, || {
         (node.metric("reloadlet_volumes_tracked") >= 2.0).then_some(())
     })
@@ -239,16 +221,14 @@ async fn class_and_volume_narrowing_and_other_drivers() {
     for name in ["by-class", "by-volume"] {
         node.wait_running(NS, name).await;
         let uid = node.uid(NS, name);
-        let s = publish(
-            &node,
+        let s = node.publish_csi(
             &uid,
             "secrets",
             SECRETS_STORE,
             WriteStyle::Atomic,
             &[("p", "1")],
         );
-        let c = publish(
-            &node,
+        let c = node.publish_csi(
             &uid,
             "certs",
             CERT_MANAGER,
@@ -288,9 +268,11 @@ async fn class_and_volume_narrowing_and_other_drivers() {
         (signals_in(&by_class) == ["SIGHUP"]).then_some(())
     })
     .await;
-    never("by-volume signalled for an unlisted volume", QUIET, || {
-        signals_in(&by_volume).len() != 1
-    })
+    never(
+        "by-volume signalled for an unlisted volume",
+        AGENT_QUIET,
+        || signals_in(&by_volume).len() != 1,
+    )
     .await;
     assert_eq!(node.metric("reloadlet_volumes_tracked"), 6.0);
     assert!(!node.agent_log().contains("ebs.csi.aws.com/data"));
@@ -300,7 +282,7 @@ async fn class_and_volume_narrowing_and_other_drivers() {
 async fn csi_drivers_replaces_the_list() {
     let mut node = Node::start(NodeOptions::default()).await;
     node.start_agent(&["--csi-drivers", CERT_MANAGER]).await;
-    let out = node.path("app.sig");
+    let (out, control) = (node.path("app.sig"), node.path("listed.sig"));
     node.api.create_pod(
         pod(NS, "app")
             .signal()
@@ -308,20 +290,46 @@ async fn csi_drivers_replaces_the_list() {
             .recorder("app", &out, &[("secrets", "/s")])
             .build(),
     );
+    // The positive control: a pod beside it whose CSI driver is the one listed.
+    node.api.create_pod(
+        pod(NS, "listed")
+            .signal()
+            .volume(csi_volume("certs", CERT_MANAGER))
+            .recorder("app", &control, &[("certs", "/c")])
+            .build(),
+    );
     node.wait_running(NS, "app").await;
+    node.wait_running(NS, "listed").await;
+    until("both recorders ready", WAIT, || {
+        recorder_ready(&out) && recorder_ready(&control)
+    })
+    .await;
     let uid = node.uid(NS, "app");
-    node.wait_tracked(1).await;
-    let s = publish(
-        &node,
+    // The two pods' service-account tokens.
+    node.wait_tracked(2).await;
+    let s = node.publish_csi(
         &uid,
         "secrets",
         SECRETS_STORE,
         WriteStyle::Atomic,
         &[("p", "1")],
     );
+    let c = node.publish_csi(
+        &node.uid(NS, "listed"),
+        "certs",
+        CERT_MANAGER,
+        WriteStyle::Atomic,
+        &[("tls.crt", "1")],
+    );
+    node.wait_tracked(3).await;
     s.rotate(&[("p", "2")]).unwrap();
+    c.rotate(&[("tls.crt", "2")]).unwrap();
+    until("the pod with the listed driver got SIGHUP", WAIT, || {
+        signals_in(&control) == ["SIGHUP"]
+    })
+    .await;
     quiet(&out, "a signal for a driver left out of --csi-drivers").await;
-    assert_eq!(node.metric("reloadlet_volumes_tracked"), 1.0);
+    assert_eq!(node.metric("reloadlet_volumes_tracked"), 3.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -340,22 +348,14 @@ async fn restarts_act_only_on_what_rotated_while_the_agent_was_down() {
     node.wait_running(NS, "app").await;
     let uid = node.uid(NS, "app");
     node.wait_tracked(1).await;
-    let s = publish(
-        &node,
+    let s = node.publish_csi(
         &uid,
         "secrets",
         SECRETS_STORE,
         WriteStyle::Atomic,
         &[("p", "1")],
     );
-    let c = publish(
-        &node,
-        &uid,
-        "certs",
-        CERT_MANAGER,
-        IN_PLACE,
-        &[("tls.crt", "1")],
-    );
+    let c = node.publish_csi(&uid, "certs", CERT_MANAGER, IN_PLACE, &[("tls.crt", "1")]);
     node.wait_tracked(3).await;
     let state = node.path("state").join("state.json");
     eventually("both CSI digests persisted", WAIT, || {
@@ -390,114 +390,5 @@ async fn restarts_act_only_on_what_rotated_while_the_agent_was_down() {
         ),
         "{}",
         ev.note
-    );
-}
-
-/// Rotation → signal latency of both write styles against the atomic swap of a Secret volume
-/// in the same run (docs/csi.md "Latency"). A measurement, not a test: it prints and asserts
-/// nothing about time. `cargo test --test csi -- --ignored --nocapture measure`.
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "a measurement: run by hand for docs/csi.md"]
-async fn measure_rotation_to_signal_latency() {
-    use common::fixtures::secret;
-    use nodesim::atomic_writer::{self, FileProjection};
-    use std::time::Instant;
-    const ROUNDS: usize = 10;
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.start_agent(&["--csi-settle", "2s"]).await;
-    node.api.apply_secret(secret(NS, "ref", &[("p", "0")]));
-    let outs = [
-        node.path("secret.sig"),
-        node.path("atomic.sig"),
-        node.path("inplace.sig"),
-    ];
-    for (name, volume, out) in [
-        (
-            "secret",
-            json!({"name": "v", "secret": {"secretName": "ref"}}),
-            &outs[0],
-        ),
-        ("atomic", spc_volume("v", "vault-db"), &outs[1]),
-        ("inplace", spc_volume("v", "vault-legacy"), &outs[2]),
-    ] {
-        node.api.create_pod(
-            pod(NS, name)
-                .signal()
-                .volume(volume)
-                .recorder("app", out, &[("v", "/v")])
-                .build(),
-        );
-    }
-    for name in ["secret", "atomic", "inplace"] {
-        node.wait_running(NS, name).await;
-    }
-    let secret_dir = node
-        .kubelet_root()
-        .join("pods")
-        .join(node.uid(NS, "secret"))
-        .join("volumes/kubernetes.io~secret/v");
-    let atomic = publish(
-        &node,
-        &node.uid(NS, "atomic"),
-        "v",
-        SECRETS_STORE,
-        WriteStyle::Atomic,
-        &[("p", "0")],
-    );
-    let files = |v: usize| {
-        [
-            ("a", v.to_string()),
-            ("b", v.to_string()),
-            ("c", v.to_string()),
-        ]
-    };
-    let inplace = publish(
-        &node,
-        &node.uid(NS, "inplace"),
-        "v",
-        SECRETS_STORE,
-        IN_PLACE,
-        &[("a", "0"), ("b", "0"), ("c", "0")],
-    );
-    node.wait_tracked(6).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let wait_signal = |out: &Path, n: usize, start: Instant| loop {
-        if signals_in(out).len() >= n {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < WAIT, "no signal");
-        std::thread::sleep(Duration::from_micros(500));
-    };
-    let mut lat: [Vec<Duration>; 3] = Default::default();
-    for round in 1..=ROUNDS {
-        tokio::task::block_in_place(|| {
-            // The kubelet's own swap of a Secret volume, written with the same AtomicWriter.
-            let payload = [("p".to_string(), FileProjection::new(round.to_string()))].into();
-            let start = Instant::now();
-            atomic_writer::write(&secret_dir, &payload).unwrap();
-            lat[0].push(wait_signal(&outs[0], round, start));
-            let start = Instant::now();
-            atomic.rotate(&[("p", &round.to_string())]).unwrap();
-            lat[1].push(wait_signal(&outs[1], round, start));
-            let f = files(round);
-            let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let start = Instant::now();
-            inplace.rotate(&f).unwrap();
-            lat[2].push(wait_signal(&outs[2], round, start));
-        });
-    }
-    let median = |v: &mut Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    let (s, a, i) = (
-        median(&mut lat[0]),
-        median(&mut lat[1]),
-        median(&mut lat[2]),
-    );
-    println!(
-        "rotation → signal, median of {ROUNDS}: secret volume swap {s:?}; CSI atomic {a:?} ({:.2}× the secret swap); CSI in place, 3 files over 1 s + 2 s settle: {i:?} ({:.0}×)",
-        a.as_secs_f64() / s.as_secs_f64(),
-        i.as_secs_f64() / s.as_secs_f64()
     );
 }

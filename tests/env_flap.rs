@@ -21,8 +21,6 @@ use std::time::Duration;
 const NS: &str = "apps";
 const BASELINE: &str = "reloadlet.io/env-baseline";
 const WAIT: Duration = Duration::from_secs(60);
-/// How long "nothing happens" is watched for.
-const QUIET: Duration = Duration::from_secs(3);
 
 fn template() -> PodTemplateSpec {
     serde_json::from_value(json!({
@@ -123,7 +121,7 @@ async fn a_replica_sets_env_evictions_are_held_as_flapping_then_run_once_on_the_
     );
     // A 5th: still held, told once.
     apply(&node, "v5");
-    never("an eviction while flapping", QUIET, || {
+    never("an eviction while flapping", CONTROLLER_QUIET, || {
         evicted_uids(&node).len() > 9
     })
     .await;
@@ -163,7 +161,10 @@ async fn a_replica_sets_env_evictions_are_held_as_flapping_then_run_once_on_the_
     .await;
     // The replacements start on the latest content: nothing more.
     baselined_pods(&node).await;
-    never("another eviction", QUIET, || evicted_uids(&node).len() > 12).await;
+    never("another eviction", CONTROLLER_QUIET, || {
+        evicted_uids(&node).len() > 12
+    })
+    .await;
     assert_eq!(evicted_uids(&node).len(), 12, "each pod once");
     assert_eq!(flapping(&node).len(), 1, "one Warning per episode");
     assert_eq!(controller.metric("reloadlet_pacing_held_pods"), 0.0);

@@ -421,7 +421,7 @@ async fn rollout_on_a_structural_block_rolls_the_deployment_once_within_seconds_
         },
     )
     .await;
-    never("a second rollout", Duration::from_secs(3), || {
+    never("a second rollout", CONTROLLER_QUIET, || {
         deployment_patches(&node, "web") > 1
     })
     .await;

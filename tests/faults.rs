@@ -41,6 +41,12 @@ async fn restarting_with_nothing_changed_signals_nothing() {
     )
     .await;
     assert!(node.all_events().is_empty());
+    // The positive control: the restarted agent does watch; a change made now signals.
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
+    until("a change after the restart signals", WAIT, || {
+        hups(&out) == 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -65,7 +71,7 @@ async fn a_change_made_while_reloadlet_was_down_is_acted_on_once() {
     node.start_agent(&[]).await;
     never(
         "a signal for an already handled change",
-        Duration::from_millis(1500),
+        AGENT_QUIET,
         || hups(&out) > 1,
     )
     .await;
@@ -92,12 +98,7 @@ async fn first_sight_is_a_baseline_and_a_corrupt_state_file_means_a_clean_start(
     .unwrap();
     node.start_agent(&[]).await;
     node.wait_tracked(2).await;
-    never(
-        "an action on first sight",
-        Duration::from_millis(1500),
-        || hups(&out) > 0,
-    )
-    .await;
+    never("an action on first sight", AGENT_QUIET, || hups(&out) > 0).await;
     assert!(
         node.agent_log().contains("corrupt"),
         "the corrupt state is reported"

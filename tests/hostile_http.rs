@@ -6,6 +6,7 @@
 //! every "nothing reached this endpoint").
 
 mod common;
+#[path = "support/http.rs"]
 mod http_support;
 
 use common::fixtures::{configmap, pod, sandboxed};

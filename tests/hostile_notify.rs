@@ -7,6 +7,7 @@
 //! nothing is impersonated"), while a well-behaved pod's failure arrives exactly as before.
 
 mod common;
+#[path = "support/http.rs"]
 mod http_support;
 
 use common::fixtures::{configmap, pod, sandboxed};

@@ -3,6 +3,7 @@
 //! stands in for the pod's reload endpoint (and, once, Debian's real Prometheus).
 
 mod common;
+#[path = "support/http.rs"]
 mod http_support;
 
 use common::fixtures::{configmap, pod, sandboxed};

@@ -11,6 +11,7 @@
 //! Skips in one line where podman, runc, conmon or the image archive is missing;
 //! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure instead.
 
+#[path = "support/image.rs"]
 mod image_support;
 #[path = "support/wait.rs"]
 mod wait;
@@ -122,7 +123,7 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         return;
     }
     if let Some(why) = missing() {
-        eprintln!("skipped: {why}");
+        wait::skipped(why);
         return;
     }
     let mut node = ImageNode::start(TOKEN_1).await;

@@ -6,6 +6,7 @@
 //! Skips in one line where podman, runc, conmon or the image archive is missing;
 //! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure instead.
 
+#[path = "support/image.rs"]
 mod image_support;
 #[path = "support/wait.rs"]
 mod wait;
@@ -24,7 +25,7 @@ async fn the_controller_image_nudges_under_the_deployment_posture() {
         return;
     }
     if let Some(why) = missing() {
-        eprintln!("skipped: {why}");
+        wait::skipped(why);
         return;
     }
     let mut node = ImageNode::start("controller-token").await;
@@ -71,7 +72,7 @@ async fn the_controller_image_nudges_under_the_deployment_posture() {
     let listen = format!("127.0.0.1:{port}");
     let fail =
         |what: &str| -> ! { panic!("{what}\n--- controller log ---\n{}", node.podman.logs(&id)) };
-    let ready = poll_until(Duration::from_secs(30), || {
+    let ready = wait::within(Duration::from_secs(30), || {
         http_get(&listen, "/readyz").is_some_and(|(code, _)| code == 200)
     })
     .await;
@@ -95,7 +96,7 @@ async fn the_controller_image_nudges_under_the_deployment_posture() {
 
     node.api
         .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
-    let nudged = poll_until(Duration::from_secs(30), || {
+    let nudged = wait::within(Duration::from_secs(30), || {
         node.api
             .get_pod(NS, "web")
             .and_then(|p| p.metadata.annotations)

@@ -9,6 +9,9 @@
 //! Skips in one line where the archive is missing; `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh)
 //! makes that a failure instead.
 
+#[path = "support/wait.rs"]
+mod wait;
+
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -33,7 +36,7 @@ fn archive() -> Option<PathBuf> {
         std::env::var("RELOADLET_REQUIRE_IMAGE").as_deref() != Ok("1"),
         "RELOADLET_REQUIRE_IMAGE=1 but {why}"
     );
-    eprintln!("skipped: {why}");
+    wait::skipped(why);
     None
 }
 

@@ -2,6 +2,7 @@
 //! and a plain webhook (and, once, for a CONNECT proxy); the real hyper/rustls poster
 //! sends to it. Retry pacing runs on a paused tokio clock with the fake poster.
 
+#[path = "support/notify.rs"]
 mod notify_support;
 
 use axum::http::Method;

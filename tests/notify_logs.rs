@@ -3,6 +3,7 @@
 //! per-callsite interest cache is shared by the whole process, so a scoped subscriber
 //! only sees every event when no other test runs beside it.
 
+#[path = "support/notify.rs"]
 mod notify_support;
 
 use notify_support::*;

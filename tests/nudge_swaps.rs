@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 
 const NS: &str = "shop";
 const WAIT: Duration = Duration::from_secs(20);
-/// Past the controller's re-nudges (1 s and 3 s after a change).
-const QUIET: Duration = Duration::from_secs(5);
 
 /// The recorder's clock (`CLOCK_MONOTONIC`) at each SIGHUP.
 fn sighups(record: &Path) -> Vec<i128> {
@@ -149,7 +147,10 @@ async fn one_sync_of_a_pod_with_two_configmap_volumes_gives_one_sighup_whether_o
         "signalled before its volume swapped"
     );
     assert_eq!(s.served(), ("a2".into(), "b1".into()));
-    never("a second SIGHUP", QUIET, || sighups(&s.record).len() > 1).await;
+    never("a second SIGHUP", NUDGE_QUIET, || {
+        sighups(&s.record).len() > 1
+    })
+    .await;
     assert_eq!(swapped(&s.node, &s.uid, "b", t1), None, "b is unchanged");
 
     // Both change at once: one sync swaps both volumes, one SIGHUP (not two).
@@ -164,7 +165,10 @@ async fn one_sync_of_a_pod_with_two_configmap_volumes_gives_one_sighup_whether_o
         (sighups(&s.record).len() == 2).then_some(())
     })
     .await;
-    never("a third SIGHUP", QUIET, || sighups(&s.record).len() > 2).await;
+    never("a third SIGHUP", NUDGE_QUIET, || {
+        sighups(&s.record).len() > 2
+    })
+    .await;
     let both = [
         swapped(&s.node, &s.uid, "a", t2).expect("volume a swapped"),
         swapped(&s.node, &s.uid, "b", t2).expect("volume b swapped"),

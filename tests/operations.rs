@@ -137,7 +137,7 @@ async fn namespace_and_label_filters_hold_even_for_opted_in_pods() {
     .await;
     never(
         "a pod outside the filters is signalled",
-        Duration::from_millis(1500),
+        AGENT_QUIET,
         || outs[1..].iter().any(|(_, o)| !signals_in(o).is_empty()),
     )
     .await;

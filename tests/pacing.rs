@@ -13,7 +13,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const NS: &str = "pace";
 const WAIT: Duration = Duration::from_secs(15);
-const QUIET: Duration = Duration::from_millis(1500);
 
 /// One signal pod reading ConfigMap `c` (content `v1`), with `pacing` annotations; its
 /// recorder's output.
@@ -117,7 +116,7 @@ async fn five_rapid_changes_over_the_threshold_signal_three_times_then_once_afte
         (signals_in(&out).len() == 4).then_some(())
     })
     .await;
-    never("more signals", QUIET, || signals_in(&out).len() != 4).await;
+    never("more signals", AGENT_QUIET, || signals_in(&out).len() != 4).await;
     assert_eq!(
         node.metric("reloadlet_actions_total{action=\"signal\",outcome=\"signaled\"}"),
         4.0
@@ -196,7 +195,7 @@ async fn a_min_interval_holds_across_an_agent_restart() {
         "no two signals closer than the interval: {:?}",
         first.elapsed()
     );
-    never("more signals", QUIET, || signals_in(&out).len() != 2).await;
+    never("more signals", AGENT_QUIET, || signals_in(&out).len() != 2).await;
     assert_eq!(
         occurrences(&node, "steady", "ReloadDeferred"),
         1,
@@ -216,10 +215,19 @@ async fn a_bad_pacing_annotation_warns_and_nothing_is_done() {
         "{}",
         ev.note
     );
+    // The positive control: a pod without pacing annotations on the same ConfigMap.
+    let control = signal_pod(&mut node, "plain", &[]).await;
+    node.wait_tracked(4).await;
     change(&node, 2).await;
-    never("a signal despite a bad pacing annotation", QUIET, || {
-        !signals_in(&out).is_empty()
+    until("the pod beside it without pacing got SIGHUP", WAIT, || {
+        signals_in(&control) == ["SIGHUP"]
     })
+    .await;
+    never(
+        "a signal despite a bad pacing annotation",
+        AGENT_QUIET,
+        || !signals_in(&out).is_empty(),
+    )
     .await;
     assert!(node.agent_log().contains("pacing annotation is invalid"));
 }
@@ -280,7 +288,7 @@ async fn an_env_eviction_waits_for_its_window_across_a_controller_restart() {
         || (!node.api.evictions().is_empty()).then_some(()),
     )
     .await;
-    never("a second eviction", QUIET, || {
+    never("a second eviction", AGENT_QUIET, || {
         node.api.evictions().len() > 1
     })
     .await;

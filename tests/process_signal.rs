@@ -21,6 +21,8 @@ use reloadlet::core::model::{ContainerId, ContainerRuntime, ReloadSignal};
 use reloadlet::host::process::{ContainerProcesses, ProcFs, ProcessError};
 use wait::*;
 
+/// How long a process takes to show where it must.
+const WAIT: Duration = Duration::from_secs(10);
 const USR1_BIT: u64 = 1 << (10 - 1);
 
 // ---------------------------------------------------------------- environment
@@ -77,10 +79,6 @@ fn random_pod_uid() -> String {
     )
 }
 
-fn poll<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
-    eventually_blocking(what, Duration::from_secs(10), probe)
-}
-
 fn procs_of(leaf: &Path) -> Vec<i32> {
     fs::read_to_string(leaf.join("cgroup.procs"))
         .unwrap_or_default()
@@ -135,10 +133,7 @@ impl Drop for CgroupDirs {
             for pid in procs_of(dir) {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !procs_of(dir).is_empty() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            within_blocking(Duration::from_secs(5), || procs_of(dir).is_empty());
             if let Err(e) = fs::remove_dir(dir) {
                 eprintln!("cannot remove {}: {e}", dir.display());
             }
@@ -161,16 +156,10 @@ impl Processes {
     fn spawn(&mut self, script: &str) -> i32 {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", script]);
-        // SAFETY: only sigaction and sigprocmask (async-signal-safe) run between fork and exec.
+        nodesim::runtime::default_signals(&mut cmd);
+        // SAFETY: only sigprocmask (async-signal-safe) runs between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
-                use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler};
-                let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
-                for signal in Signal::iterator() {
-                    if !matches!(signal, Signal::SIGKILL | Signal::SIGSTOP) {
-                        let _ = sigaction(signal, &default);
-                    }
-                }
                 let mut set = SigSet::empty();
                 set.add(Signal::SIGUSR1);
                 sigprocmask(SigmaskHow::SIG_SETMASK, Some(&set), None).map_err(std::io::Error::from)
@@ -194,7 +183,7 @@ impl Processes {
     /// Kills a grandchild and waits until its parent (a shell in `wait`) reaped it.
     fn kill_grandchild(&mut self, pid: i32) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        poll("grandchild reaped", || {
+        eventually_blocking("grandchild reaped", WAIT, || {
             fs::metadata(format!("/proc/{pid}")).is_err().then_some(())
         });
         self.grandchildren.retain(|p| *p != pid);
@@ -205,10 +194,9 @@ impl Drop for Processes {
     fn drop(&mut self) {
         for pid in std::mem::take(&mut self.grandchildren) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while fs::metadata(format!("/proc/{pid}")).is_ok() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            within_blocking(Duration::from_secs(5), || {
+                fs::metadata(format!("/proc/{pid}")).is_err()
+            });
         }
         for child in &mut self.children {
             let _ = child.kill();
@@ -237,7 +225,7 @@ fn start_main(procs: &mut Processes, leaves: &[&Path], scratch: &Path) -> (i32, 
         &format!("sleep 600 & echo $! > '{}'; wait", child_file.display()),
     );
     let main = procs.spawn(&script);
-    let child = poll("the main process's child", || {
+    let child = eventually_blocking("the main process's child", WAIT, || {
         fs::read_to_string(&child_file)
             .ok()?
             .trim()
@@ -245,7 +233,7 @@ fn start_main(procs: &mut Processes, leaves: &[&Path], scratch: &Path) -> (i32, 
             .ok()
     });
     procs.grandchildren.push(child);
-    poll("main and child in the cgroup", || {
+    eventually_blocking("main and child in the cgroup", WAIT, || {
         let inside = procs_of(leaves[0]);
         (inside.contains(&main) && inside.contains(&child)).then_some(())
     });
@@ -255,7 +243,7 @@ fn start_main(procs: &mut Processes, leaves: &[&Path], scratch: &Path) -> (i32, 
 /// A `kubectl exec`-like process: joins the container later, parent outside.
 fn start_exec(procs: &mut Processes, leaves: &[&Path]) -> i32 {
     let pid = procs.spawn(&join_then(leaves, "exec sleep 600"));
-    poll("exec process in the cgroup", || {
+    eventually_blocking("exec process in the cgroup", WAIT, || {
         procs_of(leaves[0]).contains(&pid).then_some(())
     });
     pid
@@ -274,7 +262,7 @@ fn v2_systemd_layout_signals_the_main_process_only() {
         return;
     }
     let Some(v2) = mounts().v2 else {
-        eprintln!("skipped: no cgroup2 mount");
+        skipped("no cgroup2 mount");
         return;
     };
     let uid = random_pod_uid();
@@ -293,7 +281,7 @@ fn v2_systemd_layout_signals_the_main_process_only() {
 
     // The pause process is older than everything in the container.
     let pause = procs.spawn(&join_then(&[&pause_leaf], "exec sleep 600"));
-    poll("pause in its cgroup", || {
+    eventually_blocking("pause in its cgroup", WAIT, || {
         procs_of(&pause_leaf).contains(&pause).then_some(())
     });
     let (main, child) = start_main(&mut procs, &[&leaf], scratch.path());
@@ -346,7 +334,7 @@ fn v2_pid_reuse_never_signals_a_process_outside_the_container() {
         return;
     }
     let Some(v2) = mounts().v2 else {
-        eprintln!("skipped: no cgroup2 mount");
+        skipped("no cgroup2 mount");
         return;
     };
     let uid = random_pod_uid();
@@ -432,7 +420,7 @@ fn v1_cgroupfs_layout_on_pids_and_systemd_hierarchies() {
     }
     let m = mounts();
     let (Some(pids), Some(systemd)) = (m.v1_pids, m.v1_systemd) else {
-        eprintln!("skipped: no v1 pids + name=systemd hierarchies");
+        skipped("no v1 pids + name=systemd hierarchies");
         return;
     };
     let uid = random_pod_uid();
@@ -451,7 +439,7 @@ fn v1_cgroupfs_layout_on_pids_and_systemd_hierarchies() {
 
     // A sibling container of the same pod, started first.
     let other = procs.spawn(&join_then(&[&sibling_leaf], "exec sleep 600"));
-    poll("sibling in its cgroup", || {
+    eventually_blocking("sibling in its cgroup", WAIT, || {
         procs_of(&sibling_leaf).contains(&other).then_some(())
     });
     let (main, child) = start_main(&mut procs, &[&leaf_pids, &leaf_systemd], scratch.path());

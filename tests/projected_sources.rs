@@ -12,8 +12,6 @@ use std::time::Duration;
 
 const NS: &str = "shop";
 const WAIT: Duration = Duration::from_secs(15);
-/// How long "nothing happens" is watched for.
-const QUIET: Duration = Duration::from_millis(1500);
 
 /// `app-config` and the pod's labels in one projected volume.
 fn labels_volume() -> serde_json::Value {
@@ -71,7 +69,7 @@ async fn one_signal_naming_app_config(node: &Node, name: &str, out: &std::path::
         "{}",
         event.note
     );
-    never("a second signal", QUIET, || signals_in(out).len() > 1).await;
+    never("a second signal", AGENT_QUIET, || signals_in(out).len() > 1).await;
     assert_eq!(node.events(NS, name, "Signaled").len(), 1);
 }
 
@@ -93,7 +91,7 @@ async fn a_label_edit_never_acts_a_configmap_change_in_the_same_volume_acts_once
         (swaps(&node) > before).then_some(())
     })
     .await;
-    never("a signal on a label edit", QUIET, || {
+    never("a signal on a label edit", AGENT_QUIET, || {
         !signals_in(&out).is_empty()
     })
     .await;
@@ -115,7 +113,7 @@ async fn a_token_refresh_never_acts_a_configmap_change_in_the_token_volume_acts_
         (swaps(&node) >= before + 2.0).then_some(())
     })
     .await;
-    never("a signal on a token refresh", QUIET, || {
+    never("a signal on a token refresh", AGENT_QUIET, || {
         !signals_in(&out).is_empty()
     })
     .await;
@@ -170,9 +168,11 @@ async fn a_cluster_ca_rotation_acts_only_on_pods_that_name_kube_root_ca() {
         "{}",
         event.note
     );
-    never("a signal to a pod that did not name the CA", QUIET, || {
-        !signals_in(&plain).is_empty()
-    })
+    never(
+        "a signal to a pod that did not name the CA",
+        AGENT_QUIET,
+        || !signals_in(&plain).is_empty(),
+    )
     .await;
     assert!(node.events(NS, "plain", "Signaled").is_empty());
 }
@@ -196,9 +196,11 @@ async fn while_the_agent_is_down_a_label_edit_is_nothing_and_a_configmap_change_
     node.kubelet.rotate_tokens();
     node.start_agent(&[]).await;
     node.wait_tracked(2).await;
-    never("a signal after a restart over a label edit", QUIET, || {
-        !signals_in(&out).is_empty()
-    })
+    never(
+        "a signal after a restart over a label edit",
+        AGENT_QUIET,
+        || !signals_in(&out).is_empty(),
+    )
     .await;
     node.stop_agent().await;
 
@@ -211,7 +213,10 @@ async fn while_the_agent_is_down_a_label_edit_is_nothing_and_a_configmap_change_
         (signals_in(&out) == ["SIGHUP"]).then_some(())
     })
     .await;
-    never("a second signal", QUIET, || signals_in(&out).len() > 1).await;
+    never("a second signal", AGENT_QUIET, || {
+        signals_in(&out).len() > 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -24,8 +24,6 @@ const BASELINE: &str = "reloadlet.io/rollout-baseline";
 const NO_ELECTION: &str = "--leader-elect=false";
 const COMPAT: &str = "--reloader-compat";
 const WAIT: Duration = Duration::from_secs(40);
-/// How long "nothing happens" is watched for.
-const QUIET: Duration = Duration::from_secs(3);
 
 /// What a Deployment mounts: (volume kind, object name).
 enum Mount<'a> {
@@ -216,11 +214,15 @@ async fn every_reloader_annotation_rolls_what_reloader_would_once_and_nothing_el
         let annotations: &[(&str, &str)] = if name == "ignored-cfg" { &ignore } else { &[] };
         cm(&node, name, "v2", annotations);
     }
-    never("a patch for a change no annotation asks for", QUIET, || {
-        ["list", "search", "ignored", "mine"]
-            .iter()
-            .any(|n| patches(&node, n) > 0)
-    })
+    never(
+        "a patch for a change no annotation asks for",
+        CONTROLLER_QUIET,
+        || {
+            ["list", "search", "ignored", "mine"]
+                .iter()
+                .any(|n| patches(&node, n) > 0)
+        },
+    )
     .await;
 
     // Everything that rolls, changed at once: each Deployment patched exactly once.
@@ -236,12 +238,16 @@ async fn every_reloader_annotation_rolls_what_reloader_would_once_and_nothing_el
         })
         .await;
     }
-    never("a second patch, or one of the others", QUIET, || {
-        ["auto", "tpl", "list", "search"]
-            .iter()
-            .any(|n| patches(&node, n) > 1)
-            || ["ignored", "mine"].iter().any(|n| patches(&node, n) > 0)
-    })
+    never(
+        "a second patch, or one of the others",
+        CONTROLLER_QUIET,
+        || {
+            ["auto", "tpl", "list", "search"]
+                .iter()
+                .any(|n| patches(&node, n) > 1)
+                || ["ignored", "mine"].iter().any(|n| patches(&node, n) > 0)
+        },
+    )
     .await;
     let d = node.api.get_deployment(NS, "auto").unwrap();
     let anns = d
@@ -303,9 +309,11 @@ async fn without_the_flag_nothing_rolls_and_secret_annotations_need_secrets() {
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
     settled(&node, &["web", "tok"], false).await;
     cm(&node, "web-cfg", "v2", &[]);
-    never("a patch with --reloader-compat off", QUIET, || {
-        patches(&node, "web") > 0
-    })
+    never(
+        "a patch with --reloader-compat off",
+        CONTROLLER_QUIET,
+        || patches(&node, "web") > 0,
+    )
     .await;
     assert!(live(&node, "web").iter().all(|p| !has_baseline(p)));
     controller.stop().await;
@@ -325,7 +333,7 @@ async fn without_the_flag_nothing_rolls_and_secret_annotations_need_secrets() {
     sec(&node, "tok-sec", "v2");
     cm(&node, "web-cfg", "v3", &[]);
     until("web rolled", WAIT, || patches(&node, "web") == 1).await;
-    never("the Secret workload patched", QUIET, || {
+    never("the Secret workload patched", CONTROLLER_QUIET, || {
         patches(&node, "tok") > 0
     })
     .await;

@@ -22,8 +22,6 @@ const NS: &str = "apps";
 const BASELINE: &str = "reloadlet.io/rollout-baseline";
 const NO_ELECTION: &str = "--leader-elect=false";
 const WAIT: Duration = Duration::from_secs(40);
-/// How long "nothing happens" is watched for.
-const QUIET: Duration = Duration::from_secs(3);
 
 /// A pod template: `action: rollout`, ConfigMap `cfg` mounted, no reload support at all.
 fn template(app: &str) -> Value {
@@ -170,9 +168,11 @@ async fn a_one_replica_deployment_rolls_surge_first_once_per_change_and_never_tw
     node.api
         .merge_patch_configmap(NS, "web-cfg", &json!({"metadata": {"labels": {"x": "1"}}}))
         .unwrap();
-    never("a patch after a label-only change", QUIET, || {
-        workload_patches(&node, "deployments/web") > 0
-    })
+    never(
+        "a patch after a label-only change",
+        CONTROLLER_QUIET,
+        || workload_patches(&node, "deployments/web") > 0,
+    )
     .await;
 
     change(&node, "web-cfg", "v2");
@@ -220,7 +220,7 @@ async fn a_one_replica_deployment_rolls_surge_first_once_per_change_and_never_tw
     settled(&node, WorkloadKind::Deployment, "web", 1).await;
     controller.stop().await;
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
-    never("a second patch after a restart", QUIET, || {
+    never("a second patch after a restart", CONTROLLER_QUIET, || {
         workload_patches(&node, "deployments/web") > 1
     })
     .await;
@@ -234,7 +234,7 @@ async fn a_one_replica_deployment_rolls_surge_first_once_per_change_and_never_tw
         workload_patches(&node, "deployments/web") == 2
     })
     .await;
-    never("a third patch", QUIET, || {
+    never("a third patch", CONTROLLER_QUIET, || {
         workload_patches(&node, "deployments/web") > 2
     })
     .await;
@@ -334,7 +334,7 @@ async fn statefulsets_and_daemonsets_roll_on_delete_and_unowned_pods_are_warned_
     );
     never(
         "the OnDelete StatefulSet patched or its pod replaced",
-        QUIET,
+        CONTROLLER_QUIET,
         || {
             workload_patches(&node, "statefulsets/frozen") > 0
                 || uids(
@@ -453,7 +453,7 @@ async fn an_eviction_no_budget_allows_ends_in_one_rollout_of_the_owner() {
     assert!(node.api.invariant_violations().is_empty());
     let log = readiness.log();
     assert!(!log.ever_zero_ready(), "{log:?}");
-    never("a second rollout", QUIET, || {
+    never("a second rollout", CONTROLLER_QUIET, || {
         workload_patches(&node, "deployments/web") > 1
     })
     .await;
@@ -488,7 +488,7 @@ async fn only_the_keys_a_volume_projects_through_items_roll() {
     cfg("v1", "x2");
     never(
         "a patch for a key the volume does not project",
-        QUIET,
+        CONTROLLER_QUIET,
         || workload_patches(&node, "deployments/web") > 0,
     )
     .await;
@@ -498,7 +498,7 @@ async fn only_the_keys_a_volume_projects_through_items_roll() {
         workload_patches(&node, "deployments/web") == 1
     })
     .await;
-    never("a second patch", QUIET, || {
+    never("a second patch", CONTROLLER_QUIET, || {
         workload_patches(&node, "deployments/web") > 1
     })
     .await;
@@ -569,7 +569,7 @@ async fn an_argo_rollout_is_restarted_through_spec_restart_at_once() {
         (requested[0].0.as_str(), requested[0].1.as_str()),
         ("Rollout", "canary")
     );
-    never("a second patch", QUIET, || {
+    never("a second patch", CONTROLLER_QUIET, || {
         workload_patches(&node, "rollouts/canary") > 1
     })
     .await;
@@ -629,7 +629,7 @@ async fn a_transient_block_that_outlasts_blocked_timeout_ends_in_one_rollout() {
         (requested[0].0.as_str(), requested[0].1.as_str()),
         ("Deployment", "web")
     );
-    never("a second rollout", QUIET, || {
+    never("a second rollout", CONTROLLER_QUIET, || {
         workload_patches(&node, "deployments/web") > 1
     })
     .await;
@@ -704,9 +704,11 @@ async fn a_min_interval_holds_across_a_controller_restart() {
     // the Deployment — the same time, not announced (nor recorded) again.
     controller.stop().await;
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
-    never("a second rollout inside the interval", QUIET, || {
-        rollouts(&node) > 1
-    })
+    never(
+        "a second rollout inside the interval",
+        CONTROLLER_QUIET,
+        || rollouts(&node) > 1,
+    )
     .await;
     assert_eq!(events(&node, "ReloadDeferred").len(), 1);
     until(
@@ -715,7 +717,7 @@ async fn a_min_interval_holds_across_a_controller_restart() {
         || rollouts(&node) == 2,
     )
     .await;
-    never("a third rollout", QUIET, || rollouts(&node) > 2).await;
+    never("a third rollout", CONTROLLER_QUIET, || rollouts(&node) > 2).await;
     assert_eq!(events(&node, "ReloadDeferred").len(), 1);
     assert_eq!(
         workload_patches(&node, "deployments/web"),
@@ -758,7 +760,7 @@ async fn a_rollout_refused_for_an_invalid_pacing_annotation_is_not_granted_by_a_
     .await;
     never(
         "a rollout of web while its annotation is invalid",
-        QUIET,
+        CONTROLLER_QUIET,
         || workload_patches(&node, "deployments/web") > 0,
     )
     .await;
@@ -791,10 +793,14 @@ async fn a_rollout_refused_for_an_invalid_pacing_annotation_is_not_granted_by_a_
         refused[0].2.contains("reloadlet.io/min-interval is \"1m\" on the pod but \"banana\" in Deployment web's pod template"),
         "{refused:?}"
     );
-    never("a rollout of web, or a second of api", QUIET, || {
-        workload_patches(&node, "deployments/web") > 0
-            || workload_patches(&node, "deployments/api") > 1
-    })
+    never(
+        "a rollout of web, or a second of api",
+        CONTROLLER_QUIET,
+        || {
+            workload_patches(&node, "deployments/web") > 0
+                || workload_patches(&node, "deployments/api") > 1
+        },
+    )
     .await;
     assert_eq!(events(&node, "RolloutRequested").len(), 1);
     controller.stop().await;

@@ -9,6 +9,7 @@
 //! Skips in one line where containerd, ctr, runc, nginx, busybox or catatonit is missing;
 //! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure.
 
+#[path = "support/runtime/mod.rs"]
 mod runtime_support;
 #[path = "support/wait.rs"]
 mod wait;
@@ -28,7 +29,7 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
         return;
     }
     if let Some(why) = missing(&["containerd", "ctr", "runc", "nginx", "busybox", "catatonit"]) {
-        eprintln!("skipped: {why}");
+        wait::skipped(why);
         return;
     }
     let tmp = tempfile::Builder::new()
@@ -97,7 +98,7 @@ async fn nginx_in_a_containerd_container_is_reloaded_by_sighup() {
     .await;
 
     let (agent, listen) = spawn_agent(tmp.path(), &root, NODE);
-    let ok = wait_poll(Duration::from_secs(30), || tracked(&listen) >= 1.0).await;
+    let ok = wait::within(Duration::from_secs(30), || tracked(&listen) >= 1.0).await;
     assert!(
         ok,
         "the agent never tracked nginx's volume:\n{}",

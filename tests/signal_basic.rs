@@ -9,8 +9,6 @@ use std::time::Duration;
 
 const NS: &str = "shop";
 const WAIT: Duration = Duration::from_secs(15);
-/// How long "nothing happens" is watched for.
-const QUIET: Duration = Duration::from_millis(1500);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn signals_only_the_main_process_of_the_container_that_mounts_the_changed_configmap() {
@@ -54,7 +52,7 @@ async fn signals_only_the_main_process_of_the_container_that_mounts_the_changed_
         format!("sent SIGHUP to container app (pid {main_pid}): configmap app-conf changed")
     );
     // Nothing else was touched: the child, the sibling container, the pause process.
-    never("a decoy got a signal", QUIET, || {
+    never("a decoy got a signal", AGENT_QUIET, || {
         !signals_in(&child).is_empty() || !signals_in(&sidecar).is_empty()
     })
     .await;
@@ -86,21 +84,44 @@ async fn pods_that_did_not_opt_in_are_never_touched() {
     let mut node = Node::start(NodeOptions::default()).await;
     node.start_agent(&[]).await;
     node.api.apply_configmap(configmap(NS, "c", &[("k", "v1")]));
-    let out = node.path("plain.sig");
+    let (out, control) = (node.path("plain.sig"), node.path("opted.sig"));
     node.api.create_pod(
         pod(NS, "plain")
             .configmap_volume("conf", "c")
             .recorder("app", &out, &[("conf", "/c")])
             .build(),
     );
+    // The positive control: the same ConfigMap, the same recorder, opted in.
+    node.api.create_pod(
+        pod(NS, "opted")
+            .signal()
+            .configmap_volume("conf", "c")
+            .recorder("app", &control, &[("conf", "/c")])
+            .build(),
+    );
     node.wait_running(NS, "plain").await;
-    node.wait_tracked(2).await;
-    node.api.apply_configmap(configmap(NS, "c", &[("k", "v2")]));
-    never("a signal to a pod without the annotation", QUIET, || {
-        !signals_in(&out).is_empty()
+    node.wait_running(NS, "opted").await;
+    until("both recorders ready", WAIT, || {
+        recorder_ready(&out) && recorder_ready(&control)
     })
     .await;
-    assert!(node.all_events().is_empty(), "{:?}", node.all_events());
+    node.wait_tracked(4).await;
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "v2")]));
+    until("the opted-in pod beside it got SIGHUP", WAIT, || {
+        signals_in(&control) == ["SIGHUP"]
+    })
+    .await;
+    never(
+        "a signal to a pod without the annotation",
+        AGENT_QUIET,
+        || !signals_in(&out).is_empty(),
+    )
+    .await;
+    let events = node.all_events();
+    assert!(
+        events.iter().all(|e| e.regarding_name == "opted"),
+        "only the opted-in pod has events: {events:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -128,7 +149,7 @@ async fn unchanged_content_and_token_rotation_cause_nothing_then_a_real_change_d
         (node.metric("reloadlet_volume_swaps_total{plugin=\"projected\"}") >= 1.0).then_some(())
     })
     .await;
-    never("a signal without a ConfigMap change", QUIET, || {
+    never("a signal without a ConfigMap change", AGENT_QUIET, || {
         !signals_in(&out).is_empty()
     })
     .await;
@@ -162,7 +183,7 @@ async fn configmaps_annotation_narrows_the_sources_that_count() {
     node.api.apply_configmap(configmap(NS, "b", &[("k", "2")]));
     never(
         "a signal for a ConfigMap outside reloadlet.io/configmaps",
-        QUIET,
+        AGENT_QUIET,
         || !signals_in(&out).is_empty(),
     )
     .await;
@@ -179,6 +200,15 @@ async fn invalid_annotations_give_a_warning_and_no_signal() {
     node.start_agent(&[]).await;
     node.api.apply_configmap(configmap(NS, "c", &[("k", "1")]));
     let (bad_sig, bad_container) = (node.path("sig.sig"), node.path("container.sig"));
+    // The positive control: a valid pod beside them, on the same ConfigMap.
+    let control = node.path("valid.sig");
+    node.api.create_pod(
+        pod(NS, "valid")
+            .signal()
+            .configmap_volume("conf", "c")
+            .recorder("app", &control, &[("conf", "/c")])
+            .build(),
+    );
     node.api.create_pod(
         pod(NS, "kill")
             .signal()
@@ -202,11 +232,22 @@ async fn invalid_annotations_give_a_warning_and_no_signal() {
     assert!(ev.note.contains("\"ap\""), "{}", ev.note);
     node.wait_running(NS, "kill").await;
     node.wait_running(NS, "typo").await;
-    node.wait_tracked(4).await;
-    node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
-    never("a signal despite an invalid annotation", QUIET, || {
-        !signals_in(&bad_sig).is_empty() || !signals_in(&bad_container).is_empty()
+    node.wait_running(NS, "valid").await;
+    until("the valid pod's recorder ready", WAIT, || {
+        recorder_ready(&control)
     })
+    .await;
+    node.wait_tracked(6).await;
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "2")]));
+    until("the valid pod beside them got SIGHUP", WAIT, || {
+        signals_in(&control) == ["SIGHUP"]
+    })
+    .await;
+    never(
+        "a signal despite an invalid annotation",
+        AGENT_QUIET,
+        || !signals_in(&bad_sig).is_empty() || !signals_in(&bad_container).is_empty(),
+    )
     .await;
     assert!(
         node.agent_log().contains("invalid"),
@@ -236,7 +277,7 @@ async fn sub_path_only_mounts_get_a_warning_instead_of_a_useless_signal() {
     let ev = node.wait_event(NS, "sub", "SubPathNotUpdated").await;
     assert_eq!(ev.type_, "Warning");
     assert!(ev.note.contains("subPath"), "{}", ev.note);
-    never("a signal to a subPath-only consumer", QUIET, || {
+    never("a signal to a subPath-only consumer", AGENT_QUIET, || {
         !signals_in(&out).is_empty()
     })
     .await;
@@ -322,9 +363,11 @@ async fn restartable_init_containers_are_signalled_too() {
         (signals_in(&proxy) == ["SIGHUP"]).then_some(())
     })
     .await;
-    never("the container without the mount got nothing", QUIET, || {
-        !signals_in(&app).is_empty()
-    })
+    never(
+        "the container without the mount got nothing",
+        AGENT_QUIET,
+        || !signals_in(&app).is_empty(),
+    )
     .await;
 }
 

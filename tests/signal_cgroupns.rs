@@ -38,6 +38,7 @@ async fn signals_from_inside_a_private_cgroup_namespace() {
     let cg = AgentCgroup(v2.join(format!("reloadlet-agent-{}", std::process::id())));
     std::fs::create_dir(&cg.0).unwrap();
     let mut wrapper = Command::new("/bin/sh");
+    nodesim::runtime::default_signals(&mut wrapper);
     wrapper.arg("-c").arg(format!(
         "echo $$ > {}/cgroup.procs && exec unshare --cgroup \"$0\" \"$@\"",
         cg.0.display()
@@ -84,11 +85,9 @@ async fn signals_from_inside_a_private_cgroup_namespace() {
         || (signals_in(&app) == ["SIGHUP"]).then_some(()),
     )
     .await;
-    never(
-        "the child is left alone",
-        Duration::from_millis(800),
-        || !signals_in(&child).is_empty(),
-    )
+    never("the child is left alone", AGENT_QUIET, || {
+        !signals_in(&child).is_empty()
+    })
     .await;
     let _ = node.stop_agent().await;
 }

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 const NS: &str = "shop";
 const WAIT: Duration = Duration::from_secs(15);
-const QUIET: Duration = Duration::from_millis(1500);
 
 /// A container running `argv`, mounting volume `conf` (under the test's directory `base`).
 fn plain(base: &Path, name: &str, argv: &[&str]) -> serde_json::Value {
@@ -127,9 +126,11 @@ async fn a_process_that_does_not_handle_the_signal_is_warned_about_and_never_kil
         ev.note,
         format!("did not send SIGHUP to container app: process sleep (pid {shared_pid}) has no handler for SIGHUP and is not PID 1 of its PID namespace: SIGHUP would terminate the process: configmap c changed")
     );
-    never("a process that does not handle SIGHUP died", QUIET, || {
-        !alive(sleep1_pid) || !alive(ign_pid) || !alive(shared_pid)
-    })
+    never(
+        "a process that does not handle SIGHUP died",
+        AGENT_QUIET,
+        || !alive(sleep1_pid) || !alive(ign_pid) || !alive(shared_pid),
+    )
     .await;
     for name in ["sleep-pid1", "ignores", "shared"] {
         assert!(
@@ -243,7 +244,7 @@ async fn a_process_that_handles_the_signal_gets_it_whichever_way_it_takes_it() {
     );
     let ev = node.wait_event(NS, "shared-on", "SignalNotHandled").await;
     assert!(ev.note.starts_with("did not send SIGHUP"), "{}", ev.note);
-    never("shared-on got a signal", QUIET, || {
+    never("shared-on got a signal", AGENT_QUIET, || {
         !signals_in(&shared_on).is_empty()
     })
     .await;

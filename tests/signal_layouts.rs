@@ -67,7 +67,7 @@ async fn scenario(runtime: Runtime, driver: CgroupDriver, cgroup_version: Cgroup
         "{}",
         ev.note
     );
-    never("a decoy got a signal", Duration::from_millis(800), || {
+    never("a decoy got a signal", AGENT_QUIET, || {
         !signals_in(&child).is_empty() || !signals_in(&sibling).is_empty()
     })
     .await;

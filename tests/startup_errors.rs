@@ -2,6 +2,9 @@
 //! for: a malformed --pod-selector, a byte size that is not a quantity, no inotify instance
 //! left (`fs.inotify.max_user_instances`).
 
+#[path = "support/wait.rs"]
+mod wait;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -99,8 +102,7 @@ fn max_volume_bytes_takes_kubernetes_quantities() {
 #[test]
 fn no_inotify_instance_left_exits_naming_the_sysctl() {
     if std::env::var_os(IN_USERNS).is_none() {
-        if !nix::unistd::Uid::effective().is_root() {
-            eprintln!("skipped: needs root");
+        if !wait::root_or_skip() {
             return;
         }
         let out = Command::new("unshare")

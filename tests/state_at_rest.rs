@@ -14,7 +14,6 @@ use std::time::Duration;
 
 const NS: &str = "vault";
 const WAIT: Duration = Duration::from_secs(15);
-const QUIET: Duration = Duration::from_millis(1500);
 
 fn mode(path: &Path) -> u32 {
     fs::metadata(path).unwrap().permissions().mode() & 0o7777
@@ -231,7 +230,7 @@ async fn a_version_1_state_is_migrated_acting_only_on_real_changes_made_while_do
     .await;
     never(
         "an action on anything else after the migration",
-        QUIET,
+        AGENT_QUIET,
         || {
             !signals_in(&same).is_empty()
                 || !signals_in(&labelled).is_empty()

@@ -9,6 +9,7 @@
 //!   that namespace's own limit, `/proc/sys/user/max_inotify_watches`; the kernel answers
 //!   `ENOSPC` exactly as for the global sysctl.
 
+#[path = "support/watch.rs"]
 mod watch_support;
 
 use std::collections::BTreeSet;

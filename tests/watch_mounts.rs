@@ -1,6 +1,7 @@
 //! Secret and projected volumes get a tmpfs mounted on their directory after it exists
 //! (node-facts §1). Needs root (mount); skipped otherwise.
 
+#[path = "support/watch.rs"]
 mod watch_support;
 
 use std::fs;

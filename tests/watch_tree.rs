@@ -1,5 +1,6 @@
 //! The volume watcher on a plain directory tree (no mounts, no sysctls).
 
+#[path = "support/watch.rs"]
 mod watch_support;
 
 use std::collections::BTreeSet;

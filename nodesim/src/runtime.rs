@@ -18,6 +18,16 @@ use crate::runtime_shim::{
     cleanup, init_script, release_targets, reset_signals, shim_argv, wait_for_exec, PidNs,
 };
 pub use crate::runtime_shim::{parent_of, random_container_id, stand_in_argv};
+
+/// Starts `cmd` as a service manager starts a process: every catchable signal (real-time ones
+/// included) at its default action and none blocked, whatever the caller inherited (`nohup` ignores SIGHUP, `setsid`
+/// and shells may leave others ignored or blocked). Used for the containers here and for
+/// every process a test starts (the agent, the controller, shells, runtimes), so that a test
+/// run under `nohup` or from a shell that blocks signals behaves as one run from a terminal.
+pub fn default_signals(cmd: &mut Command) -> &mut Command {
+    // SAFETY: sigaction(2) and sigprocmask(2) are async-signal-safe; nothing is allocated.
+    unsafe { cmd.pre_exec(reset_signals) }
+}
 use std::collections::HashMap;
 use std::fs;
 use std::io;
@@ -375,10 +385,7 @@ impl SimRuntime {
         // starts (src/core/exec-invoke.c: reset_all_signal_handlers(), reset_signal_mask()).
         // Without this, a test run under `nohup` (SIGHUP ignored) or from a shell that blocks
         // signals would hand that disposition down to every simulated container.
-        // SAFETY: sigaction(2) and sigprocmask(2) are async-signal-safe; nothing is allocated.
-        unsafe {
-            cmd.pre_exec(reset_signals);
-        }
+        default_signals(&mut cmd);
         let shim = match cmd.spawn() {
             Ok(child) => child,
             Err(source) => {
@@ -464,5 +471,52 @@ mod tests {
             Some(nix::unistd::getppid().as_raw())
         );
         assert_eq!(parent_of(-1), None);
+    }
+
+    /// `SigIgn` and `SigBlk` of a process started with `cmd`'s settings, as
+    /// `(ignored, blocked)` bit masks.
+    fn dispositions(mut cmd: Command) -> (u64, u64) {
+        let out = cmd.output().expect("run grep");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+        };
+        (field("SigIgn:"), field("SigBlk:"))
+    }
+
+    /// A process started as a test started under `nohup` from a shell that blocks SIGUSR1:
+    /// SIGHUP ignored and SIGUSR1 blocked when it execs (set after the fork, as inherited).
+    fn as_if_inherited() -> Command {
+        use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
+        let mut cmd = Command::new("grep");
+        cmd.args(["-E", "^Sig(Ign|Blk):", "/proc/self/status"]);
+        // SAFETY: signal(2) and sigprocmask(2) are async-signal-safe; nothing is allocated.
+        unsafe {
+            cmd.pre_exec(|| {
+                signal(Signal::SIGHUP, SigHandler::SigIgn).map_err(io::Error::from)?;
+                let mut usr1 = SigSet::empty();
+                usr1.add(Signal::SIGUSR1);
+                sigprocmask(SigmaskHow::SIG_BLOCK, Some(&usr1), None).map_err(io::Error::from)
+            });
+        }
+        cmd
+    }
+
+    #[test]
+    fn default_signals_undoes_what_nohup_and_a_blocking_shell_hand_down() {
+        const HUP: u64 = 1 << (nix::sys::signal::Signal::SIGHUP as u64 - 1);
+        const USR1: u64 = 1 << (nix::sys::signal::Signal::SIGUSR1 as u64 - 1);
+        // The positive control: without the reset the child does inherit both.
+        let (ignored, blocked) = dispositions(as_if_inherited());
+        assert!(
+            ignored & HUP != 0 && blocked & USR1 != 0,
+            "{ignored:x} {blocked:x}"
+        );
+        let mut cmd = as_if_inherited();
+        default_signals(&mut cmd);
+        assert_eq!(dispositions(cmd), (0, 0));
     }
 }

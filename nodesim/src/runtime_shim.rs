@@ -255,14 +255,34 @@ pub fn stand_in_argv() -> Vec<String> {
     vec!["/bin/sh".into(), "-c".into(), script.into()]
 }
 
-/// In the forked child before exec: every catchable standard signal back to `SIG_DFL`, an
-/// empty mask.
+/// In the forked child before exec: every catchable signal, the real-time ones included, back
+/// to `SIG_DFL`, an empty mask. Through `rt_sigaction(2)` itself: glibc's `sigaction` refuses
+/// the two real-time signals it keeps for itself (32 and 33), which a parent may still have
+/// left ignored.
 pub(crate) fn reset_signals() -> std::io::Result<()> {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal};
-    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
-    for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
-        // SAFETY: installing SIG_DFL is always sound.
-        unsafe { sigaction(sig, &default) }.map_err(std::io::Error::from)?;
+    use nix::libc;
+    use nix::sys::signal::{SigSet, SigmaskHow};
+    // The kernel's `struct sigaction` all zero: handler SIG_DFL, no flags, no restorer, an
+    // empty mask, whatever the architecture's field order.
+    let default = [0u64; 4];
+    for signo in 1..=64 {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: `default` is readable for the size of the kernel's sigaction; no old action
+        // is asked for; the sigset size is the kernel's (8 bytes).
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signo,
+                default.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
     }
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
         .map_err(std::io::Error::from)

@@ -45,7 +45,7 @@ pub const THREAD_NAME: &str = "reloadlet-hot";
 impl HotThread {
     /// Starts the thread and arms the volume watches on it (the watcher's fd belongs to that
     /// thread's runtime). Errors as [`VolumeWatcher::new`] does; nothing is left running then.
-    /// `slice`: the scheduler slice the thread asks for ([`super::hot_slice`]; zero: the
+    /// `slice`: the scheduler slice the thread asks for ([`crate::host::sched::request_slice`]; zero: the
     /// kernel's default); a kernel that refuses it is logged and the thread goes on.
     pub fn spawn(
         kubelet_root: PathBuf,
@@ -59,7 +59,7 @@ impl HotThread {
             .name(THREAD_NAME.into())
             .spawn(move || {
                 if !slice.is_zero() {
-                    match super::hot_slice::request(slice) {
+                    match crate::host::sched::request_slice(slice) {
                         Ok(()) => tracing::debug!(
                             slice_us = slice.as_micros() as u64,
                             "hot thread scheduler slice set"

@@ -10,7 +10,6 @@ pub mod budget_warnings;
 mod chores;
 mod decisions;
 pub mod hasher;
-pub mod hot_slice;
 pub mod hot_thread;
 mod migrate;
 pub mod pacing;

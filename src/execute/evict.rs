@@ -19,8 +19,9 @@ use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
 use crate::retry::{Backoff, Jitter, Retries, RetryAfter};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
@@ -68,7 +69,7 @@ pub struct EvictJob {
     pub pod: PodRef,
     pub cause: String,
     /// When the swap was seen (latency metric); `None` for jobs resumed after a restart.
-    pub first_seen: Option<Instant>,
+    pub first_seen: Option<std::time::Instant>,
     /// The ConfigMaps/Secrets whose change it is for (empty for resumed jobs: only `cause`
     /// is persisted).
     pub sources: Vec<crate::core::model::SourceRef>,

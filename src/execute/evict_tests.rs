@@ -240,6 +240,30 @@ async fn a_transient_block_is_retried_at_the_usual_pace_and_evicted_once_it_allo
     assert_eq!(s.notes().last().unwrap().0, "EvictionRequested");
 }
 
+/// The Warning of a refused eviction is repeated once per `warn_every` (5 minutes) of the
+/// runtime's clock: under a paused clock an hour of refusals passes in no real time at all,
+/// and still warns about twelve times, not once.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_that_lasts_warns_again_every_five_minutes_of_the_paused_clock() {
+    // Three expected, two needed, one still starting: transient, retried at the usual pace.
+    let s = Setup::new(None, status(3, 2, 2, 0));
+    let blocked = |s: &Setup| {
+        s.notes()
+            .iter()
+            .filter(|(reason, _)| *reason == "EvictionBlocked")
+            .count()
+    };
+    s.run_for(Duration::from_secs(60)).await;
+    assert_eq!(blocked(&s), 1, "one Warning in the first minute");
+    s.run_for(Duration::from_secs(3600)).await;
+    assert!(s.evictions.is_pending("u1"), "still refused, still pending");
+    let warned = blocked(&s);
+    assert!(
+        (10..=13).contains(&warned),
+        "an hour of refusals warns about every 5 minutes: {warned} Warnings"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn rollout_on_a_known_structural_block_sends_no_eviction_at_all() {
     let s = Setup::new(Some("rollout"), status(1, 1, 1, 0));

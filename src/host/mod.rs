@@ -2,7 +2,7 @@
 //! read ([`volume_read`]), containers' processes found through /proc and cgroups and
 //! signalled through pidfds ([`process`]), the agent's state file ([`state_file`]), the
 //! allocator and mappings ([`memory`]) and the background threads' scheduling policy
-//! ([`sched`]). Every host path is injectable, so each is tested on a temp dir.
+//! and the hot thread's scheduler slice ([`sched`]). Every host path is injectable, so each is tested on a temp dir.
 
 pub mod inotify;
 pub mod memory;

@@ -237,3 +237,19 @@ pub fn recorder_container(
     }
     c
 }
+
+/// An env var `var` read from key `key` of ConfigMap (or, `kind` = `secret`, Secret) `name`.
+pub fn env_key(var: &str, kind: &str, name: &str, key: &str) -> Value {
+    let r = if kind == "secret" {
+        "secretKeyRef"
+    } else {
+        "configMapKeyRef"
+    };
+    json!({"name": var, "valueFrom": {r: {"name": name, "key": key}}})
+}
+
+/// An inline CSI volume of the Secrets Store CSI driver for SecretProviderClass `class`.
+pub fn spc_volume(name: &str, class: &str) -> Value {
+    json!({"name": name, "csi": {"driver": "secrets-store.csi.k8s.io", "readOnly": true,
+        "volumeAttributes": {"secretProviderClass": class}}})
+}

@@ -93,6 +93,31 @@ impl Node {
         Node::from_sim(sim)
     }
 
+    /// A node with the kubelet's real sync timing (`syncFrequency` `sync`: without a nudge a
+    /// ConfigMap change reaches a pod after `sync` to 1.5 × `sync`).
+    pub async fn start_faithful(sync: Duration) -> Node {
+        let sim = SimNode::start(NODE, "reloadlet-it-", |k| {
+            *k = k.clone().faithful(sync);
+        })
+        .await
+        .expect("simulated node");
+        Node::from_sim(sim)
+    }
+
+    /// Publishes CSI volume `volume` of the running pod `uid` as `driver` would, with `files`
+    /// written `style`.
+    pub fn publish_csi(
+        &self,
+        uid: &str,
+        volume: &str,
+        driver: &str,
+        style: nodesim::csi::WriteStyle,
+        files: &[(&str, &str)],
+    ) -> nodesim::csi::CsiVolume {
+        nodesim::csi::CsiVolume::publish(&self.kubelet_root(), uid, volume, driver, style, files)
+            .expect("publish CSI volume")
+    }
+
     /// A node around a simulated node started elsewhere, with the chart's default RBAC.
     pub fn from_sim(sim: SimNode) -> Node {
         let node = Node {
@@ -138,7 +163,7 @@ impl Node {
             all.extend(["--debounce".into(), "0s".into()]);
         }
         all.extend(args.iter().map(|s| s.to_string()));
-        let child = cmd
+        let child = nodesim::runtime::default_signals(&mut cmd)
             .args(&all)
             .env("KUBECONFIG", self.agent_kubeconfig())
             .env("RUST_LOG", "reloadlet=debug,info")

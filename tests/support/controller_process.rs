@@ -30,7 +30,8 @@ impl ControllerProcess {
             node.load_chart_rbac(&crate::common::rbac::controller_chart_values(args, env));
         }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_reloadlet"));
-        cmd.arg("controller")
+        nodesim::runtime::default_signals(&mut cmd)
+            .arg("controller")
             .args(["--listen", &listen])
             .args(args)
             .env("KUBECONFIG", node.controller_kubeconfig())

@@ -9,6 +9,21 @@ use std::time::Duration;
 /// How often the helpers look again.
 const POLL: Duration = Duration::from_millis(10);
 
+// How long a test watches for something that must not happen ([`never`]), named by what
+// would have happened by then. Each absence check follows a positive control in the same
+// test (the same change acted on where it must be), so the window only has to cover the
+// time between that control and the effect that must not come.
+
+/// An agent action (signal, HTTP reload, eviction) that must not come: with `--debounce 0s`
+/// the agent acts within milliseconds of the kubelet's write.
+pub const AGENT_QUIET: Duration = Duration::from_millis(1500);
+/// A controller action (rollout patch, env eviction, Event) that must not come: the
+/// controller acts after a watch event and a GET, within its coalescing.
+pub const CONTROLLER_QUIET: Duration = Duration::from_secs(3);
+/// A nudge, or the SIGHUP a kubelet sync gives, that must not come: past the controller's
+/// re-nudges 1 s and 3 s after a change.
+pub const NUDGE_QUIET: Duration = Duration::from_secs(5);
+
 /// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.
 pub async fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
     poll_until(what, timeout, f, String::new).await
@@ -82,6 +97,35 @@ pub async fn never(what: &str, window: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Whether `f` holds within `timeout` (polled): for a caller that fails with more context
+/// than a panic here would have (a container's log), or that cleans up.
+pub async fn within(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`within`] for code without a runtime (cleanup in `Drop`, setup before one).
+pub fn within_blocking(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
 /// [`eventually`] for tests without a runtime.
 pub fn eventually_blocking<T>(
     what: &str,
@@ -109,16 +153,36 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// `true` when running as root; otherwise says the test is skipped: `if !root_or_skip() {
-/// return; }`. Under `hack/test.sh` (`RELOADLET_REQUIRE_ROOT=1`) a test that needs root
-/// fails instead: a suite that skipped its privileged half must not pass.
+/// `true` when running as root. Otherwise, under `hack/test.sh` (`RELOADLET_REQUIRE_ROOT=1`)
+/// the test fails: a suite that skipped its privileged half must not pass; outside it the
+/// test is [`skipped`]: `if !root_or_skip() { return; }`.
 pub fn root_or_skip() -> bool {
     let root = is_root();
     if !root {
-        if std::env::var_os("RELOADLET_REQUIRE_ROOT").is_some_and(|v| v == "1") {
-            panic!("this test needs root, and RELOADLET_REQUIRE_ROOT=1 (hack/test.sh) forbids skipping it");
-        }
-        eprintln!("skipped: needs root (run hack/test.sh as root, where skipping is an error)");
+        skip_unless_required(
+            "RELOADLET_REQUIRE_ROOT",
+            "needs root (run hack/test.sh as root, where skipping is an error)",
+        );
     }
     root
+}
+
+/// A test that cannot run here: fails when `require` (e.g. `RELOADLET_REQUIRE_IMAGE`, which
+/// `hack/test.sh` sets) is `1`, else says it is [`skipped`] and why.
+pub fn skip_unless_required(require: &str, why: impl std::fmt::Display) {
+    assert!(
+        std::env::var_os(require).is_none_or(|v| v != "1"),
+        "{require}=1 (hack/test.sh) forbids skipping this test, which {why}"
+    );
+    skipped(why);
+}
+
+/// The one way a test says it did not run: one line, `skipped <test>: <why>`, written to the
+/// process's standard error itself, past libtest's capture, so that it shows in the output
+/// of a passing run (an `eprintln!` would be swallowed with the test's other output).
+pub fn skipped(why: impl std::fmt::Display) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr().lock(), "skipped {test}: {why}");
 }

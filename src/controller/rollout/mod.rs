@@ -145,7 +145,7 @@ impl RolloutFeature {
             }
         }
         if world.leader && world.pods_listed {
-            let now = std::time::Instant::now();
+            let now = Instant::now().into_std();
             for key in fetch {
                 self.fetch(key, None, now);
             }
@@ -154,7 +154,7 @@ impl RolloutFeature {
 
     fn object(&mut self, key: &ObjectKey, rv: Option<&str>, world: &World) {
         if world.leader && world.pods_listed && self.tracker.needs_fetch(key, rv) {
-            self.fetch(key.clone(), rv, std::time::Instant::now());
+            self.fetch(key.clone(), rv, Instant::now().into_std());
         }
     }
 
@@ -176,7 +176,7 @@ impl RolloutFeature {
         if !world.leader {
             return;
         }
-        let now = std::time::Instant::now();
+        let now = Instant::now().into_std();
         for key in self.tracker.unrequested() {
             self.fetch(key, None, now);
         }

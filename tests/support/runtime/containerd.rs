@@ -1,6 +1,7 @@
 //! A containerd of the test's own, driven through `ctr` (see the parent module).
 
-use super::{check, remove_cgroup, wait_until};
+use super::{check, remove_cgroup};
+use crate::wait::within_blocking;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -35,7 +36,8 @@ impl Containerd {
         );
         std::fs::write(dir.join("config.toml"), config).unwrap();
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-        let daemon = Command::new("containerd")
+        // containerd starts its containers' shims with what it inherited.
+        let daemon = nodesim::runtime::default_signals(&mut Command::new("containerd"))
             .arg("--config")
             .arg(dir.join("config.toml"))
             .stdout(Stdio::null())
@@ -49,7 +51,7 @@ impl Containerd {
             containers: Vec::new(),
             cgroups: Vec::new(),
         };
-        let up = wait_until(Duration::from_secs(20), || {
+        let up = within_blocking(Duration::from_secs(20), || {
             c.ctr()
                 .arg("version")
                 .stdout(Stdio::null())
@@ -109,7 +111,7 @@ impl Containerd {
             let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
         };
         quiet(self.ctr().args(["task", "kill", "--signal", "SIGKILL", id]));
-        wait_until(Duration::from_secs(10), || self.pid(id).is_none());
+        within_blocking(Duration::from_secs(10), || self.pid(id).is_none());
         quiet(self.ctr().args(["task", "delete", "--force", id]));
         quiet(self.ctr().args(["container", "delete", id]));
         self.containers.retain(|c| c != id);
@@ -154,7 +156,7 @@ impl Drop for Containerd {
                 self.ctr()
                     .args(["task", "kill", "--signal", "SIGKILL", &id]),
             );
-            wait_until(Duration::from_secs(10), || self.pid(&id).is_none());
+            within_blocking(Duration::from_secs(10), || self.pid(&id).is_none());
             quiet(self.ctr().args(["task", "delete", "--force", &id]));
             quiet(self.ctr().args(["container", "delete", &id]));
         }
@@ -163,7 +165,7 @@ impl Drop for Containerd {
                 nix::unistd::Pid::from_raw(daemon.id() as i32),
                 nix::sys::signal::Signal::SIGTERM,
             );
-            if !wait_until(Duration::from_secs(10), || {
+            if !within_blocking(Duration::from_secs(10), || {
                 daemon.try_wait().ok().flatten().is_some()
             }) {
                 let _ = daemon.kill();

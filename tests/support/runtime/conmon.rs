@@ -1,6 +1,7 @@
 //! CRI-O's shape without CRI-O: conmon and runc (see the parent module).
 
-use super::{check, hierarchies, remove_cgroup, running, wait_until, which};
+use super::{check, hierarchies, remove_cgroup, running, which};
+use crate::wait::within_blocking;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -107,7 +108,7 @@ impl Conmon {
         self.containers
             .push((id.to_string(), 0, format!("{pod_cgroup}/crio-{id}")));
         check(
-            Command::new("conmon")
+            nodesim::runtime::default_signals(&mut Command::new("conmon"))
                 .args(["--cid", id, "--cuuid", id, "--name", id, "--runtime"])
                 .arg(which("runc").expect("runc"))
                 .arg(format!("--runtime-arg=--root={}", self.runc_root.display()))
@@ -131,7 +132,7 @@ impl Conmon {
                 .ok()
                 .and_then(|s| s.trim().parse::<i32>().ok())
         };
-        let created = wait_until(Duration::from_secs(10), || {
+        let created = within_blocking(Duration::from_secs(10), || {
             read_pid(&pidfile).is_some() && read_pid(&conmon_pidfile).is_some()
         });
         assert!(created, "conmon did not create container {id}");
@@ -173,7 +174,7 @@ impl Conmon {
         quiet(kill);
         for (_, conmon, _) in &mine {
             if *conmon > 0 {
-                wait_until(Duration::from_secs(10), || !running(*conmon));
+                within_blocking(Duration::from_secs(10), || !running(*conmon));
             }
         }
         let mut delete = self.runc();
@@ -196,7 +197,7 @@ impl Drop for Conmon {
             kill.args(["kill", id, "KILL"]);
             quiet(kill);
             // conmon writes the exit file and exits when its container has exited.
-            if *conmon > 0 && !wait_until(Duration::from_secs(10), || !running(*conmon)) {
+            if *conmon > 0 && !within_blocking(Duration::from_secs(10), || !running(*conmon)) {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(*conmon),
                     nix::sys::signal::Signal::SIGKILL,

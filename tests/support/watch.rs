@@ -2,7 +2,7 @@
 //! sequence of node-facts §2), event collection with deadlines, and root-only guards.
 #![allow(dead_code)]
 
-#[path = "../support/wait.rs"]
+#[path = "wait.rs"]
 mod wait;
 #[allow(unused_imports)] // not every test binary waits
 pub use wait::*;

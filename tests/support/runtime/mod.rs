@@ -15,6 +15,7 @@
 mod conmon;
 mod containerd;
 mod scenes;
+use crate::wait::within_blocking;
 #[allow(unused_imports)] // each test binary uses one runtime
 pub use conmon::Conmon;
 #[allow(unused_imports)]
@@ -23,7 +24,7 @@ pub use scenes::{evict_scene, running_status, spawn_agent, tracked, NginxPod, Po
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Loads the chart's RBAC into `api` and writes a kubeconfig of the agent's service
 /// account to `path`: the agent runs with exactly what the chart grants it.
@@ -88,18 +89,6 @@ fn check(cmd: &mut Command) -> Output {
     out
 }
 
-/// Blocks (polling every 20 ms) until `f` holds or `timeout` passes.
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    f()
-}
-
 /// A root filesystem with no image: empty directories for the mount points, `/usr` (and the
 /// usrmerge links to it) and `/etc` from the host bind-mounted read-only by [`host_mounts`].
 pub fn rootfs(dir: &Path) -> PathBuf {
@@ -150,7 +139,7 @@ pub fn running(pid: i32) -> bool {
 fn remove_cgroup(cgroup: &str) {
     for h in hierarchies() {
         let leaf = h.join(cgroup.trim_start_matches('/'));
-        wait_until(Duration::from_secs(2), || {
+        within_blocking(Duration::from_secs(2), || {
             std::fs::remove_dir(&leaf).is_ok() || !leaf.exists()
         });
         let mut dir = leaf.parent().map(Path::to_path_buf);
@@ -204,12 +193,10 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while std::time::Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if within_blocking(Duration::from_secs(15), || {
+            self.child.try_wait().ok().flatten().is_some()
+        }) {
+            return;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -236,18 +223,4 @@ pub fn parent(pid: i32) -> i32 {
         .unwrap()
         .parse()
         .unwrap()
-}
-
-/// Polls `f` every 20 ms until it holds or `timeout` passes.
-pub async fn wait_poll(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }

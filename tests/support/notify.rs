@@ -2,7 +2,7 @@
 //! Google Chat or a plain webhook, and small helpers.
 #![allow(dead_code)]
 
-#[path = "../support/wait.rs"]
+#[path = "wait.rs"]
 mod wait;
 #[allow(unused_imports)] // not every test binary waits
 pub use wait::*;

@@ -133,21 +133,6 @@ pub fn configmap(
     .unwrap()
 }
 
-/// Polls `f` every 50 ms until it holds (`true`) or `timeout` passes (`false`), so that the
-/// caller can fail with the container's log.
-pub async fn poll_until(timeout: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -378,6 +363,7 @@ impl Podman {
 
     pub fn cmd(&self) -> Command {
         let mut cmd = Command::new("podman");
+        nodesim::runtime::default_signals(&mut cmd);
         let d = &self.dir;
         cmd.arg(format!("--root={}", d.join("root").display()))
             .arg(format!("--runroot={}", d.join("run").display()))
@@ -470,14 +456,10 @@ impl Podman {
                     .collect()
             })
             .unwrap_or_default();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
+        crate::wait::within_blocking(std::time::Duration::from_secs(10), || {
             tops.iter().for_each(|top| remove_cgroup_tree(top));
-            if tops.iter().all(|t| !t.exists()) || std::time::Instant::now() >= deadline {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+            tops.iter().all(|t| !t.exists())
+        });
     }
 }
 

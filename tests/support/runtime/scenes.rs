@@ -3,7 +3,8 @@
 //! whose container runs in the runtime under test is evicted through the Eviction API after
 //! its ConfigMap changes, and replaced.
 
-use super::{free_port, host_mounts, wait_poll, Agent};
+use super::{free_port, host_mounts, Agent};
+use crate::wait::within;
 use nodesim::apiserver::ApiServer;
 use nodesim::atomic_writer::{self, FileProjection};
 use nodesim::probe::http_get;
@@ -75,18 +76,20 @@ pub fn spawn_agent(dir: &Path, root: &Path, node: &str) -> (Agent, String) {
     let listen = format!("127.0.0.1:{}", free_port());
     let log = dir.join("agent.log");
     let agent = Agent {
-        child: Command::new(env!("CARGO_BIN_EXE_reloadlet"))
-            .args(["--node-name", node, "--listen", &listen, "--debounce", "0s"])
-            .arg("--kubelet-root")
-            .arg(root)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .env("KUBECONFIG", dir.join("kubeconfig"))
-            .env("RUST_LOG", "reloadlet=debug,info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn reloadlet"),
+        child: nodesim::runtime::default_signals(&mut Command::new(env!(
+            "CARGO_BIN_EXE_reloadlet"
+        )))
+        .args(["--node-name", node, "--listen", &listen, "--debounce", "0s"])
+        .arg("--kubelet-root")
+        .arg(root)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .env("RUST_LOG", "reloadlet=debug,info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn reloadlet"),
         log,
     };
     (agent, listen)
@@ -179,7 +182,7 @@ pub async fn evict_scene<R: PodRuntime>(stage: &Stage<'_>, runtime: &mut R) {
     });
     api.set_pod_status(ns, &old_name, serde_json::from_value(status).unwrap());
     let want = stage.tracked_before + 1.0;
-    let ok = wait_poll(Duration::from_secs(30), || tracked(stage.listen) >= want).await;
+    let ok = within(Duration::from_secs(30), || tracked(stage.listen) >= want).await;
     assert!(
         ok,
         "the agent never tracked the app's volume:\n{}",
@@ -187,7 +190,7 @@ pub async fn evict_scene<R: PodRuntime>(stage: &Stage<'_>, runtime: &mut R) {
     );
     api.apply_configmap(conf("v2"));
     write_app("v2");
-    let evicted = wait_poll(Duration::from_secs(30), || {
+    let evicted = within(Duration::from_secs(30), || {
         api.evictions()
             .iter()
             .any(|e| e.pod == old_name && e.code == 201)
@@ -201,7 +204,7 @@ pub async fn evict_scene<R: PodRuntime>(stage: &Stage<'_>, runtime: &mut R) {
     // The kubelet's part of a deletion: stop the container, confirm the pod is gone.
     runtime.stop(&app_id);
     api.finalize_pod(ns, &old_name);
-    let replaced = wait_poll(Duration::from_secs(10), || {
+    let replaced = within(Duration::from_secs(10), || {
         let pods = api.pods_of_replicaset(ns, "app");
         pods.len() == 1 && pods[0].metadata.uid.as_deref() != Some(old_uid.as_str())
     })
@@ -303,7 +306,7 @@ impl NginxPod {
     pub async fn change_and_see_one_reload(&self, api: &ApiServer, namespace: &str, agent: &Agent) {
         self.change_conf(api, namespace, "v2");
         let addr = format!("127.0.0.1:{}", self.port);
-        let served = wait_poll(Duration::from_secs(30), || {
+        let served = within(Duration::from_secs(30), || {
             http_get(&addr, "/").is_some_and(|(c, b)| c == 200 && b == "v2")
         })
         .await;
@@ -314,7 +317,7 @@ impl NginxPod {
             1,
             "exactly one SIGHUP, to the master:\n{error_log}"
         );
-        let signaled = wait_poll(Duration::from_secs(10), || {
+        let signaled = within(Duration::from_secs(10), || {
             api.events()
                 .iter()
                 .any(|e| e.reason == "Signaled" && e.regarding_name == "nginx-0")
