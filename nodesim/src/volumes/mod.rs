@@ -2,10 +2,14 @@
 //! `<root>/pods/<uid>/volumes/<plugin>/<name>` (mode 0777), a tmpfs on each secret,
 //! projected and downward-API volume, content written through the [`atomic_writer`].
 //!
-//! [`atomic_writer`]: crate::atomic_writer
+//! [`atomic_writer`]: crate::volumes::atomic_writer
 
-use crate::atomic_writer::{self, WriteOutcome};
-use crate::projection::{self, Payload, ProjectionError, SourceLookup, TokenCache};
+pub mod atomic_writer;
+pub mod csi;
+pub mod projection;
+
+use crate::volumes::atomic_writer::WriteOutcome;
+use crate::volumes::projection::{Payload, ProjectionError, SourceLookup, TokenCache};
 use k8s_openapi::api::core::v1::{Pod, ProjectedVolumeSource, Volume, VolumeProjection};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use std::fs;
