@@ -11,7 +11,8 @@
 //! - [`kubelet`]: syncs the API's pods of this node onto disk and processes.
 
 pub mod apiserver;
-pub mod bench_support;
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod clock;
 pub mod flavor;
 pub mod hold;

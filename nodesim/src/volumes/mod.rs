@@ -329,7 +329,7 @@ impl PodVolumes {
     }
 
     /// Writes every configmap/secret/projected/downward-API volume (the kubelet's sync), one
-    /// after the other. Each outcome comes with [`crate::bench_support::monotonic_ns`] read
+    /// after the other. Each outcome comes with [`crate::clock::monotonic_ns`] read
     /// right after its write (for a swap: just after `..data` was renamed).
     pub fn project_all(
         &mut self,
@@ -345,7 +345,7 @@ impl PodVolumes {
         let mut outcomes = Vec::new();
         for name in names {
             if let Some(outcome) = self.project_volume(&name, pod, lookup)? {
-                outcomes.push((name, outcome, crate::bench_support::monotonic_ns()));
+                outcomes.push((name, outcome, crate::clock::monotonic_ns()));
             }
         }
         Ok(outcomes)

@@ -1,5 +1,6 @@
-//! For reloadlet's benchmark: the kubelet's `..data` swap with the clock read just before the
-//! rename, so a watcher's latency is measured from the swap itself.
+//! For reloadlet's benchmark (feature `bench`, which reloadlet's dev-dependency turns on; not
+//! part of the simulated node): the kubelet's `..data` swap with the clock read just before
+//! the rename, so a watcher's latency is measured from the swap itself.
 //!
 //! [`timed_update`] performs steps 4–9 of [`crate::volumes::atomic_writer::write`] (the kubelet's
 //! `AtomicWriter.Write` in `pkg/volume/util/atomic_writer.go`) for a one-key payload whose
@@ -8,18 +9,12 @@
 //! old content) is reduced to the same reads without the comparison: the caller always
 //! changes the bytes.
 
+pub use crate::clock::monotonic_ns;
 use crate::volumes::atomic_writer::{DATA_DIR_NAME, NEW_DATA_DIR_NAME};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{symlink, DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-
-/// `CLOCK_MONOTONIC` in nanoseconds (what `sigrecorder` writes at signal receipt).
-pub fn monotonic_ns() -> i128 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always available");
-    t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128
-}
 
 /// Swaps `volume_dir`'s `..data` to a new data dir holding `key` = `data`, as the kubelet's
 /// AtomicWriter does on an update; returns [`monotonic_ns`] read just before the
