@@ -29,7 +29,7 @@ use common::*;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use nodesim::apiserver::ApiServerOptions;
-use nodesim::bench_support::timed_update;
+use nodesim::bench::timed_update;
 use nodesim::node::SimNode;
 use serde_json::json;
 use std::collections::BTreeSet;

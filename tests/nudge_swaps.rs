@@ -133,7 +133,7 @@ async fn one_sync_of_a_pod_with_two_configmap_volumes_gives_one_sighup_whether_o
     assert_eq!(s.served(), ("a1".into(), "b1".into()));
 
     // One of the two ConfigMaps changes: the nudge names it, its volume swaps, one SIGHUP.
-    let t1 = nodesim::bench_support::monotonic_ns();
+    let t1 = nodesim::clock::monotonic_ns();
     s.node
         .api
         .apply_configmap(configmap(NS, "a-cfg", &[("app.conf", "a2")]));
@@ -154,7 +154,7 @@ async fn one_sync_of_a_pod_with_two_configmap_volumes_gives_one_sighup_whether_o
     assert_eq!(swapped(&s.node, &s.uid, "b", t1), None, "b is unchanged");
 
     // Both change at once: one sync swaps both volumes, one SIGHUP (not two).
-    let t2 = nodesim::bench_support::monotonic_ns();
+    let t2 = nodesim::clock::monotonic_ns();
     s.node
         .api
         .apply_configmap(configmap(NS, "a-cfg", &[("app.conf", "a3")]));

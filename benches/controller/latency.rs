@@ -25,7 +25,7 @@
 
 use crate::procs::{example, quantile, secs, Reloadlet};
 use crate::{Knobs, NODE};
-use nodesim::bench_support::monotonic_ns;
+use nodesim::clock::monotonic_ns;
 use nodesim::kubelet_sync::{SyncReason, DEFAULT_SYNC_FREQUENCY};
 use nodesim::node::SimNode;
 use serde_json::json;

@@ -12,7 +12,7 @@ use crate::approaches::{Agent, Target};
 use crate::procs::{self, Memory};
 use crate::swaps;
 use crate::{Kind, SETTLED};
-use nodesim::bench_support::monotonic_ns;
+use nodesim::clock::monotonic_ns;
 use nodesim::hold;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -3,33 +3,29 @@
 //!
 //! - [`apiserver`]: a stateful API server on loopback speaking the real wire format
 //!   (pods, events, ConfigMaps, Secrets, evictions, PDBs, ReplicaSets).
-//! - [`atomic_writer`]: the kubelet's AtomicWriter, byte for byte in its sequence.
-//! - [`runtime`]: "containers" as real processes in real cgroups, named as containerd,
-//!   CRI-O and cri-dockerd name them, under both cgroup drivers.
+//! - [`volumes`]: the kubelet's volume plugins: what a pod's volumes project
+//!   ([`volumes::projection`]), the AtomicWriter byte for byte in its sequence
+//!   ([`volumes::atomic_writer`]), a CSI driver's own writes ([`volumes::csi`]).
+//! - [`runtime`]: "containers" as real processes in real cgroups ([`runtime::cgroups`]),
+//!   named as containerd, CRI-O and cri-dockerd name them, under both cgroup drivers.
 //! - [`kubelet`]: syncs the API's pods of this node onto disk and processes.
 
 pub mod apiserver;
-pub mod atomic_writer;
-pub mod bench_support;
-pub mod cgroups;
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod clock;
-pub mod csi;
 pub mod flavor;
 pub mod hold;
 pub mod kubelet;
-mod kubelet_api;
-mod kubelet_options;
-mod kubelet_pod;
-pub mod kubelet_sync;
-mod kubelet_worker;
-mod mount_targets;
 pub mod node;
 pub mod pod_ip;
 pub mod probe;
 pub mod proc_stat;
-pub mod projection;
-pub mod qos;
 pub mod runtime;
-mod runtime_container;
-mod runtime_shim;
 pub mod volumes;
+
+// The flat paths of the layout before the kubelet/, runtime/ and volumes/ folders, kept for
+// the tests, benches and examples that name them.
+pub use kubelet::{qos, sync as kubelet_sync};
+pub use runtime::cgroups;
+pub use volumes::{atomic_writer, csi, projection};

@@ -49,7 +49,7 @@ pub use readiness::{ReadinessLog, ReadinessWatch, ReadySample, WorkloadKind};
 pub use records::{EvictionRecord, InvariantRecord, RecordedEvent, RequestRecord};
 pub use status::ApiStatus;
 
-use crate::projection::SourceLookup;
+use crate::volumes::projection::SourceLookup;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, PodTemplateSpec, Secret};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};

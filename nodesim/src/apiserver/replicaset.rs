@@ -142,7 +142,7 @@ impl State {
                     };
                     let mut pod = rs.new_pod(name, node);
                     self.stamp_new(&mut pod.metadata);
-                    crate::projection::inject_kube_api_access(&mut pod);
+                    crate::volumes::projection::inject_kube_api_access(&mut pod);
 
                     self.commit_pod(pod);
                 }

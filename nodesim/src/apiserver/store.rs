@@ -184,7 +184,7 @@ impl State {
         }
         self.stamp_new(&mut pod.metadata);
         // Admission (ServiceAccount plugin): every pod gets its kube-api-access volume.
-        crate::projection::inject_kube_api_access(&mut pod);
+        crate::volumes::projection::inject_kube_api_access(&mut pod);
         if pod.status.is_none() {
             pod.status = Some(PodStatus {
                 phase: Some("Pending".into()),

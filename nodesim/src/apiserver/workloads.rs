@@ -427,7 +427,7 @@ impl State {
             }),
         };
         self.stamp_new(&mut pod.metadata);
-        crate::projection::inject_kube_api_access(&mut pod);
+        crate::volumes::projection::inject_kube_api_access(&mut pod);
         self.commit_pod(pod);
     }
 

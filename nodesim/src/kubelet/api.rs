@@ -2,7 +2,7 @@
 //! per-pod code.
 
 use crate::apiserver::{ApiChange, ApiServer};
-use crate::projection::SourceLookup;
+use crate::volumes::projection::SourceLookup;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus};
 
 /// Pod annotation: milliseconds after start before the pod reports Ready=True.

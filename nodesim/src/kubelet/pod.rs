@@ -1,11 +1,11 @@
 //! One pod as the simulated kubelet runs it: volumes, sandbox and containers, and the
 //! status it reports.
 
-use crate::atomic_writer::WriteOutcome;
-use crate::kubelet_api::{KubeletApi, READY_DELAY_ANNOTATION};
-use crate::projection::{self, SourceLookup};
-use crate::qos::qos_class;
+use crate::kubelet::api::{KubeletApi, READY_DELAY_ANNOTATION};
+use crate::kubelet::qos::qos_class;
 use crate::runtime::{BindMount, ContainerSpec, RuntimeError, SandboxSpec, SimRuntime};
+use crate::volumes::atomic_writer::WriteOutcome;
+use crate::volumes::projection::{self, SourceLookup};
 use crate::volumes::{PodVolumes, SourceKind, VolumeError, VolumeKind};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,

@@ -2,7 +2,7 @@
 //! volume plugins compute them (`MakePayload`, `collectData`), plus the
 //! `kube-api-access-*` volume the ServiceAccount admission plugin injects.
 
-use crate::atomic_writer::FileProjection;
+use crate::volumes::atomic_writer::FileProjection;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, KeyToPath, Pod, ProjectedVolumeSource,
     Secret, SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeMount,

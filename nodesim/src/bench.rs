@@ -1,31 +1,26 @@
-//! For reloadlet's benchmark: the kubelet's `..data` swap with the clock read just before the
-//! rename, so a watcher's latency is measured from the swap itself.
+//! For reloadlet's benchmark (feature `bench`, which reloadlet's dev-dependency turns on; not
+//! part of the simulated node): the kubelet's `..data` swap with the clock read just before
+//! the rename, so a watcher's latency is measured from the swap itself.
 //!
-//! [`timed_update`] performs steps 4–9 of [`crate::atomic_writer::write`] (the kubelet's
+//! [`timed_update`] performs steps 4–9 of [`crate::volumes::atomic_writer::write`] (the kubelet's
 //! `AtomicWriter.Write` in `pkg/volume/util/atomic_writer.go`) for a one-key payload whose
 //! key already exists: the same syscalls in the same order, so a watch on the volume dir sees
 //! the same events (a test below compares them with the real writer). Step 3 (compare with the
 //! old content) is reduced to the same reads without the comparison: the caller always
 //! changes the bytes.
 
-use crate::atomic_writer::{DATA_DIR_NAME, NEW_DATA_DIR_NAME};
+pub use crate::clock::monotonic_ns;
+use crate::volumes::atomic_writer::{DATA_DIR_NAME, NEW_DATA_DIR_NAME};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{symlink, DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-/// `CLOCK_MONOTONIC` in nanoseconds (what `sigrecorder` writes at signal receipt).
-pub fn monotonic_ns() -> i128 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always available");
-    t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128
-}
-
 /// Swaps `volume_dir`'s `..data` to a new data dir holding `key` = `data`, as the kubelet's
 /// AtomicWriter does on an update; returns [`monotonic_ns`] read just before the
 /// `rename(..data_tmp, ..data)`.
 pub fn timed_update(volume_dir: &Path, key: &str, data: &[u8]) -> io::Result<i128> {
-    crate::atomic_writer::validate_path(key)?;
+    crate::volumes::atomic_writer::validate_path(key)?;
     // (2) the old timestamped dir
     let old = volume_dir.join(fs::read_link(volume_dir.join(DATA_DIR_NAME))?);
     // (3) list the old data dir (a watch on the volume dir with a broad mask sees it opened
@@ -78,7 +73,7 @@ pub fn timed_update(volume_dir: &Path, key: &str, data: &[u8]) -> io::Result<i12
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::atomic_writer::{write, FileProjection};
+    use crate::volumes::atomic_writer::{write, FileProjection};
     use inotify::{Inotify, WatchMask};
     use std::collections::BTreeMap;
 

@@ -1,8 +1,8 @@
 //! A simulated container: what to run ([`ContainerSpec`]), what tests see of it once it runs
 //! ([`ContainerHandle`]), and what the runtime keeps to clean it up ([`Running`]).
 
-use crate::cgroups::Cgroup;
 use crate::flavor::Runtime;
+use crate::runtime::cgroups::Cgroup;
 use std::path::PathBuf;
 use std::process::Child;
 
@@ -63,6 +63,6 @@ pub(crate) struct Running {
     pub(crate) cgroup: Cgroup,
     pub(crate) conmon_cgroup: Option<Cgroup>,
     /// Mount targets on the host this container holds (the container's root is the host's;
-    /// see [`crate::mount_targets`]).
+    /// see [`crate::runtime::mount_targets`]).
     pub(crate) targets: Vec<PathBuf>,
 }

@@ -5,12 +5,19 @@
 //! It runs on its own thread (plus one that forwards [`ApiChange`]s), so its public methods
 //! are blocking; they only wait for that thread, never for the network.
 
+mod api;
+mod options;
+mod pod;
+pub mod qos;
+pub mod sync;
+mod worker;
+
 use crate::apiserver::ApiServer;
-pub use crate::kubelet_api::{KubeletApi, READY_DELAY_ANNOTATION};
-pub use crate::kubelet_options::{KubeletOptions, PodHandles};
-use crate::kubelet_sync::SyncRecord;
-pub use crate::kubelet_sync::{SyncMode, SyncReason};
-use crate::kubelet_worker::{Msg, Worker};
+pub use crate::kubelet::api::{KubeletApi, READY_DELAY_ANNOTATION};
+pub use crate::kubelet::options::{KubeletOptions, PodHandles};
+use crate::kubelet::sync::SyncRecord;
+pub use crate::kubelet::sync::{SyncMode, SyncReason};
+use crate::kubelet::worker::{Msg, Worker};
 use crate::runtime::{RuntimeConfig, RuntimeError, SimRuntime};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -117,7 +124,7 @@ impl SimKubelet {
 
     /// Every `..data` swap the pod's syncs made so far, oldest first (with
     /// [`SyncMode::Faithful`], made by the volume manager's passes after the sync).
-    pub fn swaps(&self, pod_uid: &str) -> Vec<crate::kubelet_sync::SwapRecord> {
+    pub fn swaps(&self, pod_uid: &str) -> Vec<crate::kubelet::sync::SwapRecord> {
         self.ask(|reply| Msg::Swaps(pod_uid.to_owned(), reply))
             .unwrap_or_default()
     }

@@ -2,9 +2,9 @@
 //! `nsenter`), the init script that joins the container cgroup and bind-mounts the volumes,
 //! waiting for the exec, and the cleanup of process group, cgroups and mount targets.
 
-use crate::cgroups::Cgroup;
-use crate::mount_targets;
-use crate::runtime_container::{ContainerSpec, Running};
+use crate::runtime::cgroups::Cgroup;
+use crate::runtime::container::{ContainerSpec, Running};
+use crate::runtime::mount_targets;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fs;

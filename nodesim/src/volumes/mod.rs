@@ -2,10 +2,14 @@
 //! `<root>/pods/<uid>/volumes/<plugin>/<name>` (mode 0777), a tmpfs on each secret,
 //! projected and downward-API volume, content written through the [`atomic_writer`].
 //!
-//! [`atomic_writer`]: crate::atomic_writer
+//! [`atomic_writer`]: crate::volumes::atomic_writer
 
-use crate::atomic_writer::{self, WriteOutcome};
-use crate::projection::{self, Payload, ProjectionError, SourceLookup, TokenCache};
+pub mod atomic_writer;
+pub mod csi;
+pub mod projection;
+
+use crate::volumes::atomic_writer::WriteOutcome;
+use crate::volumes::projection::{Payload, ProjectionError, SourceLookup, TokenCache};
 use k8s_openapi::api::core::v1::{Pod, ProjectedVolumeSource, Volume, VolumeProjection};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use std::fs;
@@ -325,7 +329,7 @@ impl PodVolumes {
     }
 
     /// Writes every configmap/secret/projected/downward-API volume (the kubelet's sync), one
-    /// after the other. Each outcome comes with [`crate::bench_support::monotonic_ns`] read
+    /// after the other. Each outcome comes with [`crate::clock::monotonic_ns`] read
     /// right after its write (for a swap: just after `..data` was renamed).
     pub fn project_all(
         &mut self,
@@ -341,7 +345,7 @@ impl PodVolumes {
         let mut outcomes = Vec::new();
         for name in names {
             if let Some(outcome) = self.project_volume(&name, pod, lookup)? {
-                outcomes.push((name, outcome, crate::bench_support::monotonic_ns()));
+                outcomes.push((name, outcome, crate::clock::monotonic_ns()));
             }
         }
         Ok(outcomes)

@@ -107,7 +107,7 @@ pub fn loop_start(start: Instant, period: Duration) -> Instant {
 #[derive(Clone, Debug)]
 pub struct SwapRecord {
     pub volume: String,
-    /// `CLOCK_MONOTONIC` just after the swap ([`crate::bench_support::monotonic_ns`]).
+    /// `CLOCK_MONOTONIC` just after the swap ([`crate::clock::monotonic_ns`]).
     pub monotonic_ns: i128,
 }
 

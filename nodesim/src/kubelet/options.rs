@@ -2,7 +2,7 @@
 //! containers ([`PodHandles`]).
 
 use crate::flavor::{CgroupDriver, CgroupVersion, Runtime};
-use crate::kubelet_sync::SyncMode;
+use crate::kubelet::sync::SyncMode;
 use crate::runtime::ContainerHandle;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,7 +18,7 @@ pub struct KubeletOptions {
     pub cgroup_version: CgroupVersion,
     /// When volumes are re-projected: [`SyncMode::ProjectOnChange`] (the test shortcut,
     /// the default of [`KubeletOptions::new`]) or the kubelet's real timing
-    /// ([`SyncMode::Faithful`], see [`crate::kubelet_sync`]).
+    /// ([`SyncMode::Faithful`], see [`crate::kubelet::sync`]).
     pub sync_mode: SyncMode,
     /// [`SyncMode::ProjectOnChange`] only: delay between a ConfigMap/Secret change and
     /// the re-projection (0 = at once).

@@ -3,7 +3,7 @@
 //! driver's target `mount/` with a tmpfs on it, published after the pod started and written
 //! the way each driver writes:
 //!
-//! - [`WriteStyle::Atomic`]: the Kubernetes AtomicWriter ([`crate::atomic_writer`]), as the
+//! - [`WriteStyle::Atomic`]: the Kubernetes AtomicWriter ([`crate::volumes::atomic_writer`]), as the
 //!   Secrets Store CSI driver does when its provider returns the contents
 //!   (kubernetes-sigs/secrets-store-csi-driver PR #520) and cert-manager's csi-lib does into
 //!   its own tmpfs (bind-mounted at the target; one mount here, the same files).
@@ -17,7 +17,7 @@
 //! At pod teardown the mount is unmounted and the directory removed with the pod's
 //! ([`crate::volumes::PodVolumes::teardown`] unmounts everything under the pod directory).
 
-use crate::atomic_writer::{self, FileProjection};
+use crate::volumes::atomic_writer::{self, FileProjection};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use std::collections::BTreeMap;
 use std::fs;

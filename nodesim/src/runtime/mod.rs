@@ -9,15 +9,19 @@
 //! cgroup.procs`) and execs the container's command. Under CRI-O the shim first moves itself
 //! into the `crio-conmon-<id>` sibling cgroup, so it plays conmon.
 
-use crate::cgroups::{self, Cgroup, CgroupError, CgroupMounts};
+pub mod cgroups;
+mod container;
+mod mount_targets;
+mod shim;
+
 use crate::flavor::{CgroupDriver, CgroupVersion, QosClass, Runtime};
-use crate::mount_targets;
-use crate::runtime_container::Running;
-pub use crate::runtime_container::{BindMount, ContainerHandle, ContainerSpec};
-use crate::runtime_shim::{
+use crate::runtime::cgroups::{Cgroup, CgroupError, CgroupMounts};
+use crate::runtime::container::Running;
+pub use crate::runtime::container::{BindMount, ContainerHandle, ContainerSpec};
+use crate::runtime::shim::{
     cleanup, init_script, release_targets, reset_signals, shim_argv, wait_for_exec, PidNs,
 };
-pub use crate::runtime_shim::{parent_of, random_container_id, stand_in_argv};
+pub use crate::runtime::shim::{parent_of, random_container_id, stand_in_argv};
 
 /// Starts `cmd` as a service manager starts a process: every catchable signal (real-time ones
 /// included) at its default action and none blocked, whatever the caller inherited (`nohup` ignores SIGHUP, `setsid`
@@ -447,7 +451,7 @@ impl Drop for SimRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime_shim::sh_quote;
+    use crate::runtime::shim::sh_quote;
 
     #[test]
     fn container_ids_are_64_hex() {

@@ -3,13 +3,13 @@
 //! [`SimKubelet`](crate::kubelet::SimKubelet).
 
 use crate::apiserver::ApiChange;
-use crate::kubelet_api::KubeletApi;
-use crate::kubelet_options::{KubeletOptions, PodHandles};
-use crate::kubelet_pod::{PodState, Stage};
-use crate::kubelet_sync::{self, next_tick, remount_at, SwapRecord, SyncRecord};
-use crate::kubelet_sync::{SyncMode, SyncReason};
-use crate::projection;
+use crate::kubelet::api::KubeletApi;
+use crate::kubelet::options::{KubeletOptions, PodHandles};
+use crate::kubelet::pod::{PodState, Stage};
+use crate::kubelet::sync::{self as kubelet_sync, next_tick, remount_at, SwapRecord, SyncRecord};
+use crate::kubelet::sync::{SyncMode, SyncReason};
 use crate::runtime::SimRuntime;
+use crate::volumes::projection;
 use crate::volumes::SourceKind;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
