@@ -13,6 +13,7 @@ pub mod atomic_writer;
 pub mod bench_support;
 pub mod cgroups;
 pub mod clock;
+pub mod crash_backoff;
 pub mod csi;
 pub mod flavor;
 pub mod hold;
