@@ -58,19 +58,16 @@ fn served(out: &Path) -> String {
         .to_owned()
 }
 
-async fn start_only_pod(node: &mut Node, extra: &[(&str, &str)]) -> (std::path::PathBuf, Pod) {
-    node.start_agent(&[]).await;
+async fn start_only_pod(node: &mut Node, agent_args: &[&str]) -> (std::path::PathBuf, Pod) {
+    node.start_agent(agent_args).await;
     node.api.apply_configmap(app_conf("v1", "one"));
     let out = node.path("served");
     let base = out.parent().unwrap().to_owned();
-    let mut b = pod(NS, "web-0")
+    let b = pod(NS, "web-0")
         .annotate("reloadlet.io/action", "restart")
         .annotate("reloadlet.io/restart-grace", "1s")
         .configmap_volume("conf", "app-conf")
         .container(start_only_app(&base, &out));
-    for (k, v) in extra {
-        b = b.annotate(k, v);
-    }
     node.api.create_pod(b.build());
     node.wait_running(NS, "web-0").await;
     eventually("the app serves v1", WAIT, || {
@@ -145,4 +142,55 @@ async fn restart_policy_never_is_refused_with_a_warning_and_nothing_is_stopped()
     assert!(ev.note.contains("restartPolicy Never"), "{}", ev.note);
     assert!(alive(pid), "the process was left alone");
     assert_eq!(served(&out), "serving v1 greeting=one");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_change_inside_the_crash_loop_window_is_deferred_then_applied_not_lost() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    // a short window, so that the test sees its end (10m by default)
+    let (out, _) = start_only_pod(&mut node, &["--restart-spacing", "4s"]).await;
+    node.api.apply_configmap(app_conf("v2", "two"));
+    eventually("the app serves v2", WAIT, || {
+        (served(&out) == "serving v2 greeting=two").then_some(())
+    })
+    .await;
+    node.wait_event(NS, "web-0", "Restarted").await;
+
+    // two more changes inside the window: one deferral, and the latest content wins
+    node.api.apply_configmap(app_conf("v3", "three"));
+    let ev = node.wait_event(NS, "web-0", "RestartDeferred").await;
+    assert_eq!(ev.type_, "Normal");
+    assert!(
+        ev.note.contains("restarted less than 4s ago"),
+        "{}",
+        ev.note
+    );
+    node.api.apply_configmap(app_conf("v4", "four"));
+
+    eventually(
+        "the app serves v4 after the window",
+        Duration::from_secs(60),
+        || (served(&out) == "serving v4 greeting=four").then_some(()),
+    )
+    .await;
+    let p = eventually("restartCount 2", WAIT, || {
+        let p = node.api.get_pod(NS, "web-0")?;
+        (restart_count(&p) == Some(2)).then_some(p)
+    })
+    .await;
+    assert_eq!(
+        restart_count(&p),
+        Some(2),
+        "one restart for v3 and v4 together"
+    );
+    node.wait_metric(
+        "reloadlet_actions_total{action=\"restart\",outcome=\"restarted\"}",
+        2.0,
+    )
+    .await;
+    node.wait_metric(
+        "reloadlet_actions_total{action=\"restart\",outcome=\"restart_deferred\"}",
+        1.0,
+    )
+    .await;
 }

@@ -65,6 +65,8 @@ struct Inner {
     stop: CancellationToken,
     /// When each (pod UID, container) was last restarted (`action: restart`).
     restarted: Mutex<HashMap<(String, String), Instant>>,
+    /// `--restart-spacing`: restarts of one container at least this far apart.
+    restart_spacing: Duration,
     /// Restarts deferred to the end of their crash-loop window: the latest job of each.
     deferred: Mutex<HashMap<(String, String), RestartJob>>,
     /// The async runtime that reports, retries and evicts. The caller of
@@ -116,6 +118,7 @@ impl Executor {
                 signals,
                 stop,
                 restarted: Mutex::default(),
+                restart_spacing: crate::core::restart::MIN_SPACING,
                 deferred: Mutex::default(),
                 runtime: tokio::runtime::Handle::current(),
             }),
@@ -181,6 +184,15 @@ impl Executor {
             },
             &self.inner.runtime,
         );
+    }
+
+    /// Spaces restarts of one container `spacing` apart (default
+    /// [`crate::core::restart::MIN_SPACING`]). Before the executor is shared.
+    pub fn with_restart_spacing(mut self, spacing: Duration) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.restart_spacing = spacing;
+        }
+        self
     }
 
     /// Restarts one container of a pod in place (`action: restart`): its stop signal, SIGKILL
@@ -264,9 +276,7 @@ impl Inner {
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&key)
                 .map(|at| at.elapsed());
-            let Some(wait) =
-                crate::core::restart::spacing(since, crate::core::restart::MIN_SPACING)
-            else {
+            let Some(wait) = crate::core::restart::spacing(since, self.restart_spacing) else {
                 break;
             };
             let first = self
@@ -280,7 +290,7 @@ impl Inner {
                 return;
             }
             if let Some(pod) = self.pod(&job.pod_uid) {
-                let note = restart::deferred_note(&job, wait);
+                let note = restart::deferred_note(&job, self.restart_spacing, wait);
                 tracing::info!(pod = %pod.full_name(), container = %job.container, cause = %job.cause(), action = "restart", outcome = Outcome::RestartDeferred.as_str(), wait_s = wait.as_secs(), "restart deferred");
                 self.report.record(
                     &PodRef::from(&*pod),

@@ -121,11 +121,11 @@ pub fn restarted_note(job: &RestartJob, stopped: &Stopped) -> String {
 }
 
 /// The Event's note of a deferral.
-pub fn deferred_note(job: &RestartJob, wait: Duration) -> String {
+pub fn deferred_note(job: &RestartJob, spacing: Duration, wait: Duration) -> String {
     format!(
         "container {} restarted less than {} ago (the kubelet's crash-loop back-off); restart deferred by {}, then on the latest content: {}",
         job.container,
-        humantime::format_duration(crate::core::restart::MIN_SPACING),
+        humantime::format_duration(spacing),
         humantime::format_duration(Duration::from_secs(wait.as_secs())),
         job.cause()
     )
