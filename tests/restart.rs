@@ -85,6 +85,12 @@ async fn a_start_only_app_serves_the_new_config_after_a_restart_in_the_same_pod(
     let (out, before) = start_only_pod(&mut node, &[]).await;
     let ip = before.status.as_ref().unwrap().pod_ip.clone();
     assert_eq!(restart_count(&before), Some(0));
+    let explained = node.explain_output(NS, "web-0");
+    assert!(
+        explained.contains("action: restart in place")
+            && explained.contains("triggers a restart of app (SIGTERM, SIGKILL after 1s)"),
+        "{explained}"
+    );
 
     node.api.apply_configmap(app_conf("v2", "two"));
 
