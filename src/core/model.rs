@@ -308,8 +308,9 @@ pub struct PodInfo {
     /// `spec.hostNetwork`: the pod shares the node's network, and `pod_ip` is the node's own
     /// address.
     pub host_network: bool,
-    /// What `action: restart` reads of the spec.
-    pub restart: RestartFacts,
+    /// What `action: restart` reads of the spec (boxed: read rarely, and every pod input
+    /// carries a `PodInfo`).
+    pub restart: Box<RestartFacts>,
 }
 
 /// The parts of a pod's spec a restart in place depends on (`core::restart`).

@@ -269,12 +269,12 @@ mod tests {
     fn pod(policy: Option<&str>) -> PodInfo {
         PodInfo {
             name: "web-1".into(),
-            restart: RestartFacts {
+            restart: Box::new(RestartFacts {
                 restart_policy: policy.map(String::from),
                 termination_grace_seconds: Some(7),
                 drain_gate: false,
                 stop_signals: vec![("nginx".into(), "SIGQUIT".into())],
-            },
+            }),
             ..Default::default()
         }
     }

@@ -55,7 +55,7 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
             .and_then(|s| s.pod_ip.as_deref())
             .and_then(|ip| ip.parse().ok()),
         host_network: spec.host_network.unwrap_or(false),
-        restart: RestartFacts {
+        restart: Box::new(RestartFacts {
             restart_policy: spec.restart_policy.clone(),
             termination_grace_seconds: spec.termination_grace_period_seconds,
             drain_gate: spec
@@ -73,7 +73,7 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
                     Some((c.name.clone(), s.clone()))
                 })
                 .collect(),
-        },
+        }),
     })
 }
 
