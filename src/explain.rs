@@ -187,6 +187,22 @@ pub fn report(
                 let _ = writeln!(w, "  WARNING (RolloutUnsupported): the pod has no controlling owner; nothing will roll it");
             }
         }
+        Action::Restart(spec) => {
+            let _ = writeln!(
+                w,
+                "  action: restart in place — the node agent stops the containers' main processes (stop signal, SIGKILL after the grace; preStop hooks do not run) and the kubelet starts them again in the same pod (same UID and IP, restartCount + 1); a container restarts at most once per {} (the kubelet's crash-loop window), later changes are deferred",
+                humantime::format_duration(crate::core::restart::MIN_SPACING)
+            );
+            let _ = writeln!(
+                w,
+                "  restart timeout: {} (Ready again within it)",
+                humantime::format_duration(spec.timeout)
+            );
+            if let Some(why) = crate::core::restart::refusal(pod) {
+                let _ = writeln!(w, "  WARNING (RestartRefused): {why}");
+            }
+            let _ = writeln!(w, "  NOTE: the restarted pod is not Ready for a moment; with one replica, or a budget that allows no disruption, that is a moment without a Ready pod");
+        }
         Action::Evict { allow_unowned } => {
             let _ = writeln!(
                 w,
@@ -225,6 +241,22 @@ pub fn report(
                     .join(", ")
             ),
             Decision::Evict { .. } => "triggers an eviction".into(),
+            Decision::Restart { targets, .. } => format!(
+                "triggers a restart of {}",
+                targets
+                    .iter()
+                    .map(|t| format!(
+                        "{} ({}, SIGKILL after {})",
+                        t.target.container,
+                        t.stop.signal,
+                        humantime::format_duration(t.stop.grace)
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Decision::RestartRefused { message, .. } => {
+                format!("WARNING (RestartRefused): {message}")
+            }
             Decision::Http { target, .. } => format!(
                 "triggers {} {} on port {}",
                 target.spec.method.as_str(),

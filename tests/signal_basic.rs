@@ -373,9 +373,21 @@ async fn restartable_init_containers_are_signalled_too() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_without_its_process_gets_retries_then_a_signal_failed_warning() {
-    let (node, _out) = Node::with_signal_pod(&[], NS, "gone").await;
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&[]).await;
+    node.api.apply_configmap(configmap(NS, "c", &[("k", "1")]));
+    let out = node.path("gone.sig");
+    let mut gone = pod(NS, "gone")
+        .signal()
+        .configmap_volume("conf", "c")
+        .recorder("app", &out, &[("conf", "/c")])
+        .build();
+    // restartPolicy Never: the kubelet does not start the container again once it exits
+    gone.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    node.api.create_pod(gone);
     let handles = node.wait_running(NS, "gone").await;
-    // The container's process dies and nothing restarts it (the status still says running).
+    node.wait_tracked(2).await;
+    // The container's process dies and nothing restarts it.
     let main = handles.container("app").unwrap().main_pid;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(main),

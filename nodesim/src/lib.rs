@@ -14,6 +14,7 @@ pub mod apiserver;
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod clock;
+pub mod crash_backoff;
 pub mod flavor;
 pub mod hold;
 pub mod kubelet;

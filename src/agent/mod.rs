@@ -138,7 +138,8 @@ impl Agent {
             metrics.clone(),
             index.clone(),
             stop_evictions,
-        );
+        )
+        .with_restart_spacing(settings.restart_spacing);
         // Wall time for pacing, read once here and carried forward on the agent's clock.
         let clock = pacing::WallClock::new(jiff::Timestamp::now(), now());
         let mut paced =

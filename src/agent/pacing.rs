@@ -202,7 +202,7 @@ impl PodPacing {
 /// The pacing class of an action: evictions replace the pod, signals and HTTP reloads do not.
 pub fn class_of(kind: ActionKind) -> ActionClass {
     match kind {
-        ActionKind::Evict => ActionClass::Disruptive,
+        ActionKind::Evict | ActionKind::Restart => ActionClass::Disruptive,
         _ => ActionClass::InPlace,
     }
 }

@@ -15,6 +15,7 @@ use crate::core::pod_index::{IndexChange, PodIndex};
 use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision, HttpFence};
 use crate::execute::evict::EvictJob;
 use crate::execute::http::HttpJob;
+use crate::execute::restart::RestartJob;
 use crate::execute::signal::SignalJob;
 use crate::execute::Executor;
 use crate::k8s::pod_watch::PodUpdate;
@@ -536,6 +537,7 @@ impl Pods {
             Decision::Evict { cause } => (Some(ActionKind::Evict), &cause.sources[..]),
             Decision::Http { cause, .. } => (Some(ActionKind::Http), &cause.sources[..]),
             Decision::Signal { cause, .. } => (Some(ActionKind::Signal), &cause.sources[..]),
+            Decision::Restart { cause, .. } => (Some(ActionKind::Restart), &cause.sources[..]),
             _ => (None, &[][..]),
         };
         // What keeps changing, for a flap report: the pod's changed sources, else its volumes.
@@ -610,6 +612,25 @@ impl Pods {
                     sources: cause.sources.clone(),
                     first_seen: change.first_seen,
                 });
+            }
+            Decision::RestartRefused { message, cause } => {
+                let outcome = Outcome::RestartRefused;
+                tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), cause = %cause, action = "restart", outcome = outcome.as_str(), message, "restart refused");
+                exec.report(&pod.into(), ActionKind::Restart, outcome, message.clone());
+            }
+            Decision::Restart { targets, cause } => {
+                let undrained = !crate::core::restart::declares_drain_gate(pod);
+                for t in targets {
+                    tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), container = %t.target.container, cause = %cause, action = "restart", "restarting the container in place");
+                    exec.restart(RestartJob {
+                        pod_uid: pod.uid.clone(),
+                        container: t.target.container.clone(),
+                        stop: t.stop.clone(),
+                        first_seen: change.first_seen,
+                        sources: cause.sources.clone(),
+                        undrained,
+                    });
+                }
             }
             Decision::Signal {
                 signal,

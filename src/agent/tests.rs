@@ -54,6 +54,7 @@ pub(super) fn settings(dir: &Path) -> Settings {
             backoff_max: Duration::from_secs(120),
         },
         shutdown_grace: Duration::from_secs(5),
+        restart_spacing: crate::core::restart::MIN_SPACING,
         notify: Default::default(),
         pacing: Default::default(),
         http_ca_file: None,

@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// On SIGTERM, how long in-flight work may take before state is flushed and reloadlet exits.
     #[arg(long, env = "RELOADLET_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+    /// `action: restart`: restarts of one container at least this far apart (a later change
+    /// is deferred, not dropped). The default, 10m, is twice the kubelet's longest crash-loop
+    /// back-off: a restart after it is always immediate; a shorter spacing meets the back-off.
+    #[arg(long, env = "RELOADLET_RESTART_SPACING", default_value = "10m", value_parser = restart_spacing)]
+    pub restart_spacing: Duration,
     /// PEM CA certificates that `reloadlet.io/http-scheme: https` endpoints must chain to
     /// (their certificate must then name the pod IP). Without it, https endpoints are not
     /// verified.
@@ -159,6 +164,11 @@ fn csi_drivers(raw: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// `--restart-spacing`: a duration of at most a day.
+fn restart_spacing(s: &str) -> Result<Duration, String> {
+    crate::core::durations::parse_bounded(s, Duration::from_secs(86_400))
+}
+
 /// How refused evictions are retried.
 #[derive(Debug, Args)]
 pub struct EvictionArgs {
@@ -186,6 +196,8 @@ pub struct Settings {
     /// How many evictions at once, and how refused ones are retried.
     pub eviction: EvictionLimits,
     pub shutdown_grace: Duration,
+    /// `--restart-spacing`.
+    pub restart_spacing: Duration,
     /// Webhook notifications (off without `--notify-url`).
     pub notify: crate::outbound::notify::NotifySettings,
     /// `--http-ca-file`: verify https reload endpoints against these CAs.
@@ -285,6 +297,7 @@ impl RunArgs {
                 backoff_max: eviction_backoff_max.max(eviction_backoff),
             },
             shutdown_grace: self.shutdown_grace,
+            restart_spacing: self.restart_spacing,
         })
     }
 }

@@ -87,6 +87,9 @@ pub enum Action {
     /// `reloadlet.io/action: rollout`: `reloadlet controller` rolls the owning workload
     /// (docs/rollout.md); the node agent never acts on the pod.
     Rollout,
+    /// `reloadlet.io/action: restart`: the containers' main processes are stopped and the
+    /// kubelet starts them again in the same pod (docs/restart.md, `core::restart`).
+    Restart(super::restart::RestartSpec),
 }
 
 /// The request of `reloadlet.io/action: http` (sent to the pod's IP).
@@ -183,7 +186,7 @@ impl PodPolicy {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AnnotationError {
     #[error(
-        "{ACTION}: {0:?} is not an action; use \"signal\", \"evict\", \"http\" or \"rollout\""
+        "{ACTION}: {0:?} is not an action; use \"signal\", \"evict\", \"http\", \"rollout\" or \"restart\""
     )]
     UnknownAction(String),
     #[error("{SIGNAL}: {0:?} is not an allowed signal; use one of HUP, INT, QUIT, USR1, USR2, TERM, WINCH (with or without SIG)")]
@@ -221,6 +224,9 @@ pub enum AnnotationError {
     /// `reloadlet.io/on-blocked` / `reloadlet.io/blocked-timeout` (core::rollout).
     #[error(transparent)]
     Blocked(#[from] BlockedError),
+    /// `reloadlet.io/restart-*` (core::restart).
+    #[error(transparent)]
+    Restart(#[from] super::restart::RestartError),
 }
 
 /// Parses the pod's annotations. `Ok(None)`: the pod did not opt in (no `reloadlet.io/action`).
@@ -232,6 +238,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         k.starts_with(PREFIX)
             && !KNOWN.contains(&k.as_str())
             && !super::pacing::spec::ANNOTATIONS.contains(&k.as_str())
+            && !super::restart::ANNOTATIONS.contains(&k.as_str())
     }) {
         return Err(AnnotationError::UnknownKey(unknown.clone()));
     }
@@ -252,6 +259,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
         },
         "http" => Action::Http(http_spec(annotations)?),
         "rollout" => Action::Rollout,
+        "restart" => Action::Restart(super::restart::parse(annotations)?),
         _ => return Err(AnnotationError::UnknownAction(action.clone())),
     };
     if !matches!(action, Action::Signal { .. }) {
@@ -497,8 +505,8 @@ mod tests {
                 Err(AnnotationError::UnknownSignal("SIGKILL".into())),
             ),
             (
-                vec![(ACTION, "restart")],
-                Err(AnnotationError::UnknownAction("restart".into())),
+                vec![(ACTION, "reboot")],
+                Err(AnnotationError::UnknownAction("reboot".into())),
             ),
             (
                 vec![(ACTION, "")],

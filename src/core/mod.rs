@@ -21,5 +21,6 @@ pub mod pacing;
 pub mod pod_index;
 pub mod policy;
 pub mod reloader_compat;
+pub mod restart;
 pub mod rollout;
 pub mod volume_digest;

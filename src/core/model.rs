@@ -308,6 +308,22 @@ pub struct PodInfo {
     /// `spec.hostNetwork`: the pod shares the node's network, and `pod_ip` is the node's own
     /// address.
     pub host_network: bool,
+    /// What `action: restart` reads of the spec (boxed: read rarely, and every pod input
+    /// carries a `PodInfo`).
+    pub restart: Box<RestartFacts>,
+}
+
+/// The parts of a pod's spec a restart in place depends on (`core::restart`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RestartFacts {
+    /// `spec.restartPolicy` (`None`: `Always`).
+    pub restart_policy: Option<String>,
+    /// `spec.terminationGracePeriodSeconds`.
+    pub termination_grace_seconds: Option<i64>,
+    /// `spec.readinessGates` has `reloadlet.io/restart-drain`.
+    pub drain_gate: bool,
+    /// `(container, lifecycle.stopSignal)` of the containers that set one.
+    pub stop_signals: Vec<(String, String)>,
 }
 
 /// Which keys of a ConfigMap/Secret a container reads into its environment.
@@ -360,6 +376,9 @@ pub enum ReloadSignal {
     Usr2,
     Term,
     Winch,
+    /// Only `action: restart` sends it, after the grace; no annotation can ask for it (it is
+    /// not in [`ReloadSignal::ALL`], which [`ReloadSignal::parse`] reads).
+    Kill,
 }
 
 impl ReloadSignal {
@@ -383,6 +402,7 @@ impl ReloadSignal {
             Self::Usr2 => "SIGUSR2",
             Self::Term => "SIGTERM",
             Self::Winch => "SIGWINCH",
+            Self::Kill => "SIGKILL",
         }
     }
 
@@ -403,6 +423,7 @@ impl ReloadSignal {
             Self::Usr2 => 12,
             Self::Term => 15,
             Self::Winch => 28,
+            Self::Kill => 9,
         }
     }
 }

@@ -12,6 +12,9 @@ pub enum ActionKind {
     Http,
     /// `reloadlet.io/action: rollout`: the controller patched the owning workload.
     Rollout,
+    /// `reloadlet.io/action: restart`: a container's main process stopped, the kubelet
+    /// starts it again in the same pod.
+    Restart,
     /// No action: an annotation was validated.
     None,
 }
@@ -23,6 +26,7 @@ impl ActionKind {
             Self::Evict => "evict",
             Self::Http => "http",
             Self::Rollout => "rollout",
+            Self::Restart => "restart",
             Self::None => "none",
         }
     }
@@ -34,6 +38,7 @@ impl ActionKind {
             Self::Evict => "Evict",
             Self::Http => "Reload",
             Self::Rollout => "Rollout",
+            Self::Restart => "Restart",
             Self::None => "Validate",
         }
     }
@@ -101,6 +106,16 @@ pub enum Outcome {
     /// No rollout: the pod's owner chain does not verify, or the workload's template does not
     /// ask for what the pod's annotations ask (Warning `RolloutNotGranted`).
     RolloutNotGranted,
+    /// `action: restart`: the stop signal (and SIGKILL after the grace) reached the
+    /// container's main process (Normal `Restarted`).
+    Restarted,
+    /// `action: restart`: the container restarted less than the crash-loop window ago; the
+    /// restart waits for its end (Normal `RestartDeferred`, kept, never dropped).
+    RestartDeferred,
+    /// `action: restart` cannot bring this pod its new config (Warning `RestartRefused`).
+    RestartRefused,
+    /// The main process could not be found or stopped (Warning `RestartFailed`).
+    RestartFailed,
     /// A panic was caught while handling the pod (`crate::contain`): it is skipped until it
     /// changes (Warning `InternalError`; counted in `reloadlet_handler_panics_total`).
     InternalError,
@@ -148,6 +163,10 @@ impl Outcome {
             Self::RolloutUnsupported => "rollout_unsupported",
             Self::RolloutFailed => "rollout_failed",
             Self::RolloutNotGranted => "rollout_not_granted",
+            Self::Restarted => "restarted",
+            Self::RestartDeferred => "restart_deferred",
+            Self::RestartRefused => "restart_refused",
+            Self::RestartFailed => "restart_failed",
             Self::InternalError => "internal_error",
         }
     }
@@ -176,6 +195,10 @@ impl Outcome {
             Self::RolloutUnsupported => ("RolloutUnsupported", true),
             Self::RolloutFailed => ("RolloutFailed", true),
             Self::RolloutNotGranted => ("RolloutNotGranted", true),
+            Self::Restarted => ("Restarted", false),
+            Self::RestartDeferred => ("RestartDeferred", false),
+            Self::RestartRefused => ("RestartRefused", true),
+            Self::RestartFailed => ("RestartFailed", true),
             Self::InternalError => ("InternalError", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
             Self::Patched
@@ -195,7 +218,7 @@ impl Outcome {
 
     /// The `action` labels this outcome is recorded with (the series pre-created at 0).
     pub fn actions(self) -> &'static [ActionKind] {
-        use ActionKind::{Evict, Http, None, Rollout, Signal};
+        use ActionKind::{Evict, Http, None, Restart, Rollout, Signal};
         match self {
             Self::Signaled | Self::SignalFailed | Self::SignalNotHandled | Self::SignalWithheld => {
                 &[Signal]
@@ -208,7 +231,11 @@ impl Outcome {
             | Self::Refused => &[Evict],
             Self::Reloaded | Self::ReloadFailed => &[Http],
             Self::InvalidAnnotation | Self::VolumeOverLimit | Self::EnvNotReloaded => &[None],
-            Self::DryRun => &[Signal, Evict, Http, Rollout],
+            Self::DryRun => &[Signal, Evict, Http, Rollout, Restart],
+            Self::Restarted
+            | Self::RestartDeferred
+            | Self::RestartRefused
+            | Self::RestartFailed => &[Restart],
             Self::RolloutRequested
             | Self::RolloutUnsupported
             | Self::RolloutFailed
@@ -256,6 +283,9 @@ impl Outcome {
                 | Self::Flapping
                 | Self::RolloutRequested
                 | Self::RolloutFailed
+                | Self::Restarted
+                | Self::RestartDeferred
+                | Self::RestartFailed
         )
     }
 
@@ -314,6 +344,10 @@ mod tests {
                 ("rollout_unsupported", "RolloutUnsupported", true),
                 ("rollout_failed", "RolloutFailed", true),
                 ("rollout_not_granted", "RolloutNotGranted", true),
+                ("restarted", "Restarted", false),
+                ("restart_deferred", "RestartDeferred", false),
+                ("restart_refused", "RestartRefused", true),
+                ("restart_failed", "RestartFailed", true),
                 ("internal_error", "InternalError", true),
             ]
         );

@@ -6,6 +6,7 @@ use crate::core::model::{
     SourceKind, SourceRef, ROOT_CA_CONFIGMAP,
 };
 use crate::core::outcome::ActionKind;
+use crate::core::restart;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -86,6 +87,24 @@ pub enum Decision {
     },
     /// The pod is already going away; an eviction would change nothing.
     AlreadyTerminating,
+    /// `reloadlet.io/action: restart`: stop these containers' main processes; the kubelet
+    /// starts them again in the same pod.
+    Restart {
+        targets: Vec<RestartTarget>,
+        cause: Cause,
+    },
+    /// Warning `RestartRefused`: a restart in place cannot bring this pod its new config.
+    RestartRefused {
+        message: String,
+        cause: Cause,
+    },
+}
+
+/// One container of a restart and how it is stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestartTarget {
+    pub target: SignalTarget,
+    pub stop: crate::core::restart::StopPlan,
 }
 
 /// What the operator lets the `http` action reach beyond the pod's own network namespace
@@ -130,6 +149,9 @@ pub fn validated_policy_with(pod: &PodInfo, fence: HttpFence) -> CheckedPolicy {
     }
     if let Action::Http(spec) = &policy.action {
         check_http(pod, &policy, spec, fence)?;
+    }
+    if let Action::Restart(spec) = &policy.action {
+        restart::check_names(pod, spec)?;
     }
     for (kind, names) in [
         (SourceKind::ConfigMap, &policy.configmaps),
@@ -308,6 +330,7 @@ pub fn decide_with(pod: &PodInfo, policy: &CheckedPolicy, changed: &ChangedVolum
             decide_signal(pod, policy, &volumes, (signal, check), cause)
         }
         Action::Http(ref spec) => decide_http(pod, policy, &volumes, spec, cause),
+        Action::Restart(ref spec) => decide_restart(pod, spec, &volumes, cause),
         Action::Rollout => Decision::NothingToDo {
             reason: format!(
                 "action rollout: reloadlet controller rolls the owning workload ({cause}); the node agent never signals, evicts or calls this pod"
@@ -388,7 +411,8 @@ fn mounting<'a>(
             },
             message: format!(
                 "{cause}, but container(s) {} mount it only through subPath, which the kubelet never \
-                 updates; mount the whole volume, or use reloadlet.io/action: evict",
+                 updates; use reloadlet.io/action: restart (a container start prepares its subPath \
+                 mounts again), mount the whole volume, or use reloadlet.io/action: evict",
                 sub_path_only.join(", ")
             ),
         }));
@@ -396,6 +420,59 @@ fn mounting<'a>(
     Err(Box::new(Decision::NothingToDo {
         reason: "no selected container mounts the changed volume".into(),
     }))
+}
+
+/// The containers a restart stops: those that mount a changed volume (through subPath too: a
+/// container start prepares its subPath mounts again), or those `reloadlet.io/restart-containers`
+/// names; classic init containers never.
+fn decide_restart(
+    pod: &PodInfo,
+    spec: &restart::RestartSpec,
+    volumes: &BTreeSet<&str>,
+    cause: Cause,
+) -> Decision {
+    if pod.terminating {
+        return Decision::AlreadyTerminating;
+    }
+    if let Some(why) = restart::refusal(pod) {
+        return Decision::RestartRefused {
+            message: format!("not restarted: {why} ({cause})"),
+            cause,
+        };
+    }
+    let chosen: Vec<&ContainerInfo> = pod
+        .containers
+        .iter()
+        .filter(|c| c.kind != ContainerKind::Init)
+        .filter(|c| match &spec.containers {
+            restart::RestartContainers::All => true,
+            restart::RestartContainers::Named(names) => names.contains(&c.name),
+            restart::RestartContainers::Changed => {
+                c.mounts.iter().any(|m| volumes.contains(m.volume.as_str()))
+            }
+        })
+        .collect();
+    if chosen.is_empty() {
+        return Decision::NothingToDo {
+            reason: "no selected container mounts the changed volume".into(),
+        };
+    }
+    let mut targets = Vec::new();
+    for c in chosen {
+        match restart::stop_plan(pod, spec, &c.name) {
+            Ok(stop) => targets.push(RestartTarget {
+                target: target(c),
+                stop,
+            }),
+            Err(why) => {
+                return Decision::RestartRefused {
+                    message: format!("not restarted: {why} ({cause})"),
+                    cause,
+                }
+            }
+        }
+    }
+    Decision::Restart { targets, cause }
 }
 
 fn target(c: &ContainerInfo) -> SignalTarget {

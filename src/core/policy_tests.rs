@@ -698,3 +698,131 @@ fn csi_narrowing_lists_must_name_the_pods_csi_volumes() {
         }
     }
 }
+
+fn restarted(d: &Decision) -> Vec<(String, ReloadSignal)> {
+    match d {
+        Decision::Restart { targets, .. } => targets
+            .iter()
+            .map(|t| (t.target.container.clone(), t.stop.signal))
+            .collect(),
+        other => panic!("expected Restart, got {other:?}"),
+    }
+}
+
+fn restart_pod() -> Fixture {
+    pod()
+        .annotate("reloadlet.io/action", "restart")
+        .volume("conf", vec![cm("app-conf")])
+        .volume("tls", vec![secret("tls")])
+        .container("app", &["conf@sub"])
+        .container("proxy", &["tls"])
+        .container_of("setup", ContainerKind::Init, &["conf"])
+        .container_of("agent", ContainerKind::SidecarInit, &["conf"])
+}
+
+#[test]
+fn restart_stops_the_containers_that_read_the_change_subpath_included() {
+    let p = restart_pod().0;
+    let want = |names: &[&str]| -> Vec<(String, ReloadSignal)> {
+        names
+            .iter()
+            .map(|n| (n.to_string(), ReloadSignal::Term))
+            .collect()
+    };
+    // subPath readers are restarted too (a start prepares the subPath mount again); a
+    // native sidecar is a container like the others; a classic init container never
+    let mut got = restarted(&decide(&p, &changed(&["conf"])));
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, want(&["agent", "app"]));
+    assert_eq!(restarted(&decide(&p, &changed(&["tls"]))), want(&["proxy"]));
+    let all = restart_pod()
+        .annotate("reloadlet.io/restart-containers", "all")
+        .0;
+    let mut got = restarted(&decide(&all, &changed(&["tls"])));
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, want(&["agent", "app", "proxy"]));
+    let named = restart_pod()
+        .annotate("reloadlet.io/restart-containers", "app")
+        .0;
+    assert_eq!(
+        restarted(&decide(&named, &changed(&["tls"]))),
+        want(&["app"])
+    );
+    // the stop signal of the container, when it sets one
+    let mut quit = restart_pod().0;
+    quit.restart.stop_signals = vec![("proxy".into(), "SIGQUIT".into())];
+    assert_eq!(
+        restarted(&decide(&quit, &changed(&["tls"]))),
+        vec![("proxy".to_string(), ReloadSignal::Quit)]
+    );
+}
+
+#[test]
+fn restart_is_refused_where_the_kubelet_would_not_bring_the_new_config() {
+    for policy in ["Never", "OnFailure"] {
+        let mut p = restart_pod().0;
+        p.restart.restart_policy = Some(policy.into());
+        match decide(&p, &changed(&["conf"])) {
+            Decision::RestartRefused { message, cause } => {
+                assert!(message.contains(policy), "{message}");
+                assert_eq!(cause.sources, vec![cm("app-conf")]);
+            }
+            other => panic!("{policy}: {other:?}"),
+        }
+    }
+    let mirror = restart_pod()
+        .annotate("kubernetes.io/config.mirror", "0123")
+        .0;
+    assert!(matches!(
+        decide(&mirror, &changed(&["conf"])),
+        Decision::RestartRefused { .. }
+    ));
+    let mut odd = restart_pod().0;
+    odd.restart.stop_signals = vec![("proxy".into(), "SIGRTMIN+3".into())];
+    assert!(matches!(
+        decide(&odd, &changed(&["tls"])),
+        Decision::RestartRefused { .. }
+    ));
+    assert_eq!(
+        decide(&restart_pod().terminating().0, &changed(&["conf"])),
+        Decision::AlreadyTerminating
+    );
+}
+
+#[test]
+fn hostile_restart_annotations_are_invalid_never_a_panic() {
+    let huge = "a,".repeat(50_000);
+    for (key, value) in [
+        ("reloadlet.io/restart-containers", huge.as_str()),
+        ("reloadlet.io/restart-containers", "nope"),
+        ("reloadlet.io/restart-grace", "99999999999999999999y"),
+        ("reloadlet.io/restart-timeout", "-1s"),
+    ] {
+        let p = restart_pod().annotate(key, value).0;
+        match decide(&p, &changed(&["conf"])) {
+            Decision::Invalid { message } => {
+                assert!(message.contains(key), "{message}");
+                assert!(message.len() < 500, "bounded: {}", message.len());
+            }
+            other => panic!("{key}={value:.40}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_subpath_warning_points_to_restart() {
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume("conf", vec![cm("app-conf")])
+        .container("app", &["conf@sub"])
+        .0;
+    match decide(&p, &changed(&["conf"])) {
+        Decision::SubPathOnly { message, .. } => {
+            assert!(
+                message.contains("reloadlet.io/action: restart"),
+                "{message}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -11,6 +11,7 @@ pub mod evict;
 pub mod http;
 pub mod patch;
 pub mod report;
+pub mod restart;
 pub mod rollout;
 pub mod signal;
 
@@ -26,7 +27,10 @@ use crate::serve::metrics::Metrics;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
 use report::Reporter;
+use restart::RestartJob;
 use signal::{SignalError, SignalJob};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -59,6 +63,12 @@ struct Inner {
     signals: TaskTracker,
     /// Cancelled at shutdown: no more retries; pending evictions are left pending.
     stop: CancellationToken,
+    /// When each (pod UID, container) was last restarted (`action: restart`).
+    restarted: Mutex<HashMap<(String, String), Instant>>,
+    /// `--restart-spacing`: restarts of one container at least this far apart.
+    restart_spacing: Duration,
+    /// Restarts deferred to the end of their crash-loop window: the latest job of each.
+    deferred: Mutex<HashMap<(String, String), RestartJob>>,
     /// The async runtime that reports, retries and evicts. The caller of
     /// [`Executor::signal`] may be the hot thread (`agent::hot_thread`), which only signals.
     runtime: tokio::runtime::Handle,
@@ -107,6 +117,9 @@ impl Executor {
                 http,
                 signals,
                 stop,
+                restarted: Mutex::default(),
+                restart_spacing: crate::core::restart::MIN_SPACING,
+                deferred: Mutex::default(),
                 runtime: tokio::runtime::Handle::current(),
             }),
         }
@@ -173,6 +186,26 @@ impl Executor {
         );
     }
 
+    /// Spaces restarts of one container `spacing` apart (default
+    /// [`crate::core::restart::MIN_SPACING`]). Before the executor is shared.
+    pub fn with_restart_spacing(mut self, spacing: Duration) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.restart_spacing = spacing;
+        }
+        self
+    }
+
+    /// Restarts one container of a pod in place (`action: restart`): its stop signal, SIGKILL
+    /// after the grace; the kubelet starts it again. A container restarted less than the
+    /// crash-loop window ago is deferred to the window's end (one `RestartDeferred` per
+    /// deferral; the latest change is the one restarted then). Under `--dry-run`, logs only.
+    pub fn restart(&self, job: RestartJob) {
+        let inner = self.inner.clone();
+        self.inner
+            .signals
+            .spawn_on(inner.restart(job), &self.inner.runtime);
+    }
+
     /// The async runtime effects run on (for work the caller's thread must not do).
     pub fn runtime(&self) -> &tokio::runtime::Handle {
         &self.inner.runtime
@@ -229,6 +262,100 @@ impl Executor {
 }
 
 impl Inner {
+    async fn restart(self: Arc<Self>, mut job: RestartJob) {
+        let key = job.key();
+        if self.report.dry_run() {
+            self.report.count(ActionKind::Restart, Outcome::DryRun);
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.stop.signal, cause = %job.cause(), action = "restart", outcome = Outcome::DryRun.as_str(), "dry-run: would restart the container");
+            return;
+        }
+        loop {
+            let since = self
+                .restarted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .map(|at| at.elapsed());
+            let Some(wait) = crate::core::restart::spacing(since, self.restart_spacing) else {
+                break;
+            };
+            let first = self
+                .deferred
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone(), job.clone())
+                .is_none();
+            if !first {
+                // the waiting task restarts with this (latest) job
+                return;
+            }
+            if let Some(pod) = self.pod(&job.pod_uid) {
+                let note = restart::deferred_note(&job, self.restart_spacing, wait);
+                tracing::info!(pod = %pod.full_name(), container = %job.container, cause = %job.cause(), action = "restart", outcome = Outcome::RestartDeferred.as_str(), wait_s = wait.as_secs(), "restart deferred");
+                self.report.record(
+                    &PodRef::from(&*pod),
+                    ActionKind::Restart,
+                    Outcome::RestartDeferred,
+                    note,
+                    &job.sources,
+                );
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.stop.cancelled() => return,
+            }
+            match self
+                .deferred
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&key)
+            {
+                Some(latest) => job = latest,
+                None => return,
+            }
+        }
+        let Some(pod) = self.pod(&job.pod_uid) else {
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; restart dropped");
+            return;
+        };
+        self.restarted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, Instant::now());
+        let inner = self.clone();
+        let (p, j) = (pod.clone(), job.clone());
+        let stopped =
+            tokio::task::spawn_blocking(move || restart::stop(inner.processes.as_ref(), &p, &j))
+                .await
+                .unwrap_or_else(|e| Err(format!("the stop panicked: {e}")));
+        let (outcome, note) = match &stopped {
+            Ok(s) => (Outcome::Restarted, restart::restarted_note(&job, s)),
+            Err(e) => (
+                Outcome::RestartFailed,
+                format!(
+                    "could not restart container {}: {e}; {}",
+                    job.container,
+                    job.cause()
+                ),
+            ),
+        };
+        match &stopped {
+            Ok(s) => {
+                tracing::info!(pod = %pod.full_name(), container = %job.container, pid = s.pid, killed = s.killed, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), "container stopped; the kubelet starts it again")
+            }
+            Err(e) => {
+                tracing::warn!(pod = %pod.full_name(), container = %job.container, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), error = %e, "restart failed")
+            }
+        }
+        self.report.record(
+            &PodRef::from(&*pod),
+            ActionKind::Restart,
+            outcome,
+            note,
+            &job.sources,
+        );
+    }
+
     fn pod(&self, uid: &str) -> Option<Arc<PodInfo>> {
         let index = self.index.read().unwrap_or_else(|e| e.into_inner());
         index.shared(uid)

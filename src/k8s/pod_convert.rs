@@ -5,8 +5,8 @@
 use super::pod_view::{ContainerStatusView, ContainerView, PodSpecView, PodView, VolumeView};
 use crate::core::model::{
     ContainerId, ContainerInfo, ContainerKind, ContainerPort, CsiVolumeSpec, EnvKeys, EnvRef,
-    PodInfo, SourceKind, SourceRef, VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP, ROOT_CA_KEY,
-    SECRETS_STORE_DRIVER, SECRET_PROVIDER_CLASS_ATTRIBUTE,
+    PodInfo, RestartFacts, SourceKind, SourceRef, VolumeMount, VolumeSpec, ROOT_CA_CONFIGMAP,
+    ROOT_CA_KEY, SECRETS_STORE_DRIVER, SECRET_PROVIDER_CLASS_ATTRIBUTE,
 };
 use crate::core::rollout::OwnerRef;
 use k8s_openapi::api::core::v1::KeyToPath;
@@ -55,6 +55,25 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
             .and_then(|s| s.pod_ip.as_deref())
             .and_then(|ip| ip.parse().ok()),
         host_network: spec.host_network.unwrap_or(false),
+        restart: Box::new(RestartFacts {
+            restart_policy: spec.restart_policy.clone(),
+            termination_grace_seconds: spec.termination_grace_period_seconds,
+            drain_gate: spec
+                .readiness_gates
+                .iter()
+                .flatten()
+                .any(|g| g.condition_type == crate::core::restart::DRAIN_GATE),
+            stop_signals: spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .filter_map(|c| {
+                    let s = c.lifecycle.as_ref()?.stop_signal.as_ref()?;
+                    Some((c.name.clone(), s.clone()))
+                })
+                .collect(),
+        }),
     })
 }
 

@@ -40,6 +40,17 @@ pub struct PodSpecView {
     pub volumes: Option<Vec<VolumeView>>,
     /// The pod shares the node's network namespace (its `status.podIP` is the node's).
     pub host_network: Option<bool>,
+    /// `Always` (the default), `OnFailure` or `Never` (`action: restart`).
+    pub restart_policy: Option<String>,
+    pub termination_grace_period_seconds: Option<i64>,
+    pub readiness_gates: Option<Vec<ReadinessGateView>>,
+}
+
+/// `spec.readinessGates[]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessGateView {
+    pub condition_type: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -52,6 +63,15 @@ pub struct ContainerView {
     pub env_from: Option<Vec<EnvFromSource>>,
     pub volume_mounts: Option<Vec<VolumeMount>>,
     pub ports: Option<Vec<ContainerPort>>,
+    /// Only `lifecycle.stopSignal` (KEP-4960) is read.
+    pub lifecycle: Option<LifecycleView>,
+}
+
+/// `lifecycle`: the stop signal only (hooks are not read).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleView {
+    pub stop_signal: Option<String>,
 }
 
 /// A volume's name and the sources the kubelet projects from ConfigMaps and Secrets; any

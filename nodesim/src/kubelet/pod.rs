@@ -53,6 +53,39 @@ struct Started {
     /// `Some(exit code)` for a classic init container that ran to completion.
     exit_code: Option<i32>,
     init: bool,
+    /// `restartCount`: starts after the first in this pod.
+    restart_count: i32,
+    /// When the current process started.
+    started_at: Option<Time>,
+    /// Its main process runs (false between an exit and the restart).
+    running: bool,
+    /// `lastState.terminated` (or `state.terminated` while not running).
+    last_terminated: Option<ContainerStateTerminated>,
+    /// `state.waiting.reason` while it waits to start again (`CrashLoopBackOff`).
+    waiting: Option<String>,
+}
+
+impl Started {
+    fn new(
+        name: &str,
+        image: String,
+        container_id: String,
+        exit_code: Option<i32>,
+        init: bool,
+    ) -> Self {
+        Self {
+            name: name.to_owned(),
+            image,
+            container_id,
+            exit_code,
+            init,
+            restart_count: 0,
+            started_at: Some(Time(crate::clock::now())),
+            running: exit_code.is_none(),
+            last_terminated: None,
+            waiting: None,
+        }
+    }
 }
 
 /// One pod of this node.
@@ -125,18 +158,23 @@ impl PodState {
             }
         }
         self.stage = Stage::Running;
-        let delay = self
-            .pod
+        let delay = self.ready_delay();
+        self.ready = delay.is_none();
+        self.report_status(api);
+        Ok(delay)
+    }
+
+    /// How long after a container start the pod turns Ready (its readiness probe passing,
+    /// [`READY_DELAY_ANNOTATION`]); `None`: at once.
+    pub fn ready_delay(&self) -> Option<Duration> {
+        self.pod
             .metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(READY_DELAY_ANNOTATION))
             .and_then(|v| v.trim().parse::<u64>().ok())
             .filter(|ms| *ms > 0)
-            .map(Duration::from_millis);
-        self.ready = delay.is_none();
-        self.report_status(api);
-        Ok(delay)
+            .map(Duration::from_millis)
     }
 
     fn start_processes(
@@ -159,22 +197,17 @@ impl PodState {
             let image = c.image.clone().unwrap_or_default();
             if c.restart_policy.as_deref() == Some("Always") {
                 let h = runtime.start_container(&uid, &cs)?;
-                self.started.push(Started {
-                    name: c.name.clone(),
-                    image,
-                    container_id: h.container_id(),
-                    exit_code: None,
-                    init: true,
-                });
+                self.started
+                    .push(Started::new(&c.name, image, h.container_id(), None, true));
             } else {
                 let done = runtime.run_to_completion(&uid, &cs, INIT_TIMEOUT)?;
-                self.started.push(Started {
-                    name: c.name.clone(),
+                self.started.push(Started::new(
+                    &c.name,
                     image,
-                    container_id: scheme.container_id(&done.id),
-                    exit_code: Some(done.exit_code),
-                    init: true,
-                });
+                    scheme.container_id(&done.id),
+                    Some(done.exit_code),
+                    true,
+                ));
                 if done.exit_code != 0 {
                     return Err(StartError::InitFailed(c.name.clone(), done.exit_code));
                 }
@@ -184,15 +217,102 @@ impl PodState {
             let cs = self.container_spec(c, lookup)?;
             let h = runtime.start_container(&uid, &cs)?;
             let image = c.image.clone().unwrap_or_default();
-            self.started.push(Started {
-                name: c.name.clone(),
-                image,
-                container_id: h.container_id(),
-                exit_code: None,
-                init: false,
-            });
+            self.started
+                .push(Started::new(&c.name, image, h.container_id(), None, false));
         }
         Ok(())
+    }
+
+    /// The kubelet saw the main process of container `name` exit (PLEG): it is no longer
+    /// running, the pod no longer Ready. Returns whether it is to start again: always for a
+    /// native sidecar; for a regular container as `restartPolicy` says — `Always` (the
+    /// default) whatever the exit code, `OnFailure` for a non-zero one, `Never` not at all
+    /// (pkg/kubelet/container/helpers.go, `ShouldContainerBeRestarted`).
+    pub fn container_exited(&mut self, name: &str, exit_code: i32) -> bool {
+        let policy = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into());
+        let Some(s) = self
+            .started
+            .iter_mut()
+            .find(|s| s.name == name && s.running)
+        else {
+            return false;
+        };
+        s.running = false;
+        s.last_terminated = Some(ContainerStateTerminated {
+            exit_code,
+            reason: Some(if exit_code == 0 { "Completed" } else { "Error" }.into()),
+            container_id: Some(s.container_id.clone()),
+            started_at: s.started_at.clone(),
+            finished_at: Some(Time(crate::clock::now())),
+            ..Default::default()
+        });
+        self.ready = false;
+        s.init || policy == "Always" || (policy == "OnFailure" && exit_code != 0)
+    }
+
+    /// `state.waiting.reason: CrashLoopBackOff` until the container starts again.
+    pub fn backing_off(&mut self, name: &str) {
+        if let Some(s) = self
+            .started
+            .iter_mut()
+            .find(|s| s.name == name && !s.running)
+        {
+            s.waiting = Some("CrashLoopBackOff".into());
+        }
+    }
+
+    /// Starts container `name` again in the running sandbox: same pod, UID, IP and volumes;
+    /// `restartCount` + 1. Its env is resolved again from the API's current objects and its
+    /// subPath mounts prepared again, as every container start does
+    /// (kuberuntime_container.go `startContainer` → `generateContainerConfig` →
+    /// kubelet_pods.go `GenerateRunContainerOptions` → `makeEnvironmentVariables` and
+    /// `makeMounts`, whose subPath bind is re-made when the resolved file changed:
+    /// pkg/volume/util/subpath/subpath_linux.go `prepareSubpathTarget`,
+    /// `checkSubPathFileEqual`).
+    pub fn restart_container(
+        &mut self,
+        runtime: &mut SimRuntime,
+        lookup: &dyn SourceLookup,
+        name: &str,
+    ) -> Result<(), StartError> {
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let c = spec
+            .containers
+            .iter()
+            .chain(
+                spec.init_containers
+                    .iter()
+                    .flatten()
+                    .filter(|c| c.restart_policy.as_deref() == Some("Always")),
+            )
+            .find(|c| c.name == name)
+            .ok_or_else(|| StartError::Container {
+                container: name.to_owned(),
+                why: "not in the pod spec".into(),
+            })?;
+        let cs = self.container_spec(c, lookup)?;
+        let uid = self.uid();
+        let h = runtime.start_container(&uid, &cs)?;
+        if let Some(s) = self.started.iter_mut().find(|s| s.name == name) {
+            s.container_id = h.container_id();
+            s.restart_count = s.restart_count.saturating_add(1);
+            s.started_at = Some(Time(crate::clock::now()));
+            s.running = true;
+            s.waiting = None;
+        }
+        Ok(())
+    }
+
+    /// Every container that should run runs (classic init containers are done).
+    fn all_running(&self) -> bool {
+        self.started
+            .iter()
+            .all(|s| s.exit_code.is_some() || s.running)
     }
 
     /// Command, env and bind mounts of a container.
@@ -343,7 +463,8 @@ impl PodState {
 
     fn status(&self) -> PodStatus {
         let running = self.stage == Stage::Running;
-        let ready = running && self.ready;
+        let containers_ready = running && self.ready;
+        let ready = containers_ready && self.all_running();
         let now = Time(crate::clock::now());
         let cond = |type_: &str, ok: bool| PodCondition {
             type_: type_.into(),
@@ -364,22 +485,43 @@ impl PodState {
                     }),
                     ..Default::default()
                 },
-                None => ContainerState {
+                None if s.running => ContainerState {
                     running: Some(ContainerStateRunning {
-                        started_at: self.start_time.clone(),
+                        started_at: s.started_at.clone(),
                     }),
                     ..Default::default()
                 },
+                None => match &s.waiting {
+                    Some(reason) => ContainerState {
+                        waiting: Some(k8s_openapi::api::core::v1::ContainerStateWaiting {
+                            reason: Some(reason.clone()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    None => ContainerState {
+                        terminated: s.last_terminated.clone(),
+                        ..Default::default()
+                    },
+                },
             };
+            let last_state = (s.exit_code.is_none() && (s.running || s.waiting.is_some()))
+                .then(|| s.last_terminated.clone())
+                .flatten()
+                .map(|t| ContainerState {
+                    terminated: Some(t),
+                    ..Default::default()
+                });
             ContainerStatus {
                 name: s.name.clone(),
                 container_id: Some(s.container_id.clone()),
                 image: s.image.clone(),
                 image_id: String::new(),
-                ready: if s.exit_code.is_some() { false } else { ready },
-                started: Some(s.exit_code.is_none() && running),
-                restart_count: 0,
+                ready: s.exit_code.is_none() && s.running && containers_ready,
+                started: Some(s.exit_code.is_none() && s.running && running),
+                restart_count: s.restart_count,
                 state: Some(state),
+                last_state,
                 ..Default::default()
             }
         };

@@ -3,6 +3,7 @@
 //! [`SimKubelet`](crate::kubelet::SimKubelet).
 
 use crate::apiserver::ApiChange;
+use crate::crash_backoff::{self, CrashLoopBackOff};
 use crate::kubelet::api::KubeletApi;
 use crate::kubelet::options::{KubeletOptions, PodHandles};
 use crate::kubelet::pod::{PodState, Stage};
@@ -43,7 +44,15 @@ enum Timer {
     /// [`SyncMode::Faithful`]: the volume manager's reconciler pass that re-projects a synced
     /// pod's volumes ([`kubelet_sync::remount_at`]).
     Remount(String),
+    /// The PLEG's relist: which containers exited since the last one.
+    Pleg,
+    /// A container's crash-loop back-off is over (pod UID, container, when it exited).
+    StartContainer(String, String, Instant),
 }
+
+/// `genericPlegRelistPeriod` (pkg/kubelet/kubelet.go): how often the kubelet lists the
+/// runtime's containers to see which exited.
+const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
 
 /// Everything runs on this thread.
 pub(crate) struct Worker {
@@ -62,6 +71,8 @@ pub(crate) struct Worker {
     volume_loops: (Instant, Instant),
     /// `status.podIP` of each new pod (the CNI plugin's job on a real node).
     pod_ips: crate::pod_ip::PodIps,
+    /// The crash-loop back-off of every container of this node.
+    backoff: CrashLoopBackOff,
 }
 
 /// `terminationGracePeriodSeconds`, capped.
@@ -101,10 +112,13 @@ impl Worker {
                 kubelet_sync::loop_start(Instant::now(), kubelet_sync::RECONCILER_PERIOD),
             ),
             pod_ips: Default::default(),
+            backoff: CrashLoopBackOff::default(),
         }
     }
 
     pub(crate) fn run(&mut self, rx: mpsc::Receiver<Msg>) {
+        self.timers
+            .push((Instant::now() + PLEG_RELIST_PERIOD, Timer::Pleg));
         loop {
             self.fire_due_timers();
             let msg = match self.timers.iter().map(|(at, _)| *at).min() {
@@ -171,6 +185,14 @@ impl Worker {
                 Timer::Sync(uid) => self.sync_pod(&uid, SyncReason::Periodic),
                 Timer::PhaseSync(uid) => self.sync_pod(&uid, SyncReason::PhaseTransition),
                 Timer::Remount(uid) => self.sync_volumes(&uid),
+                Timer::Pleg => {
+                    self.pleg_relist();
+                    self.timers
+                        .push((Instant::now() + PLEG_RELIST_PERIOD, Timer::Pleg));
+                }
+                Timer::StartContainer(uid, name, finished) => {
+                    self.start_again(&uid, &name, finished)
+                }
             }
         }
     }
@@ -399,6 +421,74 @@ impl Worker {
         }
     }
 
+    /// Every running pod's containers whose main process exited: reported, and started
+    /// again as the pod's restartPolicy and the crash-loop back-off say.
+    fn pleg_relist(&mut self) {
+        let uids: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, s)| s.stage == Stage::Running)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in uids {
+            let exited = self.runtime.reap_exited(&uid);
+            if exited.is_empty() {
+                continue;
+            }
+            let finished = Instant::now();
+            let mut again = Vec::new();
+            if let Some(state) = self.pods.get_mut(&uid) {
+                for e in &exited {
+                    tracing::info!(pod_uid = %uid, container = %e.name, exit_code = e.exit_code, "container exited");
+                    if state.container_exited(&e.name, e.exit_code) {
+                        again.push(e.name.clone());
+                    }
+                }
+                state.report_status(self.api.as_ref());
+            }
+            for name in again {
+                self.start_again(&uid, &name, finished);
+            }
+        }
+    }
+
+    /// `doBackOff`, then the start: at once when the container is not backed off, else
+    /// `CrashLoopBackOff` until its window is over.
+    fn start_again(&mut self, uid: &str, name: &str, finished: Instant) {
+        let Some(state) = self.pods.get_mut(uid) else {
+            return;
+        };
+        let key = crash_backoff::key(uid, name);
+        if let Some(wait) = self.backoff.try_start(&key, finished, Instant::now()) {
+            state.backing_off(name);
+            state.report_status(self.api.as_ref());
+            self.timers.push((
+                Instant::now() + wait,
+                Timer::StartContainer(uid.to_owned(), name.to_owned(), finished),
+            ));
+            return;
+        }
+        match state.restart_container(&mut self.runtime, self.api.lookup(), name) {
+            Ok(()) => {
+                let delay = state.ready_delay();
+                state.ready = delay.is_none();
+                state.report_status(self.api.as_ref());
+                if let Some(d) = delay {
+                    self.timers
+                        .push((Instant::now() + d, Timer::MarkReady(uid.to_owned())));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(pod_uid = %uid, container = name, error = %e, "container did not start again");
+                // the next attempt meets the back-off, as a failed start does on a node
+                self.timers.push((
+                    Instant::now(),
+                    Timer::StartContainer(uid.to_owned(), name.to_owned(), Instant::now()),
+                ));
+            }
+        }
+    }
+
     fn mark_ready(&mut self, uid: &str) {
         if let Some(state) = self.pods.get_mut(uid) {
             state.ready = true;
@@ -523,7 +613,8 @@ impl Worker {
             return;
         };
         self.timers
-            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) | Timer::Sync(u) | Timer::PhaseSync(u) | Timer::Remount(u) if u == uid));
+            .retain(|(_, t)| !matches!(t, Timer::FinishStart(u) | Timer::MarkReady(u) | Timer::Sync(u) | Timer::PhaseSync(u) | Timer::Remount(u) | Timer::StartContainer(u, _, _) if u == uid));
+        self.backoff.forget_pod(uid);
         self.swaps.remove(uid);
         let grace = stop_grace(&state.pod, self.opts.max_stop_grace);
         if let Err(e) = self.runtime.stop_sandbox(uid, grace) {

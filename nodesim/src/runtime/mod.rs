@@ -70,6 +70,14 @@ pub struct Completed {
     pub exit_code: i32,
 }
 
+/// A container whose main process exited on its own (or was killed from outside).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exited {
+    pub name: String,
+    pub id: String,
+    pub exit_code: i32,
+}
+
 /// Errors of the simulated runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -258,6 +266,41 @@ impl SimRuntime {
         let running = pod.containers.remove(idx);
         cleanup(running, grace);
         Ok(())
+    }
+
+    /// The containers of the pod whose main process has exited (the shim reaped it): taken
+    /// out of the pod, their cgroups and mount targets removed, with the shim's exit code
+    /// (the main process's own when it exits; `unshare` re-raises most fatal signals, read
+    /// as 128 + signal, but reports a SIGKILL as 1). The kubelet's PLEG sees the same
+    /// through the runtime's container list.
+    pub fn reap_exited(&mut self, pod_uid: &str) -> Vec<Exited> {
+        use std::os::unix::process::ExitStatusExt;
+        let Some(pod) = self.pods.get_mut(pod_uid) else {
+            return Vec::new();
+        };
+        let mut exited = Vec::new();
+        let mut i = 0;
+        while i < pod.containers.len() {
+            let status = match pod.containers[i].shim.try_wait() {
+                Ok(Some(status)) => status,
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
+            let running = pod.containers.remove(i);
+            let exit_code = status
+                .code()
+                .or_else(|| status.signal().map(|s| 128 + s))
+                .unwrap_or(-1);
+            exited.push(Exited {
+                name: running.handle.name.clone(),
+                id: running.handle.id.clone(),
+                exit_code,
+            });
+            cleanup(running, Duration::ZERO);
+        }
+        exited
     }
 
     /// Stops every container of the pod, then the sandbox, and removes the pod cgroup.

@@ -272,10 +272,10 @@ mod tests {
             ("no action", pod(&[]), cm("app-cfg"), Err(NotOptedIn)),
             (
                 "invalid action",
-                pod(&[("reloadlet.io/action", "restart")]),
+                pod(&[("reloadlet.io/action", "reboot")]),
                 cm("app-cfg"),
                 Err(InvalidAnnotation(AnnotationError::UnknownAction(
-                    "restart".into(),
+                    "reboot".into(),
                 ))),
             ),
             (

@@ -55,6 +55,7 @@ fn rustix_signal(signal: ReloadSignal) -> Signal {
         ReloadSignal::Usr2 => Signal::USR2,
         ReloadSignal::Term => Signal::TERM,
         ReloadSignal::Winch => Signal::WINCH,
+        ReloadSignal::Kill => Signal::KILL,
     }
 }
 

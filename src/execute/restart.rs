@@ -1,0 +1,223 @@
+//! Restart jobs (`reloadlet.io/action: restart`): one container of one pod is stopped the way
+//! the kubelet stops it — its stop signal, then SIGKILL once the grace is over — through the
+//! same pidfd path as a signal (it can only reach that container's main process); the
+//! kubelet starts it again in the same pod. Restarts of one container are spaced by the
+//! crash-loop window ([`crate::core::restart::MIN_SPACING`]); a change inside it is
+//! deferred (Normal `RestartDeferred`), kept, and restarted at its end.
+
+use crate::core::model::{ContainerId, PodInfo, ReloadSignal, SignalCheck, SourceRef};
+use crate::core::restart::StopPlan;
+use crate::host::process::{ContainerProcesses, MainProcess, ProcessError};
+use std::time::{Duration, Instant};
+
+/// How often the main process is looked for while the grace runs.
+const POLL: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Debug)]
+pub struct RestartJob {
+    pub pod_uid: String,
+    pub container: String,
+    pub stop: StopPlan,
+    pub first_seen: Instant,
+    /// The ConfigMaps/Secrets whose change it is for.
+    pub sources: Vec<SourceRef>,
+    /// The pod does not declare the readiness gate `reloadlet.io/restart-drain`: traffic is
+    /// not drained first (said in the Event).
+    pub undrained: bool,
+}
+
+impl RestartJob {
+    pub fn cause(&self) -> String {
+        crate::core::policy::Cause::text(&self.sources)
+    }
+
+    /// The key restarts are spaced by.
+    pub fn key(&self) -> (String, String) {
+        (self.pod_uid.clone(), self.container.clone())
+    }
+}
+
+/// How a stop ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    pub pid: i32,
+    /// SIGKILL was needed after the grace.
+    pub killed: bool,
+}
+
+/// Stops the main process of `container`: `stop.signal` (unchecked: the kubelet does not
+/// look either), then, while the same process (PID and start time) is still the
+/// container's main process after `stop.grace`, SIGKILL. Blocking (polls `/proc`).
+pub fn stop(
+    processes: &dyn ContainerProcesses,
+    pod: &PodInfo,
+    job: &RestartJob,
+) -> Result<Stopped, String> {
+    let id = crate::execute::signal::running_container_id(pod, &job.container)
+        .map_err(|e| e.to_string())?
+        .clone();
+    let main = processes
+        .find_main_process(&job.pod_uid, &id)
+        .map_err(|e| e.to_string())?;
+    let delivery = processes
+        .deliver(&job.pod_uid, &id, job.stop.signal, SignalCheck::Off)
+        .map_err(|e| e.to_string())?;
+    let deadline = crate::core::durations::later(Instant::now(), job.stop.grace);
+    while Instant::now() < deadline {
+        if !still_running(processes, &job.pod_uid, &id, main) {
+            return Ok(Stopped {
+                pid: delivery.pid,
+                killed: false,
+            });
+        }
+        std::thread::sleep(POLL);
+    }
+    if !still_running(processes, &job.pod_uid, &id, main) {
+        return Ok(Stopped {
+            pid: delivery.pid,
+            killed: false,
+        });
+    }
+    match processes.deliver(&job.pod_uid, &id, ReloadSignal::Kill, SignalCheck::Off) {
+        Ok(_) | Err(ProcessError::NoProcess { .. }) => Ok(Stopped {
+            pid: delivery.pid,
+            killed: true,
+        }),
+        Err(e) => Err(format!("SIGKILL after the grace: {e}")),
+    }
+}
+
+fn still_running(
+    processes: &dyn ContainerProcesses,
+    pod_uid: &str,
+    id: &ContainerId,
+    main: MainProcess,
+) -> bool {
+    processes.find_main_process(pod_uid, id).ok() == Some(main)
+}
+
+/// The Event's note of a restart.
+pub fn restarted_note(job: &RestartJob, stopped: &Stopped) -> String {
+    let how = if stopped.killed {
+        format!(
+            "{}, then SIGKILL after {}",
+            job.stop.signal,
+            humantime::format_duration(job.stop.grace)
+        )
+    } else {
+        job.stop.signal.name().to_owned()
+    };
+    let drained = if job.undrained {
+        "; traffic was not drained first (the pod has no readiness gate reloadlet.io/restart-drain)"
+    } else {
+        ""
+    };
+    format!(
+        "stopped container {} (pid {}) with {how}; the kubelet starts it again in the same pod{drained}: {}",
+        job.container,
+        stopped.pid,
+        job.cause()
+    )
+}
+
+/// The Event's note of a deferral.
+pub fn deferred_note(job: &RestartJob, spacing: Duration, wait: Duration) -> String {
+    format!(
+        "container {} restarted less than {} ago (the kubelet's crash-loop back-off); restart deferred by {}, then on the latest content: {}",
+        job.container,
+        humantime::format_duration(spacing),
+        humantime::format_duration(Duration::from_secs(wait.as_secs())),
+        job.cause()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{ContainerInfo, ContainerKind, SourceKind};
+    use crate::ports::fake;
+
+    fn pod() -> PodInfo {
+        PodInfo {
+            uid: "u".into(),
+            containers: vec![ContainerInfo {
+                name: "app".into(),
+                kind: ContainerKind::Regular,
+                mounts: vec![],
+                container_id: ContainerId::parse("containerd://abc"),
+                running: true,
+                ports: vec![],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn job(grace: Duration) -> RestartJob {
+        RestartJob {
+            pod_uid: "u".into(),
+            container: "app".into(),
+            stop: StopPlan {
+                signal: ReloadSignal::Term,
+                grace,
+            },
+            first_seen: Instant::now(),
+            sources: vec![SourceRef {
+                kind: SourceKind::ConfigMap,
+                name: "app-config".into(),
+            }],
+            undrained: true,
+        }
+    }
+
+    #[test]
+    fn a_process_that_outlives_the_grace_gets_sigkill_through_the_same_path() {
+        // the fake's process never exits: TERM, then KILL
+        let processes = fake::Processes::with("abc", 4242);
+        let stopped = stop(&processes, &pod(), &job(Duration::from_millis(150))).unwrap();
+        assert_eq!(
+            stopped,
+            Stopped {
+                pid: 4242,
+                killed: true
+            }
+        );
+        let sent: Vec<ReloadSignal> = processes
+            .sent
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, _, s)| *s)
+            .collect();
+        assert_eq!(sent, [ReloadSignal::Term, ReloadSignal::Kill]);
+        let note = restarted_note(&job(Duration::from_secs(30)), &stopped);
+        assert_eq!(note, "stopped container app (pid 4242) with SIGTERM, then SIGKILL after 30s; the kubelet starts it again in the same pod; traffic was not drained first (the pod has no readiness gate reloadlet.io/restart-drain): configmap app-config changed");
+    }
+
+    #[test]
+    fn a_process_that_exits_in_the_grace_gets_no_sigkill() {
+        let processes = fake::Processes::with("abc", 4242);
+        let p = pod();
+        let j = job(Duration::from_secs(5));
+        // it exits as soon as it is signalled
+        let stopped = std::thread::scope(|s| {
+            let h = s.spawn(|| stop(&processes, &p, &j));
+            while processes.sent() == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            processes.pids.lock().unwrap().clear();
+            h.join().unwrap()
+        })
+        .unwrap();
+        assert!(!stopped.killed);
+        assert_eq!(processes.sent(), 1);
+    }
+
+    #[test]
+    fn a_container_not_running_is_not_restarted() {
+        let processes = fake::Processes::with("abc", 4242);
+        let mut p = pod();
+        p.containers[0].running = false;
+        assert!(stop(&processes, &p, &job(Duration::ZERO)).is_err());
+        assert_eq!(processes.sent(), 0);
+    }
+}

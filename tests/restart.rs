@@ -1,0 +1,202 @@
+//! `reloadlet.io/action: restart` end to end on a simulated node (issue #45): an app that
+//! reads its config (a mounted file and an env var) only at start serves the new config
+//! after a ConfigMap change — same pod UID and IP, `restartCount` + 1 — and a second change
+//! inside the crash-loop window is deferred, then applied, never lost.
+
+mod common;
+
+use common::fixtures::{configmap, pod, sandboxed};
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+const NS: &str = "shop";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A container that reads `/etc/app/app.conf` and `$GREETING` once, writes what it serves to
+/// `out`, and then only sleeps: no SIGHUP handler, no reload endpoint, no SIGTERM handler
+/// either (PID 1 of its namespace: the stop signal is dropped, SIGKILL after the grace).
+fn start_only_app(base: &Path, out: &Path) -> serde_json::Value {
+    let conf = sandboxed(base, "/etc/app");
+    let script = format!(
+        "echo \"serving $(cat {conf}/app.conf) greeting=$GREETING\" > {out}; while :; do sleep 3600 & wait $!; done",
+        out = out.display()
+    );
+    json!({
+        "name": "app",
+        "image": "example/start-only:1",
+        "command": ["/bin/sh", "-c", script],
+        "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "app-conf", "key": "greeting"}}}],
+        "volumeMounts": [{"name": "conf", "mountPath": conf}],
+    })
+}
+
+fn app_conf(conf: &str, greeting: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    configmap(
+        NS,
+        "app-conf",
+        &[("app.conf", conf), ("greeting", greeting)],
+    )
+}
+
+fn restart_count(p: &Pod) -> Option<i32> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "app")
+        .map(|c| c.restart_count)
+}
+
+fn served(out: &Path) -> String {
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+async fn start_only_pod(node: &mut Node, agent_args: &[&str]) -> (std::path::PathBuf, Pod) {
+    node.start_agent(agent_args).await;
+    node.api.apply_configmap(app_conf("v1", "one"));
+    let out = node.path("served");
+    let base = out.parent().unwrap().to_owned();
+    let b = pod(NS, "web-0")
+        .annotate("reloadlet.io/action", "restart")
+        .annotate("reloadlet.io/restart-grace", "1s")
+        .configmap_volume("conf", "app-conf")
+        .container(start_only_app(&base, &out));
+    node.api.create_pod(b.build());
+    node.wait_running(NS, "web-0").await;
+    eventually("the app serves v1", WAIT, || {
+        (served(&out) == "serving v1 greeting=one").then_some(())
+    })
+    .await;
+    node.wait_tracked(2).await;
+    let before = node.api.get_pod(NS, "web-0").unwrap();
+    (out, before)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_only_app_serves_the_new_config_after_a_restart_in_the_same_pod() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    let (out, before) = start_only_pod(&mut node, &[]).await;
+    let ip = before.status.as_ref().unwrap().pod_ip.clone();
+    assert_eq!(restart_count(&before), Some(0));
+    let explained = node.explain_output(NS, "web-0");
+    assert!(
+        explained.contains("action: restart in place")
+            && explained.contains("triggers a restart of app (SIGTERM, SIGKILL after 1s)"),
+        "{explained}"
+    );
+
+    node.api.apply_configmap(app_conf("v2", "two"));
+
+    // the new process read the new file and the new env value
+    eventually("the app serves v2", WAIT, || {
+        (served(&out) == "serving v2 greeting=two").then_some(())
+    })
+    .await;
+    let after = eventually("restartCount 1", WAIT, || {
+        let p = node.api.get_pod(NS, "web-0")?;
+        (restart_count(&p) == Some(1)).then_some(p)
+    })
+    .await;
+    assert_eq!(after.metadata.uid, before.metadata.uid, "same pod");
+    assert_eq!(after.status.as_ref().unwrap().pod_ip, ip, "same IP");
+    let ev = node.wait_event(NS, "web-0", "Restarted").await;
+    assert_eq!(ev.type_, "Normal");
+    assert!(
+        ev.note.contains("with SIGTERM, then SIGKILL after 1s")
+            && ev.note.contains("traffic was not drained")
+            && ev.note.ends_with("configmap app-conf changed"),
+        "{}",
+        ev.note
+    );
+    node.wait_metric(
+        "reloadlet_actions_total{action=\"restart\",outcome=\"restarted\"}",
+        1.0,
+    )
+    .await;
+    // no pod was created or evicted for it
+    assert_eq!(node.api.list_pods().len(), 1);
+    assert!(evicted_uids(&node).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restart_policy_never_is_refused_with_a_warning_and_nothing_is_stopped() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&[]).await;
+    node.api.apply_configmap(app_conf("v1", "one"));
+    let out = node.path("served");
+    let base = out.parent().unwrap().to_owned();
+    let mut p = pod(NS, "once")
+        .annotate("reloadlet.io/action", "restart")
+        .configmap_volume("conf", "app-conf")
+        .container(start_only_app(&base, &out))
+        .build();
+    p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    node.api.create_pod(p);
+    let handles = node.wait_running(NS, "once").await;
+    node.wait_tracked(2).await;
+    let pid = handles.container("app").unwrap().main_pid;
+    node.api.apply_configmap(app_conf("v2", "two"));
+    let ev = node.wait_event(NS, "once", "RestartRefused").await;
+    assert_eq!(ev.type_, "Warning");
+    assert!(ev.note.contains("restartPolicy Never"), "{}", ev.note);
+    assert!(alive(pid), "the process was left alone");
+    assert_eq!(served(&out), "serving v1 greeting=one");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_change_inside_the_crash_loop_window_is_deferred_then_applied_not_lost() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    // a short window, so that the test sees its end (10m by default)
+    let (out, _) = start_only_pod(&mut node, &["--restart-spacing", "4s"]).await;
+    node.api.apply_configmap(app_conf("v2", "two"));
+    eventually("the app serves v2", WAIT, || {
+        (served(&out) == "serving v2 greeting=two").then_some(())
+    })
+    .await;
+    node.wait_event(NS, "web-0", "Restarted").await;
+
+    // two more changes inside the window: one deferral, and the latest content wins
+    node.api.apply_configmap(app_conf("v3", "three"));
+    let ev = node.wait_event(NS, "web-0", "RestartDeferred").await;
+    assert_eq!(ev.type_, "Normal");
+    assert!(
+        ev.note.contains("restarted less than 4s ago"),
+        "{}",
+        ev.note
+    );
+    node.api.apply_configmap(app_conf("v4", "four"));
+
+    eventually(
+        "the app serves v4 after the window",
+        Duration::from_secs(60),
+        || (served(&out) == "serving v4 greeting=four").then_some(()),
+    )
+    .await;
+    let p = eventually("restartCount 2", WAIT, || {
+        let p = node.api.get_pod(NS, "web-0")?;
+        (restart_count(&p) == Some(2)).then_some(p)
+    })
+    .await;
+    assert_eq!(
+        restart_count(&p),
+        Some(2),
+        "one restart for v3 and v4 together"
+    );
+    node.wait_metric(
+        "reloadlet_actions_total{action=\"restart\",outcome=\"restarted\"}",
+        2.0,
+    )
+    .await;
+    node.wait_metric(
+        "reloadlet_actions_total{action=\"restart\",outcome=\"restart_deferred\"}",
+        1.0,
+    )
+    .await;
+}
