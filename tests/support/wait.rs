@@ -1,6 +1,19 @@
 //! The one set of waiting helpers every test uses: poll with a deadline, never a bare
 //! sleep, never a timed assertion. Deadlines are tokio's clock in async helpers, so they
 //! also hold in virtual time under a paused clock.
+//!
+//! The rules the suite keeps with them:
+//! - an absence ([`never`]) follows a positive control in the same test: the same change
+//!   acted on where it must be (a pod beside, a change after), so that a harness that sees
+//!   nothing fails instead of passing; its window is one of the named `*_QUIET` below;
+//! - a test that cannot run here says so in one line ([`skipped`]), and fails instead under
+//!   `hack/test.sh` ([`root_or_skip`], [`skip_unless_required`]);
+//! - every process a test starts gets default signal dispositions
+//!   (`nodesim::runtime::default_signals`), whatever `nohup`, `setsid` or a shell left.
+//!
+//! Each support module by topic sits beside this one (`http.rs`, `image.rs`, `notify.rs`,
+//! `watch.rs`, `runtime/`, `controller_process.rs`, `rng.rs`); `tests/common/` is the
+//! simulated node harness, which re-exports this module.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::process::{Child, ExitStatus};
