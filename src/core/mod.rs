@@ -21,4 +21,5 @@ pub mod pod_index;
 pub mod policy;
 pub mod reloader_compat;
 pub mod rollout;
+pub mod status;
 pub mod volume_digest;
