@@ -119,7 +119,7 @@ pub struct Facts<'a> {
     pub published: Option<&'a Published>,
     /// The pod's record for this object.
     pub record: Option<&'a Entry>,
-    /// When the pod's consuming containers (last) started; `None`: not running.
+    /// When the pod's longest-running container started; `None`: not all running.
     pub started: Option<Timestamp>,
     /// `status.phase`.
     pub phase: &'a str,

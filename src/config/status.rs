@@ -1,0 +1,101 @@
+//! `reloadlet status` (and `kubectl reloadlet status`): its command line, kubectl-like.
+
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// What to look at: configmap/NAME (cm/NAME) or secret/NAME.
+    #[arg(value_parser = parse_target)]
+    pub target: Target,
+    /// The namespace (default: the kubeconfig context's, else "default").
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// The object of that name in every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Output format: the table (default), wide (node, data versions) or json.
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<Output>,
+    /// Path to the kubeconfig file (default: KUBECONFIG, ~/.kube/config, else in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Wait until every consumer runs the current data (or --timeout passes).
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits (e.g. 30s, 2m).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+    pub timeout: Duration,
+    /// How often --wait looks again.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s", hide = true)]
+    pub interval: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Wide,
+    Json,
+}
+
+/// The object `status` is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub kind: crate::core::model::SourceKind,
+    pub name: String,
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    use crate::core::model::SourceKind;
+    let (kind, name) = s
+        .split_once('/')
+        .ok_or("expected KIND/NAME, e.g. configmap/app-config or secret/db")?;
+    let kind = match kind.to_ascii_lowercase().as_str() {
+        "configmap" | "configmaps" | "cm" => SourceKind::ConfigMap,
+        "secret" | "secrets" => SourceKind::Secret,
+        other => {
+            return Err(format!(
+                "unknown kind {other:?}: configmap/NAME or secret/NAME (workload kinds are not supported yet)"
+            ))
+        }
+    };
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if !valid {
+        return Err(format!("{name:?} is not a valid object name"));
+    }
+    Ok(Target {
+        kind,
+        name: name.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::SourceKind;
+
+    #[test]
+    fn targets_parse_like_kubectl() {
+        assert_eq!(
+            parse_target("cm/app"),
+            Ok(Target {
+                kind: SourceKind::ConfigMap,
+                name: "app".into()
+            })
+        );
+        assert_eq!(
+            parse_target("Secret/db.creds").map(|t| t.kind),
+            Ok(SourceKind::Secret)
+        );
+        for bad in ["app", "pod/x", "cm/", "cm/A", "cm/a/b"] {
+            assert!(parse_target(bad).is_err(), "{bad}");
+        }
+    }
+}
