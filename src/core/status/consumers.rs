@@ -410,6 +410,16 @@ mod tests {
                 want => assert_eq!(got, want, "{action:?}"),
             }
         }
+        // The record reloadlet writes on the pod is one of its own annotations, never a typo.
+        let mut recorded = pod(Some("signal"), v(), c());
+        recorded.annotations.insert(
+            crate::core::status::applied::ANNOTATION.into(),
+            r#"{"v":1,"objects":[]}"#.into(),
+        );
+        assert_eq!(
+            consumer(&recorded, &app).unwrap().action,
+            ConsumerAction::Signal
+        );
         let mut narrowed = pod(Some("signal"), v(), c());
         narrowed
             .annotations
