@@ -3,7 +3,7 @@
 //! [`crate::core::status`]; this file only gathers them and renders the table, the wide table
 //! and the JSON.
 
-use crate::core::model::{PodInfo, SourceRef};
+use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::status::applied::Applied;
 use crate::core::status::consumers::consumer;
 use crate::core::status::data_version::{Published, ANNOTATION};
@@ -229,6 +229,74 @@ pub fn json(report: &Report) -> serde_json::Value {
     })
 }
 
+/// A workload kind `status` takes: the objects its pods consume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    ReplicaSet,
+}
+
+impl Workload {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deployment => "deployment",
+            Self::StatefulSet => "statefulset",
+            Self::DaemonSet => "daemonset",
+            Self::ReplicaSet => "replicaset",
+        }
+    }
+}
+
+/// Whether `pod` belongs to the workload: its controller is the StatefulSet, DaemonSet or
+/// ReplicaSet of that name; for a Deployment, a ReplicaSet `<name>-<pod-template-hash>` (the
+/// name the Deployment controller gives its ReplicaSets, with the pod's own label).
+pub fn belongs_to(pod: &PodInfo, workload: Workload, name: &str) -> bool {
+    let Some(owner) = pod.controller.as_deref() else {
+        return false;
+    };
+    match workload {
+        Workload::StatefulSet => owner.kind == "StatefulSet" && owner.name == name,
+        Workload::DaemonSet => owner.kind == "DaemonSet" && owner.name == name,
+        Workload::ReplicaSet => owner.kind == "ReplicaSet" && owner.name == name,
+        Workload::Deployment => {
+            owner.kind == "ReplicaSet"
+                && pod
+                    .labels
+                    .get("pod-template-hash")
+                    .is_some_and(|hash| owner.name == format!("{name}-{hash}"))
+        }
+    }
+}
+
+/// The ConfigMaps and Secrets `pods` consume (volumes, projected sources, env), sorted; the
+/// root CA every pod gets injected (`kube-root-ca.crt`) only when a pod names it in
+/// `reloadlet.io/configmaps`.
+pub fn consumed_objects<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> Vec<SourceRef> {
+    use crate::core::model::ROOT_CA_CONFIGMAP;
+    let mut out = std::collections::BTreeSet::new();
+    for p in pods {
+        for v in &p.volumes {
+            let wanted = |s: &&SourceRef| {
+                s.kind.is_api_object()
+                    && !(s.kind == SourceKind::ConfigMap
+                        && s.name == ROOT_CA_CONFIGMAP
+                        && !crate::core::policy::source_counts(p, s))
+            };
+            for s in v.sources.iter().filter(wanted) {
+                if consumer(p, s).is_some() {
+                    out.insert(s.clone());
+                }
+            }
+        }
+        for e in &p.env {
+            out.insert(e.source.clone());
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// The note for an object without a published data version.
 pub fn unpublished(value: Option<&String>) -> Result<Published, String> {
     match value {
@@ -247,7 +315,7 @@ pub fn hms(t: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{ContainerInfo, ContainerKind, SourceKind, VolumeMount, VolumeSpec};
+    use crate::core::model::{ContainerInfo, ContainerKind, VolumeMount, VolumeSpec};
     use crate::core::outcome::ActionKind;
     use crate::core::status::applied::{Entry, Recorded};
     use crate::core::status::data_version::version_of_files;
@@ -389,6 +457,48 @@ mod tests {
         let j = json(&r);
         assert_eq!(j["consumers"][2]["state"], "current");
         assert_eq!(j["allCurrent"], false);
+    }
+
+    #[test]
+    fn a_workloads_pods_and_the_objects_they_consume() {
+        use crate::core::rollout::OwnerRef;
+        let mut p = pod("web-7d9f-abcde", Some("signal"), &[], "Running").info;
+        let owner = |kind: &str, name: &str| {
+            Some(Box::new(OwnerRef {
+                api_version: "apps/v1".into(),
+                kind: kind.into(),
+                name: name.into(),
+                uid: "u".into(),
+            }))
+        };
+        p.controller = owner("ReplicaSet", "web-7d9f");
+        p.labels.insert("pod-template-hash".into(), "7d9f".into());
+        assert!(belongs_to(&p, Workload::Deployment, "web"));
+        assert!(belongs_to(&p, Workload::ReplicaSet, "web-7d9f"));
+        assert!(!belongs_to(&p, Workload::Deployment, "web-7d9f"));
+        assert!(
+            !belongs_to(&p, Workload::Deployment, "we"),
+            "a name prefix is not the owner"
+        );
+        p.labels.insert("pod-template-hash".into(), "other".into());
+        assert!(!belongs_to(&p, Workload::Deployment, "web"));
+        p.controller = owner("StatefulSet", "db");
+        assert!(belongs_to(&p, Workload::StatefulSet, "db"));
+        assert!(!belongs_to(&p, Workload::DaemonSet, "db"));
+        p.env.push(crate::core::model::EnvRef {
+            source: SourceRef {
+                kind: SourceKind::Secret,
+                name: "creds".into(),
+            },
+            keys: crate::core::model::EnvKeys::Key("PW".into()),
+            optional: false,
+            container: "app".into(),
+        });
+        let names: Vec<String> = consumed_objects([&p])
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(names, ["configmap app", "secret creds"]);
     }
 
     #[test]

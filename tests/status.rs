@@ -437,6 +437,71 @@ async fn wait_returns_when_the_last_consumer_turns_current_and_times_out_otherwi
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_deployment_target_shows_each_object_its_pods_consume() {
+    let api = ApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = reader_kubeconfig(&api, dir.path());
+    let now = Timestamp::now();
+    let cmap: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "app", "namespace": NS}, "data": {"app.conf": "v1"}}))
+    .unwrap();
+    api.apply_configmap(cmap);
+    publish(&api, "v1", now - jiff::SignedDuration::from_secs(5));
+    let started = now - jiff::SignedDuration::from_secs(600);
+    for (name, rs, hash) in [
+        ("web-abc-1", "web-abc", "abc"),
+        ("web-abc-2", "web-abc", "abc"),
+        ("api-def-1", "api-def", "def"),
+    ] {
+        pod(
+            &api,
+            name,
+            Some("signal"),
+            mount(false),
+            config_volume(),
+            started,
+        );
+        api.merge_patch_pod(
+            NS,
+            name,
+            &json!({"metadata": {"labels": {"pod-template-hash": hash},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": format!("{rs}-uid"), "controller": true}]}}),
+        )
+        .unwrap();
+    }
+    record(&api, "web-abc-1", "v1", ActionKind::Signal, |e| e);
+    let (code, out) = status(&kc, &["deployment/web"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(line(&out, "web-abc-1").contains("current"), "{out}");
+    assert!(line(&out, "web-abc-2").contains("pending"), "{out}");
+    assert!(
+        !out.contains("api-def-1"),
+        "a pod of another Deployment:\n{out}"
+    );
+    assert!(
+        out.contains("configmap app: 2 consumers: 1 current, 1 pending (kubelet)\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("deployment web: 1 object, 0 with every consumer current\n"),
+        "{out}"
+    );
+    record(&api, "web-abc-2", "v1", ActionKind::Signal, |e| e);
+    let (code, out) = status(&kc, &["deploy/web", "-o", "json"]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["workload"], "deployment/web");
+    assert_eq!(v["objects"][0]["summary"], "2 consumers: 2 current");
+    // A workload with no pod found is no success.
+    let (code, out) = status(&kc, &["deployment/nope"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("deployment nope: no pod of it consumes"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_secret_is_shown_from_its_metadata_without_leaking_its_data() {
     let api = ApiServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();

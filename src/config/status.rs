@@ -6,7 +6,9 @@ use std::time::Duration;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// What to look at: configmap/NAME (cm/NAME) or secret/NAME.
+    /// What to look at: configmap/NAME (cm/NAME), secret/NAME, or a workload
+    /// (deployment/NAME, statefulset/NAME, daemonset/NAME, replicaset/NAME): every ConfigMap and
+    /// Secret its pods consume.
     #[arg(value_parser = parse_target)]
     pub target: Target,
     /// The namespace (default: the kubeconfig context's, else "default").
@@ -41,24 +43,33 @@ pub enum Output {
     Json,
 }
 
-/// The object `status` is about.
+/// What `status` is about: one object, or the objects a workload's pods consume.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
-    pub kind: crate::core::model::SourceKind,
-    pub name: String,
+pub enum Target {
+    Object(crate::core::model::SourceRef),
+    Workload(crate::status::Workload, String),
 }
 
 fn parse_target(s: &str) -> Result<Target, String> {
-    use crate::core::model::SourceKind;
+    use crate::core::model::{SourceKind, SourceRef};
+    use crate::status::Workload;
     let (kind, name) = s
         .split_once('/')
-        .ok_or("expected KIND/NAME, e.g. configmap/app-config or secret/db")?;
+        .ok_or("expected KIND/NAME, e.g. configmap/app-config, secret/db or deployment/web")?;
+    enum Kind {
+        Object(SourceKind),
+        Workload(Workload),
+    }
     let kind = match kind.to_ascii_lowercase().as_str() {
-        "configmap" | "configmaps" | "cm" => SourceKind::ConfigMap,
-        "secret" | "secrets" => SourceKind::Secret,
+        "configmap" | "configmaps" | "cm" => Kind::Object(SourceKind::ConfigMap),
+        "secret" | "secrets" => Kind::Object(SourceKind::Secret),
+        "deployment" | "deployments" | "deploy" => Kind::Workload(Workload::Deployment),
+        "statefulset" | "statefulsets" | "sts" => Kind::Workload(Workload::StatefulSet),
+        "daemonset" | "daemonsets" | "ds" => Kind::Workload(Workload::DaemonSet),
+        "replicaset" | "replicasets" | "rs" => Kind::Workload(Workload::ReplicaSet),
         other => {
             return Err(format!(
-                "unknown kind {other:?}: configmap/NAME or secret/NAME (workload kinds are not supported yet)"
+                "unknown kind {other:?}: configmap, secret, deployment, statefulset, daemonset or replicaset"
             ))
         }
     };
@@ -70,9 +81,10 @@ fn parse_target(s: &str) -> Result<Target, String> {
     if !valid {
         return Err(format!("{name:?} is not a valid object name"));
     }
-    Ok(Target {
-        kind,
-        name: name.to_owned(),
+    let name = name.to_owned();
+    Ok(match kind {
+        Kind::Object(kind) => Target::Object(SourceRef { kind, name }),
+        Kind::Workload(w) => Target::Workload(w, name),
     })
 }
 

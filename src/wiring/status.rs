@@ -3,7 +3,7 @@
 //! Secret's data is never asked for — then the report of [`crate::status`]; with `--wait`,
 //! again until every consumer is current or the timeout passes.
 
-use crate::config::status::{Output, StatusArgs};
+use crate::config::status::{Output, StatusArgs, Target};
 use crate::core::model::{SourceKind, SourceRef};
 use crate::k8s::pod_convert;
 use crate::k8s::pod_view::PodView;
@@ -28,29 +28,26 @@ pub async fn run(args: StatusArgs) -> Result<Answer, String> {
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
-    let object = SourceRef {
-        kind: args.target.kind,
-        name: args.target.name.clone(),
-    };
     let scope = (!args.all_namespaces).then_some(namespace.as_str());
     let deadline = Instant::now() + args.timeout;
     let mut last_summary = String::new();
     loop {
-        let report = read(&client, &object, scope).await?;
-        let done = report.all_current() || !args.wait || Instant::now() >= deadline;
+        let look = read(&client, &args.target, scope).await?;
+        let all_current = look.all_current();
+        let done = all_current || !args.wait || Instant::now() >= deadline;
         if done {
+            let timed_out = args.wait && !all_current;
             let text = match args.output {
                 Some(Output::Json) => {
-                    let mut v = status::json(&report);
-                    if args.wait && !report.all_current() {
+                    let mut v = look.json();
+                    if timed_out {
                         v["timedOut"] = true.into();
                     }
-                    format!("{:#}\n", v)
+                    format!("{v:#}\n")
                 }
                 wide => {
-                    let mut t =
-                        status::table(&report, wide == Some(Output::Wide), args.all_namespaces);
-                    if args.wait && !report.all_current() {
+                    let mut t = look.table(wide == Some(Output::Wide), args.all_namespaces);
+                    if timed_out {
                         t.push_str(&format!(
                             "timed out after {}\n",
                             humantime::format_duration(args.timeout)
@@ -59,21 +56,76 @@ pub async fn run(args: StatusArgs) -> Result<Answer, String> {
                     t
                 }
             };
-            return Ok(Answer {
-                text,
-                all_current: report.all_current(),
-            });
+            return Ok(Answer { text, all_current });
         }
-        let summary = report.summary();
+        let summary = look.summary();
         if summary != last_summary {
-            eprintln!(
-                "{} {}: {summary}",
-                status::hms(jiff::Timestamp::now()),
-                object
-            );
+            eprintln!("{} {summary}", status::hms(jiff::Timestamp::now()));
             last_summary = summary;
         }
         tokio::time::sleep(args.interval).await;
+    }
+}
+
+/// One look: the report of the object, or of each object a workload's pods consume.
+struct Look {
+    /// `deployment web` for a workload target.
+    workload: Option<String>,
+    reports: Vec<Report>,
+}
+
+impl Look {
+    fn all_current(&self) -> bool {
+        // A workload none of whose pods was found is not "all current": likely a typo.
+        !(self.workload.is_some() && self.reports.is_empty())
+            && self.reports.iter().all(Report::all_current)
+    }
+
+    fn summary(&self) -> String {
+        let lines: Vec<String> = self
+            .reports
+            .iter()
+            .map(|r| format!("{}: {}", r.object, r.summary()))
+            .collect();
+        match &self.workload {
+            Some(w) if lines.is_empty() => format!("{w}: no pod consumes a ConfigMap or Secret"),
+            _ => lines.join("; "),
+        }
+    }
+
+    fn table(&self, wide: bool, all_namespaces: bool) -> String {
+        let tables: Vec<String> = self
+            .reports
+            .iter()
+            .map(|r| status::table(r, wide, all_namespaces))
+            .collect();
+        let mut out = tables.join("\n");
+        if let Some(w) = &self.workload {
+            if self.reports.is_empty() {
+                out.push_str(&format!(
+                    "{w}: no pod of it consumes a ConfigMap or Secret\n"
+                ));
+            } else {
+                let current = self.reports.iter().filter(|r| r.all_current()).count();
+                let n = self.reports.len();
+                let objects = if n == 1 { "object" } else { "objects" };
+                out.push_str(&format!(
+                    "\n{w}: {n} {objects}, {current} with every consumer current\n"
+                ));
+            }
+        }
+        out
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match &self.workload {
+            None => self.reports.first().map(status::json).unwrap_or_default(),
+            Some(w) => serde_json::json!({
+                "workload": w.replace(' ', "/"),
+                "objects": self.reports.iter().map(status::json).collect::<Vec<_>>(),
+                "allCurrent": self.all_current(),
+            }),
+        }
     }
 }
 
@@ -101,9 +153,9 @@ async fn config(args: &StatusArgs) -> Result<kube::Config, String> {
     result.map_err(|e| format!("no Kubernetes configuration: {e}"))
 }
 
-/// One look: the pods, then the object's metadata in each namespace with a consumer (and in
-/// the namespace asked for).
-async fn read(client: &Client, object: &SourceRef, scope: Option<&str>) -> Result<Report, String> {
+/// The pods (of the namespace, or all), then the object's metadata in each namespace with a
+/// consumer (and in the namespace asked for).
+async fn read(client: &Client, target: &Target, scope: Option<&str>) -> Result<Look, String> {
     let pods: Api<PodView> = match scope {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -112,7 +164,7 @@ async fn read(client: &Client, object: &SourceRef, scope: Option<&str>) -> Resul
         .list(&ListParams::default())
         .await
         .map_err(|e| format!("cannot list pods: {e}"))?;
-    let facts: Vec<PodFacts> = list
+    let mut facts: Vec<PodFacts> = list
         .items
         .iter()
         .filter_map(|p| {
@@ -124,19 +176,31 @@ async fn read(client: &Client, object: &SourceRef, scope: Option<&str>) -> Resul
             })
         })
         .collect();
-    let mut namespaces: BTreeSet<String> = facts
-        .iter()
-        .filter(|p| crate::core::status::consumers::consumer(&p.info, object).is_some())
-        .map(|p| p.info.namespace.clone())
-        .collect();
-    if let Some(ns) = scope {
-        namespaces.insert(ns.to_owned());
+    let (workload, objects) = match target {
+        Target::Object(object) => (None, vec![object.clone()]),
+        Target::Workload(kind, name) => {
+            facts.retain(|p| status::belongs_to(&p.info, *kind, name));
+            let objects = status::consumed_objects(facts.iter().map(|p| &p.info));
+            (Some(format!("{} {name}", kind.as_str())), objects)
+        }
+    };
+    let mut reports = Vec::new();
+    for object in objects {
+        let mut namespaces: BTreeSet<String> = facts
+            .iter()
+            .filter(|p| crate::core::status::consumers::consumer(&p.info, &object).is_some())
+            .map(|p| p.info.namespace.clone())
+            .collect();
+        if let (Some(ns), None) = (scope, &workload) {
+            namespaces.insert(ns.to_owned());
+        }
+        let mut metas = BTreeMap::new();
+        for ns in namespaces {
+            metas.insert(ns.clone(), metadata(client, &ns, &object).await?);
+        }
+        reports.push(status::report(&object, &facts, &metas));
     }
-    let mut objects = BTreeMap::new();
-    for ns in namespaces {
-        objects.insert(ns.clone(), metadata(client, &ns, object).await?);
-    }
-    Ok(status::report(object, &facts, &objects))
+    Ok(Look { workload, reports })
 }
 
 /// The object's metadata only (`Accept: …;as=PartialObjectMetadata`): its data-version
