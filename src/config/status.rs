@@ -95,18 +95,29 @@ mod tests {
 
     #[test]
     fn targets_parse_like_kubectl() {
+        use crate::core::model::SourceRef;
         assert_eq!(
             parse_target("cm/app"),
-            Ok(Target {
+            Ok(Target::Object(SourceRef {
                 kind: SourceKind::ConfigMap,
                 name: "app".into()
-            })
+            }))
         );
+        assert!(matches!(
+            parse_target("Secret/db.creds"),
+            Ok(Target::Object(SourceRef {
+                kind: SourceKind::Secret,
+                ..
+            }))
+        ));
         assert_eq!(
-            parse_target("Secret/db.creds").map(|t| t.kind),
-            Ok(SourceKind::Secret)
+            parse_target("deploy/web"),
+            Ok(Target::Workload(
+                crate::status::Workload::Deployment,
+                "web".into()
+            ))
         );
-        for bad in ["app", "pod/x", "cm/", "cm/A", "cm/a/b"] {
+        for bad in ["app", "pod/x", "cm/", "cm/A", "cm/a/b", "sts/"] {
             assert!(parse_target(bad).is_err(), "{bad}");
         }
     }
