@@ -322,9 +322,9 @@ mod tests {
         let mut p = pod(
             Some("signal"),
             vec![
-                volume("whole", &[app.clone()]),
+                volume("whole", std::slice::from_ref(&app)),
                 items,
-                volume("sub", &[app.clone()]),
+                volume("sub", std::slice::from_ref(&app)),
             ],
             vec![
                 container("web", &[("whole", false), ("items", false), ("sub", true)]),
@@ -390,7 +390,7 @@ mod tests {
     #[test]
     fn actions_narrowing_and_invalid_annotations() {
         let app = cm("app");
-        let v = || vec![volume("v", &[app.clone()])];
+        let v = || vec![volume("v", std::slice::from_ref(&app))];
         let c = || vec![container("web", &[("v", false)])];
         for (action, want) in [
             (None, ConsumerAction::None),
@@ -432,7 +432,7 @@ mod tests {
     #[test]
     fn keys_read_are_the_union_of_items_and_env_keys() {
         let app = cm("app");
-        let mut items = volume("v", &[app.clone()]);
+        let mut items = volume("v", std::slice::from_ref(&app));
         items.source_keys = vec![(app.clone(), vec!["a".into(), "b".into()])];
         let mut p = pod(
             Some("evict"),
@@ -458,7 +458,7 @@ mod tests {
         assert!(env_only.env_only());
         let sub = pod(
             Some("signal"),
-            vec![volume("v", &[app.clone()])],
+            vec![volume("v", std::slice::from_ref(&app))],
             vec![container("web", &[("v", true)])],
         );
         assert!(consumer(&sub, &app).unwrap().sub_path_only());

@@ -301,7 +301,7 @@ pub fn summary<'a>(states: impl IntoIterator<Item = &'a State>) -> String {
         .collect();
     let noun = if total == 1 { "consumer" } else { "consumers" };
     if parts.is_empty() {
-        return format!("0 consumers");
+        return "0 consumers".to_owned();
     }
     format!("{total} {noun}: {}", parts.join(", "))
 }
