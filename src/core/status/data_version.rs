@@ -145,6 +145,35 @@ pub fn version_of_files<'a>(
     version(digests)
 }
 
+/// The agent's side: the `(key, bytes)` pairs of one ConfigMap/Secret among a volume's files
+/// (`files`: path relative to the volume's data directory → bytes, as read back). `items`: the
+/// source's `(key, path)` pairs when its spec lists them (a key whose path is absent is left
+/// out: the object lacks it); without `items` every top-level file is a key (a key cannot hold
+/// `/` nor start with `..`), which holds only when the source is the volume's only one, so
+/// `None` is answered for a whole source beside others (its files cannot be told apart).
+pub fn pairs_of_files<'a>(
+    files: &'a BTreeMap<String, Vec<u8>>,
+    items: Option<&'a [(String, String)]>,
+    only_source: bool,
+) -> Option<Vec<(&'a str, &'a [u8])>> {
+    match items {
+        Some(items) => Some(
+            items
+                .iter()
+                .filter_map(|(key, path)| files.get(path).map(|b| (key.as_str(), b.as_slice())))
+                .collect(),
+        ),
+        None if only_source => Some(
+            files
+                .iter()
+                .filter(|(path, _)| !path.contains('/') && !path.starts_with(".."))
+                .map(|(k, b)| (k.as_str(), b.as_slice()))
+                .collect(),
+        ),
+        None => None,
+    }
+}
+
 /// The published key digests of an object ([`ANNOTATION`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Published {
@@ -292,6 +321,37 @@ mod tests {
             "{text}"
         );
         assert_eq!(Published::parse(&text), Ok(published));
+    }
+
+    #[test]
+    fn the_agent_reads_the_pairs_back_from_files_even_when_items_rename_them() {
+        let app = obj(SourceKind::ConfigMap, "app");
+        let data: [(&str, &[u8]); 2] = [("a.conf", b"x=1"), ("b.conf", b"y=2")];
+        let published = Published::of(&key(), "web", &app, data, SINCE.parse().unwrap());
+        // items: [{key: a.conf, path: conf/app.ini}]
+        let files: BTreeMap<String, Vec<u8>> =
+            [("conf/app.ini".to_string(), b"x=1".to_vec())].into();
+        let items = [("a.conf".to_string(), "conf/app.ini".to_string())];
+        let pairs = pairs_of_files(&files, Some(&items), false).unwrap();
+        assert_eq!(
+            Some(version_of_files(&key(), "web", &app, pairs)),
+            published.version_for(&KeysRead::Only(["a.conf".to_string()].into()))
+        );
+        // A whole volume: every top-level file is a key.
+        let whole: BTreeMap<String, Vec<u8>> = data
+            .iter()
+            .map(|(k, b)| (k.to_string(), b.to_vec()))
+            .collect();
+        let pairs = pairs_of_files(&whole, None, true).unwrap();
+        assert_eq!(
+            Some(version_of_files(&key(), "web", &app, pairs)),
+            published.version_for(&KeysRead::All)
+        );
+        assert_eq!(
+            pairs_of_files(&whole, None, false),
+            None,
+            "a whole source beside others"
+        );
     }
 
     #[test]
