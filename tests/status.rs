@@ -574,3 +574,39 @@ fn base64(s: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(s)
 }
+
+#[test]
+fn as_the_kubectl_plugin_it_needs_a_subcommand_and_says_kubectl_reloadlet() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("kubectl-reloadlet");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_reloadlet"), &plugin).unwrap();
+    // `kubectl reloadlet` alone: the help, never the node agent.
+    let out = Command::new(&plugin)
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("Usage: kubectl reloadlet"), "{text}");
+    assert!(text.contains("status"), "{text}");
+    let help = Command::new(&plugin)
+        .args(["status", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("Usage: kubectl reloadlet status"), "{help}");
+    // Under its own name, the same binary is the agent (a missing --node-name is its error).
+    let agent = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&agent.stderr).contains("--node-name"),
+        "{}",
+        String::from_utf8_lossy(&agent.stderr)
+    );
+}
