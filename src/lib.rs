@@ -34,4 +34,5 @@ pub mod outbound;
 pub mod ports;
 pub mod retry;
 pub mod serve;
+pub mod status;
 pub mod wiring;

@@ -1,7 +1,6 @@
 //! `reloadlet`: parses the command line, sets up logging and the runtime, and runs one mode
 //! (`src/wiring/`).
 
-use clap::Parser;
 use reloadlet::config::agent::BackgroundSched;
 use reloadlet::config::{Cli, Command, LogFormat};
 use reloadlet::wiring;
@@ -9,8 +8,12 @@ use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
+/// The name kubectl runs a plugin by (`kubectl reloadlet …` finds `kubectl-reloadlet` on PATH,
+/// e.g. a link to this binary).
+const KUBECTL_PLUGIN: &str = "kubectl-reloadlet";
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
@@ -41,6 +44,17 @@ fn main() -> ExitCode {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS
+            }
+            Err(reason) => fail(format, &reason),
+        },
+        Some(Command::Status(args)) => match runtime.block_on(wiring::status::run(args)) {
+            Ok(answer) => {
+                print!("{}", answer.text);
+                if answer.all_current {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
             }
             Err(reason) => fail(format, &reason),
         },
@@ -80,6 +94,27 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The command line. Run as the kubectl plugin (argv[0] `kubectl-reloadlet`), usage reads
+/// `kubectl reloadlet …` and a subcommand is required: `kubectl reloadlet` alone must print the
+/// help, never start the node agent on an operator's machine.
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let plugin = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .is_some_and(|n| n == KUBECTL_PLUGIN);
+    let mut command = Cli::command();
+    if plugin {
+        command = command
+            .bin_name("kubectl reloadlet")
+            .subcommand_required(true)
+            .arg_required_else_help(true);
+    }
+    let matches = command.try_get_matches()?;
+    Cli::from_arg_matches(&matches)
 }
 
 /// A fatal startup error: one line on stderr (a JSON object with `--log-format json`),

@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod controller;
 pub mod scope;
+pub mod status;
 
 pub use agent::{RunArgs, Settings};
 pub use scope::{LogFormat, ScopeArgs};
@@ -40,6 +41,12 @@ pub enum Command {
     /// NS/NAME`): it reads the same RELOADLET_* environment as the agent, so it applies the
     /// same filters.
     Explain(ExplainArgs),
+    /// Every pod that consumes a ConfigMap or Secret, and whether it runs its current data.
+    ///
+    /// Exits 0 only when every consumer is current (1 otherwise, 2 on an error); with --wait,
+    /// waits for that. Needs read access to pods and the object's metadata only (never a
+    /// Secret's data). Also installed as the kubectl plugin `kubectl reloadlet status`.
+    Status(status::StatusArgs),
 }
 
 #[derive(Debug, Args)]

@@ -15,6 +15,7 @@
 //! [`elect`].
 
 pub mod api;
+pub mod data_version;
 pub mod elect;
 pub mod env;
 #[cfg(test)]

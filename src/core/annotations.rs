@@ -43,8 +43,10 @@ pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
 /// each ConfigMap/Secret (volumes and env), like [`ENV_BASELINE`] (docs/rollout.md).
 pub const ROLLOUT_BASELINE: &str = "reloadlet.io/rollout-baseline";
 
-const KNOWN: [&str; 23] = [
+const KNOWN: [&str; 24] = [
     ROLLOUT_BASELINE,
+    // Written by whoever acts on the pod: what it applied (`reloadlet status`, docs/status.md).
+    crate::core::status::applied::ANNOTATION,
     // Written by `reloadlet controller` only: what it holds for an env consumer.
     crate::core::pacing::ENV_PACING,
     // Copied from the pod template onto every pod a rollout creates.

@@ -23,4 +23,5 @@ pub mod policy;
 pub mod reloader_compat;
 pub mod restart;
 pub mod rollout;
+pub mod status;
 pub mod volume_digest;

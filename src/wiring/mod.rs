@@ -7,6 +7,7 @@ pub mod agent;
 pub mod controller;
 pub mod explain;
 pub mod runtime;
+pub mod status;
 
 use tokio_util::sync::CancellationToken;
 

@@ -1,0 +1,612 @@
+//! `reloadlet status` end to end against the simulated API server, run as an operator runs it:
+//! the binary, a kubeconfig whose user may only read pods and get ConfigMaps/Secrets.
+//!
+//! The data version on the object (`reloadlet.io/data-version`) and the pods' records
+//! (`reloadlet.io/applied`) are written here the way the controller and the agent write them
+//! (with the library's own types and a test key); what is checked is what the operator reads:
+//! each consumer's state and reason, the summary line, the exit code, `--wait`, and that a
+//! Secret's data is never asked for nor shown.
+
+mod common;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret};
+use nodesim::apiserver::rbac::{Policy, User};
+use nodesim::apiserver::ApiServer;
+use reloadlet::core::model::{SourceKind, SourceRef};
+use reloadlet::core::outcome::ActionKind;
+use reloadlet::core::status::applied::{Applied, Entry, Recorded};
+use reloadlet::core::status::data_version::{version_of_files, Published, ANNOTATION};
+use reloadlet::core::volume_digest::HashKey;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const NS: &str = "shop";
+
+fn key() -> HashKey {
+    HashKey::from_bytes([9; 32])
+}
+
+fn cm() -> SourceRef {
+    SourceRef {
+        kind: SourceKind::ConfigMap,
+        name: "app".into(),
+    }
+}
+
+/// A read-only operator: list pods, get ConfigMaps and Secrets (metadata is all it asks for).
+fn reader_kubeconfig(api: &ApiServer, dir: &Path) -> PathBuf {
+    let policy = Policy::from_objects(&[
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "status-reader", "namespace": NS},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+                {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get"]}
+            ]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "status-reader", "namespace": NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "status-reader"},
+            "subjects": [{"kind": "User", "name": "operator"}]}),
+    ])
+    .unwrap();
+    api.set_rbac(policy);
+    let token = api.mint_token(User {
+        name: "operator".into(),
+        groups: vec!["system:authenticated".into()],
+    });
+    let path = dir.join("kubeconfig");
+    api.write_kubeconfig_with_token(&path, Some(&token))
+        .unwrap();
+    path
+}
+
+fn status_command(kubeconfig: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_reloadlet"));
+    cmd.arg("status")
+        .args(args)
+        .args(["-n", NS, "--kubeconfig"])
+        .arg(kubeconfig)
+        .env_remove("KUBECONFIG");
+    cmd
+}
+
+fn status(kubeconfig: &Path, args: &[&str]) -> (i32, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = status_command(kubeconfig, args).output().unwrap();
+    let out = String::from_utf8_lossy(&stdout).to_string();
+    let code = status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 1,
+        "exit {code}\n{out}\n{}",
+        String::from_utf8_lossy(&stderr)
+    );
+    (code, out)
+}
+
+/// The line of `pod` in the table.
+fn line<'a>(out: &'a str, pod: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(pod))
+        .unwrap_or_else(|| panic!("no line for {pod} in:\n{out}"))
+}
+
+fn publish(api: &ApiServer, value: &str, since: Timestamp) {
+    let published = Published::of(&key(), NS, &cm(), [("app.conf", value.as_bytes())], since);
+    api.merge_patch_configmap(
+        NS,
+        "app",
+        &json!({"metadata": {"annotations": {ANNOTATION: published.render()}}}),
+    )
+    .unwrap();
+}
+
+/// What the agent writes on a pod after acting for `value`.
+fn record(
+    api: &ApiServer,
+    pod: &str,
+    value: &str,
+    action: ActionKind,
+    entry: impl FnOnce(Entry) -> Entry,
+) {
+    let version = version_of_files(&key(), NS, &cm(), [("app.conf", value.as_bytes())]);
+    let mut applied = Applied::default();
+    applied.record(entry(Entry::new(
+        &cm(),
+        Some(&version),
+        Timestamp::now(),
+        "agent",
+        action,
+        Recorded::Applied,
+    )));
+    api.merge_patch_pod(
+        NS,
+        pod,
+        &json!({"metadata": {"annotations": {"reloadlet.io/applied": applied.render()}}}),
+    )
+    .unwrap();
+}
+
+fn pod(
+    api: &ApiServer,
+    name: &str,
+    action: Option<&str>,
+    container: serde_json::Value,
+    volumes: serde_json::Value,
+    started: Timestamp,
+) {
+    let mut annotations = serde_json::Map::new();
+    if let Some(a) = action {
+        annotations.insert("reloadlet.io/action".into(), a.into());
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": true}]},
+        "spec": {"nodeName": "node-a", "containers": [container], "volumes": volumes}
+    }))
+    .unwrap();
+    api.create_pod(pod);
+    let status: PodStatus = serde_json::from_value(json!({
+        "phase": "Running",
+        "podIP": "10.0.0.7",
+        "containerStatuses": [{"name": "app", "image": "app", "imageID": "", "ready": true, "restartCount": 0,
+            "containerID": "containerd://abc", "state": {"running": {"startedAt": started.to_string()}}}]
+    }))
+    .unwrap();
+    api.set_pod_status(NS, name, status);
+}
+
+fn mount(sub_path: bool) -> serde_json::Value {
+    let mut m = json!({"name": "config", "mountPath": "/etc/app"});
+    if sub_path {
+        m["subPath"] = "app.conf".into();
+        m["mountPath"] = "/etc/app/app.conf".into();
+    }
+    json!({"name": "app", "image": "app", "volumeMounts": [m],
+        "ports": [{"name": "web", "containerPort": 9090}]})
+}
+
+fn config_volume() -> serde_json::Value {
+    json!([{"name": "config", "configMap": {"name": "app"}}])
+}
+
+/// The shop: a ConfigMap `app` consumed by a signal pod, an http pod, an env consumer, a
+/// subPath pod, a rollout pod and an unannotated pod, all started at `started`.
+fn shop(api: &ApiServer, started: Timestamp) {
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "app", "namespace": NS}, "data": {"app.conf": "v1"}}))
+    .unwrap();
+    api.apply_configmap(cm);
+    pod(
+        api,
+        "signal-0",
+        Some("signal"),
+        mount(false),
+        config_volume(),
+        started,
+    );
+    pod(
+        api,
+        "http-0",
+        Some("http"),
+        mount(false),
+        config_volume(),
+        started,
+    );
+    api.merge_patch_pod(
+        NS,
+        "http-0",
+        &json!({"metadata": {"annotations": {"reloadlet.io/http-port": "web"}}}),
+    )
+    .unwrap();
+    pod(
+        api,
+        "env-0",
+        Some("signal"),
+        json!({"name": "app", "image": "app", "envFrom": [{"configMapRef": {"name": "app"}}]}),
+        json!([]),
+        started,
+    );
+    pod(
+        api,
+        "subpath-0",
+        Some("signal"),
+        mount(true),
+        config_volume(),
+        started,
+    );
+    pod(
+        api,
+        "rollout-0",
+        Some("rollout"),
+        mount(false),
+        config_volume(),
+        started,
+    );
+    pod(api, "plain-0", None, mount(false), config_volume(), started);
+    pod(
+        api,
+        "evict-0",
+        Some("evict"),
+        mount(false),
+        config_volume(),
+        started,
+    );
+    // Not a consumer: another ConfigMap.
+    pod(
+        api,
+        "other-0",
+        Some("signal"),
+        mount(false),
+        json!([{"name": "config", "configMap": {"name": "other"}}]),
+        started,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_follows_a_change_from_all_current_to_each_consumers_state() {
+    let api = ApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = reader_kubeconfig(&api, dir.path());
+    let now = Timestamp::now();
+    let started = now - jiff::SignedDuration::from_secs(600);
+    shop(&api, started);
+
+    // Before the change: the data was first seen before every pod started.
+    publish(&api, "v1", now - jiff::SignedDuration::from_secs(3600));
+    let (code, out) = status(&kc, &["configmap/app"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.ends_with("configmap app: 7 consumers: 7 current\n"),
+        "{out}"
+    );
+    assert!(
+        line(&out, "signal-0").contains("started after the change"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("other-0"),
+        "a pod of another ConfigMap is no consumer:\n{out}"
+    );
+
+    // Right after the change: nobody has acted yet.
+    publish(&api, "v2", now - jiff::SignedDuration::from_secs(5));
+    let (code, out) = status(&kc, &["cm/app"]);
+    assert_eq!(code, 1, "{out}");
+    for (pod, state, reason) in [
+        (
+            "signal-0",
+            "pending",
+            "the kubelet has not projected the new data yet",
+        ),
+        ("http-0", "pending", "the kubelet has not projected"),
+        ("env-0", "cannot", "read through env"),
+        ("subpath-0", "cannot", "mounted only through subPath"),
+        (
+            "rollout-0",
+            "pending",
+            "waiting for the controller: a rollout",
+        ),
+        ("plain-0", "not reloaded", "no reloadlet.io/action"),
+        ("evict-0", "pending", "the kubelet has not projected"),
+    ] {
+        let l = line(&out, pod);
+        assert!(
+            l.contains(state) && l.contains(reason),
+            "{pod}: want {state} / {reason:?}:\n{out}"
+        );
+    }
+    assert!(
+        line(&out, "subpath-0").contains("subPath of volume config (app)"),
+        "{out}"
+    );
+    assert!(line(&out, "env-0").contains("envFrom (app)"), "{out}");
+
+    // After the kubelet's sync and the actions: signalled; the reload endpoint answered 500;
+    // pacing holds the evict pod.
+    let until = Timestamp::now() + jiff::SignedDuration::from_secs(300);
+    record(&api, "signal-0", "v2", ActionKind::Signal, |e| e);
+    record(&api, "http-0", "v2", ActionKind::Http, |e| Entry {
+        result: Recorded::Failed,
+        ..e.with_error("POST http://10.0.0.7:9090/-/reload answered 500 Internal Server Error")
+    });
+    record(&api, "evict-0", "v2", ActionKind::Evict, |e| Entry {
+        result: Recorded::Deferred,
+        ..e.with_until(Some(until))
+    });
+    let (code, out) = status(&kc, &["configmap/app"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line(&out, "signal-0").contains("current") && line(&out, "signal-0").contains("(signal)"),
+        "{out}"
+    );
+    assert!(
+        line(&out, "http-0").contains("failed") && line(&out, "http-0").contains("answered 500"),
+        "{out}"
+    );
+    let hold = reloadlet::core::status::state::short_time(until);
+    assert!(
+        line(&out, "evict-0").contains(&format!("held by pacing until {hold}")),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(&format!(
+            "configmap app: 7 consumers: 1 current, 2 pending (controller, pacing until {hold}), 1 failed, 1 not reloaded, 2 cannot\n"
+        )),
+        "{out}"
+    );
+
+    // JSON says the same.
+    let (_, json_out) = status(&kc, &["configmap/app", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(v["allCurrent"], false);
+    let http = v["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["pod"] == "http-0")
+        .unwrap();
+    assert_eq!(http["state"], "failed");
+    assert_eq!(http["action"], "http", "{http}");
+    assert!(
+        api.unexpected_forbidden().is_empty(),
+        "{:?}",
+        api.unexpected_forbidden()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_returns_when_the_last_consumer_turns_current_and_times_out_otherwise() {
+    let api = ApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = reader_kubeconfig(&api, dir.path());
+    let now = Timestamp::now();
+    let cmap: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "app", "namespace": NS}, "data": {"app.conf": "v2"}}))
+    .unwrap();
+    api.apply_configmap(cmap);
+    let started = now - jiff::SignedDuration::from_secs(600);
+    pod(
+        &api,
+        "a-0",
+        Some("signal"),
+        mount(false),
+        config_volume(),
+        started,
+    );
+    pod(
+        &api,
+        "b-0",
+        Some("signal"),
+        mount(false),
+        config_volume(),
+        started,
+    );
+    publish(&api, "v2", now - jiff::SignedDuration::from_secs(5));
+    record(&api, "a-0", "v2", ActionKind::Signal, |e| e);
+
+    // Positive control of the timeout: b-0 stays pending, so --wait gives up with exit 1.
+    let (code, out) = status(
+        &kc,
+        &[
+            "configmap/app",
+            "--wait",
+            "--timeout",
+            "1s",
+            "--interval",
+            "100ms",
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("timed out after 1s"), "{out}");
+
+    let mut child = status_command(
+        &kc,
+        &[
+            "configmap/app",
+            "--wait",
+            "--timeout",
+            "60s",
+            "--interval",
+            "100ms",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // It is waiting (still running) until b-0 is signalled too.
+    assert!(child.try_wait().unwrap().is_none());
+    record(&api, "b-0", "v2", ActionKind::Signal, |e| e);
+    let exit = common::wait_exit(&mut child, Duration::from_secs(30)).await;
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        exit.success(),
+        "{exit}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.ends_with("configmap app: 2 consumers: 2 current\n"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deployment_target_shows_each_object_its_pods_consume() {
+    let api = ApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = reader_kubeconfig(&api, dir.path());
+    let now = Timestamp::now();
+    let cmap: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "app", "namespace": NS}, "data": {"app.conf": "v1"}}))
+    .unwrap();
+    api.apply_configmap(cmap);
+    publish(&api, "v1", now - jiff::SignedDuration::from_secs(5));
+    let started = now - jiff::SignedDuration::from_secs(600);
+    for (name, rs, hash) in [
+        ("web-abc-1", "web-abc", "abc"),
+        ("web-abc-2", "web-abc", "abc"),
+        ("api-def-1", "api-def", "def"),
+    ] {
+        pod(
+            &api,
+            name,
+            Some("signal"),
+            mount(false),
+            config_volume(),
+            started,
+        );
+        api.merge_patch_pod(
+            NS,
+            name,
+            &json!({"metadata": {"labels": {"pod-template-hash": hash},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": format!("{rs}-uid"), "controller": true}]}}),
+        )
+        .unwrap();
+    }
+    record(&api, "web-abc-1", "v1", ActionKind::Signal, |e| e);
+    let (code, out) = status(&kc, &["deployment/web"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(line(&out, "web-abc-1").contains("current"), "{out}");
+    assert!(line(&out, "web-abc-2").contains("pending"), "{out}");
+    assert!(
+        !out.contains("api-def-1"),
+        "a pod of another Deployment:\n{out}"
+    );
+    assert!(
+        out.contains("configmap app: 2 consumers: 1 current, 1 pending (kubelet)\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("deployment web: 1 object, 0 with every consumer current\n"),
+        "{out}"
+    );
+    record(&api, "web-abc-2", "v1", ActionKind::Signal, |e| e);
+    let (code, out) = status(&kc, &["deploy/web", "-o", "json"]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["workload"], "deployment/web");
+    assert_eq!(v["objects"][0]["summary"], "2 consumers: 2 current");
+    // A workload with no pod found is no success.
+    let (code, out) = status(&kc, &["deployment/nope"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("deployment nope: no pod of it consumes"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_is_shown_from_its_metadata_without_leaking_its_data() {
+    let api = ApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = reader_kubeconfig(&api, dir.path());
+    let db = SourceRef {
+        kind: SourceKind::Secret,
+        name: "db".into(),
+    };
+    let password = "correct-horse-battery-staple";
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": NS},
+        "data": {"password": base64(password)}}))
+    .unwrap();
+    api.apply_secret(secret);
+    let now = Timestamp::now();
+    let published = Published::of(
+        &key(),
+        NS,
+        &db,
+        [("password", password.as_bytes())],
+        now - jiff::SignedDuration::from_secs(5),
+    );
+    let mut s = api.get_secret(NS, "db").unwrap();
+    s.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION.into(), published.render());
+    api.apply_secret(s);
+    pod(
+        &api,
+        "db-0",
+        Some("signal"),
+        mount(false),
+        json!([{"name": "config", "secret": {"secretName": "db"}}]),
+        now - jiff::SignedDuration::from_secs(600),
+    );
+    let before = api.requests().len();
+    let (code, out) = status(&kc, &["secret/db", "-o", "wide"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(line(&out, "db-0").contains("pending"), "{out}");
+    assert!(
+        out.ends_with("secret db: 1 consumer: 1 pending (kubelet)\n"),
+        "{out}"
+    );
+    let (_, json_out) = status(&kc, &["secret/db", "-o", "json"]);
+    for text in [&out, &json_out] {
+        assert!(
+            !text.contains(password) && !text.contains(&base64(password)),
+            "{text}"
+        );
+    }
+    // The Secret was read as metadata only, every time.
+    let secret_gets: Vec<_> = api
+        .requests_since(before)
+        .into_iter()
+        .filter(|r| r.path.contains("/secrets/"))
+        .collect();
+    assert!(!secret_gets.is_empty());
+    for r in &secret_gets {
+        assert!(r.accept.contains("as=PartialObjectMetadata"), "{r:?}");
+    }
+    assert!(
+        api.unexpected_forbidden().is_empty(),
+        "{:?}",
+        api.unexpected_forbidden()
+    );
+}
+
+fn base64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[test]
+fn as_the_kubectl_plugin_it_needs_a_subcommand_and_says_kubectl_reloadlet() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("kubectl-reloadlet");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_reloadlet"), &plugin).unwrap();
+    // `kubectl reloadlet` alone: the help, never the node agent.
+    let out = Command::new(&plugin)
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("Usage: kubectl reloadlet"), "{text}");
+    assert!(text.contains("status"), "{text}");
+    let help = Command::new(&plugin)
+        .args(["status", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("Usage: kubectl reloadlet status"), "{help}");
+    // Under its own name, the same binary is the agent (a missing --node-name is its error).
+    let agent = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&agent.stderr).contains("--node-name"),
+        "{}",
+        String::from_utf8_lossy(&agent.stderr)
+    );
+}
