@@ -64,7 +64,8 @@ struct Inner {
     /// Cancelled at shutdown: no more retries; pending evictions are left pending.
     stop: CancellationToken,
     /// When each (pod UID, container) was last restarted (`action: restart`).
-    restarted: Mutex<HashMap<(String, String), Instant>>,
+    /// (tokio's clock: the one the deferral sleeps on.)
+    restarted: Mutex<HashMap<(String, String), tokio::time::Instant>>,
     /// `--restart-spacing`: restarts of one container at least this far apart.
     restart_spacing: Duration,
     /// Restarts deferred to the end of their crash-loop window: the latest job of each.
@@ -321,7 +322,7 @@ impl Inner {
         self.restarted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, Instant::now());
+            .insert(key, tokio::time::Instant::now());
         let inner = self.clone();
         let (p, j) = (pod.clone(), job.clone());
         let stopped =
@@ -589,6 +590,68 @@ mod tests {
                 .drain(Instant::now() + Duration::from_secs(3600))
                 .await;
         }
+    }
+
+    fn restart_job(sources: &str) -> RestartJob {
+        RestartJob {
+            pod_uid: "u1".into(),
+            container: "app".into(),
+            stop: crate::core::restart::StopPlan {
+                signal: ReloadSignal::Term,
+                grace: Duration::ZERO,
+            },
+            first_seen: Instant::now(),
+            sources: vec![crate::core::model::SourceRef {
+                kind: crate::core::model::SourceKind::ConfigMap,
+                name: sources.into(),
+            }],
+            undrained: true,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dry_run_restarts_nothing_and_counts_dry_run() {
+        let w = world(true, 0);
+        w.exec.restart(restart_job("app"));
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 0);
+        assert!(w.events.reasons().is_empty());
+        assert_eq!(w.count("restart", "dry_run"), "1");
+        assert_eq!(w.count("restart", "restarted"), "0");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_inside_the_crash_loop_window_are_deferred_once_and_restarted_once_after() {
+        let w = world(false, 0);
+        w.exec.restart(restart_job("v2"));
+        w.exec.restart(restart_job("v3"));
+        w.exec.restart(restart_job("v4"));
+        w.settle().await;
+        // TERM + KILL (the fake process never exits) for the first change, then once for
+        // v3 and v4 together at the end of the window
+        let sent: Vec<ReloadSignal> = w
+            .processes
+            .sent
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, _, s)| *s)
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                ReloadSignal::Term,
+                ReloadSignal::Kill,
+                ReloadSignal::Term,
+                ReloadSignal::Kill
+            ]
+        );
+        // (the deferral may be told while the first stop still waits for its process)
+        let mut reasons = w.events.reasons();
+        reasons.sort();
+        assert_eq!(reasons, ["RestartDeferred", "Restarted", "Restarted"]);
+        assert_eq!(w.count("restart", "restarted"), "2");
+        assert_eq!(w.count("restart", "restart_deferred"), "1");
     }
 
     #[tokio::test(start_paused = true)]

@@ -44,15 +44,16 @@ impl Recorded {
     pub fn of(outcome: Outcome) -> Option<Self> {
         use Outcome::*;
         Some(match outcome {
-            Signaled | Evicted | Reloaded => Self::Applied,
-            Deferred | Flapping => Self::Deferred,
+            Signaled | Evicted | Reloaded | Restarted => Self::Applied,
+            Deferred | Flapping | RestartDeferred => Self::Deferred,
             EvictionBlocked => Self::Blocked,
             EvictionHandedOff => Self::HandedOff,
             RolloutRequested => Self::RolloutRequested,
             DryRun => Self::DryRun,
             SignalNotHandled | SignalWithheld | SignalFailed | EvictionFailed | Refused
             | ReloadFailed | RolloutUnsupported | RolloutFailed | RolloutNotGranted
-            | InternalError | SubPathNotUpdated | EnvNotReloaded => Self::Failed,
+            | InternalError | SubPathNotUpdated | EnvNotReloaded | RestartRefused
+            | RestartFailed => Self::Failed,
             InvalidAnnotation | VolumeOverLimit | NoDisruptionBudget | Skipped | NudgeFailed
             | Patched | PodGone | PatchConflict | PatchForbidden | PatchFailed | NudgeDropped => {
                 return None

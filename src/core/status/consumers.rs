@@ -240,6 +240,7 @@ pub fn consumer(pod: &PodInfo, object: &SourceRef) -> Option<Consumer> {
             Action::Http(_) => ConsumerAction::Http,
             Action::Evict { .. } => ConsumerAction::Evict,
             Action::Rollout => ConsumerAction::Rollout,
+            Action::Restart(_) => ConsumerAction::Restart,
         },
     };
     let counted = match action {
