@@ -70,6 +70,7 @@ fn plain_sandbox(rt: &mut SimRuntime) -> String {
         qos: BestEffort,
         share_process_namespace: false,
         host_pid: false,
+        user_namespace: None,
     })
     .unwrap();
     pod_uid
@@ -90,6 +91,7 @@ fn check(runtime: Runtime, driver: CgroupDriver, version: CgroupVersion, qos: Qo
             qos,
             share_process_namespace: false,
             host_pid: false,
+            user_namespace: None,
         })
         .unwrap();
     let spec = ContainerSpec {
@@ -229,6 +231,7 @@ fn shared_process_namespace_makes_pause_pid_1() {
             qos: Burstable,
             share_process_namespace: true,
             host_pid: false,
+            user_namespace: None,
         })
         .unwrap();
     let spec = ContainerSpec {
@@ -271,6 +274,7 @@ fn an_unhandled_sighup_is_dropped_for_pid_1_and_kills_a_process_that_is_not() {
             qos: BestEffort,
             share_process_namespace: shared,
             host_pid: false,
+            user_namespace: None,
         })
         .unwrap();
         let c = rt.start_container(&pod_uid, &sleep).unwrap();
@@ -373,4 +377,99 @@ fn a_command_that_cannot_start_is_an_error_with_its_log() {
         "{err}"
     );
     rt.stop_sandbox(&pod_uid, Duration::ZERO).unwrap();
+}
+
+fn ns_link(pid: i32, ns: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/{ns}"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `hostUsers: false`: the sandbox gets a user namespace mapping 0..65536 to the pod's host
+/// range, every container joins it; host PIDs, the cgroups and the PID namespace are those of
+/// any pod (a host-users pod beside it is the control).
+#[test]
+fn a_user_namespace_pod_maps_its_ids_and_keeps_its_cgroups_and_pid_namespace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (runtime, driver, version, qos) = (Containerd, Systemd, V2, BestEffort);
+    let mut rt = runtime_in(tmp.path(), runtime, driver, version);
+    let host_id = 65536 * 7;
+    let pod_uid = uid();
+    let sandbox = rt
+        .start_sandbox(&SandboxSpec {
+            pod_uid: pod_uid.clone(),
+            qos,
+            share_process_namespace: false,
+            host_pid: false,
+            user_namespace: Some((host_id, 65536)),
+        })
+        .unwrap();
+    let spec = ContainerSpec {
+        name: "app".into(),
+        argv: vec!["sleep".into(), "3600".into()],
+        ..Default::default()
+    };
+    let c = rt.start_container(&pod_uid, &spec).unwrap();
+    let plain = plain_sandbox(&mut rt);
+    let control = rt.start_container(&plain, &spec).unwrap();
+
+    let map = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/uid_map"))
+            .unwrap()
+            .split_whitespace()
+            .map(|f| f.parse::<u64>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let gid_map = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/gid_map"))
+            .unwrap()
+            .split_whitespace()
+            .map(|f| f.parse::<u64>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(map(c.main_pid), [0, u64::from(host_id), 65536]);
+    assert_eq!(gid_map(c.main_pid), [0, u64::from(host_id), 65536]);
+    assert_eq!(map(sandbox.main_pid), [0, u64::from(host_id), 65536]);
+    assert_eq!(map(control.main_pid), [0, 0, u64::from(u32::MAX)]);
+    assert_eq!(
+        ns_link(c.main_pid, "user"),
+        ns_link(sandbox.main_pid, "user"),
+        "the container joins the sandbox's user namespace"
+    );
+    assert_ne!(
+        ns_link(c.main_pid, "user"),
+        ns_link(control.main_pid, "user")
+    );
+    // Root inside is the pod's first host ID outside.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", c.main_pid)).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(
+        uid_line
+            .split_whitespace()
+            .skip(1)
+            .all(|u| u == host_id.to_string()),
+        "{uid_line}"
+    );
+    // The rest of the layout is any pod's.
+    let want = cgroups::container_cgroup(runtime, driver, qos, &pod_uid, &c.id);
+    assert_eq!(
+        cgroup_of(c.main_pid, version).as_deref(),
+        Some(want.as_str())
+    );
+    assert_eq!(parent_of(c.main_pid), Some(c.shim_pid));
+    assert_eq!(nspids(c.main_pid), vec![c.main_pid, 1]);
+    assert_eq!(
+        std::fs::read(format!("/proc/{}/cmdline", c.main_pid)).unwrap(),
+        b"sleep\x003600\x00"
+    );
+
+    let paths = c.cgroup_paths.clone();
+    for uid in [&pod_uid, &plain] {
+        rt.stop_sandbox(uid, Duration::from_millis(200)).unwrap();
+    }
+    for pid in [c.main_pid, c.shim_pid, sandbox.main_pid, control.main_pid] {
+        assert!(!alive(pid), "pid {pid} still alive");
+    }
+    assert!(paths.iter().all(|p| !p.exists()), "cgroups left behind");
 }

@@ -242,7 +242,8 @@ fn container_info(
 /// `items[].path` for each item, or every key of its object when `items` is empty
 /// (`configmap.MakePayload`/`secret.MakePayload`); a downwardAPI source writes `items[].path`
 /// (`downwardapi.CollectData`); a serviceAccountToken source writes `path`; a
-/// clusterTrustBundle source writes `path`. The API server rejects two sources writing the same
+/// clusterTrustBundle source writes `path`; a podCertificate source writes
+/// `credentialBundlePath`, `keyPath` and `certificateChainPath`, those that are set. The API server rejects two sources writing the same
 /// path (`validateProjectionSources` in `pkg/apis/core/validation/validation.go`, "conflicting
 /// duplicate paths"), so a path named in the spec belongs to exactly one source. Paths may
 /// nest (`a/b.conf`); they are relative to the volume's `..data`.
@@ -310,7 +311,8 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
         // A configMap/secret volume has one source: every file is its own.
         return spec;
     };
-    for src in p.sources.iter().flatten() {
+    for view in p.sources.iter().flatten() {
+        let src = &view.source;
         if let Some(c) = &src.config_map {
             let source = cm(&c.name);
             let paths = item_paths(c.items.as_ref()).or_else(|| {
@@ -346,6 +348,11 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
         }
         if let Some(b) = &src.cluster_trust_bundle {
             spec.other_paths.push(b.path.clone());
+        }
+        // Rewritten on each certificate rotation (a fresh key and chain, about every day
+        // with the `kubernetes.io` signers), like a token refresh: not hashed.
+        if let Some(c) = &view.pod_certificate {
+            spec.other_paths.extend(c.paths().cloned());
         }
     }
     spec
@@ -496,7 +503,9 @@ mod tests {
                         {"configMap": {"name": "app-config"}},
                         {"secret": {"name": "db", "items": [{"key": "u", "path": "db/user"}, {"key": "p", "path": "db/password"}]}},
                         {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
-                        {"clusterTrustBundle": {"signerName": "example.com/x", "path": "bundle.pem"}}
+                        {"clusterTrustBundle": {"signerName": "example.com/x", "path": "bundle.pem"}},
+                        {"podCertificate": {"signerName": "example.com/mtls", "keyType": "ED25519",
+                            "credentialBundlePath": "mtls/bundle.pem", "keyPath": "mtls/key.pem"}}
                     ]}},
                     {"name": "scratch", "emptyDir": {}}
                 ]
@@ -559,7 +568,18 @@ mod tests {
         );
         assert_eq!(token.other_paths, ["token", "namespace"]);
         let mixed = info.volume("mixed").unwrap();
-        assert_eq!(mixed.other_paths, ["vault/token", "labels", "bundle.pem"]);
+        // A podCertificate source (not in k8s-openapi's v1_33 types) is read from the wire:
+        // its files are rewritten at each rotation, like a token's.
+        assert_eq!(
+            mixed.other_paths,
+            [
+                "vault/token",
+                "labels",
+                "bundle.pem",
+                "mtls/bundle.pem",
+                "mtls/key.pem"
+            ]
+        );
         assert_eq!(
             mixed.source_paths,
             [(

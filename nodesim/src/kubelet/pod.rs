@@ -189,6 +189,7 @@ impl PodState {
             qos: qos_class(&spec),
             share_process_namespace: spec.share_process_namespace.unwrap_or(false),
             host_pid: spec.host_pid.unwrap_or(false),
+            user_namespace: (spec.host_users == Some(false)).then(user_namespace_range),
         })?;
         let scheme = runtime.config().runtime;
         self.started.clear();
@@ -375,6 +376,8 @@ impl PodState {
             env,
             working_dir: c.working_dir.as_ref().map(PathBuf::from),
             mounts,
+            // `hostUsers: false`: the runtime has it join the sandbox's.
+            user_namespace: None,
         })
     }
 
@@ -583,4 +586,16 @@ fn resolve_sub_path(volume_dir: &Path, sub_path: &str) -> Result<PathBuf, String
         return Err(format!("subPath {sub_path:?} resolves outside the volume"));
     }
     Ok(resolved)
+}
+
+/// The kubelet's allocator of `hostUsers: false` ranges (kubernetes `pkg/kubelet/userns/
+/// userns_manager.go`: `userNsLength` = 65536 IDs a pod, handed out from the kubelet's own
+/// range, which starts at 65536 when no `kubelet` entry in `/etc/subuid` says otherwise).
+/// Never released here: 1024 ranges cycle, far more than a test node runs at once.
+fn user_namespace_range() -> (u32, u32) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const USER_NS_LENGTH: u32 = 65536;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let slot = NEXT.fetch_add(1, Ordering::Relaxed) % 1024;
+    (USER_NS_LENGTH * (1 + slot), USER_NS_LENGTH)
 }

@@ -25,6 +25,25 @@ pub struct ContainerSpec {
     pub env: Vec<(String, String)>,
     pub working_dir: Option<PathBuf>,
     pub mounts: Vec<BindMount>,
+    /// `hostUsers: false`: the user namespace the command runs in ([`UserNamespace`]).
+    pub user_namespace: Option<UserNamespace>,
+}
+
+/// The user namespace of a `hostUsers: false` pod (user namespaces, on by default since
+/// Kubernetes 1.33). The kubelet gives the pod one range of 65536 host IDs, mapped to IDs
+/// 0..65536 inside, the same for UIDs and GIDs (kubernetes `pkg/kubelet/userns/
+/// userns_manager.go`, `GetOrCreateUserNamespaceMappings`: `NamespaceMode_POD` with one
+/// `UIDMappings` and one `GIDMappings` entry, `ContainerId: 0`, `Length: userNsLength`);
+/// the sandbox gets the namespace and every container of the pod joins it (containerd
+/// `internal/cri/server/container_create_linux.go`: the container spec names the sandbox's
+/// user namespace path). The processes keep their host PIDs, cgroups and PID namespace as
+/// for any pod: only their credentials are mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserNamespace {
+    /// A new one, mapping `0..length` inside to `host_id..host_id + length` (the sandbox's).
+    New { host_id: u32, length: u32 },
+    /// The user namespace of this (pause) process.
+    Join(i32),
 }
 
 /// A running container (or sandbox) as tests see it.

@@ -17,9 +17,10 @@ mod shim;
 use crate::flavor::{CgroupDriver, CgroupVersion, QosClass, Runtime};
 use crate::runtime::cgroups::{Cgroup, CgroupError, CgroupMounts};
 use crate::runtime::container::Running;
-pub use crate::runtime::container::{BindMount, ContainerHandle, ContainerSpec};
+pub use crate::runtime::container::{BindMount, ContainerHandle, ContainerSpec, UserNamespace};
 use crate::runtime::shim::{
-    cleanup, init_script, release_targets, reset_signals, shim_argv, wait_for_exec, PidNs,
+    cleanup, init_script, join_user_ns_argv, release_targets, reset_signals, shim_argv,
+    wait_for_exec, PidNs,
 };
 pub use crate::runtime::shim::{parent_of, random_container_id, stand_in_argv};
 
@@ -61,6 +62,9 @@ pub struct SandboxSpec {
     pub share_process_namespace: bool,
     /// `hostPID: true`: no PID namespace at all.
     pub host_pid: bool,
+    /// `hostUsers: false`: the pod's user namespace mapping, `(first host ID, length)`
+    /// ([`UserNamespace`]).
+    pub user_namespace: Option<(u32, u32)>,
 }
 
 /// A container that ran to completion.
@@ -167,6 +171,9 @@ impl SimRuntime {
         let pause = ContainerSpec {
             name: "POD".into(),
             argv: stand_in_argv(),
+            user_namespace: spec
+                .user_namespace
+                .map(|(host_id, length)| UserNamespace::New { host_id, length }),
             ..Default::default()
         };
         let ns = if spec.host_pid {
@@ -200,6 +207,17 @@ impl SimRuntime {
             .ok_or_else(|| RuntimeError::NoSandbox(pod_uid.into()))?;
         let ns = self.pid_ns_of(pod);
         let pod_rel = pod.pod_cgroup.rel_path().to_owned();
+        let joined;
+        let spec = match pod.spec.user_namespace {
+            Some(_) => {
+                joined = ContainerSpec {
+                    user_namespace: Some(UserNamespace::Join(pod.sandbox.handle.main_pid)),
+                    ..spec.clone()
+                };
+                &joined
+            }
+            None => spec,
+        };
         let running = self.spawn(pod_uid, &pod_rel, spec, ns, true)?;
         let handle = running.handle.clone();
         if let Some(pod) = self.pods.get_mut(pod_uid) {
@@ -412,12 +430,15 @@ impl SimRuntime {
             targets.push(m.target.clone());
         }
 
-        let argv = shim_argv(
+        let mut argv = shim_argv(
             ns,
             &init_script(spec, &cgroup.procs_files()),
             &spec.argv,
             conmon_cgroup.as_ref(),
         );
+        if let Some(UserNamespace::Join(pid)) = spec.user_namespace {
+            argv = join_user_ns_argv(pid, argv);
+        }
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env_clear()

@@ -3,7 +3,7 @@
 //! waiting for the exec, and the cleanup of process group, cgroups and mount targets.
 
 use crate::runtime::cgroups::Cgroup;
-use crate::runtime::container::{ContainerSpec, Running};
+use crate::runtime::container::{ContainerSpec, Running, UserNamespace};
 use crate::runtime::mount_targets;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -114,8 +114,66 @@ pub(crate) fn init_script(spec: &ContainerSpec, procs_files: &[PathBuf]) -> Stri
     if let Some(dir) = &spec.working_dir {
         lines.push(format!("cd {}", sh_quote(&dir.to_string_lossy())));
     }
-    lines.push("exec \"$@\"".into());
+    // Into the user namespace last, as host root: the bind mounts and the cgroup move
+    // above need the host's credentials. A new namespace starts without a mapping; the
+    // command waits until the runtime writes it from outside ([`write_id_maps`]).
+    match spec.user_namespace {
+        None => lines.push("exec \"$@\"".into()),
+        // The pause process is no PID of this namespace: its user namespace comes in as fd 9
+        // ([`join_user_ns_argv`]), closed again before the command.
+        Some(UserNamespace::Join(_)) => lines.push(
+            "exec nsenter --user=/proc/self/fd/9 -- /bin/sh -c 'exec 9<&-; exec \"$@\"' sh \"$@\""
+                .into(),
+        ),
+        Some(UserNamespace::New { .. }) => lines.push(
+            "exec unshare --user -- /bin/sh -c \
+             'until read -r m < /proc/self/uid_map && [ -n \"$m\" ]; do sleep 0.005; done; \
+             exec \"$@\"' sh \"$@\""
+                .into(),
+        ),
+    }
     lines.join("\n")
+}
+
+/// The shim's command line for a container joining the pause process `pid`'s user
+/// namespace: the shim opens it as fd 9 while `/proc/<pid>` is still its to see, then runs
+/// `argv`.
+pub(crate) fn join_user_ns_argv(pid: i32, argv: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!("exec 9< /proc/{pid}/ns/user && exec \"$@\""),
+        "userns".into(),
+    ];
+    out.extend(argv);
+    out
+}
+
+/// What runc's parent process does for a child that unshared its user namespace (runc
+/// `libcontainer/nsenter/nsexec.c`: the child sends `SYNC_USERMAP_PLS`, the parent writes
+/// `/proc/<pid>/{uid,gid}_map` in `update_uidmap`/`update_gidmap`, then acks): only a
+/// process privileged in the parent namespace may map a range. Written once, GIDs first,
+/// so the child's wait for `uid_map` sees both. True once `pid` is in a mapped namespace of
+/// its own; false while it has not unshared yet.
+fn write_id_maps(pid: i32, host_id: u32, length: u32) -> bool {
+    let own_ns = fs::read_link(format!("/proc/{pid}/ns/user")).ok()
+        != fs::read_link("/proc/self/ns/user").ok();
+    if !own_ns {
+        return false;
+    }
+    let uid_map = format!("/proc/{pid}/uid_map");
+    if fs::read_to_string(&uid_map).is_ok_and(|m| !m.trim().is_empty()) {
+        return true;
+    }
+    let line = format!("0 {host_id} {length}\n");
+    match fs::write(format!("/proc/{pid}/gid_map"), &line).and_then(|()| fs::write(&uid_map, &line))
+    {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(pid, error = %e, "writing the user namespace's ID maps failed");
+            false
+        }
+    }
 }
 
 /// Single-quotes `s` for `/bin/sh`.
@@ -156,6 +214,13 @@ pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
         for pid in in_cgroup {
             if parent_of(pid) != Some(running.handle.shim_pid) {
                 continue;
+            }
+            // Not started before its user namespace is mapped (a `/bin/sh` command would
+            // pass for exec'd while still the init script).
+            if let Some(UserNamespace::New { host_id, length }) = running.spec.user_namespace {
+                if !write_id_maps(pid, host_id, length) {
+                    continue;
+                }
             }
             let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let exec_d = cmdline == want

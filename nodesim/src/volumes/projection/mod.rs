@@ -9,6 +9,14 @@ use k8s_openapi::api::core::v1::{
 };
 use std::collections::BTreeMap;
 
+mod downward_api;
+mod service_account;
+pub use downward_api::{downward_api_field, format_map};
+pub use service_account::{
+    fake_token, inject_kube_api_access, kube_api_access_volume, random_name_suffix,
+    root_ca_configmap, TokenCache,
+};
+
 /// Files of one volume: payload path → content and mode.
 pub type Payload = BTreeMap<String, FileProjection>;
 
@@ -44,36 +52,6 @@ pub enum ProjectionError {
     },
     #[error("downward API field {0:?} is not supported by the simulator")]
     UnsupportedField(String),
-}
-
-/// Service-account tokens the kubelet holds for a pod, until the next rotation.
-///
-/// Re-projecting with the same cache gives the same bytes (a resync writes nothing);
-/// [`TokenCache::rotate`] makes the next projection issue fresh tokens (the ~48-minute swap).
-#[derive(Debug, Default, Clone)]
-pub struct TokenCache {
-    tokens: BTreeMap<(String, i64), String>,
-    rotations: u64,
-}
-
-impl TokenCache {
-    /// Forgets every token: the next projection issues new ones.
-    pub fn rotate(&mut self) {
-        self.tokens.clear();
-        self.rotations += 1;
-    }
-
-    fn get(&mut self, pod: &Pod, source: &ServiceAccountTokenProjection) -> String {
-        let audience = source.audience.clone().unwrap_or_default();
-        let expiration = source
-            .expiration_seconds
-            .unwrap_or(KUBE_API_ACCESS_TOKEN_SECONDS);
-        let rotations = self.rotations;
-        self.tokens
-            .entry((audience.clone(), expiration))
-            .or_insert_with(|| fake_token(pod, &audience, expiration, rotations))
-            .clone()
-    }
 }
 
 fn mode_or(mode: Option<i32>, default: u32) -> u32 {
@@ -298,250 +276,9 @@ pub fn projected_volume(
     Ok(payload)
 }
 
-/// The content of a downward API file for `field_path`.
-pub fn downward_api_field(pod: &Pod, field_path: &str) -> Result<Vec<u8>, ProjectionError> {
-    let meta = &pod.metadata;
-    let empty = BTreeMap::new();
-    let labels = meta.labels.as_ref().unwrap_or(&empty);
-    let annotations = meta.annotations.as_ref().unwrap_or(&empty);
-    let spec = pod.spec.as_ref();
-    let text = match field_path {
-        "metadata.name" => meta.name.clone().unwrap_or_default(),
-        "metadata.namespace" => meta.namespace.clone().unwrap_or_default(),
-        "metadata.uid" => meta.uid.clone().unwrap_or_default(),
-        "metadata.labels" => format_map(labels),
-        "metadata.annotations" => format_map(annotations),
-        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
-        "spec.serviceAccountName" => spec
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_default(),
-        other => {
-            let subscript = |prefix: &str| {
-                other
-                    .strip_prefix(prefix)
-                    .and_then(|r| r.strip_prefix("['"))
-                    .and_then(|r| r.strip_suffix("']"))
-            };
-            if let Some(key) = subscript("metadata.labels") {
-                labels.get(key).cloned().unwrap_or_default()
-            } else if let Some(key) = subscript("metadata.annotations") {
-                annotations.get(key).cloned().unwrap_or_default()
-            } else {
-                return Err(ProjectionError::UnsupportedField(other.to_owned()));
-            }
-        }
-    };
-    Ok(text.into_bytes())
-}
-
-/// `fieldpath.FormatMap`: sorted `key="value"` lines (Go `%q`), no trailing newline.
-pub fn format_map(map: &BTreeMap<String, String>) -> String {
-    map.iter()
-        .map(|(k, v)| format!("{k}={}", go_quote(v)))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Go's `strconv.Quote` for valid UTF-8.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A JWT-looking token (header.claims.signature, base64url) for the pod's service account.
-/// Not signed by anything: nothing in the simulation verifies it.
-pub fn fake_token(pod: &Pod, audience: &str, expiration_seconds: i64, rotation: u64) -> String {
-    let now = crate::clock::now().as_second();
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let sa = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.as_deref())
-        .unwrap_or("default");
-    let audience = if audience.is_empty() {
-        "https://kubernetes.default.svc.cluster.local"
-    } else {
-        audience
-    };
-    let header = serde_json::json!({ "alg": "RS256", "kid": "nodesim" });
-    let claims = serde_json::json!({
-        "aud": [audience],
-        "exp": now + expiration_seconds,
-        "iat": now,
-        "nbf": now,
-        "iss": "https://kubernetes.default.svc.cluster.local",
-        "jti": format!("{:032x}", rand::random::<u128>()),
-        "kubernetes.io": {
-            "namespace": ns,
-            "pod": { "name": pod.metadata.name, "uid": pod.metadata.uid },
-            "serviceaccount": { "name": sa },
-            "nodesim.rotation": rotation,
-        },
-        "sub": format!("system:serviceaccount:{ns}:{sa}"),
-    });
-    let signature: Vec<u8> = (0..256).map(|_| rand::random::<u8>()).collect();
-    format!(
-        "{}.{}.{}",
-        base64url(header.to_string().as_bytes()),
-        base64url(claims.to_string().as_bytes()),
-        base64url(&signature)
-    )
-}
-
-/// Unpadded base64url.
-fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
-/// The root CA the simulated cluster publishes as `kube-root-ca.crt` (a PEM-shaped blob).
-pub fn root_ca_configmap(namespace: &str) -> ConfigMap {
-    let body =
-        base64url(b"nodesim fake cluster root certificate authority, not a real certificate");
-    let pem = format!("-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n");
-    ConfigMap {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(ROOT_CA_CONFIGMAP.into()),
-            namespace: Some(namespace.into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([("ca.crt".to_owned(), pem)])),
-        ..Default::default()
-    }
-}
-
-/// The `kube-api-access-<suffix>` volume as the ServiceAccount admission plugin writes it.
-pub fn kube_api_access_volume(suffix: &str) -> Volume {
-    use k8s_openapi::api::core::v1::{
-        DownwardAPIProjection, DownwardAPIVolumeFile, ObjectFieldSelector, VolumeProjection,
-    };
-    Volume {
-        name: format!("{KUBE_API_ACCESS_PREFIX}{suffix}"),
-        projected: Some(ProjectedVolumeSource {
-            default_mode: Some(0o644),
-            sources: Some(vec![
-                VolumeProjection {
-                    service_account_token: Some(ServiceAccountTokenProjection {
-                        expiration_seconds: Some(KUBE_API_ACCESS_TOKEN_SECONDS),
-                        path: "token".into(),
-                        audience: None,
-                    }),
-                    ..Default::default()
-                },
-                VolumeProjection {
-                    config_map: Some(ConfigMapProjection {
-                        name: ROOT_CA_CONFIGMAP.into(),
-                        items: Some(vec![KeyToPath {
-                            key: "ca.crt".into(),
-                            path: "ca.crt".into(),
-                            mode: None,
-                        }]),
-                        optional: None,
-                    }),
-                    ..Default::default()
-                },
-                VolumeProjection {
-                    downward_api: Some(DownwardAPIProjection {
-                        items: Some(vec![DownwardAPIVolumeFile {
-                            path: "namespace".into(),
-                            field_ref: Some(ObjectFieldSelector {
-                                api_version: Some("v1".into()),
-                                field_path: "metadata.namespace".into(),
-                            }),
-                            ..Default::default()
-                        }]),
-                    }),
-                    ..Default::default()
-                },
-            ]),
-        }),
-        ..Default::default()
-    }
-}
-
-/// Five characters from the alphabet Kubernetes uses for generated names.
-pub fn random_name_suffix() -> String {
-    const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    (0..5)
-        .map(|_| ALPHANUMS[rand::random_range(0..ALPHANUMS.len())] as char)
-        .collect()
-}
-
-/// What the ServiceAccount admission plugin does on pod creation: unless
-/// `automountServiceAccountToken: false` or a volume is already mounted there, add a
-/// `kube-api-access-<random>` volume and mount it read-only in every container.
-/// Returns the volume name when one was added.
-pub fn inject_kube_api_access(pod: &mut Pod) -> Option<String> {
-    let spec = pod.spec.as_mut()?;
-    if spec.automount_service_account_token == Some(false) {
-        return None;
-    }
-    let volumes = spec.volumes.get_or_insert_with(Vec::new);
-    if volumes
-        .iter()
-        .any(|v| v.name.starts_with(KUBE_API_ACCESS_PREFIX))
-    {
-        return None;
-    }
-    let volume = kube_api_access_volume(&random_name_suffix());
-    let name = volume.name.clone();
-    volumes.push(volume);
-    let containers = spec
-        .containers
-        .iter_mut()
-        .chain(spec.init_containers.iter_mut().flatten());
-    for container in containers {
-        let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
-        if mounts
-            .iter()
-            .any(|m| m.mount_path == SERVICE_ACCOUNT_MOUNT_PATH)
-        {
-            continue;
-        }
-        mounts.push(VolumeMount {
-            name: name.clone(),
-            mount_path: SERVICE_ACCOUNT_MOUNT_PATH.into(),
-            read_only: Some(true),
-            ..Default::default()
-        });
-    }
-    Some(name)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::service_account::base64url;
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, SecretProjection, VolumeProjection};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
