@@ -139,7 +139,8 @@ impl Agent {
             index.clone(),
             stop_evictions,
         )
-        .with_restart_spacing(settings.restart_spacing);
+        .with_restart_spacing(settings.restart_spacing)
+        .with_restart_without_grant(settings.restart_without_grant);
         // Wall time for pacing, read once here and carried forward on the agent's clock.
         let clock = pacing::WallClock::new(jiff::Timestamp::now(), now());
         let mut paced =

@@ -38,6 +38,12 @@ pub struct RunArgs {
     /// back-off: a restart after it is always immediate; a shorter spacing meets the back-off.
     #[arg(long, env = "RELOADLET_RESTART_SPACING", default_value = "10m", value_parser = restart_spacing)]
     pub restart_spacing: Duration,
+    /// `action: restart` without the controller's grant: each pod restarted on its own node's
+    /// decision, with no PodDisruptionBudget asked and no one-at-a-time across replicas (the
+    /// controller's grant, issue #45 §2, is not built yet). Off: `action: restart` pods get a
+    /// Warning `RestartRefused` and nothing is restarted.
+    #[arg(long, env = "RELOADLET_RESTART_WITHOUT_GRANT", default_value_t = false)]
+    pub restart_without_grant: bool,
     /// PEM CA certificates that `reloadlet.io/http-scheme: https` endpoints must chain to
     /// (their certificate must then name the pod IP). Without it, https endpoints are not
     /// verified.
@@ -198,6 +204,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// `--restart-spacing`.
     pub restart_spacing: Duration,
+    /// `--restart-without-grant`.
+    pub restart_without_grant: bool,
     /// Webhook notifications (off without `--notify-url`).
     pub notify: crate::outbound::notify::NotifySettings,
     /// `--http-ca-file`: verify https reload endpoints against these CAs.
@@ -298,6 +306,7 @@ impl RunArgs {
             },
             shutdown_grace: self.shutdown_grace,
             restart_spacing: self.restart_spacing,
+            restart_without_grant: self.restart_without_grant,
         })
     }
 }

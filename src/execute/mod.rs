@@ -68,6 +68,9 @@ struct Inner {
     restarted: Mutex<HashMap<(String, String), tokio::time::Instant>>,
     /// `--restart-spacing`: restarts of one container at least this far apart.
     restart_spacing: Duration,
+    /// `--restart-without-grant`: restarts are done without the controller's grant; off,
+    /// they are refused (the grant is not built yet).
+    restart_without_grant: bool,
     /// Restarts deferred to the end of their crash-loop window: the latest job of each.
     deferred: Mutex<HashMap<(String, String), RestartJob>>,
     /// The async runtime that reports, retries and evicts. The caller of
@@ -120,6 +123,7 @@ impl Executor {
                 stop,
                 restarted: Mutex::default(),
                 restart_spacing: crate::core::restart::MIN_SPACING,
+                restart_without_grant: false,
                 deferred: Mutex::default(),
                 runtime: tokio::runtime::Handle::current(),
             }),
@@ -196,6 +200,15 @@ impl Executor {
         self
     }
 
+    /// Restarts without the controller's grant (`--restart-without-grant`). Before the
+    /// executor is shared.
+    pub fn with_restart_without_grant(mut self, allowed: bool) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.restart_without_grant = allowed;
+        }
+        self
+    }
+
     /// Restarts one container of a pod in place (`action: restart`): its stop signal, SIGKILL
     /// after the grace; the kubelet starts it again. A container restarted less than the
     /// crash-loop window ago is deferred to the window's end (one `RestartDeferred` per
@@ -265,6 +278,25 @@ impl Executor {
 impl Inner {
     async fn restart(self: Arc<Self>, mut job: RestartJob) {
         let key = job.key();
+        if !self.restart_without_grant {
+            // No budget is asked yet (issue #45 §2): refused unless the operator opted out of
+            // the grant. Nothing is stopped.
+            if let Some(pod) = self.pod(&job.pod_uid) {
+                let note = format!(
+                    "not restarted: restarts in place wait for the controller's grant (PodDisruptionBudget, one replica at a time), which this version does not have; the agent's --restart-without-grant restarts each pod on its own: {}",
+                    job.cause()
+                );
+                tracing::warn!(pod = %pod.full_name(), container = %job.container, action = "restart", outcome = Outcome::RestartRefused.as_str(), "restart refused: no grant");
+                self.report.record(
+                    &PodRef::from(&*pod),
+                    ActionKind::Restart,
+                    Outcome::RestartRefused,
+                    note,
+                    &job.sources,
+                );
+            }
+            return;
+        }
         if self.report.dry_run() {
             self.report.count(ActionKind::Restart, Outcome::DryRun);
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.stop.signal, cause = %job.cause(), action = "restart", outcome = Outcome::DryRun.as_str(), "dry-run: would restart the container");
@@ -526,6 +558,10 @@ mod tests {
     }
 
     fn world_notifying(dry_run: bool, failures: u32, notifier: Notifier) -> World {
+        world_with(dry_run, failures, notifier, true)
+    }
+
+    fn world_with(dry_run: bool, failures: u32, notifier: Notifier, grantless: bool) -> World {
         let mut index = PodIndex::default();
         index.apply(pod());
         let events = Arc::new(fake::Events::default());
@@ -549,7 +585,8 @@ mod tests {
             metrics.clone(),
             Arc::new(RwLock::new(index)),
             stop.clone(),
-        );
+        )
+        .with_restart_without_grant(grantless);
         World {
             exec,
             events,
@@ -607,6 +644,23 @@ mod tests {
             }],
             undrained: true,
         }
+    }
+
+    /// Without `--restart-without-grant` (the default) nothing is stopped: a Warning
+    /// `RestartRefused` says why. The same job with it is restarted (the positive control).
+    #[tokio::test(start_paused = true)]
+    async fn without_the_grant_a_restart_is_refused_and_nothing_is_stopped() {
+        let refused = world_with(false, 0, Notifier::disabled(), false);
+        refused.exec.restart(restart_job("app"));
+        refused.settle().await;
+        assert_eq!(refused.processes.sent(), 0);
+        assert_eq!(refused.events.reasons(), ["RestartRefused"]);
+        assert_eq!(refused.count("restart", "restart_refused"), "1");
+        let granted = world(false, 0);
+        granted.exec.restart(restart_job("app"));
+        granted.settle().await;
+        assert!(granted.processes.sent() > 0);
+        assert_eq!(granted.events.reasons(), ["Restarted"]);
     }
 
     #[tokio::test(start_paused = true)]
