@@ -25,18 +25,24 @@ fn deep_volume(volume: &str, configmap: &str, depth: usize) -> serde_json::Value
     json!({"name": volume, "configMap": {"name": configmap, "items": [{"key": "k", "path": path}]}})
 }
 
+/// A node with the agent running and these ConfigMaps (`k: v1`) in the tenant's namespace.
+async fn agent_with_configmaps(names: &[&str]) -> Node {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&[]).await;
+    for name in names {
+        node.api
+            .apply_configmap(configmap(NS, name, &[("k", "v1")]));
+    }
+    node
+}
+
 /// A pod that lists 300 volumes: the agent watches the first 256 (each is an inotify watch
 /// of the node's shared budget), tells the pod once with a Warning `VolumeOverLimit` naming
 /// the cap, and goes on serving the pod beside it. Before the cap, one pod spec could take
 /// every inotify watch of the node (`fs.inotify.max_user_watches`).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_with_three_hundred_volumes_gets_256_watches_and_one_warning() {
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.start_agent(&[]).await;
-    for name in ["crowded-conf", "app-conf"] {
-        node.api
-            .apply_configmap(configmap(NS, name, &[("k", "v1")]));
-    }
+    let node = agent_with_configmaps(&["crowded-conf", "app-conf"]).await;
     let out = |n: &str| node.path(&format!("{n}.sig"));
     let mut crowded = pod(NS, "crowded").signal();
     for i in 0..300 {
@@ -93,12 +99,7 @@ async fn a_pod_with_three_hundred_volumes_gets_256_watches_and_one_warning() {
 /// the agent aborted at every start.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_volume_nested_a_thousand_deep_cannot_stop_the_agent() {
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.start_agent(&[]).await;
-    for name in ["deep-conf", "app-conf"] {
-        node.api
-            .apply_configmap(configmap(NS, name, &[("k", "v1")]));
-    }
+    let mut node = agent_with_configmaps(&["deep-conf", "app-conf"]).await;
     let out = |n: &str| node.path(&format!("{n}.sig"));
     node.api.create_pod(
         pod(NS, "deep")
