@@ -40,8 +40,9 @@ pub struct PodEvent {
     /// `Signaled`, `SignalNotHandled`, `InvalidAnnotation`, `SubPathNotUpdated`, `SignalFailed`,
     /// `EvictionRequested`, … (from [`crate::core::outcome::Outcome::event`]).
     pub reason: &'static str,
-    /// Short PascalCase verb: `Signal`, `Evict`, `Validate`.
-    pub action: &'static str,
+    /// Short PascalCase verb: `Signal`, `Evict`, `Validate`; for a refused API request the
+    /// request (`ListDeployments`), so that kube's recorder folds only repeats of one refusal.
+    pub action: std::borrow::Cow<'static, str>,
     pub note: String,
 }
 

@@ -27,13 +27,18 @@ async fn a_forbidden_pod_list_backs_off_is_named_once_and_makes_the_agent_unread
     node.api.expect_forbidden("*", "*", "*");
     node.spawn_agent(&[]);
     let listen = node.agent().listen.clone();
-    let body = eventually("/readyz 503 naming RBAC", Duration::from_secs(10), || {
-        http_get(&listen, "/readyz")
-            .and_then(|(code, body)| (code == 503 && body.contains("RBAC")).then_some(body))
-    })
+    let body = eventually(
+        "/readyz 503 naming the rule",
+        Duration::from_secs(10),
+        || {
+            http_get(&listen, "/readyz").and_then(|(code, body)| {
+                (code == 503 && body.contains("forbidden to list pods")).then_some(body)
+            })
+        },
+    )
     .await;
     assert!(
-        body.contains("may not list pods cluster-wide: grant pods list/watch"),
+        body.contains("feature pod-watch: forbidden to list pods cluster-wide (HTTP 403): add the rule {apiGroups: [\"\"], resources: [\"pods\"], verbs: [\"list\", \"watch\"]} to the ServiceAccount's ClusterRole"),
         "{body}"
     );
     // kube's default backoff, reset by the watcher's Init before each relist, lists about
@@ -47,7 +52,7 @@ async fn a_forbidden_pod_list_backs_off_is_named_once_and_makes_the_agent_unread
     let log = node.agent_log();
     let named = log
         .lines()
-        .filter(|l| l.contains("ERROR") && l.contains("may not list pods cluster-wide"))
+        .filter(|l| l.contains("ERROR") && l.contains("forbidden to list pods cluster-wide"))
         .count();
     assert_eq!(named, 1, "one error naming the permission:\n{log}");
     assert!(
@@ -60,6 +65,11 @@ async fn a_forbidden_pod_list_backs_off_is_named_once_and_makes_the_agent_unread
         node.scrape()
     );
     assert!(node.metric("reloadlet_api_consecutive_failures{resource=\"pods\"}") >= 2.0);
+    assert!(
+        node.metric("reloadlet_forbidden_total{verb=\"list\",resource=\"pods\"}") >= 2.0,
+        "{}",
+        node.scrape()
+    );
 
     // Permission granted: the next attempt (at most ~30 s later) syncs and clears the reason.
     node.api.set_outage(None);

@@ -31,6 +31,7 @@ pub(super) struct World {
 pub(super) fn settings(dir: &Path) -> Settings {
     Settings {
         node_name: "node-1".into(),
+        own_pod: None,
         paths: HostPaths {
             kubelet_root: dir.into(),
             proc_root: "/proc".into(),

@@ -14,6 +14,13 @@ pub struct RunArgs {
     /// This node's name (from the downward API: spec.nodeName).
     #[arg(long, env = "NODE_NAME", required = true)]
     pub node_name: Option<String>,
+    /// This agent's own pod, namespace (downward API metadata.namespace): Warning Events
+    /// about refused API requests regard it.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// This agent's own pod, name (downward API metadata.name).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
     #[command(flatten)]
     pub paths: HostPathArgs,
     #[command(flatten)]
@@ -190,6 +197,9 @@ pub struct EvictionArgs {
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub node_name: String,
+    /// The agent's own pod (namespace, name), when the downward API says: Warning Events
+    /// about refused API requests regard it.
+    pub own_pod: Option<(String, String)>,
     /// Where the kubelet, the host's procfs and the agent's state are.
     pub paths: HostPaths,
     /// How swaps are picked up, hashed and rescanned.
@@ -283,6 +293,7 @@ impl RunArgs {
                 allow_host_network: self.http_allow_host_network,
             },
             node_name,
+            own_pod: own_pod(self.pod_namespace, self.pod_name),
             paths: HostPaths {
                 kubelet_root,
                 proc_root,
@@ -309,6 +320,14 @@ impl RunArgs {
             restart_without_grant: self.restart_without_grant,
         })
     }
+}
+
+/// `(namespace, name)` when both are set and not empty.
+pub fn own_pod(namespace: Option<String>, name: Option<String>) -> Option<(String, String)> {
+    Some((
+        namespace.filter(|s| !s.is_empty())?,
+        name.filter(|s| !s.is_empty())?,
+    ))
 }
 
 #[cfg(test)]

@@ -119,6 +119,9 @@ pub struct ControllerSettings {
     pub notify: crate::outbound::notify::NotifySettings,
     /// Names the controller in notifications and Events (`POD_NAME`, else the hostname).
     pub instance: String,
+    /// The controller's own pod (namespace, name) from the downward API: Warning Events about
+    /// refused API requests regard it.
+    pub own_pod: Option<(String, String)>,
     /// `--flap-threshold`, `--time-zone`, `--max-defer` (the controller has no `--debounce`:
     /// 0 unless a pod sets `reloadlet.io/debounce`).
     pub pacing: crate::core::pacing::PacingDefaults,
@@ -228,6 +231,7 @@ impl ControllerArgs {
             },
             notify,
             instance,
+            own_pod: super::agent::own_pod(el.lease_namespace.clone(), el.identity.clone()),
             rollout: RolloutSettings {
                 enabled: self.rollout.enabled,
                 argo: self.rollout.argo_rollouts,

@@ -18,6 +18,7 @@ pub mod nudge_delay;
 pub mod outcome;
 pub mod owner_chain;
 pub mod pacing;
+pub mod permission;
 pub mod pod_index;
 pub mod policy;
 pub mod reloader_compat;

@@ -153,7 +153,7 @@ impl Reporter {
             let event = PodEvent {
                 warning: kind.warning,
                 reason: kind.reason,
-                action: action.event_action(),
+                action: action.event_action().into(),
                 note,
             };
             match subject.about {

@@ -5,13 +5,16 @@
 
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
+use super::refusals::{report, Watched};
 use super::watch_loop::{self, Change, Listing, Pacing};
 use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, ObjectKey};
 use crate::controller::env::hash::ObjectData;
 use crate::controller::lease::LeaseRecord;
 use crate::core::annotations::PROJECTION_NUDGE;
 use crate::core::model::{PodInfo, SourceKind};
+use crate::core::permission::Feature;
 use crate::execute::patch::{PatchError, PatchRequest, Patcher};
+use crate::serve::denials::{Denials, Request};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -26,21 +29,40 @@ use tokio::sync::mpsc;
 /// Follows one kind with kube's `metadata_watcher`: the API server answers with
 /// `PartialObjectMetadata` (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`),
 /// so the controller never receives (or holds) ConfigMap data or Secret values.
-pub async fn watch_objects(client: Client, kind: SourceKind, tx: mpsc::Sender<Input>) {
+/// `feature`: the one that needs the watch (named when it is refused).
+pub async fn watch_objects(
+    client: Client,
+    kind: SourceKind,
+    feature: Feature,
+    denials: Denials,
+    tx: mpsc::Sender<Input>,
+) {
+    let watched = |resource| Watched {
+        feature,
+        group: "",
+        resource,
+    };
     match kind {
         SourceKind::ConfigMap => {
-            watch_meta(Api::<PartialObjectMeta<ConfigMap>>::all(client), kind, tx).await
+            let api = Api::<PartialObjectMeta<ConfigMap>>::all(client);
+            watch_meta(api, kind, watched("configmaps"), denials, tx).await
         }
         SourceKind::Secret => {
-            watch_meta(Api::<PartialObjectMeta<Secret>>::all(client), kind, tx).await
+            let api = Api::<PartialObjectMeta<Secret>>::all(client);
+            watch_meta(api, kind, watched("secrets"), denials, tx).await
         }
         // Files a CSI driver writes on a node: no API object to watch (docs/csi.md).
         SourceKind::SecretProviderClass | SourceKind::CsiVolume => {}
     }
 }
 
-async fn watch_meta<K>(api: Api<PartialObjectMeta<K>>, kind: SourceKind, tx: mpsc::Sender<Input>)
-where
+async fn watch_meta<K>(
+    api: Api<PartialObjectMeta<K>>,
+    kind: SourceKind,
+    watched: Watched,
+    denials: Denials,
+    tx: mpsc::Sender<Input>,
+) where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default,
 {
@@ -63,11 +85,12 @@ where
         api,
         watcher::Config::default(),
         Listing::Streaming,
-        Pacing::Default,
+        Pacing::UntilData,
         move |o: &PartialObjectMeta<K>| key(&o.metadata),
     );
     futures::pin_mut!(changes);
     while let Some(change) = changes.next().await {
+        watched.report(&denials, &change);
         let input = match change {
             Change::Listed(objects) => Input::ObjectsListed { kind, objects },
             Change::Applied((key, resource_version)) => Input::Object {
@@ -98,6 +121,7 @@ pub async fn watch_pods(
     client: Client,
     label_selector: Option<String>,
     reloader_compat: bool,
+    denials: Denials,
     tx: mpsc::Sender<Input>,
 ) {
     let api: Api<PodView> = Api::all(client);
@@ -113,9 +137,15 @@ pub async fn watch_pods(
     };
     let keep = move |pod: &PodView| pod_info(pod).map(trim);
     let changes =
-        watch_loop::changes_listed(api, config, Listing::Streaming, Pacing::Default, keep);
+        watch_loop::changes_listed(api, config, Listing::Streaming, Pacing::UntilData, keep);
     futures::pin_mut!(changes);
+    let watched = Watched {
+        feature: Feature::Pods,
+        group: "",
+        resource: "pods",
+    };
     while let Some(change) = changes.next().await {
+        watched.report(&denials, &change);
         let input = match change {
             Change::Listed(pods) => Input::PodsListed(pods),
             Change::Applied(info) => Input::PodApplied(info),
@@ -139,11 +169,13 @@ pub const FIELD_MANAGER: &str = "reloadlet-controller";
 
 pub struct KubePatcher {
     client: Client,
+    denials: Denials,
 }
 
 impl KubePatcher {
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// `denials`: where a refused request is reported (`crate::serve::denials`).
+    pub fn new(client: Client, denials: Denials) -> Self {
+        Self { client, denials }
     }
 }
 
@@ -182,7 +214,14 @@ impl Patcher for KubePatcher {
                 ..PatchParams::default()
             };
             let body = annotation_patch(req);
-            match api.patch(&req.name, &params, &Patch::Merge(&body)).await {
+            let result = api.patch(&req.name, &params, &Patch::Merge(&body)).await;
+            report(
+                &self.denials,
+                Request::new(Feature::PodAnnotations, "patch", "", "pods"),
+                Some(&req.namespace),
+                &result,
+            );
+            match result {
                 Ok(_) => Ok(()),
                 // Conditional on the UID — 404: gone; 409/422: another pod of the same name.
                 Err(kube::Error::Api(s))
@@ -202,7 +241,14 @@ impl Patcher for KubePatcher {
     ) -> BoxFuture<'a, Result<Option<PodInfo>, PatchError>> {
         Box::pin(async move {
             let api: Api<PodView> = Api::namespaced(self.client.clone(), namespace);
-            match api.get_opt(name).await {
+            let result = api.get_opt(name).await;
+            report(
+                &self.denials,
+                Request::new(Feature::PodAnnotations, "get", "", "pods"),
+                Some(namespace),
+                &result,
+            );
+            match result {
                 Ok(pod) => Ok(pod.as_ref().and_then(pod_info)),
                 Err(e) => Err(patch_error(e)),
             }
@@ -214,11 +260,32 @@ impl Patcher for KubePatcher {
 /// for objects some opted-in pod reads through env).
 pub struct KubeEnvApi {
     client: Client,
+    denials: Denials,
+    /// The features its GETs serve: of ConfigMaps, of Secrets.
+    features: (Feature, Feature),
 }
 
 impl KubeEnvApi {
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// `features`: the one a refused GET of a ConfigMap names, and of a Secret.
+    pub fn new(client: Client, denials: Denials, features: (Feature, Feature)) -> Self {
+        Self {
+            client,
+            denials,
+            features,
+        }
+    }
+
+    fn seen<T>(&self, key: &ObjectKey, result: &Result<T, kube::Error>) {
+        let (feature, resource) = match key.kind {
+            SourceKind::Secret => (self.features.1, "secrets"),
+            _ => (self.features.0, "configmaps"),
+        };
+        report(
+            &self.denials,
+            Request::new(feature, "get", "", resource),
+            Some(&key.namespace),
+            result,
+        );
     }
 }
 
@@ -229,7 +296,9 @@ impl EnvApi for KubeEnvApi {
             match key.kind {
                 SourceKind::ConfigMap => {
                     let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
-                    let cm = api.get_opt(&key.name).await.map_err(|e| e.to_string())?;
+                    let cm = api.get_opt(&key.name).await;
+                    self.seen(&key, &cm);
+                    let cm = cm.map_err(|e| e.to_string())?;
                     Ok(cm.map(|cm| ObjectData {
                         annotations: cm.metadata.annotations.unwrap_or_default(),
                         text: cm.data.unwrap_or_default(),
@@ -244,7 +313,9 @@ impl EnvApi for KubeEnvApi {
                 }
                 SourceKind::Secret => {
                     let api: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
-                    let secret = api.get_opt(&key.name).await.map_err(|e| e.to_string())?;
+                    let secret = api.get_opt(&key.name).await;
+                    self.seen(&key, &secret);
+                    let secret = secret.map_err(|e| e.to_string())?;
                     Ok(secret.map(|s| ObjectData {
                         annotations: s.metadata.annotations.unwrap_or_default(),
                         text: Default::default(),
@@ -267,14 +338,28 @@ impl EnvApi for KubeEnvApi {
 pub struct KubeLeaseStore {
     api: Api<Lease>,
     name: String,
+    namespace: String,
+    denials: Denials,
 }
 
 impl KubeLeaseStore {
-    pub fn new(client: Client, namespace: &str, name: &str) -> Self {
+    pub fn new(client: Client, namespace: &str, name: &str, denials: Denials) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            denials,
         }
+    }
+
+    fn seen<T>(&self, verb: &'static str, result: &Result<T, kube::Error>) {
+        let request = Request::new(
+            Feature::LeaderElection,
+            verb,
+            "coordination.k8s.io",
+            "leases",
+        );
+        report(&self.denials, request, Some(&self.namespace), result);
     }
 
     fn lease(&self, record: &LeaseRecord, resource_version: Option<&str>) -> Lease {
@@ -316,7 +401,9 @@ pub fn now_rfc3339() -> String {
 impl LeaseStore for KubeLeaseStore {
     async fn get(&self) -> Result<Option<(LeaseRecord, String)>, LeaseError> {
         {
-            let Some(lease) = self.api.get_opt(&self.name).await.map_err(lease_error)? else {
+            let found = self.api.get_opt(&self.name).await;
+            self.seen("get", &found);
+            let Some(lease) = found.map_err(lease_error)? else {
                 return Ok(None);
             };
             let spec = lease.spec.unwrap_or_default();
@@ -337,11 +424,9 @@ impl LeaseStore for KubeLeaseStore {
     fn create(&self, record: &LeaseRecord) -> impl Future<Output = Result<(), LeaseError>> + Send {
         let lease = self.lease(record, None);
         async move {
-            self.api
-                .create(&PostParams::default(), &lease)
-                .await
-                .map(|_| ())
-                .map_err(lease_error)
+            let result = self.api.create(&PostParams::default(), &lease).await;
+            self.seen("create", &result);
+            result.map(|_| ()).map_err(lease_error)
         }
     }
 
@@ -352,11 +437,12 @@ impl LeaseStore for KubeLeaseStore {
     ) -> impl Future<Output = Result<(), LeaseError>> + Send {
         let lease = self.lease(record, Some(resource_version));
         async move {
-            self.api
+            let result = self
+                .api
                 .replace(&self.name, &PostParams::default(), &lease)
-                .await
-                .map(|_| ())
-                .map_err(lease_error)
+                .await;
+            self.seen("update", &result);
+            result.map(|_| ()).map_err(lease_error)
         }
     }
 }

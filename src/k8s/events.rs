@@ -6,6 +6,8 @@
 //! never pushes out another namespace's Events.
 
 use crate::core::fair_queue::FairQueue;
+use crate::core::permission::Feature;
+use crate::serve::denials::{Denials, Request};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
@@ -14,6 +16,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 pub use crate::ports::{EventSink, ObjectRef, PodEvent, PodRef};
+
+/// What publishing an Event asks the API server for.
+const PUBLISH: Request = Request::new(Feature::Events, "create", "events.k8s.io", "events");
 
 pub struct QueuedRecorder {
     queue: Arc<Queue>,
@@ -34,8 +39,9 @@ impl Queue {
 impl QueuedRecorder {
     pub const QUEUE: usize = 1024;
 
-    /// Starts the publishing task. `instance` names this agent (e.g. `reloadlet-<node>`).
-    pub fn spawn(client: Client, instance: String) -> Self {
+    /// Starts the publishing task. `instance` names this agent (e.g. `reloadlet-<node>`);
+    /// `denials`: where a refused publish is reported (`crate::serve::denials`).
+    pub fn spawn(client: Client, instance: String, denials: Denials) -> Self {
         let queue = Arc::new(Queue {
             items: Mutex::new(FairQueue::new(Self::QUEUE)),
             wake: Notify::new(),
@@ -71,10 +77,13 @@ impl QueuedRecorder {
                     },
                     reason: ev.reason.into(),
                     note: Some(ev.note.chars().take(1000).collect()),
-                    action: ev.action.into(),
+                    action: ev.action.clone().into_owned(),
                     secondary: None,
                 };
-                if let Err(e) = recorder.publish(&event, &reference).await {
+                let result = recorder.publish(&event, &reference).await;
+                // kube's recorder creates the Event, or patches its series when it repeats.
+                super::refusals::report(&denials, PUBLISH, Some(&object.namespace), &result);
+                if let Err(e) = result {
                     tracing::warn!(regarding = %format!("{} {}/{}", object.kind, object.namespace, object.name), reason = ev.reason, error = %e, "could not publish event");
                 }
             }

@@ -4,6 +4,8 @@
 //! name is never evicted for its predecessor's change), on a client whose retry layer is off:
 //! reloadlet owns pacing. Answers are classified per kube-apiserver's `EvictionREST.Create`.
 
+use crate::core::permission::Feature;
+use crate::serve::denials::{Denials, Request as DenialRequest};
 use futures::future::BoxFuture;
 use http::{Request, StatusCode};
 use kube::Client;
@@ -14,12 +16,18 @@ pub use crate::ports::{EvictOutcome, EvictRequest, Evictor};
 
 pub struct KubeEvictor {
     client: Client,
+    denials: Denials,
 }
 
+/// What an eviction asks the API server for.
+const CREATE_EVICTION: DenialRequest =
+    DenialRequest::new(Feature::Evictions, "create", "", "pods/eviction");
+
 impl KubeEvictor {
-    /// `client` must have `default_retry = false` (see [`super::client::Clients`]).
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// `client` must have `default_retry = false` (see [`super::client::Clients`]);
+    /// `denials`: where a refused eviction is reported (`crate::serve::denials`).
+    pub fn new(client: Client, denials: Denials) -> Self {
+        Self { client, denials }
     }
 
     async fn send(&self, req: &EvictRequest) -> EvictOutcome {
@@ -80,7 +88,25 @@ impl KubeEvictor {
 impl Evictor for KubeEvictor {
     fn evict(&self, req: &EvictRequest) -> BoxFuture<'_, EvictOutcome> {
         let req = req.clone();
-        Box::pin(async move { self.send(&req).await })
+        Box::pin(async move {
+            let outcome = self.send(&req).await;
+            match &outcome {
+                EvictOutcome::Failed {
+                    code: Some(code),
+                    message,
+                } => self.denials.outcome(
+                    CREATE_EVICTION,
+                    Some(&req.namespace),
+                    Err((*code, message)),
+                ),
+                EvictOutcome::Failed { code: None, .. } => {}
+                // Any other answer was authorized.
+                _ => self
+                    .denials
+                    .outcome(CREATE_EVICTION, Some(&req.namespace), Ok(())),
+            }
+            outcome
+        })
     }
 }
 

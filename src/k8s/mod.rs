@@ -10,6 +10,7 @@ pub mod pdb_watch;
 pub mod pod_convert;
 pub mod pod_view;
 pub mod pod_watch;
+pub mod refusals;
 pub mod watch_loop;
 pub mod workload_meta;
 pub mod workloads;

@@ -85,7 +85,12 @@ fn write(budgets: &SharedBudgets) -> std::sync::RwLockWriteGuard<'_, BudgetIndex
 }
 
 /// Runs forever, keeping `budgets` current.
-pub async fn run(client: Client, budgets: SharedBudgets, metrics: api_backoff::ApiMetrics) {
+pub async fn run(
+    client: Client,
+    budgets: SharedBudgets,
+    metrics: api_backoff::ApiMetrics,
+    denials: crate::serve::denials::Denials,
+) {
     let api: Api<PodDisruptionBudget> = Api::all(client);
     let entry = |pdb: &PodDisruptionBudget| {
         let (ns, name) = key_of(pdb);
@@ -94,7 +99,13 @@ pub async fn run(client: Client, budgets: SharedBudgets, metrics: api_backoff::A
     let changes = watch_loop::changes(api, watcher::Config::default(), Pacing::UntilData, entry);
     futures::pin_mut!(changes);
     let mut failures = FailureTracker::new(api_backoff::PDBS, metrics);
+    let watched = super::refusals::Watched {
+        feature: crate::core::permission::Feature::Budgets,
+        group: "policy",
+        resource: "poddisruptionbudgets",
+    };
     while let Some(change) = changes.next().await {
+        watched.report(&denials, &change);
         if !matches!(change, Change::Failed(_)) && failures.on_success() > 0 {
             tracing::info!("PodDisruptionBudget watch works again");
         }
@@ -111,7 +122,10 @@ pub async fn run(client: Client, budgets: SharedBudgets, metrics: api_backoff::A
                     continue;
                 }
                 let failure = failures.on_error(code, &e.to_string());
-                if watch_loop::worth_an_error(failure.count, code) {
+                // A 401/403 is the denials' to name (log, Event, /readyz).
+                if !matches!(code, Some(401 | 403))
+                    && watch_loop::worth_an_error(failure.count, code)
+                {
                     tracing::error!(
                         code,
                         resource = "poddisruptionbudgets",

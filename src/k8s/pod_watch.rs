@@ -40,6 +40,7 @@ pub struct PodWatchConfig {
 pub struct PodWatchReport {
     pub metrics: api_backoff::ApiMetrics,
     pub health: Arc<Health>,
+    pub denials: crate::serve::denials::Denials,
 }
 
 /// Runs until `tx` is closed.
@@ -59,7 +60,13 @@ pub async fn run(
     let changes = watch_loop::changes(api, wc, Pacing::UntilData, pod_info);
     futures::pin_mut!(changes);
     let mut failures = FailureTracker::new(api_backoff::PODS, report.metrics);
+    let watched = super::refusals::Watched {
+        feature: crate::core::permission::Feature::Pods,
+        group: "",
+        resource: "pods",
+    };
     while let Some(change) = changes.next().await {
+        watched.report(&report.denials, &change);
         if !matches!(change, Change::Failed(_)) {
             let after = failures.on_success();
             if after > 0 {
@@ -83,9 +90,13 @@ pub async fn run(
                 } else {
                     let failure = failures.on_error(code, &e.to_string());
                     let hopeless = watch_loop::hopeless(code);
+                    // A 401/403 is the denials' to name (log, Event, /readyz: the rule to add).
+                    let refused = matches!(code, Some(401 | 403));
                     // One error when it cannot heal by itself (or once a transient error has
                     // repeated three times); the retries are paced and not logged above debug.
-                    if watch_loop::worth_an_error(failure.count, code) {
+                    if refused {
+                        tracing::debug!(code, failures = failure.count, "pod watch refused");
+                    } else if watch_loop::worth_an_error(failure.count, code) {
                         tracing::error!(
                             code,
                             resource = "pods",
@@ -105,7 +116,7 @@ pub async fn run(
                     }
                     // A refusal that cannot heal by itself, or any error that repeats, makes the
                     // agent unready, with the reason in /readyz's body.
-                    if failure.count >= 2 || hopeless {
+                    if !refused && (failure.count >= 2 || hopeless) {
                         report.health.set_problem(Some(format!(
                             "pod watch failing ({} consecutive failures): {}",
                             failure.count, failure.explanation

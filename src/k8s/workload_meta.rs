@@ -8,9 +8,12 @@
 //! `asPartialObjectMetadata(List)`): the controller never receives pod templates, only each
 //! workload's own annotations, which is where Reloader's sit.
 
+use super::refusals::Watched;
 use super::watch_loop::{self, Change, Pacing};
 use crate::controller::api::{Input, WorkloadChange, WorkloadMeta};
+use crate::core::permission::Feature;
 use crate::core::rollout::{WorkloadKind, WorkloadRef};
+use crate::serve::denials::Denials;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PartialObjectMeta};
@@ -19,20 +22,23 @@ use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 
 /// One watch per kind, each on its own task.
-pub fn spawn_watches(client: Client, argo: bool, tx: mpsc::Sender<Input>) {
+pub fn spawn_watches(client: Client, argo: bool, denials: Denials, tx: mpsc::Sender<Input>) {
     tokio::spawn(watch(
         Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
         WorkloadKind::Deployment,
+        denials.clone(),
         tx.clone(),
     ));
     tokio::spawn(watch(
         Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
         WorkloadKind::StatefulSet,
+        denials.clone(),
         tx.clone(),
     ));
     tokio::spawn(watch(
         Api::<PartialObjectMeta<DaemonSet>>::all(client.clone()),
         WorkloadKind::DaemonSet,
+        denials.clone(),
         tx.clone(),
     ));
     if argo {
@@ -41,6 +47,7 @@ pub fn spawn_watches(client: Client, argo: bool, tx: mpsc::Sender<Input>) {
         tokio::spawn(watch(
             Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource),
             WorkloadKind::ArgoRollout,
+            denials,
             tx,
         ));
     }
@@ -58,8 +65,12 @@ pub fn workload_meta(kind: WorkloadKind, meta: &ObjectMeta) -> Option<WorkloadMe
     })
 }
 
-async fn watch<K>(api: Api<PartialObjectMeta<K>>, kind: WorkloadKind, tx: mpsc::Sender<Input>)
-where
+async fn watch<K>(
+    api: Api<PartialObjectMeta<K>>,
+    kind: WorkloadKind,
+    denials: Denials,
+    tx: mpsc::Sender<Input>,
+) where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let what = match kind {
@@ -68,14 +79,27 @@ where
         WorkloadKind::DaemonSet => "daemonsets",
         WorkloadKind::ArgoRollout => "rollouts",
     };
+    let watched = match kind {
+        WorkloadKind::ArgoRollout => Watched {
+            feature: Feature::ArgoRollouts,
+            group: "argoproj.io",
+            resource: what,
+        },
+        _ => Watched {
+            feature: Feature::ReloaderCompat,
+            group: "apps",
+            resource: what,
+        },
+    };
     let changes = watch_loop::changes(
         api,
         watcher::Config::default(),
-        Pacing::Default,
+        Pacing::UntilData,
         move |o: &PartialObjectMeta<K>| workload_meta(kind, &o.metadata),
     );
     futures::pin_mut!(changes);
     while let Some(change) = changes.next().await {
+        watched.report(&denials, &change);
         let input = match change {
             Change::Listed(all) => Input::Workload(WorkloadChange::Listed(kind, all)),
             Change::Applied(w) => Input::Workload(WorkloadChange::Applied(w)),

@@ -6,12 +6,15 @@
 //! of `crate::core::rollout` here.
 
 use super::controller::FIELD_MANAGER;
+use super::refusals::{message, report};
 use crate::controller::api::{RolloutHistory, WorkloadApi};
 use crate::core::owner_chain::{Link, PodLink, WorkloadFacts};
 use crate::core::pacing::ROLLOUT_PACING;
+use crate::core::permission::Feature;
 use crate::core::rollout::{IntOrPercent, Strategy, WorkloadKind, WorkloadRef, RESTARTED_AT};
 use crate::execute::patch::PatchError;
 use crate::execute::rollout::WorkloadPatcher;
+use crate::serve::denials::{Denials, Request};
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -24,11 +27,38 @@ use std::collections::BTreeMap;
 
 pub struct KubeWorkloads {
     client: Client,
+    denials: Denials,
+}
+
+/// The API group, resource and feature of a workload kind's requests.
+fn resource_of(kind: WorkloadKind) -> (&'static str, &'static str, Feature) {
+    match kind {
+        WorkloadKind::Deployment => ("apps", "deployments", Feature::Rollout),
+        WorkloadKind::StatefulSet => ("apps", "statefulsets", Feature::Rollout),
+        WorkloadKind::DaemonSet => ("apps", "daemonsets", Feature::Rollout),
+        WorkloadKind::ArgoRollout => ("argoproj.io", "rollouts", Feature::ArgoRollouts),
+    }
+}
+
+fn request_on(verb: &'static str, w: &WorkloadRef) -> Request {
+    let (group, resource, feature) = resource_of(w.kind);
+    Request::new(feature, verb, group, resource)
 }
 
 impl KubeWorkloads {
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// `denials`: where a refused request is reported (`crate::serve::denials`).
+    pub fn new(client: Client, denials: Denials) -> Self {
+        Self { client, denials }
+    }
+
+    /// Reports `result` of `verb` on `w`.
+    fn seen<T>(&self, verb: &'static str, w: &WorkloadRef, result: &Result<T, kube::Error>) {
+        report(
+            &self.denials,
+            request_on(verb, w),
+            Some(&w.namespace),
+            result,
+        );
     }
 
     fn argo(&self, namespace: &str) -> Api<DynamicObject> {
@@ -149,10 +179,20 @@ impl WorkloadApi for KubeWorkloads {
     ) -> BoxFuture<'a, Result<Option<PodLink>, String>> {
         Box::pin(async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-            let meta = api
-                .get_metadata_opt(name)
-                .await
-                .map_err(|e| e.to_string())?;
+            let meta = api.get_metadata_opt(name).await;
+            report(
+                &self.denials,
+                Request::new(Feature::Rollout, "get", "", "pods"),
+                Some(namespace),
+                &meta,
+            );
+            let meta = meta.map_err(|e| {
+                message(
+                    &e,
+                    Request::new(Feature::Rollout, "get", "", "pods"),
+                    Some(namespace),
+                )
+            })?;
             Ok(meta.map(|m| PodLink {
                 uid: m.metadata.uid.clone().unwrap_or_default(),
                 owner: super::pod_convert::controller_of(&m.metadata),
@@ -169,7 +209,17 @@ impl WorkloadApi for KubeWorkloads {
     ) -> BoxFuture<'a, Result<Option<Link>, String>> {
         Box::pin(async move {
             let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), namespace);
-            let rs = api.get_opt(name).await.map_err(|e| e.to_string())?;
+            let rs = api.get_opt(name).await;
+            report(
+                &self.denials,
+                Request::new(Feature::Rollout, "get", "apps", "replicasets"),
+                Some(namespace),
+                &rs,
+            );
+            let rs = rs.map_err(|e| {
+                let request = Request::new(Feature::Rollout, "get", "apps", "replicasets");
+                message(&e, request, Some(namespace))
+            })?;
             Ok(rs.map(|rs| Link {
                 uid: rs.metadata.uid.clone().unwrap_or_default(),
                 owner: super::pod_convert::controller_of(&rs.metadata),
@@ -263,7 +313,8 @@ impl WorkloadApi for KubeWorkloads {
                     })
                 }),
             };
-            found.map_err(|e| e.to_string())
+            self.seen("get", w, &found);
+            found.map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 
@@ -294,8 +345,9 @@ impl WorkloadApi for KubeWorkloads {
                     .await
                     .map(|o| o.map(|o| o.metadata)),
             };
+            self.seen("get", w, &meta);
             meta.map(|m| m.map(|m| m.annotations.unwrap_or_default()))
-                .map_err(|e| e.to_string())
+                .map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 
@@ -333,7 +385,8 @@ impl WorkloadApi for KubeWorkloads {
                     })
                 }),
             };
-            found.map_err(|e| e.to_string())
+            self.seen("get", w, &found);
+            found.map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 }
@@ -369,6 +422,7 @@ impl WorkloadPatcher for KubeWorkloads {
                     self.argo(ns).patch(&w.name, &params, &p).await.map(drop)
                 }
             };
+            self.seen("patch", w, &result);
             result.map_err(super::controller::patch_error)
         })
     }

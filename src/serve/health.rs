@@ -21,6 +21,8 @@ pub struct Health {
     idle: AtomicBool,
     /// Why the agent is not ready although it may have synced (the pod watch keeps failing).
     problem: Mutex<Option<String>>,
+    /// The API requests refused with 401/403 that still stand (`super::denials`).
+    denied: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -50,12 +52,25 @@ impl Health {
         *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = problem;
     }
 
+    /// `Some(reason)`: refused API requests stand (`super::denials`); `None` clears it.
+    pub fn set_denied(&self, denied: Option<String>) {
+        *self.denied.lock().unwrap_or_else(|e| e.into_inner()) = denied;
+    }
+
     pub fn is_ready(&self) -> bool {
         self.readiness().is_ok()
     }
 
     /// `Err(reason)` while not ready.
     pub fn readiness(&self) -> Result<(), String> {
+        if let Some(d) = self
+            .denied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(d);
+        }
         if let Some(p) = self
             .problem
             .lock()

@@ -14,6 +14,7 @@ use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
 use crate::k8s::pdb_watch::{self, SharedBudgets};
 use crate::k8s::pod_watch::{self, PodWatchConfig, PodWatchReport};
+use crate::serve::denials::{own_pod_ref, Denials};
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
 use prometheus_client::registry::Registry;
@@ -76,6 +77,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let api_metrics = ApiMetrics::new(&mut registry);
     let health = Arc::new(Health::default());
     health.beat();
+    let denials = Denials::new(&mut registry, health.clone());
     let listener = match tokio::net::TcpListener::bind(settings.listen).await {
         Ok(l) => l,
         Err(e) => return fail(&format!("cannot listen on {}: {e}", settings.listen)),
@@ -98,6 +100,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         PodWatchReport {
             metrics: api_metrics.clone(),
             health: health.clone(),
+            denials: denials.clone(),
         },
     ));
     let budgets = SharedBudgets::default();
@@ -105,6 +108,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         clients.main.clone(),
         budgets.clone(),
         api_metrics,
+        denials.clone(),
     ));
     // No HTTP client at all while notifications are off.
     let notifier = if !settings.notify.enabled() {
@@ -128,14 +132,19 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
             Ok(c) => c,
             Err(e) => return fail(&e.to_string()),
         };
+    let events = Arc::new(QueuedRecorder::spawn(
+        clients.main.clone(),
+        format!("reloadlet-{}", settings.node_name),
+        denials.clone(),
+    ));
+    if let Some(own_pod) = own_pod_ref(settings.own_pod.as_ref()) {
+        denials.publish_to(events.clone(), own_pod);
+    }
     let deps = Deps {
         http: Arc::new(http),
-        events: Arc::new(QueuedRecorder::spawn(
-            clients.main.clone(),
-            format!("reloadlet-{}", settings.node_name),
-        )),
+        events,
         processes: Arc::new(ProcFs::new(&settings.paths.proc_root)),
-        evictor: Arc::new(KubeEvictor::new(clients.eviction.clone())),
+        evictor: Arc::new(KubeEvictor::new(clients.eviction.clone(), denials.clone())),
         notifier,
     };
     let eviction = EvictionSettings {

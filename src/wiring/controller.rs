@@ -9,6 +9,7 @@ use crate::controller::nudge::Nudges;
 use crate::controller::rollout::{RolloutDeps, RolloutFeature};
 use crate::controller::router::Controller;
 use crate::core::model::SourceKind;
+use crate::core::permission::Feature;
 use crate::core::pod_index::PodIndex;
 use crate::execute::evict::{EvictionSettings, Evictions};
 use crate::execute::patch::{PatchSettings, Patcher, Patches};
@@ -23,6 +24,7 @@ use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
 use crate::k8s::pdb_watch::{self, SharedBudgets};
 use crate::k8s::workloads::KubeWorkloads;
+use crate::serve::denials::{own_pod_ref, Denials};
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
 use prometheus_client::registry::Registry;
@@ -48,6 +50,7 @@ pub async fn serve(
     let api_metrics = ApiMetrics::new(&mut registry);
     let health = Arc::new(Health::default());
     health.beat();
+    let denials = Denials::new(&mut registry, health.clone());
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
@@ -63,18 +66,28 @@ pub async fn serve(
         clients.main.clone(),
         settings.scope.pod_selector.clone(),
         settings.rollout.enabled && settings.rollout.reloader_compat,
+        denials.clone(),
         tx.clone(),
     ));
     tokio::spawn(watch_objects(
         clients.main.clone(),
         SourceKind::ConfigMap,
+        Feature::Nudges,
+        denials.clone(),
         tx.clone(),
     ));
     // Secrets' metadata: for nudges (--secrets) and for env consumers (--env-consumers-secrets).
     if settings.secrets || settings.env.secrets {
+        let feature = if settings.secrets {
+            Feature::Secrets
+        } else {
+            Feature::EnvConsumersSecrets
+        };
         tokio::spawn(watch_objects(
             clients.main.clone(),
             SourceKind::Secret,
+            feature,
+            denials.clone(),
             tx.clone(),
         ));
     }
@@ -84,6 +97,7 @@ pub async fn serve(
         crate::k8s::workload_meta::spawn_watches(
             clients.main.clone(),
             settings.rollout.argo,
+            denials.clone(),
             tx.clone(),
         );
     }
@@ -91,7 +105,12 @@ pub async fn serve(
     let mut election_task = None;
     if let Some(target) = &settings.election {
         let (leader_tx, mut leader_rx) = watch::channel(false);
-        let store = KubeLeaseStore::new(clients.main.clone(), &target.namespace, &target.name);
+        let store = KubeLeaseStore::new(
+            clients.main.clone(),
+            &target.namespace,
+            &target.name,
+            denials.clone(),
+        );
         let election = ElectionSettings {
             identity: target.identity.clone(),
             lease_duration: target.lease_duration,
@@ -145,17 +164,23 @@ pub async fn serve(
         )
     };
     // Every write goes through the executor, which decides --dry-run and timeouts.
+    let events = Arc::new(QueuedRecorder::spawn(
+        clients.main.clone(),
+        settings.instance.clone(),
+        denials.clone(),
+    ));
+    if let Some(own_pod) = own_pod_ref(settings.own_pod.as_ref()) {
+        denials.publish_to(events.clone(), own_pod);
+    }
     let reporter = Reporter::new(
-        Arc::new(QueuedRecorder::spawn(
-            clients.main.clone(),
-            settings.instance.clone(),
-        )),
+        events,
         notifier,
         action_metrics,
         settings.scope.dry_run,
         settings.instance.clone(),
     );
-    let patcher: Arc<dyn Patcher> = Arc::new(KubePatcher::new(clients.main.clone()));
+    let patcher: Arc<dyn Patcher> =
+        Arc::new(KubePatcher::new(clients.main.clone(), denials.clone()));
     let patches = |settings: PatchSettings| {
         Patches::new(
             settings,
@@ -203,13 +228,17 @@ pub async fn serve(
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(
             EvictionSettings::default(),
-            Arc::new(KubeEvictor::new(clients.eviction.clone())),
+            Arc::new(KubeEvictor::new(clients.eviction.clone(), denials.clone())),
             reporter.clone(),
             index.clone(),
             shutdown.clone(),
         );
         controller = controller.with(Box::new(EnvConsumers::new(EnvDeps {
-            api: Arc::new(KubeEnvApi::new(clients.main.clone())),
+            api: Arc::new(KubeEnvApi::new(
+                clients.main.clone(),
+                denials.clone(),
+                (Feature::EnvConsumers, Feature::EnvConsumersSecrets),
+            )),
             evictions,
             index,
             baselines: patches(PatchSettings::baselines()),
@@ -222,16 +251,21 @@ pub async fn serve(
         })));
     }
     if settings.rollout.enabled {
-        let workloads = Arc::new(KubeWorkloads::new(clients.main.clone()));
+        let workloads = Arc::new(KubeWorkloads::new(clients.main.clone(), denials.clone()));
         // on-blocked: rollout: a structural budget block rolls at once (docs/evictions-blocked.md).
         let budgets = SharedBudgets::default();
         tokio::spawn(pdb_watch::run(
             clients.main.clone(),
             budgets.clone(),
             api_metrics.clone(),
+            denials.clone(),
         ));
         let rollout = RolloutFeature::new(RolloutDeps {
-            api: Arc::new(KubeEnvApi::new(clients.main.clone())),
+            api: Arc::new(KubeEnvApi::new(
+                clients.main.clone(),
+                denials.clone(),
+                (Feature::Rollout, Feature::Rollout),
+            )),
             workloads: workloads.clone(),
             rollouts: Rollouts::new(
                 workloads,

@@ -108,9 +108,33 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
             "  pacing: the agent's pacing flags are invalid: {e}\n"
         )),
     }
-    let workloads = crate::k8s::workloads::KubeWorkloads::new(clients.main.clone());
+    // explain says what it may not read itself (docs/explain.md).
+    let denials = crate::serve::denials::Denials::detached();
+    let workloads =
+        crate::k8s::workloads::KubeWorkloads::new(clients.main.clone(), denials.clone());
     text.push_str(&crate::controller::rollout::explain::explain(&info, &workloads).await);
+    text.push_str(&refused_note(
+        &denials.standing(),
+        &info.namespace,
+        &info.name,
+    ));
     Ok(text)
+}
+
+/// What the identity explain runs as may not read, named with its rules, and where to run
+/// explain for that part; empty when nothing was refused.
+fn refused_note(refused: &[crate::core::permission::Denied], ns: &str, name: &str) -> String {
+    if refused.is_empty() {
+        return String::new();
+    }
+    let rules: Vec<String> = refused
+        .iter()
+        .map(|d| format!("{} {}", d.verb, d.resource_name()))
+        .collect();
+    format!(
+        "  NOTE: the identity explain runs as may not {} (the agent's role never needs that); for the workload part run explain with your own kubeconfig: KUBECONFIG=… reloadlet explain --pod {ns}/{name} (docs/explain.md)\n",
+        rules.join(", ")
+    )
 }
 
 /// The namespace and identifying labels of the pod `explain` runs in (to name the agent on

@@ -19,6 +19,20 @@ impl ControllerProcess {
     /// Spawns `reloadlet controller` with `args` and `env` and waits for /readyz (failing at
     /// once, with its log, if it exits).
     pub async fn start(node: &Node, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let values = crate::common::rbac::controller_chart_values(args, env);
+        Self::start_under(node, &values, args, env, "/readyz").await
+    }
+
+    /// Spawns `reloadlet controller` authorized by the chart's RBAC for `chart_values`
+    /// (whatever its flags ask: `&[]` is also what the kustomize base grants) and waits
+    /// until `path` answers 200 (`/healthz`: live, ready or not).
+    pub async fn start_under(
+        node: &Node,
+        chart_values: &[String],
+        args: &[&str],
+        env: &[(&str, &str)],
+        path: &str,
+    ) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -27,7 +41,7 @@ impl ControllerProcess {
         let listen = format!("127.0.0.1:{port}");
         let log = node.path(&format!("controller-{port}.log"));
         if node.rbac {
-            node.load_chart_rbac(&crate::common::rbac::controller_chart_values(args, env));
+            node.load_chart_rbac(chart_values);
         }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_reloadlet"));
         nodesim::runtime::default_signals(&mut cmd)
@@ -54,11 +68,11 @@ impl ControllerProcess {
         };
         let (listen, log) = (c.listen.clone(), c.log.clone());
         eventually_while_running(
-            "controller /readyz",
+            &format!("controller {path}"),
             Duration::from_secs(30),
             &mut c.child,
             || std::fs::read_to_string(&log).unwrap_or_default(),
-            || http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(())),
+            || http_get(&listen, path).and_then(|(code, _)| (code == 200).then_some(())),
         )
         .await;
         c
