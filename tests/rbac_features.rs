@@ -1,0 +1,261 @@
+//! A missing permission is never silent (issue #48): against an API server that enforces
+//! exactly the rules the kustomize base renders (the chart's defaults: `hack/render-rbac.sh`
+//! checks they are the same), a feature turned on by its flag without its kustomize
+//! component makes the controller not Ready, naming the feature and the rule to add, with a
+//! metric, one error line and one Warning Event per missing rule on the controller's own pod;
+//! the other features keep working; granting the component's rules (checked equal to the
+//! chart value's by `hack/render-rbac.sh`) makes it Ready without a restart. And `explain`,
+//! run as documented in the agent's pod, names what it may not read instead of dumping it.
+
+mod common;
+#[path = "support/controller_process.rs"]
+mod controller_process;
+
+use common::fixtures::{configmap, pod};
+use common::*;
+use controller_process::ControllerProcess as Controller;
+use nodesim::apiserver::RecordedEvent;
+use std::process::Command;
+use std::time::Duration;
+
+const NS: &str = "shop";
+/// The controller's pod, as the downward API names it.
+const POD: &str = "reloadlet-controller-7d9f8b6c5-x2x4q";
+const NUDGE: &str = "reloadlet.io/projection-nudge";
+/// A refused watch is retried from 1 s, doubling (jittered up to twice as long): granted
+/// after a few refusals, the next try is well within this.
+const GRANTED: Duration = Duration::from_secs(45);
+
+fn forbidden_events(node: &Node) -> Vec<RecordedEvent> {
+    node.api
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "Forbidden" && e.regarding_name == POD)
+        .collect()
+}
+
+async fn readyz_refusal(ctl: &Controller, part: &str) -> String {
+    let listen = ctl.listen.clone();
+    eventually(
+        &format!("/readyz 503 naming {part}"),
+        Duration::from_secs(20),
+        || {
+            http_get(&listen, "/readyz")
+                .and_then(|(code, body)| (code == 503 && body.contains(part)).then_some(body))
+        },
+    )
+    .await
+}
+
+async fn ready(ctl: &Controller) {
+    let listen = ctl.listen.clone();
+    eventually("/readyz 200 once granted", GRANTED, || {
+        http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(()))
+    })
+    .await;
+}
+
+/// A ConfigMap projected by an opted-in pod: fast projection must keep working.
+async fn projected_pod(node: &Node) {
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v1")]));
+    let out = node.path("web.sig");
+    node.api.create_pod(
+        pod(NS, "web")
+            .signal()
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out, &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.wait_running(NS, "web").await;
+    eventually("web Running in the API", Duration::from_secs(15), || {
+        (node
+            .api
+            .get_pod(NS, "web")
+            .and_then(|p| p.status?.phase)
+            .as_deref()
+            == Some("Running"))
+        .then_some(())
+    })
+    .await;
+}
+
+fn nudge_of(node: &Node) -> Option<String> {
+    node.api
+        .get_pod(NS, "web")?
+        .metadata
+        .annotations?
+        .get(NUDGE)
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reloader_compat_without_its_rules_is_not_ready_names_them_and_the_rest_keeps_working() {
+    let node = Node::start(NodeOptions::default()).await;
+    projected_pod(&node).await;
+    for resource in ["deployments", "statefulsets", "daemonsets"] {
+        node.api.expect_forbidden("list", "apps", resource);
+    }
+    // As `kubectl apply -k deploy/` with the flag added but not the component.
+    let ctl = Controller::start_under(
+        &node,
+        &[],
+        &["--reloader-compat"],
+        &[("POD_NAME", POD)],
+        "/healthz",
+    )
+    .await;
+    let body = readyz_refusal(&ctl, "daemonsets.apps").await;
+    for kind in ["deployments", "statefulsets", "daemonsets"] {
+        let line = format!(
+            "feature reloader-compat (--reloader-compat): forbidden to list {kind}.apps cluster-wide (HTTP 403): add the rule {{apiGroups: [\"apps\"], resources: [\"{kind}\"], verbs: [\"list\", \"watch\"]}} to the ServiceAccount's ClusterRole; shipped as the kustomize component deploy/components/controller-reloader-compat, or Helm controller.reloaderCompat=true"
+        );
+        assert!(
+            body.contains(&line),
+            "{line}\nmissing from /readyz:\n{body}"
+        );
+    }
+    // Retried with backoff, counted each time, told once per rule.
+    eventually("a second refused list", Duration::from_secs(15), || {
+        (ctl.metric("reloadlet_forbidden_total{verb=\"list\",resource=\"deployments.apps\"}")
+            >= 2.0)
+            .then_some(())
+    })
+    .await;
+    // One Warning per missing rule (its action names the request, so kube's recorder folds
+    // only its repeats); each note lists every rule missing at that moment.
+    let events = eventually(
+        "a Warning for each of the three refusals",
+        Duration::from_secs(10),
+        || {
+            let e = forbidden_events(&node);
+            (e.len() == 3).then_some(e)
+        },
+    )
+    .await;
+    for e in &events {
+        assert_eq!(
+            (e.type_.as_str(), e.regarding_kind.as_str()),
+            ("Warning", "Pod")
+        );
+        assert_eq!(e.namespace, "reloadlet-system");
+        assert_eq!(e.count, 1, "told once, not at every retry: {e:#?}");
+    }
+    for kind in ["deployments", "statefulsets", "daemonsets"] {
+        let rule = format!(
+            "list {kind}.apps cluster-wide for reloader-compat (--reloader-compat) (rule {{apiGroups: [apps], resources: [{kind}], verbs: [list, watch]}})"
+        );
+        assert!(
+            events.iter().any(|e| e.note.contains(&rule)),
+            "{rule}\nmissing from {events:#?}"
+        );
+    }
+    let log = ctl.log();
+    let errors = log
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains("forbidden to list deployments.apps"))
+        .count();
+    assert_eq!(
+        errors, 1,
+        "one error line for the rule, not one per retry:\n{log}"
+    );
+
+    // Fast projection does not depend on it: a change of the ConfigMap is still nudged.
+    assert_eq!(nudge_of(&node), None);
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
+    eventually("web nudged", Duration::from_secs(15), || nudge_of(&node)).await;
+
+    // The operator adds the component (the same rules as the chart's value): Ready again,
+    // without a restart, and nothing more is reported.
+    node.load_chart_rbac(&["controller.reloaderCompat=true".to_string()]);
+    ready(&ctl).await;
+    let after = forbidden_events(&node);
+    assert_eq!(after, events, "nothing more reported");
+    assert!(
+        ctl.log().contains("permission granted now"),
+        "{}",
+        ctl.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn env_consumers_of_secrets_without_their_rules_are_not_ready_and_name_the_rule() {
+    let node = Node::start(NodeOptions::default()).await;
+    node.api.expect_forbidden("*", "", "secrets");
+    let ctl = Controller::start_under(
+        &node,
+        &[],
+        &["--env-consumers-secrets"],
+        &[("POD_NAME", POD)],
+        "/healthz",
+    )
+    .await;
+    let body = readyz_refusal(&ctl, "secrets cluster-wide").await;
+    assert!(
+        body.contains("feature env-consumers-secrets (--env-consumers-secrets): forbidden to")
+            && body.contains("add the rule {apiGroups: [\"\"], resources: [\"secrets\"], verbs: [\"list\", \"watch\"]}")
+            && body.contains("deploy/components/controller-env-consumers-secrets"),
+        "{body}"
+    );
+    let event = eventually("one Warning Event", Duration::from_secs(10), || {
+        forbidden_events(&node).pop()
+    })
+    .await;
+    assert!(
+        event
+            .note
+            .contains("secrets cluster-wide for env-consumers-secrets"),
+        "{}",
+        event.note
+    );
+    let refused = ctl.metric("reloadlet_forbidden_total{verb=\"watch\",resource=\"secrets\"}")
+        + ctl.metric("reloadlet_forbidden_total{verb=\"list\",resource=\"secrets\"}");
+    assert!(refused >= 1.0, "{refused}");
+    node.load_chart_rbac(&["controller.envConsumersSecrets=true".to_string()]);
+    ready(&ctl).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn explain_in_the_agents_pod_names_what_it_may_not_read() {
+    let node = Node::start(NodeOptions::default()).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v1")]));
+    let out = node.path("web.sig");
+    node.api.create_pod(
+        pod(NS, "web-5d8c7b9f4-abcde")
+            .annotate("reloadlet.io/action", "rollout")
+            .owned_by_replicaset("web-5d8c7b9f4")
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out, &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.wait_running(NS, "web-5d8c7b9f4-abcde").await;
+    node.api.expect_forbidden("get", "apps", "replicasets");
+    // As docs/explain.md says to run it: `kubectl exec ds/reloadlet -- reloadlet explain`,
+    // i.e. as the agent's service account.
+    let output = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        .args(["explain", "--pod", "shop/web-5d8c7b9f4-abcde"])
+        .env("KUBECONFIG", node.agent_kubeconfig())
+        .env_remove("POD_NAME")
+        .env_remove("POD_NAMESPACE")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{text}\n{stderr}");
+    assert!(
+        text.contains("ReplicaSet web-5d8c7b9f4 could not be read: forbidden (HTTP 403): this identity may not get replicasets.apps in namespace shop"),
+        "{text}"
+    );
+    assert!(
+        text.contains("NOTE: the identity explain runs as may not get replicasets.apps")
+            && text.contains("KUBECONFIG=… reloadlet explain --pod shop/web-5d8c7b9f4-abcde"),
+        "{text}"
+    );
+    // Named, not dumped.
+    for raw in ["ErrorResponse", "system:serviceaccount"] {
+        assert!(!text.contains(raw), "{raw} in:\n{text}");
+        assert!(!stderr.contains(raw), "{raw} in stderr:\n{stderr}");
+    }
+}
