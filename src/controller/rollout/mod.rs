@@ -684,5 +684,4 @@ impl Feature for RolloutFeature {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;
