@@ -768,7 +768,7 @@ async fn a_rollout_refused_for_an_invalid_pacing_annotation_is_not_granted_by_a_
     // "Fixed" on the running pod alone: a pod's annotations cannot grant a rollout of its
     // workload (issue #43 §2) — web's template still says "banana". Warning
     // RolloutNotGranted naming the key, and nothing rolled. (A fix of the template replaces
-    // the pods itself; the unit tests in src/controller/rollout/pacing_tests.rs cover the
+    // the pods itself; the unit tests in src/controller/rollout/tests/pacing.rs cover the
     // refused change rolling once when the template and its pods agree again.)
     let pod_name = node
         .api

@@ -3,7 +3,7 @@
 //! timeout per call, bounded concurrency), `--dry-run` (decided here and in [`report`]
 //! only) and the reporting of each typed [`Outcome`] as a metric and an Event.
 //!
-//! The HTTP action (`http.rs`: paced retries, one job per pod, bounded concurrency) is the
+//! The HTTP action (`http/`: paced retries, one job per pod, bounded concurrency) is the
 //! third kind of effect, with its own outcomes `Reloaded` / `ReloadFailed`. The controller's
 //! pod patches (`patch.rs`: the projection nudge, the env baseline) are the fourth.
 

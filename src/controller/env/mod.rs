@@ -526,13 +526,4 @@ async fn sleep_until(at: Option<std::time::Instant>) {
 }
 
 #[cfg(test)]
-#[path = "fix_tests.rs"]
-mod fix_tests;
-
-#[cfg(test)]
-#[path = "flap_tests.rs"]
-mod flap_tests;
-
-#[cfg(test)]
-#[path = "loop_harness.rs"]
-mod loop_harness;
+mod tests;

@@ -17,13 +17,15 @@
 //! agent and the controller see different statuses for an instant (one watch a step behind),
 //! the worst case is what happened before this hook: an eviction the budget refuses, or a
 //! rollout after the timeout.
+//!
+//! This module holds the budgets as followed ([`Budgets`], [`changed`]); the feature asks
+//! them with the rest of [`RolloutFeature`](super::RolloutFeature) (`structurally_blocked`,
+//! `budgets_changed`).
 
-use super::{Asking, RolloutFeature, COALESCE};
 use crate::core::disruption_budgets::{BudgetIndex, BudgetStatus};
 use crate::core::model::PodInfo;
 use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 /// The PodDisruptionBudgets as the controller's PDB watch keeps them, and a receiver that
 /// sees every change.
@@ -56,63 +58,5 @@ pub async fn changed(budgets: &mut Option<Budgets>) {
     };
     if gone {
         std::future::pending::<()>().await;
-    }
-}
-
-impl RolloutFeature {
-    /// Follows the PodDisruptionBudgets: an `on-blocked: rollout` pod whose budget is
-    /// structural is rolled at once.
-    pub fn with_budgets(mut self, index: Arc<RwLock<BudgetIndex>>) -> Self {
-        self.budgets = Some(Budgets::new(index));
-        self
-    }
-
-    /// Whether `pod`'s eviction is structurally blocked (logged, with the plain words).
-    pub(super) fn structurally_blocked(&self, pod: Option<&PodInfo>) -> bool {
-        let (Some(budgets), Some(pod)) = (&self.budgets, pod) else {
-            return false;
-        };
-        let Some((name, status)) = budgets.structural(pod) else {
-            return false;
-        };
-        tracing::info!(
-            pod = %format!("{}/{}", pod.namespace, pod.name),
-            "{}; on-blocked: rollout, the agent sends no eviction: rolling the owner now",
-            status.structural_note(&name)
-        );
-        true
-    }
-
-    /// Joins the batch (due within [`COALESCE`]).
-    pub(super) fn join_batch(&mut self, asking: Asking) {
-        self.pending
-            .entry(asking.pod.uid.clone())
-            .or_insert_with(|| Asking {
-                pod: asking.pod.clone(),
-                changes: Vec::new(),
-            })
-            .changes
-            .extend(asking.changes);
-        self.due.get_or_insert_with(|| Instant::now() + COALESCE);
-    }
-
-    /// The budgets changed: escalations whose pods are now structurally blocked join the
-    /// batch without waiting for their timeout.
-    pub(super) fn budgets_changed(&mut self, world: &super::World) {
-        if !world.leader || self.escalations.is_empty() {
-            return;
-        }
-        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.escalations)
-            .into_iter()
-            .partition(|(_, a)| {
-                let pod = world
-                    .get(&a.pod.uid)
-                    .filter(|p| !p.terminating && super::refs::mode(p).is_some());
-                self.structurally_blocked(pod)
-            });
-        self.escalations = later;
-        for (_, asking) in now {
-            self.join_batch(asking);
-        }
     }
 }

@@ -29,16 +29,18 @@ use super::env::tracker::{EnvChange, EnvTracker};
 use super::env::{read_channel, spawn_read, Fetched};
 use super::feature::{Feature, Routed, World};
 use crate::core::annotations::ROLLOUT_BASELINE;
+use crate::core::disruption_budgets::BudgetIndex;
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::owner_chain::{Link, PodLink};
+use crate::core::pacing::PacingDefaults;
 use crate::core::rollout::{restart_patch, workload_of, OwnerRef, WorkloadKind, WorkloadRef};
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::rollout::{RolloutJob, Rollouts};
 use crate::ports::PodRef;
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
@@ -119,6 +121,31 @@ impl RolloutFeature {
             budgets: None,
             pacing: Arc::new(pacing::RolloutPacing::with_defaults(Default::default())),
         }
+    }
+
+    /// Follows the PodDisruptionBudgets: an `on-blocked: rollout` pod whose budget is
+    /// structural is rolled at once.
+    pub fn with_budgets(mut self, index: Arc<RwLock<BudgetIndex>>) -> Self {
+        self.budgets = Some(blocked::Budgets::new(index));
+        self
+    }
+
+    /// Paces rollouts with the flags' `--flap-threshold`, `--time-zone`, `--max-defer`
+    /// (docs/pacing.md).
+    pub fn with_pacing(mut self, defaults: PacingDefaults) -> Self {
+        self.pacing = Arc::new(pacing::RolloutPacing::with_defaults(defaults));
+        self
+    }
+
+    /// Tests: pacing on a given clock.
+    #[cfg(test)]
+    pub fn with_pacing_clock(
+        mut self,
+        defaults: PacingDefaults,
+        clock: crate::core::pacing::WallClock,
+    ) -> Self {
+        self.pacing = Arc::new(pacing::RolloutPacing::new(defaults, clock));
+        self
     }
 
     fn put_pod(&mut self, pod: &PodInfo, world: &World) {
@@ -271,6 +298,35 @@ impl RolloutFeature {
         }
     }
 
+    /// Whether `pod`'s eviction is structurally blocked (logged, with the plain words).
+    fn structurally_blocked(&self, pod: Option<&PodInfo>) -> bool {
+        let (Some(budgets), Some(pod)) = (&self.budgets, pod) else {
+            return false;
+        };
+        let Some((name, status)) = budgets.structural(pod) else {
+            return false;
+        };
+        tracing::info!(
+            pod = %format!("{}/{}", pod.namespace, pod.name),
+            "{}; on-blocked: rollout, the agent sends no eviction: rolling the owner now",
+            status.structural_note(&name)
+        );
+        true
+    }
+
+    /// Joins the batch (due within [`COALESCE`]).
+    fn join_batch(&mut self, asking: Asking) {
+        self.pending
+            .entry(asking.pod.uid.clone())
+            .or_insert_with(|| Asking {
+                pod: asking.pod.clone(),
+                changes: Vec::new(),
+            })
+            .changes
+            .extend(asking.changes);
+        self.due.get_or_insert_with(|| Instant::now() + COALESCE);
+    }
+
     /// Escalations due: pods created before their change and still running join the batch;
     /// those gone were evicted (their replacements took a new baseline).
     fn escalate(&mut self, world: &World) {
@@ -296,6 +352,48 @@ impl RolloutFeature {
                 .changes
                 .extend(asking.changes);
             self.due.get_or_insert(now);
+        }
+    }
+
+    /// The budgets changed: escalations whose pods are now structurally blocked join the
+    /// batch without waiting for their timeout.
+    fn budgets_changed(&mut self, world: &World) {
+        if !world.leader || self.escalations.is_empty() {
+            return;
+        }
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.escalations)
+            .into_iter()
+            .partition(|(_, a)| {
+                let pod = world
+                    .get(&a.pod.uid)
+                    .filter(|p| !p.terminating && refs::mode(p).is_some());
+                self.structurally_blocked(pod)
+            });
+        self.escalations = later;
+        for (_, asking) in now {
+            self.join_batch(asking);
+        }
+    }
+
+    /// Held rollouts whose time came: rolled for the pods that still ask (a pod gone was
+    /// replaced or deleted; its replacement has its own baseline).
+    fn release_held(&mut self, world: &World) {
+        if !world.leader {
+            self.pacing.clear_held(self.deps.rollouts.reporter());
+            return;
+        }
+        let now = Instant::now().into_std();
+        let due = self.pacing.take_due(now, self.deps.rollouts.reporter());
+        for (_, asking) in due {
+            let still: Vec<Asking> = asking
+                .into_iter()
+                .filter(|a| {
+                    world.get(&a.pod.uid).is_some_and(|p| {
+                        refs::mode(p).is_some() || self.compat.governing(p).is_some()
+                    })
+                })
+                .collect();
+            self.spawn_roll(still, false);
         }
     }
 
@@ -684,5 +782,4 @@ impl Feature for RolloutFeature {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

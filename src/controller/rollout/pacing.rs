@@ -9,7 +9,8 @@
 //! Held work is the asking pods and their changes; their baselines stay as they were until
 //! the patch (the batch is not "handled"), so a held rollout is found again after a restart
 //! or a leader change. The state is shared with the batch task that resolves workloads
-//! (a plain mutex, never held across an await).
+//! (a plain mutex, never held across an await). [`RolloutFeature`](super::RolloutFeature)
+//! drives it (`with_pacing`, `release_held`).
 
 use super::Asking;
 use crate::controller::api::WorkloadApi;
@@ -288,44 +289,6 @@ impl RolloutPacing {
                 }
                 None => notified.await,
             }
-        }
-    }
-}
-
-impl super::RolloutFeature {
-    /// Paces rollouts with the flags' `--flap-threshold`, `--time-zone`, `--max-defer`
-    /// (docs/pacing.md).
-    pub fn with_pacing(mut self, defaults: PacingDefaults) -> Self {
-        self.pacing = std::sync::Arc::new(RolloutPacing::with_defaults(defaults));
-        self
-    }
-
-    /// Tests: pacing on a given clock.
-    #[cfg(test)]
-    pub fn with_pacing_clock(mut self, defaults: PacingDefaults, clock: WallClock) -> Self {
-        self.pacing = std::sync::Arc::new(RolloutPacing::new(defaults, clock));
-        self
-    }
-
-    /// Held rollouts whose time came: rolled for the pods that still ask (a pod gone was
-    /// replaced or deleted; its replacement has its own baseline).
-    pub(super) fn release_held(&mut self, world: &super::World) {
-        if !world.leader {
-            self.pacing.clear_held(self.deps.rollouts.reporter());
-            return;
-        }
-        let now = tokio::time::Instant::now().into_std();
-        let due = self.pacing.take_due(now, self.deps.rollouts.reporter());
-        for (_, asking) in due {
-            let still: Vec<Asking> = asking
-                .into_iter()
-                .filter(|a| {
-                    world.get(&a.pod.uid).is_some_and(|p| {
-                        super::refs::mode(p).is_some() || self.compat.governing(p).is_some()
-                    })
-                })
-                .collect();
-            self.spawn_roll(still, false);
         }
     }
 }

@@ -425,5 +425,4 @@ impl EnvTracker {
 }
 
 #[cfg(test)]
-#[path = "tracker_tests.rs"]
 mod tests;

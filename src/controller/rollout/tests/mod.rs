@@ -721,11 +721,8 @@ async fn a_secret_rolls_nothing_without_secrets() {
     h.stop().await;
 }
 
-#[path = "blocked_tests.rs"]
-mod blocked_tests;
-
-#[path = "pacing_tests.rs"]
-mod pacing_tests;
+mod blocked;
+mod pacing;
 
 /// Issue #43 §2, a tenant who can patch pods but not Deployments: `action: rollout` written
 /// on running pods of a Deployment whose template never asked, and a bare pod whose owner

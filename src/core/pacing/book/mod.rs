@@ -343,5 +343,4 @@ impl<K: Eq + Hash + Clone, W> PacingBook<K, W> {
 }
 
 #[cfg(test)]
-#[path = "book_tests.rs"]
 mod tests;

@@ -201,5 +201,4 @@ impl PacingRecord {
 }
 
 #[cfg(test)]
-#[path = "record_tests.rs"]
 mod tests;

@@ -344,5 +344,4 @@ impl Pacer {
 }
 
 #[cfg(test)]
-#[path = "pacer_tests.rs"]
 mod tests;

@@ -579,5 +579,4 @@ fn since(now: Timestamp, window: Duration) -> Timestamp {
 }
 
 #[cfg(test)]
-#[path = "pacing_tests.rs"]
 mod tests;

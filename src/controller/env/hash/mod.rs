@@ -335,5 +335,4 @@ pub fn cause(source: &SourceRef) -> String {
 }
 
 #[cfg(test)]
-#[path = "hash_tests.rs"]
 mod tests;

@@ -492,5 +492,4 @@ impl Inner {
 }
 
 #[cfg(test)]
-#[path = "http_tests.rs"]
 mod tests;

@@ -2,8 +2,8 @@
 //! evicted and replaced (new UIDs) at every change of a ConfigMap they read through env, in
 //! the real controller loop with fakes of every edge and a paused clock.
 
-use super::loop_harness::{self, until, Harness};
-use super::*;
+use super::harness::{self, until, Harness};
+use crate::controller::env::*;
 use crate::core::rollout::OwnerRef;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 /// through env, controlled by the ReplicaSet `rs` (none: no controller, and
 /// `evict-unowned: "true"`).
 fn env_pod(name: &str, rs: Option<&str>) -> PodInfo {
-    let mut pod = loop_harness::env_pod(name);
+    let mut pod = harness::env_pod(name);
     pod.annotations
         .insert("reloadlet.io/flap-threshold".into(), "3/1m".into());
     pod.has_controller = rs.is_some();

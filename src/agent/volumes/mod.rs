@@ -26,10 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-#[path = "volumes_settle.rs"]
 mod settle;
 use settle::Settling;
-#[path = "volumes_sources.rs"]
 mod sources;
 
 /// Volumes whose last hash read more than this are hashed on the hasher thread

@@ -472,5 +472,4 @@ impl Inner {
 }
 
 #[cfg(test)]
-#[path = "evict_tests.rs"]
 mod tests;

@@ -375,5 +375,4 @@ fn from_hex(s: &str) -> Option<[u8; 32]> {
 }
 
 #[cfg(test)]
-#[path = "state_file_tests.rs"]
 mod tests;

@@ -370,5 +370,4 @@ fn describe(w: &WorkloadRef) -> String {
 }
 
 #[cfg(test)]
-#[path = "compat_tests.rs"]
 mod tests;

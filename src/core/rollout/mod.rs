@@ -318,5 +318,4 @@ pub fn on_blocked(
 }
 
 #[cfg(test)]
-#[path = "rollout_tests.rs"]
 mod tests;

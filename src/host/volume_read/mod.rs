@@ -569,5 +569,4 @@ impl Walker {
 }
 
 #[cfg(test)]
-#[path = "volume_read_tests.rs"]
 mod tests;

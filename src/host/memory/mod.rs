@@ -309,5 +309,4 @@ mod controller_heap_tests {
 }
 
 #[cfg(test)]
-#[path = "memory_tests.rs"]
 mod tests;

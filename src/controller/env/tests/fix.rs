@@ -3,9 +3,9 @@
 //! pod until it is fixed"), and one held by the replica that loses and regains the leadership
 //! is found again — in the real controller loop with fakes of every edge and a paused clock.
 
-use super::loop_harness::{env_pod, Harness};
-use super::*;
+use super::harness::{env_pod, Harness};
 use crate::controller::api::Input;
+use crate::controller::env::*;
 use crate::core::annotations::ENV_BASELINE;
 use std::time::Duration;
 

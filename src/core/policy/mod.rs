@@ -623,5 +623,4 @@ fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
 }
 
 #[cfg(test)]
-#[path = "policy_tests.rs"]
 mod tests;

@@ -3,9 +3,9 @@
 //! the ConfigMap `app-env` they read through env, leadership) and reading what a user would
 //! see (evictions, Events, the held gauge).
 
-use super::hash::ObjectData;
-use super::*;
 use crate::controller::api::Input;
+use crate::controller::env::hash::ObjectData;
+use crate::controller::env::*;
 use crate::controller::fake::{FakeEnvApi, FakePatcher};
 use crate::core::model::{ContainerInfo, ContainerKind, EnvKeys, EnvRef, SourceRef};
 use crate::execute::evict::EvictionSettings;
