@@ -259,3 +259,56 @@ async fn explain_in_the_agents_pod_names_what_it_may_not_read() {
         assert!(!stderr.contains(raw), "{raw} in stderr:\n{stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_every_component_the_chart_grants_reloader_compat_on_argo_rollouts_is_ready() {
+    // A cluster with Argo Rollouts' CRD: the simulated API server serves argoproj.io.
+    let defaults = NodeOptions::default();
+    let sim = nodesim::node::SimNode::start_with_api(
+        NODE,
+        "reloadlet-it-",
+        nodesim::apiserver::ApiServerOptions {
+            argo_rollouts: true,
+            ..Default::default()
+        },
+        |k| {
+            k.runtime = defaults.runtime;
+            k.driver = defaults.driver;
+            k.cgroup_version = defaults.cgroup_version;
+        },
+    )
+    .await
+    .expect("simulated node");
+    let node = Node::from_sim(sim);
+    node.api.set_nodes(&[NODE]);
+    // The components controller-reloader-compat, controller-argo-rollouts and
+    // controller-reloader-compat-argo-rollouts grant what these values do
+    // (hack/render-rbac.sh); the Rollouts' metadata is listed and watched.
+    let values = [
+        "controller.reloaderCompat=true".to_string(),
+        "controller.rollout.argoRollouts=true".to_string(),
+    ];
+    let ctl = Controller::start_under(
+        &node,
+        &values,
+        &["--reloader-compat", "--argo-rollouts"],
+        &[("POD_NAME", POD)],
+        "/readyz",
+    )
+    .await;
+    eventually("the Rollouts listed", Duration::from_secs(10), || {
+        node.api
+            .requests()
+            .iter()
+            .any(|r| {
+                r.path.contains("argoproj.io") && r.path.ends_with("/rollouts") && r.status < 400
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(forbidden_events(&node).is_empty());
+    assert_eq!(
+        ctl.metric("reloadlet_forbidden_total{verb=\"list\",resource=\"rollouts.argoproj.io\"}"),
+        0.0
+    );
+}
