@@ -8,6 +8,9 @@
 //! and forwards it to this machine's kernel: the inotify watches, pidfds and signals are the
 //! host kernel's, which is the point (docs/arm64.md says what qemu cannot show).
 //!
+//! Both agents run as the chart's agent service account (its token in their kubeconfig),
+//! authorized by the chart's agent role, enforced: no request of theirs may be refused.
+//!
 //! - the hot path: inotify on a ConfigMap volume -> the pod's container found through /proc
 //!   and its cgroup -> pidfd signal to a real process, over an API server with TLS and a
 //!   bearer token; then the swap -> signal latency of 40 AtomicWriter swaps, printed (a
@@ -37,7 +40,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const TOKEN: &str = "arm64-sa-token";
+/// The admin's token (`reloadlet explain`, as an operator runs it).
+const TOKEN: &str = "arm64-admin-token";
 const WAIT: Duration = Duration::from_secs(30);
 /// Swaps timed for the latency figure.
 const TIMED_SWAPS: usize = 40;
@@ -131,8 +135,9 @@ fn arm64_or_skip() -> Option<Arm64> {
     Arm64::find().map_err(skipped).ok()
 }
 
-/// A simulated node whose API server speaks TLS and wants a bearer token, with a kubeconfig
-/// that trusts its CA and carries the token (the agent outside a pod, as `explain` runs).
+/// A simulated node whose API server speaks TLS and wants a bearer token, with an admin
+/// kubeconfig that trusts its CA and carries [`TOKEN`] (as `explain` runs), and the chart's
+/// default RBAC for the agent's service account (whose kubeconfig the agent gets).
 async fn tls_node() -> Node {
     let sim = SimNode::start_with_api(
         NODE,
@@ -150,13 +155,34 @@ async fn tls_node() -> Node {
     let with_token = kubeconfig.replace("  user: {}\n", &format!("  user:\n    token: {TOKEN}\n"));
     assert_ne!(with_token, kubeconfig, "nodesim's kubeconfig changed shape");
     std::fs::write(sim.kubeconfig(), with_token).unwrap();
-    // The arm64 binary authenticates with this one token (its own kubeconfig), not as the
-    // chart's service accounts: nodesim's RBAC is not what this test measures.
-    Node {
-        agent: None,
-        sim,
-        rbac: false,
-    }
+    // The agent's flags here (--eviction-backoff*) change no RBAC: the chart's defaults.
+    Node::from_sim(sim)
+}
+
+/// Every request but `explain`'s (the admin's [`TOKEN`]) carried the agent's service
+/// account token, and none was refused by the chart's agent role.
+fn assert_agent_authorized(node: &Node) {
+    let (ns, name) = nodesim::apiserver::rbac_chart::AGENT;
+    let agent = format!("system:serviceaccount:{ns}:{name}");
+    let requests = node.api.requests();
+    assert!(
+        requests.iter().any(|r| r.token != TOKEN),
+        "no agent request"
+    );
+    let others: Vec<String> = requests
+        .iter()
+        .filter(|r| r.token != TOKEN && node.api.user_of(&r.token) != agent)
+        .map(|r| format!("{} {} by {}", r.method, r.path, node.api.user_of(&r.token)))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "requests not made as {agent}: {others:#?}"
+    );
+    let refused: Vec<String> = node.api.forbidden().iter().map(|f| f.to_string()).collect();
+    assert!(
+        refused.is_empty(),
+        "403s under the chart's RBAC: {refused:#?}"
+    );
 }
 
 /// `(signal name, CLOCK_MONOTONIC ns)` for each line a sigrecorder wrote.
@@ -211,10 +237,6 @@ async fn arm64_agent_signals_a_real_process_over_tls_and_explains_it() {
         ev.note,
         format!("sent SIGHUP to container app (pid {main_pid}): configmap c changed")
     );
-    assert!(
-        node.api.requests().iter().all(|r| r.token == TOKEN),
-        "every request carried the token"
-    );
 
     let text = arm.explain(&node, NS, "web-0");
     assert!(text.contains("action: signal SIGHUP"), "{text}");
@@ -257,6 +279,7 @@ async fn arm64_agent_signals_a_real_process_over_tls_and_explains_it() {
             == (1 + TIMED_SWAPS) as f64
     })
     .await;
+    assert_agent_authorized(&node);
     assert_eq!(
         node.stop_agent().await.code(),
         Some(0),
@@ -337,6 +360,7 @@ async fn arm64_agent_evicts_behind_a_pod_disruption_budget() {
     .await;
     let violations = node.api.invariant_violations();
     assert!(violations.is_empty(), "the budget held: {violations:?}");
+    assert_agent_authorized(&node);
     assert_eq!(
         node.stop_agent().await.code(),
         Some(0),

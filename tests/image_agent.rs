@@ -5,8 +5,10 @@
 //! HostToContainer propagation, the state hostPath) in a private cgroup namespace, with
 //! in-cluster credentials (a service account token and `ca.crt`,
 //! `KUBERNETES_SERVICE_HOST`/`PORT`) against the simulated API server over TLS with
-//! bearer-token authentication. From the image, the agent reloads real nginx, evicts behind
-//! a PodDisruptionBudget, serves /metrics, and picks up a rotated token without a restart.
+//! bearer-token authentication: the token is the agent's service account's, authorized by
+//! the chart's RBAC (the rules of the same render, enforced). From the image, the agent
+//! reloads real nginx, evicts behind a PodDisruptionBudget, serves /metrics, and picks up a
+//! rotated token (the same service account) without a restart, with no request refused.
 //!
 //! Skips in one line where podman, runc, conmon or the image archive is missing;
 //! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure instead.
@@ -24,9 +26,6 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
-
-const TOKEN_1: &str = "sa-token-1";
-const TOKEN_2: &str = "sa-token-2";
 
 fn nginx_conf(port: u16, run_dir: &Path, body: &str) -> String {
     let run = run_dir.display();
@@ -126,7 +125,7 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         wait::skipped(why);
         return;
     }
-    let mut node = ImageNode::start(TOKEN_1).await;
+    let mut node = ImageNode::start().await;
     node.podman.load(&archive());
 
     // The DaemonSet as the chart renders it for this node: its kubelet root and state dir,
@@ -155,6 +154,7 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         config,
         format!("{run_as}:0 [\"/reloadlet\"] {}", env!("CARGO_PKG_VERSION"))
     );
+    let token_1 = node.authorize_as(&docs, ds);
     let args = node.run_args(
         &ds["spec"]["template"],
         "reloadlet-x7k2p",
@@ -398,14 +398,14 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         "{m}"
     );
 
-    // 4. The kubelet rotates the projected token: the old one stays valid for a while, the
-    // new one is in the file. kube re-reads the token file once its cached copy is within
-    // 10 s of its 60 s lifetime (kube-client 5.0.0, src/client/auth/mod.rs: TokenFile,
-    // SIXTY_SEC / TEN_SEC), so the agent's requests carry the new token within a minute.
+    // 4. The kubelet rotates the projected token: a new token of the same service account
+    // (the same RBAC bindings) is in the file, the old one stays valid for a while. kube
+    // re-reads the token file once its cached copy is within 10 s of its 60 s lifetime
+    // (kube-client 5.0.0, src/client/auth/mod.rs: TokenFile, SIXTY_SEC / TEN_SEC), so the
+    // agent's requests carry the new token within a minute.
     let started = node.podman.inspect(&id, "{{.State.StartedAt}}");
-    node.api
-        .set_tokens(Some(vec![TOKEN_1.into(), TOKEN_2.into()]));
-    node.write_token(TOKEN_2);
+    let token_2 = node.api.rotate_token(&token_1);
+    node.write_token(&token_2);
     let mut round = 0u32;
     let mut last_bump = tokio::time::Instant::now();
     agent_eventually(
@@ -418,7 +418,7 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
                 .api
                 .requests()
                 .iter()
-                .any(|r| r.token == TOKEN_2 && r.status < 400)
+                .any(|r| r.token == token_2 && r.status < 400)
             {
                 return Some(());
             }
@@ -432,8 +432,8 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         },
     )
     .await;
-    // The old token is retired; the agent keeps working without a restart.
-    node.api.set_tokens(Some(vec![TOKEN_2.into()]));
+    // The old token expires (401 from now on); the agent keeps working without a restart.
+    node.api.revoke_token(&token_1);
     let events_before = signaled(&node, "nginx-0");
     node.api.apply_configmap(conf("v3"));
     agent_eventually(
@@ -462,4 +462,6 @@ async fn the_image_runs_as_the_chart_runs_it_against_a_tls_api_server() {
         std::fs::read_to_string(run_dir.join("nginx.pid")).unwrap(),
         master
     );
+    // The agent did all of it, before and after the rotation, with the chart's agent role.
+    node.assert_no_forbidden();
 }

@@ -1,7 +1,9 @@
 //! `reloadlet controller` from the shipped image, under the chart's Deployment posture
 //! (UID 65534, every capability dropped, read-only root, no_new_privs, RuntimeDefault seccomp)
-//! with in-cluster credentials against the TLS + bearer-token simulated API server: a
-//! ConfigMap update nudges the pod that projects it (tests/controller.rs has the semantics).
+//! with in-cluster credentials against the TLS + bearer-token simulated API server: the
+//! token of the controller's service account, authorized by the chart's RBAC (the rules of
+//! the same render, enforced). A ConfigMap update nudges the pod that projects it
+//! (tests/controller.rs has the semantics), with no request refused.
 //!
 //! Skips in one line where podman, runc, conmon or the image archive is missing;
 //! `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh) makes that a failure instead.
@@ -28,7 +30,7 @@ async fn the_controller_image_nudges_under_the_deployment_posture() {
         wait::skipped(why);
         return;
     }
-    let mut node = ImageNode::start("controller-token").await;
+    let mut node = ImageNode::start().await;
     node.podman.load(&archive());
 
     node.api
@@ -63,6 +65,7 @@ async fn the_controller_image_nudges_under_the_deployment_posture() {
     let deployment = find_kind(&docs, "Deployment");
     let template = &deployment["spec"]["template"];
     assert_eq!(template["spec"]["securityContext"]["runAsUser"], 65534);
+    let token = node.authorize_as(&docs, deployment);
     let args = node.run_args(
         template,
         "reloadlet-controller-5f7d9-abcde",
@@ -115,7 +118,9 @@ async fn the_controller_image_nudges_under_the_deployment_posture() {
         .collect();
     assert!(!patches.is_empty(), "the nudge is a PATCH of the pod");
     assert!(
-        patches.iter().all(|t| t == "controller-token"),
+        patches.iter().all(|t| *t == token),
         "the nudge used the service account token: {patches:?}"
     );
+    // The controller did all of it with the chart's controller roles.
+    node.assert_no_forbidden();
 }

@@ -118,3 +118,56 @@ async fn an_injected_403_is_recorded_too() {
     node.api.expect_forbidden("list", "", "pods");
     assert!(node.api.unexpected_forbidden().is_empty());
 }
+
+#[tokio::test]
+async fn a_rotated_token_is_the_same_service_account_and_a_revoked_one_gets_401() {
+    let node = SimNode::start("n", "nodesim-rbac-", |_| {}).await.unwrap();
+    node.api.set_rbac(policy());
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = |token: &str, name: &str| {
+        let path = dir.path().join(name);
+        node.api
+            .write_kubeconfig_with_token(&path, Some(token))
+            .unwrap();
+        path
+    };
+    let old = node
+        .api
+        .mint_token(nodesim::apiserver::rbac::User::service_account(
+            "sys", "agent",
+        ));
+    let new = node.api.rotate_token(&old);
+    assert_ne!(new, old);
+    assert_eq!(node.api.user_of(&new), "system:serviceaccount:sys:agent");
+    assert_eq!(node.api.user_of("not-minted"), "admin");
+
+    // Both tokens are the service account's: the reader binding lets each list pods, and
+    // neither may patch one.
+    for (token, name) in [(&old, "old"), (&new, "new")] {
+        let pods: Api<Pod> = Api::all(client(&kubeconfig(token, name)).await);
+        assert!(pods.list(&Default::default()).await.is_ok(), "{name}");
+    }
+    assert!(node.api.forbidden().is_empty());
+
+    // The old token is revoked: 401, not the admin's (the server has no static tokens).
+    node.api.revoke_token(&old);
+    let err = Api::<Pod>::all(client(&kubeconfig(&old, "old")).await)
+        .list(&Default::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 401),
+        "{err:?}"
+    );
+    assert!(Api::<Pod>::all(client(&kubeconfig(&new, "new")).await)
+        .list(&Default::default())
+        .await
+        .is_ok());
+    let users: Vec<String> = node
+        .api
+        .used_rules()
+        .iter()
+        .map(|u| u.user.clone())
+        .collect();
+    assert_eq!(users, ["system:serviceaccount:sys:agent"]);
+}

@@ -1,6 +1,7 @@
 //! Running reloadlet's OCI image (hack/build-image.sh) under podman with the posture of the
 //! rendered Helm chart, against a simulated node whose API server speaks TLS and wants a
-//! bearer token, as in a cluster.
+//! bearer token, as in a cluster: the token of the workload's service account, authorized
+//! by the RBAC objects of the same render ([`ImageNode::authorize_as`]).
 //!
 //! Everything here is private to one test and removed on drop, even after a failed assertion:
 //! podman's store, run and temp directories (a temp dir; vfs driver, cgroupfs manager, no
@@ -9,7 +10,7 @@
 //! podman and conmon are started per container and stop with it.
 #![allow(dead_code)] // each test binary uses a different part
 
-use nodesim::apiserver::ApiServerOptions;
+use nodesim::apiserver::{rbac, ApiServerOptions};
 use nodesim::node::SimNode;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -161,13 +162,16 @@ impl std::ops::Deref for ImageNode {
 }
 
 impl ImageNode {
-    pub async fn start(token: &str) -> ImageNode {
+    /// The node, its API server accepting only service account tokens (no static token: a
+    /// request without a token from [`ImageNode::authorize_as`] gets 401). The service
+    /// account volume holds `ca.crt` and `namespace`; `authorize_as` writes the token.
+    pub async fn start() -> ImageNode {
         let sim = SimNode::start_with_api(
             NODE,
             "reloadlet-image-",
             ApiServerOptions {
                 tls: true,
-                bearer_tokens: Some(vec![token.to_string()]),
+                bearer_tokens: Some(Vec::new()),
                 ..Default::default()
             },
             |_| {},
@@ -194,8 +198,46 @@ impl ImageNode {
         let ca = node.api.ca_pem().expect("TLS").to_string();
         std::fs::write(node.sa_dir.join("ca.crt"), ca).unwrap();
         std::fs::write(node.sa_dir.join("namespace"), "reloadlet-system").unwrap();
-        node.write_token(token);
         node
+    }
+
+    /// Runs the workload (the DaemonSet or the Deployment of `docs`, a chart render) under
+    /// the chart's RBAC: the API server enforces the RBAC objects of that same render (so
+    /// the chart values that gave the container its flags also gave the rules), and the
+    /// service account volume holds a new token of the workload's service account (its pod
+    /// template's `serviceAccountName`, in its namespace). Returns the token.
+    pub fn authorize_as(&self, docs: &[Value], workload: &Value) -> String {
+        let policy = rbac::Policy::from_objects(docs).expect("the render's RBAC objects");
+        assert!(
+            !policy.cluster_role_bindings.is_empty(),
+            "the render has no RBAC"
+        );
+        self.api.set_rbac(policy);
+        let namespace = workload["metadata"]["namespace"]
+            .as_str()
+            .expect("the workload's namespace");
+        let account = workload["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .expect("the pod template's serviceAccountName");
+        let token = self
+            .api
+            .mint_token(rbac::User::service_account(namespace, account));
+        self.write_token(&token);
+        token
+    }
+
+    /// No request was refused (403) by the chart's RBAC, nor otherwise.
+    pub fn assert_no_forbidden(&self) {
+        let refused: Vec<String> = self
+            .api
+            .forbidden()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "403s under the chart's RBAC: {refused:#?}"
+        );
     }
 
     /// Replaces the token file atomically (write, then rename), as the kubelet's atomic

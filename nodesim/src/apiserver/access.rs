@@ -5,11 +5,12 @@
 //! A request bearing a minted token is the service account's and is authorized by RBAC; any
 //! other request (no token, or one of [`super::ApiServerOptions::bearer_tokens`]) is the
 //! admin's, allowed everything, as `system:masters` is: the test harness itself, the
-//! simulated kubelet's view, and tests that did not opt in.
+//! simulated kubelet's view, and tests that did not opt in. A minted token can be rotated
+//! (a new token of the same user) and revoked (401 from then on, never the admin's).
 
 use super::rbac::{self, Attributes, Grant, Policy, RoleId, RuleEntry, User};
 use super::status::ApiStatus;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// One 403 the server answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,8 +79,10 @@ pub(crate) enum Decision {
 
 #[derive(Default)]
 pub(crate) struct Access {
-    /// Minted tokens and their users.
+    /// Minted tokens and their users (revoked ones too: their requests are still named).
     users: HashMap<String, User>,
+    /// Minted tokens no longer accepted.
+    revoked: HashSet<String>,
     policy: Policy,
     forbidden: Vec<ForbiddenRecord>,
     expected: Vec<ExpectedForbidden>,
@@ -94,8 +97,34 @@ impl Access {
         token
     }
 
+    /// A new token of the same user as the minted `token` (`None` for any other token).
+    ///
+    /// A projected service account token's rotation keeps its identity: the kubelet
+    /// refreshes the pod's token (older than 80 % of its lifetime or than 24 h; the
+    /// `expirationSeconds` field of `ServiceAccountTokenProjection` in the core/v1 API) with
+    /// a new TokenRequest for the pod's same ServiceAccount, whose JWT's `sub` is again
+    /// `system:serviceaccount:<namespace>:<name>` (kubernetes `pkg/serviceaccount/claims.go`,
+    /// `Claims`: `Subject: apiserverserviceaccount.MakeUsername(sa.Namespace, sa.Name)`), so
+    /// the same RBAC bindings apply to the new token.
+    pub fn rotate(&mut self, token: &str) -> Option<String> {
+        let user = self.users.get(token)?.clone();
+        Some(self.mint(user))
+    }
+
+    /// Stops accepting a minted token, as kube-apiserver refuses an expired one (401).
+    pub fn revoke(&mut self, token: &str) {
+        if self.users.contains_key(token) {
+            self.revoked.insert(token.to_string());
+        }
+    }
+
+    /// Whether `token` was minted and is not revoked.
     pub fn is_minted(&self, token: &str) -> bool {
-        self.users.contains_key(token)
+        self.users.contains_key(token) && !self.revoked.contains(token)
+    }
+
+    pub fn is_revoked(&self, token: &str) -> bool {
+        self.revoked.contains(token)
     }
 
     pub fn set_policy(&mut self, policy: Policy) {

@@ -80,8 +80,9 @@ pub struct ApiServerOptions {
     /// Serve HTTPS with a certificate from the server's own CA ([`ApiServer::ca_pem`]),
     /// as a pod reaches its cluster's API server.
     pub tls: bool,
-    /// `Some`: every request needs `Authorization: Bearer <one of these>`, else 401
-    /// (changed later by [`ApiServer::set_tokens`]). `None`: no authentication.
+    /// `Some`: every request needs `Authorization: Bearer <one of these>` or a minted
+    /// token ([`ApiServer::mint_token`]; `Some(vec![])`: only those), else 401 (changed
+    /// later by [`ApiServer::set_tokens`]). `None`: no authentication.
     pub bearer_tokens: Option<Vec<String>>,
     /// Serve Argo Rollouts' `argoproj.io/v1alpha1` `Rollout` (as a cluster with its CRD
     /// installed); off: that group answers 404.
@@ -294,6 +295,30 @@ impl ApiServer {
     /// everything.
     pub fn mint_token(&self, user: rbac::User) -> String {
         self.inner.shared.access().mint(user)
+    }
+
+    /// A new token of the same user as `token`, a minted one (panics for another): a
+    /// projected service account token rotated by the kubelet, authorized by the same RBAC
+    /// bindings (see `Access::rotate`). The old token stays valid until
+    /// [`ApiServer::revoke_token`].
+    pub fn rotate_token(&self, token: &str) -> String {
+        self.inner
+            .shared
+            .access()
+            .rotate(token)
+            .unwrap_or_else(|| panic!("rotate_token: {token:?} was not minted"))
+    }
+
+    /// Stops accepting a minted token: its requests get 401 `Unauthorized`, as an expired
+    /// service account token's do.
+    pub fn revoke_token(&self, token: &str) {
+        self.inner.shared.access().revoke(token);
+    }
+
+    /// The user a request bearing `token` is authenticated as: a minted token's (revoked or
+    /// not), `admin` for any other.
+    pub fn user_of(&self, token: &str) -> String {
+        self.inner.shared.access().user_name(token)
     }
 
     /// Replaces the RBAC objects (Roles, ClusterRoles and their bindings) that authorize

@@ -74,10 +74,16 @@ impl Shared {
     }
 
     /// Whether a request bearing `token` ("" for none) is authenticated: a service
-    /// account's minted token always is.
+    /// account's minted token always is, until revoked; a revoked one never is.
     pub fn authenticates(&self, token: &str) -> bool {
-        if self.access().is_minted(token) {
-            return true;
+        {
+            let access = self.access();
+            if access.is_revoked(token) {
+                return false;
+            }
+            if access.is_minted(token) {
+                return true;
+            }
         }
         match &*self.tokens.lock().unwrap_or_else(|e| e.into_inner()) {
             None => true,
