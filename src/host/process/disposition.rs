@@ -316,10 +316,21 @@ mod tests {
     fn the_main_threads_stat_shows_the_masks_of_the_process() {
         // What the kept path reads (`/proc/<pid>/task/<pid>/stat`) against the process-wide
         // file, for a shell with a handler (HUP) and an ignored signal (USR1).
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "trap 'echo hup' HUP; trap '' USR1; sleep 30 & wait"])
-            .spawn()
-            .unwrap();
+        use std::os::unix::process::CommandExt;
+        let mut sh = std::process::Command::new("sh");
+        sh.args(["-c", "trap 'echo hup' HUP; trap '' USR1; sleep 30 & wait"]);
+        // A non-interactive shell cannot trap a signal ignored on entry (POSIX `trap`): under
+        // `nohup` the test's own SIGHUP is ignored, so the child starts with defaults.
+        // SAFETY: only async-signal-safe calls (signal(2)) between fork and exec.
+        unsafe {
+            sh.pre_exec(|| {
+                for sig in [libc::SIGHUP, libc::SIGUSR1, libc::SIGINT, libc::SIGTERM] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let mut child = sh.spawn().unwrap();
         let pid = child.id();
         let read = |path: String| {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
