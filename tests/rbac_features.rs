@@ -34,14 +34,17 @@ fn forbidden_events(node: &Node) -> Vec<RecordedEvent> {
         .collect()
 }
 
-async fn readyz_refusal(ctl: &Controller, part: &str) -> String {
+/// `/readyz`'s body once it is 503 and names every one of `parts` (the watches are refused
+/// each on its own task, in any order).
+async fn readyz_refusal(ctl: &Controller, parts: &[&str]) -> String {
     let listen = ctl.listen.clone();
     eventually(
-        &format!("/readyz 503 naming {part}"),
+        &format!("/readyz 503 naming {parts:?}"),
         Duration::from_secs(20),
         || {
-            http_get(&listen, "/readyz")
-                .and_then(|(code, body)| (code == 503 && body.contains(part)).then_some(body))
+            http_get(&listen, "/readyz").and_then(|(code, body)| {
+                (code == 503 && parts.iter().all(|p| body.contains(p))).then_some(body)
+            })
         },
     )
     .await
@@ -105,7 +108,11 @@ async fn reloader_compat_without_its_rules_is_not_ready_names_them_and_the_rest_
         "/healthz",
     )
     .await;
-    let body = readyz_refusal(&ctl, "daemonsets.apps").await;
+    let body = readyz_refusal(
+        &ctl,
+        &["deployments.apps", "statefulsets.apps", "daemonsets.apps"],
+    )
+    .await;
     for kind in ["deployments", "statefulsets", "daemonsets"] {
         let line = format!(
             "feature reloader-compat (--reloader-compat): forbidden to list {kind}.apps cluster-wide (HTTP 403): add the rule {{apiGroups: [\"apps\"], resources: [\"{kind}\"], verbs: [\"list\", \"watch\"]}} to the ServiceAccount's ClusterRole; shipped as the kustomize component deploy/components/controller-reloader-compat, or Helm controller.reloaderCompat=true"
@@ -191,7 +198,7 @@ async fn env_consumers_of_secrets_without_their_rules_are_not_ready_and_name_the
         "/healthz",
     )
     .await;
-    let body = readyz_refusal(&ctl, "secrets cluster-wide").await;
+    let body = readyz_refusal(&ctl, &["secrets cluster-wide"]).await;
     assert!(
         body.contains("feature env-consumers-secrets (--env-consumers-secrets): forbidden to")
             && body.contains("add the rule {apiGroups: [\"\"], resources: [\"secrets\"], verbs: [\"list\", \"watch\"]}")
