@@ -12,6 +12,7 @@ pub mod drained;
 pub mod durations;
 pub mod fair_queue;
 pub mod filters;
+pub mod keep;
 pub mod label_selector;
 pub mod model;
 pub mod nudge_delay;

@@ -1,19 +1,19 @@
 //! The kube edges of `reloadlet controller`: metadata-only watches of ConfigMaps/Secrets, the
 //! pod watch (both through [`super::watch_loop`]), the pod patches the executor writes
-//! ([`crate::execute::patch::Patcher`]), the env consumers' GET and the Lease. Everything is
-//! converted to the kube-free types of [`crate::controller::api`] here.
+//! ([`crate::ports::Patcher`]), the env consumers' GET and the Lease. Everything is
+//! converted to the kube-free types of [`crate::ports`] here.
 
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
-use super::refusals::{report, Watched};
+use super::refusals::{api_error, report, Watched};
 use super::watch_loop::{self, Change, Listing, Pacing};
-use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, ObjectKey};
-use crate::controller::env::hash::ObjectData;
-use crate::controller::lease::LeaseRecord;
 use crate::core::annotations::PROJECTION_NUDGE;
 use crate::core::model::{PodInfo, SourceKind};
 use crate::core::permission::Feature;
-use crate::execute::patch::{PatchError, PatchRequest, Patcher};
+use crate::ports::{
+    ApiError, EnvApi, Input, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey,
+    PatchError, PatchRequest, Patcher,
+};
 use crate::serve::denials::{Denials, Request};
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -116,7 +116,7 @@ async fn watch_meta<K>(
 /// watches, listed by a streaming list where the server offers one (one request per kind at
 /// start-up, and no paged LIST held in the API server's memory: KEP-3157), else in pages.
 /// `reloader_compat`: keep what `--reloader-compat` needs to find a pod's workload
-/// (`controller::keep::trimmed_for_compat`).
+/// (`core::keep::trimmed_for_compat`).
 pub async fn watch_pods(
     client: Client,
     label_selector: Option<String>,
@@ -131,9 +131,9 @@ pub async fn watch_pods(
     }
     // Kept as the controller keeps pods: trimmed to what its features read.
     let trim = if reloader_compat {
-        crate::controller::keep::trimmed_for_compat
+        crate::core::keep::trimmed_for_compat
     } else {
-        crate::controller::keep::trimmed
+        crate::core::keep::trimmed
     };
     let keep = move |pod: &PodView| pod_info(pod).map(trim);
     let changes =
@@ -201,7 +201,7 @@ pub(super) fn patch_error(e: kube::Error) -> PatchError {
         kube::Error::Api(s) if s.code == 404 => PatchError::NotFound,
         kube::Error::Api(s) if s.code == 409 => PatchError::Conflict(s.message),
         kube::Error::Api(s) if s.code == 403 => PatchError::Forbidden(s.message),
-        other => PatchError::Other(other.to_string()),
+        other => PatchError::Other(api_error(&other)),
     }
 }
 
@@ -290,7 +290,7 @@ impl KubeEnvApi {
 }
 
 impl EnvApi for KubeEnvApi {
-    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, String>> {
+    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, ApiError>> {
         let key = key.clone();
         Box::pin(async move {
             match key.kind {
@@ -298,7 +298,7 @@ impl EnvApi for KubeEnvApi {
                     let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
                     let cm = api.get_opt(&key.name).await;
                     self.seen(&key, &cm);
-                    let cm = cm.map_err(|e| e.to_string())?;
+                    let cm = cm.map_err(|e| api_error(&e))?;
                     Ok(cm.map(|cm| ObjectData {
                         annotations: cm.metadata.annotations.unwrap_or_default(),
                         text: cm.data.unwrap_or_default(),
@@ -315,7 +315,7 @@ impl EnvApi for KubeEnvApi {
                     let api: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
                     let secret = api.get_opt(&key.name).await;
                     self.seen(&key, &secret);
-                    let secret = secret.map_err(|e| e.to_string())?;
+                    let secret = secret.map_err(|e| api_error(&e))?;
                     Ok(secret.map(|s| ObjectData {
                         annotations: s.metadata.annotations.unwrap_or_default(),
                         text: Default::default(),
@@ -389,7 +389,7 @@ impl KubeLeaseStore {
 fn lease_error(e: kube::Error) -> LeaseError {
     match e {
         kube::Error::Api(s) if s.code == 409 => LeaseError::Conflict,
-        other => LeaseError::Other(other.to_string()),
+        other => LeaseError::Other(api_error(&other)),
     }
 }
 

@@ -3,6 +3,7 @@
 //! a failed watch `watch`: `watcher::Error`'s variants in kube-runtime's src/watcher.rs).
 
 use super::watch_loop::Change;
+use crate::ports::ApiError;
 use crate::serve::denials::{Denials, Request};
 use kube::runtime::watcher;
 
@@ -11,6 +12,23 @@ pub fn api_status(e: &kube::Error) -> Option<(u16, &str)> {
     match e {
         kube::Error::Api(s) => Some((s.code, s.message.as_str())),
         _ => None,
+    }
+}
+
+/// A failed request as the ports carry it: kube's message, with the status when the API
+/// server answered.
+pub fn api_error(e: &kube::Error) -> ApiError {
+    ApiError {
+        status: api_status(e).map(|(code, _)| code),
+        message: e.to_string(),
+    }
+}
+
+/// [`message`] of a failed request, with the status when the API server answered.
+pub fn refused_error(e: &kube::Error, request: Request, namespace: Option<&str>) -> ApiError {
+    ApiError {
+        status: api_status(e).map(|(code, _)| code),
+        message: message(e, request, namespace),
     }
 }
 

@@ -10,9 +10,9 @@
 
 use super::refusals::Watched;
 use super::watch_loop::{self, Change, Pacing};
-use crate::controller::api::{Input, WorkloadChange, WorkloadMeta};
 use crate::core::permission::Feature;
 use crate::core::rollout::{WorkloadKind, WorkloadRef};
+use crate::ports::{Input, WorkloadChange, WorkloadMeta};
 use crate::serve::denials::Denials;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};

@@ -2,18 +2,16 @@
 //! and of a ReplicaSet (metadata-only GETs: `PartialObjectMetadata`), a workload's update
 //! strategy (one GET), what it says of its past rollouts (one GET: the template's
 //! `restartedAt`, its own `reloadlet.io/rollout-pacing`), and the JSON merge patches of the
-//! workload ([`crate::execute::rollout::WorkloadPatcher`]). Converted to the kube-free types
+//! workload ([`crate::ports::WorkloadPatcher`]). Converted to the kube-free types
 //! of `crate::core::rollout` here.
 
 use super::controller::FIELD_MANAGER;
-use super::refusals::{message, report};
-use crate::controller::api::{RolloutHistory, WorkloadApi};
+use super::refusals::{refused_error, report};
 use crate::core::owner_chain::{Link, PodLink, WorkloadFacts};
 use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::permission::Feature;
 use crate::core::rollout::{IntOrPercent, Strategy, WorkloadKind, WorkloadRef, RESTARTED_AT};
-use crate::execute::patch::PatchError;
-use crate::execute::rollout::WorkloadPatcher;
+use crate::ports::{ApiError, PatchError, RolloutHistory, WorkloadApi, WorkloadPatcher};
 use crate::serve::denials::{Denials, Request};
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -176,7 +174,7 @@ impl WorkloadApi for KubeWorkloads {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PodLink>, String>> {
+    ) -> BoxFuture<'a, Result<Option<PodLink>, ApiError>> {
         Box::pin(async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             let meta = api.get_metadata_opt(name).await;
@@ -187,7 +185,7 @@ impl WorkloadApi for KubeWorkloads {
                 &meta,
             );
             let meta = meta.map_err(|e| {
-                message(
+                refused_error(
                     &e,
                     Request::new(Feature::Rollout, "get", "", "pods"),
                     Some(namespace),
@@ -206,7 +204,7 @@ impl WorkloadApi for KubeWorkloads {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Link>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Link>, ApiError>> {
         Box::pin(async move {
             let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), namespace);
             let rs = api.get_opt(name).await;
@@ -218,7 +216,7 @@ impl WorkloadApi for KubeWorkloads {
             );
             let rs = rs.map_err(|e| {
                 let request = Request::new(Feature::Rollout, "get", "apps", "replicasets");
-                message(&e, request, Some(namespace))
+                refused_error(&e, request, Some(namespace))
             })?;
             Ok(rs.map(|rs| Link {
                 uid: rs.metadata.uid.clone().unwrap_or_default(),
@@ -231,7 +229,7 @@ impl WorkloadApi for KubeWorkloads {
     fn workload<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, String>> {
+    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, ApiError>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
@@ -314,14 +312,14 @@ impl WorkloadApi for KubeWorkloads {
                 }),
             };
             self.seen("get", w, &found);
-            found.map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
+            found.map_err(|e| refused_error(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 
     fn annotations<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, String>> {
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, ApiError>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
@@ -347,14 +345,14 @@ impl WorkloadApi for KubeWorkloads {
             };
             self.seen("get", w, &meta);
             meta.map(|m| m.map(|m| m.annotations.unwrap_or_default()))
-                .map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
+                .map_err(|e| refused_error(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 
     fn rollout_history<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, String>> {
+    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, ApiError>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
@@ -386,7 +384,7 @@ impl WorkloadApi for KubeWorkloads {
                 }),
             };
             self.seen("get", w, &found);
-            found.map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
+            found.map_err(|e| refused_error(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 }

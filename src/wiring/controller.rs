@@ -1,7 +1,6 @@
 //! `reloadlet controller`: wiring of settings, kube edges, election, HTTP and the loop.
 
 use crate::config::controller::ControllerSettings;
-use crate::controller::api::Input;
 use crate::controller::elect::{self, ElectionSettings};
 use crate::controller::env::{EnvConsumers, EnvDeps};
 use crate::controller::metrics::ControllerMetrics;
@@ -12,7 +11,7 @@ use crate::core::model::SourceKind;
 use crate::core::permission::Feature;
 use crate::core::pod_index::PodIndex;
 use crate::execute::evict::{EvictionSettings, Evictions};
-use crate::execute::patch::{PatchSettings, Patcher, Patches};
+use crate::execute::patch::{PatchSettings, Patches};
 use crate::execute::report::Reporter;
 use crate::execute::rollout::Rollouts;
 use crate::k8s::api_backoff::ApiMetrics;
@@ -24,6 +23,8 @@ use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
 use crate::k8s::pdb_watch::{self, SharedBudgets};
 use crate::k8s::workloads::KubeWorkloads;
+use crate::ports::Input;
+use crate::ports::Patcher;
 use crate::serve::denials::{own_pod_ref, Denials};
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
