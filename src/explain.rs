@@ -2,11 +2,11 @@
 //! the caller supplies the main PIDs it could find, the node, and the PDBs).
 
 use crate::core::annotations::Action;
+use crate::core::disposition::{decide, describe, SignalStatus, Verdict};
 use crate::core::disruption_budgets::{Block, Coverage};
 use crate::core::filters::Scope;
 use crate::core::model::{ContainerKind, PodInfo, SourceRef};
 use crate::core::policy::{self, Decision};
-use crate::host::process::{decide, describe, SignalStatus, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 

@@ -7,6 +7,7 @@
 pub mod annotations;
 pub mod debounce;
 pub mod detect;
+pub mod disposition;
 pub mod disruption_budgets;
 pub mod drained;
 pub mod durations;

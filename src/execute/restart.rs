@@ -7,7 +7,7 @@
 
 use crate::core::model::{ContainerId, PodInfo, ReloadSignal, SignalCheck, SourceRef};
 use crate::core::restart::StopPlan;
-use crate::host::process::{ContainerProcesses, MainProcess, ProcessError};
+use crate::ports::{ContainerProcesses, MainProcess, ProcessError};
 use std::time::{Duration, Instant};
 
 /// How often the main process is looked for while the grace runs.

@@ -1,10 +1,8 @@
 //! One fake per edge, recording what was asked of it.
 
 use super::*;
+use crate::core::disposition::{decide, SignalCheck, SignalStatus};
 use crate::core::model::{ContainerId, ReloadSignal};
-use crate::host::process::{
-    decide, Delivery, MainProcess, ProcessError, SignalCheck, SignalStatus,
-};
 use futures::future::BoxFuture;
 use std::collections::VecDeque;
 use std::sync::Mutex;

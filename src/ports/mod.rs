@@ -15,6 +15,7 @@ pub mod eviction;
 pub mod http;
 pub mod lease;
 pub mod patch;
+pub mod process;
 pub mod watch;
 pub mod workloads;
 
@@ -28,7 +29,6 @@ pub use eviction::{EvictOutcome, EvictRequest, Evictor};
 pub use http::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, HTTP_BODY_READ};
 pub use lease::{LeaseError, LeaseRecord, LeaseStore};
 pub use patch::{PatchError, PatchRequest, Patcher};
+pub use process::{ContainerProcesses, Delivery, MainProcess, ProcessError, StatusError};
 pub use watch::Input;
 pub use workloads::{RolloutHistory, WorkloadApi, WorkloadChange, WorkloadMeta, WorkloadPatcher};
-
-pub use crate::host::process::ContainerProcesses;

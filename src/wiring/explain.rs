@@ -3,11 +3,12 @@
 
 use crate::config::ExplainArgs;
 use crate::explain;
-use crate::host::process::{ContainerProcesses, ProcFs};
+use crate::host::process::ProcFs;
 use crate::k8s::client::Clients;
 use crate::k8s::pdb_watch;
 use crate::k8s::pod_convert;
 use crate::k8s::pod_view::PodView;
+use crate::ports::ContainerProcesses;
 use std::collections::BTreeMap;
 
 /// The report of `reloadlet explain --pod NS/NAME` (`Err`: why there is none).
