@@ -359,7 +359,7 @@ impl Inner {
         let stopped =
             tokio::task::spawn_blocking(move || restart::stop(inner.processes.as_ref(), &p, &j))
                 .await
-                .unwrap_or_else(|e| Err(format!("the stop panicked: {e}")));
+                .unwrap_or_else(|e| Err(restart::RestartError::Panicked(e.to_string())));
         let (outcome, note) = match &stopped {
             Ok(s) => (Outcome::Restarted, restart::restarted_note(&job, s)),
             Err(e) => (

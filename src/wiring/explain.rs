@@ -2,7 +2,7 @@
 //! processes looked up on this node, and the report of what reloadlet would do.
 
 use crate::config::ExplainArgs;
-use crate::explain;
+use crate::explain::{self, MainPidError, MainProcessView};
 use crate::host::process::ProcFs;
 use crate::k8s::client::Clients;
 use crate::k8s::pdb_watch;
@@ -58,28 +58,27 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     };
     let budgets = pdb_watch::list_namespace(clients.main.clone(), &namespace)
         .await
-        .map(|idx| idx.coverage(&namespace, &info.labels))
-        .map_err(|e| e.to_string());
+        .map(|idx| idx.coverage(&namespace, &info.labels));
     let processes = ProcFs::new(args.proc_root);
-    let main_pid = |container: &str| -> Result<crate::explain::MainProcessView, String> {
+    let main_pid = |container: &str| -> Result<MainProcessView, MainPidError> {
         let c = info
             .containers
             .iter()
             .find(|c| c.name == container)
-            .ok_or("unknown container")?;
-        let id = c.container_id.as_ref().ok_or("no container id yet")?;
+            .ok_or(MainPidError::UnknownContainer)?;
+        let id = c.container_id.as_ref().ok_or(MainPidError::NoContainerId)?;
         match processes.inspect(&info.uid, id) {
-            Ok((main, status)) => Ok(crate::explain::MainProcessView {
+            Ok((main, status)) => Ok(MainProcessView {
                 pid: main.pid,
                 status: Ok(status),
             }),
             Err(e) => processes
                 .find_main_process(&info.uid, id)
-                .map(|main| crate::explain::MainProcessView {
+                .map(|main| MainProcessView {
                     pid: main.pid,
-                    status: Err(e.to_string()),
+                    status: Err(e),
                 })
-                .map_err(|e| e.to_string()),
+                .map_err(MainPidError::from),
         }
     };
     let ctx = explain::Context {
