@@ -10,11 +10,12 @@ use super::watch_loop::{self, Change, Listing, Pacing};
 use crate::core::annotations::PROJECTION_NUDGE;
 use crate::core::model::{PodInfo, SourceKind};
 use crate::core::permission::Feature;
+use crate::core::permission::Request;
+use crate::ports::RefusalSink;
 use crate::ports::{
     ApiError, EnvApi, Input, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey,
     PatchError, PatchRequest, Patcher,
 };
-use crate::serve::denials::{Denials, Request};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -34,7 +35,7 @@ pub async fn watch_objects(
     client: Client,
     kind: SourceKind,
     feature: Feature,
-    denials: Denials,
+    denials: RefusalSink,
     tx: mpsc::Sender<Input>,
 ) {
     let watched = |resource| Watched {
@@ -60,7 +61,7 @@ async fn watch_meta<K>(
     api: Api<PartialObjectMeta<K>>,
     kind: SourceKind,
     watched: Watched,
-    denials: Denials,
+    denials: RefusalSink,
     tx: mpsc::Sender<Input>,
 ) where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -121,7 +122,7 @@ pub async fn watch_pods(
     client: Client,
     label_selector: Option<String>,
     reloader_compat: bool,
-    denials: Denials,
+    denials: RefusalSink,
     tx: mpsc::Sender<Input>,
 ) {
     let api: Api<PodView> = Api::all(client);
@@ -169,12 +170,12 @@ pub const FIELD_MANAGER: &str = "reloadlet-controller";
 
 pub struct KubePatcher {
     client: Client,
-    denials: Denials,
+    denials: RefusalSink,
 }
 
 impl KubePatcher {
     /// `denials`: where a refused request is reported (`crate::serve::denials`).
-    pub fn new(client: Client, denials: Denials) -> Self {
+    pub fn new(client: Client, denials: RefusalSink) -> Self {
         Self { client, denials }
     }
 }
@@ -260,14 +261,14 @@ impl Patcher for KubePatcher {
 /// for objects some opted-in pod reads through env).
 pub struct KubeEnvApi {
     client: Client,
-    denials: Denials,
+    denials: RefusalSink,
     /// The features its GETs serve: of ConfigMaps, of Secrets.
     features: (Feature, Feature),
 }
 
 impl KubeEnvApi {
     /// `features`: the one a refused GET of a ConfigMap names, and of a Secret.
-    pub fn new(client: Client, denials: Denials, features: (Feature, Feature)) -> Self {
+    pub fn new(client: Client, denials: RefusalSink, features: (Feature, Feature)) -> Self {
         Self {
             client,
             denials,
@@ -339,11 +340,11 @@ pub struct KubeLeaseStore {
     api: Api<Lease>,
     name: String,
     namespace: String,
-    denials: Denials,
+    denials: RefusalSink,
 }
 
 impl KubeLeaseStore {
-    pub fn new(client: Client, namespace: &str, name: &str, denials: Denials) -> Self {
+    pub fn new(client: Client, namespace: &str, name: &str, denials: RefusalSink) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             name: name.to_owned(),

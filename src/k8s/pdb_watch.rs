@@ -90,7 +90,7 @@ pub async fn run(
     client: Client,
     budgets: SharedBudgets,
     metrics: api_backoff::ApiMetrics,
-    denials: crate::serve::denials::Denials,
+    denials: crate::ports::RefusalSink,
 ) {
     let api: Api<PodDisruptionBudget> = Api::all(client);
     let entry = |pdb: &PodDisruptionBudget| {

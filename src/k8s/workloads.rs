@@ -10,9 +10,10 @@ use super::refusals::{refused_error, report};
 use crate::core::owner_chain::{Link, PodLink, WorkloadFacts};
 use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::permission::Feature;
+use crate::core::permission::Request;
 use crate::core::rollout::{IntOrPercent, Strategy, WorkloadKind, WorkloadRef, RESTARTED_AT};
+use crate::ports::RefusalSink;
 use crate::ports::{ApiError, PatchError, RolloutHistory, WorkloadApi, WorkloadPatcher};
-use crate::serve::denials::{Denials, Request};
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -25,7 +26,7 @@ use std::collections::BTreeMap;
 
 pub struct KubeWorkloads {
     client: Client,
-    denials: Denials,
+    denials: RefusalSink,
 }
 
 /// The API group, resource and feature of a workload kind's requests.
@@ -45,7 +46,7 @@ fn request_on(verb: &'static str, w: &WorkloadRef) -> Request {
 
 impl KubeWorkloads {
     /// `denials`: where a refused request is reported (`crate::serve::denials`).
-    pub fn new(client: Client, denials: Denials) -> Self {
+    pub fn new(client: Client, denials: RefusalSink) -> Self {
         Self { client, denials }
     }
 

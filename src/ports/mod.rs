@@ -16,6 +16,7 @@ pub mod http;
 pub mod lease;
 pub mod patch;
 pub mod process;
+pub mod refusals;
 pub mod watch;
 pub mod workloads;
 
@@ -30,5 +31,6 @@ pub use http::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, HTTP_BODY_READ};
 pub use lease::{LeaseError, LeaseRecord, LeaseStore};
 pub use patch::{PatchError, PatchRequest, Patcher};
 pub use process::{ContainerProcesses, Delivery, MainProcess, ProcessError, StatusError};
+pub use refusals::{Problems, RefusalSink, Refusals};
 pub use watch::Input;
 pub use workloads::{RolloutHistory, WorkloadApi, WorkloadChange, WorkloadMeta, WorkloadPatcher};

@@ -110,8 +110,10 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     }
     // explain says what it may not read itself (docs/explain.md).
     let denials = crate::serve::denials::Denials::detached();
-    let workloads =
-        crate::k8s::workloads::KubeWorkloads::new(clients.main.clone(), denials.clone());
+    let workloads = crate::k8s::workloads::KubeWorkloads::new(
+        clients.main.clone(),
+        std::sync::Arc::new(denials.clone()),
+    );
     text.push_str(&crate::controller::rollout::explain::explain(&info, &workloads).await);
     text.push_str(&refused_note(
         &denials.standing(),
