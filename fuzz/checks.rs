@@ -191,8 +191,8 @@ pub fn annotations(data: &[u8]) {
 /// `/proc/<pid>/status` text: never panics; a parsed status gives every signal a verdict
 /// that follows the masks (a handler or a mask always sends, `SIG_IGN` alone never does).
 pub fn proc_status(data: &[u8]) {
+    use reloadlet::core::disposition::{decide, describe, SignalCheck, SignalStatus, Verdict};
     use reloadlet::core::model::ReloadSignal;
-    use reloadlet::host::process::{decide, describe, SignalCheck, SignalStatus, Verdict};
     let text = String::from_utf8_lossy(data);
     let Some(status) = SignalStatus::parse(&text) else {
         return;

@@ -2,11 +2,12 @@
 //! the caller supplies the main PIDs it could find, the node, and the PDBs).
 
 use crate::core::annotations::Action;
+use crate::core::disposition::{decide, describe, SignalStatus, Verdict};
 use crate::core::disruption_budgets::{Block, Coverage};
 use crate::core::filters::Scope;
 use crate::core::model::{ContainerKind, PodInfo, SourceRef};
 use crate::core::policy::{self, Decision};
-use crate::host::process::{decide, describe, SignalStatus, Verdict};
+use crate::ports::{ApiError, ProcessError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -20,7 +21,7 @@ pub struct Context<'a> {
     pub other_node: Option<OtherNode>,
     /// The PodDisruptionBudgets that select the pod (with their status), or why they could
     /// not be read; `None`: not looked up.
-    pub budgets: Option<Result<Coverage, String>>,
+    pub budgets: Option<Result<Coverage, ApiError>>,
 }
 
 impl<'a> Context<'a> {
@@ -37,7 +38,7 @@ impl<'a> Context<'a> {
 
 /// The budget section of an evict pod: which PodDisruptionBudget, its arithmetic, whether a
 /// block is structural, and what the agent will do about it (`reloadlet.io/on-blocked`).
-fn budget_lines(w: &mut String, pod: &PodInfo, budgets: &Result<Coverage, String>) {
+fn budget_lines(w: &mut String, pod: &PodInfo, budgets: &Result<Coverage, ApiError>) {
     use crate::core::rollout::{on_blocked, OnBlocked};
     let (name, status) = match budgets {
         Err(e) => {
@@ -112,7 +113,7 @@ pub fn report(
     pod: &PodInfo,
     ctx: &Context<'_>,
     env_only: &[SourceRef],
-    main_pid: &dyn Fn(&str) -> Result<MainProcessView, String>,
+    main_pid: &dyn Fn(&str) -> Result<MainProcessView, MainPidError>,
 ) -> String {
     let mut out = String::new();
     let w = &mut out;
@@ -474,11 +475,24 @@ fn saved_state(
 }
 
 /// What `explain` could learn about a container's main process.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct MainProcessView {
     pub pid: i32,
     /// Its `/proc/<pid>/status` signal masks, or why they could not be read.
-    pub status: Result<SignalStatus, String>,
+    pub status: Result<SignalStatus, ProcessError>,
+}
+
+/// Why `explain` shows no main process for a container.
+#[derive(Debug, thiserror::Error)]
+pub enum MainPidError {
+    /// The pod has no container of that name.
+    #[error("unknown container")]
+    UnknownContainer,
+    /// The container has not started yet.
+    #[error("no container id yet")]
+    NoContainerId,
+    #[error(transparent)]
+    Process(#[from] ProcessError),
 }
 
 /// The signal-check part of a container's line: what a signal sent now would do, decided
@@ -782,7 +796,9 @@ mod tests {
             ..Default::default()
         };
         let scope = Scope::default();
-        let text = report(&pod, &Context::new(&scope), &[], &|_| Err("n/a".into()));
+        let text = report(&pod, &Context::new(&scope), &[], &|_| {
+            Err(MainPidError::NoContainerId)
+        });
         for want in [
             "secrets [secretproviderclass vault-db (volume secrets)]: triggers SIGHUP to app",
             "CSI volume, driver secrets-store.csi.k8s.io, SecretProviderClass vault-db: counts;",

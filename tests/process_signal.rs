@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
 use reloadlet::core::model::{ContainerId, ContainerRuntime, ReloadSignal};
-use reloadlet::host::process::{ContainerProcesses, ProcFs, ProcessError};
+use reloadlet::host::process::ProcFs;
+use reloadlet::ports::{ContainerProcesses, ProcessError};
 use wait::*;
 
 /// How long a process takes to show where it must.

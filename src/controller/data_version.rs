@@ -2,10 +2,10 @@
 //! `reloadlet.io/data-version` for an object whose data it read, and whether it must be written
 //! at all (pure; the write is not wired yet).
 
-use crate::controller::env::hash::ObjectData;
 use crate::core::model::SourceRef;
 use crate::core::status::data_version::Published;
 use crate::core::volume_digest::HashKey;
+use crate::ports::ObjectData;
 use jiff::Timestamp;
 
 /// The object's `(key, bytes)` pairs as the kubelet projects them: a ConfigMap's `data` (UTF-8

@@ -1,8 +1,8 @@
 //! The leader-election loop over a [`LeaseStore`]: one read and at most one write per retry
 //! period; leadership is published on a watch channel. Decisions are in [`super::lease`].
 
-use super::api::{LeaseError, LeaseStore};
 use super::lease::{next_record, released, Observer, Step};
+use crate::ports::{LeaseError, LeaseStore};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -55,6 +55,7 @@ pub async fn run<S: LeaseStore>(
                 last_error = None;
             }
             Err(e) => {
+                let e = e.to_string();
                 if last_error.as_deref() != Some(e.as_str()) {
                     tracing::warn!(error = %e, "leader election: cannot read or write the Lease; retrying");
                     last_error = Some(e);
@@ -103,8 +104,8 @@ async fn try_once<S: LeaseStore>(
     observer: &mut Observer,
     now: Instant,
     now_rfc3339: fn() -> String,
-) -> Result<bool, String> {
-    let current = store.get().await.map_err(|e| e.to_string())?;
+) -> Result<bool, LeaseError> {
+    let current = store.get().await?;
     let record = current.as_ref().map(|(r, _)| r);
     let step = observer.decide(
         &settings.identity,
@@ -128,7 +129,7 @@ async fn try_once<S: LeaseStore>(
         Ok(()) => Ok(true),
         // Another candidate wrote first: we follow until the next try.
         Err(LeaseError::Conflict) => Ok(false),
-        Err(LeaseError::Other(e)) => Err(e),
+        Err(e @ LeaseError::Other(_)) => Err(e),
     }
 }
 

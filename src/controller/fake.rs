@@ -1,15 +1,14 @@
 //! In-memory fakes of the controller's edges that record what was asked of them (tests only).
 
-use super::api::{EnvApi, LeaseError, LeaseStore, ObjectKey, RolloutHistory, WorkloadApi};
-use super::env::hash::ObjectData;
-use super::lease::LeaseRecord;
 use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE};
 use crate::core::model::PodInfo;
 use crate::core::owner_chain::{Link, PodLink, WorkloadFacts};
 use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::rollout::{OwnerRef, Strategy, WorkloadKind, WorkloadRef};
-use crate::execute::patch::{PatchError, PatchRequest, Patcher};
-use crate::execute::rollout::WorkloadPatcher;
+use crate::ports::{
+    ApiError, EnvApi, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey, PatchError,
+    PatchRequest, Patcher, RolloutHistory, WorkloadApi, WorkloadPatcher,
+};
 use futures::future::BoxFuture;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -23,7 +22,7 @@ pub struct FakeEnvApi {
 }
 
 impl EnvApi for FakeEnvApi {
-    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, String>> {
+    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, ApiError>> {
         self.reads.lock().unwrap().push(key.clone());
         let found = self.objects.lock().unwrap().get(key).cloned();
         Box::pin(std::future::ready(Ok(found)))
@@ -186,7 +185,7 @@ impl LeaseStore for FakeLeaseStore {
     ) -> impl Future<Output = Result<Option<(LeaseRecord, String)>, LeaseError>> + Send {
         let s = self.state.lock().unwrap();
         let r = if s.down {
-            Err(LeaseError::Other("API unavailable".into()))
+            Err(LeaseError::Other(ApiError::status(503, "API unavailable")))
         } else {
             Ok(s.record.as_ref().map(|(r, v)| (r.clone(), v.to_string())))
         };
@@ -195,7 +194,7 @@ impl LeaseStore for FakeLeaseStore {
     fn create(&self, record: &LeaseRecord) -> impl Future<Output = Result<(), LeaseError>> + Send {
         let mut s = self.state.lock().unwrap();
         let r = if s.down {
-            Err(LeaseError::Other("API unavailable".into()))
+            Err(LeaseError::Other(ApiError::status(503, "API unavailable")))
         } else if s.record.is_some() {
             Err(LeaseError::Conflict)
         } else {
@@ -212,7 +211,7 @@ impl LeaseStore for FakeLeaseStore {
     ) -> impl Future<Output = Result<(), LeaseError>> + Send {
         let mut s = self.state.lock().unwrap();
         let r = if s.down {
-            Err(LeaseError::Other("API unavailable".into()))
+            Err(LeaseError::Other(ApiError::status(503, "API unavailable")))
         } else {
             match &s.record {
                 Some((_, v)) if v.to_string() == resource_version => {
@@ -358,7 +357,7 @@ impl WorkloadApi for FakeWorkloads {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PodLink>, String>> {
+    ) -> BoxFuture<'a, Result<Option<PodLink>, ApiError>> {
         let key = (namespace.to_owned(), name.to_owned());
         let owner = self.pod_owners.lock().unwrap().get(&key).cloned();
         let created = self.pods.lock().unwrap().get(&key).cloned();
@@ -382,7 +381,7 @@ impl WorkloadApi for FakeWorkloads {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Link>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Link>, ApiError>> {
         // A fake ReplicaSet's selector selects every pod (a real one is never empty).
         let found = self
             .rs_owners
@@ -401,7 +400,7 @@ impl WorkloadApi for FakeWorkloads {
     fn workload<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, String>> {
+    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, ApiError>> {
         let strategy = self.strategies.lock().unwrap().get(workload).copied();
         let annotations = self.annotations.lock().unwrap().get(workload).cloned();
         let template = self.templates.lock().unwrap().get(workload).cloned();
@@ -421,7 +420,7 @@ impl WorkloadApi for FakeWorkloads {
     fn annotations<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<std::collections::BTreeMap<String, String>>, String>> {
+    ) -> BoxFuture<'a, Result<Option<std::collections::BTreeMap<String, String>>, ApiError>> {
         let exists = self.strategies.lock().unwrap().contains_key(workload);
         let found = self.annotations.lock().unwrap().get(workload).cloned();
         let mut found = found.or_else(|| exists.then(Default::default));
@@ -443,7 +442,7 @@ impl WorkloadApi for FakeWorkloads {
     fn rollout_history<'a>(
         &'a self,
         workload: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, String>> {
+    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, ApiError>> {
         let patches = self.patches.lock().unwrap();
         let mine = || patches.iter().rev().filter(|(w, _)| w == workload);
         let restarted_at = mine().find_map(|(_, p)| {
@@ -505,7 +504,7 @@ pub fn run_alone(
     feature: Box<dyn super::feature::Feature>,
     stop: &tokio_util::sync::CancellationToken,
 ) -> (
-    tokio::sync::mpsc::Sender<super::api::Input>,
+    tokio::sync::mpsc::Sender<crate::ports::Input>,
     tokio::task::JoinHandle<()>,
 ) {
     let controller = super::router::Controller::new(

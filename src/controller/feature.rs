@@ -2,8 +2,8 @@
 //! decides, and hands its writes to the executor. Adding one is a new module implementing
 //! [`Feature`] and one `.with(…)` where the controller is built.
 
-use super::api::{ObjectKey, WorkloadChange};
 use crate::core::model::{PodInfo, SourceKind};
+use crate::ports::{ObjectKey, WorkloadChange};
 use futures::future::BoxFuture;
 use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -6,18 +6,8 @@
 //! its own clock** (so clock skew between nodes does not matter); every write is an update
 //! with the resourceVersion it read (optimistic concurrency: of two candidates one gets 409).
 
+use crate::ports::LeaseRecord;
 use std::time::{Duration, Instant};
-
-/// The Lease's spec, as far as the election reads and writes it.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct LeaseRecord {
-    pub holder: Option<String>,
-    pub lease_duration_seconds: i32,
-    /// `renewTime` as RFC 3339 micro time (opaque here: only compared for change).
-    pub renew_time: Option<String>,
-    pub acquire_time: Option<String>,
-    pub transitions: i32,
-}
 
 /// What to do after reading the Lease.
 #[derive(Clone, Debug, PartialEq, Eq)]

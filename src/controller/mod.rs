@@ -14,14 +14,12 @@
 //! `env::hash`, `env::tracker`, [`lease`]. Edges behind traits: [`api`]. Loops: [`router`],
 //! [`elect`].
 
-pub mod api;
 pub mod data_version;
 pub mod elect;
 pub mod env;
 #[cfg(test)]
 pub mod fake;
 pub mod feature;
-pub mod keep;
 pub mod lease;
 pub mod metrics;
 pub mod nudge;

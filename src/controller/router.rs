@@ -11,7 +11,6 @@
 //! publishes no Events on them) — until it changes or is deleted. The loop and `/readyz` go
 //! on as before; a panic in the router's own code still ends the process.
 
-use super::api::{Input, ObjectKey};
 use super::feature::{Feature, Routed, World};
 use super::metrics::{ControllerMetrics, WatchLabels};
 use crate::contain::{Caught, Contained, Quarantine, Stage, QUARANTINE_CAP};
@@ -20,6 +19,7 @@ use crate::core::model::{PodInfo, SourceKind};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::execute::report::Reporter;
 use crate::ports::PodRef;
+use crate::ports::{Input, ObjectKey};
 use crate::serve::health::Health;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -274,11 +274,11 @@ impl Controller {
             }
             Input::Workload(change) => {
                 let change = match change {
-                    super::api::WorkloadChange::Listed(kind, mut all) => {
+                    crate::ports::WorkloadChange::Listed(kind, mut all) => {
                         all.retain(|w| self.admitted(&w.workload.namespace));
-                        super::api::WorkloadChange::Listed(kind, all)
+                        crate::ports::WorkloadChange::Listed(kind, all)
                     }
-                    super::api::WorkloadChange::Applied(w)
+                    crate::ports::WorkloadChange::Applied(w)
                         if !self.admitted(&w.workload.namespace) =>
                     {
                         return;

@@ -2,8 +2,6 @@
 //! edge and a paused clock.
 
 use super::*;
-use crate::controller::api::ObjectKey;
-use crate::controller::env::hash::ObjectData;
 use crate::controller::env::{EnvConsumers, EnvDeps};
 use crate::controller::fake::FakePatcher;
 use crate::controller::nudge::Nudges;
@@ -11,10 +9,13 @@ use crate::core::model::{ContainerInfo, ContainerKind, SourceRef, VolumeMount, V
 use crate::core::outcome::Outcome;
 use crate::core::pod_index::PodIndex;
 use crate::execute::evict::Evictions;
-use crate::execute::patch::{PatchError, PatchSettings, Patches};
+use crate::execute::patch::{PatchSettings, Patches};
 use crate::execute::report::Reporter;
 use crate::outbound::notify::Notifier;
 use crate::ports::fake;
+use crate::ports::ObjectData;
+use crate::ports::ObjectKey;
+use crate::ports::PatchError;
 use prometheus_client::registry::Registry;
 use std::sync::RwLock;
 

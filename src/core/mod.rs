@@ -7,11 +7,13 @@
 pub mod annotations;
 pub mod debounce;
 pub mod detect;
+pub mod disposition;
 pub mod disruption_budgets;
 pub mod drained;
 pub mod durations;
 pub mod fair_queue;
 pub mod filters;
+pub mod keep;
 pub mod label_selector;
 pub mod model;
 pub mod nudge_delay;

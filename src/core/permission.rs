@@ -252,6 +252,43 @@ impl fmt::Display for Denied {
     }
 }
 
+/// One kind of request an edge makes, as the edges report it (`ports::Refusals::outcome`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub feature: Feature,
+    pub verb: &'static str,
+    pub group: &'static str,
+    pub resource: &'static str,
+}
+
+impl Request {
+    pub const fn new(
+        feature: Feature,
+        verb: &'static str,
+        group: &'static str,
+        resource: &'static str,
+    ) -> Self {
+        Self {
+            feature,
+            verb,
+            group,
+            resource,
+        }
+    }
+
+    pub fn denied(self, namespace: Option<&str>, code: u16, message: &str) -> Denied {
+        Denied {
+            feature: self.feature,
+            verb: self.verb,
+            group: self.group,
+            resource: self.resource,
+            namespace: namespace.map(str::to_string),
+            code,
+            message: message.chars().take(MAX_MESSAGE).collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,10 @@ use crate::core::model::SourceKind;
 use regex::RegexBuilder;
 use std::collections::BTreeMap;
 
+/// The label a Deployment's ReplicaSet and pods carry (`DefaultDeploymentUniqueLabelKey`).
+pub const DEPLOYMENT_HASH: &str = "pod-template-hash";
+/// Argo Rollouts' (`DefaultRolloutUniqueLabelKey`).
+pub const ROLLOUT_HASH: &str = "rollouts-pod-template-hash";
 pub const AUTO: &str = "reloader.stakater.com/auto";
 pub const CONFIGMAP_AUTO: &str = "configmap.reloader.stakater.com/auto";
 pub const SECRET_AUTO: &str = "secret.reloader.stakater.com/auto";

@@ -18,10 +18,9 @@ pub mod signal;
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
-use crate::host::process::Delivery;
 use crate::host::state_file::PendingEviction;
 use crate::outbound::notify::Notifier;
-use crate::ports::{ContainerProcesses, EventSink, Evictor, HttpCaller, PodRef};
+use crate::ports::{ContainerProcesses, Delivery, EventSink, Evictor, HttpCaller, PodRef};
 use crate::retry::Retries;
 use crate::serve::metrics::Metrics;
 use evict::{EvictJob, EvictionSettings, Evictions};
@@ -360,7 +359,7 @@ impl Inner {
         let stopped =
             tokio::task::spawn_blocking(move || restart::stop(inner.processes.as_ref(), &p, &j))
                 .await
-                .unwrap_or_else(|e| Err(format!("the stop panicked: {e}")));
+                .unwrap_or_else(|e| Err(restart::RestartError::Panicked(e.to_string())));
         let (outcome, note) = match &stopped {
             Ok(s) => (Outcome::Restarted, restart::restarted_note(&job, s)),
             Err(e) => (
@@ -481,8 +480,8 @@ impl Inner {
     fn look(&self, job: SignalJob, pod: &PodInfo) -> Option<(SignalJob, SignalError)> {
         let seen = signal::running_container_id(pod, &job.container).and_then(|id| {
             let (main, status) = self.processes.inspect(&job.pod_uid, id)?;
-            let verdict = crate::host::process::decide(&status, job.signal, job.check);
-            let what = crate::host::process::describe(&status, main.pid, job.signal, verdict);
+            let verdict = crate::core::disposition::decide(&status, job.signal, job.check);
+            let what = crate::core::disposition::describe(&status, main.pid, job.signal, verdict);
             Ok((verdict.sends(), what))
         });
         let (sends, what) = match seen {
@@ -523,8 +522,8 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::disposition::SignalCheck;
     use crate::core::model::{ContainerId, ContainerInfo, ContainerKind, ReloadSignal};
-    use crate::host::process::SignalCheck;
     use crate::ports::fake;
     use std::time::Duration;
 

@@ -8,50 +8,12 @@ use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE, ROLLOUT_BASELINE}
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pacing::ENV_PACING;
-use crate::ports::PodRef;
-use futures::future::BoxFuture;
+use crate::ports::{ApiError, PatchError, PatchRequest, Patcher, PodRef};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PatchError {
-    #[error("not found")]
-    NotFound,
-    #[error("conflict: {0}")]
-    Conflict(String),
-    #[error("forbidden: {0}")]
-    Forbidden(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-/// One annotation to write on one pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PatchRequest {
-    pub namespace: String,
-    pub name: String,
-    /// `Some`: conditional on the pod's UID (a pod replaced under the same name is never
-    /// written for its predecessor; the edge answers `NotFound`).
-    pub uid: Option<String>,
-    pub annotation: &'static str,
-    /// `None`: the annotation is removed (`null` in the merge patch).
-    pub value: Option<String>,
-}
-
-/// The pod edge of the controller's writes (kube in `crate::k8s::controller`, a fake in tests).
-pub trait Patcher: Send + Sync + 'static {
-    /// A JSON merge patch of exactly `metadata.annotations[req.annotation]`.
-    fn patch<'a>(&'a self, req: &'a PatchRequest) -> BoxFuture<'a, Result<(), PatchError>>;
-    /// `Ok(None)`: the pod does not exist.
-    fn get<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PodInfo>, PatchError>>;
-}
 
 /// Which of the controller's patches (what is logged and reported).
 #[derive(Clone, Debug)]
@@ -298,10 +260,10 @@ impl Inner {
 }
 
 fn no_answer(timeout: Duration) -> PatchError {
-    PatchError::Other(format!(
+    PatchError::Other(ApiError::other(format!(
         "no answer from the API server within {}",
         humantime::format_duration(timeout)
-    ))
+    )))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use crate::core::model::{ContainerId, PodInfo, ReloadSignal, SignalCheck, SourceRef};
 use crate::core::restart::StopPlan;
-use crate::host::process::{ContainerProcesses, MainProcess, ProcessError};
+use crate::ports::{ContainerProcesses, MainProcess, ProcessError};
 use std::time::{Duration, Instant};
 
 /// How often the main process is looked for while the grace runs.
@@ -45,6 +45,23 @@ pub struct Stopped {
     pub killed: bool,
 }
 
+/// Why a restart did not stop the container.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    /// No such container, or it is not running.
+    #[error("{0}")]
+    Container(#[from] crate::execute::signal::SignalError),
+    /// Its main process could not be found or sent the stop signal.
+    #[error("{0}")]
+    Process(#[from] ProcessError),
+    /// The process outlived the grace and SIGKILL failed.
+    #[error("SIGKILL after the grace: {0}")]
+    Kill(ProcessError),
+    /// The blocking task ended in a panic.
+    #[error("the stop panicked: {0}")]
+    Panicked(String),
+}
+
 /// Stops the main process of `container`: `stop.signal` (unchecked: the kubelet does not
 /// look either), then, while the same process (PID and start time) is still the
 /// container's main process after `stop.grace`, SIGKILL. Blocking (polls `/proc`).
@@ -52,16 +69,10 @@ pub fn stop(
     processes: &dyn ContainerProcesses,
     pod: &PodInfo,
     job: &RestartJob,
-) -> Result<Stopped, String> {
-    let id = crate::execute::signal::running_container_id(pod, &job.container)
-        .map_err(|e| e.to_string())?
-        .clone();
-    let main = processes
-        .find_main_process(&job.pod_uid, &id)
-        .map_err(|e| e.to_string())?;
-    let delivery = processes
-        .deliver(&job.pod_uid, &id, job.stop.signal, SignalCheck::Off)
-        .map_err(|e| e.to_string())?;
+) -> Result<Stopped, RestartError> {
+    let id = crate::execute::signal::running_container_id(pod, &job.container)?.clone();
+    let main = processes.find_main_process(&job.pod_uid, &id)?;
+    let delivery = processes.deliver(&job.pod_uid, &id, job.stop.signal, SignalCheck::Off)?;
     let deadline = crate::core::durations::later(Instant::now(), job.stop.grace);
     while Instant::now() < deadline {
         if !still_running(processes, &job.pod_uid, &id, main) {
@@ -83,7 +94,7 @@ pub fn stop(
             pid: delivery.pid,
             killed: true,
         }),
-        Err(e) => Err(format!("SIGKILL after the grace: {e}")),
+        Err(e) => Err(RestartError::Kill(e)),
     }
 }
 

@@ -7,28 +7,16 @@
 //! twice is one template change), `--dry-run` (the patch is logged, nothing is sent) and the
 //! typed [`Outcome`] reported through the [`Reporter`].
 
-use super::patch::PatchError;
 use super::report::Reporter;
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::rollout::WorkloadRef;
-use crate::ports::{ObjectRef, PodRef};
+use crate::ports::{ApiError, ObjectRef, PatchError, PodRef, WorkloadPatcher};
 use crate::retry::{Backoff, Retries};
-use futures::future::BoxFuture;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// The workload edge of the rollout (kube in `crate::k8s::workloads`, a fake in tests).
-pub trait WorkloadPatcher: Send + Sync + 'static {
-    /// One JSON merge patch (`application/merge-patch+json`) of `workload`.
-    fn patch<'a>(
-        &'a self,
-        workload: &'a WorkloadRef,
-        patch: &'a Value,
-    ) -> BoxFuture<'a, Result<(), PatchError>>;
-}
 
 /// One rollout: the patch of one workload for one change.
 #[derive(Clone, Debug)]
@@ -177,10 +165,10 @@ impl Rollouts {
             let result = tokio::time::timeout(timeout, inner.patcher.patch(w, patch))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(PatchError::Other(format!(
+                    Err(PatchError::Other(ApiError::other(format!(
                         "no answer from the API server within {}",
                         humantime::format_duration(timeout)
-                    )))
+                    ))))
                 });
             let error = match result {
                 Err(e @ (PatchError::Other(_) | PatchError::Conflict(_))) => e,

@@ -1,8 +1,9 @@
 //! Signal jobs: one container of one pod, retried with backoff while the container restarts.
 
+use crate::core::disposition::SignalCheck;
 use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
 use crate::core::outcome::Outcome;
-use crate::host::process::{Delivery, ProcessError, SignalCheck};
+use crate::ports::{Delivery, ProcessError};
 use crate::retry::Backoff;
 use std::time::{Duration, Instant};
 
@@ -105,7 +106,7 @@ pub fn failed_note(job: &SignalJob, error: &SignalError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::process::{decide, SignalStatus};
+    use crate::core::disposition::{decide, SignalStatus};
 
     fn job() -> SignalJob {
         SignalJob {

@@ -1,20 +1,21 @@
 //! The kube edges of `reloadlet controller`: metadata-only watches of ConfigMaps/Secrets, the
 //! pod watch (both through [`super::watch_loop`]), the pod patches the executor writes
-//! ([`crate::execute::patch::Patcher`]), the env consumers' GET and the Lease. Everything is
-//! converted to the kube-free types of [`crate::controller::api`] here.
+//! ([`crate::ports::Patcher`]), the env consumers' GET and the Lease. Everything is
+//! converted to the kube-free types of [`crate::ports`] here.
 
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
-use super::refusals::{report, Watched};
+use super::refusals::{api_error, report, Watched};
 use super::watch_loop::{self, Change, Listing, Pacing};
-use crate::controller::api::{EnvApi, Input, LeaseError, LeaseStore, ObjectKey};
-use crate::controller::env::hash::ObjectData;
-use crate::controller::lease::LeaseRecord;
 use crate::core::annotations::PROJECTION_NUDGE;
 use crate::core::model::{PodInfo, SourceKind};
 use crate::core::permission::Feature;
-use crate::execute::patch::{PatchError, PatchRequest, Patcher};
-use crate::serve::denials::{Denials, Request};
+use crate::core::permission::Request;
+use crate::ports::RefusalSink;
+use crate::ports::{
+    ApiError, EnvApi, Input, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey,
+    PatchError, PatchRequest, Patcher,
+};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -34,7 +35,7 @@ pub async fn watch_objects(
     client: Client,
     kind: SourceKind,
     feature: Feature,
-    denials: Denials,
+    denials: RefusalSink,
     tx: mpsc::Sender<Input>,
 ) {
     let watched = |resource| Watched {
@@ -60,7 +61,7 @@ async fn watch_meta<K>(
     api: Api<PartialObjectMeta<K>>,
     kind: SourceKind,
     watched: Watched,
-    denials: Denials,
+    denials: RefusalSink,
     tx: mpsc::Sender<Input>,
 ) where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -116,12 +117,12 @@ async fn watch_meta<K>(
 /// watches, listed by a streaming list where the server offers one (one request per kind at
 /// start-up, and no paged LIST held in the API server's memory: KEP-3157), else in pages.
 /// `reloader_compat`: keep what `--reloader-compat` needs to find a pod's workload
-/// (`controller::keep::trimmed_for_compat`).
+/// (`core::keep::trimmed_for_compat`).
 pub async fn watch_pods(
     client: Client,
     label_selector: Option<String>,
     reloader_compat: bool,
-    denials: Denials,
+    denials: RefusalSink,
     tx: mpsc::Sender<Input>,
 ) {
     let api: Api<PodView> = Api::all(client);
@@ -131,9 +132,9 @@ pub async fn watch_pods(
     }
     // Kept as the controller keeps pods: trimmed to what its features read.
     let trim = if reloader_compat {
-        crate::controller::keep::trimmed_for_compat
+        crate::core::keep::trimmed_for_compat
     } else {
-        crate::controller::keep::trimmed
+        crate::core::keep::trimmed
     };
     let keep = move |pod: &PodView| pod_info(pod).map(trim);
     let changes =
@@ -169,12 +170,12 @@ pub const FIELD_MANAGER: &str = "reloadlet-controller";
 
 pub struct KubePatcher {
     client: Client,
-    denials: Denials,
+    denials: RefusalSink,
 }
 
 impl KubePatcher {
     /// `denials`: where a refused request is reported (`crate::serve::denials`).
-    pub fn new(client: Client, denials: Denials) -> Self {
+    pub fn new(client: Client, denials: RefusalSink) -> Self {
         Self { client, denials }
     }
 }
@@ -201,7 +202,7 @@ pub(super) fn patch_error(e: kube::Error) -> PatchError {
         kube::Error::Api(s) if s.code == 404 => PatchError::NotFound,
         kube::Error::Api(s) if s.code == 409 => PatchError::Conflict(s.message),
         kube::Error::Api(s) if s.code == 403 => PatchError::Forbidden(s.message),
-        other => PatchError::Other(other.to_string()),
+        other => PatchError::Other(api_error(&other)),
     }
 }
 
@@ -260,14 +261,14 @@ impl Patcher for KubePatcher {
 /// for objects some opted-in pod reads through env).
 pub struct KubeEnvApi {
     client: Client,
-    denials: Denials,
+    denials: RefusalSink,
     /// The features its GETs serve: of ConfigMaps, of Secrets.
     features: (Feature, Feature),
 }
 
 impl KubeEnvApi {
     /// `features`: the one a refused GET of a ConfigMap names, and of a Secret.
-    pub fn new(client: Client, denials: Denials, features: (Feature, Feature)) -> Self {
+    pub fn new(client: Client, denials: RefusalSink, features: (Feature, Feature)) -> Self {
         Self {
             client,
             denials,
@@ -290,7 +291,7 @@ impl KubeEnvApi {
 }
 
 impl EnvApi for KubeEnvApi {
-    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, String>> {
+    fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, ApiError>> {
         let key = key.clone();
         Box::pin(async move {
             match key.kind {
@@ -298,7 +299,7 @@ impl EnvApi for KubeEnvApi {
                     let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &key.namespace);
                     let cm = api.get_opt(&key.name).await;
                     self.seen(&key, &cm);
-                    let cm = cm.map_err(|e| e.to_string())?;
+                    let cm = cm.map_err(|e| api_error(&e))?;
                     Ok(cm.map(|cm| ObjectData {
                         annotations: cm.metadata.annotations.unwrap_or_default(),
                         text: cm.data.unwrap_or_default(),
@@ -315,7 +316,7 @@ impl EnvApi for KubeEnvApi {
                     let api: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
                     let secret = api.get_opt(&key.name).await;
                     self.seen(&key, &secret);
-                    let secret = secret.map_err(|e| e.to_string())?;
+                    let secret = secret.map_err(|e| api_error(&e))?;
                     Ok(secret.map(|s| ObjectData {
                         annotations: s.metadata.annotations.unwrap_or_default(),
                         text: Default::default(),
@@ -339,11 +340,11 @@ pub struct KubeLeaseStore {
     api: Api<Lease>,
     name: String,
     namespace: String,
-    denials: Denials,
+    denials: RefusalSink,
 }
 
 impl KubeLeaseStore {
-    pub fn new(client: Client, namespace: &str, name: &str, denials: Denials) -> Self {
+    pub fn new(client: Client, namespace: &str, name: &str, denials: RefusalSink) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             name: name.to_owned(),
@@ -389,7 +390,7 @@ impl KubeLeaseStore {
 fn lease_error(e: kube::Error) -> LeaseError {
     match e {
         kube::Error::Api(s) if s.code == 409 => LeaseError::Conflict,
-        other => LeaseError::Other(other.to_string()),
+        other => LeaseError::Other(api_error(&other)),
     }
 }
 

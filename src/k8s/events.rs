@@ -7,7 +7,8 @@
 
 use crate::core::fair_queue::FairQueue;
 use crate::core::permission::Feature;
-use crate::serve::denials::{Denials, Request};
+use crate::core::permission::Request;
+use crate::ports::RefusalSink;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
@@ -41,7 +42,7 @@ impl QueuedRecorder {
 
     /// Starts the publishing task. `instance` names this agent (e.g. `reloadlet-<node>`);
     /// `denials`: where a refused publish is reported (`crate::serve::denials`).
-    pub fn spawn(client: Client, instance: String, denials: Denials) -> Self {
+    pub fn spawn(client: Client, instance: String, denials: RefusalSink) -> Self {
         let queue = Arc::new(Queue {
             items: Mutex::new(FairQueue::new(Self::QUEUE)),
             wake: Notify::new(),

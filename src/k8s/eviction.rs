@@ -5,7 +5,8 @@
 //! reloadlet owns pacing. Answers are classified per kube-apiserver's `EvictionREST.Create`.
 
 use crate::core::permission::Feature;
-use crate::serve::denials::{Denials, Request as DenialRequest};
+use crate::core::permission::Request as DenialRequest;
+use crate::ports::RefusalSink;
 use futures::future::BoxFuture;
 use http::{Request, StatusCode};
 use kube::Client;
@@ -16,7 +17,7 @@ pub use crate::ports::{EvictOutcome, EvictRequest, Evictor};
 
 pub struct KubeEvictor {
     client: Client,
-    denials: Denials,
+    denials: RefusalSink,
 }
 
 /// What an eviction asks the API server for.
@@ -26,7 +27,7 @@ const CREATE_EVICTION: DenialRequest =
 impl KubeEvictor {
     /// `client` must have `default_retry = false` (see [`super::client::Clients`]);
     /// `denials`: where a refused eviction is reported (`crate::serve::denials`).
-    pub fn new(client: Client, denials: Denials) -> Self {
+    pub fn new(client: Client, denials: RefusalSink) -> Self {
         Self { client, denials }
     }
 

@@ -1,4 +1,5 @@
-//! The Kubernetes API edge: the only place (with `main`) that imports `kube` / `k8s_openapi`.
+//! The Kubernetes API edge: the only place (with `wiring::status`) that imports `kube` /
+//! `k8s_openapi`.
 
 pub mod api_backoff;
 pub mod client;
@@ -8,6 +9,7 @@ pub mod events;
 pub mod eviction;
 pub mod pdb_watch;
 pub mod pod_convert;
+pub mod pod_get;
 pub mod pod_view;
 pub mod pod_watch;
 pub mod refusals;

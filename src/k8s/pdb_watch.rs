@@ -9,6 +9,7 @@ use super::api_backoff::{self, FailureTracker};
 use super::watch_loop::{self, Change, Pacing};
 use crate::core::disruption_budgets::{Budget, BudgetIndex, BudgetStatus};
 use crate::core::label_selector::{LabelSelector, Requirement};
+use crate::ports::ApiError;
 use futures::StreamExt;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeSelector;
@@ -89,7 +90,7 @@ pub async fn run(
     client: Client,
     budgets: SharedBudgets,
     metrics: api_backoff::ApiMetrics,
-    denials: crate::serve::denials::Denials,
+    denials: crate::ports::RefusalSink,
 ) {
     let api: Api<PodDisruptionBudget> = Api::all(client);
     let entry = |pdb: &PodDisruptionBudget| {
@@ -139,9 +140,12 @@ pub async fn run(
 }
 
 /// The budgets of one namespace, listed once (for `explain`).
-pub async fn list_namespace(client: Client, namespace: &str) -> Result<BudgetIndex, kube::Error> {
+pub async fn list_namespace(client: Client, namespace: &str) -> Result<BudgetIndex, ApiError> {
     let api: Api<PodDisruptionBudget> = Api::namespaced(client, namespace);
-    let list = api.list(&Default::default()).await?;
+    let list = api
+        .list(&Default::default())
+        .await
+        .map_err(|e| super::refusals::api_error(&e))?;
     let mut idx = BudgetIndex::default();
     idx.reset(
         list.items

@@ -9,7 +9,7 @@ use super::pod_view::PodView;
 use super::watch_loop::{self, Change, Pacing};
 use crate::core::label_selector::LabelSelector;
 use crate::core::model::PodInfo;
-use crate::serve::health::Health;
+use crate::ports::Problems;
 use futures::StreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -39,8 +39,8 @@ pub struct PodWatchConfig {
 /// Where failures are reported.
 pub struct PodWatchReport {
     pub metrics: api_backoff::ApiMetrics,
-    pub health: Arc<Health>,
-    pub denials: crate::serve::denials::Denials,
+    pub health: Arc<dyn Problems>,
+    pub denials: crate::ports::RefusalSink,
 }
 
 /// Runs until `tx` is closed.

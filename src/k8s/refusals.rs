@@ -1,9 +1,11 @@
-//! What the kube edges tell [`crate::serve::denials`]: the HTTP status and message of a kube
-//! error, and which verb a watcher's failure was refused (a failed initial list is `list`,
-//! a failed watch `watch`: `watcher::Error`'s variants in kube-runtime's src/watcher.rs).
+//! What the kube edges tell [`crate::ports::Refusals`] (`crate::serve::denials`): the HTTP
+//! status and message of a kube error, and which verb a watcher's failure was refused (a
+//! failed initial list is `list`, a failed watch `watch`: `watcher::Error`'s variants in
+//! kube-runtime's src/watcher.rs).
 
 use super::watch_loop::Change;
-use crate::serve::denials::{Denials, Request};
+use crate::core::permission::Request;
+use crate::ports::{ApiError, RefusalSink};
 use kube::runtime::watcher;
 
 /// The status and message of an error the API server answered.
@@ -11,6 +13,23 @@ pub fn api_status(e: &kube::Error) -> Option<(u16, &str)> {
     match e {
         kube::Error::Api(s) => Some((s.code, s.message.as_str())),
         _ => None,
+    }
+}
+
+/// A failed request as the ports carry it: kube's message, with the status when the API
+/// server answered.
+pub fn api_error(e: &kube::Error) -> ApiError {
+    ApiError {
+        status: api_status(e).map(|(code, _)| code),
+        message: e.to_string(),
+    }
+}
+
+/// [`message`] of a failed request, with the status when the API server answered.
+pub fn refused_error(e: &kube::Error, request: Request, namespace: Option<&str>) -> ApiError {
+    ApiError {
+        status: api_status(e).map(|(code, _)| code),
+        message: message(e, request, namespace),
     }
 }
 
@@ -52,7 +71,7 @@ pub fn message(e: &kube::Error, request: Request, namespace: Option<&str>) -> St
 
 /// Reports one request's result (`namespace`: `None` for a cluster-wide one).
 pub fn report<T>(
-    denials: &Denials,
+    denials: &RefusalSink,
     request: Request,
     namespace: Option<&str>,
     result: &Result<T, kube::Error>,
@@ -79,7 +98,7 @@ pub struct Watched {
 }
 
 impl Watched {
-    pub fn report<T, K>(&self, denials: &Denials, change: &Change<T, K>) {
+    pub fn report<T, K>(&self, denials: &RefusalSink, change: &Change<T, K>) {
         match change {
             Change::Listed(_) => {
                 for verb in ["list", "watch"] {

@@ -10,10 +10,10 @@
 
 use super::refusals::Watched;
 use super::watch_loop::{self, Change, Pacing};
-use crate::controller::api::{Input, WorkloadChange, WorkloadMeta};
 use crate::core::permission::Feature;
 use crate::core::rollout::{WorkloadKind, WorkloadRef};
-use crate::serve::denials::Denials;
+use crate::ports::RefusalSink;
+use crate::ports::{Input, WorkloadChange, WorkloadMeta};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PartialObjectMeta};
@@ -22,7 +22,7 @@ use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 
 /// One watch per kind, each on its own task.
-pub fn spawn_watches(client: Client, argo: bool, denials: Denials, tx: mpsc::Sender<Input>) {
+pub fn spawn_watches(client: Client, argo: bool, denials: RefusalSink, tx: mpsc::Sender<Input>) {
     tokio::spawn(watch(
         Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
         WorkloadKind::Deployment,
@@ -68,7 +68,7 @@ pub fn workload_meta(kind: WorkloadKind, meta: &ObjectMeta) -> Option<WorkloadMe
 async fn watch<K>(
     api: Api<PartialObjectMeta<K>>,
     kind: WorkloadKind,
-    denials: Denials,
+    denials: RefusalSink,
     tx: mpsc::Sender<Input>,
 ) where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,

@@ -2,19 +2,18 @@
 //! and of a ReplicaSet (metadata-only GETs: `PartialObjectMetadata`), a workload's update
 //! strategy (one GET), what it says of its past rollouts (one GET: the template's
 //! `restartedAt`, its own `reloadlet.io/rollout-pacing`), and the JSON merge patches of the
-//! workload ([`crate::execute::rollout::WorkloadPatcher`]). Converted to the kube-free types
+//! workload ([`crate::ports::WorkloadPatcher`]). Converted to the kube-free types
 //! of `crate::core::rollout` here.
 
 use super::controller::FIELD_MANAGER;
-use super::refusals::{message, report};
-use crate::controller::api::{RolloutHistory, WorkloadApi};
+use super::refusals::{refused_error, report};
 use crate::core::owner_chain::{Link, PodLink, WorkloadFacts};
 use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::permission::Feature;
+use crate::core::permission::Request;
 use crate::core::rollout::{IntOrPercent, Strategy, WorkloadKind, WorkloadRef, RESTARTED_AT};
-use crate::execute::patch::PatchError;
-use crate::execute::rollout::WorkloadPatcher;
-use crate::serve::denials::{Denials, Request};
+use crate::ports::RefusalSink;
+use crate::ports::{ApiError, PatchError, RolloutHistory, WorkloadApi, WorkloadPatcher};
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -27,7 +26,7 @@ use std::collections::BTreeMap;
 
 pub struct KubeWorkloads {
     client: Client,
-    denials: Denials,
+    denials: RefusalSink,
 }
 
 /// The API group, resource and feature of a workload kind's requests.
@@ -47,7 +46,7 @@ fn request_on(verb: &'static str, w: &WorkloadRef) -> Request {
 
 impl KubeWorkloads {
     /// `denials`: where a refused request is reported (`crate::serve::denials`).
-    pub fn new(client: Client, denials: Denials) -> Self {
+    pub fn new(client: Client, denials: RefusalSink) -> Self {
         Self { client, denials }
     }
 
@@ -176,7 +175,7 @@ impl WorkloadApi for KubeWorkloads {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PodLink>, String>> {
+    ) -> BoxFuture<'a, Result<Option<PodLink>, ApiError>> {
         Box::pin(async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
             let meta = api.get_metadata_opt(name).await;
@@ -187,7 +186,7 @@ impl WorkloadApi for KubeWorkloads {
                 &meta,
             );
             let meta = meta.map_err(|e| {
-                message(
+                refused_error(
                     &e,
                     Request::new(Feature::Rollout, "get", "", "pods"),
                     Some(namespace),
@@ -206,7 +205,7 @@ impl WorkloadApi for KubeWorkloads {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Link>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Link>, ApiError>> {
         Box::pin(async move {
             let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), namespace);
             let rs = api.get_opt(name).await;
@@ -218,7 +217,7 @@ impl WorkloadApi for KubeWorkloads {
             );
             let rs = rs.map_err(|e| {
                 let request = Request::new(Feature::Rollout, "get", "apps", "replicasets");
-                message(&e, request, Some(namespace))
+                refused_error(&e, request, Some(namespace))
             })?;
             Ok(rs.map(|rs| Link {
                 uid: rs.metadata.uid.clone().unwrap_or_default(),
@@ -231,7 +230,7 @@ impl WorkloadApi for KubeWorkloads {
     fn workload<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, String>> {
+    ) -> BoxFuture<'a, Result<Option<WorkloadFacts>, ApiError>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
@@ -314,14 +313,14 @@ impl WorkloadApi for KubeWorkloads {
                 }),
             };
             self.seen("get", w, &found);
-            found.map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
+            found.map_err(|e| refused_error(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 
     fn annotations<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, String>> {
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, ApiError>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
@@ -347,14 +346,14 @@ impl WorkloadApi for KubeWorkloads {
             };
             self.seen("get", w, &meta);
             meta.map(|m| m.map(|m| m.annotations.unwrap_or_default()))
-                .map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
+                .map_err(|e| refused_error(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 
     fn rollout_history<'a>(
         &'a self,
         w: &'a WorkloadRef,
-    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, String>> {
+    ) -> BoxFuture<'a, Result<Option<RolloutHistory>, ApiError>> {
         Box::pin(async move {
             let c = self.client.clone();
             let ns = w.namespace.as_str();
@@ -386,7 +385,7 @@ impl WorkloadApi for KubeWorkloads {
                 }),
             };
             self.seen("get", w, &found);
-            found.map_err(|e| message(&e, request_on("get", w), Some(&w.namespace)))
+            found.map_err(|e| refused_error(&e, request_on("get", w), Some(&w.namespace)))
         })
     }
 }

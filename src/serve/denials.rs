@@ -5,7 +5,7 @@
 //! retries that follow are counted and logged at debug only. The other features keep working:
 //! nothing here stops anything.
 
-use crate::core::permission::{Book, Denied, Feature};
+use crate::core::permission::{Book, Denied, Feature, Request};
 use crate::ports::{EventSink, ObjectRef, PodEvent};
 use crate::serve::health::Health;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -190,6 +190,22 @@ impl Denials {
     }
 }
 
+impl crate::ports::Refusals for Denials {
+    fn allowed(
+        &self,
+        feature: Feature,
+        verb: &'static str,
+        group: &'static str,
+        resource: &'static str,
+    ) {
+        Denials::allowed(self, feature, verb, group, resource);
+    }
+
+    fn outcome(&self, request: Request, namespace: Option<&str>, result: Result<(), (u16, &str)>) {
+        Denials::outcome(self, request, namespace, result);
+    }
+}
+
 /// The Event's action for a refusal: the request, PascalCase (`ListDeployments`,
 /// `CreatePodsEviction`). kube's recorder folds Events of one pod, reason and action into a
 /// series (`EventKey` in kube-runtime's src/events.rs), so each refused rule is an Event of its
@@ -218,46 +234,6 @@ pub fn own_pod_ref(own_pod: Option<&(String, String)>) -> Option<ObjectRef> {
         namespace: namespace.clone(),
         name: name.clone(),
     })
-}
-
-/// One kind of request an edge makes, for [`Denials::outcome`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Request {
-    pub feature: Feature,
-    pub verb: &'static str,
-    pub group: &'static str,
-    pub resource: &'static str,
-}
-
-impl Request {
-    pub const fn new(
-        feature: Feature,
-        verb: &'static str,
-        group: &'static str,
-        resource: &'static str,
-    ) -> Self {
-        Self {
-            feature,
-            verb,
-            group,
-            resource,
-        }
-    }
-
-    pub fn denied(self, namespace: Option<&str>, code: u16, message: &str) -> Denied {
-        Denied {
-            feature: self.feature,
-            verb: self.verb,
-            group: self.group,
-            resource: self.resource,
-            namespace: namespace.map(str::to_string),
-            code,
-            message: message
-                .chars()
-                .take(crate::core::permission::MAX_MESSAGE)
-                .collect(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -145,6 +145,12 @@ async fn metrics(
     )
 }
 
+impl crate::ports::Problems for Health {
+    fn set_problem(&self, problem: Option<String>) {
+        Health::set_problem(self, problem);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let health = Arc::new(Health::default());
     health.beat();
     let denials = Denials::new(&mut registry, health.clone());
+    let refusals: crate::ports::RefusalSink = Arc::new(denials.clone());
     let listener = match tokio::net::TcpListener::bind(settings.listen).await {
         Ok(l) => l,
         Err(e) => return fail(&format!("cannot listen on {}: {e}", settings.listen)),
@@ -100,7 +101,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         PodWatchReport {
             metrics: api_metrics.clone(),
             health: health.clone(),
-            denials: denials.clone(),
+            denials: refusals.clone(),
         },
     ));
     let budgets = SharedBudgets::default();
@@ -108,7 +109,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         clients.main.clone(),
         budgets.clone(),
         api_metrics,
-        denials.clone(),
+        refusals.clone(),
     ));
     // No HTTP client at all while notifications are off.
     let notifier = if !settings.notify.enabled() {
@@ -135,7 +136,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     let events = Arc::new(QueuedRecorder::spawn(
         clients.main.clone(),
         format!("reloadlet-{}", settings.node_name),
-        denials.clone(),
+        refusals.clone(),
     ));
     if let Some(own_pod) = own_pod_ref(settings.own_pod.as_ref()) {
         denials.publish_to(events.clone(), own_pod);
@@ -144,7 +145,7 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         http: Arc::new(http),
         events,
         processes: Arc::new(ProcFs::new(&settings.paths.proc_root)),
-        evictor: Arc::new(KubeEvictor::new(clients.eviction.clone(), denials.clone())),
+        evictor: Arc::new(KubeEvictor::new(clients.eviction.clone(), refusals.clone())),
         notifier,
     };
     let eviction = EvictionSettings {

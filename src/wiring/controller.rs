@@ -1,7 +1,6 @@
 //! `reloadlet controller`: wiring of settings, kube edges, election, HTTP and the loop.
 
 use crate::config::controller::ControllerSettings;
-use crate::controller::api::Input;
 use crate::controller::elect::{self, ElectionSettings};
 use crate::controller::env::{EnvConsumers, EnvDeps};
 use crate::controller::metrics::ControllerMetrics;
@@ -12,7 +11,7 @@ use crate::core::model::SourceKind;
 use crate::core::permission::Feature;
 use crate::core::pod_index::PodIndex;
 use crate::execute::evict::{EvictionSettings, Evictions};
-use crate::execute::patch::{PatchSettings, Patcher, Patches};
+use crate::execute::patch::{PatchSettings, Patches};
 use crate::execute::report::Reporter;
 use crate::execute::rollout::Rollouts;
 use crate::k8s::api_backoff::ApiMetrics;
@@ -24,6 +23,8 @@ use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
 use crate::k8s::pdb_watch::{self, SharedBudgets};
 use crate::k8s::workloads::KubeWorkloads;
+use crate::ports::Input;
+use crate::ports::Patcher;
 use crate::serve::denials::{own_pod_ref, Denials};
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
@@ -51,6 +52,7 @@ pub async fn serve(
     let health = Arc::new(Health::default());
     health.beat();
     let denials = Denials::new(&mut registry, health.clone());
+    let refusals: crate::ports::RefusalSink = Arc::new(denials.clone());
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
@@ -66,14 +68,14 @@ pub async fn serve(
         clients.main.clone(),
         settings.scope.pod_selector.clone(),
         settings.rollout.enabled && settings.rollout.reloader_compat,
-        denials.clone(),
+        refusals.clone(),
         tx.clone(),
     ));
     tokio::spawn(watch_objects(
         clients.main.clone(),
         SourceKind::ConfigMap,
         Feature::Nudges,
-        denials.clone(),
+        refusals.clone(),
         tx.clone(),
     ));
     // Secrets' metadata: for nudges (--secrets) and for env consumers (--env-consumers-secrets).
@@ -87,7 +89,7 @@ pub async fn serve(
             clients.main.clone(),
             SourceKind::Secret,
             feature,
-            denials.clone(),
+            refusals.clone(),
             tx.clone(),
         ));
     }
@@ -97,7 +99,7 @@ pub async fn serve(
         crate::k8s::workload_meta::spawn_watches(
             clients.main.clone(),
             settings.rollout.argo,
-            denials.clone(),
+            refusals.clone(),
             tx.clone(),
         );
     }
@@ -109,7 +111,7 @@ pub async fn serve(
             clients.main.clone(),
             &target.namespace,
             &target.name,
-            denials.clone(),
+            refusals.clone(),
         );
         let election = ElectionSettings {
             identity: target.identity.clone(),
@@ -167,7 +169,7 @@ pub async fn serve(
     let events = Arc::new(QueuedRecorder::spawn(
         clients.main.clone(),
         settings.instance.clone(),
-        denials.clone(),
+        refusals.clone(),
     ));
     if let Some(own_pod) = own_pod_ref(settings.own_pod.as_ref()) {
         denials.publish_to(events.clone(), own_pod);
@@ -180,7 +182,7 @@ pub async fn serve(
         settings.instance.clone(),
     );
     let patcher: Arc<dyn Patcher> =
-        Arc::new(KubePatcher::new(clients.main.clone(), denials.clone()));
+        Arc::new(KubePatcher::new(clients.main.clone(), refusals.clone()));
     let patches = |settings: PatchSettings| {
         Patches::new(
             settings,
@@ -228,7 +230,7 @@ pub async fn serve(
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(
             EvictionSettings::default(),
-            Arc::new(KubeEvictor::new(clients.eviction.clone(), denials.clone())),
+            Arc::new(KubeEvictor::new(clients.eviction.clone(), refusals.clone())),
             reporter.clone(),
             index.clone(),
             shutdown.clone(),
@@ -236,7 +238,7 @@ pub async fn serve(
         controller = controller.with(Box::new(EnvConsumers::new(EnvDeps {
             api: Arc::new(KubeEnvApi::new(
                 clients.main.clone(),
-                denials.clone(),
+                refusals.clone(),
                 (Feature::EnvConsumers, Feature::EnvConsumersSecrets),
             )),
             evictions,
@@ -251,19 +253,19 @@ pub async fn serve(
         })));
     }
     if settings.rollout.enabled {
-        let workloads = Arc::new(KubeWorkloads::new(clients.main.clone(), denials.clone()));
+        let workloads = Arc::new(KubeWorkloads::new(clients.main.clone(), refusals.clone()));
         // on-blocked: rollout: a structural budget block rolls at once (docs/evictions-blocked.md).
         let budgets = SharedBudgets::default();
         tokio::spawn(pdb_watch::run(
             clients.main.clone(),
             budgets.clone(),
             api_metrics.clone(),
-            denials.clone(),
+            refusals.clone(),
         ));
         let rollout = RolloutFeature::new(RolloutDeps {
             api: Arc::new(KubeEnvApi::new(
                 clients.main.clone(),
-                denials.clone(),
+                refusals.clone(),
                 (Feature::Rollout, Feature::Rollout),
             )),
             workloads: workloads.clone(),

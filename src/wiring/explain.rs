@@ -2,13 +2,13 @@
 //! processes looked up on this node, and the report of what reloadlet would do.
 
 use crate::config::ExplainArgs;
-use crate::explain;
-use crate::host::process::{ContainerProcesses, ProcFs};
+use crate::explain::{self, MainPidError, MainProcessView};
+use crate::host::process::ProcFs;
 use crate::k8s::client::Clients;
 use crate::k8s::pdb_watch;
 use crate::k8s::pod_convert;
-use crate::k8s::pod_view::PodView;
-use std::collections::BTreeMap;
+use crate::k8s::pod_get;
+use crate::ports::ContainerProcesses;
 
 /// The report of `reloadlet explain --pod NS/NAME` (`Err`: why there is none).
 pub async fn report(args: ExplainArgs) -> Result<String, String> {
@@ -26,8 +26,7 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
             ))
         }
     };
-    let api: kube::Api<PodView> = kube::Api::namespaced(clients.main.clone(), &namespace);
-    let pod = match api.get(&name).await {
+    let pod = match pod_get::get_pod(clients.main.clone(), &namespace, &name).await {
         Ok(p) => p,
         Err(e) => return fail(&format!("cannot get pod {namespace}/{name}: {e}")),
     };
@@ -42,7 +41,7 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     };
     let other_node = match &elsewhere {
         Some(node) => {
-            let (agent_ns, agent_labels) = own_pod_identity(clients.main.clone()).await;
+            let (agent_ns, agent_labels) = pod_get::own_pod_identity(clients.main.clone()).await;
             Some(explain::OtherNode {
                 node: node.clone(),
                 command: explain::reach_agent_command(
@@ -57,28 +56,27 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     };
     let budgets = pdb_watch::list_namespace(clients.main.clone(), &namespace)
         .await
-        .map(|idx| idx.coverage(&namespace, &info.labels))
-        .map_err(|e| e.to_string());
+        .map(|idx| idx.coverage(&namespace, &info.labels));
     let processes = ProcFs::new(args.proc_root);
-    let main_pid = |container: &str| -> Result<crate::explain::MainProcessView, String> {
+    let main_pid = |container: &str| -> Result<MainProcessView, MainPidError> {
         let c = info
             .containers
             .iter()
             .find(|c| c.name == container)
-            .ok_or("unknown container")?;
-        let id = c.container_id.as_ref().ok_or("no container id yet")?;
+            .ok_or(MainPidError::UnknownContainer)?;
+        let id = c.container_id.as_ref().ok_or(MainPidError::NoContainerId)?;
         match processes.inspect(&info.uid, id) {
-            Ok((main, status)) => Ok(crate::explain::MainProcessView {
+            Ok((main, status)) => Ok(MainProcessView {
                 pid: main.pid,
                 status: Ok(status),
             }),
             Err(e) => processes
                 .find_main_process(&info.uid, id)
-                .map(|main| crate::explain::MainProcessView {
+                .map(|main| MainProcessView {
                     pid: main.pid,
-                    status: Err(e.to_string()),
+                    status: Err(e),
                 })
-                .map_err(|e| e.to_string()),
+                .map_err(MainPidError::from),
         }
     };
     let ctx = explain::Context {
@@ -110,8 +108,10 @@ pub async fn report(args: ExplainArgs) -> Result<String, String> {
     }
     // explain says what it may not read itself (docs/explain.md).
     let denials = crate::serve::denials::Denials::detached();
-    let workloads =
-        crate::k8s::workloads::KubeWorkloads::new(clients.main.clone(), denials.clone());
+    let workloads = crate::k8s::workloads::KubeWorkloads::new(
+        clients.main.clone(),
+        std::sync::Arc::new(denials.clone()),
+    );
     text.push_str(&crate::controller::rollout::explain::explain(&info, &workloads).await);
     text.push_str(&refused_note(
         &denials.standing(),
@@ -135,48 +135,4 @@ fn refused_note(refused: &[crate::core::permission::Denied], ns: &str, name: &st
         "  NOTE: the identity explain runs as may not {} (the agent's role never needs that); for the workload part run explain with your own kubeconfig: KUBECONFIG=… reloadlet explain --pod {ns}/{name} (docs/explain.md)\n",
         rules.join(", ")
     )
-}
-
-/// The namespace and identifying labels of the pod `explain` runs in (to name the agent on
-/// another node): POD_NAMESPACE (else the ServiceAccount's namespace file) and POD_NAME (else
-/// HOSTNAME), read from the API; per-revision labels are left out. Falls back to the labels
-/// the manifests set.
-async fn own_pod_identity(client: kube::Client) -> (String, BTreeMap<String, String>) {
-    let namespace = std::env::var("POD_NAMESPACE")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                .ok()
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "reloadlet".into());
-    let fallback: BTreeMap<String, String> = [(
-        "app.kubernetes.io/name".to_string(),
-        "reloadlet".to_string(),
-    )]
-    .into();
-    let name = std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_default();
-    if name.is_empty() {
-        return (namespace, fallback);
-    }
-    let api: kube::Api<PodView> = kube::Api::namespaced(client, &namespace);
-    let labels = match api.get(&name).await {
-        Ok(p) => p
-            .metadata
-            .labels
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(k, _)| {
-                !matches!(
-                    k.as_str(),
-                    "controller-revision-hash" | "pod-template-generation" | "pod-template-hash"
-                )
-            })
-            .collect(),
-        Err(_) => BTreeMap::new(),
-    };
-    (namespace, if labels.is_empty() { fallback } else { labels })
 }

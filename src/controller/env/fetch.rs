@@ -2,8 +2,7 @@
 //! a time; the answer comes back on a channel. Shared by the env consumers and the rollout
 //! feature.
 
-use super::super::api::{EnvApi, ObjectKey};
-use super::hash::ObjectData;
+use crate::ports::{EnvApi, ObjectData, ObjectKey};
 use crate::retry::{Backoff, Retries};
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,7 +10,6 @@ pub mod pacing;
 pub mod tracker;
 mod vec_map;
 
-use super::api::{EnvApi, ObjectKey};
 use super::feature::{Feature, Routed, World};
 use crate::core::model::{PodInfo, SourceKind};
 use crate::core::outcome::{ActionKind, Outcome};
@@ -19,6 +18,7 @@ use crate::execute::evict::{EvictJob, Evictions};
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::report::Reporter;
 use crate::ports::PodRef;
+use crate::ports::{EnvApi, ObjectKey};
 use futures::future::BoxFuture;
 use hash::EnvDecision;
 use pacing::{EnvNotice, EnvPaced, EnvPacing};

@@ -5,12 +5,12 @@
 pub mod qualify;
 pub mod schedule;
 
-use super::api::ObjectKey;
 use super::feature::{Feature, Routed, World};
 use super::metrics::ControllerMetrics;
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::outcome::Outcome;
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
+use crate::ports::ObjectKey;
 use crate::ports::PodRef;
 use futures::future::BoxFuture;
 use qualify::{pod_eligible, qualifies};

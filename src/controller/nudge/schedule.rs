@@ -1,8 +1,8 @@
 //! When to write which nudge (pure): baselines of object versions, the re-nudge schedule,
 //! per-pod coalescing and the rate cap. Time is passed in; nothing here sleeps.
 
-use crate::controller::api::ObjectKey;
 use crate::core::model::SourceKind;
+use crate::ports::ObjectKey;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};

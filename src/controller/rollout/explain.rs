@@ -7,11 +7,11 @@
 
 use super::compat;
 use super::refs::{self, Mode};
-use crate::controller::api::WorkloadApi;
 use crate::core::annotations::{self, Action, ACTION};
 use crate::core::model::PodInfo;
 use crate::core::pacing::{PacingRecord, ROLLOUT_PACING};
 use crate::core::rollout::{on_blocked, workload_of, Unsupported, WorkloadRef, ON_BLOCKED};
+use crate::ports::WorkloadApi;
 
 /// The rollout sections: the pod's own (`action: rollout`, `on-blocked`) and Reloader's
 /// annotations; empty when neither applies.

@@ -24,7 +24,6 @@ pub mod explain;
 pub mod pacing;
 pub mod refs;
 
-use super::api::{EnvApi, ObjectKey, WorkloadApi};
 use super::env::tracker::{EnvChange, EnvTracker};
 use super::env::{read_channel, spawn_read, Fetched};
 use super::feature::{Feature, Routed, World};
@@ -38,6 +37,7 @@ use crate::core::rollout::{restart_patch, workload_of, OwnerRef, WorkloadKind, W
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::rollout::{RolloutJob, Rollouts};
 use crate::ports::PodRef;
+use crate::ports::{EnvApi, ObjectKey, WorkloadApi};
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};

@@ -13,7 +13,6 @@
 //! drives it (`with_pacing`, `release_held`).
 
 use super::Asking;
-use crate::controller::api::WorkloadApi;
 use crate::controller::metrics::PacingShare;
 use crate::core::model::PodInfo;
 use crate::core::outcome::{ActionKind, Outcome};
@@ -24,6 +23,7 @@ use crate::core::pacing::{
 use crate::core::rollout::WorkloadRef;
 use crate::execute::report::Reporter;
 use crate::ports::PodRef;
+use crate::ports::WorkloadApi;
 use jiff::Timestamp;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};

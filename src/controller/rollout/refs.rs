@@ -108,9 +108,10 @@ pub fn references(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::env::hash::{digest, ObjectData};
+    use crate::controller::env::hash::digest;
     use crate::core::model::VolumeSpec;
     use crate::core::volume_digest::HashKey;
+    use crate::ports::ObjectData;
 
     fn cm(name: &str) -> SourceRef {
         SourceRef {

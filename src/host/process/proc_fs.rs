@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 
 use procfs::ProcError;
 
-use super::disposition::{self, SignalCheck, SignalStatus};
-use super::error::StatusError;
 use super::pidfd::{Pidfds, Pinned, Pinner};
-use super::{scan, ContainerProcesses, Delivery, MainProcess, ProcessError};
+use super::scan;
+use crate::core::disposition::{self, SignalCheck, SignalStatus};
 use crate::core::model::{ContainerId, ReloadSignal};
 use crate::host::process::cgroup::normalize_pod_uid;
+use crate::ports::process::{ContainerProcesses, Delivery, MainProcess, ProcessError, StatusError};
 
 /// Beyond this many cached containers the cache starts over (entries of containers that
 /// are gone are otherwise only dropped by [`ProcFs::forget_pod`]).

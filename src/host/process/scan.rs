@@ -6,9 +6,9 @@ use std::path::Path;
 use procfs::process::Process;
 use procfs::{FromRead, ProcError, ProcResult};
 
-use super::MainProcess;
 use crate::core::model::ContainerId;
 use crate::host::process::cgroup;
+use crate::ports::MainProcess;
 
 /// The raw text of `/proc/<pid>/cgroup`, read through the process's pinned directory.
 struct CgroupText(String);

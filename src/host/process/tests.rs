@@ -7,8 +7,9 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use super::pidfd::{Pinned, Pinner};
-use super::{ContainerProcesses, MainProcess, ProcFs, ProcessError};
+use super::ProcFs;
 use crate::core::model::{ContainerId, ContainerRuntime, ReloadSignal};
+use crate::ports::{ContainerProcesses, MainProcess, ProcessError};
 
 const POD: &str = "0c5e6a8e-3b1f-4d7a-9e2c-8f4b1a6d3e57";
 const OTHER_POD: &str = "0c5e6a8e-3b1f-4d7a-9e2c-8f4b1a6d3e58";
@@ -506,7 +507,7 @@ fn a_main_process_that_keeps_vanishing_fails_cleanly() {
 
 use super::pidfd::fake::FakeCalls;
 use super::pidfd::Pidfds;
-use super::{SignalCheck, Verdict, Withheld};
+use crate::core::disposition::{SignalCheck, Verdict, Withheld};
 
 #[test]
 fn a_process_that_would_not_handle_the_signal_is_never_sent_it() {
@@ -657,7 +658,7 @@ fn other_pidfd_errors_do_not_fall_back() {
 
 #[test]
 fn a_kept_process_that_exited_is_replaced_by_the_one_found_anew() {
-    use super::SignalCheck;
+    use crate::core::disposition::SignalCheck;
     let fake = FakeProc::new();
     let (container, main) = populate(
         &fake,
@@ -717,7 +718,7 @@ fn a_kept_process_that_exited_is_replaced_by_the_one_found_anew() {
 
 #[test]
 fn the_kept_path_reads_the_disposition_afresh_and_withholds_like_the_checked_one() {
-    use super::SignalCheck;
+    use crate::core::disposition::SignalCheck;
     let fake = FakeProc::new();
     let (container, main) = populate(
         &fake,

@@ -14,39 +14,9 @@ use crate::core::model::{EnvKeys, EnvRef, PodInfo, SourceKind, SourceRef};
 use crate::core::volume_digest::HashKey;
 use hmac::Mac;
 use std::collections::BTreeMap;
+
+use crate::ports::ObjectData;
 use std::fmt;
-
-/// A ConfigMap's or Secret's values, held only while the digests of its consumers are computed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ObjectData {
-    /// ConfigMap `data`.
-    pub text: BTreeMap<String, String>,
-    /// ConfigMap `binaryData`, Secret `data`.
-    pub binary: BTreeMap<String, Vec<u8>>,
-    /// A Secret: `envFrom` reads `binary` (its `data`), not `text`.
-    pub secret: bool,
-    /// The object's annotations (`--reloader-compat`: `reloader.stakater.com/ignore`,
-    /// `reloader.stakater.com/match`); never part of a digest.
-    pub annotations: BTreeMap<String, String>,
-}
-
-#[cfg(test)]
-impl ObjectData {
-    /// A ConfigMap of `text` (`data`) and `binary` (`binaryData`), for tests.
-    pub fn of(text: &[(&str, &str)], binary: &[(&str, &[u8])]) -> Self {
-        Self {
-            text: text
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            binary: binary
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_vec()))
-                .collect(),
-            ..Self::default()
-        }
-    }
-}
 
 /// What one pod reads of one object: the union of its containers' references.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -4,9 +4,9 @@
 //! is found again — in the real controller loop with fakes of every edge and a paused clock.
 
 use super::harness::{env_pod, Harness};
-use crate::controller::api::Input;
 use crate::controller::env::*;
 use crate::core::annotations::ENV_BASELINE;
+use crate::ports::Input;
 use std::time::Duration;
 
 /// [`env_pod`] with a controlling owner and these pacing annotations.

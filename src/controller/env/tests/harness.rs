@@ -3,8 +3,6 @@
 //! the ConfigMap `app-env` they read through env, leadership) and reading what a user would
 //! see (evictions, Events, the held gauge).
 
-use crate::controller::api::Input;
-use crate::controller::env::hash::ObjectData;
 use crate::controller::env::*;
 use crate::controller::fake::{FakeEnvApi, FakePatcher};
 use crate::core::model::{ContainerInfo, ContainerKind, EnvKeys, EnvRef, SourceRef};
@@ -12,6 +10,8 @@ use crate::execute::evict::EvictionSettings;
 use crate::execute::patch::PatchSettings;
 use crate::outbound::notify::Notifier;
 use crate::ports::fake;
+use crate::ports::Input;
+use crate::ports::ObjectData;
 use std::time::Duration;
 
 pub const NS: &str = "ns";

@@ -8,12 +8,13 @@
 //! order), and a pod's first baseline is only taken from a fetch sent after the pod was first
 //! seen (a GET answered with data older than the pod never becomes its baseline).
 
-use super::hash::{digest, format_baseline, parse_baseline, references, ObjectData, Selector};
+use super::hash::{digest, format_baseline, parse_baseline, references, Selector};
 use super::vec_map::VecMap;
-use crate::controller::api::ObjectKey;
 use crate::core::annotations::ENV_BASELINE;
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::volume_digest::HashKey;
+use crate::ports::ObjectData;
+use crate::ports::ObjectKey;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Debug)]

@@ -27,21 +27,18 @@
 //!   object rolls nothing; the baseline moves on.
 
 use super::refs;
-use crate::controller::api::{ObjectKey, WorkloadChange};
-use crate::controller::env::hash::ObjectData;
 use crate::controller::env::tracker::{EnvChange, EnvTracker};
 use crate::controller::feature::World;
 use crate::core::annotations::ACTION;
 use crate::core::model::{PodInfo, SourceKind, SourceRef, VolumeSpec};
 use crate::core::reloader_compat::{self as rc, Changed, Workload};
 use crate::core::rollout::{WorkloadKind, WorkloadRef};
+use crate::ports::ObjectData;
+use crate::ports::{ObjectKey, WorkloadChange};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-/// The label a Deployment's ReplicaSet and pods carry (`DefaultDeploymentUniqueLabelKey`).
-pub const DEPLOYMENT_HASH: &str = "pod-template-hash";
-/// Argo Rollouts' (`DefaultRolloutUniqueLabelKey`).
-pub const ROLLOUT_HASH: &str = "rollouts-pod-template-hash";
+pub use crate::core::reloader_compat::{DEPLOYMENT_HASH, ROLLOUT_HASH};
 /// The name of the volume that stands for objects named only in a `…/reload` list.
 const NAMED_ONLY: &str = "reloader-compat: named in a reload annotation";
 

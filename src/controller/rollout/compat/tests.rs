@@ -2,9 +2,9 @@
 //! their changes roll.
 
 use super::*;
-use crate::controller::api::WorkloadMeta;
 use crate::core::model::{EnvKeys, EnvRef};
 use crate::core::rollout::OwnerRef;
+use crate::ports::WorkloadMeta;
 
 const NS: &str = "ns";
 

@@ -3,14 +3,15 @@
 //! and the baselines that keep a restarted controller from rolling again.
 
 use super::*;
-use crate::controller::api::Input;
-use crate::controller::env::hash::ObjectData;
 use crate::controller::fake::{FakeEnvApi, FakePatcher, FakeWorkloads};
 use crate::core::model::{ContainerInfo, ContainerKind, EnvKeys, EnvRef, VolumeMount, VolumeSpec};
 use crate::core::rollout::{IntOrPercent, Strategy, RESTARTED_AT, RESTARTED_FOR};
-use crate::execute::patch::{PatchError, PatchSettings};
+use crate::execute::patch::PatchSettings;
 use crate::outbound::notify::Notifier;
 use crate::ports::fake;
+use crate::ports::Input;
+use crate::ports::ObjectData;
+use crate::ports::PatchError;
 use serde_json::json;
 
 const NS: &str = "ns";

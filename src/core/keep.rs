@@ -87,7 +87,7 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
 /// pod more, only with compat on.
 pub fn trimmed_for_compat(mut pod: PodInfo) -> PodInfo {
     let controller = pod.controller.take();
-    use crate::controller::rollout::compat::{DEPLOYMENT_HASH, ROLLOUT_HASH};
+    use crate::core::reloader_compat::{DEPLOYMENT_HASH, ROLLOUT_HASH};
     let hashes: Vec<(String, String)> = pod
         .labels
         .iter()
