@@ -17,14 +17,6 @@ mod pods;
 pub mod state_writer;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_arrival;
-#[cfg(test)]
-mod tests_contain;
-#[cfg(test)]
-mod tests_pacing;
-#[cfg(test)]
-mod tests_run;
 mod volumes;
 
 pub use volumes::INLINE_HASH_BYTES;

@@ -2,8 +2,8 @@
 //! with inotify, the fakes of [`crate::ports::fake`] for every other edge, and the test
 //! stepping the clock ([`tokio::time::advance`]) across the debounce window.
 
-use super::tests::{pod, world_with, World, UID};
-use super::*;
+use super::{pod, world_with, World, UID};
+use crate::agent::*;
 use crate::core::model::VolumePlugin;
 use crate::host::inotify::WatcherOptions;
 use crate::ports::fake;

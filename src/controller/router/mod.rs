@@ -383,8 +383,6 @@ fn about_key(key: &ObjectKey) -> String {
 }
 
 #[cfg(test)]
-#[path = "router_contain_tests.rs"]
 mod contain_tests;
 #[cfg(test)]
-#[path = "router_tests.rs"]
 mod tests;

@@ -3,9 +3,9 @@
 //! is still acted on, the panic is counted and told as a Warning `InternalError` on the
 //! poisoned pod, which is not handled again until it changes.
 
-use super::tests::{key, pod, world, World, UID};
-use super::tests_run::project;
-use super::*;
+use super::run::project;
+use super::{key, pod, world, World, UID};
+use crate::agent::*;
 use crate::core::model::{ContainerId, PodInfo, VolumeKey};
 use crate::host::inotify::LookCause;
 use std::path::PathBuf;

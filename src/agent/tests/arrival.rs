@@ -1,9 +1,9 @@
 //! A pod's arrival: the pass over /proc that keeps its signal targets' main processes, `/readyz`
 //! after the first list's pass, and its policy taken in for its decisions; handlers driven
-//! with the fakes of [`crate::ports::fake`], as in [`super::tests`].
+//! with the fakes of [`crate::ports::fake`], as in [`super`].
 
-use super::tests::{pod, world, world_with, UID};
-use super::*;
+use super::{pod, world, world_with, UID};
+use crate::agent::*;
 use crate::ports::fake;
 
 /// Polls `cond` on the wall clock (the warm pass runs on a real blocking thread, outside the

@@ -1,6 +1,11 @@
 //! The event loop's decisions, driven through its handlers with a fake of every edge
 //! (processes, Eviction API, Events), a real volume in a temp dir and explicit instants.
 
+mod arrival;
+mod contain;
+mod pacing;
+mod run;
+
 use super::*;
 use crate::config::agent::{EvictionLimits, HostPaths, VolumeSettings};
 use crate::config::LogFormat;

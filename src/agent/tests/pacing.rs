@@ -1,9 +1,9 @@
 //! Pacing through the agent's handlers (docs/pacing.md): each rule under a paused clock, with
 //! the fakes of every edge, a real volume in a temp dir and a wall clock set by the test.
 
-use super::pacing::WallClock;
-use super::tests::{key, pod, world_with, World, UID};
-use super::*;
+use super::{key, pod, world_with, World, UID};
+use crate::agent::pacing::WallClock;
+use crate::agent::*;
 use crate::core::model::PodInfo;
 use crate::core::pacing::spec;
 use crate::host::inotify::LookCause;
@@ -279,7 +279,7 @@ async fn a_min_interval_holds_across_a_restart() {
         http: again.http.clone(),
         notifier: crate::outbound::notify::Notifier::disabled(),
     };
-    let mut settings = super::tests::settings(w.dir.path());
+    let mut settings = super::settings(w.dir.path());
     settings.pacing = Default::default();
     again.agent = Agent::new(
         settings,
