@@ -270,24 +270,7 @@ async fn explain_in_the_agents_pod_names_what_it_may_not_read() {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_every_component_the_chart_grants_reloader_compat_on_argo_rollouts_is_ready() {
     // A cluster with Argo Rollouts' CRD: the simulated API server serves argoproj.io.
-    let defaults = NodeOptions::default();
-    let sim = nodesim::node::SimNode::start_with_api(
-        NODE,
-        "reloadlet-it-",
-        nodesim::apiserver::ApiServerOptions {
-            argo_rollouts: true,
-            ..Default::default()
-        },
-        |k| {
-            k.runtime = defaults.runtime;
-            k.driver = defaults.driver;
-            k.cgroup_version = defaults.cgroup_version;
-        },
-    )
-    .await
-    .expect("simulated node");
-    let node = Node::from_sim(sim);
-    node.api.set_nodes(&[NODE]);
+    let node = Node::start_with_argo_rollouts().await;
     // The components controller-reloader-compat, controller-argo-rollouts and
     // controller-reloader-compat-argo-rollouts grant what these values do
     // (hack/render-rbac.sh); the Rollouts' metadata is listed and watched.

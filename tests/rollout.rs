@@ -511,24 +511,7 @@ async fn an_argo_rollout_is_restarted_through_spec_restart_at_once() {
         return;
     }
     // A cluster with Argo Rollouts' CRD: the simulated API server serves argoproj.io.
-    let defaults = NodeOptions::default();
-    let sim = nodesim::node::SimNode::start_with_api(
-        NODE,
-        "reloadlet-it-",
-        nodesim::apiserver::ApiServerOptions {
-            argo_rollouts: true,
-            ..Default::default()
-        },
-        |k| {
-            k.runtime = defaults.runtime;
-            k.driver = defaults.driver;
-            k.cgroup_version = defaults.cgroup_version;
-        },
-    )
-    .await
-    .expect("simulated node");
-    let node = Node::from_sim(sim);
-    node.api.set_nodes(&[NODE]);
+    let node = Node::start_with_argo_rollouts().await;
     change(&node, "canary-cfg", "v1");
     let mut rollout: nodesim::apiserver::Rollout = serde_json::from_value(json!({
         "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",

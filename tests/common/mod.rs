@@ -118,6 +118,30 @@ impl Node {
             .expect("publish CSI volume")
     }
 
+    /// A node whose API server also serves Argo Rollouts (argoproj.io/v1alpha1), as a cluster
+    /// with Argo Rollouts' CRD does.
+    pub async fn start_with_argo_rollouts() -> Node {
+        let defaults = NodeOptions::default();
+        let sim = SimNode::start_with_api(
+            NODE,
+            "reloadlet-it-",
+            nodesim::apiserver::ApiServerOptions {
+                argo_rollouts: true,
+                ..Default::default()
+            },
+            |k| {
+                k.runtime = defaults.runtime;
+                k.driver = defaults.driver;
+                k.cgroup_version = defaults.cgroup_version;
+            },
+        )
+        .await
+        .expect("simulated node");
+        let node = Node::from_sim(sim);
+        node.api.set_nodes(&[NODE]);
+        node
+    }
+
     /// A node around a simulated node started elsewhere, with the chart's default RBAC.
     pub fn from_sim(sim: SimNode) -> Node {
         let node = Node {
