@@ -27,12 +27,7 @@ fn pod_patches(node: &Node) -> Vec<RequestRecord> {
 }
 
 fn nudge_of(node: &Node, name: &str) -> Option<String> {
-    node.api
-        .get_pod(NS, name)?
-        .metadata
-        .annotations?
-        .get(NUDGE)
-        .cloned()
+    node.pod_annotation(NS, name, NUDGE)
 }
 
 /// ConfigMap `app-cfg`, and pods that use it in every way: `web` (volume, opted in),

@@ -79,12 +79,7 @@ async fn replicaset(
 }
 
 fn baseline_of(node: &Node, name: &str) -> Option<String> {
-    node.api
-        .get_pod(NS, name)?
-        .metadata
-        .annotations?
-        .get(BASELINE)
-        .cloned()
+    node.pod_annotation(NS, name, BASELINE)
 }
 
 /// Waits until the controller has written the baseline of every pod of `app`.

@@ -232,8 +232,7 @@ async fn a_blocked_timeout_of_three_hundred_billion_years_cannot_stop_the_contro
         .apply_configmap(configmap(NS, "app-conf", &[("k", "v2")]));
     // Positive control: the controller nudged the innocent pod, and it was signalled.
     eventually("the controller nudged the innocent pod", WAIT, || {
-        let pod = node.api.get_pod(NS, "innocent")?;
-        pod.metadata.annotations?.get(NUDGE).cloned()
+        node.pod_annotation(NS, "innocent", NUDGE)
     })
     .await;
     eventually("the innocent pod got SIGHUP", WAIT, || {

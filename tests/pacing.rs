@@ -265,11 +265,7 @@ async fn an_env_eviction_waits_for_its_window_across_a_controller_restart() {
     .await;
     let controller = ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
     eventually("the baseline is written", WAIT, || {
-        let pod = node.api.get_pod(NS, &name)?;
-        pod.metadata
-            .annotations?
-            .contains_key("reloadlet.io/env-baseline")
-            .then_some(())
+        node.pod_annotation(NS, &name, "reloadlet.io/env-baseline")
     })
     .await;
     node.api

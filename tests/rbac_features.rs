@@ -83,15 +83,6 @@ async fn projected_pod(node: &Node) {
     .await;
 }
 
-fn nudge_of(node: &Node) -> Option<String> {
-    node.api
-        .get_pod(NS, "web")?
-        .metadata
-        .annotations?
-        .get(NUDGE)
-        .cloned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn reloader_compat_without_its_rules_is_not_ready_names_them_and_the_rest_keeps_working() {
     let node = Node::start(NodeOptions::default()).await;
@@ -168,10 +159,13 @@ async fn reloader_compat_without_its_rules_is_not_ready_names_them_and_the_rest_
     );
 
     // Fast projection does not depend on it: a change of the ConfigMap is still nudged.
-    assert_eq!(nudge_of(&node), None);
+    assert_eq!(node.pod_annotation(NS, "web", NUDGE), None);
     node.api
         .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
-    eventually("web nudged", Duration::from_secs(15), || nudge_of(&node)).await;
+    eventually("web nudged", Duration::from_secs(15), || {
+        node.pod_annotation(NS, "web", NUDGE)
+    })
+    .await;
 
     // The operator adds the component (the same rules as the chart's value): Ready again,
     // without a restart, and nothing more is reported.

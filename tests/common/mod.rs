@@ -294,6 +294,16 @@ impl Node {
             .unwrap_or_else(|| panic!("pod {namespace}/{name} never ran"))
     }
 
+    /// One annotation of a pod, as the API server holds it now.
+    pub fn pod_annotation(&self, namespace: &str, pod: &str, key: &str) -> Option<String> {
+        self.api
+            .get_pod(namespace, pod)?
+            .metadata
+            .annotations?
+            .get(key)
+            .cloned()
+    }
+
     pub fn uid(&self, namespace: &str, name: &str) -> String {
         self.api
             .get_pod(namespace, name)
