@@ -1,7 +1,8 @@
 //! `reloadlet.io/action: restart` end to end on a simulated node (issue #45): an app that
 //! reads its config (a mounted file and an env var) only at start serves the new config
 //! after a ConfigMap change — same pod UID and IP, `restartCount` + 1 — and a second change
-//! inside the crash-loop window is deferred, then applied, never lost.
+//! inside the crash-loop window is deferred, then applied, never lost. A `hostUsers: false`
+//! pod (user namespaces, on by default since 1.33) restarts the same way.
 
 mod common;
 
@@ -129,6 +130,67 @@ async fn a_start_only_app_serves_the_new_config_after_a_restart_in_the_same_pod(
     // no pod was created or evicted for it
     assert_eq!(node.api.list_pods().len(), 1);
     assert!(evicted_uids(&node).is_empty());
+}
+
+/// The first line of `/proc/<pid>/uid_map`: (inside, outside).
+fn uid_map(pid: i32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
+    let mut f = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    (f.next().unwrap(), f.next().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_users_false_pod_restarts_in_place_in_its_user_namespace() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&["--restart-without-grant"]).await;
+    node.api.apply_configmap(app_conf("v1", "one"));
+    // The app runs as the pod's root, an unprivileged host UID: it needs a way into the
+    // node's dir and a dir it may write.
+    let base = node.path("");
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let out_dir = node.path("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = out_dir.join("served");
+    let mut p = pod(NS, "web-0")
+        .annotate("reloadlet.io/action", "restart")
+        .annotate("reloadlet.io/restart-grace", "1s")
+        .configmap_volume("conf", "app-conf")
+        .container(start_only_app(&base, &out))
+        .build();
+    p.spec.as_mut().unwrap().host_users = Some(false);
+    node.api.create_pod(p);
+    let handles = node.wait_running(NS, "web-0").await;
+    let first = handles.container("app").unwrap().main_pid;
+    let (inside, outside) = uid_map(first);
+    assert!(
+        inside == 0 && outside > 0,
+        "a user namespace: {inside} {outside}"
+    );
+    eventually("the app serves v1", WAIT, || {
+        (served(&out) == "serving v1 greeting=one").then_some(())
+    })
+    .await;
+    node.wait_tracked(2).await;
+    let uid = node.uid(NS, "web-0");
+
+    node.api.apply_configmap(app_conf("v2", "two"));
+    eventually("the app serves v2", WAIT, || {
+        (served(&out) == "serving v2 greeting=two").then_some(())
+    })
+    .await;
+    eventually("restartCount 1", WAIT, || {
+        let p = node.api.get_pod(NS, "web-0")?;
+        (restart_count(&p) == Some(1)).then_some(())
+    })
+    .await;
+    assert_eq!(node.uid(NS, "web-0"), uid, "same pod");
+    let handles = node.kubelet.pod_handles(&uid).expect("the pod runs");
+    let second = handles.container("app").unwrap().main_pid;
+    assert_ne!(second, first, "a new process");
+    assert_eq!(uid_map(second), (0, outside), "in the pod's user namespace");
+    node.wait_event(NS, "web-0", "Restarted").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
