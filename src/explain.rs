@@ -284,6 +284,19 @@ pub fn report(
                     "      {source}: never triggers (a cluster CA rotation would reload every pod at once); name it in reloadlet.io/configmaps to count it"
                 );
             }
+            if source.kind == crate::core::model::SourceKind::PodCertificate {
+                let _ = if policy::source_counts(pod, source) {
+                    writeln!(
+                        w,
+                        "      {source}: a rotation (a new key and chain) triggers the action (reloadlet.io/pod-certificates)"
+                    )
+                } else {
+                    writeln!(
+                        w,
+                        "      {source}: a rotation never triggers; name the signer in reloadlet.io/pod-certificates to count it"
+                    )
+                };
+            }
         }
         if let Some(csi) = &v.csi {
             let _ = writeln!(w, "{}", csi_note(&policy, &v.name, csi));

@@ -1,6 +1,7 @@
 //! Projected volumes that mix sources, end to end on a simulated node: only a ConfigMap/Secret
 //! change acts; a label edit (downwardAPI), a token refresh and a cluster CA rotation
-//! (`kube-root-ca.crt`) never do, unless the pod names the CA.
+//! (`kube-root-ca.crt`) never do, unless the pod names the CA; a pod certificate rotation
+//! (KEP-4317) acts only for a pod that names the signer.
 
 mod common;
 
@@ -29,14 +30,34 @@ fn token_volume() -> serde_json::Value {
     ]}})
 }
 
+/// An mTLS key and chain from a pod certificate signer and `app-config` in one projected volume.
+fn certificate_volume() -> serde_json::Value {
+    json!({"name": "mixed", "projected": {"sources": [
+        {"configMap": {"name": "app-config"}},
+        {"podCertificate": {"signerName": "example.com/mtls", "keyType": "ED25519",
+            "credentialBundlePath": "tls/bundle.pem"}}
+    ]}})
+}
+
 async fn mixed_pod(node: &mut Node, name: &str, volume: serde_json::Value) -> std::path::PathBuf {
+    mixed_pod_with(node, name, volume, &[]).await
+}
+
+async fn mixed_pod_with(
+    node: &mut Node,
+    name: &str,
+    volume: serde_json::Value,
+    annotations: &[(&str, &str)],
+) -> std::path::PathBuf {
     node.api
         .apply_configmap(configmap(NS, "app-config", &[("app.conf", "v1")]));
     let out = node.path(&format!("{name}.sig"));
+    let mut builder = pod(NS, name).signal().label("tier", "web");
+    for (k, v) in annotations {
+        builder = builder.annotate(k, v);
+    }
     node.api.create_pod(
-        pod(NS, name)
-            .signal()
-            .label("tier", "web")
+        builder
             .volume(volume)
             .recorder("app", &out, &[("mixed", "/etc/app")])
             .build(),
@@ -119,6 +140,61 @@ async fn a_token_refresh_never_acts_a_configmap_change_in_the_token_volume_acts_
     .await;
 
     one_signal_naming_app_config(&node, "vault-client", &out).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_certificate_rotation_acts_only_for_a_pod_that_names_the_signer() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&[]).await;
+    let plain = mixed_pod(&mut node, "plain", certificate_volume()).await;
+    let opted = mixed_pod_with(
+        &mut node,
+        "opted",
+        certificate_volume(),
+        &[("reloadlet.io/pod-certificates", "example.com/mtls")],
+    )
+    .await;
+    // Two mixed volumes and two kube-api-access volumes.
+    node.wait_tracked(4).await;
+    let bundle = |name: &str| {
+        let uid = node.uid(NS, name);
+        let file = node
+            .kubelet_root()
+            .join("pods")
+            .join(uid)
+            .join("volumes/kubernetes.io~projected/mixed/tls/bundle.pem");
+        std::fs::read_to_string(file).expect("the kubelet projected the credential bundle")
+    };
+    let before = bundle("opted");
+    assert!(
+        before.starts_with("-----BEGIN PRIVATE KEY-----"),
+        "{before}"
+    );
+
+    node.kubelet.rotate_pod_certificates();
+    eventually("the pod that names the signer is signalled", WAIT, || {
+        (signals_in(&opted) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    assert_ne!(bundle("opted"), before, "a new key and chain");
+    let event = node.wait_event(NS, "opted", "Signaled").await;
+    assert!(
+        event
+            .note
+            .ends_with(": pod certificate example.com/mtls changed"),
+        "{}",
+        event.note
+    );
+    never(
+        "a signal on a rotation to a pod that did not opt in",
+        AGENT_QUIET,
+        || !signals_in(&plain).is_empty(),
+    )
+    .await;
+    assert!(node.events(NS, "plain", "Signaled").is_empty());
+
+    // The ConfigMap in the same volume acts for both, and the rotation is not named again.
+    one_signal_naming_app_config(&node, "plain", &plain).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use nodesim::projection::{inject_kube_api_access, root_ca_configmap, SourceLookup};
-use nodesim::volumes::PodVolumes;
+use nodesim::volumes::{PodVolumes, Rotation};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -202,7 +202,7 @@ fn volumes_are_laid_out_mounted_rotated_and_torn_down() {
 
     // token rotation swaps only the token volume
     let old_token = std::fs::read(token.join("token")).unwrap();
-    let rotated = vols.rotate_token(&pod, &objects("v1")).unwrap();
+    let rotated = vols.rotate(Rotation::Tokens, &pod, &objects("v1")).unwrap();
     assert_eq!(rotated.len(), 1);
     assert_eq!(rotated[0].0, api_access);
     assert_ne!(data_target(&token), before.1);

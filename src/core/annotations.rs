@@ -17,6 +17,9 @@ pub const SECRETS: &str = "reloadlet.io/secrets";
 pub const SECRET_PROVIDER_CLASSES: &str = "reloadlet.io/secretproviderclasses";
 /// Narrowing to CSI volumes by pod volume name (any driver reloadlet watches), docs/csi.md.
 pub const CSI_VOLUMES: &str = "reloadlet.io/csi-volumes";
+/// Opt-in to the rotations of projected `podCertificate` sources (KEP-4317), by signer name:
+/// `example.com/mtls[,…]`. Without it a rotation never acts (docs/signals.md).
+pub const POD_CERTIFICATES: &str = "reloadlet.io/pod-certificates";
 pub const EVICT_UNOWNED: &str = "reloadlet.io/evict-unowned";
 /// `"off"`: signal without first checking that the process handles the signal.
 pub const SIGNAL_CHECK: &str = "reloadlet.io/signal-check";
@@ -43,7 +46,8 @@ pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
 /// each ConfigMap/Secret (volumes and env), like [`ENV_BASELINE`] (docs/rollout.md).
 pub const ROLLOUT_BASELINE: &str = "reloadlet.io/rollout-baseline";
 
-const KNOWN: [&str; 24] = [
+const KNOWN: [&str; 25] = [
+    POD_CERTIFICATES,
     ROLLOUT_BASELINE,
     // Written by whoever acts on the pod: what it applied (`reloadlet status`, docs/status.md).
     crate::core::status::applied::ANNOTATION,
@@ -174,6 +178,9 @@ pub struct PodPolicy {
     /// (any one set, and only the listed sources count).
     pub secret_provider_classes: Option<Vec<String>>,
     pub csi_volumes: Option<Vec<String>>,
+    /// `reloadlet.io/pod-certificates`: the signers whose `podCertificate` rotations count.
+    /// An opt-in, not a narrowing list: it never leaves a ConfigMap or Secret out.
+    pub pod_certificates: Option<Vec<String>>,
 }
 
 impl PodPolicy {
@@ -282,6 +289,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
             is_dns_subdomain,
         )?,
         csi_volumes: parse_list(annotations, CSI_VOLUMES, "volume", is_dns_label)?,
+        pod_certificates: parse_list(annotations, POD_CERTIFICATES, "signer", is_signer_name)?,
     }))
 }
 
@@ -450,6 +458,24 @@ fn is_dns_subdomain(s: &str) -> bool {
             .all(|part| !part.is_empty() && is_dns_label(part))
 }
 
+/// A certificate signer name as the API server requires it (kubernetes
+/// `pkg/apis/certificates/validation/validation.go`, `ValidateSignerName`): `<domain>/<path>`,
+/// the domain an RFC 1123 subdomain, at most 571 characters in all. The path is held here to
+/// URL path characters without `%` (nothing else names a signer), so the name can go into an
+/// Event or a log line as it is.
+fn is_signer_name(s: &str) -> bool {
+    let Some((domain, path)) = s.split_once('/') else {
+        return false;
+    };
+    s.len() <= 571
+        && is_dns_subdomain(domain)
+        && !path.is_empty()
+        && !path.ends_with('/')
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~/".contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,6 +498,7 @@ mod tests {
             secrets: None,
             secret_provider_classes: None,
             csi_volumes: None,
+            pod_certificates: None,
         }
     }
 
@@ -563,6 +590,7 @@ mod tests {
                     secrets: None,
                     secret_provider_classes: None,
                     csi_volumes: None,
+                    pod_certificates: None,
                 })),
             ),
             (
@@ -576,6 +604,7 @@ mod tests {
                     secrets: None,
                     secret_provider_classes: None,
                     csi_volumes: None,
+                    pod_certificates: None,
                 })),
             ),
             (
@@ -646,6 +675,7 @@ mod tests {
             secrets: None,
             secret_provider_classes: None,
             csi_volumes: None,
+            pod_certificates: None,
         }
     }
 

@@ -79,6 +79,10 @@ pub enum SourceKind {
     SecretProviderClass,
     /// A CSI volume of another known driver: `name` reads `<volume> (<driver>)`.
     CsiVolume,
+    /// A projected `podCertificate` source (KEP-4317): `name` is its `signerName`. The
+    /// kubelet writes a fresh key and chain at every rotation; it counts only for a pod that
+    /// names the signer in `reloadlet.io/pod-certificates`.
+    PodCertificate,
 }
 
 impl SourceKind {
@@ -88,6 +92,7 @@ impl SourceKind {
             Self::Secret => "secret",
             Self::SecretProviderClass => "secretproviderclass",
             Self::CsiVolume => "csi volume",
+            Self::PodCertificate => "pod certificate",
         }
     }
 

@@ -83,7 +83,9 @@ pub fn matching_with(
         SourceKind::ConfigMap => (CONFIGMAP_RELOAD, CONFIGMAP_AUTO),
         SourceKind::Secret => (SECRET_RELOAD, SECRET_AUTO),
         // Reloader's annotations name ConfigMaps and Secrets only.
-        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return None,
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume | SourceKind::PodCertificate => {
+            return None
+        }
     };
     let relevant = |a: &BTreeMap<String, String>| {
         [explicit, SEARCH, AUTO, typed_auto]

@@ -52,8 +52,9 @@ pub async fn watch_objects(
             let api = Api::<PartialObjectMeta<Secret>>::all(client);
             watch_meta(api, kind, watched("secrets"), denials, tx).await
         }
-        // Files a CSI driver writes on a node: no API object to watch (docs/csi.md).
-        SourceKind::SecretProviderClass | SourceKind::CsiVolume => {}
+        // Files a CSI driver or the kubelet's pod certificate manager writes on a node: no API
+        // object to watch (docs/csi.md, docs/signals.md).
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume | SourceKind::PodCertificate => {}
     }
 }
 
@@ -70,7 +71,9 @@ async fn watch_meta<K>(
     let what = match kind {
         SourceKind::ConfigMap => "configmaps",
         SourceKind::Secret => "secrets",
-        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return,
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume | SourceKind::PodCertificate => {
+            return
+        }
     };
     let key = move |meta: &ObjectMeta| -> Option<(ObjectKey, String)> {
         Some((
@@ -330,7 +333,9 @@ impl EnvApi for KubeEnvApi {
                     }))
                 }
                 // Never an env reference: no API object behind it.
-                SourceKind::SecretProviderClass | SourceKind::CsiVolume => Ok(None),
+                SourceKind::SecretProviderClass
+                | SourceKind::CsiVolume
+                | SourceKind::PodCertificate => Ok(None),
             }
         })
     }

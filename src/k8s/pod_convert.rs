@@ -311,8 +311,7 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
         // A configMap/secret volume has one source: every file is its own.
         return spec;
     };
-    for view in p.sources.iter().flatten() {
-        let src = &view.source;
+    for src in p.sources.iter().flatten() {
         if let Some(c) = &src.config_map {
             let source = cm(&c.name);
             let paths = item_paths(c.items.as_ref()).or_else(|| {
@@ -349,10 +348,32 @@ fn volume_spec(v: &VolumeView) -> VolumeSpec {
         if let Some(b) = &src.cluster_trust_bundle {
             spec.other_paths.push(b.path.clone());
         }
-        // Rewritten on each certificate rotation (a fresh key and chain, about every day
-        // with the `kubernetes.io` signers), like a token refresh: not hashed.
-        if let Some(c) = &view.pod_certificate {
-            spec.other_paths.extend(c.paths().cloned());
+        // Rewritten at each certificate rotation (a fresh key and chain, about daily with the
+        // `kubernetes.io` signers): a part of the hash of its own, so a rotation is told from
+        // a ConfigMap/Secret change in the same volume, and a source that counts only for a
+        // pod naming its signer in reloadlet.io/pod-certificates (core::policy).
+        if let Some(c) = &src.pod_certificate {
+            let source = SourceRef {
+                kind: SourceKind::PodCertificate,
+                name: c.signer_name.clone(),
+            };
+            let paths = [
+                &c.credential_bundle_path,
+                &c.key_path,
+                &c.certificate_chain_path,
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|p| !p.is_empty())
+            .cloned();
+            // Two sources of one signer (two key types, say) are one source of two parts' files.
+            match spec.source_paths.iter_mut().find(|(s, _)| *s == source) {
+                Some((_, known)) => known.extend(paths),
+                None => spec.source_paths.push((source.clone(), paths.collect())),
+            }
+            if !spec.sources.contains(&source) {
+                spec.sources.push(source);
+            }
         }
     }
     spec
@@ -568,29 +589,31 @@ mod tests {
         );
         assert_eq!(token.other_paths, ["token", "namespace"]);
         let mixed = info.volume("mixed").unwrap();
-        // A podCertificate source (not in k8s-openapi's v1_33 types) is read from the wire:
-        // its files are rewritten at each rotation, like a token's.
-        assert_eq!(
-            mixed.other_paths,
-            [
-                "vault/token",
-                "labels",
-                "bundle.pem",
-                "mtls/bundle.pem",
-                "mtls/key.pem"
-            ]
-        );
+        assert_eq!(mixed.other_paths, ["vault/token", "labels", "bundle.pem"]);
+        // A podCertificate source is a source of its own (its files are its part of the
+        // hash), named by its signer.
+        let mtls = SourceRef {
+            kind: SourceKind::PodCertificate,
+            name: "example.com/mtls".into(),
+        };
         assert_eq!(
             mixed.source_paths,
-            [(
-                SourceRef {
-                    kind: SourceKind::Secret,
-                    name: "db".into()
-                },
-                vec!["db/user".to_owned(), "db/password".to_owned()]
-            )]
+            [
+                (
+                    SourceRef {
+                        kind: SourceKind::Secret,
+                        name: "db".into()
+                    },
+                    vec!["db/user".to_owned(), "db/password".to_owned()]
+                ),
+                (
+                    mtls.clone(),
+                    vec!["mtls/bundle.pem".to_owned(), "mtls/key.pem".to_owned()]
+                )
+            ]
         );
-        assert_eq!(mixed.sources.len(), 2);
+        assert_eq!(mixed.sources.len(), 3);
+        assert_eq!(mixed.sources[2], mtls);
         // A plain configMap volume: its items are all its own; nothing to tell apart.
         assert!(info.volume("conf").unwrap().source_paths.is_empty());
         assert_eq!(info.volume("both").unwrap().sources.len(), 2);

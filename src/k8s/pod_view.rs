@@ -87,51 +87,12 @@ pub struct VolumeView {
     pub csi: Option<CsiVolumeView>,
 }
 
-/// `spec.volumes[].projected`: its sources, each as k8s-openapi types it plus the sources
-/// newer than the API version it is built for (feature `v1_33`), read from the wire JSON.
+/// `spec.volumes[].projected`: its sources (k8s-openapi's `v1_35` types, which have
+/// `podCertificate`, KEP-4317: alpha in 1.34, beta in 1.35).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProjectedView {
-    pub sources: Option<Vec<ProjectionView>>,
-}
-
-/// One `projected.sources[]` entry.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProjectionView {
-    #[serde(flatten)]
-    pub source: VolumeProjection,
-    /// `podCertificate` (KEP-4317: alpha in 1.34, beta in 1.35; not in k8s-openapi's
-    /// `v1_33` types).
-    pub pod_certificate: Option<PodCertificateView>,
-}
-
-/// `projected.sources[].podCertificate`: the files the kubelet writes (kubernetes
-/// `pkg/volume/projected/projected.go`, `collectData`: the private key and the certificate
-/// chain from the pod certificate manager, `GetPodCertificateCredentialBundle` in
-/// `pkg/kubelet/podcertificate/podcertificatemanager.go`, at `credentialBundlePath` (key then
-/// chain, one file), `keyPath` and `certificateChainPath`, whichever are set).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodCertificateView {
-    pub signer_name: String,
-    pub credential_bundle_path: Option<String>,
-    pub key_path: Option<String>,
-    pub certificate_chain_path: Option<String>,
-}
-
-impl PodCertificateView {
-    /// The paths it writes, in the volume.
-    pub fn paths(&self) -> impl Iterator<Item = &String> {
-        [
-            &self.credential_bundle_path,
-            &self.key_path,
-            &self.certificate_chain_path,
-        ]
-        .into_iter()
-        .flatten()
-        .filter(|p| !p.is_empty())
-    }
+    pub sources: Option<Vec<VolumeProjection>>,
 }
 
 /// `spec.volumes[].csi` (`CSIVolumeSource`): the driver and `volumeAttributes`, of which only

@@ -215,7 +215,9 @@ async fn metadata(client: &Client, ns: &str, object: &SourceRef) -> Result<Objec
             .get_metadata_opt(&object.name)
             .await
             .map(|o| o.map(|o| o.metadata)),
-        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return Ok(ObjectMeta::Missing),
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume | SourceKind::PodCertificate => {
+            return Ok(ObjectMeta::Missing)
+        }
     }
     .map_err(|e| format!("cannot read {object} in {ns}: {e}"))?;
     Ok(match meta {

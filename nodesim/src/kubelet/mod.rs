@@ -19,6 +19,7 @@ use crate::kubelet::sync::SyncRecord;
 pub use crate::kubelet::sync::{SyncMode, SyncReason};
 use crate::kubelet::worker::{Msg, Worker};
 use crate::runtime::{RuntimeConfig, RuntimeError, SimRuntime};
+use crate::volumes::Rotation;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -107,7 +108,14 @@ impl SimKubelet {
     /// The service-account token refresh (every ~48 minutes on a real node), now: every
     /// volume with a `serviceAccountToken` source swaps its `..data`. Returns once done.
     pub fn rotate_tokens(&self) {
-        self.ask(Msg::RotateTokens);
+        self.ask(|reply| Msg::Rotate(Rotation::Tokens, reply));
+    }
+
+    /// The pod certificate refresh (from each certificate's `beginRefreshAt` on a real node),
+    /// now: every volume with a `podCertificate` source gets a new key and chain and swaps its
+    /// `..data`. Returns once done.
+    pub fn rotate_pod_certificates(&self) {
+        self.ask(|reply| Msg::Rotate(Rotation::PodCertificates, reply));
     }
 
     /// Host PIDs of the pod's pause, conmon and container processes, once it runs.

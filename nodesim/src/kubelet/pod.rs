@@ -6,7 +6,7 @@ use crate::kubelet::qos::qos_class;
 use crate::runtime::{BindMount, ContainerSpec, RuntimeError, SandboxSpec, SimRuntime};
 use crate::volumes::atomic_writer::WriteOutcome;
 use crate::volumes::projection::{self, SourceLookup};
-use crate::volumes::{PodVolumes, SourceKind, VolumeError, VolumeKind};
+use crate::volumes::{PodVolumes, Rotation, SourceKind, VolumeError, VolumeKind};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
     Pod, PodCondition, PodStatus,
@@ -449,9 +449,9 @@ impl PodState {
         }
     }
 
-    pub fn rotate_tokens(&mut self, lookup: &dyn SourceLookup) {
-        if let Err(e) = self.volumes.rotate_token(&self.pod, lookup) {
-            tracing::warn!(pod = ?self.pod.metadata.name, error = %e, "token rotation failed");
+    pub fn rotate(&mut self, what: Rotation, lookup: &dyn SourceLookup) {
+        if let Err(e) = self.volumes.rotate(what, &self.pod, lookup) {
+            tracing::warn!(pod = ?self.pod.metadata.name, error = %e, ?what, "rotation failed");
         }
     }
 

@@ -11,7 +11,7 @@ use crate::kubelet::sync::{self as kubelet_sync, next_tick, remount_at, SwapReco
 use crate::kubelet::sync::{SyncMode, SyncReason};
 use crate::runtime::SimRuntime;
 use crate::volumes::projection;
-use crate::volumes::SourceKind;
+use crate::volumes::{Rotation, SourceKind};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -23,7 +23,7 @@ pub(crate) enum Msg {
     /// Events were lost: compare with the API's list.
     Relist,
     Resync(mpsc::Sender<()>),
-    RotateTokens(mpsc::Sender<()>),
+    Rotate(Rotation, mpsc::Sender<()>),
     Handles(String, mpsc::Sender<Option<PodHandles>>),
     Syncs(String, mpsc::Sender<Vec<SyncRecord>>),
     Swaps(String, mpsc::Sender<Vec<SwapRecord>>),
@@ -153,8 +153,8 @@ impl Worker {
                         .and_then(|s| s.pod.metadata.resource_version.clone());
                     let _ = reply.send(rv);
                 }
-                Msg::RotateTokens(reply) => {
-                    self.rotate_tokens();
+                Msg::Rotate(what, reply) => {
+                    self.rotate(what);
                     let _ = reply.send(());
                 }
                 Msg::Handles(uid, reply) => {
@@ -564,10 +564,10 @@ impl Worker {
         }
     }
 
-    fn rotate_tokens(&mut self) {
+    fn rotate(&mut self, what: Rotation) {
         for state in self.pods.values_mut() {
             if state.stage == Stage::Running {
-                state.rotate_tokens(self.api.lookup());
+                state.rotate(what, self.api.lookup());
             }
         }
     }

@@ -9,7 +9,9 @@ pub mod csi;
 pub mod projection;
 
 use crate::volumes::atomic_writer::WriteOutcome;
-use crate::volumes::projection::{Payload, ProjectionError, SourceLookup, TokenCache};
+use crate::volumes::projection::{
+    Payload, PodCertificates, ProjectionError, SourceLookup, TokenCache,
+};
 use k8s_openapi::api::core::v1::{Pod, ProjectedVolumeSource, Volume, VolumeProjection};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use std::fs;
@@ -124,6 +126,26 @@ pub fn has_token_source(volume: &Volume) -> bool {
     projected_sources(volume).any(|p| p.service_account_token.is_some())
 }
 
+/// What the kubelet renews on its own schedule, re-writing the volumes that project it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rotation {
+    /// Service-account tokens (`serviceAccountToken` sources; every ~48 minutes for
+    /// `kube-api-access-*`).
+    Tokens,
+    /// Pod certificates (`podCertificate` sources; from `beginRefreshAt`, about daily with
+    /// the `kubernetes.io` signers).
+    PodCertificates,
+}
+
+impl Rotation {
+    fn projects(self, volume: &Volume) -> bool {
+        match self {
+            Self::Tokens => has_token_source(volume),
+            Self::PodCertificates => projected_sources(volume).any(|p| p.pod_certificate.is_some()),
+        }
+    }
+}
+
 /// Errors setting up or tearing down volumes.
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
@@ -179,6 +201,7 @@ pub struct PodVolumes {
     pod_dir: PathBuf,
     volumes: Vec<PodVolume>,
     tokens: TokenCache,
+    certificates: PodCertificates,
     torn_down: bool,
 }
 
@@ -199,6 +222,7 @@ impl PodVolumes {
             pod_dir: pod_dir.clone(),
             volumes: Vec::new(),
             tokens: TokenCache::default(),
+            certificates: PodCertificates::default(),
             torn_down: false,
         };
         let volumes_dir = pod_dir.join("volumes");
@@ -288,7 +312,8 @@ impl PodVolumes {
         } else if let Some(src) = &spec.secret {
             projection::secret_volume(src, ns, lookup).map_err(wrap)?
         } else if let Some(src) = &spec.projected {
-            projection::projected_volume(src, pod, lookup, &mut self.tokens).map_err(wrap)?
+            projection::projected_volume(src, pod, lookup, &mut self.tokens, &mut self.certificates)
+                .map_err(wrap)?
         } else if let Some(src) = &spec.downward_api {
             let as_projected = ProjectedVolumeSource {
                 default_mode: src.default_mode,
@@ -299,8 +324,14 @@ impl PodVolumes {
                     ..Default::default()
                 }]),
             };
-            projection::projected_volume(&as_projected, pod, lookup, &mut self.tokens)
-                .map_err(wrap)?
+            projection::projected_volume(
+                &as_projected,
+                pod,
+                lookup,
+                &mut self.tokens,
+                &mut self.certificates,
+            )
+            .map_err(wrap)?
         } else {
             return Ok(None);
         };
@@ -360,18 +391,22 @@ impl PodVolumes {
             .collect()
     }
 
-    /// The token refresh: new service-account tokens, re-written into every volume with a
-    /// `serviceAccountToken` source (`kube-api-access-*`), which swaps its `..data`.
-    pub fn rotate_token(
+    /// A refresh: new service-account tokens or pod certificates, re-written into every volume
+    /// that projects them (`kube-api-access-*` for tokens), which swaps its `..data`.
+    pub fn rotate(
         &mut self,
+        what: Rotation,
         pod: &Pod,
         lookup: &dyn SourceLookup,
     ) -> Result<Vec<(String, WriteOutcome)>, VolumeError> {
-        self.tokens.rotate();
+        match what {
+            Rotation::Tokens => self.tokens.rotate(),
+            Rotation::PodCertificates => self.certificates.rotate(),
+        }
         let names: Vec<String> = self
             .volumes
             .iter()
-            .filter(|v| has_token_source(&v.spec))
+            .filter(|v| what.projects(&v.spec))
             .map(|v| v.name.clone())
             .collect();
         let mut outcomes = Vec::new();

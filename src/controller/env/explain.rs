@@ -43,7 +43,9 @@ pub fn references(pod: &PodInfo) -> String {
         let when = match source.kind {
             SourceKind::ConfigMap => "",
             SourceKind::Secret => " (if the controller runs with --env-consumers-secrets)",
-            SourceKind::SecretProviderClass | SourceKind::CsiVolume => "",
+            SourceKind::SecretProviderClass
+            | SourceKind::CsiVolume
+            | SourceKind::PodCertificate => "",
         };
         match decide(pod, source) {
             EnvDecision::Evict => format!("the pod is evicted (PDB-respecting){when}"),

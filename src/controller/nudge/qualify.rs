@@ -97,7 +97,7 @@ pub fn qualifies(pod: &PodInfo, object: &SourceRef) -> Result<(), NotQualified> 
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
         // The driver, not the kubelet, writes a CSI volume: nothing to nudge.
-        SourceKind::SecretProviderClass | SourceKind::CsiVolume => {
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume | SourceKind::PodCertificate => {
             return Err(NotQualified::NotProjected)
         }
     };
@@ -139,7 +139,9 @@ pub fn explain(pod: &PodInfo) -> String {
                 SourceKind::Secret => {
                     "nudged when it changes (if the controller runs with --secrets)".to_owned()
                 }
-                SourceKind::SecretProviderClass | SourceKind::CsiVolume => {
+                SourceKind::SecretProviderClass
+                | SourceKind::CsiVolume
+                | SourceKind::PodCertificate => {
                     "not nudged: the CSI driver decides when to write".to_owned()
                 }
             },

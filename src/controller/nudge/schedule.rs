@@ -350,7 +350,9 @@ impl Scheduler {
                 match pick.change.kind {
                     SourceKind::ConfigMap => self.dropped.configmap += 1,
                     SourceKind::Secret => self.dropped.secret += 1,
-                    SourceKind::SecretProviderClass | SourceKind::CsiVolume => {}
+                    SourceKind::SecretProviderClass
+                    | SourceKind::CsiVolume
+                    | SourceKind::PodCertificate => {}
                 }
             } else {
                 room -= 1;

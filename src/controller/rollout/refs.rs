@@ -68,7 +68,9 @@ pub fn references(
             SourceKind::ConfigMap => configmaps,
             SourceKind::Secret => secrets,
             // No API object to read: a CSI driver writes these on the node only.
-            SourceKind::SecretProviderClass | SourceKind::CsiVolume => false,
+            SourceKind::SecretProviderClass
+            | SourceKind::CsiVolume
+            | SourceKind::PodCertificate => false,
         };
         let root_ca_named = policy
             .as_ref()

@@ -174,6 +174,7 @@ pub fn validated_policy_with(pod: &PodInfo, fence: HttpFence) -> CheckedPolicy {
         }
     }
     validate_csi_lists(pod, &policy)?;
+    validate_pod_certificates(pod, &policy)?;
     Ok(Some(policy))
 }
 
@@ -267,6 +268,25 @@ fn validate_csi_lists(pod: &PodInfo, policy: &PodPolicy) -> Result<(), String> {
             return Err(format!(
                 "{}: the pod has no CSI volume {volume:?}",
                 annotations::CSI_VOLUMES
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `reloadlet.io/pod-certificates` names signers of the pod's projected `podCertificate`
+/// sources (a signer that matches none is a typo: nothing would ever trigger).
+fn validate_pod_certificates(pod: &PodInfo, policy: &PodPolicy) -> Result<(), String> {
+    for signer in policy.pod_certificates.iter().flatten() {
+        let projected = pod.volumes.iter().any(|v| {
+            v.sources
+                .iter()
+                .any(|s| s.kind == SourceKind::PodCertificate && s.name == *signer)
+        });
+        if !projected {
+            return Err(format!(
+                "{}: no projected volume of the pod has a podCertificate source with signerName {signer:?}",
+                annotations::POD_CERTIFICATES
             ));
         }
     }
@@ -610,14 +630,22 @@ fn counts(policy: &PodPolicy, source: &SourceRef) -> bool {
         // A cluster CA rotation changes it in every pod at once: only when asked for by name.
         return named(&policy.configmaps);
     }
+    if source.kind == SourceKind::PodCertificate {
+        // Rewritten at every rotation (about daily with the `kubernetes.io` signers): only
+        // for a pod that names the signer, whatever else it narrows to.
+        return named(&policy.pod_certificates);
+    }
     if !policy.narrowed() {
         return true;
     }
     let list = match source.kind {
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
-        // Counted by volume and class ([`csi_counts`]), never by this name.
-        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return false,
+        // Counted by volume and class ([`csi_counts`]), never by this name; pod certificates
+        // above.
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume | SourceKind::PodCertificate => {
+            return false
+        }
     };
     named(list)
 }

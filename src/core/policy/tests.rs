@@ -826,3 +826,83 @@ fn the_subpath_warning_points_to_restart() {
         other => panic!("{other:?}"),
     }
 }
+
+fn pod_cert(signer: &str) -> SourceRef {
+    SourceRef {
+        kind: SourceKind::PodCertificate,
+        name: signer.into(),
+    }
+}
+
+#[test]
+fn a_pod_certificate_rotation_acts_only_for_a_pod_that_names_its_signer() {
+    // `[configMap app-config, podCertificate example.com/mtls]`, as pod_convert lays it out.
+    let p = pod()
+        .annotate("reloadlet.io/action", "signal")
+        .volume(
+            "mixed",
+            vec![cm("app-config"), pod_cert("example.com/mtls")],
+        )
+        .container("app", &["mixed"]);
+    let rotation = changes(&[("mixed", Some(vec![pod_cert("example.com/mtls")]))]);
+    let d = decide_changes(&p.0, &rotation);
+    assert!(matches!(d, Decision::NothingToDo { .. }), "{d:?}");
+    // Its ConfigMap still counts, and the certificate is not named in the cause.
+    let Decision::Signal { cause, .. } = decide_changes(
+        &p.0,
+        &changes(&[(
+            "mixed",
+            Some(vec![cm("app-config"), pod_cert("example.com/mtls")]),
+        )]),
+    ) else {
+        panic!("a ConfigMap change must signal");
+    };
+    assert_eq!(cause.to_string(), "configmap app-config changed");
+
+    // Opted in: the rotation signals, and the opt-in narrows nothing.
+    let opted = p.annotate("reloadlet.io/pod-certificates", "example.com/mtls");
+    let Decision::Signal { cause, .. } = decide_changes(&opted.0, &rotation) else {
+        panic!("a named signer's rotation must signal");
+    };
+    assert_eq!(
+        cause.to_string(),
+        "pod certificate example.com/mtls changed"
+    );
+    assert!(matches!(
+        decide_changes(
+            &opted.0,
+            &changes(&[("mixed", Some(vec![cm("app-config")]))])
+        ),
+        Decision::Signal { .. }
+    ));
+}
+
+#[test]
+fn pod_certificates_must_name_a_signer_the_pod_projects() {
+    let base = || {
+        pod()
+            .annotate("reloadlet.io/action", "signal")
+            .volume("mtls", vec![pod_cert("example.com/mtls")])
+            .container("app", &["mtls"])
+    };
+    for (value, ok) in [
+        ("example.com/mtls", true),
+        (" example.com/mtls , example.com/mtls ", true),
+        ("example.com/other", false),
+        ("mtls", false),
+        ("Example.com/mtls", false),
+        ("example.com/", false),
+        ("example.com/a%2Fb", false),
+        ("", false),
+    ] {
+        let p = base().annotate("reloadlet.io/pod-certificates", value);
+        let d = decide_changes(
+            &p.0,
+            &changes(&[("mtls", Some(vec![pod_cert("example.com/mtls")]))]),
+        );
+        assert_eq!(matches!(d, Decision::Signal { .. }), ok, "{value:?}: {d:?}");
+        if !ok {
+            assert!(matches!(d, Decision::Invalid { .. }), "{value:?}: {d:?}");
+        }
+    }
+}

@@ -10,8 +10,10 @@ use k8s_openapi::api::core::v1::{
 use std::collections::BTreeMap;
 
 mod downward_api;
+mod pod_certificate;
 mod service_account;
 pub use downward_api::{downward_api_field, format_map};
+pub use pod_certificate::PodCertificates;
 pub use service_account::{
     fake_token, inject_kube_api_access, kube_api_access_volume, random_name_suffix,
     root_ca_configmap, TokenCache,
@@ -52,6 +54,8 @@ pub enum ProjectionError {
     },
     #[error("downward API field {0:?} is not supported by the simulator")]
     UnsupportedField(String),
+    #[error("pod certificate of signer {0}")]
+    PodCertificate(String),
 }
 
 fn mode_or(mode: Option<i32>, default: u32) -> u32 {
@@ -192,6 +196,7 @@ pub fn projected_volume(
     pod: &Pod,
     lookup: &dyn SourceLookup,
     tokens: &mut TokenCache,
+    certificates: &mut PodCertificates,
 ) -> Result<Payload, ProjectionError> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let default_mode = mode_or(source.default_mode, DEFAULT_MODE);
@@ -270,6 +275,17 @@ pub fn projected_volume(
                     mode: default_mode,
                 },
             );
+        }
+        if let Some(c) = &projection.pod_certificate {
+            for (path, data) in certificates.files(pod, c)? {
+                payload.insert(
+                    path,
+                    FileProjection {
+                        data,
+                        mode: default_mode,
+                    },
+                );
+            }
         }
         // clusterTrustBundle: not simulated
     }
@@ -472,8 +488,9 @@ mod tests {
         let mut o = o;
         o.cms.push(root_ca_configmap("ns"));
         let mut tokens = TokenCache::default();
+        let mut certs = PodCertificates::default();
         let src = volume.projected.as_ref().unwrap();
-        let first = projected_volume(src, &pod(), &o, &mut tokens).unwrap();
+        let first = projected_volume(src, &pod(), &o, &mut tokens, &mut certs).unwrap();
         let names: Vec<&str> = first.keys().map(String::as_str).collect();
         assert_eq!(names, ["ca.crt", "namespace", "password", "token"]);
         assert_eq!(first["namespace"].data, b"ns");
@@ -483,12 +500,48 @@ mod tests {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'));
 
-        let again = projected_volume(src, &pod(), &o, &mut tokens).unwrap();
+        let again = projected_volume(src, &pod(), &o, &mut tokens, &mut certs).unwrap();
         assert_eq!(again, first, "same token until rotation");
         tokens.rotate();
-        let rotated = projected_volume(src, &pod(), &o, &mut tokens).unwrap();
+        let rotated = projected_volume(src, &pod(), &o, &mut tokens, &mut certs).unwrap();
         assert_ne!(rotated["token"], first["token"]);
         assert_eq!(rotated["ca.crt"], first["ca.crt"]);
+    }
+
+    #[test]
+    fn pod_certificates_are_key_then_chain_and_new_only_at_rotation() {
+        use k8s_openapi::api::core::v1::PodCertificateProjection;
+        let src = ProjectedVolumeSource {
+            sources: Some(vec![VolumeProjection {
+                pod_certificate: Some(PodCertificateProjection {
+                    signer_name: "example.com/mtls".into(),
+                    key_type: "ED25519".into(),
+                    credential_bundle_path: Some("bundle.pem".into()),
+                    key_path: Some("tls.key".into()),
+                    certificate_chain_path: Some("tls.crt".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let (o, mut tokens, mut certs) =
+            (objects(), TokenCache::default(), PodCertificates::default());
+        let first = projected_volume(&src, &pod(), &o, &mut tokens, &mut certs).unwrap();
+        let text = |p: &Payload, f: &str| String::from_utf8(p[f].data.clone()).unwrap();
+        assert!(text(&first, "tls.key").starts_with("-----BEGIN PRIVATE KEY-----"));
+        assert!(text(&first, "tls.crt").starts_with("-----BEGIN CERTIFICATE-----"));
+        assert_eq!(
+            text(&first, "bundle.pem"),
+            text(&first, "tls.key") + &text(&first, "tls.crt"),
+            "the bundle is the key's PEM block, then the chain's"
+        );
+        let again = projected_volume(&src, &pod(), &o, &mut tokens, &mut certs).unwrap();
+        assert_eq!(again, first, "a resync writes the same credentials");
+        certs.rotate();
+        let rotated = projected_volume(&src, &pod(), &o, &mut tokens, &mut certs).unwrap();
+        assert_ne!(rotated["tls.key"], first["tls.key"]);
+        assert_ne!(rotated["tls.crt"], first["tls.crt"]);
     }
 
     #[test]

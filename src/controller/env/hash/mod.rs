@@ -42,7 +42,9 @@ pub fn references(
         let followed = match r.source.kind {
             SourceKind::ConfigMap => configmaps,
             SourceKind::Secret => secrets,
-            SourceKind::SecretProviderClass | SourceKind::CsiVolume => false,
+            SourceKind::SecretProviderClass
+            | SourceKind::CsiVolume
+            | SourceKind::PodCertificate => false,
         };
         if !followed || !listed(policy.as_ref(), r) {
             continue;
@@ -77,7 +79,9 @@ pub fn narrowed_in(policy: Option<&annotations::PodPolicy>, source: &SourceRef) 
     let list = match r.kind {
         SourceKind::ConfigMap => &policy.configmaps,
         SourceKind::Secret => &policy.secrets,
-        SourceKind::SecretProviderClass | SourceKind::CsiVolume => return false,
+        SourceKind::SecretProviderClass | SourceKind::CsiVolume | SourceKind::PodCertificate => {
+            return false
+        }
     };
     list.as_ref().is_some_and(|l| l.contains(&r.name))
 }
