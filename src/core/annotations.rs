@@ -45,12 +45,14 @@ pub const ENV_BASELINE: &str = "reloadlet.io/env-baseline";
 /// Written by `reloadlet controller` only: the digest of what an `action: rollout` pod reads of
 /// each ConfigMap/Secret (volumes and env), like [`ENV_BASELINE`] (docs/rollout.md).
 pub const ROLLOUT_BASELINE: &str = "reloadlet.io/rollout-baseline";
+/// Written by whoever acts on the pod: what it applied (`reloadlet status`, docs/status.md;
+/// the record's format is `core::status::applied`'s).
+pub const APPLIED: &str = "reloadlet.io/applied";
 
 const KNOWN: [&str; 25] = [
     POD_CERTIFICATES,
     ROLLOUT_BASELINE,
-    // Written by whoever acts on the pod: what it applied (`reloadlet status`, docs/status.md).
-    crate::core::status::applied::ANNOTATION,
+    APPLIED,
     // Written by `reloadlet controller` only: what it holds for an env consumer.
     crate::core::pacing::ENV_PACING,
     // Copied from the pod template onto every pod a rollout creates.

@@ -10,7 +10,7 @@ use crate::core::status::data_version::DataVersion;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-pub const ANNOTATION: &str = "reloadlet.io/applied";
+pub use crate::core::annotations::APPLIED as ANNOTATION;
 /// Objects one record holds; the oldest entries go first, and the record says how many went.
 pub const MAX_ENTRIES: usize = 16;
 /// Longest value read or written.
