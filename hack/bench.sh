@@ -64,8 +64,9 @@ fi
 # 5. Measurements on the simulated node that print figures and judge nothing (they were
 #    ignored tests): CSI rotation -> signal latency (docs/csi.md), ConfigMap apply -> SIGHUP
 #    under the kubelet's real sync timing for choosing --debounce, the env-consumer
-#    controller at 5,000 pods (benches/measure/main.rs; BENCH_MEASURE=csi,apply,env picks;
-#    none: skipped). About 5 minutes.
-if [[ "${BENCH_MEASURE-csi,apply,env}" != none ]]; then
-    BENCH_MEASURE="${BENCH_MEASURE-csi,apply,env}" cargo bench --bench measure
+#    controller at 5,000 pods, restart vs rollout vs evict on a 3-replica Deployment
+#    (benches/measure/main.rs; BENCH_MEASURE=csi,apply,env,actions picks; none: skipped).
+#    About 8 minutes.
+if [[ "${BENCH_MEASURE-csi,apply,env,actions}" != none ]]; then
+    BENCH_MEASURE="${BENCH_MEASURE-csi,apply,env,actions}" cargo bench --bench measure
 fi

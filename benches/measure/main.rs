@@ -9,8 +9,11 @@
 //!    `RELOADLET_MEASURE_SAMPLES`, 10); about a minute.
 //! 3. `env` (`env.rs`): 5,000 env-consumer pods over 2,000 ConfigMaps: ready and baselined
 //!    times, ConfigMap change → first eviction request p50/p99, the controller's RSS.
+//! 4. `actions` (`actions.rs`): `restart` vs `rollout` vs `evict` on a 3-replica Deployment
+//!    behind a PDB: change → every replica serving the new config, pods created per change,
+//!    ratios (issue #45 §4); about 3 minutes.
 //!
-//! `BENCH_MEASURE` picks some (comma-separated, default `csi,apply,env`); the harness is the
+//! `BENCH_MEASURE` picks some (comma-separated, default `csi,apply,env,actions`); the harness is the
 //! integration tests' (tests/common, tests/support).
 
 #[path = "../../tests/common/mod.rs"]
@@ -18,13 +21,14 @@ mod common;
 #[path = "../../tests/support/controller_process.rs"]
 mod controller_process;
 
+mod actions;
 mod apply;
 mod csi;
 mod env;
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let picked = std::env::var("BENCH_MEASURE").unwrap_or_else(|_| "csi,apply,env".into());
+    let picked = std::env::var("BENCH_MEASURE").unwrap_or_else(|_| "csi,apply,env,actions".into());
     let picked: Vec<&str> = picked.split(',').map(str::trim).collect();
     if picked.contains(&"csi") {
         csi::rotation_to_signal_latency().await;
@@ -34,5 +38,8 @@ async fn main() {
     }
     if picked.contains(&"env") {
         env::env_scale().await;
+    }
+    if picked.contains(&"actions") {
+        actions::restart_rollout_evict().await;
     }
 }
