@@ -13,6 +13,7 @@
 
 mod access;
 mod argo;
+mod argo_rollout;
 mod daemonset;
 mod deployment;
 mod disruption;
@@ -26,6 +27,7 @@ mod pdb_watch;
 pub mod rbac;
 pub mod rbac_chart;
 mod readiness;
+mod readiness_log;
 mod records;
 mod render;
 mod replicaset;

@@ -14,8 +14,8 @@
 //! with 406. Watch events are transformed object by object (`watchEmbeddedEncoder`),
 //! bookmarks included.
 
+use super::model::Resource;
 use super::status::ApiStatus;
-use super::store::Resource;
 use axum::http::{header, HeaderMap};
 use serde_json::{json, Value};
 

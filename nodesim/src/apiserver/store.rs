@@ -5,19 +5,42 @@
 //! the history and broadcast to open watches while that lock is held, so a watch that
 //! subscribes under the lock never misses or duplicates a change.
 
+use super::argo_rollout::Rollout;
 use super::model::ApiChange;
 pub(crate) use super::model::{
     key_of, new_uid, now_ts, random_suffix, ChangeKind, Key, ObjEvent, PdbEntry, PodEvent,
     Recorded, ReplicaSetSim, Resource, WatchSignal,
 };
+use super::readiness_log::Tracker;
 use super::records::{EvictionRecord, InvariantRecord, RequestRecord};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod, PodStatus, Secret};
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 use tokio::sync::broadcast;
+
+/// The workloads and their controllers' bookkeeping.
+#[derive(Default)]
+pub(crate) struct Workloads {
+    pub deployments: BTreeMap<Key, Deployment>,
+    pub statefulsets: BTreeMap<Key, StatefulSet>,
+    pub daemonsets: BTreeMap<Key, DaemonSet>,
+    pub rollouts: BTreeMap<Key, Rollout>,
+    /// The nodes pods are scheduled on (a template's `nodeName` wins); DaemonSets run one
+    /// pod on each.
+    pub nodes: Vec<String>,
+    /// UIDs of deleted workloads: the garbage collector deletes what they controlled.
+    pub deleted_owners: BTreeSet<String>,
+    /// Pod templates of StatefulSet revisions (`ControllerRevision`s), by
+    /// (namespace, `<set>-<hash>`).
+    pub revisions: BTreeMap<Key, PodTemplateSpec>,
+    /// Open readiness logs.
+    pub trackers: Vec<Tracker>,
+}
 
 /// All server state.
 pub(crate) struct State {
@@ -37,7 +60,7 @@ pub(crate) struct State {
     pub pdbs: BTreeMap<Key, PdbEntry>,
     pub replicasets: BTreeMap<Key, ReplicaSetSim>,
     /// `apps/v1` workloads and their controllers' bookkeeping (see `super::workloads`).
-    pub workloads: super::workloads::Workloads,
+    pub workloads: Workloads,
     pub evictions: Vec<EvictionRecord>,
     pub invariants: Vec<InvariantRecord>,
     pub requests: Vec<RequestRecord>,

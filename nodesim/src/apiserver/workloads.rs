@@ -28,26 +28,7 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use std::collections::{BTreeMap, BTreeSet};
-
-/// The workloads and their controllers' bookkeeping.
-#[derive(Default)]
-pub(crate) struct Workloads {
-    pub deployments: BTreeMap<Key, Deployment>,
-    pub statefulsets: BTreeMap<Key, StatefulSet>,
-    pub daemonsets: BTreeMap<Key, DaemonSet>,
-    pub rollouts: BTreeMap<Key, super::argo::Rollout>,
-    /// The nodes pods are scheduled on (a template's `nodeName` wins); DaemonSets run one
-    /// pod on each.
-    pub nodes: Vec<String>,
-    /// UIDs of deleted workloads: the garbage collector deletes what they controlled.
-    pub deleted_owners: BTreeSet<String>,
-    /// Pod templates of StatefulSet revisions (`ControllerRevision`s), by
-    /// (namespace, `<set>-<hash>`).
-    pub revisions: BTreeMap<Key, PodTemplateSpec>,
-    /// Open readiness logs.
-    pub trackers: Vec<super::readiness::Tracker>,
-}
+use std::collections::BTreeMap;
 
 /// The UID of the pod's `controller: true` owner.
 pub(crate) fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
