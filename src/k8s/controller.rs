@@ -14,7 +14,7 @@ use crate::core::permission::Request;
 use crate::ports::RefusalSink;
 use crate::ports::{
     ApiError, EnvApi, Input, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey,
-    PatchError, PatchRequest, Patcher,
+    PatchError, PatchRequest, PatchTarget, Patcher,
 };
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -197,6 +197,21 @@ pub fn annotation_patch(req: &PatchRequest) -> serde_json::Value {
     }
 }
 
+/// The patch body of an object's annotation: that one annotation, conditional on the
+/// resourceVersion its data was read at (409 when it changed since).
+pub fn object_annotation_patch(req: &PatchRequest) -> serde_json::Value {
+    let annotations = serde_json::json!({ req.annotation: req.value });
+    match &req.target {
+        PatchTarget::Object {
+            resource_version: Some(rv),
+            ..
+        } => {
+            serde_json::json!({ "metadata": { "resourceVersion": rv, "annotations": annotations } })
+        }
+        _ => serde_json::json!({ "metadata": { "annotations": annotations } }),
+    }
+}
+
 pub(super) fn patch_error(e: kube::Error) -> PatchError {
     match e {
         kube::Error::Api(s) if s.code == 404 => PatchError::NotFound,
@@ -206,14 +221,57 @@ pub(super) fn patch_error(e: kube::Error) -> PatchError {
     }
 }
 
+impl KubePatcher {
+    /// The data version of a ConfigMap/Secret: a metadata-only merge patch (a Secret's data
+    /// never comes back), conditional on the resourceVersion in the body; a refusal names
+    /// [`Feature::DataVersions`].
+    async fn patch_object(
+        &self,
+        kind: SourceKind,
+        req: &PatchRequest,
+        params: &PatchParams,
+    ) -> Result<(), PatchError> {
+        let body = object_annotation_patch(req);
+        let patch = Patch::Merge(&body);
+        let (result, resource) = match kind {
+            SourceKind::ConfigMap => (
+                Api::<ConfigMap>::namespaced(self.client.clone(), &req.namespace)
+                    .patch_metadata(&req.name, params, &patch)
+                    .await
+                    .map(|_| ()),
+                "configmaps",
+            ),
+            SourceKind::Secret => (
+                Api::<Secret>::namespaced(self.client.clone(), &req.namespace)
+                    .patch_metadata(&req.name, params, &patch)
+                    .await
+                    .map(|_| ()),
+                "secrets",
+            ),
+            // No API object behind it: never published.
+            SourceKind::SecretProviderClass | SourceKind::CsiVolume => return Ok(()),
+        };
+        report(
+            &self.denials,
+            Request::new(Feature::DataVersions, "patch", "", resource),
+            Some(&req.namespace),
+            &result,
+        );
+        result.map_err(patch_error)
+    }
+}
+
 impl Patcher for KubePatcher {
     fn patch<'a>(&'a self, req: &'a PatchRequest) -> BoxFuture<'a, Result<(), PatchError>> {
         Box::pin(async move {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.into()),
                 ..PatchParams::default()
             };
+            if let PatchTarget::Object { kind, .. } = &req.target {
+                return self.patch_object(*kind, req, &params).await;
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
             let body = annotation_patch(req);
             let result = api.patch(&req.name, &params, &Patch::Merge(&body)).await;
             report(
@@ -301,6 +359,7 @@ impl EnvApi for KubeEnvApi {
                     self.seen(&key, &cm);
                     let cm = cm.map_err(|e| api_error(&e))?;
                     Ok(cm.map(|cm| ObjectData {
+                        resource_version: cm.metadata.resource_version,
                         annotations: cm.metadata.annotations.unwrap_or_default(),
                         text: cm.data.unwrap_or_default(),
                         binary: cm
@@ -318,6 +377,7 @@ impl EnvApi for KubeEnvApi {
                     self.seen(&key, &secret);
                     let secret = secret.map_err(|e| api_error(&e))?;
                     Ok(secret.map(|s| ObjectData {
+                        resource_version: s.metadata.resource_version,
                         annotations: s.metadata.annotations.unwrap_or_default(),
                         text: Default::default(),
                         binary: s
@@ -459,6 +519,7 @@ mod tests {
             r#"{"metadata":{"annotations":{"reloadlet.io/projection-nudge":"configmap/app-cfg@12#2"}}}"#
         );
         let nudge = PatchRequest {
+            target: PatchTarget::Pod,
             namespace: "ns".into(),
             name: "web".into(),
             uid: None,
