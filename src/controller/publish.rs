@@ -220,3 +220,146 @@ impl Feature for DataVersions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::Input;
+    use crate::ports::ObjectData;
+    use crate::controller::fake::{FakeEnvApi, FakePatcher};
+    use crate::core::model::VolumeSpec;
+    use crate::execute::patch::PatchSettings;
+    use std::time::Duration;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            kind: SourceKind::ConfigMap,
+            namespace: "shop".into(),
+            name: name.into(),
+        }
+    }
+
+    fn reader(uid: &str, configmap: &str) -> PodInfo {
+        PodInfo {
+            uid: uid.into(),
+            namespace: "shop".into(),
+            name: format!("pod-{uid}"),
+            volumes: vec![VolumeSpec {
+                name: "conf".into(),
+                sources: vec![SourceRef {
+                    kind: SourceKind::ConfigMap,
+                    name: configmap.into(),
+                }],
+                ..VolumeSpec::default()
+            }],
+            ..PodInfo::default()
+        }
+    }
+
+    fn writes(patcher: &FakePatcher) -> Vec<(String, String)> {
+        patcher
+            .data_version_writes()
+            .into_iter()
+            .map(|(_, name, value)| (name, value))
+            .collect()
+    }
+
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn only_read_objects_are_published_and_only_when_their_data_changes() {
+        let api = Arc::new(FakeEnvApi::default());
+        let mut app = ObjectData::of(&[("app.conf", "x=1")], &[]);
+        app.resource_version = Some("5".into());
+        api.objects.lock().unwrap().insert(key("app"), app.clone());
+        api.objects
+            .lock()
+            .unwrap()
+            .insert(key("unread"), ObjectData::of(&[("a", "1")], &[]));
+        let patcher = FakePatcher::default();
+        let stop = CancellationToken::new();
+        let report = crate::controller::fake::reporter(
+            Arc::new(crate::ports::fake::Events::default()),
+            crate::outbound::notify::Notifier::disabled(),
+            false,
+        );
+        let patches = Patches::new(
+            PatchSettings::baselines(),
+            Arc::new(patcher.clone()),
+            report,
+            stop.clone(),
+        );
+        let feature = DataVersions::new(PublishDeps {
+            api: api.clone(),
+            patches,
+            secrets: false,
+            key: HashKey::from_bytes([3; 32]),
+            stop: stop.clone(),
+            now: jiff::Timestamp::now,
+        });
+        let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
+        tx.send(Input::PodsListed(vec![reader("u1", "app")]))
+            .await
+            .unwrap();
+        tx.send(Input::ObjectsListed {
+            kind: SourceKind::ConfigMap,
+            objects: vec![(key("app"), "5".into()), (key("unread"), "7".into())],
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let first = writes(&patcher);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].0, "app");
+        assert!(first[0].1.starts_with("v1 since="), "{first:?}");
+        assert_eq!(
+            *api.reads.lock().unwrap(),
+            [key("app")],
+            "unread is never read"
+        );
+
+        // Its own write (or a label edit): a new resourceVersion, the same data: no write.
+        app.annotations
+            .insert(ANNOTATION.to_owned(), first[0].1.clone());
+        app.resource_version = Some("6".into());
+        api.objects.lock().unwrap().insert(key("app"), app.clone());
+        tx.send(Input::Object {
+            key: key("app"),
+            resource_version: "6".into(),
+        })
+        .await
+        .unwrap();
+        // The same resourceVersion again (a resync): not even read.
+        tx.send(Input::Object {
+            key: key("app"),
+            resource_version: "6".into(),
+        })
+        .await
+        .unwrap();
+        settle().await;
+        assert_eq!(api.reads.lock().unwrap().len(), 2);
+        assert_eq!(writes(&patcher).len(), 1);
+
+        // New data: published again (the positive control of the two above).
+        app.text.insert("app.conf".into(), "x=2".into());
+        app.resource_version = Some("8".into());
+        api.objects.lock().unwrap().insert(key("app"), app.clone());
+        tx.send(Input::Object {
+            key: key("app"),
+            resource_version: "8".into(),
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let all = writes(&patcher);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_ne!(all[1].1, all[0].1);
+        stop.cancel();
+        let _ = task.await;
+    }
+}

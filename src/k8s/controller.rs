@@ -87,19 +87,40 @@ async fn watch_meta<K>(
         watcher::Config::default(),
         Listing::Streaming,
         Pacing::UntilData,
-        move |o: &PartialObjectMeta<K>| key(&o.metadata),
+        move |o: &PartialObjectMeta<K>| key(&o.metadata).map(|k| (k, MetaPrint::of(&o.metadata))),
     );
     futures::pin_mut!(changes);
+    // The metadata fingerprints last seen, to tell the controller's own data-version writes
+    // apart ([`MetaPrint::only_data_version_changed`]).
+    let mut prints: std::collections::HashMap<ObjectKey, MetaPrint> =
+        std::collections::HashMap::new();
     while let Some(change) = changes.next().await {
         watched.report(&denials, &change);
         let input = match change {
-            Change::Listed(objects) => Input::ObjectsListed { kind, objects },
-            Change::Applied((key, resource_version)) => Input::Object {
-                key,
-                resource_version,
-            },
+            Change::Listed(objects) => {
+                prints = objects.iter().map(|((k, _), p)| (k.clone(), *p)).collect();
+                let objects = objects.into_iter().map(|(k, _)| k).collect();
+                Input::ObjectsListed { kind, objects }
+            }
+            Change::Applied(((key, resource_version), print)) => {
+                let before = prints.insert(key.clone(), print);
+                // The controller's own write of reloadlet.io/data-version: nothing a feature
+                // acts on changed (the data cannot have: that write is metadata only and
+                // conditional on the resourceVersion it read), so it is not routed (no nudge,
+                // no re-read).
+                if before.is_some_and(|b| b.only_data_version_changed(&print)) {
+                    continue;
+                }
+                Input::Object {
+                    key,
+                    resource_version,
+                }
+            }
             Change::Deleted(o) => match key(&o.metadata) {
-                Some((key, _)) => Input::ObjectDeleted(key),
+                Some((key, _)) => {
+                    prints.remove(&key);
+                    Input::ObjectDeleted(key)
+                }
                 None => continue,
             },
             Change::Failed(e) => Input::WatchError {
@@ -110,6 +131,54 @@ async fn watch_meta<K>(
         if tx.send(input).await.is_err() {
             return;
         }
+    }
+}
+
+/// Two fingerprints of an object's metadata: of everything but its resourceVersion,
+/// managedFields and `reloadlet.io/data-version` annotation, and of that annotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetaPrint {
+    rest: u64,
+    /// `None`: no such annotation.
+    data_version: Option<u64>,
+}
+
+impl MetaPrint {
+    pub fn of(meta: &ObjectMeta) -> Self {
+        use std::hash::{Hash, Hasher};
+        let dv = crate::core::status::data_version::ANNOTATION;
+        let mut rest = std::collections::hash_map::DefaultHasher::new();
+        meta.labels.hash(&mut rest);
+        if let Some(a) = &meta.annotations {
+            a.iter()
+                .filter(|(k, _)| *k != dv)
+                .for_each(|kv| kv.hash(&mut rest));
+        }
+        meta.finalizers.hash(&mut rest);
+        meta.owner_references
+            .iter()
+            .flatten()
+            .for_each(|o| o.uid.hash(&mut rest));
+        meta.deletion_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .hash(&mut rest);
+        let data_version = meta.annotations.as_ref().and_then(|a| a.get(dv)).map(|v| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            v.hash(&mut h);
+            h.finish()
+        });
+        Self {
+            rest: rest.finish(),
+            data_version,
+        }
+    }
+
+    /// Only `reloadlet.io/data-version` changed between `self` and `now`, to a new value: the
+    /// controller's own write (a data change leaves the metadata as it was, but for the
+    /// resourceVersion; a replace without the annotation removes it, which is never this).
+    pub fn only_data_version_changed(&self, now: &Self) -> bool {
+        self.rest == now.rest && now.data_version.is_some() && self.data_version != now.data_version
     }
 }
 
@@ -513,6 +582,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_the_controllers_own_data_version_write_is_told_apart() {
+        let meta = |labels: &[(&str, &str)], annotations: &[(&str, &str)]| ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        };
+        let dv = crate::core::status::data_version::ANNOTATION;
+        let before = MetaPrint::of(&meta(&[("app", "web")], &[("team", "shop")]));
+        // A data change: the metadata is as it was.
+        assert!(!before.only_data_version_changed(&before));
+        // The controller's write.
+        let published = MetaPrint::of(&meta(&[("app", "web")], &[("team", "shop"), (dv, "v1 x")]));
+        assert!(before.only_data_version_changed(&published));
+        // A label or another annotation changed too: routed.
+        let relabelled = MetaPrint::of(&meta(&[("app", "db")], &[("team", "shop"), (dv, "v1 y")]));
+        assert!(!published.only_data_version_changed(&relabelled));
+        let other = MetaPrint::of(&meta(&[("app", "web")], &[("team", "bank")]));
+        assert!(!before.only_data_version_changed(&other));
+        // A replace of the object without the annotation (new data, say): routed.
+        assert!(!published.only_data_version_changed(&before));
+    }
+
+    #[test]
     fn the_patch_writes_exactly_one_annotation() {
         assert_eq!(
             nudge_patch("configmap/app-cfg@12#2").to_string(),
@@ -539,6 +641,21 @@ mod tests {
         assert_eq!(
             annotation_patch(&baseline).to_string(),
             r#"{"metadata":{"annotations":{"reloadlet.io/env-baseline":"configmap/app=ab12"},"uid":"u1"}}"#
+        );
+        // A ConfigMap's data version: conditional on the resourceVersion its data was read at.
+        let data_version = PatchRequest {
+            target: PatchTarget::Object {
+                kind: SourceKind::ConfigMap,
+                resource_version: Some("41".into()),
+            },
+            uid: None,
+            annotation: crate::core::status::data_version::ANNOTATION,
+            value: Some("v1 since=2026-11-29T09:36:45Z app.conf=0f3c9a1e5b7d2c48".into()),
+            ..baseline.clone()
+        };
+        assert_eq!(
+            object_annotation_patch(&data_version).to_string(),
+            r#"{"metadata":{"annotations":{"reloadlet.io/data-version":"v1 since=2026-11-29T09:36:45Z app.conf=0f3c9a1e5b7d2c48"},"resourceVersion":"41"}}"#
         );
         // No value removes the annotation (RFC 7386: null).
         let cleared = PatchRequest {
