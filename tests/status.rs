@@ -748,6 +748,24 @@ async fn the_controller_publishes_the_data_version_once_per_change_of_the_data_i
         "{:?}",
         object_patches(&node)
     );
+
+    // Not the controller's own write: new data together with an older data version (a
+    // restore from a backup, say). Only the annotation looks changed to a metadata watch; it
+    // is routed all the same, and the version of the new data published.
+    node.api
+        .merge_patch_configmap(
+            NS,
+            "app",
+            &json!({"data": {"app.conf": "v3"}, "metadata": {"annotations": {ANNOTATION: first}}}),
+        )
+        .unwrap();
+    let third = common::eventually("app's data version of v3", wait, || {
+        data_version_of(&node, SourceKind::ConfigMap, "app").filter(|v| *v != first)
+    })
+    .await;
+    let restored = Published::parse(&third).unwrap();
+    assert_ne!(restored.keys, republished.keys, "{second} / {third}");
+    assert_ne!(restored.keys, published.keys, "{first} / {third}");
     assert!(
         node.api.unexpected_forbidden().is_empty(),
         "{:?}\n{}",

@@ -9,7 +9,6 @@
 //! ([`crate::execute::patch`], `--dry-run` honoured): a merge patch of that one annotation,
 //! conditional on the resourceVersion the data was read at. Leader only.
 
-use crate::ports::{EnvApi, ObjectKey};
 use super::data_version::to_publish;
 use super::env::fetch::{read_channel, spawn_read, Fetched};
 use super::feature::{Feature, Routed, World};
@@ -18,6 +17,7 @@ use crate::core::status::data_version::ANNOTATION;
 use crate::core::volume_digest::HashKey;
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::ports::PodRef;
+use crate::ports::{EnvApi, ObjectKey, OwnDataVersions};
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -31,6 +31,9 @@ pub struct PublishDeps {
     pub patches: Patches,
     /// `--secrets`: Secrets too.
     pub secrets: bool,
+    /// Each value written is recorded here first, so the object watches leave its echo
+    /// unrouted.
+    pub own: OwnDataVersions,
     pub key: HashKey,
     pub stop: CancellationToken,
     pub now: fn() -> jiff::Timestamp,
@@ -92,6 +95,7 @@ impl DataVersions {
         ) else {
             return;
         };
+        self.deps.own.writing(key.clone(), &value);
         let job = PatchJob {
             pod: PodRef {
                 uid: String::new(),
@@ -224,11 +228,11 @@ impl Feature for DataVersions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::Input;
-    use crate::ports::ObjectData;
     use crate::controller::fake::{FakeEnvApi, FakePatcher};
     use crate::core::model::VolumeSpec;
     use crate::execute::patch::PatchSettings;
+    use crate::ports::Input;
+    use crate::ports::ObjectData;
     use std::time::Duration;
 
     fn key(name: &str) -> ObjectKey {
@@ -298,6 +302,7 @@ mod tests {
             api: api.clone(),
             patches,
             secrets: false,
+            own: OwnDataVersions::default(),
             key: HashKey::from_bytes([3; 32]),
             stop: stop.clone(),
             now: jiff::Timestamp::now,

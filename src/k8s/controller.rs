@@ -14,7 +14,7 @@ use crate::core::permission::Request;
 use crate::ports::RefusalSink;
 use crate::ports::{
     ApiError, EnvApi, Input, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey,
-    PatchError, PatchRequest, PatchTarget, Patcher,
+    OwnDataVersions, PatchError, PatchRequest, PatchTarget, Patcher,
 };
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -30,12 +30,14 @@ use tokio::sync::mpsc;
 /// Follows one kind with kube's `metadata_watcher`: the API server answers with
 /// `PartialObjectMetadata` (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`),
 /// so the controller never receives (or holds) ConfigMap data or Secret values.
-/// `feature`: the one that needs the watch (named when it is refused).
+/// `feature`: the one that needs the watch (named when it is refused); `own`: the data
+/// versions the controller is writing, whose echo is not routed.
 pub async fn watch_objects(
     client: Client,
     kind: SourceKind,
     feature: Feature,
     denials: RefusalSink,
+    own: OwnDataVersions,
     tx: mpsc::Sender<Input>,
 ) {
     let watched = |resource| Watched {
@@ -46,11 +48,11 @@ pub async fn watch_objects(
     match kind {
         SourceKind::ConfigMap => {
             let api = Api::<PartialObjectMeta<ConfigMap>>::all(client);
-            watch_meta(api, kind, watched("configmaps"), denials, tx).await
+            watch_meta(api, kind, watched("configmaps"), denials, own, tx).await
         }
         SourceKind::Secret => {
             let api = Api::<PartialObjectMeta<Secret>>::all(client);
-            watch_meta(api, kind, watched("secrets"), denials, tx).await
+            watch_meta(api, kind, watched("secrets"), denials, own, tx).await
         }
         // Files a CSI driver writes on a node: no API object to watch (docs/csi.md).
         SourceKind::SecretProviderClass | SourceKind::CsiVolume => {}
@@ -62,6 +64,7 @@ async fn watch_meta<K>(
     kind: SourceKind,
     watched: Watched,
     denials: RefusalSink,
+    own: OwnDataVersions,
     tx: mpsc::Sender<Input>,
 ) where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -90,8 +93,8 @@ async fn watch_meta<K>(
         move |o: &PartialObjectMeta<K>| key(&o.metadata).map(|k| (k, MetaPrint::of(&o.metadata))),
     );
     futures::pin_mut!(changes);
-    // The metadata fingerprints last seen, to tell the controller's own data-version writes
-    // apart ([`MetaPrint::only_data_version_changed`]).
+    // The metadata fingerprints last seen, to tell the echo of the controller's own
+    // data-version write apart ([`MetaPrint::echo_of_own_write`]).
     let mut prints: std::collections::HashMap<ObjectKey, MetaPrint> =
         std::collections::HashMap::new();
     while let Some(change) = changes.next().await {
@@ -107,8 +110,8 @@ async fn watch_meta<K>(
                 // The controller's own write of reloadlet.io/data-version: nothing a feature
                 // acts on changed (the data cannot have: that write is metadata only and
                 // conditional on the resourceVersion it read), so it is not routed (no nudge,
-                // no re-read).
-                if before.is_some_and(|b| b.only_data_version_changed(&print)) {
+                // no re-read). Another writer's change of it is (its data may have changed).
+                if before.is_some_and(|b| b.echo_of_own_write(&print, &key, &own)) {
                     continue;
                 }
                 Input::Object {
@@ -119,6 +122,7 @@ async fn watch_meta<K>(
             Change::Deleted(o) => match key(&o.metadata) {
                 Some((key, _)) => {
                     prints.remove(&key);
+                    own.forget(&key);
                     Input::ObjectDeleted(key)
                 }
                 None => continue,
@@ -163,22 +167,32 @@ impl MetaPrint {
             .as_ref()
             .map(|t| t.0.to_string())
             .hash(&mut rest);
-        let data_version = meta.annotations.as_ref().and_then(|a| a.get(dv)).map(|v| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            v.hash(&mut h);
-            h.finish()
-        });
+        let data_version = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(dv))
+            .map(|v| OwnDataVersions::fingerprint(v));
         Self {
             rest: rest.finish(),
             data_version,
         }
     }
 
-    /// Only `reloadlet.io/data-version` changed between `self` and `now`, to a new value: the
-    /// controller's own write (a data change leaves the metadata as it was, but for the
-    /// resourceVersion; a replace without the annotation removes it, which is never this).
+    /// Only `reloadlet.io/data-version` changed between `self` and `now`, to a new value (a
+    /// data change leaves the metadata as it was, but for the resourceVersion; a replace
+    /// without the annotation removes it, which is never this).
     pub fn only_data_version_changed(&self, now: &Self) -> bool {
         self.rest == now.rest && now.data_version.is_some() && self.data_version != now.data_version
+    }
+
+    /// [`Self::only_data_version_changed`], to the value the controller wrote last on `key`
+    /// (`own`): the echo of its own write. Another writer's value is not (a restore or a copy
+    /// of the object may bring new data with it).
+    pub fn echo_of_own_write(&self, now: &Self, key: &ObjectKey, own: &OwnDataVersions) -> bool {
+        self.only_data_version_changed(now)
+            && now
+                .data_version
+                .is_some_and(|fingerprint| own.is_echo(key, fingerprint))
     }
 }
 
@@ -612,6 +626,19 @@ mod tests {
         assert!(!before.only_data_version_changed(&other));
         // A replace of the object without the annotation (new data, say): routed.
         assert!(!published.only_data_version_changed(&before));
+        // Only the value the controller wrote is its echo; another writer's (a restore of the
+        // object, with other data perhaps) is routed.
+        let own = OwnDataVersions::default();
+        let key = ObjectKey {
+            kind: SourceKind::ConfigMap,
+            namespace: "shop".into(),
+            name: "app".into(),
+        };
+        assert!(!before.echo_of_own_write(&published, &key, &own));
+        own.writing(key.clone(), "v1 x");
+        assert!(before.echo_of_own_write(&published, &key, &own));
+        own.writing(key.clone(), "v1 z");
+        assert!(!before.echo_of_own_write(&published, &key, &own));
     }
 
     #[test]

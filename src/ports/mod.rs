@@ -32,5 +32,5 @@ pub use lease::{LeaseError, LeaseRecord, LeaseStore};
 pub use patch::{PatchError, PatchRequest, PatchTarget, Patcher};
 pub use process::{ContainerProcesses, Delivery, MainProcess, ProcessError, StatusError};
 pub use refusals::{Problems, RefusalSink, Refusals};
-pub use watch::Input;
+pub use watch::{Input, OwnDataVersions};
 pub use workloads::{RolloutHistory, WorkloadApi, WorkloadChange, WorkloadMeta, WorkloadPatcher};

@@ -24,8 +24,8 @@ use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
 use crate::k8s::pdb_watch::{self, SharedBudgets};
 use crate::k8s::workloads::KubeWorkloads;
-use crate::ports::Input;
 use crate::ports::Patcher;
+use crate::ports::{Input, OwnDataVersions};
 use crate::serve::denials::{own_pod_ref, Denials};
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
@@ -65,6 +65,8 @@ pub async fn serve(
     });
 
     let (tx, rx) = mpsc::channel::<Input>(1024);
+    // The data versions the controller writes: the object watches leave their echo unrouted.
+    let own = OwnDataVersions::default();
     tokio::spawn(watch_pods(
         clients.main.clone(),
         settings.scope.pod_selector.clone(),
@@ -77,6 +79,7 @@ pub async fn serve(
         SourceKind::ConfigMap,
         Feature::Nudges,
         refusals.clone(),
+        own.clone(),
         tx.clone(),
     ));
     // Secrets' metadata: for nudges (--secrets) and for env consumers (--env-consumers-secrets).
@@ -91,6 +94,7 @@ pub async fn serve(
             SourceKind::Secret,
             feature,
             refusals.clone(),
+            own.clone(),
             tx.clone(),
         ));
     }
@@ -230,6 +234,7 @@ pub async fn serve(
         )),
         patches: patches(PatchSettings::baselines()),
         secrets: settings.secrets,
+        own,
         key: keyed(),
         stop: shutdown.clone(),
         now: jiff::Timestamp::now,
