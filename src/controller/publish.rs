@@ -45,6 +45,10 @@ pub struct DataVersions {
     seen: HashMap<ObjectKey, String>,
     /// The resourceVersion last read (or being read) of each consumed object.
     handled: HashMap<ObjectKey, String>,
+    /// The resourceVersion whose data the last write of each object was computed from: two
+    /// reads that answer the same version (a label edit and a data change close together)
+    /// write once, not twice with the second refused as a conflict.
+    written: HashMap<ObjectKey, String>,
     /// Objects to look at in [`Feature::settle`].
     dirty: BTreeSet<ObjectKey>,
     tx: mpsc::UnboundedSender<Fetched>,
@@ -59,6 +63,7 @@ impl DataVersions {
             deps,
             seen: HashMap::new(),
             handled: HashMap::new(),
+            written: HashMap::new(),
             dirty: BTreeSet::new(),
             tx,
             rx,
@@ -80,6 +85,11 @@ impl DataVersions {
             return;
         };
         let key = fetched.key;
+        if data.resource_version.is_some()
+            && self.written.get(&key) == data.resource_version.as_ref()
+        {
+            return;
+        }
         let source = SourceRef {
             kind: key.kind,
             name: key.name.clone(),
@@ -96,6 +106,9 @@ impl DataVersions {
             return;
         };
         self.deps.own.writing(key.clone(), &value);
+        if let Some(rv) = &data.resource_version {
+            self.written.insert(key.clone(), rv.clone());
+        }
         let job = PatchJob {
             pod: PodRef {
                 uid: String::new(),
@@ -147,6 +160,7 @@ impl Feature for DataVersions {
             } => {
                 self.seen.remove(key);
                 self.handled.remove(key);
+                self.written.remove(key);
                 self.dirty.remove(key);
             }
             Routed::Listed { kind, objects } if self.followed(kind) => {
@@ -154,6 +168,8 @@ impl Feature for DataVersions {
                 self.seen
                     .retain(|k, _| k.kind != kind || listed.contains(k));
                 self.handled
+                    .retain(|k, _| k.kind != kind || listed.contains(k));
+                self.written
                     .retain(|k, _| k.kind != kind || listed.contains(k));
                 for (key, rv) in objects {
                     self.seen.insert(key.clone(), rv.clone());
@@ -366,5 +382,55 @@ mod tests {
         assert_ne!(all[1].1, all[0].1);
         stop.cancel();
         let _ = task.await;
+    }
+
+    #[tokio::test]
+    async fn two_reads_of_the_same_version_write_once_and_the_write_is_recorded_as_its_own() {
+        let patcher = FakePatcher::default();
+        let stop = CancellationToken::new();
+        let report = crate::controller::fake::reporter(
+            Arc::new(crate::ports::fake::Events::default()),
+            crate::outbound::notify::Notifier::disabled(),
+            false,
+        );
+        let own = OwnDataVersions::default();
+        let mut feature = DataVersions::new(PublishDeps {
+            api: Arc::new(FakeEnvApi::default()),
+            patches: Patches::new(
+                PatchSettings::baselines(),
+                Arc::new(patcher.clone()),
+                report,
+                stop.clone(),
+            ),
+            secrets: false,
+            own: own.clone(),
+            key: HashKey::from_bytes([3; 32]),
+            stop: stop.clone(),
+            now: jiff::Timestamp::now,
+        });
+        let mut app = ObjectData::of(&[("app.conf", "x=2")], &[]);
+        app.resource_version = Some("8".into());
+        let read = |data: &ObjectData| Fetched {
+            key: key("app"),
+            seq: 0,
+            data: Some(data.clone()),
+            seen: std::time::Instant::now(),
+        };
+        // A label edit's read and the data change's read both answered version 8.
+        feature.fetched(read(&app));
+        feature.fetched(read(&app));
+        settle().await;
+        let written = writes(&patcher);
+        assert_eq!(written.len(), 1, "{written:?}");
+        // Its echo is told apart by the value written.
+        let fingerprint = OwnDataVersions::fingerprint(&written[0].1);
+        assert!(own.is_echo(&key("app"), fingerprint));
+        // Version 9 (new data) is written.
+        app.text.insert("app.conf".into(), "x=3".into());
+        app.resource_version = Some("9".into());
+        feature.fetched(read(&app));
+        settle().await;
+        assert_eq!(writes(&patcher).len(), 2);
+        stop.cancel();
     }
 }
