@@ -234,6 +234,7 @@ impl Inner {
             PatchKind::DataVersion { source, .. } => {
                 match &result {
                     Ok(()) => {
+                        self.forbidden_reported.store(false, Ordering::Relaxed);
                         tracing::debug!(namespace = %job.pod.namespace, object = %source, value = %job.shown(), "published the data version")
                     }
                     // Its data changed since it was read: the watch brings the new version.
