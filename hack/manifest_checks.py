@@ -42,6 +42,9 @@ CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", "FlowS
 # docs/env-consumers.md): get of the referenced ConfigMaps, pods/eviction create, Events.
 CONTROLLER_RULES = frozenset(
     [("", "configmaps", "get"), ("", "configmaps", "list"), ("", "configmaps", "watch")]
+    # reloadlet status (docs/status.md; src/controller/publish.rs): the data version of a
+    # ConfigMap some pod reads, its one annotation (the admission policy keeps it to that).
+    + [("", "configmaps", "patch")]
     + [("", "pods", v) for v in ("get", "list", "watch", "patch")]
     + [("", "pods/eviction", "create")]
     + [("events.k8s.io", "events", v) for v in ("create", "patch")]
@@ -54,7 +57,9 @@ CONTROLLER_RULES = frozenset(
 )
 # controller.secrets: list/watch (metadata for nudges) and get (rollout pods reading a Secret,
 # docs/rollout.md; rollout is on by default).
-CONTROLLER_SECRET_RULES = frozenset([("", "secrets", "list"), ("", "secrets", "watch"), ("", "secrets", "get")])
+# patch: the Secret's reloadlet.io/data-version (docs/status.md), as for ConfigMaps.
+CONTROLLER_SECRET_RULES = frozenset(
+    [("", "secrets", "list"), ("", "secrets", "watch"), ("", "secrets", "get"), ("", "secrets", "patch")])
 # controller.reloaderCompat (--reloader-compat, src/k8s/workload_meta.rs): the workloads'
 # metadata, listed and watched.
 CONTROLLER_COMPAT_RULES = frozenset(
@@ -698,7 +703,7 @@ def _controller_sa(r: Render) -> list[dict]:
     return [{"kind": "ServiceAccount", "name": r.fullname + CONTROLLER_SUFFIX, "namespace": r.namespace}]
 
 
-@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch, poddisruptionbudgets list/watch (+ secrets list/watch with controller.secrets)")
+@render_check("controller rbac: ClusterRole exactly configmaps get/list/watch/patch, pods get/list/watch/patch, pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets get/patch, poddisruptionbudgets list/watch (+ secrets get/list/watch/patch with controller.secrets)")
 def _controller_rules(r: Render) -> tuple[bool, str]:
     if not r.controller:
         return None
@@ -1216,6 +1221,53 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
         ("removes its env pacing record (the hold ended)", _ann(ENV_PACING, None), "", True, held),
         ("removes its env pacing record and another annotation", _both(_ann(ENV_PACING, None), _ann("team", None)), "", False, held)]
     problems = _verdicts(policy, user, "web-0", cases, "an update")
+    return not problems, "; ".join(problems)
+
+
+DATA_VERSION = "reloadlet.io/data-version"
+_DV = "v1 since=2026-11-29T09:36:45Z app.conf=0f3c9a1e5b7d2c48 logo.png=00112233445566ff"
+
+
+@render_check("admission policy: a ConfigMap/Secret update by the controller may change only its reloadlet.io/data-version annotation, in its format")
+def _policy_data_version(r: Render) -> tuple[bool, str]:
+    if not r.admission_policy:
+        return None
+    vap, _ = _policy(r)
+    policy, error = _compiled(vap)
+    if error:
+        return False, error
+    user = f"system:serviceaccount:{r.namespace}:{r.fullname}{CONTROLLER_SUFFIX}"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "app", "namespace": "apps", "resourceVersion": "100",
+                       "labels": {"app": "web"}, "annotations": {"team": "shop"}},
+          "data": {"app.conf": "x=1"}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": "db", "namespace": "apps", "resourceVersion": "100"},
+              "data": {"password": "aHVudGVyMg=="}}
+    published = _edit(cm, _ann(DATA_VERSION, _DV))
+
+    def data(key: str, value):
+        def fn(o: dict) -> None:
+            o["data"][key] = value
+        return fn
+
+    def label(o: dict) -> None:
+        o["metadata"]["labels"]["app"] = "other"
+
+    cases = [
+        ("sets the data version", _ann(DATA_VERSION, _DV), "", True, cm),
+        ("replaces the data version", _ann(DATA_VERSION, _DV.replace("0f3c", "1f3c")), "", True, published),
+        ("sets the data version of a Secret", _ann(DATA_VERSION, "v1 since=2026-11-29T09:36:45.5Z password=0123456789abcdef"), "", True, secret),
+        ("sets an over-limit data version", _ann(DATA_VERSION, "v1 since=2026-11-29T09:36:45Z keys=over-limit"), "", True, cm),
+        ("changes the data", _both(_ann(DATA_VERSION, _DV), data("app.conf", "x=2")), "", False, cm),
+        ("changes a Secret's data", data("password", "b3RoZXI="), "", False, secret),
+        ("changes a label", _both(_ann(DATA_VERSION, _DV), label), "", False, cm),
+        ("changes another annotation", _both(_ann(DATA_VERSION, _DV), _ann("team", "bank")), "", False, cm),
+        ("removes another annotation", _ann("team", None), "", False, published),
+        ("writes a data version of another format", _ann(DATA_VERSION, "v1 since=yesterday app.conf=zz"), "", False, cm),
+        ("writes a data version with a line break", _ann(DATA_VERSION, _DV + "\nx"), "", False, cm),
+    ]
+    problems = _verdicts(policy, user, "app", cases, "an update")
     return not problems, "; ".join(problems)
 
 

@@ -312,9 +312,9 @@ def _strip_none(env: list[dict]) -> None:
 CS, CNP, CNC, KNP = "chart-secrets", "chart-no-policy", "chart-no-controller", "kustomize-no-policy"
 OBJECTS = "objects: exactly the expected kinds and names"
 CLUSTER_SCOPED = "objects: cluster-scoped objects carry no metadata.namespace"
-C_RULES = ("controller rbac: ClusterRole exactly configmaps get/list/watch, pods get/list/watch/patch,"
+C_RULES = ("controller rbac: ClusterRole exactly configmaps get/list/watch/patch, pods get/list/watch/patch,"
            " pods/eviction create, events create/patch, replicasets get, deployments/statefulsets/daemonsets"
-           " get/patch, poddisruptionbudgets list/watch (+ secrets list/watch with controller.secrets)")
+           " get/patch, poddisruptionbudgets list/watch (+ secrets get/list/watch/patch with controller.secrets)")
 C_SECRETS = "controller: Secrets list/watch and --secrets only with controller.secrets"
 C_LEASE = "controller rbac: leases create, get/update on its own Lease, through a Role in its namespace"
 C_BINDING = "controller rbac: bound to the controller's ServiceAccount only"
@@ -329,6 +329,8 @@ P_BINDING = "admission policy: bound with Deny, failurePolicy Fail, on pod UPDAT
 P_CEL = "admission policy: CEL compiles; a nudge-only update by the controller passes, any other change is rejected"
 P_WORKLOADS = ("admission policy: a workload update by the controller may change only the restartedAt and restarted-for"
                " template annotations and its rollout-pacing annotation, of a workload that asks")
+P_DATA_VERSION = ("admission policy: a ConfigMap/Secret update by the controller may change only its"
+                  " reloadlet.io/data-version annotation, in its format")
 P_USER = "admission policy: applies to the controller's ServiceAccount (system:serviceaccount:<ns>:<name>) only"
 AGREE = "agree: security-relevant fields identical"
 
@@ -569,6 +571,22 @@ MUTATIONS += [
              lambda c: _replace_in(_validation(c, K, "envPacing].size()"), "expression",
                                    "variables.newAnnotations[variables.envPacing].size() <= 4096 &&", "true ||"),
              P_CEL, K),
+    Mutation("policy lets the controller change a ConfigMap's data",
+             lambda c: _replace_in(_validation(c, K, "object.?data == oldObject.?data"), "expression",
+                                   "object.?data == oldObject.?data &&", ""),
+             P_DATA_VERSION, K),
+    Mutation("policy lets the controller change any annotation of a ConfigMap/Secret",
+             lambda c: _replace_in(_validation(c, CD, "k == variables.dataVersion ||"), "expression",
+                                   "variables.oldAnnotations[k] == variables.newAnnotations[k]", "true"),
+             P_DATA_VERSION, CD),
+    Mutation("policy accepts any data-version value",
+             lambda c: _replace_in(_validation(c, CR, "variables.dataVersion].matches"), "expression",
+                                   "variables.newAnnotations[variables.dataVersion].matches(",
+                                   "true || variables.newAnnotations[variables.dataVersion].matches("),
+             P_DATA_VERSION, CR),
+    Mutation("controller cannot publish data versions (no configmaps patch)",
+             lambda c: next(r for r in _c(c, K, "ClusterRole")["rules"] if "configmaps" in r["resources"])["verbs"].remove("patch"),
+             C_RULES, K),
     Mutation("policy lets the controller remove any pod annotation",
              lambda c: _replace_in(_validation(c, CD, "variables.oldAnnotations.all(k, k == variables.nudge"), "expression",
                                    "k == variables.envPacing || k in variables.newAnnotations)", "true)"),

@@ -296,3 +296,74 @@ async fn with_every_component_the_chart_grants_reloader_compat_on_argo_rollouts_
         0.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn data_version_publishing_without_configmaps_patch_is_not_ready_names_the_rule_and_nudges_go_on(
+) {
+    let node = Node::start(NodeOptions::default()).await;
+    // Ready under the chart's defaults while no pod reads a ConfigMap (nothing to publish).
+    let ctl = Controller::start_under(
+        &node,
+        &[],
+        &["--leader-elect=false"],
+        &[("POD_NAME", POD)],
+        "/readyz",
+    )
+    .await;
+    // Then the ClusterRole of a chart from before `reloadlet status`: no configmaps patch.
+    node.api.set_rbac(
+        nodesim::apiserver::rbac_chart::policy_without(&[], "", "configmaps", "patch").unwrap(),
+    );
+    node.api.expect_forbidden("patch", "", "configmaps");
+    projected_pod(&node).await;
+    let body = readyz_refusal(&ctl, &["data-version publishing"]).await;
+    let line = "feature data-version publishing: forbidden to patch configmaps in namespace shop (HTTP 403): add the rule {apiGroups: [\"\"], resources: [\"configmaps\"], verbs: [\"patch\"]} to the ServiceAccount's ClusterRole (or a Role in namespace shop)";
+    assert!(body.contains(line), "{line}\nmissing from /readyz:\n{body}");
+    assert!(ctl.metric("reloadlet_forbidden_total{verb=\"patch\",resource=\"configmaps\"}") >= 1.0);
+    let event = eventually("one Warning Event", Duration::from_secs(10), || {
+        forbidden_events(&node).pop()
+    })
+    .await;
+    assert!(
+        event
+            .note
+            .contains("patch configmaps in namespace shop for data-version publishing"),
+        "{}",
+        event.note
+    );
+    // Fast projection keeps working: the next change still nudges web.
+    node.api
+        .merge_patch_configmap(
+            NS,
+            "app-cfg",
+            &serde_json::json!({"data": {"app.conf": "v2"}}),
+        )
+        .unwrap();
+    eventually("web nudged for v2", Duration::from_secs(15), || {
+        node.pod_annotation(NS, "web", NUDGE)
+    })
+    .await;
+    // Granted again (the chart's defaults): the next change is published and it is Ready.
+    node.load_chart_rbac(&[]);
+    node.api
+        .merge_patch_configmap(
+            NS,
+            "app-cfg",
+            &serde_json::json!({"data": {"app.conf": "v3"}}),
+        )
+        .unwrap();
+    ready(&ctl).await;
+    let published = node.api.get_configmap(NS, "app-cfg").and_then(|c| {
+        c.metadata
+            .annotations?
+            .get("reloadlet.io/data-version")
+            .cloned()
+    });
+    assert!(
+        published
+            .as_deref()
+            .is_some_and(|v| v.starts_with("v1 since=")),
+        "{published:?}\n{}",
+        ctl.log()
+    );
+}

@@ -5,9 +5,12 @@
 //! (`reloadlet.io/applied`) are written here the way the controller and the agent write them
 //! (with the library's own types and a test key); what is checked is what the operator reads:
 //! each consumer's state and reason, the summary line, the exit code, `--wait`, and that a
-//! Secret's data is never asked for nor shown.
+//! Secret's data is never asked for nor shown. The controller's own writer of the data
+//! version is run for real (`the_controller_publishes_…`, `under_dry_run_…`).
 
 mod common;
+#[path = "support/controller_process.rs"]
+mod controller_process;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret};
@@ -608,5 +611,193 @@ fn as_the_kubectl_plugin_it_needs_a_subcommand_and_says_kubectl_reloadlet() {
         String::from_utf8_lossy(&agent.stderr).contains("--node-name"),
         "{}",
         String::from_utf8_lossy(&agent.stderr)
+    );
+}
+
+/// `reloadlet.io/data-version` of ConfigMap/Secret `name` in `NS`, as the API server holds it.
+fn data_version_of(node: &common::Node, kind: SourceKind, name: &str) -> Option<String> {
+    let meta = match kind {
+        SourceKind::Secret => node.api.get_secret(NS, name)?.metadata,
+        _ => node.api.get_configmap(NS, name)?.metadata,
+    };
+    meta.annotations?.get(ANNOTATION).cloned()
+}
+
+/// The controller's PATCHes of ConfigMaps/Secrets.
+fn object_patches(node: &common::Node) -> Vec<String> {
+    node.api
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "PATCH" && (r.path.contains("/configmaps/") || r.path.contains("/secrets/"))
+        })
+        .map(|r| r.path)
+        .collect()
+}
+
+/// ConfigMap `app` (annotated `team: shop`) and Secret `db`, both read by pod `web`, and
+/// ConfigMap `unread` that no pod reads.
+async fn published_scene() -> common::Node {
+    use common::fixtures::{configmap, pod, secret};
+    let node = common::Node::start(common::NodeOptions::default()).await;
+    let mut app = configmap(NS, "app", &[("app.conf", "v1")]);
+    app.metadata.annotations = Some([("team".to_owned(), "shop".to_owned())].into());
+    node.api.apply_configmap(app);
+    node.api
+        .apply_configmap(configmap(NS, "unread", &[("x.conf", "1")]));
+    node.api
+        .apply_secret(secret(NS, "db", &[("password", "hunter2")]));
+    node.api.create_pod(
+        pod(NS, "web")
+            .signal()
+            .configmap_volume("conf", "app")
+            .secret_volume("db", "db")
+            .recorder(
+                "app",
+                &node.path("web.sig"),
+                &[("conf", "/etc/app"), ("db", "/etc/db")],
+            )
+            .build(),
+    );
+    node.wait_running(NS, "web").await;
+    node
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_controller_publishes_the_data_version_once_per_change_of_the_data_it_reads() {
+    let node = published_scene().await;
+    let admin = node.kubeconfig();
+    // Nothing published yet: status says it waits for the controller.
+    let (code, out) = status(&admin, &["configmap/app"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("has not published this object's data version"),
+        "{out}"
+    );
+
+    // Under the chart's RBAC (controller.secrets=true: patch on configmaps and secrets).
+    let controller = controller_process::ControllerProcess::start(
+        &node,
+        &["--leader-elect=false", "--secrets"],
+        &[],
+    )
+    .await;
+    let wait = Duration::from_secs(20);
+    let first = common::eventually("app's data version published", wait, || {
+        data_version_of(&node, SourceKind::ConfigMap, "app")
+    })
+    .await;
+    let published = Published::parse(&first).unwrap();
+    assert!(
+        first.starts_with("v1 since=") && first.contains(" app.conf="),
+        "{first}"
+    );
+    let db = common::eventually("db's data version published", wait, || {
+        data_version_of(&node, SourceKind::Secret, "db")
+    })
+    .await;
+    assert!(db.contains(" password=") && !db.contains("hunter2"), "{db}");
+    // Only that annotation was written: the data and the other annotation stay.
+    let app = node.api.get_configmap(NS, "app").unwrap();
+    assert_eq!(app.data.unwrap()["app.conf"], "v1");
+    assert_eq!(app.metadata.annotations.unwrap()["team"], "shop");
+    // What status reads now: published, so no longer waiting for the controller.
+    let (_, out) = status(&admin, &["configmap/app"]);
+    assert!(
+        !out.contains("has not published this object's data version"),
+        "{out}"
+    );
+    assert!(line(&out, "web").contains("signal"), "{out}");
+
+    // A label edit writes nothing; the next data change does (the positive control).
+    node.api
+        .merge_patch_configmap(
+            NS,
+            "app",
+            &json!({"metadata": {"labels": {"tier": "front"}}}),
+        )
+        .unwrap();
+    node.api
+        .merge_patch_configmap(NS, "app", &json!({"data": {"app.conf": "v2"}}))
+        .unwrap();
+    let second = common::eventually("app's new data version", wait, || {
+        data_version_of(&node, SourceKind::ConfigMap, "app").filter(|v| *v != first)
+    })
+    .await;
+    let republished = Published::parse(&second).unwrap();
+    assert_ne!(republished.keys, published.keys, "{first} / {second}");
+    assert!(republished.since >= published.since, "{first} / {second}");
+    let app_patches = || {
+        object_patches(&node)
+            .into_iter()
+            .filter(|p| p.ends_with("/configmaps/app"))
+            .count()
+    };
+    assert_eq!(
+        app_patches(),
+        2,
+        "one write per data, none for the label edit"
+    );
+    // A ConfigMap no pod reads is never written (app, in the same namespace, was: above).
+    assert_eq!(
+        data_version_of(&node, SourceKind::ConfigMap, "unread"),
+        None
+    );
+    assert!(
+        !object_patches(&node).iter().any(|p| p.ends_with("/unread")),
+        "{:?}",
+        object_patches(&node)
+    );
+
+    // Not the controller's own write: new data together with an older data version (a
+    // restore from a backup, say). Only the annotation looks changed to a metadata watch; it
+    // is routed all the same, and the version of the new data published.
+    node.api
+        .merge_patch_configmap(
+            NS,
+            "app",
+            &json!({"data": {"app.conf": "v3"}, "metadata": {"annotations": {ANNOTATION: first}}}),
+        )
+        .unwrap();
+    let third = common::eventually("app's data version of v3", wait, || {
+        data_version_of(&node, SourceKind::ConfigMap, "app").filter(|v| *v != first)
+    })
+    .await;
+    let restored = Published::parse(&third).unwrap();
+    assert_ne!(restored.keys, republished.keys, "{second} / {third}");
+    assert_ne!(restored.keys, published.keys, "{first} / {third}");
+    assert!(
+        node.api.unexpected_forbidden().is_empty(),
+        "{:?}\n{}",
+        node.api.unexpected_forbidden(),
+        controller.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_dry_run_the_controller_publishes_nothing() {
+    let node = published_scene().await;
+    let controller = controller_process::ControllerProcess::start(
+        &node,
+        &["--leader-elect=false", "--dry-run"],
+        &[],
+    )
+    .await;
+    // The positive control: it would have written app's data version.
+    common::until(
+        "the data version of app logged as a dry run",
+        Duration::from_secs(20),
+        || {
+            let log = controller.log();
+            log.contains("dry-run: would patch the object's annotation")
+                && log.contains("reloadlet.io/data-version")
+        },
+    )
+    .await;
+    assert_eq!(data_version_of(&node, SourceKind::ConfigMap, "app"), None);
+    assert!(
+        object_patches(&node).is_empty(),
+        "{:?}",
+        object_patches(&node)
     );
 }

@@ -84,6 +84,10 @@ impl FakePatcher {
     pub fn env_pacing_writes(&self) -> Vec<(String, String, String)> {
         self.written(crate::core::pacing::ENV_PACING)
     }
+    /// `(namespace, name, value)` of every data version write (on ConfigMaps/Secrets), in order.
+    pub fn data_version_writes(&self) -> Vec<(String, String, String)> {
+        self.written(crate::core::status::data_version::ANNOTATION)
+    }
     fn written(&self, annotation: &str) -> Vec<(String, String, String)> {
         let s = self.state.lock().unwrap();
         s.patches

@@ -23,5 +23,6 @@ pub mod feature;
 pub mod lease;
 pub mod metrics;
 pub mod nudge;
+pub mod publish;
 pub mod rollout;
 pub mod router;

@@ -45,6 +45,9 @@ pub enum Feature {
     LeaderElection,
     /// The controller's key (a Secret in its own namespace).
     Key,
+    /// `reloadlet status` (docs/status.md): the controller's GET of each ConfigMap (with
+    /// `--secrets`, Secret) a pod reads and its write of `reloadlet.io/data-version` on it.
+    DataVersions,
 }
 
 impl Feature {
@@ -65,6 +68,7 @@ impl Feature {
             Feature::ArgoRollouts => "argo-rollouts (--argo-rollouts)",
             Feature::LeaderElection => "leader-election (--leader-elect)",
             Feature::Key => "controller-key",
+            Feature::DataVersions => "data-version publishing",
         }
     }
 

@@ -1,5 +1,6 @@
-//! Pod patches of the controller: the projection nudge and the env baseline, each exactly
-//! one annotation. A timeout per call, bounded concurrency, one re-read and retry after a
+//! Patches of the controller: on pods the projection nudge and the env baseline, on a
+//! ConfigMap/Secret its `reloadlet.io/data-version` (docs/status.md), each exactly one
+//! annotation. A timeout per call, bounded concurrency, one re-read and retry after a
 //! 404/409 (nudges only), `--dry-run` (nothing is written, the patch is logged) and a typed
 //! [`Outcome`] handed back to the feature that asked, reported through the [`Reporter`].
 
@@ -8,7 +9,8 @@ use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE, ROLLOUT_BASELINE}
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pacing::ENV_PACING;
-use crate::ports::{ApiError, PatchError, PatchRequest, Patcher, PodRef};
+use crate::core::status::data_version::ANNOTATION as DATA_VERSION;
+use crate::ports::{ApiError, PatchError, PatchRequest, PatchTarget, Patcher, PodRef};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +35,13 @@ pub enum PatchKind {
     /// `reloadlet.io/env-pacing` of an env consumer whose eviction is held (removed when the
     /// hold ends), as [`Self::EnvBaseline`].
     EnvPacing,
+    /// `reloadlet.io/data-version` of the ConfigMap/Secret `source` (the job's `pod` names
+    /// its namespace and name, no uid), conditional on `resource_version`, never retried: a
+    /// 409 means its data changed, and the watch brings that change.
+    DataVersion {
+        source: SourceRef,
+        resource_version: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -57,8 +66,20 @@ impl PatchJob {
             PatchKind::EnvBaseline => (ENV_BASELINE, Some(self.pod.uid.clone())),
             PatchKind::RolloutBaseline => (ROLLOUT_BASELINE, Some(self.pod.uid.clone())),
             PatchKind::EnvPacing => (ENV_PACING, Some(self.pod.uid.clone())),
+            PatchKind::DataVersion { .. } => (DATA_VERSION, None),
+        };
+        let target = match &self.kind {
+            PatchKind::DataVersion {
+                source,
+                resource_version,
+            } => PatchTarget::Object {
+                kind: source.kind,
+                resource_version: resource_version.clone(),
+            },
+            _ => PatchTarget::Pod,
         };
         PatchRequest {
+            target,
             namespace: self.pod.namespace.clone(),
             name: self.pod.name.clone(),
             uid,
@@ -148,7 +169,11 @@ impl Inner {
         let req = job.request();
         if self.report.dry_run() {
             let outcome = Outcome::DryRun;
-            tracing::info!(pod = %job.pod.full_name(), annotation = req.annotation, value = %job.shown(), outcome = outcome.as_str(), "dry-run: would patch the pod's annotation");
+            if let PatchKind::DataVersion { source, .. } = &job.kind {
+                tracing::info!(namespace = %job.pod.namespace, object = %source, annotation = req.annotation, value = %job.shown(), outcome = outcome.as_str(), "dry-run: would patch the object's annotation");
+            } else {
+                tracing::info!(pod = %job.pod.full_name(), annotation = req.annotation, value = %job.shown(), outcome = outcome.as_str(), "dry-run: would patch the pod's annotation");
+            }
             return outcome;
         }
         let result = match self.call(&req).await {
@@ -206,6 +231,27 @@ impl Inner {
             Err(PatchError::Other(_)) => Outcome::PatchFailed,
         };
         let source = match &job.kind {
+            PatchKind::DataVersion { source, .. } => {
+                match &result {
+                    Ok(()) => {
+                        self.forbidden_reported.store(false, Ordering::Relaxed);
+                        tracing::debug!(namespace = %job.pod.namespace, object = %source, value = %job.shown(), "published the data version")
+                    }
+                    // Its data changed since it was read: the watch brings the new version.
+                    Err(PatchError::Conflict(_) | PatchError::NotFound) => {
+                        tracing::debug!(namespace = %job.pod.namespace, object = %source, "not publishing the data version: the object changed or went away since it was read")
+                    }
+                    Err(e @ PatchError::Forbidden(_)) => {
+                        if !self.forbidden_reported.swap(true, Ordering::Relaxed) {
+                            tracing::error!(namespace = %job.pod.namespace, object = %source, error = %e, "patching ConfigMaps/Secrets is forbidden: check the controller's ClusterRole (configmaps patch; secrets patch with --secrets) and admission policy; `reloadlet status` reports its consumers pending until the data version is published");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(namespace = %job.pod.namespace, object = %source, error = %e, "could not publish the data version; it is published with the object's next change")
+                    }
+                }
+                return outcome;
+            }
             PatchKind::EnvBaseline | PatchKind::RolloutBaseline | PatchKind::EnvPacing => {
                 if let Err(
                     e @ (PatchError::Conflict(_) | PatchError::Forbidden(_) | PatchError::Other(_)),

@@ -14,7 +14,7 @@ use crate::core::permission::Request;
 use crate::ports::RefusalSink;
 use crate::ports::{
     ApiError, EnvApi, Input, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey,
-    PatchError, PatchRequest, Patcher,
+    OwnDataVersions, PatchError, PatchRequest, PatchTarget, Patcher,
 };
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -30,12 +30,14 @@ use tokio::sync::mpsc;
 /// Follows one kind with kube's `metadata_watcher`: the API server answers with
 /// `PartialObjectMetadata` (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`),
 /// so the controller never receives (or holds) ConfigMap data or Secret values.
-/// `feature`: the one that needs the watch (named when it is refused).
+/// `feature`: the one that needs the watch (named when it is refused); `own`: the data
+/// versions the controller is writing, whose echo is not routed.
 pub async fn watch_objects(
     client: Client,
     kind: SourceKind,
     feature: Feature,
     denials: RefusalSink,
+    own: OwnDataVersions,
     tx: mpsc::Sender<Input>,
 ) {
     let watched = |resource| Watched {
@@ -46,11 +48,11 @@ pub async fn watch_objects(
     match kind {
         SourceKind::ConfigMap => {
             let api = Api::<PartialObjectMeta<ConfigMap>>::all(client);
-            watch_meta(api, kind, watched("configmaps"), denials, tx).await
+            watch_meta(api, kind, watched("configmaps"), denials, own, tx).await
         }
         SourceKind::Secret => {
             let api = Api::<PartialObjectMeta<Secret>>::all(client);
-            watch_meta(api, kind, watched("secrets"), denials, tx).await
+            watch_meta(api, kind, watched("secrets"), denials, own, tx).await
         }
         // Files a CSI driver or the kubelet's pod certificate manager writes on a node: no API
         // object to watch (docs/csi.md, docs/signals.md).
@@ -63,6 +65,7 @@ async fn watch_meta<K>(
     kind: SourceKind,
     watched: Watched,
     denials: RefusalSink,
+    own: OwnDataVersions,
     tx: mpsc::Sender<Input>,
 ) where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -90,19 +93,41 @@ async fn watch_meta<K>(
         watcher::Config::default(),
         Listing::Streaming,
         Pacing::UntilData,
-        move |o: &PartialObjectMeta<K>| key(&o.metadata),
+        move |o: &PartialObjectMeta<K>| key(&o.metadata).map(|k| (k, MetaPrint::of(&o.metadata))),
     );
     futures::pin_mut!(changes);
+    // The metadata fingerprints last seen, to tell the echo of the controller's own
+    // data-version write apart ([`MetaPrint::echo_of_own_write`]).
+    let mut prints: std::collections::HashMap<ObjectKey, MetaPrint> =
+        std::collections::HashMap::new();
     while let Some(change) = changes.next().await {
         watched.report(&denials, &change);
         let input = match change {
-            Change::Listed(objects) => Input::ObjectsListed { kind, objects },
-            Change::Applied((key, resource_version)) => Input::Object {
-                key,
-                resource_version,
-            },
+            Change::Listed(objects) => {
+                prints = objects.iter().map(|((k, _), p)| (k.clone(), *p)).collect();
+                let objects = objects.into_iter().map(|(k, _)| k).collect();
+                Input::ObjectsListed { kind, objects }
+            }
+            Change::Applied(((key, resource_version), print)) => {
+                let before = prints.insert(key.clone(), print);
+                // The controller's own write of reloadlet.io/data-version: nothing a feature
+                // acts on changed (the data cannot have: that write is metadata only and
+                // conditional on the resourceVersion it read), so it is not routed (no nudge,
+                // no re-read). Another writer's change of it is (its data may have changed).
+                if before.is_some_and(|b| b.echo_of_own_write(&print, &key, &own)) {
+                    continue;
+                }
+                Input::Object {
+                    key,
+                    resource_version,
+                }
+            }
             Change::Deleted(o) => match key(&o.metadata) {
-                Some((key, _)) => Input::ObjectDeleted(key),
+                Some((key, _)) => {
+                    prints.remove(&key);
+                    own.forget(&key);
+                    Input::ObjectDeleted(key)
+                }
                 None => continue,
             },
             Change::Failed(e) => Input::WatchError {
@@ -113,6 +138,64 @@ async fn watch_meta<K>(
         if tx.send(input).await.is_err() {
             return;
         }
+    }
+}
+
+/// Two fingerprints of an object's metadata: of everything but its resourceVersion,
+/// managedFields and `reloadlet.io/data-version` annotation, and of that annotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetaPrint {
+    rest: u64,
+    /// `None`: no such annotation.
+    data_version: Option<u64>,
+}
+
+impl MetaPrint {
+    pub fn of(meta: &ObjectMeta) -> Self {
+        use std::hash::{Hash, Hasher};
+        let dv = crate::core::status::data_version::ANNOTATION;
+        let mut rest = std::collections::hash_map::DefaultHasher::new();
+        meta.labels.hash(&mut rest);
+        if let Some(a) = &meta.annotations {
+            a.iter()
+                .filter(|(k, _)| *k != dv)
+                .for_each(|kv| kv.hash(&mut rest));
+        }
+        meta.finalizers.hash(&mut rest);
+        meta.owner_references
+            .iter()
+            .flatten()
+            .for_each(|o| o.uid.hash(&mut rest));
+        meta.deletion_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .hash(&mut rest);
+        let data_version = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(dv))
+            .map(|v| OwnDataVersions::fingerprint(v));
+        Self {
+            rest: rest.finish(),
+            data_version,
+        }
+    }
+
+    /// Only `reloadlet.io/data-version` changed between `self` and `now`, to a new value (a
+    /// data change leaves the metadata as it was, but for the resourceVersion; a replace
+    /// without the annotation removes it, which is never this).
+    pub fn only_data_version_changed(&self, now: &Self) -> bool {
+        self.rest == now.rest && now.data_version.is_some() && self.data_version != now.data_version
+    }
+
+    /// [`Self::only_data_version_changed`], to the value the controller wrote last on `key`
+    /// (`own`): the echo of its own write. Another writer's value is not (a restore or a copy
+    /// of the object may bring new data with it).
+    pub fn echo_of_own_write(&self, now: &Self, key: &ObjectKey, own: &OwnDataVersions) -> bool {
+        self.only_data_version_changed(now)
+            && now
+                .data_version
+                .is_some_and(|fingerprint| own.is_echo(key, fingerprint))
     }
 }
 
@@ -200,6 +283,21 @@ pub fn annotation_patch(req: &PatchRequest) -> serde_json::Value {
     }
 }
 
+/// The patch body of an object's annotation: that one annotation, conditional on the
+/// resourceVersion its data was read at (409 when it changed since).
+pub fn object_annotation_patch(req: &PatchRequest) -> serde_json::Value {
+    let annotations = serde_json::json!({ req.annotation: req.value });
+    match &req.target {
+        PatchTarget::Object {
+            resource_version: Some(rv),
+            ..
+        } => {
+            serde_json::json!({ "metadata": { "resourceVersion": rv, "annotations": annotations } })
+        }
+        _ => serde_json::json!({ "metadata": { "annotations": annotations } }),
+    }
+}
+
 pub(super) fn patch_error(e: kube::Error) -> PatchError {
     match e {
         kube::Error::Api(s) if s.code == 404 => PatchError::NotFound,
@@ -209,14 +307,57 @@ pub(super) fn patch_error(e: kube::Error) -> PatchError {
     }
 }
 
+impl KubePatcher {
+    /// The data version of a ConfigMap/Secret: a metadata-only merge patch (a Secret's data
+    /// never comes back), conditional on the resourceVersion in the body; a refusal names
+    /// [`Feature::DataVersions`].
+    async fn patch_object(
+        &self,
+        kind: SourceKind,
+        req: &PatchRequest,
+        params: &PatchParams,
+    ) -> Result<(), PatchError> {
+        let body = object_annotation_patch(req);
+        let patch = Patch::Merge(&body);
+        let (result, resource) = match kind {
+            SourceKind::ConfigMap => (
+                Api::<ConfigMap>::namespaced(self.client.clone(), &req.namespace)
+                    .patch_metadata(&req.name, params, &patch)
+                    .await
+                    .map(|_| ()),
+                "configmaps",
+            ),
+            SourceKind::Secret => (
+                Api::<Secret>::namespaced(self.client.clone(), &req.namespace)
+                    .patch_metadata(&req.name, params, &patch)
+                    .await
+                    .map(|_| ()),
+                "secrets",
+            ),
+            // No API object behind it: never published.
+            SourceKind::SecretProviderClass | SourceKind::CsiVolume => return Ok(()),
+        };
+        report(
+            &self.denials,
+            Request::new(Feature::DataVersions, "patch", "", resource),
+            Some(&req.namespace),
+            &result,
+        );
+        result.map_err(patch_error)
+    }
+}
+
 impl Patcher for KubePatcher {
     fn patch<'a>(&'a self, req: &'a PatchRequest) -> BoxFuture<'a, Result<(), PatchError>> {
         Box::pin(async move {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.into()),
                 ..PatchParams::default()
             };
+            if let PatchTarget::Object { kind, .. } = &req.target {
+                return self.patch_object(*kind, req, &params).await;
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
             let body = annotation_patch(req);
             let result = api.patch(&req.name, &params, &Patch::Merge(&body)).await;
             report(
@@ -304,6 +445,7 @@ impl EnvApi for KubeEnvApi {
                     self.seen(&key, &cm);
                     let cm = cm.map_err(|e| api_error(&e))?;
                     Ok(cm.map(|cm| ObjectData {
+                        resource_version: cm.metadata.resource_version,
                         annotations: cm.metadata.annotations.unwrap_or_default(),
                         text: cm.data.unwrap_or_default(),
                         binary: cm
@@ -321,6 +463,7 @@ impl EnvApi for KubeEnvApi {
                     self.seen(&key, &secret);
                     let secret = secret.map_err(|e| api_error(&e))?;
                     Ok(secret.map(|s| ObjectData {
+                        resource_version: s.metadata.resource_version,
                         annotations: s.metadata.annotations.unwrap_or_default(),
                         text: Default::default(),
                         binary: s
@@ -458,12 +601,59 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_the_controllers_own_data_version_write_is_told_apart() {
+        let meta = |labels: &[(&str, &str)], annotations: &[(&str, &str)]| ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        };
+        let dv = crate::core::status::data_version::ANNOTATION;
+        let before = MetaPrint::of(&meta(&[("app", "web")], &[("team", "shop")]));
+        // A data change: the metadata is as it was.
+        assert!(!before.only_data_version_changed(&before));
+        // The controller's write.
+        let published = MetaPrint::of(&meta(&[("app", "web")], &[("team", "shop"), (dv, "v1 x")]));
+        assert!(before.only_data_version_changed(&published));
+        // A label or another annotation changed too: routed.
+        let relabelled = MetaPrint::of(&meta(&[("app", "db")], &[("team", "shop"), (dv, "v1 y")]));
+        assert!(!published.only_data_version_changed(&relabelled));
+        let other = MetaPrint::of(&meta(&[("app", "web")], &[("team", "bank")]));
+        assert!(!before.only_data_version_changed(&other));
+        // A replace of the object without the annotation (new data, say): routed.
+        assert!(!published.only_data_version_changed(&before));
+        // Only the value the controller wrote is its echo; another writer's (a restore of the
+        // object, with other data perhaps) is routed.
+        let own = OwnDataVersions::default();
+        let key = ObjectKey {
+            kind: SourceKind::ConfigMap,
+            namespace: "shop".into(),
+            name: "app".into(),
+        };
+        assert!(!before.echo_of_own_write(&published, &key, &own));
+        own.writing(key.clone(), "v1 x");
+        assert!(before.echo_of_own_write(&published, &key, &own));
+        own.writing(key.clone(), "v1 z");
+        assert!(!before.echo_of_own_write(&published, &key, &own));
+    }
+
+    #[test]
     fn the_patch_writes_exactly_one_annotation() {
         assert_eq!(
             nudge_patch("configmap/app-cfg@12#2").to_string(),
             r#"{"metadata":{"annotations":{"reloadlet.io/projection-nudge":"configmap/app-cfg@12#2"}}}"#
         );
         let nudge = PatchRequest {
+            target: PatchTarget::Pod,
             namespace: "ns".into(),
             name: "web".into(),
             uid: None,
@@ -483,6 +673,21 @@ mod tests {
         assert_eq!(
             annotation_patch(&baseline).to_string(),
             r#"{"metadata":{"annotations":{"reloadlet.io/env-baseline":"configmap/app=ab12"},"uid":"u1"}}"#
+        );
+        // A ConfigMap's data version: conditional on the resourceVersion its data was read at.
+        let data_version = PatchRequest {
+            target: PatchTarget::Object {
+                kind: SourceKind::ConfigMap,
+                resource_version: Some("41".into()),
+            },
+            uid: None,
+            annotation: crate::core::status::data_version::ANNOTATION,
+            value: Some("v1 since=2026-11-29T09:36:45Z app.conf=0f3c9a1e5b7d2c48".into()),
+            ..baseline.clone()
+        };
+        assert_eq!(
+            object_annotation_patch(&data_version).to_string(),
+            r#"{"metadata":{"annotations":{"reloadlet.io/data-version":"v1 since=2026-11-29T09:36:45Z app.conf=0f3c9a1e5b7d2c48"},"resourceVersion":"41"}}"#
         );
         // No value removes the annotation (RFC 7386: null).
         let cleared = PatchRequest {

@@ -23,6 +23,8 @@ pub struct ObjectData {
     pub binary: BTreeMap<String, Vec<u8>>,
     /// A Secret: `envFrom` reads `binary` (its `data`), not `text`.
     pub secret: bool,
+    /// The resourceVersion it was read at (the data version is published conditional on it).
+    pub resource_version: Option<String>,
     /// The object's annotations (`--reloader-compat`: `reloader.stakater.com/ignore`,
     /// `reloader.stakater.com/match`); never part of a digest.
     pub annotations: BTreeMap<String, String>,

@@ -1,8 +1,9 @@
-//! The pod edge of the controller's writes: one annotation of one pod
-//! (`k8s::controller::KubePatcher`), and the pod read again after a 404/409.
+//! The controller's annotation writes (`k8s::controller::KubePatcher`): one annotation of one
+//! pod, and the pod read again after a 404/409; or the `reloadlet.io/data-version` annotation
+//! of one ConfigMap/Secret (docs/status.md).
 
 use super::ApiError;
-use crate::core::model::PodInfo;
+use crate::core::model::{PodInfo, SourceKind};
 use futures::future::BoxFuture;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -18,9 +19,22 @@ pub enum PatchError {
     Other(ApiError),
 }
 
-/// One annotation to write on one pod.
+/// What a [`PatchRequest`] writes: a pod, or a ConfigMap/Secret (conditional on the
+/// resourceVersion its data was read at: a version computed from older data is never written
+/// over newer data; the edge answers `Conflict`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PatchTarget {
+    Pod,
+    Object {
+        kind: SourceKind,
+        resource_version: Option<String>,
+    },
+}
+
+/// One annotation to write on one pod (or one ConfigMap/Secret, [`PatchTarget`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PatchRequest {
+    pub target: PatchTarget,
     pub namespace: String,
     pub name: String,
     /// `Some`: conditional on the pod's UID (a pod replaced under the same name is never
@@ -31,7 +45,7 @@ pub struct PatchRequest {
     pub value: Option<String>,
 }
 
-/// The pod edge of the controller's writes (kube in `crate::k8s::controller`, a fake in tests).
+/// The controller's annotation writes (kube in `crate::k8s::controller`, a fake in tests).
 pub trait Patcher: Send + Sync + 'static {
     /// A JSON merge patch of exactly `metadata.annotations[req.annotation]`.
     fn patch<'a>(&'a self, req: &'a PatchRequest) -> BoxFuture<'a, Result<(), PatchError>>;

@@ -5,6 +5,7 @@ use crate::controller::elect::{self, ElectionSettings};
 use crate::controller::env::{EnvConsumers, EnvDeps};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::nudge::Nudges;
+use crate::controller::publish::{DataVersions, PublishDeps};
 use crate::controller::rollout::{RolloutDeps, RolloutFeature};
 use crate::controller::router::Controller;
 use crate::core::model::SourceKind;
@@ -23,8 +24,8 @@ use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
 use crate::k8s::pdb_watch::{self, SharedBudgets};
 use crate::k8s::workloads::KubeWorkloads;
-use crate::ports::Input;
 use crate::ports::Patcher;
+use crate::ports::{Input, OwnDataVersions};
 use crate::serve::denials::{own_pod_ref, Denials};
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
@@ -64,6 +65,8 @@ pub async fn serve(
     });
 
     let (tx, rx) = mpsc::channel::<Input>(1024);
+    // The data versions the controller writes: the object watches leave their echo unrouted.
+    let own = OwnDataVersions::default();
     tokio::spawn(watch_pods(
         clients.main.clone(),
         settings.scope.pod_selector.clone(),
@@ -76,6 +79,7 @@ pub async fn serve(
         SourceKind::ConfigMap,
         Feature::Nudges,
         refusals.clone(),
+        own.clone(),
         tx.clone(),
     ));
     // Secrets' metadata: for nudges (--secrets) and for env consumers (--env-consumers-secrets).
@@ -90,6 +94,7 @@ pub async fn serve(
             SourceKind::Secret,
             feature,
             refusals.clone(),
+            own.clone(),
             tx.clone(),
         ));
     }
@@ -205,27 +210,35 @@ pub async fn serve(
     )
     .reporting(reporter.clone())
     .with(Box::new(nudges));
-    // The key of the digests and baselines the env consumers and rollouts write.
-    let key = if settings.env.configmaps || settings.env.secrets || settings.rollout.enabled {
-        Some(match &settings.key_namespace {
-            Some(namespace) => {
-                crate::k8s::controller_key::load_or_create(clients.main.clone(), namespace)
-                    .await
-                    .map_err(|e| format!("the controller's key: {e}"))?
-            }
-            None => {
-                tracing::warn!("no namespace of its own (POD_NAMESPACE or --lease-namespace): the controller's key is made anew at each start, so the baselines written before a restart are taken afresh and a change made while it was down is not acted on");
-                crate::core::volume_digest::HashKey::generate()
-                    .map_err(|e| format!("the kernel's random source: {e}"))?
-            }
-        })
-    } else {
-        None
+    // The key of the digests and baselines the env consumers and rollouts write, and of the
+    // data versions published on ConfigMaps/Secrets (`reloadlet status`).
+    let key = match &settings.key_namespace {
+        Some(namespace) => {
+            crate::k8s::controller_key::load_or_create(clients.main.clone(), namespace)
+                .await
+                .map_err(|e| format!("the controller's key: {e}"))?
+        }
+        None => {
+            tracing::warn!("no namespace of its own (POD_NAMESPACE or --lease-namespace): the controller's key is made anew at each start, so the baselines written before a restart are taken afresh, a change made while it was down is not acted on, and every data version is published anew");
+            crate::core::volume_digest::HashKey::generate()
+                .map_err(|e| format!("the kernel's random source: {e}"))?
+        }
     };
-    let keyed = || {
-        key.clone()
-            .expect("loaded when env consumers or rollouts are on")
-    };
+    let keyed = || key.clone();
+    // reloadlet.io/data-version on every ConfigMap (with --secrets, Secret) a pod reads.
+    controller = controller.with(Box::new(DataVersions::new(PublishDeps {
+        api: Arc::new(KubeEnvApi::new(
+            clients.main.clone(),
+            refusals.clone(),
+            (Feature::DataVersions, Feature::DataVersions),
+        )),
+        patches: patches(PatchSettings::baselines()),
+        secrets: settings.secrets,
+        own,
+        key: keyed(),
+        stop: shutdown.clone(),
+        now: jiff::Timestamp::now,
+    })));
     if settings.env.configmaps || settings.env.secrets {
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(

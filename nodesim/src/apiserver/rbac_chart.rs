@@ -54,6 +54,62 @@ pub fn policy(values: &[String]) -> Option<Policy> {
         .map(|r| r.policy)
 }
 
+/// The render for these `--set` values with `verb` taken out of the grants of `resource` in
+/// API `group` (an older chart's ClusterRole, or one trimmed by hand): what a feature that
+/// needs that rule meets. `None` when the fixture has no such render.
+pub fn policy_without(
+    values: &[String],
+    group: &str,
+    resource: &str,
+    verb: &str,
+) -> Option<Policy> {
+    let mut want = values.to_vec();
+    want.sort();
+    want.dedup();
+    let doc: Value = serde_json::from_str(FIXTURE).ok()?;
+    let render = doc["renders"].as_array()?.iter().find(|r| {
+        let values: Vec<String> = r["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect();
+        values == want
+    })?;
+    let mut objects = render["objects"].as_array()?.clone();
+    let has = |list: &Value, item: &str| {
+        list.as_array()
+            .is_some_and(|l| l.iter().any(|v| v.as_str() == Some(item)))
+    };
+    for object in &mut objects {
+        let Some(rules) = object.get_mut("rules").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        let mut split = Vec::new();
+        for rule in rules.iter_mut() {
+            if !has(&rule["apiGroups"], group)
+                || !has(&rule["resources"], resource)
+                || !has(&rule["verbs"], verb)
+            {
+                continue;
+            }
+            // The other resources of the rule keep the verb: `resource` gets a rule of its own.
+            let mut own = rule.clone();
+            own["resources"] = Value::from(vec![resource]);
+            if let Some(verbs) = own["verbs"].as_array_mut() {
+                verbs.retain(|v| v.as_str() != Some(verb));
+            }
+            if let Some(resources) = rule["resources"].as_array_mut() {
+                resources.retain(|r| r.as_str() != Some(resource));
+            }
+            split.push(own);
+        }
+        rules.retain(|r| r["resources"].as_array().is_some_and(|l| !l.is_empty()));
+        rules.extend(split);
+    }
+    Policy::from_objects(&objects).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +128,29 @@ mod tests {
             .iter()
             .any(|(r, e)| r.kind == "Role" && e.resource == "leases"));
         assert!(policy(&["no.such=value".into()]).is_none());
+    }
+
+    #[test]
+    fn a_render_without_one_verb_keeps_every_other_grant() {
+        let controller = |p: &Policy| {
+            let mut g: Vec<(String, String)> = p
+                .granted(&User::service_account(CONTROLLER.0, CONTROLLER.1))
+                .into_iter()
+                .filter(|(_, e)| e.group.is_empty() && e.resource == "configmaps")
+                .map(|(_, e)| (e.resource, e.verb))
+                .collect();
+            g.sort();
+            g
+        };
+        let full = controller(&policy(&[]).unwrap());
+        assert!(
+            full.contains(&("configmaps".into(), "patch".into())),
+            "{full:?}"
+        );
+        let trimmed = controller(&policy_without(&[], "", "configmaps", "patch").unwrap());
+        let expected: Vec<(String, String)> =
+            full.into_iter().filter(|(_, v)| v != "patch").collect();
+        assert_eq!(trimmed, expected);
+        assert!(policy_without(&["no.such=value".into()], "", "configmaps", "patch").is_none());
     }
 }

@@ -4,7 +4,7 @@
 //! baseline annotations are patch jobs of the executor.
 
 pub mod explain;
-mod fetch;
+pub(crate) mod fetch;
 pub mod hash;
 pub mod pacing;
 pub mod tracker;

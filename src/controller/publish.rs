@@ -1,0 +1,436 @@
+//! `reloadlet.io/data-version` (issue #46, docs/status.md): the controller publishes, on each
+//! ConfigMap (with `--secrets`, each Secret) that some pod it keeps reads — through a volume,
+//! a projected source or env — the keyed per-key digests of its data and when this data was
+//! first seen, so that `reloadlet status` can tell which consumers run it.
+//!
+//! One GET of the object when its resourceVersion moves (or a pod starts to read it, or at
+//! start), and a write only when [`super::data_version::to_publish`] says the data changed
+//! (a label edit, its own write or a resync writes nothing). The write is the executor's
+//! ([`crate::execute::patch`], `--dry-run` honoured): a merge patch of that one annotation,
+//! conditional on the resourceVersion the data was read at. Leader only.
+
+use super::data_version::to_publish;
+use super::env::fetch::{read_channel, spawn_read, Fetched};
+use super::feature::{Feature, Routed, World};
+use crate::core::model::{PodInfo, SourceKind, SourceRef};
+use crate::core::status::data_version::ANNOTATION;
+use crate::core::volume_digest::HashKey;
+use crate::execute::patch::{PatchJob, PatchKind, Patches};
+use crate::ports::PodRef;
+use crate::ports::{EnvApi, ObjectKey, OwnDataVersions};
+use futures::future::BoxFuture;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+pub struct PublishDeps {
+    /// One GET of an object (data included), the env consumers' edge.
+    pub api: Arc<dyn EnvApi>,
+    /// The executor's patches.
+    pub patches: Patches,
+    /// `--secrets`: Secrets too.
+    pub secrets: bool,
+    /// Each value written is recorded here first, so the object watches leave its echo
+    /// unrouted.
+    pub own: OwnDataVersions,
+    pub key: HashKey,
+    pub stop: CancellationToken,
+    pub now: fn() -> jiff::Timestamp,
+}
+
+pub struct DataVersions {
+    deps: PublishDeps,
+    /// The resourceVersion of every followed object, as the watch says.
+    seen: HashMap<ObjectKey, String>,
+    /// The resourceVersion last read (or being read) of each consumed object.
+    handled: HashMap<ObjectKey, String>,
+    /// The resourceVersion whose data the last write of each object was computed from: two
+    /// reads that answer the same version (a label edit and a data change close together)
+    /// write once, not twice with the second refused as a conflict.
+    written: HashMap<ObjectKey, String>,
+    /// Objects to look at in [`Feature::settle`].
+    dirty: BTreeSet<ObjectKey>,
+    tx: mpsc::UnboundedSender<Fetched>,
+    rx: mpsc::UnboundedReceiver<Fetched>,
+    permits: Arc<Semaphore>,
+}
+
+impl DataVersions {
+    pub fn new(deps: PublishDeps) -> Self {
+        let (tx, rx, permits) = read_channel();
+        Self {
+            deps,
+            seen: HashMap::new(),
+            handled: HashMap::new(),
+            written: HashMap::new(),
+            dirty: BTreeSet::new(),
+            tx,
+            rx,
+            permits,
+        }
+    }
+
+    fn followed(&self, kind: SourceKind) -> bool {
+        match kind {
+            SourceKind::ConfigMap => true,
+            SourceKind::Secret => self.deps.secrets,
+            SourceKind::SecretProviderClass | SourceKind::CsiVolume => false,
+        }
+    }
+
+    /// The data read: the annotation to write, if the data changed.
+    fn fetched(&mut self, fetched: Fetched) {
+        let Some(data) = fetched.data else {
+            return;
+        };
+        let key = fetched.key;
+        if data.resource_version.is_some()
+            && self.written.get(&key) == data.resource_version.as_ref()
+        {
+            return;
+        }
+        let source = SourceRef {
+            kind: key.kind,
+            name: key.name.clone(),
+        };
+        let current = data.annotations.get(ANNOTATION).map(String::as_str);
+        let Some(value) = to_publish(
+            &self.deps.key,
+            &key.namespace,
+            &source,
+            &data,
+            current,
+            (self.deps.now)(),
+        ) else {
+            return;
+        };
+        self.deps.own.writing(key.clone(), &value);
+        if let Some(rv) = &data.resource_version {
+            self.written.insert(key.clone(), rv.clone());
+        }
+        let job = PatchJob {
+            pod: PodRef {
+                uid: String::new(),
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            },
+            kind: PatchKind::DataVersion {
+                source,
+                resource_version: data.resource_version.clone(),
+            },
+            value: Some(value),
+        };
+        // Not retried: a conflict means new data, which the watch brings; the executor logs
+        // any other failure.
+        self.deps.patches.request(job, |_| {});
+    }
+}
+
+/// The ConfigMaps/Secrets `pod` reads: its volumes' sources and its env references.
+fn read_by(pod: &PodInfo) -> impl Iterator<Item = &SourceRef> {
+    pod.volumes
+        .iter()
+        .flat_map(|v| v.sources.iter())
+        .chain(pod.env.iter().map(|e| &e.source))
+        .filter(|s| s.kind.is_api_object())
+}
+
+impl Feature for DataVersions {
+    fn name(&self) -> &'static str {
+        "data-version"
+    }
+
+    fn kinds(&self) -> Vec<SourceKind> {
+        Vec::new()
+    }
+
+    fn route(&mut self, event: Routed<'_>, _world: &World) {
+        match event {
+            Routed::Object {
+                key,
+                resource_version: Some(rv),
+            } if self.followed(key.kind) => {
+                self.seen.insert(key.clone(), rv.to_owned());
+                self.dirty.insert(key.clone());
+            }
+            Routed::Object {
+                key,
+                resource_version: None,
+            } => {
+                self.seen.remove(key);
+                self.handled.remove(key);
+                self.written.remove(key);
+                self.dirty.remove(key);
+            }
+            Routed::Listed { kind, objects } if self.followed(kind) => {
+                let listed: HashSet<&ObjectKey> = objects.iter().map(|(k, _)| k).collect();
+                self.seen
+                    .retain(|k, _| k.kind != kind || listed.contains(k));
+                self.handled
+                    .retain(|k, _| k.kind != kind || listed.contains(k));
+                self.written
+                    .retain(|k, _| k.kind != kind || listed.contains(k));
+                for (key, rv) in objects {
+                    self.seen.insert(key.clone(), rv.clone());
+                    self.dirty.insert(key.clone());
+                }
+            }
+            Routed::PodPut(pod) => {
+                let keys: Vec<ObjectKey> = read_by(pod)
+                    .filter(|s| self.followed(s.kind))
+                    .map(|s| ObjectKey {
+                        kind: s.kind,
+                        namespace: pod.namespace.clone(),
+                        name: s.name.clone(),
+                    })
+                    .collect();
+                self.dirty.extend(keys);
+            }
+            _ => {}
+        }
+    }
+
+    fn wake<'a>(&'a mut self, _world: &'a World) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(fetched) = self.rx.recv().await {
+                self.fetched(fetched);
+            }
+        })
+    }
+
+    /// Reads the dirty objects some pod reads whose resourceVersion was not read yet (leader
+    /// only, once the pods are listed; until then they stay dirty).
+    fn settle(&mut self, world: &World) {
+        if !world.leader || !world.pods_listed || self.dirty.is_empty() {
+            return;
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        // What the pods of each namespace read, computed once per namespace.
+        let mut consumed: BTreeMap<&str, HashSet<(SourceKind, &str)>> = BTreeMap::new();
+        for key in &dirty {
+            let Some(rv) = self.seen.get(key) else {
+                continue;
+            };
+            if self.handled.get(key) == Some(rv) {
+                continue;
+            }
+            let read = consumed.entry(key.namespace.as_str()).or_insert_with(|| {
+                world
+                    .pods_in(&key.namespace)
+                    .flat_map(|p| read_by(p).map(|s| (s.kind, s.name.as_str())))
+                    .collect()
+            });
+            if !read.contains(&(key.kind, key.name.as_str())) {
+                continue;
+            }
+            self.handled.insert(key.clone(), rv.clone());
+            spawn_read(
+                &self.deps.api,
+                &self.permits,
+                &self.deps.stop,
+                &self.tx,
+                Fetched {
+                    key: key.clone(),
+                    seq: 0,
+                    data: None,
+                    seen: std::time::Instant::now(),
+                },
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fake::{FakeEnvApi, FakePatcher};
+    use crate::core::model::VolumeSpec;
+    use crate::execute::patch::PatchSettings;
+    use crate::ports::Input;
+    use crate::ports::ObjectData;
+    use std::time::Duration;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            kind: SourceKind::ConfigMap,
+            namespace: "shop".into(),
+            name: name.into(),
+        }
+    }
+
+    fn reader(uid: &str, configmap: &str) -> PodInfo {
+        PodInfo {
+            uid: uid.into(),
+            namespace: "shop".into(),
+            name: format!("pod-{uid}"),
+            volumes: vec![VolumeSpec {
+                name: "conf".into(),
+                sources: vec![SourceRef {
+                    kind: SourceKind::ConfigMap,
+                    name: configmap.into(),
+                }],
+                ..VolumeSpec::default()
+            }],
+            ..PodInfo::default()
+        }
+    }
+
+    fn writes(patcher: &FakePatcher) -> Vec<(String, String)> {
+        patcher
+            .data_version_writes()
+            .into_iter()
+            .map(|(_, name, value)| (name, value))
+            .collect()
+    }
+
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn only_read_objects_are_published_and_only_when_their_data_changes() {
+        let api = Arc::new(FakeEnvApi::default());
+        let mut app = ObjectData::of(&[("app.conf", "x=1")], &[]);
+        app.resource_version = Some("5".into());
+        api.objects.lock().unwrap().insert(key("app"), app.clone());
+        api.objects
+            .lock()
+            .unwrap()
+            .insert(key("unread"), ObjectData::of(&[("a", "1")], &[]));
+        let patcher = FakePatcher::default();
+        let stop = CancellationToken::new();
+        let report = crate::controller::fake::reporter(
+            Arc::new(crate::ports::fake::Events::default()),
+            crate::outbound::notify::Notifier::disabled(),
+            false,
+        );
+        let patches = Patches::new(
+            PatchSettings::baselines(),
+            Arc::new(patcher.clone()),
+            report,
+            stop.clone(),
+        );
+        let feature = DataVersions::new(PublishDeps {
+            api: api.clone(),
+            patches,
+            secrets: false,
+            own: OwnDataVersions::default(),
+            key: HashKey::from_bytes([3; 32]),
+            stop: stop.clone(),
+            now: jiff::Timestamp::now,
+        });
+        let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
+        tx.send(Input::PodsListed(vec![reader("u1", "app")]))
+            .await
+            .unwrap();
+        tx.send(Input::ObjectsListed {
+            kind: SourceKind::ConfigMap,
+            objects: vec![(key("app"), "5".into()), (key("unread"), "7".into())],
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let first = writes(&patcher);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].0, "app");
+        assert!(first[0].1.starts_with("v1 since="), "{first:?}");
+        assert_eq!(
+            *api.reads.lock().unwrap(),
+            [key("app")],
+            "unread is never read"
+        );
+
+        // Its own write (or a label edit): a new resourceVersion, the same data: no write.
+        app.annotations
+            .insert(ANNOTATION.to_owned(), first[0].1.clone());
+        app.resource_version = Some("6".into());
+        api.objects.lock().unwrap().insert(key("app"), app.clone());
+        tx.send(Input::Object {
+            key: key("app"),
+            resource_version: "6".into(),
+        })
+        .await
+        .unwrap();
+        // The same resourceVersion again (a resync): not even read.
+        tx.send(Input::Object {
+            key: key("app"),
+            resource_version: "6".into(),
+        })
+        .await
+        .unwrap();
+        settle().await;
+        assert_eq!(api.reads.lock().unwrap().len(), 2);
+        assert_eq!(writes(&patcher).len(), 1);
+
+        // New data: published again (the positive control of the two above).
+        app.text.insert("app.conf".into(), "x=2".into());
+        app.resource_version = Some("8".into());
+        api.objects.lock().unwrap().insert(key("app"), app.clone());
+        tx.send(Input::Object {
+            key: key("app"),
+            resource_version: "8".into(),
+        })
+        .await
+        .unwrap();
+        settle().await;
+        let all = writes(&patcher);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_ne!(all[1].1, all[0].1);
+        stop.cancel();
+        let _ = task.await;
+    }
+
+    #[tokio::test]
+    async fn two_reads_of_the_same_version_write_once_and_the_write_is_recorded_as_its_own() {
+        let patcher = FakePatcher::default();
+        let stop = CancellationToken::new();
+        let report = crate::controller::fake::reporter(
+            Arc::new(crate::ports::fake::Events::default()),
+            crate::outbound::notify::Notifier::disabled(),
+            false,
+        );
+        let own = OwnDataVersions::default();
+        let mut feature = DataVersions::new(PublishDeps {
+            api: Arc::new(FakeEnvApi::default()),
+            patches: Patches::new(
+                PatchSettings::baselines(),
+                Arc::new(patcher.clone()),
+                report,
+                stop.clone(),
+            ),
+            secrets: false,
+            own: own.clone(),
+            key: HashKey::from_bytes([3; 32]),
+            stop: stop.clone(),
+            now: jiff::Timestamp::now,
+        });
+        let mut app = ObjectData::of(&[("app.conf", "x=2")], &[]);
+        app.resource_version = Some("8".into());
+        let read = |data: &ObjectData| Fetched {
+            key: key("app"),
+            seq: 0,
+            data: Some(data.clone()),
+            seen: std::time::Instant::now(),
+        };
+        // A label edit's read and the data change's read both answered version 8.
+        feature.fetched(read(&app));
+        feature.fetched(read(&app));
+        settle().await;
+        let written = writes(&patcher);
+        assert_eq!(written.len(), 1, "{written:?}");
+        // Its echo is told apart by the value written.
+        let fingerprint = OwnDataVersions::fingerprint(&written[0].1);
+        assert!(own.is_echo(&key("app"), fingerprint));
+        // Version 9 (new data) is written.
+        app.text.insert("app.conf".into(), "x=3".into());
+        app.resource_version = Some("9".into());
+        feature.fetched(read(&app));
+        settle().await;
+        assert_eq!(writes(&patcher).len(), 2);
+        stop.cancel();
+    }
+}
