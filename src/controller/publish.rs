@@ -75,7 +75,9 @@ impl DataVersions {
         match kind {
             SourceKind::ConfigMap => true,
             SourceKind::Secret => self.deps.secrets,
-            SourceKind::SecretProviderClass | SourceKind::CsiVolume => false,
+            SourceKind::SecretProviderClass
+            | SourceKind::CsiVolume
+            | SourceKind::PodCertificate => false,
         }
     }
 

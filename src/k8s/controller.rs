@@ -335,7 +335,9 @@ impl KubePatcher {
                 "secrets",
             ),
             // No API object behind it: never published.
-            SourceKind::SecretProviderClass | SourceKind::CsiVolume => return Ok(()),
+            SourceKind::SecretProviderClass
+            | SourceKind::CsiVolume
+            | SourceKind::PodCertificate => return Ok(()),
         };
         report(
             &self.denials,
