@@ -3,8 +3,11 @@
 //! (`maxUnavailable: 1`) whose app reads its config only at start (no SIGHUP handler, no
 //! reload endpoint; `terminationGracePeriodSeconds: 1`), the agent and the controller (fast
 //! projection; it rolls `rollout` workloads) on one simulated node, each action on a fresh
-//! node. Per ConfigMap change: the time until every replica serves the new config, and the
-//! pods created for it; printed with the ratios against `restart`.
+//! node. Each sample is a Deployment of its own, changed once: a second restart of one
+//! container inside the kubelet's crash-loop window would wait for its back-off (and
+//! reloadlet defers it, docs/restart.md), which is not what one change costs. Per change: the
+//! time until every replica serves the new config, and the pods created for it; printed with
+//! the ratios against `restart`.
 //!
 //! `restart` runs with `--restart-without-grant`: the controller's grant (a budget-paced
 //! sequence, docs/restart.md) is not built yet, so the three replicas restart at once and
@@ -25,8 +28,9 @@ const NS: &str = "apps";
 const REPLICAS: usize = 3;
 const WAIT: Duration = Duration::from_secs(180);
 
-/// The pod template: reads `app.conf` once, writes it to `<out>/<pod name>`, then sleeps.
-fn template(action: &str, base: &Path, out: &Path) -> serde_json::Value {
+/// The pod template of Deployment `app`: reads `app.conf` of ConfigMap `<app>-cfg` once, writes
+/// it to `<out>/<pod name>`, then sleeps.
+fn template(action: &str, app: &str, base: &Path, out: &Path) -> serde_json::Value {
     let conf = sandboxed(base, "/etc/app");
     let script = format!(
         "cat {conf}/app.conf > {out}/$POD; while :; do sleep 3600 & wait $!; done",
@@ -34,7 +38,7 @@ fn template(action: &str, base: &Path, out: &Path) -> serde_json::Value {
     );
     json!({
         "metadata": {
-            "labels": {"app": "web"},
+            "labels": {"app": app},
             "annotations": {"reloadlet.io/action": action}
         },
         "spec": {
@@ -43,7 +47,7 @@ fn template(action: &str, base: &Path, out: &Path) -> serde_json::Value {
                 "command": ["/bin/sh", "-c", script],
                 "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                 "volumeMounts": [{"name": "conf", "mountPath": conf}]}],
-            "volumes": [{"name": "conf", "configMap": {"name": "web-cfg"}}]
+            "volumes": [{"name": "conf", "configMap": {"name": format!("{app}-cfg")}}]
         }
     })
 }
@@ -58,10 +62,10 @@ fn ready(p: &Pod) -> bool {
 
 /// The Deployment's pods that are not terminating, when there are exactly [`REPLICAS`] of
 /// them, all Ready and all serving `value`.
-fn serving(node: &Node, out: &Path, value: &str) -> Option<BTreeSet<String>> {
+fn serving(node: &Node, app: &str, out: &Path, value: &str) -> Option<BTreeSet<String>> {
     let pods: Vec<Pod> = node
         .api
-        .pods_of_workload(WorkloadKind::Deployment, NS, "web")
+        .pods_of_workload(WorkloadKind::Deployment, NS, app)
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect();
@@ -82,49 +86,61 @@ async fn one_action(action: &str, samples: usize) -> Figures {
     let mut node = Node::start(NodeOptions::default()).await;
     node.start_agent(&["--restart-without-grant"]).await;
     let controller = ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
-    let out = node.path("served");
-    std::fs::create_dir_all(&out).unwrap();
     let base = node.path("");
-    node.api
-        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v0")]));
-    node.api.create_pdb(
-        serde_json::from_value(json!({
-            "metadata": {"name": "web", "namespace": NS},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
-        }))
-        .unwrap(),
-    );
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {
-            "replicas": REPLICAS,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": template(action, &base, &out)
-        }
-    }))
-    .unwrap();
-    node.api.apply_deployment(deployment).unwrap();
-    let mut uids = eventually("3 replicas serve v0", WAIT, || serving(&node, &out, "v0")).await;
-    // Every volume watched (3 conf + 3 kube-api-access), so the first change is not a baseline.
-    node.wait_tracked(2 * REPLICAS).await;
     let mut figures = Figures {
         took: Vec::new(),
         created: Vec::new(),
     };
     for k in 1..=samples {
-        let value = format!("v{k}");
-        // Let the last change settle (terminating pods gone) before the next one.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        let app = format!("web-{k}");
+        let out = node.path(&format!("served-{k}"));
+        std::fs::create_dir_all(&out).unwrap();
+        let cfg = format!("{app}-cfg");
+        node.api
+            .apply_configmap(configmap(NS, &cfg, &[("app.conf", "v0")]));
+        node.api.create_pdb(
+            serde_json::from_value(json!({
+                "metadata": {"name": app, "namespace": NS},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": app}}}
+            }))
+            .unwrap(),
+        );
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": app, "namespace": NS},
+            "spec": {
+                "replicas": REPLICAS,
+                "selector": {"matchLabels": {"app": app}},
+                "template": template(action, &app, &base, &out)
+            }
+        }))
+        .unwrap();
+        node.api.apply_deployment(deployment).unwrap();
+        let before = eventually(&format!("{app}: 3 replicas serve v0"), WAIT, || {
+            serving(&node, &app, &out, "v0")
+        })
+        .await;
+        // Every volume watched (a conf and a kube-api-access volume per replica), so the
+        // change is not taken for a first look.
+        node.wait_tracked(2 * REPLICAS * k).await;
         let started = Instant::now();
         node.api
-            .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", &value)]));
-        let now = eventually(&format!("{action}: 3 replicas serve {value}"), WAIT, || {
-            serving(&node, &out, &value)
+            .apply_configmap(configmap(NS, &cfg, &[("app.conf", "v1")]));
+        let after = eventually(&format!("{action}: {app} serves v1"), WAIT, || {
+            serving(&node, &app, &out, "v1")
         })
         .await;
         figures.took.push(started.elapsed());
-        figures.created.push(now.difference(&uids).count());
-        uids = now;
+        figures.created.push(after.difference(&before).count());
+        // Old pods gone before the next sample, so it starts from a quiet node.
+        eventually("terminating pods gone", WAIT, || {
+            (node
+                .api
+                .list_pods()
+                .iter()
+                .all(|p| p.metadata.deletion_timestamp.is_none()))
+            .then_some(())
+        })
+        .await;
     }
     controller.stop().await;
     figures
@@ -137,7 +153,7 @@ fn median(v: &[Duration]) -> Duration {
 }
 
 /// `restart` vs `rollout` vs `evict`: change → every replica serving the new config, and the
-/// pods created per change (`RELOADLET_MEASURE_SAMPLES` changes each, default 5).
+/// pods created per change (`RELOADLET_MEASURE_SAMPLES` Deployments each, default 5).
 pub async fn restart_rollout_evict() {
     let samples: usize = std::env::var("RELOADLET_MEASURE_SAMPLES")
         .ok()
@@ -150,7 +166,7 @@ pub async fn restart_rollout_evict() {
     }
     let base = median(&rows[0].1.took);
     eprintln!(
-        "actions, a {REPLICAS}-replica Deployment behind maxUnavailable 1, {samples} ConfigMap changes each: change -> every replica serving it (median, max), pods created per change, ratio to restart"
+        "actions, a {REPLICAS}-replica Deployment behind maxUnavailable 1, {samples} Deployments changed once each: change -> every replica serving it (median, max), pods created per change, ratio to restart"
     );
     for (action, f) in &rows {
         let m = median(&f.took);
