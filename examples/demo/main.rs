@@ -2,13 +2,15 @@
 //! real sync timing, a real nginx pod reloaded in place by reloadlet — one ConfigMap change
 //! without `reloadlet controller` (the wait for the kubelet's periodic sync) and one with it
 //! (fast projection) — then three replicas behind a PodDisruptionBudget replaced one at a
-//! time through the Eviction API, and a real Prometheus reloaded over HTTP. Run it through `hack/demo.sh` (as root);
+//! time through the Eviction API, a real Prometheus reloaded over HTTP, a Deployment rolled, and
+//! `reloadlet status` answering where the change went. Run it through `hack/demo.sh` (as root);
 //! `hack/demo.sh --sync-frequency 60s` shows a real kubelet's default wait.
 
 mod evictions;
 mod http;
 mod nginx;
 mod rollout;
+mod status;
 mod support;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -209,6 +211,10 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
             .arg("--state-dir")
             .arg(node.path("state"))
             .env("KUBECONFIG", node.kubeconfig())
+            // Its own pod, as the downward API names it (the namespace is also where it reads
+            // the controller's key for its status records).
+            .env("POD_NAMESPACE", "reloadlet-system")
+            .env("POD_NAME", "reloadlet-demo-agent")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
@@ -340,6 +346,9 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     // --- 5. the rollout action: a one-replica Deployment without reload support ---
     let (rolled, zero_ready) = rollout::scene(&node).await?;
 
+    // --- 6. reloadlet status: every consumer of nginx-conf and whether it runs the new data ---
+    let all_current = status::scene(&node).await?;
+
     say("summary: kubectl apply -> nginx serves the new config");
     println!(
         "    controller off: {:>7.3} s  (the kubelet's periodic sync, due {window} after the pod's last sync\n                               here, on the next 1 s tick; {real_window} with the default syncFrequency {})",
@@ -366,6 +375,14 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
         "    one-replica Deployment rolled surge-first in {:.1} s; a moment without a Ready pod: {}",
         rolled.as_secs_f64(),
         if zero_ready { "YES" } else { "never" }
+    );
+    println!(
+        "    reloadlet status configmap/nginx-conf: {}",
+        if all_current {
+            "every consumer current"
+        } else {
+            "NOT every consumer current (the table above says why)"
+        }
     );
     say("done; cleaning up the simulated node");
     drop(controller);
