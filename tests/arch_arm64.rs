@@ -237,6 +237,11 @@ async fn arm64_agent_signals_a_real_process_over_tls_and_explains_it() {
         ev.note,
         format!("sent SIGHUP to container app (pid {main_pid}): configmap c changed")
     );
+    // Through a pidfd, not the kill(2) fallback the agent takes when pidfd_open or
+    // pidfd_send_signal fail (src/host/process/pidfd.rs): qemu-user passes both through to
+    // the host kernel, so the arm64 build's syscall numbers and struct layouts are exercised.
+    let log = node.agent_log();
+    assert!(!log.contains("pidfds are not available"), "{log}");
 
     let text = arm.explain(&node, NS, "web-0");
     assert!(text.contains("action: signal SIGHUP"), "{text}");
