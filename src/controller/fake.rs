@@ -84,6 +84,10 @@ impl FakePatcher {
     pub fn env_pacing_writes(&self) -> Vec<(String, String, String)> {
         self.written(crate::core::pacing::ENV_PACING)
     }
+    /// `(namespace, name, value)` of every status record write (`reloadlet.io/applied`).
+    pub fn applied_writes(&self) -> Vec<(String, String, String)> {
+        self.written(crate::core::status::applied::ANNOTATION)
+    }
     fn written(&self, annotation: &str) -> Vec<(String, String, String)> {
         let s = self.state.lock().unwrap();
         s.patches

@@ -45,6 +45,9 @@ pub enum Feature {
     LeaderElection,
     /// The controller's key (a Secret in its own namespace).
     Key,
+    /// The agent's `reloadlet.io/applied` record on the pods it acts on (pods/patch), and the
+    /// controller's key it reads to compute data versions (a Secret in its own namespace).
+    StatusRecord,
 }
 
 impl Feature {
@@ -65,6 +68,7 @@ impl Feature {
             Feature::ArgoRollouts => "argo-rollouts (--argo-rollouts)",
             Feature::LeaderElection => "leader-election (--leader-elect)",
             Feature::Key => "controller-key",
+            Feature::StatusRecord => "status-record",
         }
     }
 
