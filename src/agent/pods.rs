@@ -504,6 +504,7 @@ impl Pods {
     /// `false` when the pod is not (yet) in the index.
     /// `fresh`: a new change, not a held one coming due. Paced (held) changes are kept by
     /// the pod's pacing and come back through [`Self::take_held_due`].
+    #[allow(clippy::too_many_arguments)]
     pub fn act(
         &mut self,
         uid: &str,
