@@ -326,6 +326,17 @@ impl Inner {
         if self.report.dry_run() {
             self.report.count(ActionKind::Restart, Outcome::DryRun);
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.stop.signal, cause = %job.cause(), action = "restart", outcome = Outcome::DryRun.as_str(), "dry-run: would restart the container");
+            if let Some(pod) = self.pod(&job.pod_uid) {
+                self.report.note_applied(
+                    &PodRef::from(&*pod),
+                    ActionKind::Restart,
+                    Outcome::DryRun,
+                    "dry-run: the container was not restarted",
+                    &job.sources,
+                    &job.seen,
+                    None,
+                );
+            }
             return;
         }
         loop {

@@ -164,3 +164,23 @@ async fn a_change_held_by_pacing_is_recorded_deferred_until_its_time() {
     );
     assert_eq!(last.data_version(), Some(want));
 }
+
+#[tokio::test(start_paused = true)]
+async fn dry_run_records_a_reload_request_not_sent() {
+    let mut w = world_with(None, |s| s.scope.dry_run = true);
+    let p = http_pod();
+    w.recording(&p);
+    w.agent.on_pod(PodUpdate::Resync(vec![p]));
+    let t0 = now();
+    w.change_at(t0);
+    w.agent.fire_due_at(t0);
+    w.settle().await;
+    assert!(w.http.calls().is_empty());
+    let records = w.records().await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let entry = records[0].get(&app()).unwrap();
+    assert_eq!(
+        (entry.result, entry.action.as_str()),
+        (Recorded::DryRun, "http")
+    );
+}

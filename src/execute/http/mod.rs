@@ -372,6 +372,17 @@ impl Inner {
         self.report.count(ActionKind::Http, outcome);
         let method = job.target.spec.method.as_str();
         tracing::info!(pod = %pod.full_name(), method, url, body_bytes = job.target.spec.body.len(), cause = %job.cause(), action = "http", outcome = outcome.as_str(), "dry-run: would send {method} {url}");
+        let (sources, seen) = (&job.sources, &job.seen);
+        let note = "dry-run: the reload request was not sent";
+        self.report.note_applied(
+            &PodRef::from(pod),
+            ActionKind::Http,
+            outcome,
+            note,
+            sources,
+            seen,
+            None,
+        );
     }
 
     /// The namespace's share of the node's slots; shares nobody holds are forgotten once
