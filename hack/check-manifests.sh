@@ -103,8 +103,10 @@ render "$out/chart-secrets.yaml" helm template reloadlet "$chart" -n reloadlet-s
 render "$out/chart-compat.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.reloaderCompat=true
 render "$out/chart-argo.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.rollout.argoRollouts=true
 render "$out/chart-no-policy.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.admissionPolicy=false \
+  --set admissionPolicy=false \
   --kube-version "$OLDEST_KUBE"
 render "$out/chart-no-controller.yaml" helm template reloadlet "$chart" -n reloadlet-system --set controller.enabled=false \
+  --set admissionPolicy=false \
   --kube-version "$OLDEST_KUBE"
 # kustomize without the policy / the controller: the one-line deletions docs/install.md describes.
 without_lines() { # without_lines DEST PATTERN...: deploy/ with the matching lines of base/kustomization.yaml deleted
@@ -132,16 +134,23 @@ renamed_overlay() {
   overlay_renders+=(overlay-renamed)
 }
 renamed_overlay
-without_lines "$out/kustomize-no-policy.yaml" '^  - ../components/controller-admission-policy$'
-without_lines "$out/kustomize-no-controller.yaml" '^  - ../components/controller-admission-policy$' '^  - ../components/controller$'
+without_lines "$out/kustomize-no-policy.yaml" '^  - ../components/controller-admission-policy$' '^  - ../components/agent-admission-policy$'
+without_lines "$out/kustomize-no-controller.yaml" '^  - ../components/controller-admission-policy$' '^  - ../components/controller$' \
+  '^  - ../components/agent-admission-policy$'
 
 step "helm lint --strict (defaults)" helm lint --strict "$chart"
 refuses_policy_below_1_30() {
   local log
-  if log="$(helm template reloadlet "$chart" -n reloadlet-system --kube-version 1.29.0 2>&1)"; then return 1; fi
+  if log="$(helm template reloadlet "$chart" -n reloadlet-system --kube-version 1.29.0 --set admissionPolicy=false 2>&1)"; then return 1; fi
   grep -q 'set controller.admissionPolicy=false' <<<"$log"
 }
 step "chart refuses the admission policy below Kubernetes 1.30, naming controller.admissionPolicy=false" refuses_policy_below_1_30
+refuses_agent_policy_below_1_30() {
+  local log
+  if log="$(helm template reloadlet "$chart" -n reloadlet-system --kube-version 1.29.0 --set controller.admissionPolicy=false 2>&1)"; then return 1; fi
+  grep -q 'set admissionPolicy=false' <<<"$log"
+}
+step "chart refuses the agent's admission policy below Kubernetes 1.30, naming admissionPolicy=false" refuses_agent_policy_below_1_30
 refuses_compat_without_rollout() {
   local log
   if log="$(helm template reloadlet "$chart" -n reloadlet-system --set controller.reloaderCompat=true \

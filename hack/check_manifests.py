@@ -198,16 +198,16 @@ def main(argv: list[str]) -> int:
             renders["chart-argo"] = Render("chart-argo", load_docs(args.chart_argo), argo=True,
                                            flow_schema=True)
         if args.chart_no_policy:
-            renders["chart-no-policy"] = Render("chart-no-policy", load_docs(args.chart_no_policy), admission_policy=False)
+            renders["chart-no-policy"] = Render("chart-no-policy", load_docs(args.chart_no_policy), admission_policy=False, agent_policy=False)
         if args.chart_no_controller:
             renders["chart-no-controller"] = Render("chart-no-controller", load_docs(args.chart_no_controller),
-                                                    controller=False, admission_policy=False)
+                                                    controller=False, admission_policy=False, agent_policy=False)
         if args.kustomize_no_policy:
             renders["kustomize-no-policy"] = Render("kustomize-no-policy", load_docs(args.kustomize_no_policy),
-                                                    owns_namespace=True, admission_policy=False)
+                                                    owns_namespace=True, admission_policy=False, agent_policy=False)
         if args.kustomize_no_controller:
             renders["kustomize-no-controller"] = Render("kustomize-no-controller", load_docs(args.kustomize_no_controller),
-                                                        owns_namespace=True, controller=False, admission_policy=False)
+                                                        owns_namespace=True, controller=False, admission_policy=False, agent_policy=False)
         for spec in args.overlay:
             parts = spec.split("=")
             if len(parts) not in (3, 5):

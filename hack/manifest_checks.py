@@ -19,12 +19,21 @@ NAME = "reloadlet"
 # (apiGroup, resource, verb): everything the agent may do, nothing more.
 ALLOWED_RULES = frozenset(
     [("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch")]
+    # reloadlet status: the agent's reloadlet.io/applied record (docs/status.md), fenced by
+    # its admission policy (AGENT_POLICY_SUFFIX) to that annotation on its own node's pods.
+    + [("", "pods", "patch")]
     + [("", "pods/eviction", "create")]
     + [("policy", "poddisruptionbudgets", v) for v in ("list", "watch")]
     + [("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")]
 )
 ALLOWED_CAPS = frozenset(["KILL", "DAC_READ_SEARCH"])
-EXPECTED_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "DaemonSet"}
+EXPECTED_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "DaemonSet"}
+# The agent's admission policy and its binding (chart admissionPolicy; kustomize's
+# components/agent-admission-policy): "<fullname>-agent-applied-only".
+AGENT_POLICY_SUFFIX = "-agent-applied-only"
+APPLIED_ANNOTATION = "reloadlet.io/applied"
+# The user's extra the API server sets from a pod-bound token's node claim (Kubernetes >= 1.30).
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 # `reloadlet controller` (fast projection, docs/controller.md): its objects are named
 # "<fullname>-controller", the admission policy and its binding "<fullname>-controller-nudge-only".
@@ -80,6 +89,9 @@ KEY_RULES = {
     (("",), ("secrets",), ("create",), ()),
     (("",), ("secrets",), ("get",), (KEY_SECRET,)),
 }
+# The agent reads that key (never creates it) for the data versions of its status records
+# (src/k8s/controller_key.rs `read`): its Role, in its own namespace, holds this one rule.
+AGENT_KEY_RULES = {(("",), ("secrets",), ("get",), (KEY_SECRET,))}
 NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
 BASELINE_ANNOTATION = "reloadlet.io/env-baseline"
 ROLLOUT_BASELINE_ANNOTATION = "reloadlet.io/rollout-baseline"
@@ -184,6 +196,8 @@ class Render:
     controller: bool = True
     # Renders its ValidatingAdmissionPolicy + binding (controller.admissionPolicy).
     admission_policy: bool = True
+    # Renders the agent's ValidatingAdmissionPolicy + binding (admissionPolicy).
+    agent_policy: bool = True
     # The controller also watches Secrets (controller.secrets=true).
     controller_secrets: bool = False
     # The controller understands Reloader's annotations (controller.reloaderCompat=true).
@@ -342,6 +356,7 @@ def _objects(r: Render) -> tuple[bool, str]:
     want += [(k, name_of(k)) for k in sorted(MONITORING_KINDS)] if r.monitoring else []
     want += [(k, r.fullname + CONTROLLER_SUFFIX) for k in CONTROLLER_KINDS] if r.controller else []
     want += [(k, r.fullname + POLICY_SUFFIX) for k in POLICY_KINDS] if r.admission_policy else []
+    want += [(k, r.fullname + AGENT_POLICY_SUFFIX) for k in POLICY_KINDS] if r.agent_policy else []
     want += [("FlowSchema", r.fullname + suffix) for suffix in FLOW_SCHEMAS] if r.flow_schema else []
     seen = sorted((d.get("kind", "?"), str(_get(d, "metadata", "name"))) for d in r.docs)
     if seen != sorted(want):
@@ -402,6 +417,8 @@ def _no_cm_secret(r: Render) -> tuple[bool, str]:
     """The agent's: the controller's ConfigMap (and Secret) rules are its own."""
     bad = []
     for rule in _agent_rules(r):
+        if _rule_set(rule) in AGENT_KEY_RULES:
+            continue  # the controller's key, by name, read only (checked by "rbac: exactly ...")
         for res in rule.get("resources") or []:
             base = res.split("/")[0]
             if base in FORBIDDEN_RESOURCES or base == "*":
@@ -418,16 +435,29 @@ def _no_wildcards(r: Render) -> tuple[bool, str]:
     return not bad, "; ".join(bad)
 
 
+def _rule_set(rule: dict) -> tuple:
+    """A rule as (apiGroups, resources, sorted verbs, resourceNames), for exact comparison."""
+    return (tuple(rule.get("apiGroups") or []), tuple(rule.get("resources") or []),
+            tuple(sorted(rule.get("verbs") or [])), tuple(rule.get("resourceNames") or []))
+
+
 @render_check("rbac: exactly the allowed rules")
 def _exact_rules(r: Render) -> tuple[bool, str]:
-    """The agent's ServiceAccount gets exactly its ClusterRole, which grants exactly ALLOWED_RULES."""
+    """The agent's ServiceAccount gets exactly its ClusterRole, which grants exactly ALLOWED_RULES,
+    and its Role in its own namespace, which grants exactly AGENT_KEY_RULES."""
     problems = []
     bound = _bound_roles(r.docs, r.fullname, r.namespace)
-    if [_role_id(d) for d in bound] != [f"ClusterRole/{r.fullname}"]:
+    if sorted(_role_id(d) for d in bound) != [f"ClusterRole/{r.fullname}", f"Role/{r.fullname}"]:
         problems.append(f"agent ServiceAccount bound to {[_role_id(d) for d in bound]}")
+    key_role = _named(r.docs, "Role", r.fullname)
+    if _get(key_role, "metadata", "namespace") != r.namespace:
+        problems.append(f"agent Role in {_get(key_role, 'metadata', 'namespace')!r}")
+    key_rules = {_rule_set(x) for x in key_role.get("rules") or []}
+    if key_rules != AGENT_KEY_RULES or len(key_role.get("rules") or []) != len(AGENT_KEY_RULES):
+        problems.append(f"agent Role rules {sorted(key_rules)}, want {sorted(AGENT_KEY_RULES)}")
     role = _named(r.docs, "ClusterRole", r.fullname)
     granted: set[tuple[str, str, str]] = set()
-    for d in [role, *[x for x in bound if x is not role]]:
+    for d in [role, *[x for x in bound if x is not role and x is not key_role]]:
         if d.get("aggregationRule"):
             problems.append("aggregationRule present")
         for rule in d.get("rules") or []:
@@ -454,10 +484,15 @@ def _binding(r: Render) -> tuple[bool, str]:
         problems.append(f"roleRef {crb.get('roleRef')}")
     if pod.get("serviceAccountName") != r.fullname:
         problems.append(f"pod serviceAccountName {pod.get('serviceAccountName')!r}")
+    rb = _named(r.docs, "RoleBinding", r.fullname)
+    if rb.get("subjects") != want_subject:
+        problems.append(f"RoleBinding subjects {rb.get('subjects')}")
+    if rb.get("roleRef") != {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": r.fullname}:
+        problems.append(f"RoleBinding roleRef {rb.get('roleRef')}")
     others = [
         f"{b['kind']}/{_get(b, 'metadata', 'name')}"
         for b in _of_kind(r.docs, "ClusterRoleBinding") + _of_kind(r.docs, "RoleBinding")
-        if b is not crb and (b in _bindings_of(r.docs, r.fullname, r.namespace)
+        if b is not crb and b is not rb and (b in _bindings_of(r.docs, r.fullname, r.namespace)
                              or (_get(b, "roleRef", "kind") == "ClusterRole" and _get(b, "roleRef", "name") == r.fullname))
     ]
     if others:
@@ -1390,6 +1425,107 @@ def _policy_user(r: Render) -> tuple[bool, str]:
     return not problems, "; ".join(problems)
 
 
+# --- the agent's ValidatingAdmissionPolicy ------------------------------------------------
+
+
+def _agent_policy(r: Render) -> tuple[dict, dict]:
+    name = r.fullname + AGENT_POLICY_SUFFIX
+    return _named(r.docs, "ValidatingAdmissionPolicy", name), _named(r.docs, "ValidatingAdmissionPolicyBinding", name)
+
+
+@render_check("agent admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs and their subresources")
+def _agent_policy_binding(r: Render) -> tuple[bool, str]:
+    if not r.agent_policy:
+        return None
+    vap, vapb = _agent_policy(r)
+    spec, bspec = vap.get("spec") or {}, vapb.get("spec") or {}
+    problems = []
+    if bspec.get("policyName") != _get(vap, "metadata", "name"):
+        problems.append(f"binding policyName {bspec.get('policyName')!r}")
+    if "Deny" not in (bspec.get("validationActions") or []):
+        problems.append(f"validationActions {bspec.get('validationActions')}")
+    if bspec.get("paramRef") or spec.get("paramKind") or bspec.get("matchResources"):
+        problems.append("params or binding matchResources narrow the policy")
+    if spec.get("failurePolicy") != "Fail":
+        problems.append(f"failurePolicy {spec.get('failurePolicy')!r}")
+    rules = _get(spec, "matchConstraints", "resourceRules", default=[])
+    if not any("" in (x.get("apiGroups") or []) and {"pods", "pods/*"} <= set(x.get("resources") or [])
+               and "UPDATE" in (x.get("operations") or []) for x in rules):
+        problems.append(f"matchConstraints {rules}")
+    if not spec.get("validations"):
+        problems.append("no validations")
+    return not problems, "; ".join(problems)
+
+
+_RECORD = '{"v":1,"objects":[{"object":"configmap/app-cfg","version":"v1:93bbc560a3f2f34722daa27f","at":"2026-11-29T09:36:50Z","by":"agent","action":"signal","result":"applied"}]}'
+
+
+def _on_node(node: str):
+    def fn(p: dict) -> None:
+        p["spec"]["nodeName"] = node
+    return fn
+
+
+# (description, edit of the old pod, subresource, the token's node extra, allowed?); the old
+# pod runs on node-a.
+AGENT_POLICY_CASES = [
+    ("records on a pod of its own node", _ann(APPLIED_ANNOTATION, _RECORD), "", ["node-a"], True),
+    ("records again (the record replaced)", _ann(APPLIED_ANNOTATION, '{"v":1,"objects":[]}'), "", ["node-a"], True),
+    ("records on a pod of another node", _ann(APPLIED_ANNOTATION, _RECORD), "", ["node-b"], False),
+    ("records with a token bound to no node", _ann(APPLIED_ANNOTATION, _RECORD), "", None, False),
+    ("records with an empty node name", _ann(APPLIED_ANNOTATION, _RECORD), "", [""], False),
+    ("records with two node names", _ann(APPLIED_ANNOTATION, _RECORD), "", ["node-a", "node-b"], False),
+    ("moves the pod to its own node", _both(_ann(APPLIED_ANNOTATION, _RECORD), _on_node("node-b")), "", ["node-b"], False),
+    ("changes another annotation", _both(_ann(APPLIED_ANNOTATION, _RECORD), _ann("team", "b")), "", ["node-a"], False),
+    ("sets the controller's nudge", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), "", ["node-a"], False),
+    ("removes another annotation", _ann("reloadlet.io/action", None), "", ["node-a"], False),
+    ("changes a label", _both(_ann(APPLIED_ANNOTATION, _RECORD), lambda p: p["metadata"]["labels"].update(app="evil")), "", ["node-a"], False),
+    ("changes the spec", _both(_ann(APPLIED_ANNOTATION, _RECORD), lambda p: p["spec"]["containers"][0].update(image="evil:1")), "", ["node-a"], False),
+    ("adds a finalizer", lambda p: p["metadata"].update(finalizers=["x.io/hold"]), "", ["node-a"], False),
+    ("drops the ownerReferences", lambda p: p["metadata"].pop("ownerReferences"), "", ["node-a"], False),
+    ("writes a record that is no JSON object", _ann(APPLIED_ANNOTATION, "current"), "", ["node-a"], False),
+    ("writes a record over 8192 characters", _ann(APPLIED_ANNOTATION, "{" + "x" * 8192 + "}"), "", ["node-a"], False),
+    ("writes the record through the status subresource", _ann(APPLIED_ANNOTATION, _RECORD), "status", ["node-a"], False),
+]
+
+
+@render_check("agent admission policy: CEL compiles; a record on its own node's pod passes, another node's pod, another annotation, a label or a spec change is rejected")
+def _agent_policy_cel(r: Render) -> tuple[bool, str]:
+    if not r.agent_policy:
+        return None
+    vap, _ = _agent_policy(r)
+    policy, error = _compiled(vap)
+    if error:
+        return False, error
+    user = f"system:serviceaccount:{r.namespace}:{r.fullname}"
+    old = _edit(_sample_pod(), _on_node("node-a"))
+    bare = _edit(old, lambda p: p["metadata"].pop("annotations"))
+    cases = [(*c, old) for c in AGENT_POLICY_CASES] + [
+        ("records on a pod without annotations", _ann(APPLIED_ANNOTATION, _RECORD), "", ["node-a"], True, bare)]
+    problems = []
+    for desc, fn, sub_, node, allowed, base in cases:
+        info: dict = {"username": user}
+        if node is not None:
+            info["extra"] = {NODE_NAME_EXTRA: node}
+        req = {"operation": "UPDATE", "subResource": sub_, "namespace": "apps", "name": "web-0",
+               "userInfo": info, "object": _edit(base, fn), "oldObject": base}
+        try:
+            got = not policy.matches(req) or policy.admits(req)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{desc}: evaluation failed: {e}")
+            continue
+        if got != allowed:
+            problems.append(f"an update that {desc} is {'admitted' if got else 'rejected'}")
+    # It applies to the agent's ServiceAccount only.
+    for other, should in {user: True, f"{user}{CONTROLLER_SUFFIX}": False,
+                          f"system:serviceaccount:{r.namespace}-other:{r.fullname}": False, "kubernetes-admin": False}.items():
+        req = {"operation": "UPDATE", "subResource": "", "userInfo": {"username": other},
+               "object": _edit(old, _ann("x", "1")), "oldObject": old}
+        if policy.matches(req) != should:
+            problems.append(f"{'matches' if not should else 'does not match'} {other}")
+    return not problems, "; ".join(problems)
+
+
 def check_renders(ctx: Context) -> Iterator[Result]:
     """Runs every per-render assertion on every render."""
     for r in ctx.renders.values():
@@ -1457,6 +1593,13 @@ def security_view(r: Render) -> dict[str, Any]:
         vap, vapb = _policy(r)
         view["admission policy spec"] = vap.get("spec")
         view["admission policy binding spec"] = vapb.get("spec")
+    if r.agent_policy:
+        vap, vapb = _agent_policy(r)
+        view["agent admission policy spec"] = vap.get("spec")
+        view["agent admission policy binding spec"] = vapb.get("spec")
+    for kind in ("Role", "RoleBinding"):
+        d = _named(docs, kind, r.fullname)
+        view[f"agent.{kind}"] = {k: d.get(k) for k in ("rules", "roleRef", "subjects")}
     return view
 
 

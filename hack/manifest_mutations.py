@@ -644,3 +644,48 @@ MUTATIONS += [
                                    "variables.isArgoRollout ||", "true ||"),
              P_ARGO, K),
 ]
+
+
+# --- the agent's admission policy (its reloadlet.io/applied record) --------------------
+A_BINDING = "agent admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs and their subresources"
+A_CEL = ("agent admission policy: CEL compiles; a record on its own node's pod passes, another node's pod,"
+         " another annotation, a label or a spec change is rejected")
+
+
+def _avap(ctx: Context, render: str, kind: str = "ValidatingAdmissionPolicy") -> dict:
+    return _named(_docs(ctx, render), kind, ctx.renders[render].fullname + "-agent-applied-only")
+
+
+def _avalidation(ctx: Context, render: str, needle: str) -> dict:
+    return next(v for v in _avap(ctx, render)["spec"]["validations"] if needle in v["expression"])
+
+
+MUTATIONS += [
+    Mutation("agent policy binding only warns",
+             lambda c: _avap(c, K, "ValidatingAdmissionPolicyBinding")["spec"].update(validationActions=["Warn"]),
+             A_BINDING, K),
+    Mutation("agent policy failurePolicy Ignore",
+             lambda c: _avap(c, CD)["spec"].update(failurePolicy="Ignore"),
+             A_BINDING, CD),
+    Mutation("agent policy does not see pod subresources",
+             lambda c: _avap(c, CD)["spec"]["matchConstraints"]["resourceRules"][0].update(resources=["pods"]),
+             A_BINDING, CD),
+    Mutation("agent policy lets another node's pods be written",
+             lambda c: _replace_in(_avalidation(c, K, "tokenNode"), "expression",
+                                   "oldObject.spec.?nodeName.orValue('') == variables.tokenNode[0]", "true"),
+             A_CEL, K),
+    Mutation("agent policy lets the spec change",
+             lambda c: _replace_in(_avalidation(c, CD, "object.spec"), "expression", "object.spec == oldObject.spec &&", ""),
+             A_CEL, CD),
+    Mutation("agent policy compares annotation keys only, not values",
+             lambda c: _replace_in(_avalidation(c, K, "variables.oldAnnotations.all"), "expression",
+                                   "&& variables.oldAnnotations[k] == variables.newAnnotations[k]", ""),
+             A_CEL, K),
+    Mutation("agent policy takes a record of any length",
+             lambda c: _replace_in(_avalidation(c, CD, "8192"), "expression",
+                                   "variables.newAnnotations[variables.applied].size() <= 8192 &&", ""),
+             A_CEL, CD),
+    Mutation("agent policy applies to every user",
+             lambda c: _avap(c, K)["spec"]["matchConditions"][0].update(expression="true"),
+             A_CEL, K),
+]

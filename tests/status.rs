@@ -5,12 +5,15 @@
 //! (`reloadlet.io/applied`) are written here the way the controller and the agent write them
 //! (with the library's own types and a test key); what is checked is what the operator reads:
 //! each consumer's state and reason, the summary line, the exit code, `--wait`, and that a
-//! Secret's data is never asked for nor shown. The controller's own writer of the data
-//! version is run for real (`the_controller_publishes_…`, `under_dry_run_…`).
+//! Secret's data is never asked for nor shown. The controller's writer of the data version
+//! (`the_controller_publishes_…`, `under_dry_run_…`) and the agent's writer of the records
+//! are run for real too.
 
 mod common;
 #[path = "support/controller_process.rs"]
 mod controller_process;
+#[path = "support/http.rs"]
+mod http_support;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, Secret};
@@ -800,4 +803,177 @@ async fn under_dry_run_the_controller_publishes_nothing() {
         "{:?}",
         object_patches(&node)
     );
+}
+
+/// The pod `name`'s `reloadlet.io/applied` record, when it has one.
+fn applied_on(api: &ApiServer, name: &str) -> Option<Applied> {
+    let pod = api.get_pod(NS, name)?;
+    let annotations = pod.metadata.annotations.unwrap_or_default();
+    Applied::of_pod(&annotations).ok().flatten()
+}
+
+/// The PATCH requests that wrote `reloadlet.io/applied` on pod `name` (`dry_run`: only those
+/// sent with `dryRun=All`, else only the others).
+fn record_patches(api: &ApiServer, name: &str, dry_run: bool) -> usize {
+    let path = format!("/api/v1/namespaces/{NS}/pods/{name}");
+    api.requests()
+        .iter()
+        .filter(|r| {
+            r.method == "PATCH" && r.path == path && r.body.contains("reloadlet.io/applied")
+        })
+        .filter(|r| r.query.contains("dryRun=All") == dry_run)
+        .count()
+}
+
+/// The node agent writes the records itself (issue #46 §2): after a ConfigMap change a signal
+/// pod's record names the version of the data it was signalled for — what `version_of_files`
+/// gives for the new data under the controller's key, which the agent read from its Secret —
+/// and `status` shows it `current` once the object's version is published; an http pod whose
+/// endpoint refuses the reload reads `failed` with the reason; the two signals of one change
+/// (two containers) are one patch; under `--dry-run` the record is only a dry run.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_records_what_it_applied_and_status_reads_it() {
+    use common::fixtures::{configmap, pod as pod_of, secret};
+    use common::*;
+    if !root_or_skip() {
+        return;
+    }
+    let wait = Duration::from_secs(20);
+    let mut node = Node::start(NodeOptions::default()).await;
+    // The controller's key, where the controller keeps it (the agent's namespace).
+    let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
+    node.api.apply_secret(secret(
+        "reloadlet-system",
+        "reloadlet-controller-key",
+        &[("key", &key_bytes)],
+    ));
+    let own = [
+        "--pod-namespace",
+        "reloadlet-system",
+        "--pod-name",
+        "reloadlet-x",
+    ];
+    node.start_agent(&own).await;
+    node.api
+        .apply_configmap(configmap(NS, "app", &[("app.conf", "v1")]));
+    let (app, sidecar) = (node.path("app.sig"), node.path("sidecar.sig"));
+    node.api.create_pod(
+        pod_of(NS, "signal-0")
+            .signal()
+            .configmap_volume("config", "app")
+            .recorder("app", &app, &[("config", "/etc/app")])
+            .recorder("sidecar", &sidecar, &[("config", "/etc/app")])
+            .build(),
+    );
+    // An http pod whose endpoint refuses the reload for good (404: no retry; a 500 is
+    // retried for five minutes first, src/agent/tests/record.rs follows that one).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    node.api.create_pod(
+        pod_of(NS, "http-0")
+            .annotate("reloadlet.io/action", "http")
+            .annotate("reloadlet.io/http-port", "web")
+            .configmap_volume("config", "app")
+            .container(json!({"name": "app", "image": "app",
+                "ports": [{"name": "web", "containerPort": port}],
+                "volumeMounts": [{"name": "config", "mountPath": common::fixtures::sandboxed(&node.path("http-0"), "/etc/app")}]}))
+            .build(),
+    );
+    node.wait_running(NS, "signal-0").await;
+    node.wait_running(NS, "http-0").await;
+    let ip = eventually("status.podIP of http-0", wait, || {
+        node.api
+            .get_pod(NS, "http-0")
+            .and_then(|p| p.status?.pod_ip)
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+    })
+    .await;
+    let _endpoint = http_support::Endpoint::start(
+        std::net::SocketAddr::new(ip, port),
+        std::iter::repeat_n(http_support::Reply::Status(404, "no such endpoint"), 10),
+    )
+    .await;
+    eventually("recorders ready", wait, || {
+        (recorder_ready(&app) && recorder_ready(&sidecar)).then_some(())
+    })
+    .await;
+    node.wait_tracked(4).await;
+
+    // Every container started before the change: only a record can make them current.
+    let changed_at = Timestamp::now();
+    node.api
+        .apply_configmap(configmap(NS, "app", &[("app.conf", "v2")]));
+    eventually("both containers got SIGHUP", wait, || {
+        (signals_in(&app) == ["SIGHUP"] && signals_in(&sidecar) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    let record = eventually("signal-0's record", wait, || {
+        applied_on(&node.api, "signal-0")
+    })
+    .await;
+    let entry = record
+        .get(&cm())
+        .expect("an entry for configmap/app")
+        .clone();
+    let want = version_of_files(&key(), NS, &cm(), [("app.conf", b"v2".as_slice())]);
+    assert_eq!(entry.data_version(), Some(want), "{record:?}");
+    assert_eq!(
+        (entry.result, entry.by.as_str(), entry.action.as_str()),
+        (Recorded::Applied, "agent", "signal")
+    );
+    let failed = eventually("http-0's record", wait, || {
+        applied_on(&node.api, "http-0").filter(|r| r.get(&cm()).is_some())
+    })
+    .await;
+    let failed = failed.get(&cm()).unwrap();
+    assert_eq!(
+        (failed.result, failed.action.as_str()),
+        (Recorded::Failed, "http")
+    );
+    assert!(
+        failed.error.as_deref().unwrap_or_default().contains("404"),
+        "{failed:?}"
+    );
+
+    // The controller's half, by hand: the object's version published.
+    publish(&node.api, "v2", changed_at);
+    let (_, out) = status(&node.kubeconfig(), &["configmap/app"]);
+    let signal = line(&out, "signal-0");
+    assert!(
+        signal.contains("current") && signal.contains("(signal)"),
+        "{out}"
+    );
+    let http = line(&out, "http-0");
+    assert!(http.contains("failed") && http.contains("404"), "{out}");
+    // Two signals, the same facts: one write. Nothing more comes.
+    never(
+        "a second record patch of signal-0",
+        Duration::from_secs(2),
+        || record_patches(&node.api, "signal-0", false) > 1,
+    )
+    .await;
+    assert_eq!(record_patches(&node.api, "signal-0", false), 1);
+
+    // --dry-run: the record is sent as a dry run and nothing persists.
+    node.stop_agent().await;
+    let mut dry: Vec<&str> = own.to_vec();
+    dry.push("--dry-run");
+    node.start_agent(&dry).await;
+    node.wait_tracked(4).await;
+    node.api
+        .apply_configmap(configmap(NS, "app", &[("app.conf", "v3")]));
+    eventually("a dry-run record patch of signal-0", wait, || {
+        (record_patches(&node.api, "signal-0", true) > 0).then_some(())
+    })
+    .await;
+    assert_eq!(signals_in(&app), ["SIGHUP"], "--dry-run signals nothing");
+    assert_eq!(
+        applied_on(&node.api, "signal-0").and_then(|r| r.get(&cm()).cloned()),
+        Some(entry),
+        "nothing persisted"
+    );
+    assert_eq!(record_patches(&node.api, "signal-0", false), 1);
 }

@@ -124,6 +124,7 @@ impl Chores {
                     cause: p.cause,
                     first_seen: None,
                     sources: Vec::new(),
+                    seen: Default::default(),
                 });
             }
         }

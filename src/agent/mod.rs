@@ -121,7 +121,9 @@ impl Agent {
             settings.volumes.max_volume_bytes,
             &metrics,
         );
-        let volumes = volumes.with_csi_settle(settings.volumes.csi_settle);
+        let volumes = volumes
+            .with_csi_settle(settings.volumes.csi_settle)
+            .with_pods_dir(settings.paths.kubelet_root.join("pods"));
         let exec = Executor::new(
             &settings.node_name,
             settings.scope.dry_run,
@@ -562,9 +564,11 @@ impl Agent {
         let volumes = &self.volumes;
         let changed =
             |pod: &crate::core::model::PodInfo| volumes.changed_sources(pod, &change.volumes);
+        // The writes the action is for, pinned before it (the pod's status record).
+        let seen = || volumes.pins(uid, &change.volumes);
         let pods = &mut self.pods;
         let exec = &self.exec;
-        let step = crate::contain::catch(|| pods.act(uid, change, fresh, changed, exec, now));
+        let step = crate::contain::catch(|| pods.act(uid, change, fresh, changed, seen, exec, now));
         let acted = match step {
             Ok(acted) => acted,
             Err(caught) => {

@@ -213,12 +213,15 @@ pub(super) fn report_notice(
     kind: ActionKind,
     notice: Option<Notice>,
     volumes: &[&str],
+    sources: &[crate::core::model::SourceRef],
+    seen: &crate::execute::applied::Seen,
     exec: &crate::execute::Executor,
 ) {
-    let (outcome, note) = match notice {
+    let (outcome, until, note) = match notice {
         None => return,
         Some(Notice::Deferred { until, why }) => (
             Outcome::Deferred,
+            Some(until),
             format!(
                 "{} deferred until {until} ({}); it runs once then, on the latest content",
                 kind.as_str(),
@@ -227,6 +230,7 @@ pub(super) fn report_notice(
         ),
         Some(Notice::Flapping(r)) => (
             Outcome::Flapping,
+            None,
             format!(
                 "{} changed {} times within {}: holding the {} until it has been quiet for {}",
                 r.source,
@@ -242,5 +246,5 @@ pub(super) fn report_notice(
     } else {
         tracing::info!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "action deferred");
     }
-    exec.report(&pod.into(), kind, outcome, note);
+    exec.report_paced(&pod.into(), kind, outcome, note, sources, seen, until);
 }

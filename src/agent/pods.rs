@@ -13,6 +13,7 @@ use crate::core::nudge_delay::{announced_volumes, nudged_source, NudgeDelays};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::{IndexChange, PodIndex};
 use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision, HttpFence};
+use crate::execute::applied::Seen;
 use crate::execute::evict::EvictJob;
 use crate::execute::http::HttpJob;
 use crate::execute::restart::RestartJob;
@@ -503,12 +504,14 @@ impl Pods {
     /// `false` when the pod is not (yet) in the index.
     /// `fresh`: a new change, not a held one coming due. Paced (held) changes are kept by
     /// the pod's pacing and come back through [`Self::take_held_due`].
+    #[allow(clippy::too_many_arguments)]
     pub fn act(
         &mut self,
         uid: &str,
         change: &PendingChange,
         fresh: bool,
         changed: impl FnOnce(&PodInfo) -> ChangedVolumes,
+        seen: impl FnOnce() -> Seen,
         exec: &Executor,
         now: Instant,
     ) -> Acted {
@@ -549,6 +552,8 @@ impl Pods {
                 .collect::<Vec<_>>()
                 .join(", "),
         };
+        // Only for an action: a pod that did not opt in costs nothing more.
+        let seen = if kind.is_some() { seen() } else { Seen::none() };
         if let Some(kind) = kind {
             match self
                 .pacing
@@ -556,7 +561,7 @@ impl Pods {
             {
                 Paced::Act => {}
                 Paced::Held(notice) => {
-                    report_notice(pod, kind, notice, &volumes(), exec);
+                    report_notice(pod, kind, notice, &volumes(), sources, &seen, exec);
                     return Acted::Held;
                 }
                 Paced::Refused(message) => {
@@ -602,6 +607,7 @@ impl Pods {
                     cause: cause.to_string(),
                     first_seen: Some(change.first_seen),
                     sources: cause.sources.clone(),
+                    seen: seen.clone(),
                 });
             }
             Decision::Http { target, cause } => {
@@ -611,6 +617,7 @@ impl Pods {
                     target: target.clone(),
                     sources: cause.sources.clone(),
                     first_seen: change.first_seen,
+                    seen: seen.clone(),
                 });
             }
             Decision::RestartRefused { message, cause } => {
@@ -628,6 +635,7 @@ impl Pods {
                         stop: t.stop.clone(),
                         first_seen: change.first_seen,
                         sources: cause.sources.clone(),
+                        seen: seen.clone(),
                         undrained,
                     });
                 }
@@ -647,6 +655,7 @@ impl Pods {
                         attempt: 1,
                         check: *check,
                         sources: cause.sources.clone(),
+                        seen: seen.clone(),
                     };
                     exec.signal(job);
                 }

@@ -88,6 +88,10 @@ impl FakePatcher {
     pub fn data_version_writes(&self) -> Vec<(String, String, String)> {
         self.written(crate::core::status::data_version::ANNOTATION)
     }
+    /// `(namespace, name, value)` of every status record write (`reloadlet.io/applied`).
+    pub fn applied_writes(&self) -> Vec<(String, String, String)> {
+        self.written(crate::core::status::applied::ANNOTATION)
+    }
     fn written(&self, annotation: &str) -> Vec<(String, String, String)> {
         let s = self.state.lock().unwrap();
         s.patches

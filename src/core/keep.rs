@@ -48,6 +48,7 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
         // The agent's file lists: no feature of the controller reads them.
         v.other_paths = Vec::new();
         v.source_paths = Vec::new();
+        v.source_items = Vec::new();
         v.name.shrink_to_fit();
         v.sources.shrink_to_fit();
         v.source_keys.shrink_to_fit();

@@ -171,6 +171,11 @@ pub struct VolumeSpec {
     /// The keys a ConfigMap/Secret source projects when it lists `items` (`items[].key`);
     /// a source missing here projects every key of its object (`data` and `binaryData`).
     pub source_keys: Vec<(SourceRef, Vec<String>)>,
+    /// `(items[].key, items[].path)` of each ConfigMap/Secret source that lists `items`, in
+    /// every volume kind (`source_paths` has the paths of projected volumes only, where they
+    /// decide which part of the digest a file is): the agent reads a source's pairs back from
+    /// the files with them (`core::status::data_version::pairs_of_files`).
+    pub source_items: Vec<(SourceRef, Vec<(String, String)>)>,
     /// Files of a projected volume that no ConfigMap/Secret writes: downwardAPI `items[].path`,
     /// serviceAccountToken `path`, clusterTrustBundle `path`. They change on a pod label edit or
     /// a token refresh and are left out of the content hash.

@@ -142,8 +142,10 @@ pub fn verify(
     )
 }
 
-/// The `reloadlet.io/*` keys the controller writes itself: never the pod author's to grant.
-const WRITTEN_BY_RELOADLET: [&str; 6] = [
+/// The `reloadlet.io/*` keys reloadlet writes itself (the controller; the agent its status
+/// record): never the pod author's to grant.
+const WRITTEN_BY_RELOADLET: [&str; 7] = [
+    super::status::applied::ANNOTATION,
     super::annotations::ROLLOUT_BASELINE,
     super::annotations::ENV_BASELINE,
     super::annotations::PROJECTION_NUDGE,
@@ -342,6 +344,8 @@ mod tests {
                 "configmap/a=0011223344556677",
             ),
             ("other.io/x", "y"),
+            // The agent's status record (its hand-off of a blocked eviction, say).
+            ("reloadlet.io/applied", r#"{"v":1,"objects":[]}"#),
         ]);
         assert_eq!(granted(&pod, kind, "web", &facts, no_reloader), Ok(()));
         // A pod-only edit: the action, a pacing key, on-blocked.

@@ -48,6 +48,9 @@ pub enum Feature {
     /// `reloadlet status` (docs/status.md): the controller's GET of each ConfigMap (with
     /// `--secrets`, Secret) a pod reads and its write of `reloadlet.io/data-version` on it.
     DataVersions,
+    /// The agent's `reloadlet.io/applied` record on the pods it acts on (pods/patch), and the
+    /// controller's key it reads to compute data versions (a Secret in its own namespace).
+    StatusRecord,
 }
 
 impl Feature {
@@ -69,6 +72,7 @@ impl Feature {
             Feature::LeaderElection => "leader-election (--leader-elect)",
             Feature::Key => "controller-key",
             Feature::DataVersions => "data-version publishing",
+            Feature::StatusRecord => "status-record",
         }
     }
 

@@ -7,6 +7,7 @@
 //! third kind of effect, with its own outcomes `Reloaded` / `ReloadFailed`. The controller's
 //! pod patches (`patch.rs`: the projection nudge, the env baseline) are the fourth.
 
+pub mod applied;
 pub mod evict;
 pub mod http;
 pub mod patch;
@@ -45,6 +46,8 @@ pub struct Deps {
     pub http: Arc<dyn HttpCaller>,
     /// Webhook notifications (`Notifier::disabled()` without `--notify-url`).
     pub notifier: Notifier,
+    /// The pods' `reloadlet.io/applied` record (`None`: not written).
+    pub record: Option<applied::RecordDeps>,
 }
 
 #[derive(Clone)]
@@ -94,6 +97,11 @@ impl Executor {
             metrics,
             dry_run,
             node.to_owned(),
+        )
+        .with_applied(
+            deps.record
+                .clone()
+                .map(|d| applied::AppliedRecorder::start(d, index.clone())),
         );
         let evictions = Evictions::new(
             eviction,
@@ -136,6 +144,24 @@ impl Executor {
         self.inner
             .report
             .record(pod, action, outcome, note, sources);
+    }
+
+    /// [`Self::report`] of an action paced (deferred until `until`, or held by the flap
+    /// breaker) for `sources`, recorded on the pod too.
+    #[allow(clippy::too_many_arguments)]
+    pub fn report_paced(
+        &self,
+        pod: &PodRef,
+        action: ActionKind,
+        outcome: Outcome,
+        note: String,
+        sources: &[SourceRef],
+        seen: &applied::Seen,
+        until: Option<jiff::Timestamp>,
+    ) {
+        let report = &self.inner.report;
+        report.note_applied(pod, action, outcome, &note, sources, seen, until);
+        report.record(pod, action, outcome, note, &[]);
     }
 
     /// Signals one container of a pod; retried while the container is not running or its
@@ -286,12 +312,13 @@ impl Inner {
                     job.cause()
                 );
                 tracing::warn!(pod = %pod.full_name(), container = %job.container, action = "restart", outcome = Outcome::RestartRefused.as_str(), "restart refused: no grant");
-                self.report.record(
+                self.report.record_seen(
                     &PodRef::from(&*pod),
                     ActionKind::Restart,
                     Outcome::RestartRefused,
                     note,
                     &job.sources,
+                    &job.seen,
                 );
             }
             return;
@@ -299,6 +326,17 @@ impl Inner {
         if self.report.dry_run() {
             self.report.count(ActionKind::Restart, Outcome::DryRun);
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.stop.signal, cause = %job.cause(), action = "restart", outcome = Outcome::DryRun.as_str(), "dry-run: would restart the container");
+            if let Some(pod) = self.pod(&job.pod_uid) {
+                self.report.note_applied(
+                    &PodRef::from(&*pod),
+                    ActionKind::Restart,
+                    Outcome::DryRun,
+                    "dry-run: the container was not restarted",
+                    &job.sources,
+                    &job.seen,
+                    None,
+                );
+            }
             return;
         }
         loop {
@@ -324,12 +362,13 @@ impl Inner {
             if let Some(pod) = self.pod(&job.pod_uid) {
                 let note = restart::deferred_note(&job, self.restart_spacing, wait);
                 tracing::info!(pod = %pod.full_name(), container = %job.container, cause = %job.cause(), action = "restart", outcome = Outcome::RestartDeferred.as_str(), wait_s = wait.as_secs(), "restart deferred");
-                self.report.record(
+                self.report.record_seen(
                     &PodRef::from(&*pod),
                     ActionKind::Restart,
                     Outcome::RestartDeferred,
                     note,
                     &job.sources,
+                    &job.seen,
                 );
             }
             tokio::select! {
@@ -379,12 +418,13 @@ impl Inner {
                 tracing::warn!(pod = %pod.full_name(), container = %job.container, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), error = %e, "restart failed")
             }
         }
-        self.report.record(
+        self.report.record_seen(
             &PodRef::from(&*pod),
             ActionKind::Restart,
             outcome,
             note,
             &job.sources,
+            &job.seen,
         );
     }
 
@@ -442,8 +482,15 @@ impl Inner {
             tracing::info!(pod = %name, container = %job.container, pid, process, signal = %job.signal, verdict, by_kill = delivery.by_kill, hot_path = hot, cause = %job.cause(), action = "signal", outcome = field, latency_ms = latency.as_secs_f64() * 1e3, "signal sent");
         }
         let sources = &job.sources;
-        self.report
-            .record(&pod.into(), ActionKind::Signal, outcome, note, sources);
+        let pod_ref = PodRef::from(pod);
+        self.report.record_seen(
+            &pod_ref,
+            ActionKind::Signal,
+            outcome,
+            note,
+            sources,
+            &job.seen,
+        );
     }
 
     /// After a failed attempt: retries (0.5 s doubling) while the container restarts, none
@@ -494,6 +541,15 @@ impl Inner {
             "dry-run: would NOT send signal (SignalNotHandled)"
         };
         tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause(), action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
+        self.report.note_applied(
+            &PodRef::from(pod),
+            ActionKind::Signal,
+            Outcome::DryRun,
+            message,
+            &job.sources,
+            &job.seen,
+            None,
+        );
         None
     }
 
@@ -509,12 +565,13 @@ impl Inner {
         let outcome = Outcome::SignalFailed;
         tracing::error!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, action = "signal", outcome = outcome.as_str(), error = %error, "signal failed; giving up");
         let note = signal::failed_note(job, error);
-        self.report.record(
+        self.report.record_seen(
             &PodRef::from(&*pod),
             ActionKind::Signal,
             outcome,
             note,
             &job.sources,
+            &job.seen,
         );
     }
 }
@@ -575,6 +632,7 @@ mod tests {
             evictor: Arc::new(fake::Evictor::default()),
             http: Arc::new(fake::Http::default()),
             notifier,
+            record: None,
         };
         let exec = Executor::new(
             "node-1",
@@ -597,6 +655,7 @@ mod tests {
 
     fn job() -> SignalJob {
         SignalJob {
+            seen: Default::default(),
             pod_uid: "u1".into(),
             container: "app".into(),
             signal: ReloadSignal::Hup,
@@ -630,6 +689,7 @@ mod tests {
 
     fn restart_job(sources: &str) -> RestartJob {
         RestartJob {
+            seen: Default::default(),
             pod_uid: "u1".into(),
             container: "app".into(),
             stop: crate::core::restart::StopPlan {

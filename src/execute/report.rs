@@ -1,6 +1,8 @@
 //! The one place an outcome becomes a metric, a Kubernetes Event and a notification (and
-//! the one place `--dry-run` silences Events and notifications).
+//! the one place `--dry-run` silences Events and notifications), and — for the agent — the
+//! pod's `reloadlet.io/applied` record ([`super::applied`]).
 
+use super::applied::{AppliedRecorder, Seen};
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::outbound::notify::{Notification, Notifier};
@@ -24,6 +26,8 @@ pub struct Reporter {
     dry_run: bool,
     /// The node that acts (named in notifications).
     node: String,
+    /// The agent's `reloadlet.io/applied` writer (`None`: the controller, or not recording).
+    applied: Option<AppliedRecorder>,
 }
 
 impl Reporter {
@@ -40,6 +44,31 @@ impl Reporter {
             metrics,
             dry_run,
             node,
+            applied: None,
+        }
+    }
+
+    /// Records the outcomes of actions on the pods' `reloadlet.io/applied` (the agent).
+    pub fn with_applied(mut self, applied: Option<AppliedRecorder>) -> Self {
+        self.applied = applied;
+        self
+    }
+
+    /// The pod's record of `outcome` (under `--dry-run` too: the write is then a dry run).
+    /// `seen`: the writes of the changed volumes the action was for; `until`: a deferral's end.
+    #[allow(clippy::too_many_arguments)]
+    pub fn note_applied(
+        &self,
+        pod: &PodRef,
+        action: ActionKind,
+        outcome: Outcome,
+        note: &str,
+        sources: &[SourceRef],
+        seen: &Seen,
+        until: Option<jiff::Timestamp>,
+    ) {
+        if let Some(applied) = &self.applied {
+            applied.note(pod, action, outcome, note, sources, seen, until);
         }
     }
 
@@ -59,8 +88,21 @@ impl Reporter {
         note: String,
         sources: &[SourceRef],
     ) {
+        self.record_seen(pod, action, outcome, note, sources, &Seen::none());
+    }
+
+    /// [`Self::record`] of an action on the writes `seen` (recorded on the pod, too).
+    pub fn record_seen(
+        &self,
+        pod: &PodRef,
+        action: ActionKind,
+        outcome: Outcome,
+        note: String,
+        sources: &[SourceRef],
+        seen: &Seen,
+    ) {
         self.count(action, outcome);
-        self.publish(pod, action, outcome, note, sources);
+        self.publish_seen(pod, action, outcome, note, sources, seen);
     }
 
     /// [`Self::record`] with the Event regarding `object` (the workload a rollout patched)
@@ -99,6 +141,20 @@ impl Reporter {
         note: String,
         sources: &[SourceRef],
     ) {
+        self.publish_seen(pod, action, outcome, note, sources, &Seen::none());
+    }
+
+    /// [`Self::publish`] of an action on the writes `seen` (recorded on the pod, too).
+    pub fn publish_seen(
+        &self,
+        pod: &PodRef,
+        action: ActionKind,
+        outcome: Outcome,
+        note: String,
+        sources: &[SourceRef],
+        seen: &Seen,
+    ) {
+        self.note_applied(pod, action, outcome, &note, sources, seen, None);
         let subject = Subject { pod, about: None };
         self.emit(subject, action, outcome, note, sources, Duration::ZERO);
     }
@@ -110,9 +166,11 @@ impl Reporter {
         pod: &PodRef,
         note: String,
         sources: &[SourceRef],
+        seen: &Seen,
         blocked_for: Duration,
     ) {
         let outcome = Outcome::EvictionBlocked;
+        self.note_applied(pod, ActionKind::Evict, outcome, &note, sources, seen, None);
         let subject = Subject { pod, about: None };
         self.emit(
             subject,

@@ -21,6 +21,8 @@ pub struct RestartJob {
     pub first_seen: Instant,
     /// The ConfigMaps/Secrets whose change it is for.
     pub sources: Vec<SourceRef>,
+    /// The writes of the changed volumes it is for (the pod's status record).
+    pub seen: crate::execute::applied::Seen,
     /// The pod does not declare the readiness gate `reloadlet.io/restart-drain`: traffic is
     /// not drained first (said in the Event).
     pub undrained: bool,
@@ -165,6 +167,7 @@ mod tests {
 
     fn job(grace: Duration) -> RestartJob {
         RestartJob {
+            seen: Default::default(),
             pod_uid: "u".into(),
             container: "app".into(),
             stop: StopPlan {

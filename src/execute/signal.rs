@@ -25,6 +25,8 @@ pub struct SignalJob {
     pub check: SignalCheck,
     /// The ConfigMaps/Secrets whose change it is for ([`SignalJob::cause`] names them).
     pub sources: Vec<crate::core::model::SourceRef>,
+    /// The writes of the changed volumes it is for (the pod's status record).
+    pub seen: super::applied::Seen,
 }
 
 impl SignalJob {
@@ -110,6 +112,7 @@ mod tests {
 
     fn job() -> SignalJob {
         SignalJob {
+            seen: Default::default(),
             pod_uid: "u".into(),
             container: "nginx".into(),
             signal: ReloadSignal::Hup,

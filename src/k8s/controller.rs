@@ -257,12 +257,34 @@ pub const FIELD_MANAGER: &str = "reloadlet-controller";
 pub struct KubePatcher {
     client: Client,
     denials: RefusalSink,
+    /// The feature a refusal names.
+    feature: Feature,
+    /// Patches are sent with `dryRun=All` (the agent's `--dry-run`).
+    dry_run: bool,
 }
 
 impl KubePatcher {
     /// `denials`: where a refused request is reported (`crate::serve::denials`).
     pub fn new(client: Client, denials: RefusalSink) -> Self {
-        Self { client, denials }
+        Self {
+            client,
+            denials,
+            feature: Feature::PodAnnotations,
+            dry_run: false,
+        }
+    }
+
+    /// The agent's status record (`reloadlet.io/applied`): refusals name
+    /// [`Feature::StatusRecord`]; under `--dry-run` every patch is sent with `dryRun=All`, as
+    /// the agent's evictions are (checked by the API server, RBAC and admission included,
+    /// persisted nowhere).
+    pub fn status_record(client: Client, denials: RefusalSink, dry_run: bool) -> Self {
+        Self {
+            client,
+            denials,
+            feature: Feature::StatusRecord,
+            dry_run,
+        }
     }
 }
 
@@ -354,6 +376,7 @@ impl Patcher for KubePatcher {
         Box::pin(async move {
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.into()),
+                dry_run: self.dry_run,
                 ..PatchParams::default()
             };
             if let PatchTarget::Object { kind, .. } = &req.target {
@@ -364,7 +387,7 @@ impl Patcher for KubePatcher {
             let result = api.patch(&req.name, &params, &Patch::Merge(&body)).await;
             report(
                 &self.denials,
-                Request::new(Feature::PodAnnotations, "patch", "", "pods"),
+                Request::new(self.feature, "patch", "", "pods"),
                 Some(&req.namespace),
                 &result,
             );
@@ -391,7 +414,7 @@ impl Patcher for KubePatcher {
             let result = api.get_opt(name).await;
             report(
                 &self.denials,
-                Request::new(Feature::PodAnnotations, "get", "", "pods"),
+                Request::new(self.feature, "get", "", "pods"),
                 Some(namespace),
                 &result,
             );

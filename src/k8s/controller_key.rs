@@ -8,12 +8,17 @@
 //! the other (kubernetes `staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go`,
 //! `Create`: the storage's create fails on an existing key), which then reads the winner's.
 
+use super::refusals::report;
+use crate::core::permission::{Feature, Request};
 use crate::core::volume_digest::HashKey;
+use crate::ports::RefusalSink;
+use crate::retry::Backoff;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// The Secret's name (RBAC: `get` on this name, `create` on secrets, in the controller's
 /// namespace only) and its one key.
@@ -82,6 +87,78 @@ pub async fn load_or_create(client: Client, namespace: &str) -> Result<HashKey, 
             namespace: namespace.to_owned(),
             source: e,
         }),
+    }
+}
+
+/// The key in `namespace`'s Secret, read only (`get`, never created: the agent's side).
+/// `Ok(None)`: there is none (no controller installed, or it has not made one yet).
+pub async fn read(
+    client: Client,
+    namespace: &str,
+    denials: &RefusalSink,
+) -> Result<Option<HashKey>, KeyError> {
+    let api: Api<Secret> = Api::namespaced(client, namespace);
+    let result = api.get_opt(SECRET).await;
+    report(
+        denials,
+        Request::new(Feature::StatusRecord, "get", "", "secrets"),
+        Some(namespace),
+        &result,
+    );
+    let found = result.map_err(|e| KeyError::Read {
+        namespace: namespace.to_owned(),
+        source: e,
+    })?;
+    found.map(|s| key_of(&s, namespace)).transpose()
+}
+
+/// Between two looks for the key while there is none (or it cannot be read): 5 s doubling to
+/// 10 min, ±20 %. Once it is had, it is read again every [`REREAD`] (a key made anew —
+/// the Secret deleted — is then taken up; meanwhile versions are computed with the old one and
+/// `status` says `pending`, the safe side).
+const LOOK_AGAIN: Backoff = Backoff::doubling(Duration::from_secs(5), Duration::from_secs(600));
+const REREAD: Duration = Duration::from_secs(3600);
+
+/// The agent's side: follows the controller's key in `namespace` into `key` (the status
+/// record's versions need it), looking again with a back-off while there is none; never
+/// spins. A refusal (403) is reported through `denials`.
+pub async fn follow(
+    client: Client,
+    namespace: String,
+    denials: RefusalSink,
+    key: tokio::sync::watch::Sender<Option<HashKey>>,
+) {
+    let mut delays = LOOK_AGAIN.delays();
+    loop {
+        let wait = match read(client.clone(), &namespace, &denials).await {
+            Ok(Some(found)) => {
+                let new = key.borrow().as_ref() != Some(&found);
+                if new {
+                    tracing::info!(
+                        namespace,
+                        secret = SECRET,
+                        "the controller's key is read: status records carry data versions"
+                    );
+                    key.send_replace(Some(found));
+                }
+                delays.reset();
+                REREAD
+            }
+            Ok(None) => {
+                let wait = delays.next().unwrap_or(REREAD);
+                tracing::info!(namespace, secret = SECRET, retry_in_s = wait.as_secs(), "no controller's key (is reloadlet controller installed?): status records carry no data version until there is one");
+                wait
+            }
+            Err(e) => {
+                let wait = delays.next().unwrap_or(REREAD);
+                tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "cannot read the controller's key; status records carry no data version meanwhile");
+                wait
+            }
+        };
+        if key.is_closed() {
+            return;
+        }
+        tokio::time::sleep(crate::retry::spread(wait)).await;
     }
 }
 

@@ -248,6 +248,56 @@ fn container_info(
 /// duplicate paths"), so a path named in the spec belongs to exactly one source. Paths may
 /// nest (`a/b.conf`); they are relative to the volume's `..data`.
 fn volume_spec(v: &VolumeView) -> VolumeSpec {
+    let mut spec = volume_spec_of(v);
+    spec.source_items = source_items(v);
+    spec
+}
+
+/// `(key, path)` of the `items` of each ConfigMap/Secret source that lists them.
+fn source_items(v: &VolumeView) -> Vec<(SourceRef, Vec<(String, String)>)> {
+    let pairs = |items: Option<&Vec<KeyToPath>>| -> Option<Vec<(String, String)>> {
+        let pairs: Vec<(String, String)> = items
+            .into_iter()
+            .flatten()
+            .map(|i| (i.key.clone(), i.path.clone()))
+            .collect();
+        (!pairs.is_empty()).then_some(pairs)
+    };
+    let mut out = Vec::new();
+    let mut add = |kind: SourceKind, name: &str, items: Option<&Vec<KeyToPath>>| {
+        if let Some(p) = pairs(items) {
+            out.push((
+                SourceRef {
+                    kind,
+                    name: name.to_owned(),
+                },
+                p,
+            ));
+        }
+    };
+    if v.csi.is_some() {
+        return Vec::new();
+    }
+    if let Some(c) = &v.config_map {
+        add(SourceKind::ConfigMap, &c.name, c.items.as_ref());
+    }
+    if let Some(s) = &v.secret {
+        if let Some(name) = s.secret_name.as_deref() {
+            add(SourceKind::Secret, name, s.items.as_ref());
+        }
+    }
+    for source in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+        if let Some(c) = &source.config_map {
+            add(SourceKind::ConfigMap, &c.name, c.items.as_ref());
+        }
+        if let Some(s) = &source.secret {
+            add(SourceKind::Secret, &s.name, s.items.as_ref());
+        }
+    }
+    out
+}
+
+fn volume_spec_of(v: &VolumeView) -> VolumeSpec {
     let mut spec = VolumeSpec {
         name: v.name.clone(),
         ..VolumeSpec::default()
@@ -417,6 +467,15 @@ mod tests {
         let v = volume(json!({"name": "b", "secret": {"secretName": "tls",
             "items": [{"key": "tls.crt", "path": "crt"}, {"key": "tls.key", "path": "key"}]}}));
         assert_eq!(v.source_keys, [(sec("tls"), keys(&["tls.crt", "tls.key"]))]);
+        // With their paths, for the agent's status record (a plain volume too).
+        let pair = |k: &str, p: &str| (k.to_string(), p.to_string());
+        assert_eq!(
+            v.source_items,
+            [(
+                sec("tls"),
+                vec![pair("tls.crt", "crt"), pair("tls.key", "key")]
+            )]
+        );
         let v = volume(json!({"name": "c", "projected": {"sources": [
             {"configMap": {"name": "one", "items": [{"key": "k", "path": "p"}]}},
             {"configMap": {"name": "two"}},
@@ -424,6 +483,13 @@ mod tests {
         assert_eq!(
             v.source_keys,
             [(cm("one"), keys(&["k"])), (sec("s"), keys(&["t"]))]
+        );
+        assert_eq!(
+            v.source_items,
+            [
+                (cm("one"), vec![pair("k", "p")]),
+                (sec("s"), vec![pair("t", "q")])
+            ]
         );
         assert!(volume(json!({"name": "d", "configMap": {"name": "all"}}))
             .source_keys

@@ -4,12 +4,14 @@
 use crate::agent::hot_thread::HotThread;
 use crate::agent::{Agent, Deps};
 use crate::config::Settings;
+use crate::execute::applied::RecordDeps;
 use crate::execute::evict::EvictionSettings;
 use crate::host::inotify::WatcherOptions;
 use crate::host::process::ProcFs;
 use crate::host::state_file::StateStore;
 use crate::k8s::api_backoff::ApiMetrics;
 use crate::k8s::client::Clients;
+use crate::k8s::controller::KubePatcher;
 use crate::k8s::events::QueuedRecorder;
 use crate::k8s::eviction::KubeEvictor;
 use crate::k8s::pdb_watch::{self, SharedBudgets};
@@ -29,6 +31,36 @@ pub enum RunError {
     Startup(String),
     /// It ran and failed (exit status 1).
     Stopped(anyhow::Error),
+}
+
+/// The edges of the pods' `reloadlet.io/applied` record: the pod patch (a dry run under
+/// `--dry-run`) and the controller's key, followed from its Secret in the agent's own
+/// namespace (`POD_NAMESPACE`; without it no key is looked for and entries carry no version).
+fn status_record(
+    settings: &Settings,
+    client: &kube::Client,
+    refusals: &crate::ports::RefusalSink,
+) -> RecordDeps {
+    let (key, rx) = tokio::sync::watch::channel(None);
+    match settings.own_pod.as_ref() {
+        Some((namespace, _)) => {
+            tokio::spawn(crate::k8s::controller_key::follow(
+                client.clone(),
+                namespace.clone(),
+                refusals.clone(),
+                key,
+            ));
+        }
+        None => {
+            tracing::info!("POD_NAMESPACE is not set: the controller's key is not looked for; status records carry no data version");
+        }
+    }
+    let patcher =
+        KubePatcher::status_record(client.clone(), refusals.clone(), settings.scope.dry_run);
+    RecordDeps {
+        patcher: Arc::new(patcher),
+        key: rx,
+    }
 }
 
 /// Runs the node agent until SIGTERM/SIGINT (or a fatal error).
@@ -141,7 +173,9 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
     if let Some(own_pod) = own_pod_ref(settings.own_pod.as_ref()) {
         denials.publish_to(events.clone(), own_pod);
     }
+    let record = status_record(&settings, &clients.main, &refusals);
     let deps = Deps {
+        record: Some(record),
         http: Arc::new(http),
         events,
         processes: Arc::new(ProcFs::new(&settings.paths.proc_root)),

@@ -520,6 +520,18 @@ impl State {
     /// PATCH of a pod's main resource: metadata and spec (the pod strategy keeps the
     /// status of the main resource); a patch that changes nothing is a no-op.
     pub fn patch_pod(&mut self, key: &Key, how: PatchType, body: &[u8]) -> Result<Pod, ApiStatus> {
+        self.patch_pod_as(key, how, body, false)
+    }
+
+    /// [`Self::patch_pod`]; `dry_run` (`dryRun=All`): answered as the patch would leave the
+    /// pod, nothing stored.
+    pub fn patch_pod_as(
+        &mut self,
+        key: &Key,
+        how: PatchType,
+        body: &[u8],
+        dry_run: bool,
+    ) -> Result<Pod, ApiStatus> {
         let patch: Value = serde_json::from_slice(body)
             .map_err(|e| ApiStatus::bad_request(format!("error decoding patch: {e}")))?;
         if how == PatchType::Apply {
@@ -554,6 +566,9 @@ impl State {
         }
         if pod.spec != current.spec {
             pod.metadata.generation = Some(current.metadata.generation.unwrap_or(1) + 1);
+        }
+        if dry_run {
+            return Ok(pod);
         }
         let pod = self.commit_pod(pod);
         self.settle();

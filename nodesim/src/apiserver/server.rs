@@ -239,11 +239,13 @@ async fn get_pod(
 async fn patch_pod(
     State(s): Shr,
     Path(key): Path<(String, String)>,
+    Query(p): Params,
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
     let how = http_objects::patch_type(&headers)?;
-    let pod = s.lock().patch_pod(&key, how, &body)?;
+    let dry_run = p.get("dryRun").is_some_and(|d| d == "All");
+    let pod = s.lock().patch_pod_as(&key, how, &body, dry_run)?;
     http_objects::one(
         StatusCode::OK,
         serde_json::to_value(&pod).unwrap_or(Value::Null),

@@ -4,6 +4,7 @@
 mod arrival;
 mod contain;
 mod pacing;
+mod record;
 mod run;
 
 use super::*;
@@ -31,6 +32,9 @@ pub(super) struct World {
     pub(super) health: Arc<Health>,
     pub(super) stop: CancellationToken,
     pub(super) dir: tempfile::TempDir,
+    /// The pod edge of the status record, and the controller's key as the agent knows it.
+    pub(super) patcher: crate::controller::fake::FakePatcher,
+    pub(super) key: tokio::sync::watch::Sender<Option<crate::core::volume_digest::HashKey>>,
 }
 
 pub(super) fn settings(dir: &Path) -> Settings {
@@ -80,12 +84,18 @@ pub(super) fn world_with(saved: Option<SavedState>, adjust: impl FnOnce(&mut Set
     let processes = Arc::new(fake::Processes::with("abc", 4242));
     let evictor = Arc::new(fake::Evictor::default());
     let http = Arc::new(fake::Http::default());
+    let patcher = crate::controller::fake::FakePatcher::default();
+    let (key, key_rx) = tokio::sync::watch::channel(None);
     let deps = Deps {
         events: events.clone(),
         processes: processes.clone(),
         evictor: evictor.clone(),
         http: http.clone(),
         notifier: crate::outbound::notify::Notifier::disabled(),
+        record: Some(crate::execute::applied::RecordDeps {
+            patcher: Arc::new(patcher.clone()),
+            key: key_rx,
+        }),
     };
     let store = saved.map(|saved| {
         let store = StateStore::open(&dir.path().join("state")).unwrap();
@@ -120,6 +130,8 @@ pub(super) fn world_with(saved: Option<SavedState>, adjust: impl FnOnce(&mut Set
         health,
         stop,
         dir,
+        patcher,
+        key,
     }
 }
 
@@ -166,8 +178,9 @@ pub(super) fn key() -> VolumeKey {
 }
 
 impl World {
+    /// Where the kubelet keeps the volume (status records read the pinned write there).
     fn volume_dir(&self) -> PathBuf {
-        self.dir.path().join("volume")
+        crate::host::inotify::volume_path(&self.dir.path().join("pods"), &key())
     }
 
     /// A signal pod whose volume holds `content`, looked at once (the baseline); its dir.
@@ -310,7 +323,7 @@ async fn an_eviction_pending_at_the_last_stop_resumes_after_the_first_pod_list()
 }
 
 /// An `http` pod: container `app` declares port `web` (9090); the pod's IP is 10.1.2.3.
-fn http_pod() -> PodInfo {
+pub(super) fn http_pod() -> PodInfo {
     let mut pod = pod("http");
     pod.annotations
         .insert(annotations::HTTP_PORT.into(), "web".into());

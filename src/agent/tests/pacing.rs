@@ -278,6 +278,7 @@ async fn a_min_interval_holds_across_a_restart() {
         evictor: again.evictor.clone(),
         http: again.http.clone(),
         notifier: crate::outbound::notify::Notifier::disabled(),
+        record: None,
     };
     let mut settings = super::settings(w.dir.path());
     settings.pacing = Default::default();

@@ -15,13 +15,15 @@ use crate::core::detect::{ChangeDetector, Observation, Recorded};
 use crate::core::model::{VolumeKey, VolumePlugin};
 use crate::core::pod_index::PodIndex;
 use crate::core::volume_digest::{HashKey, VolumeDigest};
+use crate::execute::applied::{Pin, Seen};
+use crate::host::inotify::volume_path;
 use crate::host::inotify::LookCause;
 use crate::host::volume_read::{
     content_bytes, data_target, hash_volume_counted, CountedResult, DataTarget, Layout,
 };
 use crate::serve::metrics::Metrics;
 use prometheus_client::metrics::counter::Counter;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -106,6 +108,8 @@ pub struct VolumeTracker {
     settling: Settling,
     /// Volumes newly refused for a limit, for the loop to report ([`Self::take_over_limit`]).
     over_limit: Vec<(VolumeKey, String)>,
+    /// `<kubelet root>/pods`: where a pinned write is read from ([`Self::pins`]).
+    pods_dir: PathBuf,
 }
 
 impl VolumeTracker {
@@ -142,11 +146,52 @@ impl VolumeTracker {
             dirty: false,
             over_limit: Vec::new(),
             settling: Settling::default(),
+            pods_dir: PathBuf::new(),
         };
         (tracker, hashed)
     }
 
     /// Volumes whose content is known.
+    /// Volumes are below `<kubelet root>/pods` (where [`Self::pins`] point).
+    pub fn with_pods_dir(mut self, pods_dir: PathBuf) -> Self {
+        self.pods_dir = pods_dir;
+        self
+    }
+
+    /// The kubelet write each of the pod's changed `volumes` showed when its change was taken
+    /// (or hashed): pinned before the action, read after it by the status record
+    /// (`crate::execute::applied`). No system call: the `..data` target was read then.
+    pub fn pins(&self, pod_uid: &str, volumes: &BTreeSet<String>) -> Seen {
+        let mut pins = Vec::new();
+        let uid: Arc<str> = Arc::from(pod_uid);
+        for volume in volumes {
+            let name: Arc<str> = Arc::from(volume.as_str());
+            let found = [
+                VolumePlugin::ConfigMap,
+                VolumePlugin::Secret,
+                VolumePlugin::Projected,
+            ]
+            .into_iter()
+            .find_map(|plugin| {
+                let key = VolumeKey {
+                    pod_uid: uid.clone(),
+                    plugin,
+                    volume: name.clone(),
+                };
+                let target = self.states.get(&key)?.link.clone()?;
+                Some((key, target))
+            });
+            if let Some((key, target)) = found {
+                pins.push(Pin {
+                    volume: volume.clone(),
+                    dir: volume_path(&self.pods_dir, &key),
+                    target,
+                });
+            }
+        }
+        Seen::new(pins)
+    }
+
     pub fn len(&self) -> usize {
         self.detector.len()
     }

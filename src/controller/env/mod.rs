@@ -379,6 +379,8 @@ impl EnvConsumers {
                 cause,
                 first_seen: Some(seen),
                 sources,
+                // The controller records on the pod itself (issue #46, its half).
+                seen: Default::default(),
             });
         }
     }

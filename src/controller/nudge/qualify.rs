@@ -205,6 +205,7 @@ mod tests {
                     service_account_token: false,
                     source_paths: Vec::new(),
                     source_keys: Vec::new(),
+                    source_items: Vec::new(),
                     other_paths: Vec::new(),
                     csi: None,
                 },
@@ -215,6 +216,7 @@ mod tests {
                     source_paths: Vec::new(),
                     other_paths: Vec::new(),
                     source_keys: Vec::new(),
+                    source_items: Vec::new(),
                     csi: None,
                 },
                 VolumeSpec {
@@ -225,6 +227,7 @@ mod tests {
                     other_paths: Vec::new(),
                     csi: None,
                     source_keys: Vec::new(),
+                    source_items: Vec::new(),
                 },
             ],
             containers: vec![container(

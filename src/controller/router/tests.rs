@@ -45,6 +45,7 @@ pub(super) fn pod(name: &str, sub_path: bool) -> PodInfo {
             service_account_token: false,
             source_paths: Vec::new(),
             source_keys: Vec::new(),
+            source_items: Vec::new(),
             other_paths: Vec::new(),
             csi: None,
         }],

@@ -51,6 +51,7 @@ impl Fixture {
             service_account_token: true,
             source_paths: vec![(cm("kube-root-ca.crt"), vec!["ca.crt".into()])],
             source_keys: Vec::new(),
+            source_items: Vec::new(),
             other_paths: vec!["token".into(), "namespace".into()],
             csi: None,
         });

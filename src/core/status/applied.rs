@@ -189,6 +189,21 @@ impl Applied {
         self.objects.iter().find(|e| e.object == key)
     }
 
+    /// Brings a record read from the pod (which the pod watch may show late) up to what this
+    /// writer wrote since: each of `own` newer than the record's entry for its object goes in.
+    pub fn catch_up(&mut self, own: &[Entry]) {
+        for entry in own {
+            let newer = self
+                .objects
+                .iter()
+                .find(|e| e.object == entry.object)
+                .is_none_or(|e| e.at < entry.at);
+            if newer {
+                self.record(entry.clone());
+            }
+        }
+    }
+
     /// Puts `entry` in place of the object's previous one. `false` when the record already says
     /// the same (no write needed). Over [`MAX_ENTRIES`] the oldest entry goes, and is counted.
     pub fn record(&mut self, entry: Entry) -> bool {
@@ -323,6 +338,37 @@ mod tests {
         // A hand-written version that is not one is no version.
         let r = Applied::parse(r#"{"v":1,"objects":[{"object":"configmap/a","version":"latest","at":"2026-01-01T00:00:00Z","by":"agent","action":"signal","result":"applied"}]}"#).unwrap();
         assert_eq!(r.get(&cm("a")).unwrap().data_version(), None);
+    }
+
+    #[test]
+    fn a_record_read_late_catches_up_with_what_was_written_since() {
+        let entry = |name: &str, t, result| {
+            Entry::new(
+                &cm(name),
+                Some(&v(1)),
+                at(t),
+                "agent",
+                ActionKind::Signal,
+                result,
+            )
+        };
+        // The pod as the watch shows it: only the controller's older entry and a newer one.
+        let mut shown = Applied::default();
+        shown.record(entry("a", 1, Recorded::Deferred));
+        shown.record(entry("b", 9, Recorded::Applied));
+        let own = [
+            entry("a", 5, Recorded::Applied),
+            entry("b", 5, Recorded::Failed),
+        ];
+        shown.catch_up(&own);
+        assert_eq!(shown.get(&cm("a")).unwrap().result, Recorded::Applied);
+        assert_eq!(
+            shown.get(&cm("b")).unwrap().result,
+            Recorded::Applied,
+            "the newer entry stays"
+        );
+        // Caught up, the same facts again are no write.
+        assert!(!shown.record(entry("a", 7, Recorded::Applied)));
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub struct EvictJob {
     /// The ConfigMaps/Secrets whose change it is for (empty for resumed jobs: only `cause`
     /// is persisted).
     pub sources: Vec<crate::core::model::SourceRef>,
+    /// The writes of the changed volumes it is for (the pod's status record).
+    pub seen: crate::execute::applied::Seen,
 }
 
 #[derive(Clone)]
@@ -336,8 +338,13 @@ impl Inner {
                                 humantime::format_duration(every),
                                 job.cause
                             );
-                            self.report
-                                .blocked(pod, note, &job.sources, since.elapsed());
+                            self.report.blocked(
+                                pod,
+                                note,
+                                &job.sources,
+                                &job.seen,
+                                since.elapsed(),
+                            );
                         }
                         structural_told = true;
                         let delay = retries
@@ -355,7 +362,7 @@ impl Inner {
                         last_warning = Some(Instant::now());
                         let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
                         self.report
-                            .blocked(pod, note, &job.sources, since.elapsed());
+                            .blocked(pod, note, &job.sources, &job.seen, since.elapsed());
                     }
                     retry_after
                 }
@@ -367,8 +374,14 @@ impl Inner {
                         last_warning = Some(Instant::now());
                         let note =
                             format!("eviction failed, will retry: {message} ({})", job.cause);
-                        self.report
-                            .publish(pod, ActionKind::Evict, outcome, note, &job.sources);
+                        self.report.publish_seen(
+                            pod,
+                            ActionKind::Evict,
+                            outcome,
+                            note,
+                            &job.sources,
+                            &job.seen,
+                        );
                     }
                     // Errors other than a PDB refusal will not clear soon: retry at the cap,
                     // and stay there.
@@ -447,8 +460,14 @@ impl Inner {
             rollout::ON_BLOCKED,
             job.cause
         );
-        self.report
-            .record(pod, ActionKind::Evict, outcome, note, &job.sources);
+        self.report.record_seen(
+            pod,
+            ActionKind::Evict,
+            outcome,
+            note,
+            &job.sources,
+            &job.seen,
+        );
     }
 
     fn evicted(&self, job: &EvictJob, attempts: u32) {
@@ -457,6 +476,10 @@ impl Inner {
             let outcome = Outcome::DryRun;
             self.report.count(ActionKind::Evict, outcome);
             tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %job.cause, "dry-run: the API server would allow this eviction");
+            let note = "dry-run: the API server would allow this eviction";
+            let (sources, seen) = (&job.sources, &job.seen);
+            self.report
+                .note_applied(pod, ActionKind::Evict, outcome, note, sources, seen, None);
             return;
         }
         let outcome = Outcome::Evicted;
@@ -466,8 +489,14 @@ impl Inner {
         }
         tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %job.cause, attempts, latency_ms = latency.map(|l| l.as_secs_f64() * 1e3), "evicted through the Eviction API");
         let note = format!("evicted through the Eviction API: {}", job.cause);
-        self.report
-            .record(pod, ActionKind::Evict, outcome, note, &job.sources);
+        self.report.record_seen(
+            pod,
+            ActionKind::Evict,
+            outcome,
+            note,
+            &job.sources,
+            &job.seen,
+        );
     }
 }
 

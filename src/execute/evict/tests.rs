@@ -36,6 +36,7 @@ async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
         CancellationToken::new(),
     );
     evictions.request(EvictJob {
+        seen: Default::default(),
         pod: PodRef::from(&pod),
         cause: "configmap app changed".into(),
         first_seen: None,
@@ -149,6 +150,7 @@ impl Setup {
         );
         evictions.use_budgets(budgets.clone());
         evictions.request(EvictJob {
+            seen: Default::default(),
             pod: PodRef {
                 uid: "u1".into(),
                 namespace: "ns".into(),

@@ -68,6 +68,8 @@ pub struct HttpJob {
     pub sources: Vec<SourceRef>,
     /// When the swap was seen (latency metric).
     pub first_seen: Instant,
+    /// The writes of the changed volumes it is for (the pod's status record).
+    pub seen: crate::execute::applied::Seen,
 }
 
 impl HttpJob {
@@ -370,6 +372,17 @@ impl Inner {
         self.report.count(ActionKind::Http, outcome);
         let method = job.target.spec.method.as_str();
         tracing::info!(pod = %pod.full_name(), method, url, body_bytes = job.target.spec.body.len(), cause = %job.cause(), action = "http", outcome = outcome.as_str(), "dry-run: would send {method} {url}");
+        let (sources, seen) = (&job.sources, &job.seen);
+        let note = "dry-run: the reload request was not sent";
+        self.report.note_applied(
+            &PodRef::from(pod),
+            ActionKind::Http,
+            outcome,
+            note,
+            sources,
+            seen,
+            None,
+        );
     }
 
     /// The namespace's share of the node's slots; shares nobody holds are forgotten once
@@ -468,12 +481,13 @@ impl Inner {
         self.report.latency(ActionKind::Http, latency);
         tracing::info!(pod = %pod.full_name(), method, url, status, attempts, cause = %job.cause(), action = "http", outcome = outcome.as_str(), latency_ms = latency.as_secs_f64() * 1e3, "reloaded over HTTP");
         let note = format!("{method} {url} → {status}: {}", job.cause());
-        self.report.record(
+        self.report.record_seen(
             &PodRef::from(pod),
             ActionKind::Http,
             outcome,
             note,
             &job.sources,
+            &job.seen,
         );
     }
 
@@ -481,12 +495,13 @@ impl Inner {
         let outcome = Outcome::ReloadFailed;
         let method = job.target.spec.method.as_str();
         tracing::warn!(pod = %pod.full_name(), method, attempts, error = %error, cause = %job.cause(), action = "http", outcome = outcome.as_str(), "reload over HTTP failed; giving up");
-        self.report.record(
+        self.report.record_seen(
             &PodRef::from(pod),
             ActionKind::Http,
             outcome,
             note,
             &job.sources,
+            &job.seen,
         );
     }
 }

@@ -90,6 +90,7 @@ fn cm(name: &str) -> SourceRef {
 
 fn job_for(uid: &str, container_id: &str, source: &str) -> HttpJob {
     HttpJob {
+        seen: Default::default(),
         pod_uid: uid.into(),
         target: HttpTarget {
             spec: HttpSpec {

@@ -25,11 +25,12 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::warn;
 
 pub use error::WatchError;
+pub(crate) use node::volume_path;
 pub use tree::MAX_VOLUMES_PER_POD;
 
 use crate::core::model::VolumeKey;
 use mounts::{mount_change, MountTable, MOUNTINFO};
-use node::{volume_path, Node};
+use node::Node;
 use tree::Tree;
 
 /// Why the agent should look at a volume.

@@ -192,6 +192,54 @@ pub fn data_target(volume_dir: &Path) -> Option<DataTarget> {
         .map(|target| DataTarget(target.into_bytes()))
 }
 
+/// The files of one kubelet write of a volume — the `..<timestamp>` directory `target` names,
+/// which the AtomicWriter never changes once `..data` pointed to it — as `path relative to
+/// it → bytes` (directories and symlinks left out), at most `max_bytes` read. `Ok(None)`: that
+/// write is gone (the kubelet wrote again and removed it). The same safety rules as a hash:
+/// the target must be a `..<timestamp>` name, no symlink is followed, the walk's limits hold.
+pub fn read_write(
+    volume_dir: &Path,
+    target: &DataTarget,
+    max_bytes: u64,
+) -> Result<Option<std::collections::BTreeMap<String, Vec<u8>>>, HashError> {
+    let name = PathBuf::from(std::ffi::OsStr::from_bytes(&target.0));
+    if !is_timestamp_dir_name(&name) {
+        return Err(HashError::DataTarget {
+            path: volume_dir.join(DATA_LINK),
+            target: name,
+        });
+    }
+    let path = volume_dir.join(&name);
+    let fd = match fs_sys::open(&path, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(io_error(path, errno)),
+    };
+    let mut walker = Walker::new(max_bytes);
+    walker.keep_bytes = true;
+    let root = Root {
+        path,
+        target: name,
+        fd,
+    };
+    match walker.walk(root, |_| true) {
+        Ok(()) => {}
+        // Removed while read: that write is gone.
+        Err(HashError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(Some(
+        walker
+            .entries
+            .into_iter()
+            .filter(|e| e.kind == FILE)
+            .map(|e| (String::from_utf8_lossy(&e.rel).into_owned(), e.content))
+            .collect(),
+    ))
+}
+
 /// A volume's hash: its digest, how many bytes it read (contents, names, symlink targets:
 /// what the next hash of the volume will likely cost), and the write it covers.
 #[derive(Clone, Debug)]
@@ -365,6 +413,8 @@ struct Walker {
     entries: Vec<Entry>,
     /// A CSI volume written in place: its top-level `..*` entries are not its content.
     skip_top_dotdot: bool,
+    /// A file's entry keeps its bytes rather than their SHA-256 ([`read_write`]).
+    keep_bytes: bool,
 }
 
 /// One directory being listed by [`Walker::walk`]: its descriptor, its path relative to the
@@ -382,6 +432,7 @@ impl Walker {
             limit: max_bytes,
             entries: Vec::new(),
             skip_top_dotdot: false,
+            keep_bytes: false,
         }
     }
 
@@ -464,12 +515,17 @@ impl Walker {
                     });
                 }
                 FileType::RegularFile => {
-                    let (mode, digest) = self.file_digest(dir, &name, &path)?;
+                    let (mode, content) = if self.keep_bytes {
+                        self.file_bytes(dir, &name, &path)?
+                    } else {
+                        let (mode, digest) = self.file_digest(dir, &name, &path)?;
+                        (mode, digest.to_vec())
+                    };
                     self.entries.push(Entry {
                         kind: FILE,
                         rel: child,
                         mode,
-                        content: digest.to_vec(),
+                        content,
                     });
                 }
                 // FIFOs, sockets, devices: never opened (a FIFO would block).
@@ -557,6 +613,47 @@ impl Walker {
         }
         self.spend(read)?;
         Ok((stat.st_mode as u32 & 0o7777, hasher.finalize().into()))
+    }
+
+    /// The mode and bytes of a regular file (within the budget), opened without following a
+    /// symlink.
+    fn file_bytes(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        path: &impl Fn() -> PathBuf,
+    ) -> Result<(u32, Vec<u8>), HashError> {
+        let file = fs_sys::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_error(path(), e))?;
+        let stat = fs_sys::fstat(&file).map_err(|e| io_error(path(), e))?;
+        if FileType::from_raw_mode(stat.st_mode as _) != FileType::RegularFile {
+            return Err(HashError::Unsupported { path: path() });
+        }
+        let size = stat.st_size.max(0) as u64;
+        if size > self.budget {
+            return Err(HashError::TooLarge { limit: self.limit });
+        }
+        let mut bytes = Vec::with_capacity(size as usize);
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = match rustix::io::read(&file, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(errno) => return Err(io_error(path(), errno)),
+            };
+            bytes.extend_from_slice(&buf[..n]);
+            if bytes.len() as u64 > self.budget {
+                return Err(HashError::TooLarge { limit: self.limit });
+            }
+        }
+        self.spend(bytes.len() as u64)?;
+        Ok((stat.st_mode as u32 & 0o7777, bytes))
     }
 
     fn spend(&mut self, bytes: u64) -> Result<(), HashError> {

@@ -202,6 +202,7 @@ fn mixed_spec() -> VolumeSpec {
         service_account_token: true,
         source_paths: vec![(app, vec!["a.conf".into(), "./conf.d/b.conf".into()])],
         source_keys: Vec::new(),
+        source_items: Vec::new(),
         other_paths: vec!["labels".into(), "token".into(), "meta/annotations".into()],
         csi: None,
     }
@@ -509,4 +510,32 @@ fn a_tenant_volume_of_too_many_entries_is_refused_naming_the_limit() {
     let under = tempfile::tempdir().unwrap();
     write_volume(under.path(), TS1, &over[..MAX_ENTRIES - 1]);
     assert!(hv(under.path(), 1 << 30).unwrap().is_some());
+}
+
+#[test]
+fn a_write_is_read_back_as_its_files_until_the_kubelet_removes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ts = "..2026_11_29_09_00_00.1";
+    write_volume(
+        tmp.path(),
+        ts,
+        &[("a.conf", "x=1", 0o644), ("conf/b.ini", "y=2", 0o600)],
+    );
+    let target = data_target(tmp.path()).unwrap();
+    let files = read_write(tmp.path(), &target, 1 << 20).unwrap().unwrap();
+    let want: std::collections::BTreeMap<String, Vec<u8>> = [
+        ("a.conf".to_string(), b"x=1".to_vec()),
+        ("conf/b.ini".to_string(), b"y=2".to_vec()),
+    ]
+    .into();
+    assert_eq!(files, want);
+    assert!(matches!(
+        read_write(tmp.path(), &target, 4),
+        Err(HashError::TooLarge { .. })
+    ));
+    // The kubelet wrote again and removed the old write: gone, not an error.
+    fs::remove_dir_all(tmp.path().join(ts)).unwrap();
+    assert_eq!(read_write(tmp.path(), &target, 1 << 20).unwrap(), None);
+    // Never anything but a `..<timestamp>` name.
+    assert!(read_write(tmp.path(), &DataTarget(b"../etc".to_vec()), 1 << 20).is_err());
 }
