@@ -346,7 +346,13 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
     // --- 5. the rollout action: a one-replica Deployment without reload support ---
     let (rolled, zero_ready) = rollout::scene(&node).await?;
 
-    // --- 6. reloadlet status: every consumer of nginx-conf and whether it runs the new data ---
+    // --- 6. one more edit, then reloadlet status: every consumer of nginx-conf and whether it
+    //        runs the new data ---
+    say("6. kubectl edit configmap nginx-conf (return \"v4\"), then ask reloadlet status");
+    let last = web
+        .change(&listen, "v3", "v4", Duration::from_secs(15), false)
+        .await?;
+    last.print("v4");
     let all_current = status::scene(&node).await?;
 
     say("summary: kubectl apply -> nginx serves the new config");

@@ -11,7 +11,7 @@ use std::time::Duration;
 /// reports every consumer current or 10 s pass, prints its table, and returns whether every
 /// consumer is current (its exit code 0).
 pub async fn scene(node: &SimNode) -> Result<bool, String> {
-    say("6. where did my change go? reloadlet status configmap/nginx-conf -n demo");
+    println!("    where did my change go? $ reloadlet status configmap/nginx-conf -n demo");
     let ask = || {
         Command::new(reloadlet_binary())
             .args(["status", "configmap/nginx-conf", "-n", "demo"])

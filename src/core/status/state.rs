@@ -199,6 +199,21 @@ pub fn derive(consumer: &Consumer, facts: &Facts<'_>) -> State {
         }
         return state;
     }
+    // Acted on after the data was first seen, but recorded without a version (an agent that
+    // had not read the controller's key yet): it may run the current data, or not.
+    if let Some(entry) = facts
+        .record
+        .filter(|e| e.version.is_none() && e.at >= published.since)
+    {
+        return State::Unknown {
+            why: format!(
+                "{} recorded {} at {} without a data version (it had not read the controller's key yet); its next action will say",
+                entry.by,
+                entry.action,
+                short_time(entry.at)
+            ),
+        };
+    }
     // The pod runs older data, or nothing says it runs the current one.
     match &consumer.action {
         ConsumerAction::Invalid(message) => {
@@ -395,6 +410,14 @@ mod tests {
             entry(b"new", Recorded::Failed, 120).with_error("POST /-/reload: 500 bad config");
         let blocked = entry(b"new", Recorded::Blocked, 120);
         let rolling = entry(b"new", Recorded::RolloutRequested, 120);
+        let unversioned = Entry {
+            version: Option::None,
+            ..entry(b"new", Recorded::Applied, 130)
+        };
+        let unversioned_before = Entry {
+            version: Option::None,
+            ..entry(b"new", Recorded::Applied, 50)
+        };
         let running = |record| Facts {
             published: Some(&new),
             record,
@@ -430,6 +453,20 @@ mod tests {
                 "no record at all",
                 consumer(Http, vec![volume()]),
                 running(Option::None),
+                "pending",
+                "has not projected",
+            ),
+            (
+                "acted on after the change, recorded without a version",
+                consumer(Signal, vec![volume()]),
+                running(Some(&unversioned)),
+                "unknown",
+                "without a data version",
+            ),
+            (
+                "recorded without a version before the change",
+                consumer(Signal, vec![volume()]),
+                running(Some(&unversioned_before)),
                 "pending",
                 "has not projected",
             ),
