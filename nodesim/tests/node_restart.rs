@@ -33,6 +33,21 @@ async fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) 
     }
 }
 
+/// SIGTERM to the container's shell once it has installed its `trap` (`SigCgt` in
+/// `/proc/<pid>/status` has SIGTERM): as PID 1 of its namespace it drops a SIGTERM that comes
+/// before, and the container would never exit (a loaded machine showed that race).
+async fn terminate(pid: i32) {
+    let term = 1u64 << (Signal::SIGTERM as u64 - 1);
+    eventually(10, "the shell's TERM trap", || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+        let mask = u64::from_str_radix(caught.trim(), 16).ok()?;
+        (mask & term != 0).then_some(())
+    })
+    .await;
+    kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+}
+
 fn configmap(greeting: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
@@ -159,7 +174,7 @@ async fn an_exited_container_starts_again_in_the_same_pod_with_current_env_then_
 
     // the config changes; the running process keeps what it started with
     api.apply_configmap(configmap("two"));
-    kill(Pid::from_raw(pid1), Signal::SIGTERM).unwrap();
+    terminate(pid1).await;
 
     // started again at once: same pod, same IP, restartCount 1, the new env and subPath file
     let pid2 = eventually(10, "the container started again", || {
@@ -221,7 +236,7 @@ async fn restart_policy_never_leaves_the_container_terminated() {
         .wait_for_pod(&uid, Duration::from_secs(20))
         .unwrap();
     let pid = h.container("app").unwrap().main_pid;
-    kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+    terminate(pid).await;
     let st = eventually(10, "terminated, Completed", || {
         let st = status(&api.get_pod(NS, "once")?)?;
         st.state.clone()?.terminated.filter(|t| t.exit_code == 0)?;
