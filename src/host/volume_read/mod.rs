@@ -573,24 +573,7 @@ impl Walker {
         name: &[u8],
         path: &impl Fn() -> PathBuf,
     ) -> Result<(u32, [u8; 32]), HashError> {
-        let file = fs_sys::openat(
-            dir,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io_error(path(), e))?;
-        // It was a regular file when listed; make sure the opened one still is.
-        let stat = fs_sys::fstat(&file).map_err(|e| io_error(path(), e))?;
-        if FileType::from_raw_mode(stat.st_mode as _) != FileType::RegularFile {
-            return Err(HashError::Unsupported { path: path() });
-        }
-        let size = stat.st_size.max(0) as u64;
-        // Over budget by its size: refuse without reading it. (Reading stops one byte
-        // past the budget should the file grow meanwhile.)
-        if size > self.budget {
-            return Err(HashError::TooLarge { limit: self.limit });
-        }
+        let (file, mode, size) = self.open_regular(dir, name, path)?;
         let cap = self.budget.saturating_add(1);
         let mut hasher = Sha256::new();
         let mut buf = [0u8; 8192];
@@ -612,17 +595,19 @@ impl Walker {
             }
         }
         self.spend(read)?;
-        Ok((stat.st_mode as u32 & 0o7777, hasher.finalize().into()))
+        Ok((mode, hasher.finalize().into()))
     }
 
-    /// The mode and bytes of a regular file (within the budget), opened without following a
-    /// symlink.
-    fn file_bytes(
-        &mut self,
+    /// Opens `name` in `dir` without following a symlink, checks that it is still a regular
+    /// file (it was one when listed) and that its size fits the budget (refused without
+    /// reading it; readers stop one byte past the budget should it grow meanwhile): the file,
+    /// its permission bits and its size.
+    fn open_regular(
+        &self,
         dir: BorrowedFd<'_>,
         name: &[u8],
         path: &impl Fn() -> PathBuf,
-    ) -> Result<(u32, Vec<u8>), HashError> {
+    ) -> Result<(rustix::fd::OwnedFd, u32, u64), HashError> {
         let file = fs_sys::openat(
             dir,
             name,
@@ -638,6 +623,18 @@ impl Walker {
         if size > self.budget {
             return Err(HashError::TooLarge { limit: self.limit });
         }
+        Ok((file, stat.st_mode as u32 & 0o7777, size))
+    }
+
+    /// The mode and bytes of a regular file (within the budget), opened without following a
+    /// symlink.
+    fn file_bytes(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        path: &impl Fn() -> PathBuf,
+    ) -> Result<(u32, Vec<u8>), HashError> {
+        let (file, mode, size) = self.open_regular(dir, name, path)?;
         let mut bytes = Vec::with_capacity(size as usize);
         let mut buf = [0u8; 8192];
         loop {
@@ -653,7 +650,7 @@ impl Walker {
             }
         }
         self.spend(bytes.len() as u64)?;
-        Ok((stat.st_mode as u32 & 0o7777, bytes))
+        Ok((mode, bytes))
     }
 
     fn spend(&mut self, bytes: u64) -> Result<(), HashError> {
