@@ -45,7 +45,7 @@ fn main() -> ExitCode {
                 print!("{text}");
                 ExitCode::SUCCESS
             }
-            Err(reason) => fail(format, &reason),
+            Err(reason) => fail(format, &reason.to_string()),
         },
         Some(Command::Status(args)) => match runtime.block_on(wiring::status::run(args)) {
             Ok(answer) => {
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
-            Err(reason) => fail(format, &reason),
+            Err(reason) => fail(format, &reason.to_string()),
         },
         Some(Command::Controller(args)) => {
             // The UTS namespace's hostname, as gethostname(2) returns it.
@@ -74,7 +74,7 @@ fn main() -> ExitCode {
                 tokio::spawn(wiring::shutdown_on_signal(shutdown.clone()));
                 match wiring::controller::serve(settings, shutdown).await {
                     Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => fail(settings_format, &e),
+                    Err(e) => fail(settings_format, &e.to_string()),
                 }
             })
         }

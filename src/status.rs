@@ -3,6 +3,7 @@
 //! [`crate::core::status`]; this file only gathers them and renders the table, the wide table
 //! and the JSON.
 
+use crate::core::invalid::Invalid;
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::status::applied::Applied;
 use crate::core::status::consumers::consumer;
@@ -25,7 +26,7 @@ pub enum ObjectMeta {
     /// The object does not exist.
     Missing,
     /// It exists; its [`ANNOTATION`], parsed (`Err`: absent or malformed, with the reason).
-    Found(Result<Published, String>),
+    Found(Result<Published, Invalid>),
 }
 
 /// One consumer.
@@ -298,12 +299,12 @@ pub fn consumed_objects<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> Vec<
 }
 
 /// The note for an object without a published data version.
-pub fn unpublished(value: Option<&String>) -> Result<Published, String> {
+pub fn unpublished(value: Option<&String>) -> Result<Published, Invalid> {
     match value {
-        None => Err(format!(
+        None => Err(crate::invalid!(
             "no {ANNOTATION} yet: the data version is published on the object by reloadlet controller (docs/status.md)"
         )),
-        Some(v) => Published::parse(v).map_err(|e| format!("{ANNOTATION} ignored: {e}")),
+        Some(v) => Published::parse(v).map_err(|e| e.context(format!("{ANNOTATION} ignored"))),
     }
 }
 

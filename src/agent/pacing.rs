@@ -59,7 +59,7 @@ impl PodPacing {
 
     /// Reads the pod's pacing annotations (once per pod update). `Err`: the invalid one,
     /// named with its value. Valid again: a change refused meanwhile is due at once.
-    pub fn on_pod(&mut self, pod: &PodInfo) -> Result<(), String> {
+    pub fn on_pod(&mut self, pod: &PodInfo) -> Result<(), crate::core::invalid::Invalid> {
         let read = self.specs.read(&pod.uid, &pod.annotations);
         if read.is_ok() && !self.refused.is_empty() {
             if let Some(change) = self.refused.remove(&pod.uid) {

@@ -56,7 +56,7 @@ pub struct Pods {
     /// Fast projection: when each pod's latest nudge was seen.
     nudges: NudgeDelays,
     /// Pod UID → the annotation error already reported (report each error once).
-    warned: HashMap<String, String>,
+    warned: HashMap<String, crate::core::invalid::Invalid>,
     /// Containers whose main process was looked up ahead of any change.
     warmed: HashSet<(String, String)>,
     /// `--namespaces` / `--exclude-namespaces`, applied once where a pod enters
@@ -427,7 +427,7 @@ impl Pods {
                 if self.warned.get(&pod.uid) != Some(&message) {
                     let outcome = Outcome::InvalidAnnotation;
                     tracing::warn!(pod = %pod.full_name(), outcome = outcome.as_str(), error = %message, "invalid reloadlet annotation; the pod will not be reloaded");
-                    exec.report(&pod.into(), ActionKind::None, outcome, message.clone());
+                    exec.report(&pod.into(), ActionKind::None, outcome, message.to_string());
                     self.warned.insert(pod.uid.clone(), message);
                 }
             }

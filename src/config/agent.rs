@@ -150,7 +150,7 @@ pub struct VolumeArgs {
 /// `--csi-drivers`: CSI driver names (the `CSIDriver` object's name: at most 63 characters
 /// of `[a-z0-9.-]`, beginning and ending with an alphanumeric, kubernetes
 /// `pkg/apis/storage/validation/validation.go`, `validateCSIDriverName`).
-fn csi_drivers(raw: &str) -> Result<Vec<String>, String> {
+fn csi_drivers(raw: &str) -> Result<Vec<String>, crate::core::invalid::Invalid> {
     let mut out: Vec<String> = Vec::new();
     for name in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let valid = name.len() <= 63
@@ -166,7 +166,7 @@ fn csi_drivers(raw: &str) -> Result<Vec<String>, String> {
                 .last()
                 .is_some_and(|b| b.is_ascii_alphanumeric());
         if !valid {
-            return Err(format!(
+            return Err(crate::invalid!(
                 "--csi-drivers: {name:?} is not a CSI driver name (at most 63 characters of a-z, 0-9, '.' and '-', alphanumeric at both ends)"
             ));
         }
@@ -178,7 +178,7 @@ fn csi_drivers(raw: &str) -> Result<Vec<String>, String> {
 }
 
 /// `--restart-spacing`: a duration of at most a day.
-fn restart_spacing(s: &str) -> Result<Duration, String> {
+fn restart_spacing(s: &str) -> Result<Duration, crate::core::invalid::Invalid> {
     crate::core::durations::parse_bounded(s, Duration::from_secs(86_400))
 }
 
@@ -260,7 +260,10 @@ pub struct EvictionLimits {
 
 impl RunArgs {
     /// `log_format`: from [`Cli::log_format`].
-    pub fn settings(self, log_format: LogFormat) -> Result<Settings, String> {
+    pub fn settings(
+        self,
+        log_format: LogFormat,
+    ) -> Result<Settings, crate::core::invalid::Invalid> {
         let scope = self.scope.scope()?;
         let node_name = self
             .node_name
@@ -273,7 +276,7 @@ impl RunArgs {
         } = self.paths;
         // The kubelet root is checked once, where it is used: `VolumeWatcher::new`.
         if !proc_root.join("self").exists() && !proc_root.join("1").exists() {
-            return Err(format!(
+            return Err(crate::invalid!(
                 "--proc-root {} does not look like a procfs mount",
                 proc_root.display()
             ));

@@ -160,7 +160,10 @@ pub const LEASE_NAME: &str = "reloadlet-controller";
 
 impl ControllerArgs {
     /// `hostname` is used when `POD_NAME` is not set.
-    pub fn settings(&self, hostname: Option<String>) -> Result<ControllerSettings, String> {
+    pub fn settings(
+        &self,
+        hostname: Option<String>,
+    ) -> Result<ControllerSettings, crate::core::invalid::Invalid> {
         let el = &self.election;
         let instance = el
             .identity

@@ -76,12 +76,12 @@ pub struct ExplainArgs {
     pub state_dir: PathBuf,
 }
 
-fn parse_pod_ref(s: &str) -> Result<(String, String), String> {
+fn parse_pod_ref(s: &str) -> Result<(String, String), crate::core::invalid::Invalid> {
     match s.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((ns.to_owned(), name.to_owned()))
         }
-        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
+        _ => Err(crate::invalid!("{s:?} is not NAMESPACE/NAME")),
     }
 }
 

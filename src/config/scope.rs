@@ -25,7 +25,7 @@ pub struct ScopeArgs {
 
 impl ScopeArgs {
     /// Validates the selector and builds the filters (one-line error).
-    pub fn scope(&self) -> Result<Scope, String> {
+    pub fn scope(&self) -> Result<Scope, crate::core::invalid::Invalid> {
         let selector = match &self.pod_selector {
             None => None,
             Some(sel) if sel.trim().is_empty() => return Err("--pod-selector is empty".into()),
@@ -48,9 +48,9 @@ pub enum LogFormat {
 /// `--pod-selector`, parsed as the API server would (one-line error naming the flag): shared
 /// by the agent, `explain` and the controller, so a selector that cannot work stops each at
 /// startup instead of failing every list.
-pub fn parse_pod_selector(sel: &str) -> Result<LabelSelector, String> {
+pub fn parse_pod_selector(sel: &str) -> Result<LabelSelector, crate::core::invalid::Invalid> {
     LabelSelector::parse(sel)
-        .map_err(|e| format!("--pod-selector {sel:?} is not a valid label selector: {e}"))
+        .map_err(|e| crate::invalid!("--pod-selector {sel:?} is not a valid label selector: {e}"))
 }
 
 /// `--namespaces` / `--exclude-namespaces` as a filter (blank entries dropped).
@@ -74,7 +74,7 @@ pub fn namespace_filter(include: &[String], exclude: &[String]) -> NamespaceFilt
 /// suffix, binary (`Ki Mi Gi Ti Pi Ei`), decimal (`k M G T P E`, `m` = 1/1000) or an exponent
 /// (`e3`, `E3`). Suffixes are case-sensitive (`24mi` is refused, as the API server does). A
 /// fraction of a byte rounds up, like `Quantity.Value()`.
-pub fn parse_byte_quantity(s: &str) -> Result<u64, String> {
+pub fn parse_byte_quantity(s: &str) -> Result<u64, crate::core::invalid::Invalid> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
@@ -82,13 +82,13 @@ pub fn parse_byte_quantity(s: &str) -> Result<u64, String> {
     let (number, suffix) = t.split_at(split);
     let number = number.strip_prefix('+').unwrap_or(number);
     if t.starts_with('-') {
-        return Err(format!("{s:?}: a byte count cannot be negative"));
+        return Err(crate::invalid!("{s:?}: a byte count cannot be negative"));
     }
     let valid_number = !number.is_empty()
         && number.chars().filter(|c| *c == '.').count() <= 1
         && number.chars().any(|c| c.is_ascii_digit());
     if !valid_number {
-        return Err(format!(
+        return Err(crate::invalid!(
             "{s:?} is not a quantity (expected a number and an optional suffix, e.g. 64Mi, 1Gi, 500k, 1048576)"
         ));
     }
@@ -133,7 +133,7 @@ pub fn parse_byte_quantity(s: &str) -> Result<u64, String> {
                 "gb" | "gib" => " (did you mean Gi or G?)",
                 _ => "",
             };
-            return Err(format!(
+            return Err(crate::invalid!(
                 "{s:?}: unknown suffix {other:?}{hint}; quantity suffixes are case-sensitive: Ki Mi Gi Ti Pi Ei (powers of 1024) or k M G T P E (powers of 1000)"
             ));
         }
@@ -150,7 +150,7 @@ pub fn parse_byte_quantity(s: &str) -> Result<u64, String> {
                 Err(e)
             }
         })
-        .map_err(|_| format!("{s:?} is too large"))?;
+        .map_err(|_| crate::invalid!("{s:?} is too large"))?;
     let scale = 10u128
         .checked_pow(frac.len() as u32)
         .ok_or(format!("{s:?} has too many decimals"))?;
@@ -159,7 +159,7 @@ pub fn parse_byte_quantity(s: &str) -> Result<u64, String> {
         .ok_or(format!("{s:?} is too large"))?;
     let total_den = scale * den;
     let value = total_num.div_ceil(total_den);
-    u64::try_from(value).map_err(|_| format!("{s:?} is too large"))
+    u64::try_from(value).map_err(|_| crate::invalid!("{s:?} is too large"))
 }
 
 /// The pacing flags (docs/pacing.md), shared by the agent and the controller so both read the
@@ -187,13 +187,13 @@ impl PacingArgs {
     pub fn defaults(
         &self,
         debounce: std::time::Duration,
-    ) -> Result<crate::core::pacing::PacingDefaults, String> {
+    ) -> Result<crate::core::pacing::PacingDefaults, crate::core::invalid::Invalid> {
         let flap = crate::core::pacing::FlapThreshold::parse(&self.flap_threshold)
             .map_err(|e| format!("--flap-threshold: {e}"))?;
         let zone = self.time_zone.trim();
         // jiff's bundled IANA database, the one maintenance windows read (core/pacing/window.rs).
         if jiff::tz::db().get(zone).is_err() {
-            return Err(format!(
+            return Err(crate::invalid!(
                 "--time-zone {zone:?} is not an IANA time zone name (e.g. UTC, Europe/Berlin)"
             ));
         }
@@ -220,7 +220,9 @@ mod pacing_tests {
         args: PacingArgs,
     }
 
-    fn defaults(argv: &[&str]) -> Result<crate::core::pacing::PacingDefaults, String> {
+    fn defaults(
+        argv: &[&str],
+    ) -> Result<crate::core::pacing::PacingDefaults, crate::core::invalid::Invalid> {
         Wrap::try_parse_from(std::iter::once("x").chain(argv.iter().copied()))
             .map_err(|e| e.to_string())?
             .args

@@ -50,7 +50,7 @@ pub enum Target {
     Workload(crate::status::Workload, String),
 }
 
-fn parse_target(s: &str) -> Result<Target, String> {
+fn parse_target(s: &str) -> Result<Target, crate::core::invalid::Invalid> {
     use crate::core::model::{SourceKind, SourceRef};
     use crate::status::Workload;
     let (kind, name) = s
@@ -68,7 +68,7 @@ fn parse_target(s: &str) -> Result<Target, String> {
         "daemonset" | "daemonsets" | "ds" => Kind::Workload(Workload::DaemonSet),
         "replicaset" | "replicasets" | "rs" => Kind::Workload(Workload::ReplicaSet),
         other => {
-            return Err(format!(
+            return Err(crate::invalid!(
                 "unknown kind {other:?}: configmap, secret, deployment, statefulset, daemonset or replicaset"
             ))
         }
@@ -79,7 +79,7 @@ fn parse_target(s: &str) -> Result<Target, String> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
     if !valid {
-        return Err(format!("{name:?} is not a valid object name"));
+        return Err(crate::invalid!("{name:?} is not a valid object name"));
     }
     let name = name.to_owned();
     Ok(match kind {

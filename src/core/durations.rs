@@ -16,11 +16,14 @@ pub const MAX_ANNOTATION_DURATION: Duration = Duration::from_secs(7 * 86_400);
 const FURTHEST: Duration = Duration::from_secs(365 * 86_400);
 
 /// A duration as `humantime` reads it (`90s`, `10m`, `1h30m`), at most `max`.
-pub fn parse_bounded(value: &str, max: Duration) -> Result<Duration, String> {
+pub fn parse_bounded(
+    value: &str,
+    max: Duration,
+) -> Result<Duration, crate::core::invalid::Invalid> {
     let d = humantime::parse_duration(value.trim())
         .map_err(|e| format!("not a duration (e.g. 30s, 10m, 1h): {e}"))?;
     if d > max {
-        return Err(format!(
+        return Err(crate::invalid!(
             "longer than the {} maximum",
             humantime::format_duration(max)
         ));

@@ -53,7 +53,7 @@ impl Requirement {
 
 impl LabelSelector {
     /// Parses a selector string; the error is one line naming the problem.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, crate::core::invalid::Invalid> {
         let tokens = lex(s)?;
         Parser { tokens, pos: 0 }.selector()
     }
@@ -139,7 +139,7 @@ fn is_special(c: char) -> bool {
     matches!(c, '!' | '=' | '>' | '<' | '(' | ')' | ',')
 }
 
-fn lex(s: &str) -> Result<Vec<Token>, String> {
+fn lex(s: &str) -> Result<Vec<Token>, crate::core::invalid::Invalid> {
     let mut out = Vec::new();
     let mut chars = s.chars().peekable();
     while let Some(&c) = chars.peek() {
@@ -200,7 +200,7 @@ impl Parser {
         t
     }
 
-    fn selector(mut self) -> Result<LabelSelector, String> {
+    fn selector(mut self) -> Result<LabelSelector, crate::core::invalid::Invalid> {
         let mut requirements = Vec::new();
         if self.tokens.is_empty() {
             return Ok(LabelSelector::default());
@@ -211,13 +211,17 @@ impl Parser {
                 None => break,
                 Some(Token::Comma) if self.peek().is_some() => continue,
                 Some(Token::Comma) => return Err("ends with ',': a requirement is missing".into()),
-                Some(t) => return Err(format!("found {t} after a requirement, expected ','")),
+                Some(t) => {
+                    return Err(crate::invalid!(
+                        "found {t} after a requirement, expected ','"
+                    ))
+                }
             }
         }
         Ok(LabelSelector { requirements })
     }
 
-    fn requirement(&mut self) -> Result<Requirement, String> {
+    fn requirement(&mut self) -> Result<Requirement, crate::core::invalid::Invalid> {
         if self.peek() == Some(&Token::Not) {
             self.next();
             let key = self.key()?;
@@ -235,7 +239,7 @@ impl Parser {
             Token::In | Token::NotIn => {
                 let values = self.value_set(&key, &op)?;
                 if values.is_empty() {
-                    return Err(format!(
+                    return Err(crate::invalid!(
                         "{key} {}: 'in' and 'notin' need at least one value",
                         if op == Token::In { "in ()" } else { "notin ()" }
                     ));
@@ -257,24 +261,24 @@ impl Parser {
                     Requirement::LessThan(key, n)
                 })
             }
-            t => Err(format!(
+            t => Err(crate::invalid!(
                 "found {t} after key {key:?}, expected an operator (=, ==, !=, in, notin, >, <) or ','"
             )),
         }
     }
 
-    fn key(&mut self) -> Result<String, String> {
+    fn key(&mut self) -> Result<String, crate::core::invalid::Invalid> {
         match self.next() {
             Some(Token::Ident(k)) => {
                 validate_key(&k)?;
                 Ok(k)
             }
-            Some(t) => Err(format!("found {t}, expected a label key")),
+            Some(t) => Err(crate::invalid!("found {t}, expected a label key")),
             None => Err("unexpected end: expected a label key".into()),
         }
     }
 
-    fn single_value(&mut self) -> Result<String, String> {
+    fn single_value(&mut self) -> Result<String, crate::core::invalid::Invalid> {
         match self.peek() {
             Some(Token::Ident(_)) => {
                 let Some(Token::Ident(v)) = self.next() else {
@@ -285,15 +289,19 @@ impl Parser {
             }
             // `key=` selects the empty value, as in apimachinery.
             None | Some(Token::Comma) => Ok(String::new()),
-            Some(t) => Err(format!("found {t}, expected a value")),
+            Some(t) => Err(crate::invalid!("found {t}, expected a value")),
         }
     }
 
-    fn value_set(&mut self, key: &str, op: &Token) -> Result<BTreeSet<String>, String> {
+    fn value_set(
+        &mut self,
+        key: &str,
+        op: &Token,
+    ) -> Result<BTreeSet<String>, crate::core::invalid::Invalid> {
         match self.next() {
             Some(Token::Open) => {}
-            Some(t) => return Err(format!("{key} {op}: found {t}, expected '('")),
-            None => return Err(format!("{key} {op}: unexpected end, expected '('")),
+            Some(t) => return Err(crate::invalid!("{key} {op}: found {t}, expected '('")),
+            None => return Err(crate::invalid!("{key} {op}: unexpected end, expected '('")),
         }
         let mut values = BTreeSet::new();
         loop {
@@ -308,14 +316,20 @@ impl Parser {
                     values.insert(String::new());
                     continue;
                 }
-                Some(t) => return Err(format!("{key} {op} (: found {t}, expected a value")),
-                None => return Err(format!("{key} {op} (: missing ')'")),
+                Some(t) => {
+                    return Err(crate::invalid!("{key} {op} (: found {t}, expected a value"))
+                }
+                None => return Err(crate::invalid!("{key} {op} (: missing ')'")),
             }
             match self.next() {
                 Some(Token::Comma) => {}
                 Some(Token::Close) => return Ok(values),
-                Some(t) => return Err(format!("{key} {op} (: found {t}, expected ',' or ')'")),
-                None => return Err(format!("{key} {op} (: missing ')'")),
+                Some(t) => {
+                    return Err(crate::invalid!(
+                        "{key} {op} (: found {t}, expected ',' or ')'"
+                    ))
+                }
+                None => return Err(crate::invalid!("{key} {op} (: missing ')'")),
             }
         }
     }
@@ -348,7 +362,7 @@ fn valid_prefix(s: &str) -> bool {
         })
 }
 
-fn validate_key(k: &str) -> Result<(), String> {
+fn validate_key(k: &str) -> Result<(), crate::core::invalid::Invalid> {
     let ok = match k.split_once('/') {
         Some((prefix, name)) => valid_prefix(prefix) && valid_name(name),
         None => valid_name(k),
@@ -356,15 +370,15 @@ fn validate_key(k: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("invalid label key {k:?}: a key is an optional DNS subdomain prefix and '/', then at most 63 characters [A-Za-z0-9._-] starting and ending alphanumeric"))
+        Err(crate::invalid!("invalid label key {k:?}: a key is an optional DNS subdomain prefix and '/', then at most 63 characters [A-Za-z0-9._-] starting and ending alphanumeric"))
     }
 }
 
-fn validate_value(v: &str) -> Result<(), String> {
+fn validate_value(v: &str) -> Result<(), crate::core::invalid::Invalid> {
     if v.is_empty() || valid_name(v) {
         Ok(())
     } else {
-        Err(format!("invalid label value {v:?}: at most 63 characters [A-Za-z0-9._-], starting and ending alphanumeric"))
+        Err(crate::invalid!("invalid label value {v:?}: at most 63 characters [A-Za-z0-9._-], starting and ending alphanumeric"))
     }
 }
 

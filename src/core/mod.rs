@@ -13,6 +13,7 @@ pub mod drained;
 pub mod durations;
 pub mod fair_queue;
 pub mod filters;
+pub mod invalid;
 pub mod keep;
 pub mod label_selector;
 pub mod model;

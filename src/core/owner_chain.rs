@@ -173,14 +173,14 @@ pub fn granted(
     name: &str,
     facts: &WorkloadFacts,
     reloader: impl FnOnce(&BTreeMap<String, String>, &BTreeMap<String, String>) -> bool,
-) -> Result<(), String> {
+) -> Result<(), crate::core::invalid::Invalid> {
     let of_pod = deciding(pod_annotations);
     if of_pod.is_empty() {
         // Governed by Reloader's annotations (no reloadlet.io/action on the pod).
         return if reloader(&facts.annotations, &facts.template_annotations) {
             Ok(())
         } else {
-            Err(format!(
+            Err(crate::invalid!(
                 "Reloader's annotations that ask for this rollout are not on {} {name} nor its pod template: a workload is rolled only when it asks",
                 kind.as_str()
             ))
@@ -200,7 +200,7 @@ pub fn granted(
         Some(v) => format!("{v:?}"),
         None => "absent".to_owned(),
     };
-    Err(format!(
+    Err(crate::invalid!(
         "{key} is {} on the pod but {} in {} {name}'s pod template: a workload is rolled only as its template asks (a pod's own annotations cannot grant it)",
         shown(of_pod.get(key)),
         shown(of_template.get(key)),

@@ -106,7 +106,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<RestartSpec, Rest
                 parse_bounded(v, MAX_RESTART_DURATION).map_err(|why| RestartError::Duration {
                     key,
                     value: truncated(v),
-                    why,
+                    why: why.to_string(),
                 })
             })
             .transpose()
@@ -132,7 +132,7 @@ fn is_dns_label(s: &str) -> bool {
 
 /// `reloadlet.io/restart-containers` names containers of the pod (classic init containers
 /// are never restarted): a name that matches none is a typo.
-pub fn check_names(pod: &PodInfo, spec: &RestartSpec) -> Result<(), String> {
+pub fn check_names(pod: &PodInfo, spec: &RestartSpec) -> Result<(), crate::core::invalid::Invalid> {
     use crate::core::model::ContainerKind;
     let RestartContainers::Named(names) = &spec.containers else {
         return Ok(());
@@ -145,7 +145,7 @@ pub fn check_names(pod: &PodInfo, spec: &RestartSpec) -> Result<(), String> {
         .collect();
     match names.iter().find(|n| !known.contains(&n.as_str())) {
         None => Ok(()),
-        Some(name) => Err(format!(
+        Some(name) => Err(crate::invalid!(
             "{RESTART_CONTAINERS}: the pod has no container {name:?} (known: {})",
             known.join(", ")
         )),
@@ -176,7 +176,11 @@ pub struct StopPlan {
 /// The stop plan of `container`: `lifecycle.stopSignal` where set (KEP-4960) else SIGTERM;
 /// `reloadlet.io/restart-grace`, else `terminationGracePeriodSeconds`, else 30 s. `Err`: a
 /// stop signal reloadlet cannot send.
-pub fn stop_plan(pod: &PodInfo, spec: &RestartSpec, container: &str) -> Result<StopPlan, String> {
+pub fn stop_plan(
+    pod: &PodInfo,
+    spec: &RestartSpec,
+    container: &str,
+) -> Result<StopPlan, crate::core::invalid::Invalid> {
     let signal = match pod
         .restart
         .stop_signals

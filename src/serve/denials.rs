@@ -270,8 +270,11 @@ mod tests {
         // Refused before the Event sink exists: published once it does.
         denials.outcome(LIST_DEPLOYMENTS, None, Err((403, "cannot list")));
         let reason = health.readiness().unwrap_err();
-        assert!(reason.contains("reloader-compat"), "{reason}");
-        assert!(reason.contains("verbs: [\"list\", \"watch\"]"), "{reason}");
+        assert!(reason.as_str().contains("reloader-compat"), "{reason}");
+        assert!(
+            reason.as_str().contains("verbs: [\"list\", \"watch\"]"),
+            "{reason}"
+        );
         let sink = Arc::new(Sink::default());
         denials.publish_to(sink.clone(), own_pod());
         for _ in 0..5 {

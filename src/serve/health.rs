@@ -61,15 +61,15 @@ impl Health {
         self.readiness().is_ok()
     }
 
-    /// `Err(reason)` while not ready.
-    pub fn readiness(&self) -> Result<(), String> {
+    /// `Err(why)` while not ready.
+    pub fn readiness(&self) -> Result<(), NotReady> {
         if let Some(d) = self
             .denied
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
         {
-            return Err(d);
+            return Err(NotReady(d));
         }
         if let Some(p) = self
             .problem
@@ -77,12 +77,12 @@ impl Health {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
         {
-            return Err(p);
+            return Err(NotReady(p));
         }
         if self.ready.load(Ordering::Relaxed) {
             Ok(())
         } else {
-            Err("pod list not synced yet".into())
+            Err(NotReady("pod list not synced yet".into()))
         }
     }
 
@@ -151,6 +151,18 @@ impl crate::ports::Problems for Health {
     }
 }
 
+/// Why `/readyz` fails: the sentence it answers with (a refused API request and the rule to
+/// grant, a failing watch, a list not synced yet).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(String);
+
+impl NotReady {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,14 +170,21 @@ mod tests {
     #[test]
     fn a_failing_watch_makes_a_synced_agent_unready_with_its_reason() {
         let h = Health::default();
-        assert_eq!(h.readiness(), Err("pod list not synced yet".into()));
+        assert_eq!(
+            h.readiness().unwrap_err().as_str(),
+            "pod list not synced yet"
+        );
         h.set_ready(true);
         assert!(h.is_ready());
         h.set_problem(Some(
             "pod watch failing (2 consecutive failures): RBAC: …".into(),
         ));
         assert!(!h.is_ready());
-        assert!(h.readiness().unwrap_err().starts_with("pod watch failing"));
+        assert!(h
+            .readiness()
+            .unwrap_err()
+            .as_str()
+            .starts_with("pod watch failing"));
         h.set_problem(None);
         assert!(h.is_ready());
     }

@@ -29,6 +29,7 @@ use crate::ports::{Input, OwnDataVersions};
 use crate::serve::denials::{own_pod_ref, Denials};
 use crate::serve::health::{self, Health};
 use crate::serve::metrics::Metrics;
+use crate::wiring::Failed;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::RwLock;
@@ -39,10 +40,10 @@ use tokio_util::sync::CancellationToken;
 pub async fn serve(
     settings: ControllerSettings,
     shutdown: CancellationToken,
-) -> Result<(), String> {
-    let clients = Clients::infer()
-        .await
-        .map_err(|e| format!("no Kubernetes configuration (in-cluster or KUBECONFIG): {e}"))?;
+) -> Result<(), Failed> {
+    let clients = Clients::infer().await.map_err(|e| {
+        Failed::because("no Kubernetes configuration (in-cluster or KUBECONFIG)", e)
+    })?;
     let mut registry = Registry::with_prefix("reloadlet");
     let metrics = ControllerMetrics::new(&mut registry);
     // The executor's metrics (reloadlet_actions_total{action="evict"} …) and notifications.
@@ -56,7 +57,7 @@ pub async fn serve(
     let refusals: crate::ports::RefusalSink = Arc::new(denials.clone());
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+        .map_err(|e| Failed::because(format!("cannot listen on {}", settings.listen), e))?;
     let app = health::router(health.clone(), Arc::new(registry));
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
@@ -161,7 +162,7 @@ pub async fn serve(
         crate::outbound::notify::Notifier::disabled()
     } else {
         let poster = crate::outbound::notify::HttpPoster::for_settings(&settings.notify)
-            .map_err(|e| format!("notifications: {e}"))?;
+            .map_err(|e| Failed::because("notifications", e))?;
         tracing::info!(notify = %settings.notify.describe(), "notifications on");
         crate::outbound::notify::Notifier::start(
             &settings.notify,
@@ -216,12 +217,12 @@ pub async fn serve(
         Some(namespace) => {
             crate::k8s::controller_key::load_or_create(clients.main.clone(), namespace)
                 .await
-                .map_err(|e| format!("the controller's key: {e}"))?
+                .map_err(|e| Failed::because("the controller's key", e))?
         }
         None => {
             tracing::warn!("no namespace of its own (POD_NAMESPACE or --lease-namespace): the controller's key is made anew at each start, so the baselines written before a restart are taken afresh, a change made while it was down is not acted on, and every data version is published anew");
             crate::core::volume_digest::HashKey::generate()
-                .map_err(|e| format!("the kernel's random source: {e}"))?
+                .map_err(|e| Failed::because("the kernel's random source", e))?
         }
     };
     let keyed = || key.clone();

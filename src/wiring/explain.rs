@@ -2,6 +2,7 @@
 //! processes looked up on this node, and the report of what reloadlet would do.
 
 use crate::config::ExplainArgs;
+use crate::core::invalid::Invalid;
 use crate::explain::{self, MainPidError, MainProcessView};
 use crate::host::process::ProcFs;
 use crate::k8s::client::Clients;
@@ -9,29 +10,23 @@ use crate::k8s::pdb_watch;
 use crate::k8s::pod_convert;
 use crate::k8s::pod_get;
 use crate::ports::ContainerProcesses;
+use crate::wiring::Failed;
 
 /// The report of `reloadlet explain --pod NS/NAME` (`Err`: why there is none).
-pub async fn report(args: ExplainArgs) -> Result<String, String> {
-    let fail = |reason: &str| -> Result<String, String> { Err(reason.to_owned()) };
-    let scope = match args.scope.scope() {
-        Ok(s) => s,
-        Err(e) => return fail(&e),
-    };
+pub async fn report(args: ExplainArgs) -> Result<String, Failed> {
+    let scope = args.scope.scope()?;
     let (namespace, name) = args.pod;
-    let clients = match Clients::infer().await {
-        Ok(c) => c,
-        Err(e) => {
-            return fail(&format!(
-                "no Kubernetes configuration (in-cluster or KUBECONFIG): {e}"
-            ))
-        }
-    };
-    let pod = match pod_get::get_pod(clients.main.clone(), &namespace, &name).await {
-        Ok(p) => p,
-        Err(e) => return fail(&format!("cannot get pod {namespace}/{name}: {e}")),
-    };
+    let clients = Clients::infer().await.map_err(|e| {
+        Failed::because("no Kubernetes configuration (in-cluster or KUBECONFIG)", e)
+    })?;
+    let pod = pod_get::get_pod(clients.main.clone(), &namespace, &name)
+        .await
+        .map_err(|e| Failed::because(format!("cannot get pod {namespace}/{name}"), e))?;
     let Some(info) = pod_convert::pod_info(&pod) else {
-        return fail(&format!("pod {namespace}/{name} has no uid or spec"));
+        return Err(Failed::because(
+            format!("pod {namespace}/{name}"),
+            Invalid::new("it has no uid or spec"),
+        ));
     };
     let pod_node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     let this_node = args.node_name.filter(|n| !n.is_empty());

@@ -27,3 +27,32 @@ pub async fn shutdown_on_signal(token: CancellationToken) {
     }
     token.cancel();
 }
+
+/// Why a command could not run (`main` prints it on one line and exits non-zero): what it was
+/// doing, and the error underneath it kept as the source, typed, as the edge returned it.
+#[derive(Debug, thiserror::Error)]
+#[error("{doing}: {cause}")]
+pub struct Failed {
+    doing: String,
+    #[source]
+    cause: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl Failed {
+    /// `doing` failed because of `cause`.
+    pub fn because(
+        doing: impl Into<String>,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Failed {
+            doing: doing.into(),
+            cause: cause.into(),
+        }
+    }
+}
+
+impl From<crate::core::invalid::Invalid> for Failed {
+    fn from(invalid: crate::core::invalid::Invalid) -> Self {
+        Failed::because("invalid settings", invalid)
+    }
+}

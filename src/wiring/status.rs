@@ -8,6 +8,7 @@ use crate::core::model::{SourceKind, SourceRef};
 use crate::k8s::pod_convert;
 use crate::k8s::pod_view::PodView;
 use crate::status::{self, ObjectMeta, PodFacts, Report};
+use crate::wiring::Failed;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -21,13 +22,13 @@ pub struct Answer {
 }
 
 /// Runs the command (`Err`: why it could not; exit 2).
-pub async fn run(args: StatusArgs) -> Result<Answer, String> {
+pub async fn run(args: StatusArgs) -> Result<Answer, Failed> {
     let config = config(&args).await?;
     let namespace = args
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client = Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
+    let client = Client::try_from(config).map_err(|e| Failed::because("Kubernetes client", e))?;
     let scope = (!args.all_namespaces).then_some(namespace.as_str());
     let deadline = Instant::now() + args.timeout;
     let mut last_summary = String::new();
@@ -131,7 +132,7 @@ impl Look {
 
 /// The kubeconfig the flags name, like kubectl's: `--kubeconfig`, `--context`, else kube's
 /// inference (KUBECONFIG, ~/.kube/config, in-cluster).
-async fn config(args: &StatusArgs) -> Result<kube::Config, String> {
+async fn config(args: &StatusArgs) -> Result<kube::Config, Failed> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let options = KubeConfigOptions {
         context: args.context.clone(),
@@ -139,23 +140,26 @@ async fn config(args: &StatusArgs) -> Result<kube::Config, String> {
     };
     let result = match (&args.kubeconfig, &args.context) {
         (Some(path), _) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
+            let kc = Kubeconfig::read_from(path).map_err(|e| {
+                Failed::because(format!("cannot read kubeconfig {}", path.display()), e)
+            })?;
             kube::Config::from_custom_kubeconfig(kc, &options)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(Box::from)
         }
         (None, Some(_)) => kube::Config::from_kubeconfig(&options)
             .await
-            .map_err(|e| e.to_string()),
-        (None, None) => kube::Config::infer().await.map_err(|e| e.to_string()),
+            .map_err(Box::from),
+        (None, None) => kube::Config::infer().await.map_err(Box::from),
     };
-    result.map_err(|e| format!("no Kubernetes configuration: {e}"))
+    result.map_err(|e: Box<dyn std::error::Error + Send + Sync>| {
+        Failed::because("no Kubernetes configuration", e)
+    })
 }
 
 /// The pods (of the namespace, or all), then the object's metadata in each namespace with a
 /// consumer (and in the namespace asked for).
-async fn read(client: &Client, target: &Target, scope: Option<&str>) -> Result<Look, String> {
+async fn read(client: &Client, target: &Target, scope: Option<&str>) -> Result<Look, Failed> {
     let pods: Api<PodView> = match scope {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -163,7 +167,7 @@ async fn read(client: &Client, target: &Target, scope: Option<&str>) -> Result<L
     let list = pods
         .list(&ListParams::default())
         .await
-        .map_err(|e| format!("cannot list pods: {e}"))?;
+        .map_err(|e| Failed::because("cannot list pods", e))?;
     let mut facts: Vec<PodFacts> = list
         .items
         .iter()
@@ -205,7 +209,7 @@ async fn read(client: &Client, target: &Target, scope: Option<&str>) -> Result<L
 
 /// The object's metadata only (`Accept: …;as=PartialObjectMetadata`): its data-version
 /// annotation, never its data.
-async fn metadata(client: &Client, ns: &str, object: &SourceRef) -> Result<ObjectMeta, String> {
+async fn metadata(client: &Client, ns: &str, object: &SourceRef) -> Result<ObjectMeta, Failed> {
     let meta = match object.kind {
         SourceKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), ns)
             .get_metadata_opt(&object.name)
@@ -219,7 +223,7 @@ async fn metadata(client: &Client, ns: &str, object: &SourceRef) -> Result<Objec
             return Ok(ObjectMeta::Missing)
         }
     }
-    .map_err(|e| format!("cannot read {object} in {ns}: {e}"))?;
+    .map_err(|e| Failed::because(format!("cannot read {object} in {ns}"), e))?;
     Ok(match meta {
         None => ObjectMeta::Missing,
         Some(m) => ObjectMeta::Found(status::unpublished(

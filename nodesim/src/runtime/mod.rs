@@ -497,7 +497,7 @@ impl SimRuntime {
                 cleanup(running, Duration::ZERO);
                 Err(RuntimeError::StartFailed {
                     name: spec.name.clone(),
-                    why,
+                    why: why.to_string(),
                     log: log_path,
                     tail,
                 })

@@ -188,6 +188,15 @@ pub fn random_container_id() -> String {
         .collect()
 }
 
+/// Why a container's process never ran its command.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotStarted {
+    #[error("exited at start ({0})")]
+    Exited(std::process::ExitStatus),
+    #[error("not running its command after {0:?}")]
+    NoExec(std::time::Duration),
+}
+
 /// Waits until the shim's child has joined the container cgroup and exec'd the command;
 /// returns its host PID. Exec'd means: its command line is the command's, or its executable
 /// is the command's — a program may rewrite its command line at once (nginx's master sets
@@ -197,7 +206,7 @@ pub fn random_container_id() -> String {
 /// and until then the kernel reads the command line as empty (`fs/proc/base.c`,
 /// `get_mm_cmdline`: "Check if process spawned far enough to have cmdline", `mm->env_end`
 /// still 0; it is set with the arguments in `fs/binfmt_elf.c`, `create_elf_tables`).
-pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
+pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, NotStarted> {
     let deadline = Instant::now() + START_TIMEOUT;
     let want: Vec<u8> = running
         .spec
@@ -208,7 +217,7 @@ pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
     let want_exe = running.spec.argv.first().and_then(|a| executable(a));
     loop {
         if let Ok(Some(status)) = running.shim.try_wait() {
-            return Err(format!("exited at start ({status})"));
+            return Err(NotStarted::Exited(status));
         }
         let in_cgroup = running.cgroup.pids();
         for pid in in_cgroup {
@@ -232,7 +241,7 @@ pub(crate) fn wait_for_exec(running: &mut Running) -> Result<i32, String> {
             }
         }
         if Instant::now() > deadline {
-            return Err(format!("not running its command after {START_TIMEOUT:?}"));
+            return Err(NotStarted::NoExec(START_TIMEOUT));
         }
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -60,7 +60,7 @@ pub struct EnvConsumers {
     fetches: Arc<Semaphore>,
     /// Env evictions paced per pod; `warned`: the pacing error last reported per pod.
     pacing: EnvPacing,
-    warned: HashMap<String, String>,
+    warned: HashMap<String, crate::core::invalid::Invalid>,
     gauges: crate::controller::metrics::PacingShare,
     /// `reloadlet.io/env-pacing` as last written (or found) on each pod that had one; `None`:
     /// removed.

@@ -25,7 +25,7 @@ pub async fn explain(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
 async fn resolve(
     pod: &PodInfo,
     workloads: &dyn WorkloadApi,
-) -> Result<Result<WorkloadRef, Unsupported>, String> {
+) -> Result<Result<WorkloadRef, Unsupported>, crate::core::invalid::Invalid> {
     let owner = workloads
         .pod(&pod.namespace, &pod.name)
         .await

@@ -541,7 +541,7 @@ async fn roll(
                 &workload,
                 &read,
             )
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::core::invalid::Invalid::new(e.to_string()))
             .and_then(|()| {
                 crate::core::owner_chain::granted(
                     &claim.pod.annotations,
@@ -557,7 +557,7 @@ async fn roll(
                 Ok(()) => asking.push(claim.asking),
                 Err(why) => {
                     let sources = sources_of(std::slice::from_ref(&claim.asking));
-                    not_granted(report, &claim.asking.pod, &why, &sources);
+                    not_granted(report, &claim.asking.pod, why.as_str(), &sources);
                     handled.extend(claim.asking.changes);
                 }
             }

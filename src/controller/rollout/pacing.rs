@@ -35,7 +35,7 @@ struct Inner {
     specs: PacingSpecs<String>,
     book: PacingBook<WorkloadRef, Vec<Asking>>,
     /// The pacing error last reported per pod.
-    warned: HashMap<String, String>,
+    warned: HashMap<String, crate::core::invalid::Invalid>,
     /// Workloads whose last rollout was read back from the API in this term.
     seeded: HashSet<WorkloadRef>,
     /// The pacing record last written on (or read from) each workload.
@@ -316,7 +316,10 @@ pub(super) fn with_record(mut patch: serde_json::Value, record: &str) -> serde_j
 }
 
 /// The workload's pacing: its asking pods' (the template's) — any invalid one refuses.
-fn spec_of(specs: &PacingSpecs<String>, asking: &[Asking]) -> Result<PacingSpec, String> {
+fn spec_of(
+    specs: &PacingSpecs<String>,
+    asking: &[Asking],
+) -> Result<PacingSpec, crate::core::invalid::Invalid> {
     let mut found = None;
     for a in asking {
         let spec = specs.get(a.pod.uid.as_str()).map_err(str::to_owned)?;

@@ -49,7 +49,7 @@ impl FlapThreshold {
     };
 
     /// `<count>/<window>` (`3/1m`, `10/10m`); `off` is `None`.
-    pub fn parse(s: &str) -> Result<Option<FlapThreshold>, String> {
+    pub fn parse(s: &str) -> Result<Option<FlapThreshold>, crate::core::invalid::Invalid> {
         let s = s.trim();
         if s.eq_ignore_ascii_case("off") {
             return Ok(None);
@@ -65,7 +65,7 @@ impl FlapThreshold {
             .ok_or_else(|| format!("{s:?}: the count must be a whole number above 0"))?;
         let window = parse_duration(window)?;
         if window.is_zero() {
-            return Err(format!("{s:?}: the window must be longer than 0s"));
+            return Err(crate::invalid!("{s:?}: the window must be longer than 0s"));
         }
         Ok(Some(FlapThreshold { count, window }))
     }
@@ -149,17 +149,17 @@ impl PacingSpec {
             reason,
         };
         if let Some((k, v)) = get(DEBOUNCE) {
-            let d = parse_duration(v).map_err(|r| err(k, v, r))?;
+            let d = parse_duration(v).map_err(|r| err(k, v, r.to_string()))?;
             if d > MAX_DEBOUNCE {
                 return Err(err(k, v, "longer than the 1h maximum".into()));
             }
             spec.debounce = d;
         }
         if let Some((k, v)) = get(MIN_INTERVAL) {
-            spec.min_interval = parse_duration(v).map_err(|r| err(k, v, r))?;
+            spec.min_interval = parse_duration(v).map_err(|r| err(k, v, r.to_string()))?;
         }
         if let Some((k, v)) = get(FLAP_THRESHOLD) {
-            spec.flap = FlapThreshold::parse(v).map_err(|r| err(k, v, r))?;
+            spec.flap = FlapThreshold::parse(v).map_err(|r| err(k, v, r.to_string()))?;
         }
         let actions = match get(WINDOW_ACTIONS) {
             None => WindowActions::Disruptive,
@@ -177,7 +177,7 @@ impl PacingSpec {
         };
         let duration = match get(WINDOW_DURATION) {
             None => DEFAULT_WINDOW_DURATION,
-            Some((k, v)) => parse_duration(v).map_err(|r| err(k, v, r))?,
+            Some((k, v)) => parse_duration(v).map_err(|r| err(k, v, r.to_string()))?,
         };
         let zone = match get(WINDOW_TIMEZONE) {
             None => defaults.time_zone.as_str(),
@@ -219,7 +219,7 @@ impl PacingSpec {
 
 /// A duration as `humantime` reads it (`90s`, `10m`, `1h30m`), at most a week
 /// ([`crate::core::durations::MAX_ANNOTATION_DURATION`]).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, crate::core::invalid::Invalid> {
     crate::core::durations::parse_bounded(s, crate::core::durations::MAX_ANNOTATION_DURATION)
 }
 

@@ -134,7 +134,7 @@ pub fn validated_policy_with(pod: &PodInfo, fence: HttpFence) -> CheckedPolicy {
                 .iter()
                 .any(|c| &c.name == name && c.kind != ContainerKind::Init);
             if !known {
-                return Err(format!(
+                return Err(crate::invalid!(
                     "{}: the pod has no container {name:?} (known: {})",
                     annotations::CONTAINERS,
                     pod.containers
@@ -164,7 +164,7 @@ pub fn validated_policy_with(pod: &PodInfo, fence: HttpFence) -> CheckedPolicy {
                 .flat_map(|v| &v.sources)
                 .any(|s| s.kind == kind && &s.name == name);
             if !mounted {
-                return Err(format!(
+                return Err(crate::invalid!(
                     "{}s: no volume of the pod projects {} {name:?} (a ConfigMap/Secret used only as \
                      environment variables never changes in a running container)",
                     annotations::PREFIX.to_owned() + kind.as_str(),
@@ -187,9 +187,9 @@ fn check_http(
     policy: &PodPolicy,
     spec: &HttpSpec,
     fence: HttpFence,
-) -> Result<(), String> {
+) -> Result<(), crate::core::invalid::Invalid> {
     if pod.host_network && !fence.allow_host_network {
-        return Err(format!(
+        return Err(crate::invalid!(
             "{}: http is refused on a hostNetwork pod: its IP is the node's own address, so the \
              request would go to a service of the node; the operator has not allowed that \
              (agent flag --http-allow-host-network)",
@@ -217,7 +217,7 @@ fn check_http(
                 .flat_map(|c| &c.ports)
                 .any(|p| p.number == *n);
             if !found {
-                return Err(format!(
+                return Err(crate::invalid!(
                     "{}: {n} is not a port any container of the pod declares (declared: {})",
                     annotations::HTTP_PORT,
                     declared()
@@ -232,7 +232,7 @@ fn check_http(
                 .filter(|c| selected(policy, c))
                 .any(|c| c.ports.iter().any(|p| p.name.as_ref() == Some(name)));
             if !found {
-                return Err(format!(
+                return Err(crate::invalid!(
                     "{}: no container declares a port named {name:?} (declared: {})",
                     annotations::HTTP_PORT,
                     declared()
@@ -245,7 +245,10 @@ fn check_http(
 
 /// `reloadlet.io/secretproviderclasses` and `reloadlet.io/csi-volumes` name CSI volumes of the
 /// pod (a name that matches none is a typo: nothing would ever trigger).
-fn validate_csi_lists(pod: &PodInfo, policy: &PodPolicy) -> Result<(), String> {
+fn validate_csi_lists(
+    pod: &PodInfo,
+    policy: &PodPolicy,
+) -> Result<(), crate::core::invalid::Invalid> {
     let csi: Vec<(&str, &CsiVolumeSpec)> = pod
         .volumes
         .iter()
@@ -256,7 +259,7 @@ fn validate_csi_lists(pod: &PodInfo, policy: &PodPolicy) -> Result<(), String> {
             .iter()
             .any(|(_, c)| c.class.as_deref() == Some(class.as_str()))
         {
-            return Err(format!(
+            return Err(crate::invalid!(
                 "{}: no CSI volume of the pod uses SecretProviderClass {class:?} \
                  (csi.volumeAttributes.secretProviderClass)",
                 annotations::SECRET_PROVIDER_CLASSES
@@ -265,7 +268,7 @@ fn validate_csi_lists(pod: &PodInfo, policy: &PodPolicy) -> Result<(), String> {
     }
     for volume in policy.csi_volumes.iter().flatten() {
         if !csi.iter().any(|(name, _)| name == volume) {
-            return Err(format!(
+            return Err(crate::invalid!(
                 "{}: the pod has no CSI volume {volume:?}",
                 annotations::CSI_VOLUMES
             ));
@@ -276,7 +279,10 @@ fn validate_csi_lists(pod: &PodInfo, policy: &PodPolicy) -> Result<(), String> {
 
 /// `reloadlet.io/pod-certificates` names signers of the pod's projected `podCertificate`
 /// sources (a signer that matches none is a typo: nothing would ever trigger).
-fn validate_pod_certificates(pod: &PodInfo, policy: &PodPolicy) -> Result<(), String> {
+fn validate_pod_certificates(
+    pod: &PodInfo,
+    policy: &PodPolicy,
+) -> Result<(), crate::core::invalid::Invalid> {
     for signer in policy.pod_certificates.iter().flatten() {
         let projected = pod.volumes.iter().any(|v| {
             v.sources
@@ -284,7 +290,7 @@ fn validate_pod_certificates(pod: &PodInfo, policy: &PodPolicy) -> Result<(), St
                 .any(|s| s.kind == SourceKind::PodCertificate && s.name == *signer)
         });
         if !projected {
-            return Err(format!(
+            return Err(crate::invalid!(
                 "{}: no projected volume of the pod has a podCertificate source with signerName {signer:?}",
                 annotations::POD_CERTIFICATES
             ));
@@ -305,7 +311,7 @@ pub fn decide(pod: &PodInfo, changed: &BTreeSet<String>) -> Decision {
 
 /// A pod's annotations parsed and checked against its spec ([`validated_policy`]); `Ok(None)`:
 /// not opted in.
-pub type CheckedPolicy = Result<Option<PodPolicy>, String>;
+pub type CheckedPolicy = Result<Option<PodPolicy>, crate::core::invalid::Invalid>;
 
 /// Decides what to do for `pod` given which sources of which volumes changed. The cause names
 /// only those sources (and only those that count for the pod).
@@ -322,7 +328,7 @@ pub fn decide_with(pod: &PodInfo, policy: &CheckedPolicy, changed: &ChangedVolum
         Ok(Some(p)) => p,
         Err(message) => {
             return Decision::Invalid {
-                message: message.clone(),
+                message: message.to_string(),
             }
         }
     };

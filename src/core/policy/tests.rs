@@ -583,7 +583,7 @@ fn host_network_http_pods_need_the_operators_fence() {
         match want {
             Ok(port) => assert_eq!(http_port(&d).0, port, "case {i}"),
             Err(message) => {
-                assert_eq!(checked, Err(message.clone()), "case {i}");
+                assert_eq!(checked, Err(message.clone().into()), "case {i}");
                 assert_eq!(d, Decision::Invalid { message }, "case {i}");
             }
         }

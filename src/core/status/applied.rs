@@ -154,17 +154,24 @@ fn is_zero(n: &u32) -> bool {
 
 impl Applied {
     /// Reads the annotation's value; `Err` says why it is ignored.
-    pub fn parse(value: &str) -> Result<Self, String> {
+    pub fn parse(value: &str) -> Result<Self, crate::core::invalid::Invalid> {
         if value.len() > MAX_VALUE {
-            return Err(format!("{ANNOTATION} is longer than {MAX_VALUE} bytes"));
+            return Err(crate::invalid!(
+                "{ANNOTATION} is longer than {MAX_VALUE} bytes"
+            ));
         }
         let record: Applied = serde_json::from_str(value)
             .map_err(|e| format!("{ANNOTATION} is not a valid record: {e}"))?;
         if record.version != 1 {
-            return Err(format!("{ANNOTATION}: unknown version {}", record.version));
+            return Err(crate::invalid!(
+                "{ANNOTATION}: unknown version {}",
+                record.version
+            ));
         }
         if record.objects.len() > MAX_ENTRIES {
-            return Err(format!("{ANNOTATION}: more than {MAX_ENTRIES} objects"));
+            return Err(crate::invalid!(
+                "{ANNOTATION}: more than {MAX_ENTRIES} objects"
+            ));
         }
         Ok(record)
     }
@@ -172,7 +179,7 @@ impl Applied {
     /// The record a pod carries (`Ok(None)`: none).
     pub fn of_pod(
         annotations: &std::collections::BTreeMap<String, String>,
-    ) -> Result<Option<Self>, String> {
+    ) -> Result<Option<Self>, crate::core::invalid::Invalid> {
         annotations
             .get(ANNOTATION)
             .map(|v| Self::parse(v))

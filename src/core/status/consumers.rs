@@ -234,7 +234,7 @@ pub fn consumer(pod: &PodInfo, object: &SourceRef) -> Option<Consumer> {
     }
     let action = match policy::validated_policy(pod) {
         Ok(None) => ConsumerAction::None,
-        Err(message) => ConsumerAction::Invalid(message),
+        Err(message) => ConsumerAction::Invalid(message.to_string()),
         Ok(Some(p)) => match p.action {
             Action::Signal { .. } => ConsumerAction::Signal,
             Action::Http(_) => ConsumerAction::Http,

@@ -222,9 +222,9 @@ impl Published {
 
     /// Reads the annotation (whoever can edit the object can write it: bounded, and any
     /// malformed value is refused with the reason).
-    pub fn parse(value: &str) -> Result<Self, String> {
+    pub fn parse(value: &str) -> Result<Self, crate::core::invalid::Invalid> {
         if value.len() > MAX_VALUE {
-            return Err(format!("longer than {MAX_VALUE} bytes"));
+            return Err(crate::invalid!("longer than {MAX_VALUE} bytes"));
         }
         let mut words = value.split(' ');
         if words.next() != Some("v1") {
@@ -247,10 +247,13 @@ impl Published {
                     .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
             let digest = KeyDigest::parse(d).filter(|_| valid_key);
             let Some(digest) = digest else {
-                return Err(format!("malformed key digest {:?}", truncate(word, 64)));
+                return Err(crate::invalid!(
+                    "malformed key digest {:?}",
+                    truncate(word, 64)
+                ));
             };
             if keys.len() == MAX_KEYS {
-                return Err(format!("more than {MAX_KEYS} keys"));
+                return Err(crate::invalid!("more than {MAX_KEYS} keys"));
             }
             keys.insert(k.to_owned(), digest);
         }

@@ -143,7 +143,10 @@ fn env_value(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String>
 impl NotifyArgs {
     /// Validates the flags and applies the `ALERT_*` fallbacks read through `env`
     /// (`|k| std::env::var(k).ok()` in `main`). Error messages never contain a URL.
-    pub fn settings(self, env: &dyn Fn(&str) -> Option<String>) -> Result<NotifySettings, String> {
+    pub fn settings(
+        self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<NotifySettings, crate::core::invalid::Invalid> {
         let mut urls = Vec::new();
         let (raw, origin) = if self.notify_url.is_empty() {
             (
@@ -208,7 +211,7 @@ impl NotifyArgs {
                 let url =
                     SecretUrl::parse(&p).map_err(|e| format!("{origin}: the proxy URL {e}"))?;
                 if url.is_https() {
-                    return Err(format!(
+                    return Err(crate::invalid!(
                         "{origin}: only http:// proxies are supported (the webhook's own TLS \
                          runs inside the CONNECT tunnel)"
                     ));
@@ -243,7 +246,10 @@ mod tests {
     const SLACK: &str = "https://hooks.slack.com/services/T0/B0/SECRETTOKEN";
     const TEAMS: &str = "https://example.webhook.office.com/webhookb2/SECRETTOKEN";
 
-    fn settings(args: &[&str], env: &[(&str, &str)]) -> Result<NotifySettings, String> {
+    fn settings(
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<NotifySettings, crate::core::invalid::Invalid> {
         let cli = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
         let env: HashMap<String, String> = env

@@ -238,20 +238,23 @@ pub fn parse_baseline(
 
 /// Does the controller follow this pod's env at all? (opted in with a valid annotation,
 /// running, not terminating).
-pub fn env_eligible(pod: &PodInfo) -> Result<(), String> {
+pub fn env_eligible(pod: &PodInfo) -> Result<(), crate::core::invalid::Invalid> {
     match annotations::parse(&pod.annotations) {
         Ok(Some(p)) if p.action == Action::Rollout => {
             return Err("action rollout: a change rolls the owning workload instead".into())
         }
         Ok(Some(_)) => {}
         Ok(None) => return Err("the pod has no reloadlet.io/action annotation".into()),
-        Err(e) => return Err(format!("invalid annotation: {e}")),
+        Err(e) => return Err(crate::invalid!("invalid annotation: {e}")),
     }
     if pod.terminating {
         return Err("the pod is terminating".into());
     }
     if pod.phase != "Running" {
-        return Err(format!("the pod is not running (phase {:?})", pod.phase));
+        return Err(crate::invalid!(
+            "the pod is not running (phase {:?})",
+            pod.phase
+        ));
     }
     Ok(())
 }

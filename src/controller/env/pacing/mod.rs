@@ -178,7 +178,7 @@ impl EnvPacing {
     /// Reads the pod's pacing annotations and owner; `Ok(true)`: they were invalid and are
     /// fixed (what they refused is to be compared again); `Err`: the invalid one, named with
     /// its value.
-    pub fn on_pod(&mut self, pod: &PodInfo) -> Result<bool, String> {
+    pub fn on_pod(&mut self, pod: &PodInfo) -> Result<bool, crate::core::invalid::Invalid> {
         self.own(pod);
         let was_invalid = self.specs.get(pod.uid.as_str()).is_err();
         self.specs

@@ -52,7 +52,7 @@ pub struct PacingSpecs<K> {
     /// The default debounce is applied elsewhere (the agent's debouncer, the rollout's
     /// coalescing): a spec's debounce is the pod's own `reloadlet.io/debounce`, 0 without.
     debounce_elsewhere: bool,
-    specs: HashMap<K, Result<OwnSpec, String>>,
+    specs: HashMap<K, Result<OwnSpec, crate::core::invalid::Invalid>>,
 }
 
 impl<K: Eq + Hash + Clone> PacingSpecs<K> {
@@ -70,7 +70,11 @@ impl<K: Eq + Hash + Clone> PacingSpecs<K> {
     }
 
     /// Reads `key`'s pacing annotations; `Err`: the invalid one, named with its value.
-    pub fn read(&mut self, key: &K, annotations: &BTreeMap<String, String>) -> Result<(), String> {
+    pub fn read(
+        &mut self,
+        key: &K,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<(), crate::core::invalid::Invalid> {
         if !ANNOTATIONS.iter().any(|k| annotations.contains_key(*k)) {
             self.specs.remove(key);
             return Ok(());
@@ -83,7 +87,7 @@ impl<K: Eq + Hash + Clone> PacingSpecs<K> {
                 }
                 OwnSpec { spec, own_debounce }
             })
-            .map_err(|e| e.to_string());
+            .map_err(|e| crate::core::invalid::Invalid::new(e.to_string()));
         let result = parsed.as_ref().map(|_| ()).map_err(Clone::clone);
         self.specs.insert(key.clone(), parsed);
         result
@@ -102,7 +106,7 @@ impl<K: Eq + Hash + Clone> PacingSpecs<K> {
         match self.specs.get(key) {
             None => Ok(&self.plain),
             Some(Ok(s)) => Ok(&s.spec),
-            Some(Err(message)) => Err(message),
+            Some(Err(message)) => Err(message.as_str()),
         }
     }
 

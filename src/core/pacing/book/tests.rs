@@ -42,7 +42,7 @@ fn specs_are_read_once_per_key_and_a_bad_one_is_refused_by_name() {
         .read(&k, &annotations(&[(MIN_INTERVAL, "soon")]))
         .unwrap_err();
     assert!(e.contains(MIN_INTERVAL) && e.contains("soon"), "{e}");
-    assert_eq!(specs.get(&k).unwrap_err(), e);
+    assert_eq!(specs.get(&k).unwrap_err(), e.as_str());
     specs.forget(&k);
     assert!(specs.get(&k).is_ok());
 }
