@@ -70,8 +70,8 @@ fn meta_mut(v: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
 impl State {
     fn event_value(&self, api: EventApi, key: &Key) -> Option<Value> {
         match api {
-            EventApi::EventsV1 => self.events_v1.get(key).map(encode),
-            EventApi::Core => self.events_core.get(key).map(encode),
+            EventApi::EventsV1 => self.events.v1.get(key).map(encode),
+            EventApi::Core => self.events.core.get(key).map(encode),
         }
     }
 
@@ -80,13 +80,13 @@ impl State {
             EventApi::EventsV1 => {
                 let e: EventsV1Event = decode(v)?;
                 let out = encode(&e);
-                self.events_v1.insert(key, e);
+                self.events.v1.insert(key, e);
                 Ok(out)
             }
             EventApi::Core => {
                 let e: CoreEvent = decode(v)?;
                 let out = encode(&e);
-                self.events_core.insert(key, e);
+                self.events.core.insert(key, e);
                 Ok(out)
             }
         }
@@ -160,13 +160,15 @@ impl State {
     pub fn list_events(&self, api: EventApi, namespace: &str) -> Value {
         let items: Vec<Value> = match api {
             EventApi::EventsV1 => self
-                .events_v1
+                .events
+                .v1
                 .iter()
                 .filter(|(k, _)| k.0 == namespace)
                 .map(|(_, e)| encode(e))
                 .collect(),
             EventApi::Core => self
-                .events_core
+                .events
+                .core
                 .iter()
                 .filter(|(k, _)| k.0 == namespace)
                 .map(|(_, e)| encode(e))
@@ -183,7 +185,8 @@ impl State {
     /// All events of both APIs, as a user would read them.
     pub fn recorded_events(&self) -> Vec<RecordedEvent> {
         let mut out: Vec<RecordedEvent> = self
-            .events_v1
+            .events
+            .v1
             .iter()
             .map(|((ns, name), e)| {
                 let r = e.regarding.clone().unwrap_or_default();
@@ -207,7 +210,7 @@ impl State {
                 }
             })
             .collect();
-        out.extend(self.events_core.iter().map(|((ns, name), e)| {
+        out.extend(self.events.core.iter().map(|((ns, name), e)| {
             let r = e.involved_object.clone();
             RecordedEvent {
                 namespace: ns.clone(),

@@ -24,7 +24,7 @@ impl State {
             .get(&(namespace.to_string(), name.to_string()))
             .and_then(|p| p.metadata.uid.clone());
         let answer = self.evict_inner(namespace, name, body, dry_run);
-        self.evictions.push(EvictionRecord {
+        self.records.evictions.push(EvictionRecord {
             namespace: namespace.to_string(),
             pod: name.to_string(),
             uid,
@@ -212,7 +212,7 @@ impl State {
                 .get(pdb_key)
                 .map(|e| self.healthy_count(&e.pdb))
                 .unwrap_or(healthy_before);
-            self.invariants.push(InvariantRecord {
+            self.records.invariants.push(InvariantRecord {
                 pdb: format!("{}/{}", pdb_key.0, pdb_key.1),
                 pod: format!("{}/{}", key.0, key.1),
                 healthy_before,

@@ -231,7 +231,10 @@ pub(crate) fn paginate<T>(
         let n: u64 = rv
             .parse()
             .map_err(|_| bad(format!("invalid resource version: {rv}")))?;
-        if matches!(rv_match, Some("Exact" | "NotOlderThan")) && n != 0 && n < state.compacted_rv {
+        if matches!(rv_match, Some("Exact" | "NotOlderThan"))
+            && n != 0
+            && n < state.journal.compacted_rv
+        {
             return Err(ApiStatus::expired(
                 "The resourceVersion for the provided list is too old.",
             ));
@@ -246,7 +249,7 @@ pub(crate) fn paginate<T>(
                 Some((a.parse::<u64>().ok()?, (ns.to_string(), name.to_string())))
             })
             .ok_or_else(|| bad("continue key is not valid"))?;
-        if rv < state.compacted_rv {
+        if rv < state.journal.compacted_rv {
             return Err(ApiStatus::expired(
                 "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
             ));

@@ -554,12 +554,12 @@ impl ApiServer {
     }
     /// Changes the disruption controller's lag for later PDB changes.
     pub fn set_controller_lag(&self, lag: Duration) {
-        self.state().controller_lag = lag;
+        self.state().behaviour.controller_lag = lag;
     }
 
     /// Once the lag is over, a controller pass observes the new generation.
     fn after_pdb_change(&self) {
-        let lag = self.state().controller_lag;
+        let lag = self.state().behaviour.controller_lag;
         if lag.is_zero() {
             return;
         }
@@ -580,15 +580,16 @@ impl ApiServer {
     }
     /// Every eviction request with its answer.
     pub fn evictions(&self) -> Vec<EvictionRecord> {
-        self.state().evictions.clone()
+        self.state().records.evictions.clone()
     }
     /// Every eviction that deleted a PDB-covered pod.
     pub fn invariant_log(&self) -> Vec<InvariantRecord> {
-        self.state().invariants.clone()
+        self.state().records.invariants.clone()
     }
     /// Evictions that brought a PDB's Ready, non-terminating pods below desiredHealthy.
     pub fn invariant_violations(&self) -> Vec<String> {
         self.state()
+            .records
             .invariants
             .iter()
             .filter(|r| r.is_violation())
@@ -603,15 +604,20 @@ impl ApiServer {
     /// Every HTTP request answered (method, path, query, `Accept`, `Content-Type` and
     /// the body of writes), e.g. to assert "no per-object GETs" or count patches.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.state().requests.clone()
+        self.state().records.requests.clone()
     }
     /// The requests answered after the first `n` (cheap to poll on a long log).
     pub fn requests_since(&self, n: usize) -> Vec<RequestRecord> {
-        self.state().requests.get(n..).unwrap_or_default().to_vec()
+        self.state()
+            .records
+            .requests
+            .get(n..)
+            .unwrap_or_default()
+            .to_vec()
     }
     /// How many requests were answered so far.
     pub fn request_count(&self) -> usize {
-        self.state().requests.len()
+        self.state().records.requests.len()
     }
     /// Watch streams open right now per kind (`Pod`, `ConfigMap`, `Secret`, `Lease`), e.g. to
     /// assert "one watch per kind" (kinds with none open are left out).

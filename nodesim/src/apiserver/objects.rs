@@ -216,9 +216,12 @@ impl State {
             new: to_value(new),
         };
         self.retain(Recorded::Object(ev.clone()));
-        let _ = self.watch_tx.send(WatchSignal::Object(Box::new(ev)));
+        let _ = self
+            .journal
+            .watch_tx
+            .send(WatchSignal::Object(Box::new(ev)));
         if let Some(change) = T::change(key) {
-            let _ = self.change_tx.send(change);
+            let _ = self.journal.change_tx.send(change);
         }
     }
 

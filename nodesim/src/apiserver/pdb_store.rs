@@ -106,7 +106,8 @@ impl State {
     }
 
     fn lag_deadline(&self) -> Option<Instant> {
-        (!self.controller_lag.is_zero()).then(|| Instant::now() + self.controller_lag)
+        (!self.behaviour.controller_lag.is_zero())
+            .then(|| Instant::now() + self.behaviour.controller_lag)
     }
 
     /// The pods the disruption controller counts for a PDB.

@@ -145,7 +145,7 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
     if eviction {
         shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
-    shared.lock().requests.push(RequestRecord {
+    shared.lock().records.requests.push(RequestRecord {
         method,
         path,
         query,
@@ -320,8 +320,8 @@ fn patch_event(s: &Shared, api: EventApi, key: Key, headers: &HeaderMap, body: &
 fn get_event(s: &Shared, api: EventApi, key: Key) -> Answer {
     let state = s.lock();
     let v = match api {
-        EventApi::EventsV1 => state.events_v1.get(&key).map(serde_json::to_value),
-        EventApi::Core => state.events_core.get(&key).map(serde_json::to_value),
+        EventApi::EventsV1 => state.events.v1.get(&key).map(serde_json::to_value),
+        EventApi::Core => state.events.core.get(&key).map(serde_json::to_value),
     };
     match v {
         Some(Ok(v)) => Ok(Json(v).into_response()),

@@ -42,32 +42,56 @@ pub(crate) struct Workloads {
     pub trackers: Vec<Tracker>,
 }
 
-/// All server state.
-pub(crate) struct State {
-    pub rv: u64,
-    pub pods: BTreeMap<Key, Pod>,
+/// The retained history of changes and the channels that carry them to open watches.
+pub(crate) struct Journal {
     pub history: VecDeque<Recorded>,
     pub history_len: usize,
     /// Watching from a resourceVersion below this one answers 410.
     pub compacted_rv: u64,
+    pub watch_tx: broadcast::Sender<WatchSignal>,
+    pub change_tx: broadcast::Sender<ApiChange>,
+}
+
+/// Both Event APIs' objects (`events.k8s.io/v1` and core `v1`).
+#[derive(Default)]
+pub(crate) struct Events {
+    pub v1: BTreeMap<Key, EventsV1Event>,
+    pub core: BTreeMap<Key, CoreEvent>,
+}
+
+/// What the server saw, kept for tests to read afterwards (`super::records`).
+#[derive(Default)]
+pub(crate) struct Records {
+    pub evictions: Vec<EvictionRecord>,
+    pub invariants: Vec<InvariantRecord>,
+    pub requests: Vec<RequestRecord>,
+}
+
+/// How the simulated control plane behaves (set at start or by a test).
+pub(crate) struct Behaviour {
+    /// The garbage collector finalizes deleted pods by itself.
+    pub auto_finalize: bool,
+    /// How long the simulated controllers take to act on a change.
+    pub controller_lag: Duration,
+}
+
+/// All server state.
+pub(crate) struct State {
+    pub rv: u64,
+    pub journal: Journal,
+    pub pods: BTreeMap<Key, Pod>,
     pub configmaps: BTreeMap<Key, ConfigMap>,
     pub secrets: BTreeMap<Key, Secret>,
     pub leases: BTreeMap<Key, Lease>,
     /// Server-side apply's field ownership, per object: leaf path → field manager.
     pub managers: BTreeMap<(Resource, Key), BTreeMap<String, String>>,
-    pub events_v1: BTreeMap<Key, EventsV1Event>,
-    pub events_core: BTreeMap<Key, CoreEvent>,
+    pub events: Events,
     pub pdbs: BTreeMap<Key, PdbEntry>,
     pub replicasets: BTreeMap<Key, ReplicaSetSim>,
     /// `apps/v1` workloads and their controllers' bookkeeping (see `super::workloads`).
     pub workloads: Workloads,
-    pub evictions: Vec<EvictionRecord>,
-    pub invariants: Vec<InvariantRecord>,
-    pub requests: Vec<RequestRecord>,
-    pub auto_finalize: bool,
-    pub controller_lag: Duration,
-    pub watch_tx: broadcast::Sender<WatchSignal>,
-    pub change_tx: broadcast::Sender<ApiChange>,
+    pub records: Records,
+    pub behaviour: Behaviour,
 }
 
 impl State {
@@ -80,26 +104,27 @@ impl State {
     ) -> Self {
         Self {
             rv: 1,
+            journal: Journal {
+                history: VecDeque::new(),
+                history_len: history_len.max(1),
+                compacted_rv: 0,
+                watch_tx,
+                change_tx,
+            },
             pods: BTreeMap::new(),
-            history: VecDeque::new(),
-            history_len: history_len.max(1),
-            compacted_rv: 0,
             configmaps: BTreeMap::new(),
             secrets: BTreeMap::new(),
             leases: BTreeMap::new(),
             managers: BTreeMap::new(),
-            events_v1: BTreeMap::new(),
-            events_core: BTreeMap::new(),
+            events: Events::default(),
             pdbs: BTreeMap::new(),
             replicasets: BTreeMap::new(),
             workloads: Default::default(),
-            evictions: Vec::new(),
-            invariants: Vec::new(),
-            requests: Vec::new(),
-            auto_finalize,
-            controller_lag,
-            watch_tx,
-            change_tx,
+            records: Records::default(),
+            behaviour: Behaviour {
+                auto_finalize,
+                controller_lag,
+            },
         }
     }
 
@@ -136,10 +161,10 @@ impl State {
 
     /// Appends to the retained history, dropping the oldest beyond `history_len`.
     pub(crate) fn retain(&mut self, ev: Recorded) {
-        self.history.push_back(ev);
-        while self.history.len() > self.history_len {
-            if let Some(old) = self.history.pop_front() {
-                self.compacted_rv = old.rv();
+        self.journal.history.push_back(ev);
+        while self.journal.history.len() > self.journal.history_len {
+            if let Some(old) = self.journal.history.pop_front() {
+                self.journal.compacted_rv = old.rv();
             }
         }
     }
@@ -150,8 +175,8 @@ impl State {
             ChangeKind::Deleted => ApiChange::PodDeleted(Box::new(ev.new.clone())),
             _ => ApiChange::PodUpserted(Box::new(ev.new.clone())),
         };
-        let _ = self.watch_tx.send(WatchSignal::Pod(Box::new(ev)));
-        let _ = self.change_tx.send(change);
+        let _ = self.journal.watch_tx.send(WatchSignal::Pod(Box::new(ev)));
+        let _ = self.journal.change_tx.send(change);
         self.sample_readiness();
     }
 
@@ -192,9 +217,12 @@ impl State {
     /// Drops all retained history: watching from any earlier version answers 410, and
     /// every open watch ends with a 410 ERROR event.
     pub fn compact(&mut self) {
-        self.history.clear();
-        self.compacted_rv = self.rv;
-        let _ = self.watch_tx.send(WatchSignal::Compacted { rv: self.rv });
+        self.journal.history.clear();
+        self.journal.compacted_rv = self.rv;
+        let _ = self
+            .journal
+            .watch_tx
+            .send(WatchSignal::Compacted { rv: self.rv });
     }
 
     // ---- pods: operations (run the controllers afterwards) ----
@@ -277,7 +305,7 @@ impl State {
                     .and_then(|s| s.termination_grace_period_seconds)
             })
             .unwrap_or(30);
-        if grace <= 0 || unbound || self.auto_finalize {
+        if grace <= 0 || unbound || self.behaviour.auto_finalize {
             return self.commit_pod_removal(key);
         }
         if pod.metadata.deletion_timestamp.is_some() {

@@ -307,14 +307,14 @@ pub(crate) fn start_watch(shared: Arc<Shared>, req: WatchRequest) -> Result<Resp
             let from: u64 = rv_text.parse().map_err(|_| {
                 ApiStatus::bad_request(format!("invalid resource version: {rv_text}"))
             })?;
-            if from < state.compacted_rv {
+            if from < state.journal.compacted_rv {
                 initial.push(expired_line(format!(
                     "too old resource version: {from} ({})",
-                    state.compacted_rv
+                    state.journal.compacted_rv
                 )));
                 return Ok(stream_response(close_after(initial)));
             }
-            for ev in state.history.iter().filter(|e| e.rv() > from) {
+            for ev in state.journal.history.iter().filter(|e| e.rv() > from) {
                 initial.extend(convert_recorded(&req.filter, ev, req.render));
             }
         }
