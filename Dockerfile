@@ -29,6 +29,7 @@ ARG SOURCE_DATE_EPOCH
 # Dependency layer: rebuilt only when the manifests or the lock file change.
 COPY Cargo.toml Cargo.lock ./
 COPY nodesim/Cargo.toml nodesim/Cargo.toml
+COPY bench-support/Cargo.toml bench-support/Cargo.toml
 RUN hack/build-release.sh --arch "${TARGETARCH:-$(uname -m)}" --deps-only
 
 COPY . .

@@ -8,7 +8,7 @@
 //! and prints for each the `CLOCK_MONOTONIC` nanoseconds read just before its
 //! `rename(..data_tmp, ..data)`, one per line, in the same order.
 
-use nodesim::bench::timed_update;
+use bench_support::timed_update;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -27,12 +27,12 @@
 
 mod common;
 
+use bench_support::timed_update;
 use common::fixtures::{configmap, pod};
 use common::*;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use nodesim::apiserver::ApiServerOptions;
-use nodesim::bench::timed_update;
 use nodesim::node::SimNode;
 use serde_json::json;
 use std::collections::BTreeSet;

@@ -4,7 +4,7 @@
 
 use crate::approaches::Agent;
 use crate::NODE;
-use nodesim::bench::timed_update;
+use bench_support::timed_update;
 use nodesim::node::SimNode;
 use serde_json::json;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! the same pod UIDs and volume names, the `..data` and file symlinks kept as symlinks — an
 //! approach is woken only by the swaps made in its own copy, and all of them signal the same
 //! pods' processes, found through the API and the cgroups as before. The swaps are the same
-//! AtomicWriter updates (`nodesim::bench::timed_update`) in whichever copy.
+//! AtomicWriter updates (`bench_support::timed_update`) in whichever copy.
 //!
 //! The copy is a plain directory on the node's file system: a volume the simulated kubelet
 //! backs with a tmpfs (the pods' token volumes, never swapped here) is copied as files.

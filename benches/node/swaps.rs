@@ -2,7 +2,7 @@
 //!
 //! Swaps run open loop at a fixed rate (swap `k` is due at `start + k / rate`, whether or not
 //! earlier ones were answered), each a kubelet AtomicWriter update of one volume
-//! ([`nodesim::bench::timed_update`], clock read just before the rename), made by a
+//! ([`bench_support::timed_update`], clock read just before the rename), made by a
 //! separate process (`examples/swapper.rs`), as the kubelet's are. The
 //! targets are ordered so that consecutive swaps hit different pods; a pod is swapped again
 //! only after `pods / rate` seconds.

@@ -11,8 +11,6 @@
 //! - [`kubelet`]: syncs the API's pods of this node onto disk and processes.
 
 pub mod apiserver;
-#[cfg(feature = "bench")]
-pub mod bench;
 pub mod clock;
 pub mod crash_backoff;
 pub mod flavor;

@@ -1,16 +1,16 @@
-//! For reloadlet's benchmark (feature `bench`, which reloadlet's dev-dependency turns on; not
-//! part of the simulated node): the kubelet's `..data` swap with the clock read just before
-//! the rename, so a watcher's latency is measured from the swap itself.
+//! For reloadlet's benchmarks (a dev-dependency; not part of the simulated node): the kubelet's
+//! `..data` swap with the clock read just before the rename, so a watcher's latency is
+//! measured from the swap itself.
 //!
-//! [`timed_update`] performs steps 4–9 of [`crate::volumes::atomic_writer::write`] (the kubelet's
+//! [`timed_update`] performs steps 4–9 of [`nodesim::volumes::atomic_writer::write`] (the kubelet's
 //! `AtomicWriter.Write` in `pkg/volume/util/atomic_writer.go`) for a one-key payload whose
 //! key already exists: the same syscalls in the same order, so a watch on the volume dir sees
 //! the same events (a test below compares them with the real writer). Step 3 (compare with the
 //! old content) is reduced to the same reads without the comparison: the caller always
 //! changes the bytes.
 
-pub use crate::clock::monotonic_ns;
-use crate::volumes::atomic_writer::{DATA_DIR_NAME, NEW_DATA_DIR_NAME};
+pub use nodesim::clock::monotonic_ns;
+use nodesim::volumes::atomic_writer::{DATA_DIR_NAME, NEW_DATA_DIR_NAME};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{symlink, DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -20,7 +20,7 @@ use std::path::Path;
 /// AtomicWriter does on an update; returns [`monotonic_ns`] read just before the
 /// `rename(..data_tmp, ..data)`.
 pub fn timed_update(volume_dir: &Path, key: &str, data: &[u8]) -> io::Result<i128> {
-    crate::volumes::atomic_writer::validate_path(key)?;
+    nodesim::volumes::atomic_writer::validate_path(key)?;
     // (2) the old timestamped dir
     let old = volume_dir.join(fs::read_link(volume_dir.join(DATA_DIR_NAME))?);
     // (3) list the old data dir (a watch on the volume dir with a broad mask sees it opened
@@ -30,7 +30,7 @@ pub fn timed_update(volume_dir: &Path, key: &str, data: &[u8]) -> io::Result<i12
     }
     let _ = fs::read(old.join(key))?;
     // (4) mkdtemp with the kubelet's UTC prefix, 0700, then chmod 0755
-    let prefix = crate::clock::now()
+    let prefix = nodesim::clock::now()
         .strftime("..%Y_%m_%d_%H_%M_%S.")
         .to_string();
     let (name, dir) = loop {
@@ -73,8 +73,8 @@ pub fn timed_update(volume_dir: &Path, key: &str, data: &[u8]) -> io::Result<i12
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volumes::atomic_writer::{write, FileProjection};
     use inotify::{Inotify, WatchMask};
+    use nodesim::volumes::atomic_writer::{write, FileProjection};
     use std::collections::BTreeMap;
 
     fn payload(v: &str) -> BTreeMap<String, FileProjection> {
