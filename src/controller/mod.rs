@@ -9,11 +9,15 @@
 //! - [`rollout`]: `reloadlet.io/action: rollout` pods: their owning workload is rolled (one
 //!   pod template patch) when data they read changes (docs/rollout.md).
 //!
+//! `env` and `rollout` are peers over [`consumed`] (each owns one: the objects its pods read,
+//! their baselines and GETs); neither reaches into the other.
+//!
 //! Every write (pod patches, evictions) is a job of the executor (`crate::execute`), which
 //! owns `--dry-run`, timeouts and retries. Pure: `nudge::qualify`, `nudge::schedule`,
-//! `env::hash`, `env::tracker`, [`lease`]. Edges behind traits: [`api`]. Loops: [`router`],
+//! `env::hash`, `consumed::tracker`, [`lease`]. Edges behind traits: [`api`]. Loops: [`router`],
 //! [`elect`].
 
+pub mod consumed;
 pub mod data_version;
 pub mod elect;
 pub mod env;

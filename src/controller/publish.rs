@@ -9,8 +9,8 @@
 //! ([`crate::execute::patch`], `--dry-run` honoured): a merge patch of that one annotation,
 //! conditional on the resourceVersion the data was read at. Leader only.
 
+use super::consumed::fetch::{read_channel, spawn_read, Fetched};
 use super::data_version::to_publish;
-use super::env::fetch::{read_channel, spawn_read, Fetched};
 use super::feature::{Feature, Routed, World};
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::status::data_version::ANNOTATION;

@@ -2,7 +2,8 @@
 //! change of it does ([`super::hash`]), and what the controller holds for the pod now, from the
 //! record it keeps on it (`reloadlet.io/env-pacing`, [`super::pacing`]).
 
-use super::hash::{decide, env_eligible, references as counted, EnvDecision};
+use super::hash::{decide, env_eligible, EnvDecision};
+use crate::controller::consumed::env_refs::references as counted;
 use crate::core::model::{EnvKeys, PodInfo, SourceKind, SourceRef};
 use crate::core::pacing::{PacingRecord, ENV_PACING};
 use jiff::Timestamp;

@@ -4,12 +4,10 @@
 //! baseline annotations are patch jobs of the executor.
 
 pub mod explain;
-pub(crate) mod fetch;
 pub mod hash;
 pub mod pacing;
-pub mod tracker;
-mod vec_map;
 
+use super::consumed::{Change, Consumed, Fetched, Tracker};
 use super::feature::{Feature, Routed, World};
 use crate::core::model::{PodInfo, SourceKind};
 use crate::core::outcome::{ActionKind, Outcome};
@@ -17,19 +15,15 @@ use crate::core::pod_index::PodIndex;
 use crate::execute::evict::{EvictJob, Evictions};
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::report::Reporter;
+use crate::ports::EnvApi;
 use crate::ports::PodRef;
-use crate::ports::{EnvApi, ObjectKey};
 use futures::future::BoxFuture;
 use hash::EnvDecision;
 use pacing::{EnvNotice, EnvPaced, EnvPacing};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracker::{EnvChange, EnvTracker};
-
-pub(super) use fetch::{read_channel, spawn_read, Fetched};
 
 /// What the env consumers need from outside.
 pub struct EnvDeps {
@@ -54,10 +48,8 @@ pub struct EnvDeps {
 
 pub struct EnvConsumers {
     deps: EnvDeps,
-    tracker: EnvTracker,
-    fetched_tx: mpsc::UnboundedSender<Fetched>,
-    fetched_rx: mpsc::UnboundedReceiver<Fetched>,
-    fetches: Arc<Semaphore>,
+    /// The objects the env consumers read, and their GETs.
+    consumed: Consumed,
     /// Env evictions paced per pod; `warned`: the pacing error last reported per pod.
     pacing: EnvPacing,
     warned: HashMap<String, crate::core::invalid::Invalid>,
@@ -69,7 +61,6 @@ pub struct EnvConsumers {
 
 impl EnvConsumers {
     pub fn new(deps: EnvDeps) -> Self {
-        let (fetched_tx, fetched_rx, fetches) = read_channel();
         let clock =
             crate::core::pacing::WallClock::new(jiff::Timestamp::now(), Instant::now().into_std());
         Self {
@@ -77,11 +68,19 @@ impl EnvConsumers {
             warned: HashMap::new(),
             gauges: Default::default(),
             records: HashMap::new(),
-            tracker: EnvTracker::new(deps.configmaps, deps.secrets).keyed(deps.key.clone()),
+            consumed: Consumed::new(
+                Tracker::with(
+                    crate::controller::consumed::env_refs::references,
+                    crate::core::annotations::ENV_BASELINE,
+                    deps.configmaps,
+                    deps.secrets,
+                )
+                .settling()
+                .keyed(deps.key.clone()),
+                deps.api.clone(),
+                deps.stop.clone(),
+            ),
             deps,
-            fetched_tx,
-            fetched_rx,
-            fetches,
         }
     }
 
@@ -102,19 +101,8 @@ impl EnvConsumers {
                 .or_insert_with(|| Some(value.clone()));
         }
         let fixed = self.check_pacing(pod, world);
-        let mut fetch = self.tracker.put_pod(pod);
-        if fixed {
-            // The pacing annotation that refused the pod's eviction is fixed: its objects are
-            // compared again (one GET each; its baselines never moved, so a change refused
-            // meanwhile is found again and acted on now, paced as the fixed annotation says).
-            self.tracker.release(&pod.uid);
-            for key in self.tracker.objects_of(&pod.uid) {
-                if !fetch.contains(&key) {
-                    fetch.push(key);
-                }
-            }
-        }
-        if self.tracker.tracks(&pod.uid) {
+        let fetch = self.consumed.tracker.put_pod(pod);
+        if self.consumed.tracker.tracks(&pod.uid) {
             // The World's kept pod, shared: no second copy per env consumer.
             match world.shared(&pod.uid) {
                 Some(shared) => self.index().apply_shared(shared),
@@ -123,12 +111,7 @@ impl EnvConsumers {
         } else {
             self.index().delete(&pod.uid);
         }
-        if world.leader && world.pods_listed {
-            let now = Instant::now().into_std();
-            for key in fetch {
-                self.fetch(key, None, now);
-            }
-        }
+        self.consumed.pod_put(&pod.uid, fetch, fixed, world);
     }
 
     /// A bad pacing annotation: one Warning per distinct error (leader only), and no
@@ -165,75 +148,20 @@ impl EnvConsumers {
         self.pacing.forget(uid, Instant::now().into_std());
         self.warned.remove(uid);
         self.records.remove(uid);
-        self.tracker.remove_pod(uid);
+        self.consumed.tracker.remove_pod(uid);
         self.index().delete(uid);
-    }
-
-    /// A ConfigMap/Secret's resourceVersion (`None`: deleted), from the metadata watch.
-    fn object(&mut self, key: &ObjectKey, rv: Option<&str>, world: &World) {
-        if !world.leader || !world.pods_listed {
-            return;
-        }
-        if self.tracker.needs_fetch(key, rv) {
-            self.fetch(key.clone(), rv, Instant::now().into_std());
-        }
-    }
-
-    /// After a relist of `kind`: what changed (or vanished) during a watch gap.
-    fn relisted(&mut self, kind: SourceKind, objects: &[(ObjectKey, String)], world: &World) {
-        let rvs: HashMap<&ObjectKey, &str> = objects.iter().map(|(k, v)| (k, v.as_str())).collect();
-        let tracked: Vec<ObjectKey> = self
-            .tracker
-            .objects()
-            .into_iter()
-            .filter(|k| k.kind == kind)
-            .collect();
-        for key in tracked {
-            let rv = rvs.get(&key).copied();
-            self.object(&key, rv, world);
-        }
-    }
-
-    /// Compares every env consumer's baseline with what its objects hold now (a change made
-    /// while the controller was down, or led by another replica, is acted on here).
-    fn fetch_all(&mut self, world: &World) {
-        if !world.leader {
-            return;
-        }
-        let now = Instant::now().into_std();
-        // Those the relist replayed just before were fetched already: one GET each.
-        for key in self.tracker.unrequested() {
-            self.fetch(key, None, now);
-        }
-    }
-
-    /// One GET of `key` (retried with backoff while it fails); its answer comes back to
-    /// [`Self::fetched`].
-    fn fetch(&mut self, key: ObjectKey, rv: Option<&str>, seen: std::time::Instant) {
-        let seq = self.tracker.start_fetch(&key, rv);
-        spawn_read(
-            &self.deps.api,
-            &self.fetches,
-            &self.deps.stop,
-            &self.fetched_tx,
-            Fetched {
-                key,
-                seq,
-                data: None,
-                seen,
-            },
-        );
     }
 
     fn fetched(&mut self, fetched: Fetched, world: &World) {
         if !world.leader {
             return;
         }
-        let changes = self
-            .tracker
-            .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
+        let changes =
+            self.consumed
+                .tracker
+                .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
         drop(fetched.data);
-        for settled in self.tracker.take_settled() {
+        for settled in self.consumed.tracker.take_settled() {
             self.pacing.settle(&settled);
         }
         for change in changes {
@@ -242,7 +170,7 @@ impl EnvConsumers {
     }
 
     /// What a change of one env source does to one pod.
-    fn act(&mut self, change: &EnvChange, seen: std::time::Instant) {
+    fn act(&mut self, change: &Change, seen: std::time::Instant) {
         let pod = {
             let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
             index.get(&change.uid).cloned()
@@ -271,20 +199,20 @@ impl EnvConsumers {
                 }
                 // Not reported again in this run; the baseline stays until the eviction's
                 // replacement, so a held change is found again after a restart.
-                self.tracker.acting(change);
+                self.consumed.tracker.acting(change);
                 self.update_gauges();
             }
             EnvDecision::Refused(note) => {
                 let outcome = Outcome::Refused;
                 tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", outcome = outcome.as_str(), "{note}");
                 report.record(&pod_ref, ActionKind::Evict, outcome, note, &[source]);
-                self.tracker.acknowledge(change);
+                self.consumed.tracker.acknowledge(change);
             }
             EnvDecision::NotReloaded(note) => {
                 let outcome = Outcome::EnvNotReloaded;
                 tracing::warn!(pod = %pod.full_name(), cause = %cause, outcome = outcome.as_str(), "{note}");
                 report.record(&pod_ref, ActionKind::None, outcome, note, &[source]);
-                self.tracker.acknowledge(change);
+                self.consumed.tracker.acknowledge(change);
             }
         }
     }
@@ -351,7 +279,7 @@ impl EnvConsumers {
 
     /// One eviction per pod still here, for all its `changes` (pods of one owner whose held
     /// evictions are released together come in one call).
-    fn evict(&mut self, changes: Vec<tracker::EnvChange>, seen: std::time::Instant, why: &str) {
+    fn evict(&mut self, changes: Vec<Change>, seen: std::time::Instant, why: &str) {
         let mut by_pod: Vec<(String, Vec<crate::core::model::SourceRef>)> = Vec::new();
         for c in changes {
             match by_pod.iter_mut().find(|(uid, _)| *uid == c.uid) {
@@ -457,25 +385,22 @@ impl Feature for EnvConsumers {
             Routed::Object {
                 key,
                 resource_version,
-            } => self.object(key, resource_version, world),
-            Routed::Listed { kind, objects } => self.relisted(kind, objects, world),
+            } => self.consumed.object(key, resource_version, world),
+            Routed::Listed { kind, objects } => self.consumed.relisted(kind, objects, world),
             Routed::PodPut(pod) => self.put_pod(pod, world),
             Routed::PodRemoved(pod) => self.remove_pod(&pod.uid),
-            Routed::PodsListed => self.fetch_all(world),
+            Routed::PodsListed => self.consumed.fetch_all(world),
             Routed::Workload(_) => {}
             Routed::Leader(leader) => {
                 if !leader {
                     // What was held is found again if this replica leads again: the pods'
                     // baselines never moved, only the tracker's "asked for" marks must go.
                     for change in self.pacing.clear_held() {
-                        self.tracker.release_change(&change);
+                        self.consumed.tracker.release_change(&change);
                     }
                     self.update_gauges();
                 }
-                self.tracker.forget_fetches();
-                if leader && world.pods_listed {
-                    self.fetch_all(world);
-                }
+                self.consumed.leader(leader, world);
             }
         }
     }
@@ -484,7 +409,7 @@ impl Feature for EnvConsumers {
         Box::pin(async move {
             let due = self.pacing.next_deadline();
             tokio::select! {
-                fetched = self.fetched_rx.recv() => {
+                fetched = self.consumed.next() => {
                     if let Some(fetched) = fetched {
                         self.fetched(fetched, world);
                     }
@@ -503,7 +428,7 @@ impl Feature for EnvConsumers {
         if !world.leader {
             return;
         }
-        for w in self.tracker.writes() {
+        for w in self.consumed.tracker.writes() {
             let job = PatchJob {
                 pod: PodRef {
                     uid: w.uid,

@@ -5,7 +5,7 @@
 //! pacing record `reloadlet.io/rollout-pacing` in the same request), written by the executor
 //! (`crate::execute::rollout`).
 //!
-//! The bookkeeping is the env consumers' ([`EnvTracker`], one GET per changed object, a
+//! The bookkeeping is the env consumers' ([`Tracker`], one GET per changed object, a
 //! digest of what each pod reads, a baseline annotation on the pod:
 //! `reloadlet.io/rollout-baseline`), so a controller restart or a leader change never rolls
 //! a workload twice for one change, and a change made while no controller ran is rolled once.
@@ -24,8 +24,7 @@ pub mod explain;
 pub mod pacing;
 pub mod refs;
 
-use super::env::tracker::{EnvChange, EnvTracker};
-use super::env::{read_channel, spawn_read, Fetched};
+use super::consumed::{Change, Consumed, Fetched, Tracker};
 use super::feature::{Feature, Routed, World};
 use crate::core::annotations::ROLLOUT_BASELINE;
 use crate::core::disruption_budgets::BudgetIndex;
@@ -37,12 +36,12 @@ use crate::core::rollout::{restart_patch, workload_of, OwnerRef, WorkloadKind, W
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::rollout::{RolloutJob, Rollouts};
 use crate::ports::PodRef;
-use crate::ports::{EnvApi, ObjectKey, WorkloadApi};
+use crate::ports::{EnvApi, WorkloadApi};
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -77,24 +76,22 @@ pub struct RolloutDeps {
 #[derive(Clone, Debug)]
 struct Asking {
     pod: PodRef,
-    changes: Vec<EnvChange>,
+    changes: Vec<Change>,
 }
 
 pub struct RolloutFeature {
     deps: RolloutDeps,
-    tracker: EnvTracker,
+    /// The objects the rolled pods read, and their GETs.
+    consumed: Consumed,
     compat: compat::Compat,
-    fetched_tx: mpsc::UnboundedSender<Fetched>,
-    fetched_rx: mpsc::UnboundedReceiver<Fetched>,
-    fetches: Arc<Semaphore>,
     /// The batch being gathered, and when it is due.
     pending: BTreeMap<String, Asking>,
     due: Option<Instant>,
     /// Changes of `on-blocked: rollout` pods, rolled when the pod still runs at the instant.
     escalations: Vec<(Instant, Asking)>,
     /// Batches handled: the changes whose baseline moves on.
-    done_tx: mpsc::UnboundedSender<Vec<EnvChange>>,
-    done_rx: mpsc::UnboundedReceiver<Vec<EnvChange>>,
+    done_tx: mpsc::UnboundedSender<Vec<Change>>,
+    done_rx: mpsc::UnboundedReceiver<Vec<Change>>,
     /// The PodDisruptionBudgets, when followed: a structural block rolls at once.
     budgets: Option<blocked::Budgets>,
     /// Rollouts paced per workload (docs/pacing.md).
@@ -103,16 +100,16 @@ pub struct RolloutFeature {
 
 impl RolloutFeature {
     pub fn new(deps: RolloutDeps) -> Self {
-        let (fetched_tx, fetched_rx, fetches) = read_channel();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
-            tracker: EnvTracker::with(refs::references, ROLLOUT_BASELINE, true, deps.secrets)
-                .keyed(deps.key.clone()),
+            consumed: Consumed::new(
+                Tracker::with(refs::references, ROLLOUT_BASELINE, true, deps.secrets)
+                    .keyed(deps.key.clone()),
+                deps.api.clone(),
+                deps.stop.clone(),
+            ),
             compat: compat::Compat::new(deps.reloader_compat, deps.secrets, deps.argo),
             deps,
-            fetched_tx,
-            fetched_rx,
-            fetches,
             pending: BTreeMap::new(),
             due: None,
             escalations: Vec::new(),
@@ -150,7 +147,7 @@ impl RolloutFeature {
 
     fn put_pod(&mut self, pod: &PodInfo, world: &World) {
         let Some(tracked) = self.compat.tracked(pod) else {
-            self.tracker.remove_pod(&pod.uid);
+            self.consumed.tracker.remove_pod(&pod.uid);
             self.pacing.forget_pod(&pod.uid);
             return;
         };
@@ -159,71 +156,8 @@ impl RolloutFeature {
         // acts on the change first); `action: rollout` and Reloader's workloads are ours.
         let warn = !matches!(refs::mode(pod), Some(refs::Mode::AfterBlocked(_)));
         let fixed = self.pacing.on_pod(pod, warn, world.leader, report);
-        let mut fetch = self.tracker.put_pod(&tracked);
-        if fixed {
-            // The pacing annotation that refused the pod's rollout is fixed: its objects are
-            // compared again (its baseline never moved: the change is found again and rolled,
-            // paced as the fixed annotation says).
-            self.tracker.release(&pod.uid);
-            for key in self.tracker.objects_of(&pod.uid) {
-                if !fetch.contains(&key) {
-                    fetch.push(key);
-                }
-            }
-        }
-        if world.leader && world.pods_listed {
-            let now = Instant::now().into_std();
-            for key in fetch {
-                self.fetch(key, None, now);
-            }
-        }
-    }
-
-    fn object(&mut self, key: &ObjectKey, rv: Option<&str>, world: &World) {
-        if world.leader && world.pods_listed && self.tracker.needs_fetch(key, rv) {
-            self.fetch(key.clone(), rv, Instant::now().into_std());
-        }
-    }
-
-    fn relisted(&mut self, kind: SourceKind, objects: &[(ObjectKey, String)], world: &World) {
-        let rvs: HashMap<&ObjectKey, &str> = objects.iter().map(|(k, v)| (k, v.as_str())).collect();
-        for key in self
-            .tracker
-            .objects()
-            .into_iter()
-            .filter(|k| k.kind == kind)
-        {
-            let rv = rvs.get(&key).copied();
-            self.object(&key, rv, world);
-        }
-    }
-
-    /// Compares every pod's baseline with what its objects hold now.
-    fn fetch_all(&mut self, world: &World) {
-        if !world.leader {
-            return;
-        }
-        let now = Instant::now().into_std();
-        for key in self.tracker.unrequested() {
-            self.fetch(key, None, now);
-        }
-    }
-
-    fn fetch(&mut self, key: ObjectKey, rv: Option<&str>, seen: std::time::Instant) {
-        let seq = self.tracker.start_fetch(&key, rv);
-        let what = Fetched {
-            key,
-            seq,
-            data: None,
-            seen,
-        };
-        spawn_read(
-            &self.deps.api,
-            &self.fetches,
-            &self.deps.stop,
-            &self.fetched_tx,
-            what,
-        );
+        let fetch = self.consumed.tracker.put_pod(&tracked);
+        self.consumed.pod_put(&pod.uid, fetch, fixed, world);
     }
 
     /// An object read: the pods whose consumed data changed join the batch.
@@ -231,19 +165,20 @@ impl RolloutFeature {
         if !world.leader {
             return;
         }
-        let changes = self
-            .tracker
-            .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
+        let changes =
+            self.consumed
+                .tracker
+                .fetched(&fetched.key, fetched.seq, fetched.data.as_ref());
         let changes = self.compat.screen(
             changes,
             &fetched.key,
             fetched.data.as_ref(),
             world,
-            &mut self.tracker,
+            &mut self.consumed.tracker,
         );
         drop(fetched.data);
         for change in changes {
-            let Some((namespace, name)) = self.tracker.pod_name(&change.uid) else {
+            let Some((namespace, name)) = self.consumed.tracker.pod_name(&change.uid) else {
                 continue;
             };
             let pod = PodRef {
@@ -259,7 +194,7 @@ impl RolloutFeature {
             }
             // Not reported again in this run for the same data; the baseline moves once the
             // batch is handled.
-            self.tracker.acting(&change);
+            self.consumed.tracker.acting(&change);
             let mode = world.get(&change.uid).and_then(refs::mode);
             if let Some(refs::Mode::AfterBlocked(timeout)) = mode {
                 if self.structurally_blocked(world.get(&change.uid)) {
@@ -447,7 +382,7 @@ async fn roll(
     rollouts: &Rollouts,
     (now, argo, reloader): (fn() -> String, bool, bool),
     (pacing, fresh): (&pacing::RolloutPacing, bool),
-) -> Vec<EnvChange> {
+) -> Vec<Change> {
     let report = rollouts.reporter();
     let mut handled = Vec::new();
     let mut groups: BTreeMap<WorkloadRef, Vec<Claim>> = BTreeMap::new();
@@ -684,14 +619,14 @@ impl Feature for RolloutFeature {
             Routed::Object {
                 key,
                 resource_version,
-            } => self.object(key, resource_version, world),
-            Routed::Listed { kind, objects } => self.relisted(kind, objects, world),
+            } => self.consumed.object(key, resource_version, world),
+            Routed::Listed { kind, objects } => self.consumed.relisted(kind, objects, world),
             Routed::PodPut(pod) => self.put_pod(pod, world),
             Routed::PodRemoved(pod) => {
-                self.tracker.remove_pod(&pod.uid);
+                self.consumed.tracker.remove_pod(&pod.uid);
                 self.pacing.forget_pod(&pod.uid);
             }
-            Routed::PodsListed => self.fetch_all(world),
+            Routed::PodsListed => self.consumed.fetch_all(world),
             Routed::Workload(change) => {
                 for uid in self.compat.workload(change, world) {
                     if let Some(pod) = world.get(&uid) {
@@ -705,14 +640,11 @@ impl Feature for RolloutFeature {
                     // baselines never moved, only the tracker's "asked for" marks must go.
                     for asking in self.pacing.clear_held(self.deps.rollouts.reporter()) {
                         for change in &asking.changes {
-                            self.tracker.release_change(change);
+                            self.consumed.tracker.release_change(change);
                         }
                     }
                 }
-                self.tracker.forget_fetches();
-                if leader && world.pods_listed {
-                    self.fetch_all(world);
-                }
+                self.consumed.leader(leader, world);
             }
         }
     }
@@ -734,12 +666,12 @@ impl Feature for RolloutFeature {
                 }
             };
             tokio::select! {
-                Some(fetched) = self.fetched_rx.recv() => self.fetched(fetched, world),
+                Some(fetched) = self.consumed.next() => self.fetched(fetched, world),
                 () = blocked::changed(&mut self.budgets) => self.budgets_changed(world),
                 () = self.pacing.due() => self.release_held(world),
                 Some(handled) = self.done_rx.recv() => {
                     for change in &handled {
-                        self.tracker.acknowledge(change);
+                        self.consumed.tracker.acknowledge(change);
                     }
                 }
                 () = sleep => {
@@ -766,7 +698,7 @@ impl Feature for RolloutFeature {
         if !world.leader {
             return;
         }
-        for w in self.tracker.writes() {
+        for w in self.consumed.tracker.writes() {
             let job = PatchJob {
                 pod: PodRef {
                     uid: w.uid,

@@ -7,7 +7,8 @@
 //! the pod names it in `reloadlet.io/configmaps` (its publisher rewrites it on CA rotation,
 //! which a workload rollout must not follow by default).
 
-use crate::controller::env::hash::{self, narrowed_in, Selector};
+use crate::controller::consumed::digest::Selector;
+use crate::controller::consumed::env_refs::{self, narrowed_in};
 use crate::core::annotations::{self, Action};
 use crate::core::model::{EnvKeys, PodInfo, SourceKind, SourceRef, ROOT_CA_CONFIGMAP};
 use crate::core::rollout::{on_blocked, OnBlocked};
@@ -50,7 +51,7 @@ pub fn references(
     configmaps: bool,
     secrets: bool,
 ) -> BTreeMap<SourceRef, Vec<Selector>> {
-    let mut out = hash::references(pod, configmaps, secrets);
+    let mut out = env_refs::references(pod, configmaps, secrets);
     let policy = annotations::parse(&pod.annotations).ok().flatten();
     let whole = Selector {
         keys: EnvKeys::All {
@@ -110,7 +111,7 @@ pub fn references(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::env::hash::digest;
+    use crate::controller::consumed::digest::digest;
     use crate::core::model::VolumeSpec;
     use crate::core::volume_digest::HashKey;
     use crate::ports::ObjectData;

@@ -32,7 +32,7 @@
 //!
 //! [`PacingSpec`]: crate::core::pacing::PacingSpec
 
-use super::tracker::EnvChange;
+use crate::controller::consumed::Change;
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::pacing::record::{Deferred, Episode};
 pub use crate::core::pacing::Notice as EnvNotice;
@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 pub enum EnvPaced {
     /// Evict now for these changes (the pod's, and those held for it or for other pods of its
     /// owner that this action covers; the action is recorded).
-    Act(Vec<EnvChange>),
+    Act(Vec<Change>),
     /// Held; what to tell, once.
     Held(Option<EnvNotice>),
     /// A pacing annotation is invalid: no eviction until it is fixed.
@@ -60,19 +60,19 @@ pub enum EnvPaced {
 /// book), and when the first was seen.
 #[derive(Debug)]
 pub struct HeldEnv {
-    pub changes: Vec<EnvChange>,
+    pub changes: Vec<Change>,
     pub seen: Instant,
 }
 
 /// `changes` merged into `into`: the latest change per pod and source wins.
-fn merge(into: &mut Vec<EnvChange>, changes: &[EnvChange]) {
+fn merge(into: &mut Vec<Change>, changes: &[Change]) {
     for change in changes {
         into.retain(|c| !(c.uid == change.uid && c.source == change.source));
         into.push(change.clone());
     }
 }
 
-fn hold(held: Option<HeldEnv>, changes: &[EnvChange], seen: Instant) -> HeldEnv {
+fn hold(held: Option<HeldEnv>, changes: &[Change], seen: Instant) -> HeldEnv {
     let mut held = held.unwrap_or(HeldEnv {
         changes: Vec::new(),
         seen,
@@ -114,7 +114,7 @@ fn gate(
     key: &str,
     spec: &PacingSpec,
     fresh: bool,
-    changes: &[EnvChange],
+    changes: &[Change],
     seen: Instant,
     now: Instant,
 ) -> Gate<HeldEnv> {
@@ -222,7 +222,7 @@ impl EnvPacing {
 
     /// Whether an eviction of the pod for a new `change` may run now. A held change is kept
     /// here until [`Self::take_due`].
-    pub fn gate(&mut self, change: &EnvChange, seen: Instant, now: Instant) -> EnvPaced {
+    pub fn gate(&mut self, change: &Change, seen: Instant, now: Instant) -> EnvPaced {
         if !self.settled.is_empty() {
             self.settled
                 .remove(&(change.uid.clone(), change.source.clone()));
@@ -232,13 +232,13 @@ impl EnvPacing {
 
     /// The pod's source is back at the content it runs (its baseline): a change held for it
     /// is dropped when it comes due — "evict the pods whose baselines still differ".
-    pub fn settle(&mut self, change: &EnvChange) {
+    pub fn settle(&mut self, change: &Change) {
         self.settled
             .insert((change.uid.clone(), change.source.clone()));
     }
 
     /// `changes` without the settled ones (each settled entry is used up).
-    fn unsettled(&mut self, mut changes: Vec<EnvChange>) -> Vec<EnvChange> {
+    fn unsettled(&mut self, mut changes: Vec<Change>) -> Vec<Change> {
         if !self.settled.is_empty() {
             changes.retain(|c| !self.settled.remove(&(c.uid.clone(), c.source.clone())));
         }
@@ -247,13 +247,7 @@ impl EnvPacing {
 
     /// One pod's `changes` through the owner's breaker and the pod's own rules (`fresh`: a new
     /// change, not held work coming due).
-    fn pace(
-        &mut self,
-        changes: Vec<EnvChange>,
-        seen: Instant,
-        fresh: bool,
-        now: Instant,
-    ) -> EnvPaced {
+    fn pace(&mut self, changes: Vec<Change>, seen: Instant, fresh: bool, now: Instant) -> EnvPaced {
         let Some(first) = changes.first() else {
             return EnvPaced::Held(None);
         };
@@ -290,10 +284,10 @@ impl EnvPacing {
         uid: &str,
         spec: &PacingSpec,
         fresh: bool,
-        changes: &[EnvChange],
+        changes: &[Change],
         seen: Instant,
         now: Instant,
-    ) -> Result<Vec<EnvChange>, EnvPaced> {
+    ) -> Result<Vec<Change>, EnvPaced> {
         match gate(&mut self.pods, uid, spec, fresh, changes, seen, now) {
             Gate::Held(notice) => Err(self.pod_held(uid, notice)),
             Gate::Act { held, .. } => {
@@ -306,7 +300,7 @@ impl EnvPacing {
     }
 
     /// Whether every change was acted on for the owner already (through another of its pods).
-    fn counted(&self, key: &str, changes: &[EnvChange]) -> bool {
+    fn counted(&self, key: &str, changes: &[Change]) -> bool {
         let Some(owner) = self.owned.get(key) else {
             return false;
         };
@@ -333,7 +327,7 @@ impl EnvPacing {
         &mut self,
         key: &str,
         flap: Option<FlapThreshold>,
-        changes: &[EnvChange],
+        changes: &[Change],
         seen: Instant,
         fresh: bool,
         now: Instant,
@@ -374,7 +368,7 @@ impl EnvPacing {
 
     /// The held changes whose time came by `now`, each with what pacing says of it now
     /// (the first change of the pod concerned, when it was first seen, and the verdict).
-    pub fn take_due(&mut self, now: Instant) -> Vec<(EnvChange, Instant, EnvPaced)> {
+    pub fn take_due(&mut self, now: Instant) -> Vec<(Change, Instant, EnvPaced)> {
         let mut out = Vec::new();
         for (_, held) in self.pods.take_due(now) {
             let changes = self.unsettled(held.changes);
@@ -404,8 +398,7 @@ impl EnvPacing {
                 }
             }
             for uid in uids {
-                let mine: Vec<EnvChange> =
-                    changes.iter().filter(|c| c.uid == uid).cloned().collect();
+                let mine: Vec<Change> = changes.iter().filter(|c| c.uid == uid).cloned().collect();
                 let first = mine[0].clone();
                 let paced = self.released(mine, held.seen, now);
                 out.push((first, held.seen, paced));
@@ -417,7 +410,7 @@ impl EnvPacing {
     /// A pod's changes released by its owner's closed episode, through its own rules as a
     /// change pending since it was first seen (its debounce has long passed; a window or a
     /// minimum interval may still hold it).
-    fn released(&mut self, changes: Vec<EnvChange>, seen: Instant, now: Instant) -> EnvPaced {
+    fn released(&mut self, changes: Vec<Change>, seen: Instant, now: Instant) -> EnvPaced {
         let Some(first) = changes.first() else {
             return EnvPaced::Held(None);
         };
@@ -552,8 +545,8 @@ impl EnvPacing {
     /// flap history is the new leader's to build (an episode open here is not held here).
     /// Returns the changes that were held, so that this replica finds them again too should
     /// it lead again (the tracker must forget it asked for them).
-    pub fn clear_held(&mut self) -> Vec<EnvChange> {
-        let mut held: Vec<EnvChange> = self
+    pub fn clear_held(&mut self) -> Vec<Change> {
+        let mut held: Vec<Change> = self
             .pods
             .clear_held()
             .into_iter()

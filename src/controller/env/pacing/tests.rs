@@ -4,12 +4,12 @@ use crate::core::pacing::ENV_PACING;
 use crate::core::rollout::OwnerRef;
 use jiff::Timestamp;
 
-fn change(uid: &str, name: &str) -> EnvChange {
+fn change(uid: &str, name: &str) -> Change {
     change_to(uid, name, "d")
 }
 
-fn change_to(uid: &str, name: &str, digest: &str) -> EnvChange {
-    EnvChange {
+fn change_to(uid: &str, name: &str, digest: &str) -> Change {
+    Change {
         uid: uid.into(),
         source: SourceRef {
             kind: SourceKind::ConfigMap,
@@ -204,7 +204,7 @@ fn a_replica_sets_pods_are_evicted_three_times_then_held_until_quiet_then_once()
     assert_eq!(p.next_deadline(), Some(quiet));
     assert!(p.take_due(quiet - Duration::from_secs(1)).is_empty());
     let due = p.take_due(quiet);
-    let mut evicted: Vec<EnvChange> = due
+    let mut evicted: Vec<Change> = due
         .into_iter()
         .flat_map(|(_, _, paced)| match paced {
             EnvPaced::Act(changes) => changes,
@@ -212,7 +212,7 @@ fn a_replica_sets_pods_are_evicted_three_times_then_held_until_quiet_then_once()
         })
         .collect();
     evicted.sort_by(|a, b| a.uid.cmp(&b.uid));
-    let latest: Vec<EnvChange> = pods
+    let latest: Vec<Change> = pods
         .iter()
         .map(|uid| change_to(uid, "app-env", "v5"))
         .collect();

@@ -10,9 +10,10 @@ use crate::execute::evict::EvictionSettings;
 use crate::execute::patch::PatchSettings;
 use crate::outbound::notify::Notifier;
 use crate::ports::fake;
-use crate::ports::Input;
 use crate::ports::ObjectData;
+use crate::ports::{Input, ObjectKey};
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 pub const NS: &str = "ns";
 

@@ -27,7 +27,7 @@
 //!   object rolls nothing; the baseline moves on.
 
 use super::refs;
-use crate::controller::env::tracker::{EnvChange, EnvTracker};
+use crate::controller::consumed::{Change, Tracker};
 use crate::controller::feature::World;
 use crate::core::annotations::ACTION;
 use crate::core::model::{PodInfo, SourceKind, SourceRef, VolumeSpec};
@@ -233,12 +233,12 @@ impl Compat {
     /// settled (their baseline moves on; nothing rolls).
     pub fn screen(
         &self,
-        changes: Vec<EnvChange>,
+        changes: Vec<Change>,
         key: &ObjectKey,
         data: Option<&ObjectData>,
         world: &World,
-        tracker: &mut EnvTracker,
-    ) -> Vec<EnvChange> {
+        tracker: &mut Tracker,
+    ) -> Vec<Change> {
         changes
             .into_iter()
             .filter(|change| {

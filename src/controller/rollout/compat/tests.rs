@@ -276,7 +276,7 @@ fn each_reloader_annotation_decides_which_changes_roll() {
         let mut world = World::new(true);
         let p = pod(&[]);
         world.put(p.clone());
-        let mut tracker = EnvTracker::with(refs::references, "x", true, false);
+        let mut tracker = Tracker::with(refs::references, "x", true, false);
         tracker.put_pod(&c.tracked(&p).unwrap());
         let key = ObjectKey {
             kind: SourceKind::ConfigMap,
@@ -287,7 +287,7 @@ fn each_reloader_annotation_decides_which_changes_roll() {
             annotations: ann(object),
             ..ObjectData::default()
         };
-        let change = EnvChange {
+        let change = Change {
             uid: "u1".into(),
             source: cm(name),
             digest: "new".into(),
@@ -295,7 +295,7 @@ fn each_reloader_annotation_decides_which_changes_roll() {
         let kept = c.screen(vec![change], &key, Some(&data), &world, &mut tracker);
         assert_eq!(!kept.is_empty(), *rolls, "{what}");
         // A deleted object never rolls (Reloader's --reload-on-delete is off by default).
-        let change = EnvChange {
+        let change = Change {
             uid: "u1".into(),
             source: cm(name),
             digest: "gone".into(),

@@ -11,6 +11,7 @@ use crate::outbound::notify::Notifier;
 use crate::ports::fake;
 use crate::ports::Input;
 use crate::ports::ObjectData;
+use crate::ports::ObjectKey;
 use crate::ports::PatchError;
 use serde_json::json;
 

@@ -16,7 +16,7 @@ const FETCHES_IN_FLIGHT: usize = 8;
 const FETCH_RETRY: Backoff = Backoff::doubling(Duration::from_millis(500), Duration::from_secs(60));
 
 /// One GET answered.
-pub(crate) struct Fetched {
+pub struct Fetched {
     pub key: ObjectKey,
     pub seq: u64,
     pub data: Option<ObjectData>,
@@ -26,7 +26,7 @@ pub(crate) struct Fetched {
 /// One GET of `what.key` on the runtime (retried with backoff while it fails, at most
 /// [`FETCHES_IN_FLIGHT`] per feature at a time); `what` comes back on `tx` with its data.
 /// Shared by the env consumers and the rollout feature.
-pub(crate) fn spawn_read(
+pub fn spawn_read(
     api: &Arc<dyn EnvApi>,
     permits: &Arc<Semaphore>,
     stop: &CancellationToken,
@@ -71,7 +71,7 @@ pub(crate) fn spawn_read(
 }
 
 /// A new pair of the channel [`spawn_read`] answers on, and its permits.
-pub(crate) fn read_channel() -> (
+pub fn read_channel() -> (
     mpsc::UnboundedSender<Fetched>,
     mpsc::UnboundedReceiver<Fetched>,
     Arc<Semaphore>,

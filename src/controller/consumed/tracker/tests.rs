@@ -1,4 +1,6 @@
 use super::*;
+use crate::controller::consumed::env_refs::references;
+use crate::core::annotations::ENV_BASELINE;
 use crate::core::model::{EnvKeys, EnvRef, SourceKind};
 use crate::core::volume_digest::HashKey;
 
@@ -41,7 +43,7 @@ fn data(pairs: &[(&str, &str)]) -> ObjectData {
     ObjectData::of(pairs, &[])
 }
 
-fn fetch(t: &mut EnvTracker, rv: &str, d: &ObjectData) -> Vec<String> {
+fn fetch(t: &mut Tracker, rv: &str, d: &ObjectData) -> Vec<String> {
     let seq = t.start_fetch(&cm(), Some(rv));
     let mut v: Vec<String> = t
         .fetched(&cm(), seq, Some(d))
@@ -54,7 +56,7 @@ fn fetch(t: &mut EnvTracker, rv: &str, d: &ObjectData) -> Vec<String> {
 
 #[test]
 fn a_first_sight_is_a_baseline_and_only_readers_of_the_changed_key_change() {
-    let mut t = EnvTracker::new(true, false);
+    let mut t = Tracker::with(references, ENV_BASELINE, true, false).settling();
     assert_eq!(t.put_pod(&pod("a", &["LOG"], None)), vec![cm()]);
     assert_eq!(t.put_pod(&pod("b", &["PORT"], None)), vec![cm()]);
     assert_eq!(t.unrequested(), vec![cm()]);
@@ -81,7 +83,7 @@ fn a_first_sight_is_a_baseline_and_only_readers_of_the_changed_key_change() {
 
 #[test]
 fn an_eviction_requested_for_a_change_is_not_requested_again_for_the_same_data() {
-    let mut t = EnvTracker::new(true, false);
+    let mut t = Tracker::with(references, ENV_BASELINE, true, false).settling();
     t.put_pod(&pod("a", &["LOG"], None));
     fetch(&mut t, "1", &data(&[("LOG", "info")]));
     let baseline = t.writes()[0].value.clone();
@@ -105,7 +107,7 @@ fn an_eviction_requested_for_a_change_is_not_requested_again_for_the_same_data()
 
 #[test]
 fn a_source_back_at_the_baseline_settles_what_was_asked_and_its_return_is_a_change_again() {
-    let mut t = EnvTracker::new(true, false);
+    let mut t = Tracker::with(references, ENV_BASELINE, true, false).settling();
     t.put_pod(&pod("a", &["LOG"], None));
     let v1 = data(&[("LOG", "info")]);
     let v2 = data(&[("LOG", "debug")]);
@@ -125,7 +127,7 @@ fn a_source_back_at_the_baseline_settles_what_was_asked_and_its_return_is_a_chan
     // v2 again: a change again.
     assert_eq!(fetch(&mut t, "4", &v2), ["a"]);
     // The rollout feature's tracker keeps no such list.
-    let mut r = EnvTracker::with(references, ENV_BASELINE, true, false);
+    let mut r = Tracker::with(references, ENV_BASELINE, true, false);
     r.put_pod(&pod("a", &["LOG"], None));
     fetch(&mut r, "1", &v1);
     let seq = r.start_fetch(&cm(), Some("2"));
@@ -138,7 +140,9 @@ fn a_source_back_at_the_baseline_settles_what_was_asked_and_its_return_is_a_chan
 #[test]
 fn a_baseline_written_before_a_restart_detects_a_change_made_meanwhile() {
     let v1 = data(&[("LOG", "info")]);
-    let mut first = EnvTracker::new(true, false).keyed(key());
+    let mut first = Tracker::with(references, ENV_BASELINE, true, false)
+        .settling()
+        .keyed(key());
     first.put_pod(&pod("a", &["LOG"], None));
     fetch(&mut first, "1", &v1);
     let writes = first.writes();
@@ -147,7 +151,9 @@ fn a_baseline_written_before_a_restart_detects_a_change_made_meanwhile() {
     let baseline = writes[0].value.clone();
 
     // Restarted; changed while down; a pod created meanwhile has no baseline yet.
-    let mut second = EnvTracker::new(true, false).keyed(key());
+    let mut second = Tracker::with(references, ENV_BASELINE, true, false)
+        .settling()
+        .keyed(key());
     assert!(second
         .put_pod(&pod("a", &["LOG"], Some(&baseline)))
         .is_empty());
@@ -155,14 +161,18 @@ fn a_baseline_written_before_a_restart_detects_a_change_made_meanwhile() {
     let v2 = data(&[("LOG", "debug")]);
     assert_eq!(fetch(&mut second, "2", &v2), ["a"], "only the old pod");
     // Nothing changed while down: nothing.
-    let mut third = EnvTracker::new(true, false).keyed(key());
+    let mut third = Tracker::with(references, ENV_BASELINE, true, false)
+        .settling()
+        .keyed(key());
     third.put_pod(&pod("a", &["LOG"], Some(&baseline)));
     assert!(fetch(&mut third, "1", &v1).is_empty());
     assert!(third.writes().is_empty(), "the annotation already says it");
 
     // Issue #43 §2: a restarted controller with another key (or a forged baseline) trusts
     // nothing in it: a fresh baseline, no change reported, and the annotation rewritten.
-    let mut other = EnvTracker::new(true, false).keyed(HashKey::from_bytes([1; 32]));
+    let mut other = Tracker::with(references, ENV_BASELINE, true, false)
+        .settling()
+        .keyed(HashKey::from_bytes([1; 32]));
     assert_eq!(
         other.put_pod(&pod("a", &["LOG"], Some(&baseline))),
         vec![cm()],
@@ -185,7 +195,7 @@ fn key() -> HashKey {
 
 #[test]
 fn stale_fetches_neither_baseline_a_newer_pod_nor_apply_out_of_order() {
-    let mut t = EnvTracker::new(true, false);
+    let mut t = Tracker::with(references, ENV_BASELINE, true, false).settling();
     t.put_pod(&pod("a", &["LOG"], None));
     let old_seq = t.start_fetch(&cm(), Some("1"));
     // The pod "b" is first seen after that GET was sent.
@@ -203,7 +213,7 @@ fn stale_fetches_neither_baseline_a_newer_pod_nor_apply_out_of_order() {
 
 #[test]
 fn an_object_appearing_or_disappearing_is_a_change_and_unreferenced_objects_are_not_fetched() {
-    let mut t = EnvTracker::new(true, false);
+    let mut t = Tracker::with(references, ENV_BASELINE, true, false).settling();
     t.put_pod(&pod("a", &["LOG"], None));
     let seq = t.start_fetch(&cm(), None);
     assert!(t.fetched(&cm(), seq, None).is_empty());

@@ -1,16 +1,16 @@
-//! Env consumers, the bookkeeping (pure, synchronous): which objects the tracked pods read
-//! through env, what each pod's baseline digest is, which fetches are needed, and which pods a
-//! fetched object changed for. The feature in [`super`] does the fetching, the acting and the
-//! annotation writes.
+//! The consumed objects' bookkeeping (pure, synchronous): which objects the tracked pods read
+//! (through env for the env consumers; through volumes and env for the rollout feature), what
+//! each pod's baseline digest is, which fetches are needed, and which pods a fetched object
+//! changed for. [`super::Consumed`] does the fetching; the features act and write.
 //!
 //! Ordering: every fetch carries a sequence number taken when it is sent. A result older than
 //! one already applied for the same object is dropped (two GETs in flight never apply out of
 //! order), and a pod's first baseline is only taken from a fetch sent after the pod was first
 //! seen (a GET answered with data older than the pod never becomes its baseline).
 
-use super::hash::{digest, format_baseline, parse_baseline, references, Selector};
+use super::baseline::{format_baseline, parse_baseline};
+use super::digest::{digest, Selector};
 use super::vec_map::VecMap;
-use crate::core::annotations::ENV_BASELINE;
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::volume_digest::HashKey;
 use crate::ports::ObjectData;
@@ -40,7 +40,7 @@ struct PodEnv {
 
 /// A pod whose env source changed after its baseline.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EnvChange {
+pub struct Change {
     pub uid: String,
     pub source: SourceRef,
     /// The digest of what the pod would read now.
@@ -60,9 +60,10 @@ pub struct BaselineWrite {
 pub type RefsFn = fn(&PodInfo, bool, bool) -> BTreeMap<SourceRef, Vec<Selector>>;
 
 /// The tracker serves the env consumers (`reloadlet.io/env-baseline`, env references) and the
-/// rollout feature (`reloadlet.io/rollout-baseline`, volume and env references) alike.
+/// rollout feature (`reloadlet.io/rollout-baseline`, volume and env references) alike, each
+/// its own.
 #[derive(Debug)]
-pub struct EnvTracker {
+pub struct Tracker {
     refs: RefsFn,
     /// The controller's key: digests and baseline MACs ([`Self::keyed`]).
     key: HashKey,
@@ -81,7 +82,7 @@ pub struct EnvTracker {
     dirty: BTreeSet<String>,
     /// Env consumers only: pods whose source went back to their baseline while an eviction
     /// was requested or held for it ([`Self::take_settled`]).
-    settled: Option<Vec<EnvChange>>,
+    settled: Option<Vec<Change>>,
 }
 
 fn key_of(namespace: &str, source: &SourceRef) -> ObjectKey {
@@ -92,12 +93,12 @@ fn key_of(namespace: &str, source: &SourceRef) -> ObjectKey {
     }
 }
 
-impl EnvTracker {
-    pub fn new(configmaps: bool, secrets: bool) -> Self {
-        Self {
-            settled: Some(Vec::new()),
-            ..Self::with(references, ENV_BASELINE, configmaps, secrets)
-        }
+impl Tracker {
+    /// Also keeps the changes that went back to their baseline while acted on
+    /// ([`Self::take_settled`]: the env consumers release what their pacing held for them).
+    pub fn settling(mut self) -> Self {
+        self.settled = Some(Vec::new());
+        self
     }
 
     /// Digests and baseline MACs under `key` (the controller's, which outlives a restart:
@@ -127,9 +128,8 @@ impl EnvTracker {
         }
     }
 
-    /// A pod was added or changed (only call for pods that pass
-    /// [`super::hash::env_eligible`]). Returns the objects to fetch: those of references
-    /// with no baseline yet.
+    /// A pod was added or changed (only for pods the owning feature follows). Returns the
+    /// objects to fetch: those of references with no baseline yet.
     pub fn put_pod(&mut self, pod: &PodInfo) -> Vec<ObjectKey> {
         let refs = (self.refs)(pod, self.configmaps, self.secrets);
         if refs.is_empty() {
@@ -264,12 +264,7 @@ impl EnvTracker {
 
     /// A fetch answered (`data`: `None` when the object does not exist). Takes baselines of
     /// pods that had none and returns the pods whose references read something else now.
-    pub fn fetched(
-        &mut self,
-        key: &ObjectKey,
-        seq: u64,
-        data: Option<&ObjectData>,
-    ) -> Vec<EnvChange> {
+    pub fn fetched(&mut self, key: &ObjectKey, seq: u64, data: Option<&ObjectData>) -> Vec<Change> {
         if self.applied.get(key).is_some_and(|&s| s > seq) {
             return Vec::new();
         }
@@ -302,7 +297,7 @@ impl EnvTracker {
                     if let Some(settled) = &mut self.settled {
                         if pod.acting.contains_key(&source) {
                             pod.acting.remove(&source);
-                            settled.push(EnvChange {
+                            settled.push(Change {
                                 uid: uid.clone(),
                                 source: source.clone(),
                                 digest: now,
@@ -311,7 +306,7 @@ impl EnvTracker {
                     }
                 }
                 Some(_) if pod.acting.get(&source) == Some(&now) => {}
-                Some(_) => changes.push(EnvChange {
+                Some(_) => changes.push(Change {
                     uid: uid.clone(),
                     source: source.clone(),
                     digest: now,
@@ -323,7 +318,7 @@ impl EnvTracker {
 
     /// The change was dealt with for good (a warning published, an eviction refused): the
     /// pod's baseline becomes what it would read now, so it is not reported again.
-    pub fn acknowledge(&mut self, change: &EnvChange) {
+    pub fn acknowledge(&mut self, change: &Change) {
         if let Some(pod) = self.pods.get_mut(&change.uid) {
             pod.known
                 .insert(change.source.clone(), change.digest.clone());
@@ -333,7 +328,7 @@ impl EnvTracker {
 
     /// An eviction was requested for the change: the same digest is not reported again in
     /// this run (a different one is). The baseline is left as it is (see `acting`).
-    pub fn acting(&mut self, change: &EnvChange) {
+    pub fn acting(&mut self, change: &Change) {
         if let Some(pod) = self.pods.get_mut(&change.uid) {
             pod.acting
                 .insert(change.source.clone(), change.digest.clone());
@@ -342,7 +337,7 @@ impl EnvTracker {
 
     /// Env consumers: the pods whose source went back to their baseline (what they run) after
     /// an eviction was asked for it, since the last call; their held evictions are moot.
-    pub fn take_settled(&mut self) -> Vec<EnvChange> {
+    pub fn take_settled(&mut self) -> Vec<Change> {
         self.settled
             .as_mut()
             .map(std::mem::take)
@@ -370,7 +365,7 @@ impl EnvTracker {
 
     /// Forgets that an eviction was asked for this change ([`Self::acting`]): it was held and
     /// dropped (leadership lost), so the next comparison finds it again.
-    pub fn release_change(&mut self, change: &EnvChange) {
+    pub fn release_change(&mut self, change: &Change) {
         if let Some(pod) = self.pods.get_mut(&change.uid) {
             if pod.acting.get(&change.source) == Some(&change.digest) {
                 pod.acting.remove(&change.source);
