@@ -5,7 +5,7 @@
 
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::status::applied::Applied;
-use crate::core::status::consumers::consumer;
+use crate::core::status::consumers::{consumer, Consumer};
 use crate::core::status::data_version::{Published, ANNOTATION};
 use crate::core::status::state::{derive, short_time, summary, Facts, State};
 use jiff::Timestamp;
@@ -95,17 +95,16 @@ pub fn report(
             }
         };
         let entry = record.as_ref().and_then(|r| r.get(object));
-        let facts = Facts {
-            published,
-            record: entry,
-            started: p.started,
-            phase: &info.phase,
-        };
-        let state = if info.terminating {
-            State::Pending(crate::core::status::state::Pending::Rollout)
-        } else {
-            derive(&c, &facts)
-        };
+        let state = state_of(
+            info,
+            &c,
+            Facts {
+                published,
+                record: entry,
+                started: p.started,
+                phase: &info.phase,
+            },
+        );
         rows.push(Row {
             namespace: info.namespace.clone(),
             pod: info.name.clone(),
@@ -124,6 +123,17 @@ pub fn report(
         object: object.clone(),
         rows,
         notes,
+    }
+}
+
+/// The state of `consumer` (of `info`) for the object's current data: a pod being deleted will
+/// be replaced, any other is [`derive`]d from `facts`. One derivation for the CLI's rows and
+/// the controller's `reloadlet_consumers` gauge.
+pub fn state_of(info: &PodInfo, consumer: &Consumer, facts: Facts<'_>) -> State {
+    if info.terminating {
+        State::Pending(crate::core::status::state::Pending::Rollout)
+    } else {
+        derive(consumer, &facts)
     }
 }
 

@@ -132,6 +132,11 @@ impl World {
         self.pods.len()
     }
 
+    /// Every kept pod, in no particular order.
+    pub fn pods(&self) -> impl Iterator<Item = &PodInfo> + '_ {
+        self.pods.iter().map(|p| &*p.0)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.pods.is_empty()
     }

@@ -14,6 +14,7 @@
 //! `env::hash`, `env::tracker`, [`lease`]. Edges behind traits: [`api`]. Loops: [`router`],
 //! [`elect`].
 
+pub mod consumer_states;
 pub mod data_version;
 pub mod elect;
 pub mod env;
