@@ -152,6 +152,10 @@ KNOWN_METRICS = frozenset(
         "reloadlet_pacing_held_pods",
         "reloadlet_pacing_deferrals_total",
         "reloadlet_pacing_flap_episodes_total",
+        # The controller's (issue #46, docs/status.md): consumers by state, and per object
+        # behind --status-metrics-per-object.
+        "reloadlet_consumers",
+        "reloadlet_object_consumers",
     ]
 )
 REQUIRED_ALERTS = {
