@@ -77,10 +77,10 @@ fn consumers_are_counted_by_namespace_and_state_as_the_cli_derives_them() {
         ));
         ("reloadlet.io/applied", a.render())
     };
-    let signal = ("reloadlet.io/action", "signal".to_owned());
-    let mut finished = pod("web", "done", &app, &[signal.clone()]);
+    let signal = [("reloadlet.io/action", "signal".to_owned())];
+    let mut finished = pod("web", "done", &app, &signal);
     finished.phase = "Succeeded".into();
-    let mut restarted = pod("web", "restarted", &app, &[signal.clone()]);
+    let mut restarted = pod("web", "restarted", &app, &signal);
     restarted.started = Some(t(200));
     let secret = source(SourceKind::Secret, "tls");
     let pods = vec![
@@ -88,22 +88,22 @@ fn consumers_are_counted_by_namespace_and_state_as_the_cli_derives_them() {
             "web",
             "signalled",
             &app,
-            &[signal.clone(), record(Recorded::Applied)],
+            &[signal[0].clone(), record(Recorded::Applied)],
         ),
         pod(
             "web",
             "failing",
             &app,
-            &[signal.clone(), record(Recorded::Failed)],
+            &[signal[0].clone(), record(Recorded::Failed)],
         ),
-        pod("web", "waiting", &app, &[signal.clone()]),
+        pod("web", "waiting", &app, &signal),
         pod("web", "plain", &app, &[]),
         restarted,
         finished,
         // Not published in `shop` (the data version is per namespace): pending.
-        pod("shop", "elsewhere", &app, &[signal.clone()]),
+        pod("shop", "elsewhere", &app, &signal),
         // A Secret: counted only when Secrets are followed.
-        pod("web", "secret-reader", &secret, &[signal.clone()]),
+        pod("web", "secret-reader", &secret, &signal),
     ];
     let published = Published::of(&hash, "web", &app, data, t(100));
     let versions = HashMap::from([(key(SourceKind::ConfigMap, "web", "app"), published.clone())]);
