@@ -1,9 +1,10 @@
 //! `reloadlet_consumers` end to end on the simulated node (issue #46 §1: "the same facts as
 //! metrics"): the controller's /metrics counts, by namespace and state, what
 //! `reloadlet status` shows for the same pods — before a change (pods started before the data
-//! was first seen and without a record: pending, and not reloaded for the unannotated pod),
-//! and after it, once the agent has signalled one pod and failed the other's HTTP reload
-//! (current, failed, not reloaded) — and per object with `--status-metrics-per-object`.
+//! was first seen and without a record: pending; not reloaded for the unannotated pod; cannot
+//! for the env and the subPath consumer with a signal action), and after it, once the agent
+//! has signalled one pod and failed the other's HTTP reload (current, failed, not reloaded,
+//! cannot) — and per object with `--status-metrics-per-object`.
 
 mod common;
 #[path = "support/controller_process.rs"]
@@ -166,7 +167,25 @@ async fn the_controller_counts_consumers_by_state_as_status_shows_them() {
                 "volumeMounts": [{"name": "config", "mountPath": common::fixtures::sandboxed(&node.path("http-0"), "/etc/app")}]}))
             .build(),
     );
-    for p in ["signal-0", "plain-0", "http-0"] {
+    // Through env only, with a signal action: nothing can bring it the new data (cannot).
+    node.api.create_pod(
+        pod(NS, "env-0")
+            .signal()
+            .container(json!({"name": "app", "image": "app",
+                "envFrom": [{"configMapRef": {"name": "app"}}]}))
+            .build(),
+    );
+    // Through subPath only, with a signal action: the kubelet never updates it (cannot).
+    node.api.create_pod(
+        pod(NS, "subpath-0")
+            .signal()
+            .configmap_volume("config", "app")
+            .container(json!({"name": "app", "image": "app",
+                "volumeMounts": [{"name": "config", "subPath": "app.conf",
+                    "mountPath": common::fixtures::sandboxed(&node.path("subpath-0"), "/etc/app.conf")}]}))
+            .build(),
+    );
+    for p in ["signal-0", "plain-0", "http-0", "env-0", "subpath-0"] {
         node.wait_running(NS, p).await;
     }
     let ip = eventually("status.podIP of http-0", wait, || {
@@ -196,7 +215,7 @@ async fn the_controller_counts_consumers_by_state_as_status_shows_them() {
     let admin = node.kubeconfig();
     // Before the change: every pod started before the controller first saw the data, none
     // has a record: the two with an action wait, the plain one is not reloaded.
-    let before = want(&[("pending", 2), ("not_reloaded", 1)]);
+    let before = want(&[("pending", 2), ("not_reloaded", 1), ("cannot", 2)]);
     counts_become(&controller, &admin, &before, recount).await;
     assert_eq!(cli_counts(&admin), before, "the CLI shows the same");
 
@@ -207,7 +226,12 @@ async fn the_controller_counts_consumers_by_state_as_status_shows_them() {
         (signals_in(&sig) == ["SIGHUP"]).then_some(())
     })
     .await;
-    let after = want(&[("current", 1), ("failed", 1), ("not_reloaded", 1)]);
+    let after = want(&[
+        ("current", 1),
+        ("failed", 1),
+        ("not_reloaded", 1),
+        ("cannot", 2),
+    ]);
     counts_become(&controller, &admin, &after, recount).await;
     assert_eq!(cli_counts(&admin), after, "the CLI shows the same");
     // Per object (--status-metrics-per-object).
