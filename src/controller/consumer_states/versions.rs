@@ -29,9 +29,13 @@ impl PublishedVersions {
         }
     }
 
-    /// Reads the versions (the lock is held meanwhile: keep it short of awaits).
-    pub fn read<T>(&self, f: impl FnOnce(&HashMap<ObjectKey, Published>) -> T) -> T {
-        f(&self.map.lock().unwrap_or_else(PoisonError::into_inner))
+    /// A copy of the versions (one per consumed object, a few hundred bytes each), for a
+    /// count off the loop's task.
+    pub fn snapshot(&self) -> HashMap<ObjectKey, Published> {
+        self.map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Keeps only the objects `keep` says yes to.
