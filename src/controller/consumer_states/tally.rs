@@ -71,8 +71,9 @@ pub fn tally<'a>(
                 record: record.as_ref().and_then(|r| r.get(object)),
                 started: pod.started,
                 phase: &pod.phase,
+                env_held: None,
             };
-            let i = index(&crate::status::state_of(pod, &c, facts));
+            let i = index(&crate::status::state_of(pod, object, &c, facts));
             if let Some(counts) = out.by_namespace.get_mut(&pod.namespace) {
                 counts[i] += 1;
             } else {
