@@ -111,6 +111,8 @@ KNOBS = {
     "serviceAccountAnnotation": ("eks.amazonaws.com/role-arn", "arn:aws:iam::111122223333:role/reloadlet"),
     "livenessPeriodSeconds": 30,
     "readinessTimeoutSeconds": 5,
+    # The controller's per-object consumer counts (--status-metrics-per-object, docs/status.md).
+    "statusMetricsPerObject": True,
 }
 
 
@@ -124,6 +126,7 @@ def knobs_values() -> dict[str, Any]:
         "serviceAccount": {"annotations": {k: v}},
         "livenessProbe": {"periodSeconds": KNOBS["livenessPeriodSeconds"]},
         "readinessProbe": {"timeoutSeconds": KNOBS["readinessTimeoutSeconds"]},
+        "controller": {"statusMetricsPerObject": KNOBS["statusMetricsPerObject"]},
     }
 FORBIDDEN_RESOURCES = ("configmaps", "secrets")
 
@@ -152,6 +155,10 @@ KNOWN_METRICS = frozenset(
         "reloadlet_pacing_held_pods",
         "reloadlet_pacing_deferrals_total",
         "reloadlet_pacing_flap_episodes_total",
+        # The controller's (issue #46, docs/status.md): consumers by state, and per object
+        # behind --status-metrics-per-object.
+        "reloadlet_consumers",
+        "reloadlet_object_consumers",
     ]
 )
 REQUIRED_ALERTS = {
@@ -694,7 +701,7 @@ def _no_arch_pin(r: Render) -> tuple[bool, str]:
     return not pins, f"pins {pins}" if pins else ""
 
 
-@render_check("chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes")
+@render_check("chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes, controller.statusMetricsPerObject")
 def _knobs(r: Render) -> tuple[bool, str]:
     c, sa = _container(r.docs), _named(r.docs, "ServiceAccount", r.fullname)
     seen = {
@@ -706,6 +713,7 @@ def _knobs(r: Render) -> tuple[bool, str]:
              if k == KNOBS["serviceAccountAnnotation"][0]), None),
         "livenessPeriodSeconds": _get(c, "livenessProbe", "periodSeconds"),
         "readinessTimeoutSeconds": _get(c, "readinessProbe", "timeoutSeconds"),
+        "statusMetricsPerObject": r.controller and "--status-metrics-per-object" in (_ccontainer(r).get("args") or []),
     }
     if r.knobs:
         bad = {k: v for k, v in seen.items() if v != KNOBS[k]}

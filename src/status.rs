@@ -6,9 +6,9 @@
 use crate::core::invalid::Invalid;
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::status::applied::Applied;
-use crate::core::status::consumers::consumer;
+use crate::core::status::consumers::{consumer, Consumer};
 use crate::core::status::data_version::{Published, ANNOTATION};
-use crate::core::status::state::{derive, short_time, summary, Facts, State};
+use crate::core::status::state::{derive, env_held, short_time, summary, Facts, State};
 use jiff::Timestamp;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -96,17 +96,18 @@ pub fn report(
             }
         };
         let entry = record.as_ref().and_then(|r| r.get(object));
-        let facts = Facts {
-            published,
-            record: entry,
-            started: p.started,
-            phase: &info.phase,
-        };
-        let state = if info.terminating {
-            State::Pending(crate::core::status::state::Pending::Rollout)
-        } else {
-            derive(&c, &facts)
-        };
+        let state = state_of(
+            info,
+            object,
+            &c,
+            Facts {
+                published,
+                record: entry,
+                started: p.started,
+                phase: &info.phase,
+                env_held: None,
+            },
+        );
         rows.push(Row {
             namespace: info.namespace.clone(),
             pod: info.name.clone(),
@@ -126,6 +127,26 @@ pub fn report(
         rows,
         notes,
     }
+}
+
+/// The state of `consumer` (of `info`) for `object`'s current data: a pod being deleted will
+/// be replaced, any other is [`derive`]d from `facts` and the controller's hold of its env
+/// eviction, if any ([`env_held`]). One derivation for the CLI's rows and the controller's
+/// `reloadlet_consumers` gauge.
+pub fn state_of(
+    info: &PodInfo,
+    object: &SourceRef,
+    consumer: &Consumer,
+    facts: Facts<'_>,
+) -> State {
+    if info.terminating {
+        return State::Pending(crate::core::status::state::Pending::Rollout);
+    }
+    let facts = Facts {
+        env_held: env_held(&info.annotations, object),
+        ..facts
+    };
+    derive(consumer, &facts)
 }
 
 /// The table (`wide`: with the node and the data versions), the notes and the summary line.

@@ -148,6 +148,24 @@ async fn a_replica_sets_env_evictions_are_held_as_flapping_then_run_once_on_the_
         text.contains("(configmap app-env changed 4 times)"),
         "{text}"
     );
+    // `reloadlet status` reads the same hold (issue #46: pending, held by pacing), for the held
+    // pod only while others of the set wait for the controller.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        .args(["status", "configmap/app-env", "-n", NS, "--kubeconfig"])
+        .arg(node.kubeconfig())
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&status.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(held.as_str()))
+        .unwrap_or_else(|| panic!("no line for {held}:\n{out}"));
+    assert!(
+        line.contains("pending") && line.contains("held by pacing (flapping)"),
+        "{out}"
+    );
+    assert_eq!(status.status.code(), Some(1), "{out}");
 
     // Quiet for the minute: each held pod evicted once, on v5.
     until(

@@ -23,6 +23,20 @@ fn exported() -> BTreeSet<String> {
             plugin: "configmap",
         })
         .inc();
+    // The controller's counts of `reloadlet status` (the dashboard shows them), with a series.
+    let mut consumers =
+        reloadlet::controller::consumer_states::metrics::ConsumerMetrics::new(&mut reg, true);
+    let mut tally = reloadlet::controller::consumer_states::tally::Tally::default();
+    tally.by_namespace.insert("shop".into(), [1, 0, 0, 0, 0, 0]);
+    tally.by_object.insert(
+        reloadlet::ports::ObjectKey {
+            kind: reloadlet::core::model::SourceKind::ConfigMap,
+            namespace: "shop".into(),
+            name: "app".into(),
+        },
+        [1, 0, 0, 0, 0, 0],
+    );
+    consumers.show(tally);
     reloadlet::serve::metrics::encode(&reg)
         .lines()
         .filter(|l| !l.starts_with('#'))

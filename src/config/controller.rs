@@ -47,6 +47,11 @@ pub struct ControllerArgs {
     pub pacing: PacingArgs,
     #[command(flatten)]
     pub rollout: RolloutArgs,
+    /// Also export `reloadlet_object_consumers{namespace,kind,name,state}`: the consumers of
+    /// each ConfigMap/Secret by state (docs/monitoring.md). Off by default: one series per
+    /// state and consumed object. `reloadlet_consumers{namespace,state}` is always exported.
+    #[arg(long, env = "RELOADLET_STATUS_METRICS_PER_OBJECT", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub status_metrics_per_object: bool,
 }
 
 /// `reloadlet.io/action: rollout` (docs/rollout.md).
@@ -126,6 +131,8 @@ pub struct ControllerSettings {
     /// 0 unless a pod sets `reloadlet.io/debounce`).
     pub pacing: crate::core::pacing::PacingDefaults,
     pub rollout: RolloutSettings,
+    /// `--status-metrics-per-object`.
+    pub status_metrics_per_object: bool,
 }
 
 /// Which pods the controller may act on, and whether it writes at all.
@@ -240,6 +247,7 @@ impl ControllerArgs {
                 argo: self.rollout.argo_rollouts,
                 reloader_compat: self.rollout.reloader_compat,
             },
+            status_metrics_per_object: self.status_metrics_per_object,
         })
     }
 }

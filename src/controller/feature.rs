@@ -132,6 +132,16 @@ impl World {
         self.pods.len()
     }
 
+    /// Every kept pod, in no particular order.
+    pub fn pods(&self) -> impl Iterator<Item = &PodInfo> + '_ {
+        self.pods.iter().map(|p| &*p.0)
+    }
+
+    /// Every kept pod, shared (reference counts, no copies), for work off the loop's task.
+    pub fn shared_pods(&self) -> Vec<Arc<PodInfo>> {
+        self.pods.iter().map(|p| p.0.clone()).collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.pods.is_empty()
     }

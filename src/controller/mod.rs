@@ -18,6 +18,7 @@
 //! [`elect`].
 
 pub mod consumed;
+pub mod consumer_states;
 pub mod data_version;
 pub mod elect;
 pub mod env;

@@ -10,9 +10,11 @@
 //! conditional on the resourceVersion the data was read at. Leader only.
 
 use super::consumed::fetch::{read_channel, spawn_read, Fetched};
+use super::consumer_states::versions::PublishedVersions;
 use super::data_version::to_publish;
 use super::feature::{Feature, Routed, World};
 use crate::core::model::{PodInfo, SourceKind, SourceRef};
+use crate::core::status::data_version::Published;
 use crate::core::status::data_version::ANNOTATION;
 use crate::core::volume_digest::HashKey;
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
@@ -37,6 +39,8 @@ pub struct PublishDeps {
     pub key: HashKey,
     pub stop: CancellationToken,
     pub now: fn() -> jiff::Timestamp,
+    /// Each version read or written, for the `reloadlet_consumers` gauge.
+    pub versions: PublishedVersions,
 }
 
 pub struct DataVersions {
@@ -105,8 +109,15 @@ impl DataVersions {
             current,
             (self.deps.now)(),
         ) else {
+            // Unchanged: the version on the object stands.
+            self.deps
+                .versions
+                .set(&key, current.and_then(|v| Published::parse(v).ok()));
             return;
         };
+        // What is written is what the CLI will read (a write refused as a conflict means new
+        // data, which the watch brings: it is read again).
+        self.deps.versions.set(&key, Published::parse(&value).ok());
         self.deps.own.writing(key.clone(), &value);
         if let Some(rv) = &data.resource_version {
             self.written.insert(key.clone(), rv.clone());
@@ -161,6 +172,7 @@ impl Feature for DataVersions {
                 resource_version: None,
             } => {
                 self.seen.remove(key);
+                self.deps.versions.set(key, None);
                 self.handled.remove(key);
                 self.written.remove(key);
                 self.dirty.remove(key);
@@ -173,6 +185,9 @@ impl Feature for DataVersions {
                     .retain(|k, _| k.kind != kind || listed.contains(k));
                 self.written
                     .retain(|k, _| k.kind != kind || listed.contains(k));
+                self.deps
+                    .versions
+                    .retain(|k| k.kind != kind || listed.contains(k));
                 for (key, rv) in objects {
                     self.seen.insert(key.clone(), rv.clone());
                     self.dirty.insert(key.clone());
@@ -324,6 +339,7 @@ mod tests {
             key: HashKey::from_bytes([3; 32]),
             stop: stop.clone(),
             now: jiff::Timestamp::now,
+            versions: PublishedVersions::default(),
         });
         let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
         tx.send(Input::PodsListed(vec![reader("u1", "app")]))
@@ -409,6 +425,7 @@ mod tests {
             key: HashKey::from_bytes([3; 32]),
             stop: stop.clone(),
             now: jiff::Timestamp::now,
+            versions: PublishedVersions::default(),
         });
         let mut app = ObjectData::of(&[("app.conf", "x=2")], &[]);
         app.resource_version = Some("8".into());

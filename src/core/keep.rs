@@ -6,8 +6,8 @@
 //! pods (their evictions and budgets match PodDisruptionBudgets by label; nothing else
 //! reads a pod's labels), the volumes that
 //! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
-//! file lists, `source_paths` and `other_paths`), no container IDs or ports (the agent's
-//! signal and HTTP targets), the controlling owner's reference only for `--reloader-compat`
+//! file lists, `source_paths` and `other_paths`), no container IDs, no ports but an http
+//! pod's (its policy names one, and `reloadlet_consumers` validates it), the controlling owner's reference only for `--reloader-compat`
 //! (`rollout::compat`) and env consumers (their flap breaker counts per owner, `env::pacing`;
 //! `has_controller` stays) — with every buffer at its
 //! length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
@@ -15,7 +15,7 @@
 //! (`nudge::qualify`) and rollouts (`rollout::refs`) ignore it otherwise, and env consumers
 //! read env references, not volumes.
 
-use crate::core::annotations::{CONFIGMAPS, PREFIX};
+use crate::core::annotations::{ACTION, CONFIGMAPS, PREFIX};
 use crate::core::model::{PodInfo, SourceKind, ROOT_CA_CONFIGMAP};
 use crate::core::reloader_compat::WORKLOAD_KEYS;
 use crate::core::rollout::ON_BLOCKED;
@@ -55,11 +55,22 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
     }
     pod.volumes.shrink_to_fit();
     let kept: Vec<&str> = pod.volumes.iter().map(|v| v.name.as_str()).collect();
+    // An http pod's ports: its policy is valid only with the port `reloadlet.io/http-port`
+    // names, and `reloadlet_consumers` (`controller::consumer_states`) derives its state
+    // from that policy, as `reloadlet status` does.
+    let http = pod
+        .annotations
+        .get(ACTION)
+        .is_some_and(|a| a.trim() == "http");
     for c in &mut pod.containers {
         c.mounts.retain(|m| kept.contains(&m.volume.as_str()));
         c.mounts.shrink_to_fit();
         c.container_id = None;
-        c.ports = Vec::new();
+        if http {
+            c.ports.shrink_to_fit();
+        } else {
+            c.ports = Vec::new();
+        }
         c.name.shrink_to_fit();
     }
     pod.containers.shrink_to_fit();
@@ -185,6 +196,36 @@ mod tests {
             ),
             ("u1", "shop", "web")
         );
+    }
+
+    /// `reloadlet_consumers` derives a kept pod's state as `reloadlet status` derives the
+    /// whole pod's: the consumer (how, which action) is the same for each action.
+    #[test]
+    fn a_kept_pod_is_the_same_consumer_as_the_whole_pod() {
+        use crate::core::status::consumers::consumer;
+        for (action, extra) in [
+            ("signal", None),
+            ("http", Some(("reloadlet.io/http-port", "http"))),
+            ("evict", None),
+            ("rollout", None),
+        ] {
+            let mut p = pod();
+            p.annotations
+                .insert("reloadlet.io/action".into(), action.into());
+            if let Some((k, v)) = extra {
+                p.annotations.insert(k.into(), v.into());
+            }
+            let whole = consumer(&p, &cm("app-cfg")).unwrap();
+            assert!(
+                !matches!(
+                    whole.action,
+                    crate::core::status::consumers::ConsumerAction::Invalid(_)
+                ),
+                "{action}: {whole:?}"
+            );
+            let kept = consumer(&trimmed(p), &cm("app-cfg")).unwrap();
+            assert_eq!(kept, whole, "{action}");
+        }
     }
 
     #[test]

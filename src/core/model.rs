@@ -321,6 +321,9 @@ pub struct PodInfo {
     /// What `action: restart` reads of the spec (boxed: read rarely, and every pod input
     /// carries a `PodInfo`).
     pub restart: Box<RestartFacts>,
+    /// When the longest-running of its containers (`status.containerStatuses`) started, when
+    /// all of them run (`reloadlet status`: a pod started after the data changed runs it).
+    pub started: Option<jiff::Timestamp>,
 }
 
 /// The parts of a pod's spec a restart in place depends on (`core::restart`).

@@ -74,7 +74,18 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
                 })
                 .collect(),
         }),
+        started: started(statuses),
     })
+}
+
+/// When the longest-running container started, when all of them run (`None` otherwise).
+fn started(statuses: &[ContainerStatusView]) -> Option<jiff::Timestamp> {
+    let mut earliest: Option<jiff::Timestamp> = None;
+    for s in statuses {
+        let t = s.state.as_ref()?.running.as_ref()?.started_at.as_ref()?.0;
+        earliest = Some(earliest.map_or(t, |e| e.min(t)));
+    }
+    earliest
 }
 
 /// Every `env[].valueFrom.{configMapKeyRef,secretKeyRef}` and `envFrom[]` of every container

@@ -1,6 +1,9 @@
 //! `reloadlet controller`: wiring of settings, kube edges, election, HTTP and the loop.
 
 use crate::config::controller::ControllerSettings;
+use crate::controller::consumer_states::metrics::ConsumerMetrics;
+use crate::controller::consumer_states::versions::PublishedVersions;
+use crate::controller::consumer_states::ConsumerStates;
 use crate::controller::elect::{self, ElectionSettings};
 use crate::controller::env::{EnvConsumers, EnvDeps};
 use crate::controller::metrics::ControllerMetrics;
@@ -46,6 +49,8 @@ pub async fn serve(
     })?;
     let mut registry = Registry::with_prefix("reloadlet");
     let metrics = ControllerMetrics::new(&mut registry);
+    // reloadlet_consumers{namespace,state} (what `reloadlet status` would show, counted).
+    let consumer_metrics = ConsumerMetrics::new(&mut registry, settings.status_metrics_per_object);
     // The executor's metrics (reloadlet_actions_total{action="evict"} …) and notifications.
     let action_metrics = Metrics::new(&mut registry);
     let notify_metrics = crate::outbound::notify::NotifyMetrics::new(&mut registry);
@@ -226,6 +231,7 @@ pub async fn serve(
         }
     };
     let keyed = || key.clone();
+    let versions = PublishedVersions::default();
     // reloadlet.io/data-version on every ConfigMap (with --secrets, Secret) a pod reads.
     controller = controller.with(Box::new(DataVersions::new(PublishDeps {
         api: Arc::new(KubeEnvApi::new(
@@ -239,7 +245,14 @@ pub async fn serve(
         key: keyed(),
         stop: shutdown.clone(),
         now: jiff::Timestamp::now,
+        versions: versions.clone(),
     })));
+    controller = controller.with(Box::new(ConsumerStates::new(
+        consumer_metrics,
+        versions,
+        settings.secrets,
+        settings.status_metrics_per_object,
+    )));
     if settings.env.configmaps || settings.env.secrets {
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(

@@ -175,7 +175,7 @@ async fn read(client: &Client, target: &Target, scope: Option<&str>) -> Result<L
             let info = pod_convert::pod_info(p)?;
             Some(PodFacts {
                 node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
-                started: started(p),
+                started: info.started,
                 info,
             })
         })
@@ -232,16 +232,4 @@ async fn metadata(client: &Client, ns: &str, object: &SourceRef) -> Result<Objec
                 .and_then(|a| a.get(crate::core::status::data_version::ANNOTATION)),
         )),
     })
-}
-
-/// When the pod's longest-running container started, when all of its containers run (a pod
-/// whose every container started after the data changed runs the new data).
-fn started(pod: &PodView) -> Option<jiff::Timestamp> {
-    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-    let mut earliest: Option<jiff::Timestamp> = None;
-    for s in statuses {
-        let t = s.state.as_ref()?.running.as_ref()?.started_at.as_ref()?.0;
-        earliest = Some(earliest.map_or(t, |e| e.min(t)));
-    }
-    earliest
 }

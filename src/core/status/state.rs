@@ -123,6 +123,33 @@ pub struct Facts<'a> {
     pub started: Option<Timestamp>,
     /// `status.phase`.
     pub phase: &'a str,
+    /// The controller holds this env consumer's eviction for the object ([`env_held`]): until
+    /// then (`None`: while the source flaps).
+    pub env_held: Option<Option<Timestamp>>,
+}
+
+/// Longest `reloadlet.io/env-pacing` read: the controller writes at most 4,096 characters (its
+/// admission policy says so); anything longer was written by someone else and is ignored.
+const MAX_ENV_PACING: usize = 4096;
+
+/// Whether the controller holds the pod's env eviction for `object`, from the record it keeps
+/// on the pod (`reloadlet.io/env-pacing`, docs/pacing.md): `Some(Some(until))` deferred,
+/// `Some(None)` held as flapping, `None` not held (or no readable record: a pod author may
+/// write anything there; it only changes that pod's reason).
+pub fn env_held(
+    annotations: &std::collections::BTreeMap<String, String>,
+    object: &crate::core::model::SourceRef,
+) -> Option<Option<Timestamp>> {
+    use crate::core::pacing::record::{PacingRecord, ENV_PACING};
+    let value = annotations
+        .get(ENV_PACING)
+        .filter(|v| v.len() <= MAX_ENV_PACING)?;
+    let record = PacingRecord::parse(value).ok()?;
+    let source = object.to_string();
+    if let Some(d) = record.deferred.filter(|d| d.source == source) {
+        return Some(Some(d.until));
+    }
+    record.flapping.filter(|e| e.source == source).map(|_| None)
 }
 
 /// The keys the agent's record covers: what the volumes project (env is the controller's).
@@ -236,9 +263,12 @@ pub fn derive(consumer: &Consumer, facts: &Facts<'_>) -> State {
     if consumer.env_only() {
         return match &consumer.action {
             ConsumerAction::Rollout => State::Pending(Pending::Controller("a rollout".into())),
-            a if a.restarts() || consumer.env_evicts => {
-                State::Pending(Pending::Controller("an eviction of an env consumer".into()))
-            }
+            a if a.restarts() || consumer.env_evicts => match facts.env_held {
+                Some(until) => State::Pending(Pending::Pacing(until)),
+                None => {
+                    State::Pending(Pending::Controller("an eviction of an env consumer".into()))
+                }
+            },
             _ => cannot_env(),
         };
     }
@@ -423,6 +453,7 @@ mod tests {
             record,
             started: Some(t(0)),
             phase: "Running",
+            env_held: Option::None,
         };
         let cases: Vec<(&str, Consumer, Facts, &str, &str)> = vec![
             (
@@ -558,6 +589,29 @@ mod tests {
                 "controller",
             ),
             (
+                "env eviction deferred by the controller",
+                consumer(Evict, vec![env()]),
+                Facts {
+                    env_held: Some(Some(t(900))),
+                    ..running(Option::None)
+                },
+                "pending",
+                "held by pacing until",
+            ),
+            (
+                "env eviction held as flapping",
+                Consumer {
+                    env_evicts: true,
+                    ..consumer(Signal, vec![env()])
+                },
+                Facts {
+                    env_held: Some(Option::None),
+                    ..running(Option::None)
+                },
+                "pending",
+                "flapping",
+            ),
+            (
                 "volume signalled but env stale",
                 consumer(Signal, vec![volume(), env()]),
                 running(Some(&applied)),
@@ -598,6 +652,41 @@ mod tests {
     }
 
     #[test]
+    fn the_controllers_env_hold_is_read_for_its_source_only_and_bounded() {
+        use crate::core::model::{SourceKind, SourceRef};
+        let app = SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: "app-env".into(),
+        };
+        let other = SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: "other".into(),
+        };
+        let on = |value: String| {
+            std::collections::BTreeMap::from([("reloadlet.io/env-pacing".to_owned(), value)])
+        };
+        let deferred = on(r#"{"deferred":{"until":"2026-11-29T10:00:00Z","why":"maintenance window","since":"2026-11-29T09:00:00Z","source":"configmap app-env"}}"#.to_owned());
+        let until: Timestamp = "2026-11-29T10:00:00Z".parse().unwrap();
+        assert_eq!(env_held(&deferred, &app), Some(Some(until)));
+        assert_eq!(env_held(&deferred, &other), None, "another object's hold");
+        let flapping = on(
+            r#"{"flapping":{"since":"2026-11-29T09:00:00Z","source":"configmap app-env","changes":4}}"#
+                .to_owned(),
+        );
+        assert_eq!(env_held(&flapping, &app), Some(None));
+        assert_eq!(env_held(&on("{not json".into()), &app), None);
+        assert_eq!(env_held(&Default::default(), &app), None);
+        // Longer than the controller ever writes: someone else's, ignored (the same hold
+        // padded to 4,097 characters; at 4,096 it is read).
+        let padded = |len: usize| {
+            let base = r#"{"deferred":{"until":"2026-11-29T10:00:00Z","why":"maintenance window","since":"2026-11-29T09:00:00Z","source":"configmap app-env"}}"#;
+            on(format!("{base}{}", " ".repeat(len - base.len())))
+        };
+        assert_eq!(env_held(&padded(4096), &app), Some(Some(until)));
+        assert_eq!(env_held(&padded(4097), &app), None);
+    }
+
+    #[test]
     fn a_narrowed_out_object_is_not_reloaded_and_says_so() {
         let new = published(b"new", 100);
         let c = Consumer {
@@ -611,6 +700,7 @@ mod tests {
                 record: None,
                 started: Some(t(0)),
                 phase: "Running",
+                env_held: None,
             },
         );
         assert_eq!(s.name(), "not reloaded");
