@@ -12,7 +12,7 @@ pub mod tracker;
 mod vec_map;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use super::feature::World;
 use crate::core::model::SourceKind;

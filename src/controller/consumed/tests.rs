@@ -282,7 +282,10 @@ fn k() -> HashKey {
     HashKey::from_bytes([7; 32])
 }
 
-fn pod(ann: &[(&str, &str)], owned: bool) -> PodInfo {
+/// A running pod `ns/web` reading `configmap app-env` (LOG, twice), `configmap shared`
+/// (envFrom, prefix `S_`) and `secret db` (PASSWORD) through env (shared with the env
+/// consumers' decision tests).
+pub(crate) fn pod(ann: &[(&str, &str)], owned: bool) -> PodInfo {
     let r = |kind, name: &str, keys| EnvRef {
         source: SourceRef {
             kind,

@@ -1,43 +1,8 @@
 //! Table tests of the env consumers' pure part: which pods are followed, what a change does.
 
 use super::*;
-use crate::core::model::{EnvKeys, EnvRef, SourceKind};
-
-fn pod(ann: &[(&str, &str)], owned: bool) -> PodInfo {
-    let r = |kind, name: &str, keys| EnvRef {
-        source: SourceRef {
-            kind,
-            name: name.into(),
-        },
-        keys,
-        optional: false,
-        container: "app".into(),
-    };
-    PodInfo {
-        uid: "u".into(),
-        namespace: "ns".into(),
-        name: "web".into(),
-        annotations: ann
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        has_controller: owned,
-        phase: "Running".into(),
-        env: vec![
-            r(SourceKind::ConfigMap, "app-env", EnvKeys::Key("LOG".into())),
-            r(SourceKind::ConfigMap, "app-env", EnvKeys::Key("LOG".into())),
-            r(
-                SourceKind::ConfigMap,
-                "shared",
-                EnvKeys::All {
-                    prefix: "S_".into(),
-                },
-            ),
-            r(SourceKind::Secret, "db", EnvKeys::Key("PASSWORD".into())),
-        ],
-        ..PodInfo::default()
-    }
-}
+use crate::controller::consumed::tests::pod;
+use crate::core::model::SourceKind;
 
 #[test]
 fn decisions() {
