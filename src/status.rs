@@ -337,7 +337,6 @@ pub fn hms(t: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{ContainerInfo, ContainerKind, VolumeMount, VolumeSpec};
     use crate::core::outcome::ActionKind;
     use crate::core::status::applied::{Entry, Recorded};
     use crate::core::status::data_version::version_of_files;
@@ -370,28 +369,9 @@ mod tests {
         PodFacts {
             info: PodInfo {
                 uid: name.into(),
-                namespace: "web".into(),
-                name: name.into(),
                 annotations: a,
-                volumes: vec![VolumeSpec {
-                    name: "v".into(),
-                    sources: vec![app()],
-                    ..Default::default()
-                }],
-                containers: vec![ContainerInfo {
-                    name: "app".into(),
-                    kind: ContainerKind::Regular,
-                    mounts: vec![VolumeMount {
-                        volume: "v".into(),
-                        sub_path: false,
-                    }],
-                    container_id: None,
-                    running: true,
-                    ports: Vec::new(),
-                }],
-                has_controller: true,
                 phase: phase.into(),
-                ..Default::default()
+                ..crate::core::model::test_pods::mounting("web", name, app())
             },
             node: Some("node-a".into()),
             started: Some(t(0)),

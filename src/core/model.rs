@@ -447,6 +447,41 @@ impl fmt::Display for ReloadSignal {
     }
 }
 
+/// Pods for tests.
+#[cfg(test)]
+pub mod test_pods {
+    use super::*;
+
+    /// A running pod `namespace/name` (uid `namespace-name`, owned by a controller) whose
+    /// container `app` mounts `source` whole through the volume `v`.
+    pub fn mounting(namespace: &str, name: &str, source: SourceRef) -> PodInfo {
+        PodInfo {
+            uid: format!("{namespace}-{name}"),
+            namespace: namespace.into(),
+            name: name.into(),
+            volumes: vec![VolumeSpec {
+                name: "v".into(),
+                sources: vec![source],
+                ..Default::default()
+            }],
+            containers: vec![ContainerInfo {
+                name: "app".into(),
+                kind: ContainerKind::Regular,
+                mounts: vec![VolumeMount {
+                    volume: "v".into(),
+                    sub_path: false,
+                }],
+                container_id: None,
+                running: true,
+                ports: Vec::new(),
+            }],
+            has_controller: true,
+            phase: "Running".into(),
+            ..Default::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

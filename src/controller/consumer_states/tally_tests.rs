@@ -1,5 +1,4 @@
 use super::*;
-use crate::core::model::{ContainerInfo, ContainerKind, VolumeMount, VolumeSpec};
 use crate::core::outcome::ActionKind;
 use crate::core::status::applied::{Entry, Recorded};
 use crate::core::status::data_version::version_of_files;
@@ -21,33 +20,12 @@ fn t(s: i64) -> Timestamp {
 /// A pod of `namespace` mounting `object` whole, started at `t(0)`.
 fn pod(namespace: &str, name: &str, object: &SourceRef, annotations: &[(&str, String)]) -> PodInfo {
     PodInfo {
-        uid: format!("{namespace}-{name}"),
-        namespace: namespace.into(),
-        name: name.into(),
         annotations: annotations
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect(),
-        volumes: vec![VolumeSpec {
-            name: "v".into(),
-            sources: vec![object.clone()],
-            ..Default::default()
-        }],
-        containers: vec![ContainerInfo {
-            name: "app".into(),
-            kind: ContainerKind::Regular,
-            mounts: vec![VolumeMount {
-                volume: "v".into(),
-                sub_path: false,
-            }],
-            container_id: None,
-            running: true,
-            ports: Vec::new(),
-        }],
-        has_controller: true,
-        phase: "Running".into(),
         started: Some(t(0)),
-        ..Default::default()
+        ..crate::core::model::test_pods::mounting(namespace, name, object.clone())
     }
 }
 

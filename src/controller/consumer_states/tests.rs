@@ -2,9 +2,7 @@
 //! before: bounded work), from the publisher's versions, none once leadership is lost.
 
 use super::*;
-use crate::core::model::{
-    ContainerInfo, ContainerKind, PodInfo, SourceRef, VolumeMount, VolumeSpec,
-};
+use crate::core::model::{PodInfo, SourceRef};
 use crate::core::status::data_version::Published;
 use crate::core::volume_digest::HashKey;
 use crate::ports::{Input, ObjectKey};
@@ -29,32 +27,12 @@ fn key() -> ObjectKey {
 fn reader(uid: &str, action: Option<&str>, started: jiff::Timestamp) -> PodInfo {
     PodInfo {
         uid: uid.into(),
-        namespace: "web".into(),
-        name: uid.into(),
         annotations: action
             .map(|a| ("reloadlet.io/action".to_owned(), a.to_owned()))
             .into_iter()
             .collect(),
-        volumes: vec![VolumeSpec {
-            name: "v".into(),
-            sources: vec![app()],
-            ..Default::default()
-        }],
-        containers: vec![ContainerInfo {
-            name: "app".into(),
-            kind: ContainerKind::Regular,
-            mounts: vec![VolumeMount {
-                volume: "v".into(),
-                sub_path: false,
-            }],
-            container_id: None,
-            running: true,
-            ports: Vec::new(),
-        }],
-        has_controller: true,
-        phase: "Running".into(),
         started: Some(started),
-        ..Default::default()
+        ..crate::core::model::test_pods::mounting("web", uid, app())
     }
 }
 
