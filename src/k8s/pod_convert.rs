@@ -63,6 +63,8 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
                 .iter()
                 .flatten()
                 .any(|g| g.condition_type == crate::core::restart::DRAIN_GATE),
+            drain_condition: condition(status, crate::core::restart::DRAIN_GATE),
+            containers_ready: condition(status, "ContainersReady") == Some(true),
             stop_signals: spec
                 .init_containers
                 .iter()
@@ -75,6 +77,16 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
                 .collect(),
         }),
     })
+}
+
+/// Whether the condition `type_` is `"True"`; `None`: the status has no such condition.
+fn condition(status: Option<&super::pod_view::PodStatusView>, type_: &str) -> Option<bool> {
+    let c = status?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)?;
+    Some(c.status == "True")
 }
 
 /// Every `env[].valueFrom.{configMapKeyRef,secretKeyRef}` and `envFrom[]` of every container
