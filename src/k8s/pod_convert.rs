@@ -536,6 +536,32 @@ mod tests {
     }
 
     #[test]
+    fn the_drain_gate_its_condition_and_containers_ready_are_read() {
+        let info = |v: serde_json::Value| {
+            let pod: PodView = serde_json::from_value(v).unwrap();
+            pod_info(&pod).unwrap()
+        };
+        let spec = json!({"containers": [{"name": "app"}],
+            "readinessGates": [{"conditionType": "reloadlet.io/restart-drain"}]});
+        let p = info(json!({"metadata": {"uid": "u"}, "spec": spec}));
+        assert!(p.restart.drain_gate);
+        assert_eq!(p.restart.drain_condition, None);
+        assert!(!p.restart.containers_ready);
+        let p = info(
+            json!({"metadata": {"uid": "u"}, "spec": spec, "status": {"conditions": [
+            {"type": "ContainersReady", "status": "True"},
+            {"type": "reloadlet.io/restart-drain", "status": "False"}]}}),
+        );
+        assert_eq!(p.restart.drain_condition, Some(false));
+        assert!(p.restart.containers_ready);
+        let p = info(
+            json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "app"}],
+            "readinessGates": [{"conditionType": "example.com/other"}]}}),
+        );
+        assert!(!p.restart.drain_gate);
+    }
+
+    #[test]
     fn keeps_the_declared_tcp_ports_and_host_network() {
         let pod: PodView = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "n", "uid": "u"},
