@@ -210,6 +210,11 @@ async fn restart_policy_never_is_refused_with_a_warning_and_nothing_is_stopped()
     let handles = node.wait_running(NS, "once").await;
     node.wait_tracked(2).await;
     let pid = handles.container("app").unwrap().main_pid;
+    // (the shell writes what it serves after it started: not before the change)
+    eventually("the app serves v1", WAIT, || {
+        (served(&out) == "serving v1 greeting=one").then_some(())
+    })
+    .await;
     node.api.apply_configmap(app_conf("v2", "two"));
     let ev = node.wait_event(NS, "once", "RestartRefused").await;
     assert_eq!(ev.type_, "Warning");
@@ -333,6 +338,13 @@ async fn a_pod_with_the_drain_gate_leaves_its_services_before_the_restart_and_co
     node.api.create_pod(gated);
     node.api.create_pod(spec("plain", &plain_out));
     let handles = node.wait_running(NS, "gated").await;
+    let explained = node.explain_output(NS, "gated");
+    assert!(
+        explained.contains(
+            "drain: readiness gate reloadlet.io/restart-drain set False 5s before the stop signal"
+        ),
+        "{explained}"
+    );
     let first = handles.container("app").unwrap().main_pid;
     node.wait_running(NS, "plain").await;
     // Ready only once the agent opened the gate
