@@ -479,7 +479,10 @@ impl Inner {
             }
         };
         // The pod as it is now (after the drain), and its container as it was stopped.
-        let pod = self.pod(&job.pod_uid).unwrap_or(pod);
+        let Some(pod) = self.pod(&job.pod_uid) else {
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone while drained; restart dropped");
+            return;
+        };
         let stopped_id = pod
             .containers
             .iter()

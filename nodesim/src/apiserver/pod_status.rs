@@ -4,8 +4,8 @@
 //! the status is patched. A strategic merge patch merges `status.conditions` by `type`
 //! (`patchMergeKey:"type" patchStrategy:"merge"` on `PodStatus.Conditions`, k8s.io/api
 //! core/v1 types.go); a JSON merge patch (RFC 7386) replaces the list. A `metadata.uid` in
-//! the patch that is not the pod's is a precondition failure (409), as
-//! `rest.ValidateAllObjectUpdateFunc` / `UpdatedObjectInfo` preconditions answer.
+//! the patch that is not the pod's is a precondition failure (409), as a `resourceVersion`
+//! that is not the current one is (optimistic concurrency, as for any update).
 
 use super::events::merge_patch;
 use super::objects::{conflict, PatchType};
@@ -76,6 +76,15 @@ impl State {
         };
         if let Some(uid) = patch.pointer("/metadata/uid").and_then(Value::as_str) {
             if Some(uid) != current.metadata.uid.as_deref() {
+                return Err(conflict("", "pods", &key.1));
+            }
+        }
+        // optimistic concurrency, as for any update
+        if let Some(rv) = patch
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+        {
+            if Some(rv) != current.metadata.resource_version.as_deref() {
                 return Err(conflict("", "pods", &key.1));
             }
         }
