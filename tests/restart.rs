@@ -401,7 +401,19 @@ async fn a_pod_with_the_drain_gate_leaves_its_services_before_the_restart_and_co
         (restart_count(&p) == Some(1) && ready(&p)).then_some(p)
     })
     .await;
-    assert_eq!(condition(&plain, DRAIN_GATE), None, "no status patch");
+    assert_eq!(condition(&plain, DRAIN_GATE), None, "no condition");
+    let status_patches = |name: &str| {
+        let path = format!("/api/v1/namespaces/{NS}/pods/{name}/status");
+        node.api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path == path)
+            .map(|r| r.status)
+            .collect::<Vec<_>>()
+    };
+    assert!(status_patches("plain").is_empty(), "no status patch");
+    // the gated pod's: True on sight, False, True again — each admitted
+    assert_eq!(status_patches("gated"), [200, 200, 200]);
     let ev = node.wait_event(NS, "plain", "Restarted").await;
     assert!(ev.note.contains("traffic was not drained"), "{}", ev.note);
 }
