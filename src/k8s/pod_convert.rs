@@ -79,16 +79,6 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
     })
 }
 
-/// Whether the condition `type_` is `"True"`; `None`: the status has no such condition.
-fn condition(status: Option<&super::pod_view::PodStatusView>, type_: &str) -> Option<bool> {
-    let c = status?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == type_)?;
-    Some(c.status == "True")
-}
-
 /// Every `env[].valueFrom.{configMapKeyRef,secretKeyRef}` and `envFrom[]` of every container
 /// (init containers too: a restarted sidecar reads them again), sorted.
 fn env_refs(spec: &PodSpecView) -> Vec<EnvRef> {
@@ -453,6 +443,16 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<OwnerRef> {
             name: o.name.clone(),
             uid: o.uid.clone(),
         })
+}
+
+/// Whether the condition `type_` is `"True"`; `None`: the status has no such condition.
+fn condition(status: Option<&super::pod_view::PodStatusView>, type_: &str) -> Option<bool> {
+    let c = status?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)?;
+    Some(c.status == "True")
 }
 
 #[cfg(test)]
