@@ -56,7 +56,7 @@ pub fn keep_foreign(old: &[PodCondition], new: &mut Vec<PodCondition>) {
     }
 }
 
-/// `NeedToReconcilePodReadiness`: the pod has readiness gates and its Ready condition
+/// `NeedToReconcilePodReadiness`: the pod has readiness gates, a Ready condition, and that
 /// differs from what `ContainersReady` and the gates' conditions make it.
 pub fn needs_reconcile(pod: &Pod) -> bool {
     if !has_gates(pod) {
@@ -70,8 +70,8 @@ pub fn needs_reconcile(pod: &Pod) -> bool {
     let containers_ready =
         condition(conditions, "ContainersReady").is_some_and(|c| c.status == "True");
     let want = containers_ready && gates_ready(pod, conditions);
-    let is = condition(conditions, "Ready").is_some_and(|c| c.status == "True");
-    want != is
+    // only a Ready condition that is there is reconciled (`i >= 0` upstream)
+    condition(conditions, "Ready").is_some_and(|c| (c.status == "True") != want)
 }
 
 #[cfg(test)]
@@ -130,6 +130,7 @@ mod tests {
         );
         assert!(!needs_reconcile(&settled));
         assert!(!needs_reconcile(&pod(&[], &[("Ready", "True")])));
+        assert!(!needs_reconcile(&pod(&[g], &[(g, "True")])), "no Ready yet");
         let mut new = conds(&pod(&[], &[("Ready", "True"), ("ContainersReady", "True")]));
         keep_foreign(&conds(&stale), &mut new);
         let types: Vec<_> = new.iter().map(|c| c.type_.as_str()).collect();
