@@ -79,13 +79,23 @@ fn bounded(mut s: String) -> String {
 }
 
 /// On sight of a pod: the condition it needs written now, if any — `True` when it declares
-/// the gate and has no such condition yet (else it is never Ready). A condition already
-/// there is the agent's own (a restart in progress, or one an earlier agent left) and is
-/// not touched here; a terminating pod is left alone.
-pub fn on_sight(pod: &PodInfo) -> Option<GateCondition> {
-    let gated = pod.restart.drain_gate && pod.restart.drain_condition.is_none();
-    (gated && !pod.terminating)
-        .then(|| GateCondition::serving("reloadlet serves the readiness gate of this pod"))
+/// the gate and has no such condition yet (else it is never Ready), or when the condition is
+/// `False` and this agent holds no drain of the pod (`draining_here`): an agent that stopped
+/// during a drain left it so, and nothing else would ever set it back. A terminating pod is
+/// left alone.
+pub fn on_sight(pod: &PodInfo, draining_here: bool) -> Option<GateCondition> {
+    if !pod.restart.drain_gate || pod.terminating {
+        return None;
+    }
+    match pod.restart.drain_condition {
+        None => Some(GateCondition::serving(
+            "reloadlet serves the readiness gate of this pod",
+        )),
+        Some(false) if !draining_here => Some(GateCondition::serving(
+            "no drain of this pod is in progress (an agent stopped during one)",
+        )),
+        Some(_) => None,
+    }
 }
 
 /// Whether `container` was started again after the process in `stopped` was stopped and
@@ -127,19 +137,26 @@ mod tests {
     }
 
     #[test]
-    fn a_gate_without_its_condition_is_set_true_on_sight_and_nothing_else_is() {
-        // (declares the gate, condition, terminating) → a write of True
-        for (gate, condition, terminating, write) in [
-            (true, None, false, true),
-            (true, Some(true), false, false),
-            (true, Some(false), false, false),
-            (false, None, false, false),
-            (true, None, true, false),
+    fn a_gate_without_its_condition_or_left_false_is_set_true_on_sight_and_nothing_else_is() {
+        // (declares the gate, condition, terminating, a drain held here) → a write of True
+        for (gate, condition, terminating, held, write) in [
+            (true, None, false, false, true),
+            (true, Some(true), false, false, false),
+            (true, Some(false), false, true, false),
+            (true, Some(false), false, false, true),
+            (false, None, false, false, false),
+            (false, Some(false), false, false, false),
+            (true, None, true, false, false),
+            (true, Some(false), true, false, false),
         ] {
             let mut p = pod(gate, condition, "containerd://a", true);
             p.terminating = terminating;
-            let got = on_sight(&p);
-            assert_eq!(got.is_some(), write, "{gate} {condition:?} {terminating}");
+            let got = on_sight(&p, held);
+            assert_eq!(
+                got.is_some(),
+                write,
+                "{gate} {condition:?} {terminating} {held}"
+            );
             if let Some(c) = got {
                 assert!(c.serving);
                 assert_eq!(c.status(), "True");

@@ -9,7 +9,8 @@
 use crate::core::drain_gate::{back_in_service, GateCondition};
 use crate::core::model::{ContainerId, PodInfo};
 use crate::ports::{GateWriter, PatchError, PodRef};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +48,52 @@ impl Drain {
     }
 }
 
+/// The pods this agent holds a drain of (UID → how many containers): their condition
+/// `False` is its own, not one a stopped agent left (`core::drain_gate::on_sight`).
+#[derive(Clone, Default)]
+pub struct Draining(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Draining {
+    pub fn holds(&self, uid: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(uid)
+    }
+
+    /// Held until the returned guard is dropped.
+    pub fn hold(&self, uid: &str) -> Held {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(uid.to_owned())
+            .or_default() += 1;
+        Held {
+            of: self.clone(),
+            uid: uid.to_owned(),
+        }
+    }
+}
+
+/// One drain held ([`Draining::hold`]).
+pub struct Held {
+    of: Draining,
+    uid: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut map = self.of.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.uid);
+            }
+        }
+    }
+}
+
 /// Takes the pod out of service and waits `wait`. `Err(NotFound)`: the pod is gone.
 /// Cancelled (shutdown) in the wait: the condition is set back `True` and `Ok(None)`.
 pub async fn take_out(
@@ -73,8 +120,10 @@ pub async fn take_out(
 
 /// Waits (at most `timeout`, polling `current`) until `container` was started again and
 /// every container is ready, then sets the condition `True`; at once when `stop` is
-/// cancelled. Nothing when the pod is gone.
+/// cancelled. Nothing when the pod is gone. `held` is let go at the end.
+#[allow(clippy::too_many_arguments)]
 pub async fn bring_back(
+    held: Held,
     gate: Arc<dyn GateWriter>,
     pod: PodRef,
     container: String,
@@ -108,6 +157,7 @@ pub async fn bring_back(
         }
     };
     put_back(gate.as_ref(), &pod, &message).await;
+    drop(held);
 }
 
 /// Sets the condition `True` (once more on a failure other than a gone pod).

@@ -84,6 +84,8 @@ struct Inner {
     /// Pods whose gate condition was set `True` on sight, until the pod shows it (one write
     /// per pod, not one per update).
     gate_opened: Mutex<HashSet<String>>,
+    /// Pods with a drain in progress here.
+    draining: drain::Draining,
     /// The async runtime that reports, retries and evicts. The caller of
     /// [`Executor::signal`] may be the hot thread (`agent::hot_thread`), which only signals.
     runtime: tokio::runtime::Handle,
@@ -143,6 +145,7 @@ impl Executor {
                 deferred: Mutex::default(),
                 gate: deps.gate.clone(),
                 gate_opened: Mutex::default(),
+                draining: drain::Draining::default(),
                 runtime: tokio::runtime::Handle::current(),
             }),
         }
@@ -320,10 +323,9 @@ impl Executor {
             .gate_opened
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let Some(condition) = crate::core::drain_gate::on_sight(pod) else {
-            if pod.restart.drain_condition.is_some() {
-                opened.remove(&pod.uid);
-            }
+        let draining = self.inner.draining.holds(&pod.uid);
+        let Some(condition) = crate::core::drain_gate::on_sight(pod, draining) else {
+            opened.remove(&pod.uid);
             return;
         };
         if !opened.insert(pod.uid.clone()) {
@@ -338,7 +340,7 @@ impl Executor {
             async move {
                 match gate.set(&target, &condition).await {
                     Ok(()) => {
-                        tracing::info!(pod = %target.full_name(), "readiness gate reloadlet.io/restart-drain set True on first sight")
+                        tracing::info!(pod = %target.full_name(), reason = %condition.message, "readiness gate reloadlet.io/restart-drain set True on sight")
                     }
                     Err(e) => {
                         tracing::warn!(pod = %target.full_name(), error = %e, "could not set the readiness gate reloadlet.io/restart-drain True; the pod is not Ready until it is")
@@ -461,6 +463,12 @@ impl Inner {
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, tokio::time::Instant::now());
         let target = PodRef::from(&*pod);
+        // while held, the condition False is this agent's own (not reset on sight)
+        let held = job
+            .stop
+            .drain
+            .is_some()
+            .then(|| self.draining.hold(&job.pod_uid));
         let drain = match (job.stop.drain, &self.gate) {
             (None, _) => drain::Drain::NoGate,
             (Some(_), None) => drain::Drain::Failed("this agent does not write it".into()),
@@ -495,10 +503,11 @@ impl Inner {
                 .await
                 .unwrap_or_else(|e| Err(restart::RestartError::Panicked(e.to_string())));
         if drain.drained() {
-            if let Some(gate) = self.gate.clone() {
+            if let (Some(gate), Some(held)) = (self.gate.clone(), held) {
                 if stopped.is_ok() {
                     let index = self.clone();
                     self.signals.spawn(drain::bring_back(
+                        held,
                         gate,
                         target.clone(),
                         job.container.clone(),

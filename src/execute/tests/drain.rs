@@ -154,3 +154,30 @@ async fn a_gate_without_its_condition_is_opened_once() {
     assert_eq!(gate.statuses("web"), [true]);
     assert!(gate.statuses("plain").is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_left_false_is_opened_unless_a_drain_is_held_here() {
+    let w = world(false, 0);
+    let gate = Arc::new(fake::Gate::default());
+    let exec = gated(&w, gate.clone());
+    let mut left = pod();
+    left.restart.drain_gate = true;
+    left.restart.drain_condition = Some(false);
+    // an agent stopped during a drain: nobody would set it back
+    exec.pod_updated(&left);
+    exec.drain(Instant::now() + Duration::from_secs(3600)).await;
+    assert_eq!(gate.statuses("web"), [true]);
+
+    // this agent's own drain: the update showing False is left alone
+    let w = world(false, 0);
+    let gate = Arc::new(fake::Gate::default());
+    let exec = gated(&w, gate.clone());
+    exec.restart(drained_job(Duration::from_secs(5)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    exec.pod_updated(&left);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(gate.statuses("web"), [false], "no True while drained");
+    restarted(&exec);
+    exec.drain(Instant::now() + Duration::from_secs(3600)).await;
+    assert_eq!(gate.statuses("web"), [false, true]);
+}
