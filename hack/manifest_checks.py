@@ -22,6 +22,10 @@ ALLOWED_RULES = frozenset(
     # reloadlet status: the agent's reloadlet.io/applied record (docs/status.md), fenced by
     # its admission policy (AGENT_POLICY_SUFFIX) to that annotation on its own node's pods.
     + [("", "pods", "patch")]
+    # action: restart, the drain readiness gate (docs/restart.md): the condition
+    # reloadlet.io/restart-drain, fenced by the same policy to that condition on its own
+    # node's pods that declare the gate.
+    + [("", "pods/status", "patch")]
     + [("", "pods/eviction", "create")]
     + [("policy", "poddisruptionbudgets", v) for v in ("list", "watch")]
     + [("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")]
@@ -1494,10 +1498,51 @@ AGENT_POLICY_CASES = [
     ("writes a record that is no JSON object", _ann(APPLIED_ANNOTATION, "current"), "", ["node-a"], False),
     ("writes a record over 8192 characters", _ann(APPLIED_ANNOTATION, "{" + "x" * 8192 + "}"), "", ["node-a"], False),
     ("writes the record through the status subresource", _ann(APPLIED_ANNOTATION, _RECORD), "status", ["node-a"], False),
+    ("writes another subresource", lambda p: None, "ephemeralcontainers", ["node-a"], False),
+]
+
+DRAIN_GATE = "reloadlet.io/restart-drain"
+
+
+def _gated_pod() -> dict:
+    """A pod of node-a that declares the drain readiness gate, its condition True."""
+    def fn(p: dict) -> None:
+        p["spec"]["nodeName"] = "node-a"
+        p["spec"]["readinessGates"] = [{"conditionType": DRAIN_GATE}]
+        p["status"] = {"phase": "Running", "podIP": "10.0.0.7", "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": DRAIN_GATE, "status": "True", "reason": "Serving", "message": "x"}],
+            "containerStatuses": [{"name": "web", "ready": True, "restartCount": 0}]}
+    return _edit(_sample_pod(), fn)
+
+
+def _gate(status: str, message: str = "reloadlet drains the pod", type_: str = DRAIN_GATE):
+    def fn(p: dict) -> None:
+        conds = [c for c in p["status"]["conditions"] if c["type"] != type_]
+        p["status"]["conditions"] = conds + [{"type": type_, "status": status, "reason": "RestartDrain", "message": message}]
+    return fn
+
+
+# (description, edit of the gated pod, subresource, the token's node extra, allowed?)
+AGENT_DRAIN_CASES = [
+    ("sets the drain gate False on its own node", _gate("False"), "status", ["node-a"], True),
+    ("sets the drain gate True again", _gate("True"), "status", ["node-a"], True),
+    ("sets the drain gate on another node's pod", _gate("False"), "status", ["node-b"], False),
+    ("sets the drain gate with a token bound to no node", _gate("False"), "status", None, False),
+    ("sets the drain gate to Unknown", _gate("Unknown"), "status", ["node-a"], False),
+    ("writes a drain message over 256 characters", _gate("False", "x" * 257), "status", ["node-a"], False),
+    ("sets Ready False itself", _gate("False", type_="Ready"), "status", ["node-a"], False),
+    ("adds another condition", _gate("True", type_="example.com/other"), "status", ["node-a"], False),
+    ("changes the phase", lambda p: p["status"].update(phase="Failed"), "status", ["node-a"], False),
+    ("changes the pod IP", lambda p: p["status"].update(podIP="10.9.9.9"), "status", ["node-a"], False),
+    ("changes a container status", lambda p: p["status"]["containerStatuses"][0].update(ready=False), "status", ["node-a"], False),
+    ("writes an annotation through pods/status", _both(_gate("False"), _ann("team", "b")), "status", ["node-a"], False),
+    ("writes the record through pods/status", _both(_gate("False"), _ann(APPLIED_ANNOTATION, _RECORD)), "status", ["node-a"], False),
+    ("adds a label through pods/status", lambda p: p["metadata"]["labels"].update(app="evil"), "status", ["node-a"], False),
 ]
 
 
-@render_check("agent admission policy: CEL compiles; a record on its own node's pod passes, another node's pod, another annotation, a label or a spec change is rejected")
+@render_check("agent admission policy: CEL compiles; a record on its own node's pod passes, another node's pod, another annotation, a label or a spec change is rejected; through pods/status only the drain gate's condition, True or False, on a pod that declares it")
 def _agent_policy_cel(r: Render) -> tuple[bool, str]:
     if not r.agent_policy:
         return None
@@ -1508,8 +1553,12 @@ def _agent_policy_cel(r: Render) -> tuple[bool, str]:
     user = f"system:serviceaccount:{r.namespace}:{r.fullname}"
     old = _edit(_sample_pod(), _on_node("node-a"))
     bare = _edit(old, lambda p: p["metadata"].pop("annotations"))
+    gated = _gated_pod()
+    ungated = _edit(gated, lambda p: p["spec"].pop("readinessGates"))
     cases = [(*c, old) for c in AGENT_POLICY_CASES] + [
-        ("records on a pod without annotations", _ann(APPLIED_ANNOTATION, _RECORD), "", ["node-a"], True, bare)]
+        ("records on a pod without annotations", _ann(APPLIED_ANNOTATION, _RECORD), "", ["node-a"], True, bare),
+        ("sets the drain gate on a pod that does not declare it", _gate("False"), "status", ["node-a"], False, ungated),
+    ] + [(*c, gated) for c in AGENT_DRAIN_CASES]
     problems = []
     for desc, fn, sub_, node, allowed, base in cases:
         info: dict = {"username": user}

@@ -199,6 +199,20 @@ pub fn report(
                 "  restart timeout: {} (Ready again within it)",
                 humantime::format_duration(spec.timeout)
             );
+            let _ = if crate::core::restart::declares_drain_gate(pod) {
+                writeln!(
+                    w,
+                    "  drain: readiness gate {} set False {} before the stop signal (Services stop sending traffic), True again once the container is ready (docs/restart.md)",
+                    crate::core::restart::DRAIN_GATE,
+                    humantime::format_duration(spec.drain)
+                )
+            } else {
+                writeln!(
+                    w,
+                    "  drain: none — the pod has no readiness gate {}; requests routed to it while it stops fail",
+                    crate::core::restart::DRAIN_GATE
+                )
+            };
             if let Some(why) = crate::core::restart::refusal(pod) {
                 let _ = writeln!(w, "  WARNING (RestartRefused): {why}");
             }

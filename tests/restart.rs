@@ -210,6 +210,11 @@ async fn restart_policy_never_is_refused_with_a_warning_and_nothing_is_stopped()
     let handles = node.wait_running(NS, "once").await;
     node.wait_tracked(2).await;
     let pid = handles.container("app").unwrap().main_pid;
+    // (the shell writes what it serves after it started: not before the change)
+    eventually("the app serves v1", WAIT, || {
+        (served(&out) == "serving v1 greeting=one").then_some(())
+    })
+    .await;
     node.api.apply_configmap(app_conf("v2", "two"));
     let ev = node.wait_event(NS, "once", "RestartRefused").await;
     assert_eq!(ev.type_, "Warning");
@@ -267,4 +272,148 @@ async fn a_second_change_inside_the_crash_loop_window_is_deferred_then_applied_n
         1.0,
     )
     .await;
+}
+
+/// The condition `type_` of the pod: (status, lastTransitionTime).
+fn condition(p: &Pod, type_: &str) -> Option<(String, Option<jiff::Timestamp>)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    let at = c
+        .last_transition_time
+        .as_ref()
+        .and_then(|t| t.0.to_string().parse().ok());
+    Some((c.status.clone(), at))
+}
+
+fn ready(p: &Pod) -> bool {
+    condition(p, "Ready").is_some_and(|(s, _)| s == "True")
+}
+
+/// When the app container's previous process ended (`lastState.terminated.finishedAt`).
+fn finished_at(p: &Pod) -> Option<jiff::Timestamp> {
+    let c = p
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "app")?;
+    let t = c.last_state.as_ref()?.terminated.as_ref()?;
+    t.finished_at.as_ref()?.0.to_string().parse().ok()
+}
+
+const DRAIN_GATE: &str = "reloadlet.io/restart-drain";
+
+/// Drain through the readiness gate (issue #45 §2): a pod that declares
+/// `reloadlet.io/restart-drain` is Ready only once the agent set that condition True (on first
+/// sight); on a change it is set False — Ready False while the old process still runs — the
+/// drain (default 5 s) is waited, then the container is stopped, and once the new one is
+/// ready the gate is True again: same UID, restartCount + 1. A pod without the gate, changed
+/// at the same time, is restarted with no condition written (the positive control).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_with_the_drain_gate_leaves_its_services_before_the_restart_and_comes_back() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.start_agent(&["--restart-without-grant"]).await;
+    node.api.apply_configmap(app_conf("v1", "one"));
+    let base = node.path("");
+    let spec = |name: &str, out: &Path| {
+        pod(NS, name)
+            .annotate("reloadlet.io/action", "restart")
+            .annotate("reloadlet.io/restart-grace", "1s")
+            .configmap_volume("conf", "app-conf")
+            .container(start_only_app(&base, out))
+            .build()
+    };
+    let (gated_out, plain_out) = (node.path("gated-served"), node.path("plain-served"));
+    let mut gated = spec("gated", &gated_out);
+    gated.spec.as_mut().unwrap().readiness_gates =
+        Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: DRAIN_GATE.into(),
+        }]);
+    node.api.create_pod(gated);
+    node.api.create_pod(spec("plain", &plain_out));
+    let handles = node.wait_running(NS, "gated").await;
+    let explained = node.explain_output(NS, "gated");
+    assert!(
+        explained.contains(
+            "drain: readiness gate reloadlet.io/restart-drain set False 5s before the stop signal"
+        ),
+        "{explained}"
+    );
+    let first = handles.container("app").unwrap().main_pid;
+    node.wait_running(NS, "plain").await;
+    // Ready only once the agent opened the gate
+    let before = eventually("the gated pod Ready (gate set True on sight)", WAIT, || {
+        let p = node.api.get_pod(NS, "gated")?;
+        (ready(&p) && condition(&p, DRAIN_GATE)?.0 == "True").then_some(p)
+    })
+    .await;
+    eventually("both apps serve v1", WAIT, || {
+        (served(&gated_out) == "serving v1 greeting=one"
+            && served(&plain_out) == "serving v1 greeting=one")
+            .then_some(())
+    })
+    .await;
+    node.wait_tracked(4).await;
+
+    node.api.apply_configmap(app_conf("v2", "two"));
+
+    // out of its Services while the old process still runs (the drain is 5 s)
+    let draining = eventually("the gated pod not Ready, gate False", WAIT, || {
+        let p = node.api.get_pod(NS, "gated")?;
+        (!ready(&p) && condition(&p, DRAIN_GATE)?.0 == "False").then_some(p)
+    })
+    .await;
+    assert!(alive(first), "drained before the stop signal");
+    assert_eq!(restart_count(&draining), Some(0));
+    let (_, drained_at) = condition(&draining, DRAIN_GATE).unwrap();
+
+    let after = eventually("the gated pod restarted and Ready again", WAIT, || {
+        let p = node.api.get_pod(NS, "gated")?;
+        (restart_count(&p) == Some(1) && ready(&p) && condition(&p, DRAIN_GATE)?.0 == "True")
+            .then_some(p)
+    })
+    .await;
+    assert_eq!(after.metadata.uid, before.metadata.uid, "same pod");
+    assert_eq!(served(&gated_out), "serving v2 greeting=two");
+    // the process ended at least the drain (5 s, less a second of the condition's
+    // precision) after the gate was set False
+    let (drained_at, ended) = (drained_at.unwrap(), finished_at(&after).unwrap());
+    assert!(
+        ended.duration_since(drained_at) >= jiff::SignedDuration::from_secs(4),
+        "gate False at {drained_at}, process ended at {ended}"
+    );
+    let ev = node.wait_event(NS, "gated", "Restarted").await;
+    assert!(
+        ev.note.contains("traffic was drained for 5s first"),
+        "{}",
+        ev.note
+    );
+
+    // the positive control: restarted too, never a condition written
+    let plain = eventually("the plain pod restarted", WAIT, || {
+        let p = node.api.get_pod(NS, "plain")?;
+        (restart_count(&p) == Some(1) && ready(&p)).then_some(p)
+    })
+    .await;
+    assert_eq!(condition(&plain, DRAIN_GATE), None, "no condition");
+    let status_patches = |name: &str| {
+        let path = format!("/api/v1/namespaces/{NS}/pods/{name}/status");
+        node.api
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path == path)
+            .map(|r| r.status)
+            .collect::<Vec<_>>()
+    };
+    assert!(status_patches("plain").is_empty(), "no status patch");
+    // the gated pod's: True on sight, False, True again — each admitted
+    assert_eq!(status_patches("gated"), [200, 200, 200]);
+    let ev = node.wait_event(NS, "plain", "Restarted").await;
+    assert!(ev.note.contains("traffic was not drained"), "{}", ev.note);
 }

@@ -479,3 +479,72 @@ async fn metadata_watches_have_bookmarks_and_expire_like_pod_watches() {
         other => panic!("expected 410: {other:?}"),
     }
 }
+
+/// `pods/status` (the drain readiness gate's write): a strategic merge patch merges the
+/// conditions by `type`, the spec stays as it is, a foreign UID or a stale resourceVersion
+/// conflicts.
+#[tokio::test]
+async fn pod_status_patches_merge_conditions_by_type_and_leave_the_spec() {
+    let server = ApiServer::start().await.unwrap();
+    server.create_pod(pod("a", "p", "node-1", &[("app", "x")]));
+    server.set_pod_status(
+        "a",
+        "p",
+        serde_json::from_value(json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}]}))
+        .unwrap(),
+    );
+    let api: Api<Pod> = Api::namespaced(client(&server), "a");
+    let uid = server.get_pod("a", "p").unwrap().metadata.uid.unwrap();
+    let gate = |status: &str, uid: &str| {
+        Patch::Strategic(json!({
+            "metadata": {"uid": uid},
+            "spec": {"nodeName": "elsewhere"},
+            "status": {"conditions": [{"type": "x.io/gate", "status": status}]},
+        }))
+    };
+    let p = api
+        .patch_status("p", &PatchParams::default(), &gate("False", &uid))
+        .await
+        .unwrap();
+    let types = |p: &Pod| -> Vec<(String, String)> {
+        let conditions = p.status.as_ref().unwrap().conditions.as_ref().unwrap();
+        conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone()))
+            .collect()
+    };
+    let pair = |t: &str, s: &str| (t.to_string(), s.to_string());
+    assert_eq!(
+        types(&p),
+        [pair("Ready", "True"), pair("x.io/gate", "False")]
+    );
+    assert_eq!(
+        p.spec.unwrap().node_name.as_deref(),
+        Some("node-1"),
+        "pods/status leaves the spec"
+    );
+    let p = api
+        .patch_status("p", &PatchParams::default(), &gate("True", &uid))
+        .await
+        .unwrap();
+    assert_eq!(
+        types(&p),
+        [pair("Ready", "True"), pair("x.io/gate", "True")]
+    );
+    for patch in [
+        gate("False", "another-uid"),
+        Patch::Strategic(
+            json!({"metadata": {"resourceVersion": "1"}, "status": {"phase": "Failed"}}),
+        ),
+    ] {
+        let err = api
+            .patch_status("p", &PatchParams::default(), &patch)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, kube::Error::Api(ref s) if s.code == 409),
+            "{err}"
+        );
+    }
+}

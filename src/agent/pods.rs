@@ -626,7 +626,6 @@ impl Pods {
                 exec.report(&pod.into(), ActionKind::Restart, outcome, message.clone());
             }
             Decision::Restart { targets, cause } => {
-                let undrained = !crate::core::restart::declares_drain_gate(pod);
                 for t in targets {
                     tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), container = %t.target.container, cause = %cause, action = "restart", "restarting the container in place");
                     exec.restart(RestartJob {
@@ -636,7 +635,6 @@ impl Pods {
                         first_seen: change.first_seen,
                         sources: cause.sources.clone(),
                         seen: seen.clone(),
-                        undrained,
                     });
                 }
             }

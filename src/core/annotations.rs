@@ -230,7 +230,7 @@ pub enum AnnotationError {
     InvalidHttpMethod(String),
     #[error("{HTTP_SCHEME}: {0:?} is not valid; use \"http\" (the default) or \"https\"")]
     InvalidHttpScheme(String),
-    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, secretproviderclasses, csi-volumes, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout, rollout-baseline, restarted-for, restart-containers, restart-grace, restart-timeout, debounce, min-interval, flap-threshold, window, window-duration, window-timezone, window-actions")]
+    #[error("unknown annotation {0:?}; known: reloadlet.io/action, signal, containers, configmaps, secrets, secretproviderclasses, csi-volumes, evict-unowned, signal-check, http-port, http-path, http-method, http-body, http-scheme, fast-projection, projection-nudge, env-action, env-baseline, on-blocked, blocked-timeout, rollout-baseline, restarted-for, restart-containers, restart-grace, restart-timeout, drain, debounce, min-interval, flap-threshold, window, window-duration, window-timezone, window-actions")]
     UnknownKey(String),
     /// `reloadlet.io/on-blocked` / `reloadlet.io/blocked-timeout` (core::rollout).
     #[error(transparent)]

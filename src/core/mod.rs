@@ -9,6 +9,7 @@ pub mod debounce;
 pub mod detect;
 pub mod disposition;
 pub mod disruption_budgets;
+pub mod drain_gate;
 pub mod drained;
 pub mod durations;
 pub mod fair_queue;

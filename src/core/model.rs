@@ -335,6 +335,11 @@ pub struct RestartFacts {
     pub termination_grace_seconds: Option<i64>,
     /// `spec.readinessGates` has `reloadlet.io/restart-drain`.
     pub drain_gate: bool,
+    /// `status.conditions[reloadlet.io/restart-drain].status == "True"`; `None`: no such
+    /// condition (`core::drain_gate`).
+    pub drain_condition: Option<bool>,
+    /// `status.conditions[ContainersReady].status == "True"`.
+    pub containers_ready: bool,
     /// `(container, lifecycle.stopSignal)` of the containers that set one.
     pub stop_signals: Vec<(String, String)>,
 }

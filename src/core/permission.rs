@@ -51,6 +51,9 @@ pub enum Feature {
     /// The agent's `reloadlet.io/applied` record on the pods it acts on (pods/patch), and the
     /// controller's key it reads to compute data versions (a Secret in its own namespace).
     StatusRecord,
+    /// The drain readiness gate of `action: restart` (pods/status patch of the condition
+    /// `reloadlet.io/restart-drain`, docs/restart.md).
+    RestartDrain,
 }
 
 impl Feature {
@@ -73,6 +76,7 @@ impl Feature {
             Feature::Key => "controller-key",
             Feature::DataVersions => "data-version publishing",
             Feature::StatusRecord => "status-record",
+            Feature::RestartDrain => "restart-drain",
         }
     }
 

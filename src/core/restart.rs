@@ -21,8 +21,11 @@ pub const RESTART_CONTAINERS: &str = "reloadlet.io/restart-containers";
 pub const RESTART_GRACE: &str = "reloadlet.io/restart-grace";
 /// `reloadlet.io/restart-timeout`: how long a restarted pod may take to be Ready again.
 pub const RESTART_TIMEOUT: &str = "reloadlet.io/restart-timeout";
+/// `reloadlet.io/drain`: how long a pod with the [`DRAIN_GATE`] is left out of its Services
+/// before its containers are stopped.
+pub const DRAIN: &str = "reloadlet.io/drain";
 /// Every restart annotation (known keys of the parser).
-pub const ANNOTATIONS: [&str; 3] = [RESTART_CONTAINERS, RESTART_GRACE, RESTART_TIMEOUT];
+pub const ANNOTATIONS: [&str; 4] = [RESTART_CONTAINERS, RESTART_GRACE, RESTART_TIMEOUT, DRAIN];
 
 /// The readiness gate a pod declares to be drained before a restart.
 pub const DRAIN_GATE: &str = "reloadlet.io/restart-drain";
@@ -35,6 +38,8 @@ pub fn declares_drain_gate(pod: &PodInfo) -> bool {
 /// The annotation the kubelet puts on the API's copy of a static pod (a mirror pod).
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
+/// Default of [`DRAIN`].
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
 /// Default of [`RESTART_TIMEOUT`].
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The longest grace or timeout a pod may ask for.
@@ -63,6 +68,8 @@ pub struct RestartSpec {
     /// `reloadlet.io/restart-grace`; `None`: the pod's `terminationGracePeriodSeconds`.
     pub grace: Option<Duration>,
     pub timeout: Duration,
+    /// `reloadlet.io/drain` (used only when the pod declares the [`DRAIN_GATE`]).
+    pub drain: Duration,
 }
 
 /// A restart annotation that cannot be read.
@@ -115,6 +122,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<RestartSpec, Rest
         containers,
         grace: duration(RESTART_GRACE)?,
         timeout: duration(RESTART_TIMEOUT)?.unwrap_or(DEFAULT_TIMEOUT),
+        drain: duration(DRAIN)?.unwrap_or(DEFAULT_DRAIN),
     })
 }
 
@@ -166,11 +174,18 @@ pub fn refusal(pod: &PodInfo) -> Option<String> {
     }
 }
 
-/// How one container is stopped: its stop signal, then SIGKILL after `grace`.
+/// How one container is stopped: its stop signal, then SIGKILL after `grace` — after the
+/// pod was drained when it declares the [`DRAIN_GATE`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StopPlan {
     pub signal: ReloadSignal,
     pub grace: Duration,
+    /// `Some`: the pod declares the [`DRAIN_GATE`]: its condition is set `False` and this
+    /// long waited before the stop signal (`core::drain`).
+    pub drain: Option<Duration>,
+    /// `reloadlet.io/restart-timeout`: how long the restarted container may take to be
+    /// Ready again (the drain condition is set back to `True` then at the latest).
+    pub timeout: Duration,
 }
 
 /// The stop plan of `container`: `lifecycle.stopSignal` where set (KEP-4960) else SIGTERM;
@@ -201,7 +216,12 @@ pub fn stop_plan(
             .map(|s| Duration::from_secs(s.max(0) as u64).min(MAX_RESTART_DURATION))
             .unwrap_or(DEFAULT_GRACE)
     });
-    Ok(StopPlan { signal, grace })
+    Ok(StopPlan {
+        signal,
+        grace,
+        drain: declares_drain_gate(pod).then_some(spec.drain),
+        timeout: spec.timeout,
+    })
 }
 
 /// Whether a container last restarted `since_last` ago may be restarted now: `None` if so,
@@ -232,14 +252,17 @@ mod tests {
                 containers: RestartContainers::Changed,
                 grace: None,
                 timeout: DEFAULT_TIMEOUT,
+                drain: DEFAULT_DRAIN,
             }
         );
         let spec = parse(&annotations(&[
             (RESTART_CONTAINERS, " app, sidecar "),
             (RESTART_GRACE, "5s"),
             (RESTART_TIMEOUT, "2m"),
+            (DRAIN, "20s"),
         ]))
         .unwrap();
+        assert_eq!(spec.drain, Duration::from_secs(20));
         assert_eq!(
             spec.containers,
             RestartContainers::Named(vec!["app".into(), "sidecar".into()])
@@ -263,6 +286,9 @@ mod tests {
             (RESTART_GRACE, "2h"),
             (RESTART_TIMEOUT, "soon"),
             (RESTART_TIMEOUT, huge.as_str()),
+            (DRAIN, "-1s"),
+            (DRAIN, "2h"),
+            (DRAIN, huge.as_str()),
         ] {
             let err = parse(&annotations(&[(key, value)])).unwrap_err();
             assert!(err.to_string().starts_with(key), "{err}");
@@ -278,6 +304,7 @@ mod tests {
                 termination_grace_seconds: Some(7),
                 drain_gate: false,
                 stop_signals: vec![("nginx".into(), "SIGQUIT".into())],
+                ..Default::default()
             }),
             ..Default::default()
         }
@@ -306,8 +333,27 @@ mod tests {
             stop_plan(&p, &spec, "app").unwrap(),
             StopPlan {
                 signal: ReloadSignal::Term,
-                grace: Duration::from_secs(7)
+                grace: Duration::from_secs(7),
+                drain: None,
+                timeout: DEFAULT_TIMEOUT,
             }
+        );
+        let mut gated = pod(None);
+        gated.restart.drain_gate = true;
+        let drained = parse(&annotations(&[(DRAIN, "9s")])).unwrap();
+        assert_eq!(
+            stop_plan(&gated, &drained, "app").unwrap().drain,
+            Some(Duration::from_secs(9))
+        );
+        assert_eq!(
+            stop_plan(&gated, &spec, "app").unwrap().drain,
+            Some(DEFAULT_DRAIN),
+            "the gate alone drains for the default"
+        );
+        assert_eq!(
+            stop_plan(&p, &drained, "app").unwrap().drain,
+            None,
+            "no gate, no drain"
         );
         assert_eq!(
             stop_plan(&p, &spec, "nginx").unwrap().signal,

@@ -8,6 +8,7 @@
 //! pod patches (`patch.rs`: the projection nudge, the env baseline) are the fourth.
 
 pub mod applied;
+pub mod drain;
 pub mod evict;
 pub mod http;
 pub mod patch;
@@ -29,7 +30,7 @@ use http::{HttpJob, HttpReloads, HttpSettings};
 use report::Reporter;
 use restart::RestartJob;
 use signal::{SignalError, SignalJob};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -48,6 +49,8 @@ pub struct Deps {
     pub notifier: Notifier,
     /// The pods' `reloadlet.io/applied` record (`None`: not written).
     pub record: Option<applied::RecordDeps>,
+    /// The drain readiness gate of `action: restart` (`None`: not written).
+    pub gate: Option<Arc<dyn crate::ports::GateWriter>>,
 }
 
 #[derive(Clone)]
@@ -75,6 +78,14 @@ struct Inner {
     restart_without_grant: bool,
     /// Restarts deferred to the end of their crash-loop window: the latest job of each.
     deferred: Mutex<HashMap<(String, String), RestartJob>>,
+    /// The drain readiness gate's writes (`None`: not written; a gated pod is restarted
+    /// undrained, and says so).
+    gate: Option<Arc<dyn crate::ports::GateWriter>>,
+    /// Pods whose gate condition was set `True` on sight, until the pod shows it (one write
+    /// per pod, not one per update).
+    gate_opened: Mutex<HashSet<String>>,
+    /// Pods with a drain in progress here.
+    draining: drain::Draining,
     /// The async runtime that reports, retries and evicts. The caller of
     /// [`Executor::signal`] may be the hot thread (`agent::hot_thread`), which only signals.
     runtime: tokio::runtime::Handle,
@@ -132,6 +143,9 @@ impl Executor {
                 restart_spacing: crate::core::restart::MIN_SPACING,
                 restart_without_grant: false,
                 deferred: Mutex::default(),
+                gate: deps.gate.clone(),
+                gate_opened: Mutex::default(),
+                draining: drain::Draining::default(),
                 runtime: tokio::runtime::Handle::current(),
             }),
         }
@@ -234,6 +248,15 @@ impl Executor {
         self
     }
 
+    /// Writes the drain readiness gate of `action: restart` pods with `gate`
+    /// (docs/restart.md). Before the executor is shared.
+    pub fn with_drain_gate(mut self, gate: Arc<dyn crate::ports::GateWriter>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.gate = Some(gate);
+        }
+        self
+    }
+
     /// Restarts one container of a pod in place (`action: restart`): its stop signal, SIGKILL
     /// after the grace; the kubelet starts it again. A container restarted less than the
     /// crash-loop window ago is deferred to the window's end (one `RestartDeferred` per
@@ -271,6 +294,7 @@ impl Executor {
     /// long eviction wait if it is terminating.
     pub fn pod_updated(&self, pod: &PodInfo) {
         self.inner.http.pod_updated(pod);
+        self.open_gate(pod);
         if pod.terminating {
             self.inner.evictions.pod_gone(&pod.uid);
         }
@@ -279,7 +303,52 @@ impl Executor {
     /// A pod was deleted: ends its reload request and any eviction wait.
     pub fn pod_deleted(&self, uid: &str) {
         self.inner.http.pod_deleted(uid);
+        self.inner
+            .gate_opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
         self.inner.evictions.pod_gone(uid);
+    }
+
+    /// A pod that declares the drain readiness gate and has no such condition yet gets it
+    /// `True` (else it is never Ready: `core::drain_gate`). Once per pod; under `--dry-run`
+    /// logged only.
+    fn open_gate(&self, pod: &PodInfo) {
+        let Some(gate) = self.inner.gate.clone() else {
+            return;
+        };
+        let mut opened = self
+            .inner
+            .gate_opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let draining = self.inner.draining.holds(&pod.uid);
+        let Some(condition) = crate::core::drain_gate::on_sight(pod, draining) else {
+            opened.remove(&pod.uid);
+            return;
+        };
+        if !opened.insert(pod.uid.clone()) {
+            return;
+        }
+        if self.inner.report.dry_run() {
+            tracing::info!(pod = %pod.full_name(), outcome = Outcome::DryRun.as_str(), "dry-run: would set the readiness gate reloadlet.io/restart-drain True");
+            return;
+        }
+        let target = PodRef::from(pod);
+        self.inner.signals.spawn_on(
+            async move {
+                match gate.set(&target, &condition).await {
+                    Ok(()) => {
+                        tracing::info!(pod = %target.full_name(), reason = %condition.message, "readiness gate reloadlet.io/restart-drain set True on sight")
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %target.full_name(), error = %e, "could not set the readiness gate reloadlet.io/restart-drain True; the pod is not Ready until it is")
+                    }
+                }
+            },
+            &self.inner.runtime,
+        );
     }
 
     pub fn pending_evictions(&self) -> Vec<PendingEviction> {
@@ -393,14 +462,68 @@ impl Inner {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, tokio::time::Instant::now());
+        let target = PodRef::from(&*pod);
+        // while held, the condition False is this agent's own (not reset on sight)
+        let held = job
+            .stop
+            .drain
+            .is_some()
+            .then(|| self.draining.hold(&job.pod_uid));
+        let drain = match (job.stop.drain, &self.gate) {
+            (None, _) => drain::Drain::NoGate,
+            (Some(_), None) => drain::Drain::Failed("this agent does not write it".into()),
+            (Some(wait), Some(gate)) => {
+                match drain::take_out(gate.as_ref(), &target, &job.container, wait, &self.stop)
+                    .await
+                {
+                    Ok(Some(d)) => d,
+                    // shutdown in the drain: the gate is open again, nothing stopped
+                    Ok(None) => return,
+                    Err(_) => {
+                        tracing::info!(pod = %pod.full_name(), container = %job.container, "pod gone; restart dropped");
+                        return;
+                    }
+                }
+            }
+        };
+        // The pod as it is now (after the drain), and its container as it was stopped.
+        let Some(pod) = self.pod(&job.pod_uid) else {
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone while drained; restart dropped");
+            return;
+        };
+        let stopped_id = pod
+            .containers
+            .iter()
+            .find(|c| c.name == job.container)
+            .and_then(|c| c.container_id.clone());
         let inner = self.clone();
         let (p, j) = (pod.clone(), job.clone());
         let stopped =
             tokio::task::spawn_blocking(move || restart::stop(inner.processes.as_ref(), &p, &j))
                 .await
                 .unwrap_or_else(|e| Err(restart::RestartError::Panicked(e.to_string())));
+        if drain.drained() {
+            if let (Some(gate), Some(held)) = (self.gate.clone(), held) {
+                if stopped.is_ok() {
+                    let index = self.clone();
+                    self.signals.spawn(drain::bring_back(
+                        held,
+                        gate,
+                        target.clone(),
+                        job.container.clone(),
+                        stopped_id,
+                        job.stop.timeout,
+                        self.stop.clone(),
+                        move |uid| index.pod(uid),
+                    ));
+                } else {
+                    let message = "the container could not be stopped; the gate is not held";
+                    drain::put_back(gate.as_ref(), &target, message).await;
+                }
+            }
+        }
         let (outcome, note) = match &stopped {
-            Ok(s) => (Outcome::Restarted, restart::restarted_note(&job, s)),
+            Ok(s) => (Outcome::Restarted, restart::restarted_note(&job, s, &drain)),
             Err(e) => (
                 Outcome::RestartFailed,
                 format!(
@@ -584,6 +707,8 @@ mod tests {
     use crate::ports::fake;
     use std::time::Duration;
 
+    mod drain;
+
     struct World {
         exec: Executor,
         events: Arc<fake::Events>,
@@ -633,6 +758,7 @@ mod tests {
             http: Arc::new(fake::Http::default()),
             notifier,
             record: None,
+            gate: None,
         };
         let exec = Executor::new(
             "node-1",
@@ -695,13 +821,14 @@ mod tests {
             stop: crate::core::restart::StopPlan {
                 signal: ReloadSignal::Term,
                 grace: Duration::ZERO,
+                drain: None,
+                timeout: crate::core::restart::DEFAULT_TIMEOUT,
             },
             first_seen: Instant::now(),
             sources: vec![crate::core::model::SourceRef {
                 kind: crate::core::model::SourceKind::ConfigMap,
                 name: sources.into(),
             }],
-            undrained: true,
         }
     }
 

@@ -23,9 +23,6 @@ pub struct RestartJob {
     pub sources: Vec<SourceRef>,
     /// The writes of the changed volumes it is for (the pod's status record).
     pub seen: crate::execute::applied::Seen,
-    /// The pod does not declare the readiness gate `reloadlet.io/restart-drain`: traffic is
-    /// not drained first (said in the Event).
-    pub undrained: bool,
 }
 
 impl RestartJob {
@@ -109,8 +106,12 @@ fn still_running(
     processes.find_main_process(pod_uid, id).ok() == Some(main)
 }
 
-/// The Event's note of a restart.
-pub fn restarted_note(job: &RestartJob, stopped: &Stopped) -> String {
+/// The Event's note of a restart (`drain`: what became of the drain first).
+pub fn restarted_note(
+    job: &RestartJob,
+    stopped: &Stopped,
+    drain: &crate::execute::drain::Drain,
+) -> String {
     let how = if stopped.killed {
         format!(
             "{}, then SIGKILL after {}",
@@ -120,11 +121,7 @@ pub fn restarted_note(job: &RestartJob, stopped: &Stopped) -> String {
     } else {
         job.stop.signal.name().to_owned()
     };
-    let drained = if job.undrained {
-        "; traffic was not drained first (the pod has no readiness gate reloadlet.io/restart-drain)"
-    } else {
-        ""
-    };
+    let drained = drain.note();
     format!(
         "stopped container {} (pid {}) with {how}; the kubelet starts it again in the same pod{drained}: {}",
         job.container,
@@ -173,13 +170,14 @@ mod tests {
             stop: StopPlan {
                 signal: ReloadSignal::Term,
                 grace,
+                drain: None,
+                timeout: crate::core::restart::DEFAULT_TIMEOUT,
             },
             first_seen: Instant::now(),
             sources: vec![SourceRef {
                 kind: SourceKind::ConfigMap,
                 name: "app-config".into(),
             }],
-            undrained: true,
         }
     }
 
@@ -203,8 +201,15 @@ mod tests {
             .map(|(_, _, s)| *s)
             .collect();
         assert_eq!(sent, [ReloadSignal::Term, ReloadSignal::Kill]);
-        let note = restarted_note(&job(Duration::from_secs(30)), &stopped);
+        use crate::execute::drain::Drain;
+        let note = restarted_note(&job(Duration::from_secs(30)), &stopped, &Drain::NoGate);
         assert_eq!(note, "stopped container app (pid 4242) with SIGTERM, then SIGKILL after 30s; the kubelet starts it again in the same pod; traffic was not drained first (the pod has no readiness gate reloadlet.io/restart-drain): configmap app-config changed");
+        let note = restarted_note(
+            &job(Duration::from_secs(30)),
+            &stopped,
+            &Drain::Drained(Duration::from_secs(5)),
+        );
+        assert!(note.contains("; traffic was drained for 5s first (readiness gate reloadlet.io/restart-drain False; set True again once the container is ready): configmap"), "{note}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod controller_key;
 pub mod events;
 pub mod eviction;
 pub mod pdb_watch;
+pub mod pod_condition;
 pub mod pod_convert;
 pub mod pod_get;
 pub mod pod_view;

@@ -63,6 +63,8 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
                 .iter()
                 .flatten()
                 .any(|g| g.condition_type == crate::core::restart::DRAIN_GATE),
+            drain_condition: condition(status, crate::core::restart::DRAIN_GATE),
+            containers_ready: condition(status, "ContainersReady") == Some(true),
             stop_signals: spec
                 .init_containers
                 .iter()
@@ -454,6 +456,16 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<OwnerRef> {
         })
 }
 
+/// Whether the condition `type_` is `"True"`; `None`: the status has no such condition.
+fn condition(status: Option<&super::pod_view::PodStatusView>, type_: &str) -> Option<bool> {
+    let c = status?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)?;
+    Some(c.status == "True")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,6 +544,32 @@ mod tests {
             })
         );
         assert_eq!(volume(json!({"name": "data", "emptyDir": {}})).csi, None);
+    }
+
+    #[test]
+    fn the_drain_gate_its_condition_and_containers_ready_are_read() {
+        let info = |v: serde_json::Value| {
+            let pod: PodView = serde_json::from_value(v).unwrap();
+            pod_info(&pod).unwrap()
+        };
+        let spec = json!({"containers": [{"name": "app"}],
+            "readinessGates": [{"conditionType": "reloadlet.io/restart-drain"}]});
+        let p = info(json!({"metadata": {"uid": "u"}, "spec": spec}));
+        assert!(p.restart.drain_gate);
+        assert_eq!(p.restart.drain_condition, None);
+        assert!(!p.restart.containers_ready);
+        let p = info(
+            json!({"metadata": {"uid": "u"}, "spec": spec, "status": {"conditions": [
+            {"type": "ContainersReady", "status": "True"},
+            {"type": "reloadlet.io/restart-drain", "status": "False"}]}}),
+        );
+        assert_eq!(p.restart.drain_condition, Some(false));
+        assert!(p.restart.containers_ready);
+        let p = info(
+            json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "app"}],
+            "readinessGates": [{"conditionType": "example.com/other"}]}}),
+        );
+        assert!(!p.restart.drain_gate);
     }
 
     #[test]

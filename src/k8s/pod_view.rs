@@ -112,6 +112,16 @@ pub struct PodStatusView {
     pub pod_ip: Option<String>,
     pub container_statuses: Option<Vec<ContainerStatusView>>,
     pub init_container_statuses: Option<Vec<ContainerStatusView>>,
+    pub conditions: Option<Vec<ConditionView>>,
+}
+
+/// `status.conditions[]`: the type and status only.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionView {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -274,3 +274,44 @@ impl ContainerProcesses for Processes {
         targets.len()
     }
 }
+
+/// Records every drain-gate write (pod name, `status`, when); `fail`: the next writes answer
+/// these errors.
+#[derive(Default)]
+pub struct Gate {
+    pub writes: Mutex<Vec<(String, bool, std::time::Instant)>>,
+    pub fail: Mutex<VecDeque<PatchError>>,
+}
+
+impl Gate {
+    /// The `status` values written for `pod`, in order.
+    pub fn statuses(&self, pod: &str) -> Vec<bool> {
+        self.writes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _, _)| p == pod)
+            .map(|(_, s, _)| *s)
+            .collect()
+    }
+}
+
+impl GateWriter for Gate {
+    fn set<'a>(
+        &'a self,
+        pod: &'a PodRef,
+        condition: &'a crate::core::drain_gate::GateCondition,
+    ) -> BoxFuture<'a, Result<(), PatchError>> {
+        Box::pin(async move {
+            if let Some(e) = self.fail.lock().unwrap().pop_front() {
+                return Err(e);
+            }
+            self.writes.lock().unwrap().push((
+                pod.name.clone(),
+                condition.serving,
+                std::time::Instant::now(),
+            ));
+            Ok(())
+        })
+    }
+}

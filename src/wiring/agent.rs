@@ -181,6 +181,10 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         processes: Arc::new(ProcFs::new(&settings.paths.proc_root)),
         evictor: Arc::new(KubeEvictor::new(clients.eviction.clone(), refusals.clone())),
         notifier,
+        gate: Some(Arc::new(crate::k8s::pod_condition::KubeGate::new(
+            clients.main.clone(),
+            refusals.clone(),
+        ))),
     };
     let eviction = EvictionSettings {
         max_in_flight: settings.eviction.max_in_flight,

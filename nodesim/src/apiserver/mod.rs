@@ -24,6 +24,7 @@ mod model;
 mod objects;
 mod pdb_store;
 mod pdb_watch;
+mod pod_status;
 pub mod rbac;
 pub mod rbac_chart;
 mod readiness;

@@ -40,6 +40,10 @@ pub(crate) fn router(shared: Arc<Shared>, argo_rollouts: bool) -> Router {
         )
         .route("/api/v1/namespaces/{ns}/pods/{name}/eviction", post(evict))
         .route(
+            "/api/v1/namespaces/{ns}/pods/{name}/status",
+            axum::routing::patch(patch_pod_status),
+        )
+        .route(
             "/apis/events.k8s.io/v1/namespaces/{ns}/events",
             get(list_events_v1).post(create_event_v1),
         )
@@ -246,6 +250,24 @@ async fn patch_pod(
     let how = http_objects::patch_type(&headers)?;
     let dry_run = p.get("dryRun").is_some_and(|d| d == "All");
     let pod = s.lock().patch_pod_as(&key, how, &body, dry_run)?;
+    http_objects::one(
+        StatusCode::OK,
+        serde_json::to_value(&pod).unwrap_or(Value::Null),
+        &headers,
+    )
+}
+
+/// PATCH of `pods/status` (see [`super::pod_status`]).
+async fn patch_pod_status(
+    State(s): Shr,
+    Path(key): Path<(String, String)>,
+    Query(p): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let how = http_objects::patch_type(&headers)?;
+    let dry_run = p.get("dryRun").is_some_and(|d| d == "All");
+    let pod = s.lock().patch_pod_status(&key, how, &body, dry_run)?;
     http_objects::one(
         StatusCode::OK,
         serde_json::to_value(&pod).unwrap_or(Value::Null),

@@ -269,6 +269,12 @@ impl State {
     /// Sets the status the kubelet reports.
     pub fn set_pod_status(&mut self, key: &Key, status: PodStatus) -> Option<Pod> {
         let mut pod = self.pods.get(key)?.clone();
+        let mut status = status;
+        // mergePodStatus: the conditions the kubelet does not own stay as the API has them
+        let old = pod.status.as_ref().and_then(|s| s.conditions.as_deref());
+        if let (Some(old), Some(new)) = (old, status.conditions.as_mut()) {
+            crate::kubelet::readiness_gates::keep_foreign(old, new);
+        }
         pod.status = Some(status);
         let pod = self.commit_pod(pod);
         self.settle();

@@ -9,6 +9,7 @@ mod api;
 mod options;
 mod pod;
 pub mod qos;
+pub mod readiness_gates;
 pub mod sync;
 mod worker;
 

@@ -467,7 +467,17 @@ impl PodState {
     fn status(&self) -> PodStatus {
         let running = self.stage == Stage::Running;
         let containers_ready = running && self.ready;
-        let ready = containers_ready && self.all_running();
+        // GeneratePodReadyCondition: the containers, and every readiness gate's condition as
+        // the API holds it (super::readiness_gates).
+        let api_conditions = self
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default();
+        let gates = super::readiness_gates::gates_ready(&self.pod, api_conditions);
+        let all_ready = containers_ready && self.all_running();
+        let ready = all_ready && gates;
         let now = Time(crate::clock::now());
         let cond = |type_: &str, ok: bool| PodCondition {
             type_: type_.into(),
@@ -548,7 +558,7 @@ impl PodState {
                 cond("PodReadyToStartContainers", running),
                 cond("Initialized", running),
                 cond("Ready", ready),
-                cond("ContainersReady", ready),
+                cond("ContainersReady", all_ready),
                 cond("PodScheduled", true),
             ]),
             container_statuses: Some(

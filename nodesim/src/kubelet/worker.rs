@@ -238,9 +238,13 @@ impl Worker {
                 // syncs the pod at once (HandlePodUpdates); status only: it just keeps
                 // the new copy (config.go checkAndUpdatePod)
                 let differs = kubelet_sync::differs_semantically(&state.pod, &pod);
+                let reconcile = super::readiness_gates::needs_reconcile(&pod);
                 state.pod = pod;
                 if differs {
                     self.sync_pod(&uid, SyncReason::PodUpdate);
+                } else if reconcile {
+                    // HandlePodReconcile: a readiness gate's condition changed Ready
+                    state.report_status(self.api.as_ref());
                 }
             }
         }

@@ -96,6 +96,7 @@ pub(super) fn world_with(saved: Option<SavedState>, adjust: impl FnOnce(&mut Set
             patcher: Arc::new(patcher.clone()),
             key: key_rx,
         }),
+        gate: None,
     };
     let store = saved.map(|saved| {
         let store = StateStore::open(&dir.path().join("state")).unwrap();

@@ -279,6 +279,7 @@ async fn a_min_interval_holds_across_a_restart() {
         http: again.http.clone(),
         notifier: crate::outbound::notify::Notifier::disabled(),
         record: None,
+        gate: None,
     };
     let mut settings = super::settings(w.dir.path());
     settings.pacing = Default::default();

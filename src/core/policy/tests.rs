@@ -798,6 +798,9 @@ fn hostile_restart_annotations_are_invalid_never_a_panic() {
         ("reloadlet.io/restart-containers", "nope"),
         ("reloadlet.io/restart-grace", "99999999999999999999y"),
         ("reloadlet.io/restart-timeout", "-1s"),
+        ("reloadlet.io/drain", "soon"),
+        ("reloadlet.io/drain", "2h"),
+        ("reloadlet.io/drain", huge.as_str()),
     ] {
         let p = restart_pod().annotate(key, value).0;
         match decide(&p, &changed(&["conf"])) {
