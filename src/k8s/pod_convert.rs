@@ -49,6 +49,7 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
         has_controller: controller.is_some(),
         controller: controller.map(Box::new),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+        ready: status.is_some_and(|s| s.ready),
         terminating: meta.deletion_timestamp.is_some(),
         env: env_refs(spec),
         pod_ip: status

@@ -112,6 +112,27 @@ pub struct PodStatusView {
     pub pod_ip: Option<String>,
     pub container_statuses: Option<Vec<ContainerStatusView>>,
     pub init_container_statuses: Option<Vec<ContainerStatusView>>,
+    /// `conditions[]` holds `type: Ready, status: "True"` (the restart grant waits for it).
+    /// Decoded straight to the one bool: the other conditions are not kept.
+    #[serde(default, rename = "conditions", deserialize_with = "ready_condition")]
+    pub ready: bool,
+}
+
+/// Whether the pod's `Ready` condition is `True` (`podutil.IsPodReady`,
+/// k8s.io/kubernetes pkg/api/v1/pod/util.go).
+fn ready_condition<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    struct ConditionView<'a> {
+        #[serde(rename = "type", borrow)]
+        type_: std::borrow::Cow<'a, str>,
+        #[serde(borrow)]
+        status: std::borrow::Cow<'a, str>,
+    }
+    let conditions: Option<Vec<ConditionView<'_>>> = Option::deserialize(d)?;
+    Ok(conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
