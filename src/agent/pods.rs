@@ -627,9 +627,10 @@ impl Pods {
             }
             Decision::Restart { targets, cause } => {
                 let undrained = !crate::core::restart::declares_drain_gate(pod);
+                let mut jobs = Vec::with_capacity(targets.len());
                 for t in targets {
                     tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), container = %t.target.container, cause = %cause, action = "restart", "restarting the container in place");
-                    exec.restart(RestartJob {
+                    jobs.push(RestartJob {
                         pod_uid: pod.uid.clone(),
                         container: t.target.container.clone(),
                         stop: t.stop.clone(),
@@ -639,6 +640,7 @@ impl Pods {
                         undrained,
                     });
                 }
+                exec.restart_pod(&pod.uid, jobs);
             }
             Decision::Signal {
                 signal,
