@@ -36,6 +36,12 @@ EXPECTED_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
 # components/agent-admission-policy): "<fullname>-agent-applied-only".
 AGENT_POLICY_SUFFIX = "-agent-applied-only"
 APPLIED_ANNOTATION = "reloadlet.io/applied"
+# The restart grant (docs/restart.md, "The grant"): the agent writes the first and the last,
+# the controller the grant.
+RESTART_REQUEST = "reloadlet.io/restart-request"
+RESTART_GRANT = "reloadlet.io/restart-grant"
+RESTARTED = "reloadlet.io/restarted"
+_RESTART_ID = "1a2b3c4d-0123456789abcdef"
 # The user's extra the API server sets from a pod-bound token's node claim (Kubernetes >= 1.30).
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
@@ -1120,6 +1126,12 @@ POLICY_CASES = [
     ("writes an env pacing that is no JSON object", _ann(ENV_PACING, "everything"), "", False),
     ("writes an env pacing over 4 KiB", _ann(ENV_PACING, "{" + "x" * 4096 + "}"), "", False),
     ("records an env pacing and changes another annotation", _both(_ann(ENV_PACING, "{}"), _ann("team", "b")), "", False),
+    ("grants a restart", _ann(RESTART_GRANT, _RESTART_ID), "", True),
+    ("writes a grant id that is too long", _ann(RESTART_GRANT, "a" * 65), "", False),
+    ("writes a grant id with other characters", _ann(RESTART_GRANT, "A/../b"), "", False),
+    ("grants a restart and changes another annotation", _both(_ann(RESTART_GRANT, _RESTART_ID), _ann("team", "b")), "", False),
+    ("writes the agent's restart request", _ann(RESTART_REQUEST, _RESTART_ID), "", False),
+    ("writes the agent's restarted record", _ann(RESTARTED, _RESTART_ID), "", False),
 ]
 
 
@@ -1499,6 +1511,14 @@ AGENT_POLICY_CASES = [
     ("writes a record over 8192 characters", _ann(APPLIED_ANNOTATION, "{" + "x" * 8192 + "}"), "", ["node-a"], False),
     ("writes the record through the status subresource", _ann(APPLIED_ANNOTATION, _RECORD), "status", ["node-a"], False),
     ("writes another subresource", lambda p: None, "ephemeralcontainers", ["node-a"], False),
+    ("requests a restart on a pod of its own node", _ann(RESTART_REQUEST, _RESTART_ID), "", ["node-a"], True),
+    ("records a restart on a pod of its own node", _ann(RESTARTED, _RESTART_ID), "", ["node-a"], True),
+    ("requests a restart on a pod of another node", _ann(RESTART_REQUEST, _RESTART_ID), "", ["node-b"], False),
+    ("records a restart on a pod of another node", _ann(RESTARTED, _RESTART_ID), "", ["node-b"], False),
+    ("grants itself the restart (the controller's annotation)", _ann(RESTART_GRANT, _RESTART_ID), "", ["node-a"], False),
+    ("writes a request id that is too long", _ann(RESTART_REQUEST, "a" * 65), "", ["node-a"], False),
+    ("writes a request id with other characters", _ann(RESTART_REQUEST, "A/../b"), "", ["node-a"], False),
+    ("writes an empty restarted id", _ann(RESTARTED, ""), "", ["node-a"], False),
 ]
 
 DRAIN_GATE = "reloadlet.io/restart-drain"

@@ -62,11 +62,15 @@ fn served(out: &Path) -> String {
 }
 
 async fn start_only_pod(node: &mut Node, agent_args: &[&str]) -> (std::path::PathBuf, Pod) {
-    // The controller's grant is not built yet (issue #45 §2): without this flag the agent
-    // refuses every restart (src/execute/mod.rs, its unit test).
+    // These tests are about the restart itself: each pod restarts on its own node's
+    // decision. The controller's grant is `restart_grant.rs` (and the test below).
     let mut args = vec!["--restart-without-grant"];
     args.extend_from_slice(agent_args);
-    node.start_agent(&args).await;
+    start_only_pod_with(node, &args).await
+}
+
+async fn start_only_pod_with(node: &mut Node, args: &[&str]) -> (std::path::PathBuf, Pod) {
+    node.start_agent(args).await;
     node.api.apply_configmap(app_conf("v1", "one"));
     let out = node.path("served");
     let base = out.parent().unwrap().to_owned();
@@ -416,4 +420,55 @@ async fn a_pod_with_the_drain_gate_leaves_its_services_before_the_restart_and_co
     assert_eq!(status_patches("gated"), [200, 200, 200]);
     let ev = node.wait_event(NS, "plain", "Restarted").await;
     assert!(ev.note.contains("traffic was not drained"), "{}", ev.note);
+}
+
+/// Without `--restart-without-grant` and without a controller to grant it, the agent only
+/// asks: the request is on the pod, a Normal `RestartRequested` Event says it waits for the
+/// controller's grant, and the app keeps running its old config in the same container.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_grant_nothing_restarts_and_the_pod_says_it_waits_for_it() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    let (out, before) = start_only_pod_with(&mut node, &[]).await;
+    assert_eq!(restart_count(&before), Some(0));
+
+    node.api.apply_configmap(app_conf("v2", "two"));
+
+    let ev = node.wait_event(NS, "web-0", "RestartRequested").await;
+    assert_eq!(ev.type_, "Normal");
+    assert!(
+        ev.note.contains("waiting for the controller's grant")
+            && ev.note.ends_with("configmap app-conf changed"),
+        "{}",
+        ev.note
+    );
+    let request = eventually("the request on the pod", WAIT, || {
+        let p = node.api.get_pod(NS, "web-0")?;
+        p.metadata
+            .annotations
+            .as_ref()?
+            .get("reloadlet.io/restart-request")
+            .cloned()
+    })
+    .await;
+    assert!(
+        request.len() == 25 && request.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'),
+        "{request}"
+    );
+    // The ungranted restart took a second or two after the decision (the tests above): for
+    // five seconds after the request, the container is the same and serves v1.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let p = node.api.get_pod(NS, "web-0").unwrap();
+        assert_eq!(restart_count(&p), Some(0), "restarted without a grant");
+        assert_eq!(served(&out), "serving v1 greeting=one");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let p = node.api.get_pod(NS, "web-0").unwrap();
+    let annotations = p.metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key("reloadlet.io/restarted"));
+    node.wait_metric(
+        "reloadlet_actions_total{action=\"restart\",outcome=\"restart_requested\"}",
+        1.0,
+    )
+    .await;
 }

@@ -9,9 +9,9 @@
 //! time until every replica serves the new config, and the pods created for it; printed with
 //! the ratios against `restart`.
 //!
-//! `restart` runs with `--restart-without-grant`: the controller's grant (a budget-paced
-//! sequence, docs/restart.md) is not built yet, so the three replicas restart at once and
-//! the PDB is not asked. Its figure is what a restart costs a pod, not a paced sequence.
+//! `restart` runs with `--restart-without-grant`: without the controller's grant (a
+//! budget-paced sequence, docs/restart.md "The grant"), the three replicas restart at once
+//! and the PDB is not asked. Its figure is what a restart costs a pod, not a paced sequence.
 
 use crate::common::fixtures::{configmap, sandboxed};
 use crate::common::*;

@@ -116,7 +116,7 @@ impl Agent {
         let (volumes, hashed) = VolumeTracker::new(
             digests,
             legacy,
-            hash_key,
+            hash_key.clone(),
             index.clone(),
             settings.volumes.max_volume_bytes,
             &metrics,
@@ -135,6 +135,9 @@ impl Agent {
         )
         .with_restart_spacing(settings.restart_spacing)
         .with_restart_without_grant(settings.restart_without_grant);
+        // Restart request ids carry a MAC with the agent's own key (its state file): one made
+        // before an agent restart is recognised after it (docs/restart.md, "The grant").
+        exec.use_restart_key(hash_key);
         // Wall time for pacing, read once here and carried forward on the agent's clock.
         let clock = pacing::WallClock::new(jiff::Timestamp::now(), now());
         let mut paced =

@@ -626,9 +626,10 @@ impl Pods {
                 exec.report(&pod.into(), ActionKind::Restart, outcome, message.clone());
             }
             Decision::Restart { targets, cause } => {
+                let mut jobs = Vec::with_capacity(targets.len());
                 for t in targets {
                     tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), container = %t.target.container, cause = %cause, action = "restart", "restarting the container in place");
-                    exec.restart(RestartJob {
+                    jobs.push(RestartJob {
                         pod_uid: pod.uid.clone(),
                         container: t.target.container.clone(),
                         stop: t.stop.clone(),
@@ -637,6 +638,7 @@ impl Pods {
                         seen: seen.clone(),
                     });
                 }
+                exec.restart_pod(&pod.uid, jobs);
             }
             Decision::Signal {
                 signal,

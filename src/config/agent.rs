@@ -46,9 +46,9 @@ pub struct RunArgs {
     #[arg(long, env = "RELOADLET_RESTART_SPACING", default_value = "10m", value_parser = restart_spacing)]
     pub restart_spacing: Duration,
     /// `action: restart` without the controller's grant: each pod restarted on its own node's
-    /// decision, with no PodDisruptionBudget asked and no one-at-a-time across replicas (the
-    /// controller's grant, issue #45 §2, is not built yet). Off: `action: restart` pods get a
-    /// Warning `RestartRefused` and nothing is restarted.
+    /// decision, with no PodDisruptionBudget asked and no one-at-a-time across replicas. Off
+    /// (the default): the agent writes `reloadlet.io/restart-request` on the pod and restarts
+    /// once the controller grants it (docs/restart.md, "The grant").
     #[arg(long, env = "RELOADLET_RESTART_WITHOUT_GRANT", default_value_t = false)]
     pub restart_without_grant: bool,
     /// PEM CA certificates that `reloadlet.io/http-scheme: https` endpoints must chain to

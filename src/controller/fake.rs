@@ -100,6 +100,17 @@ impl FakePatcher {
             .map(|(_, ns, name, value)| (ns.clone(), name.clone(), value.clone()))
             .collect()
     }
+    /// `(namespace, name, value)` of every restart grant write, in order.
+    pub fn restart_grants(&self) -> Vec<(String, String, String)> {
+        self.written(crate::core::restart_grant::GRANT)
+    }
+    /// The pod as stored now (patches applied).
+    pub fn stored(&self, namespace: &str, name: &str) -> Option<PodInfo> {
+        let s = self.state.lock().unwrap();
+        s.pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
     pub fn gets(&self) -> usize {
         self.state.lock().unwrap().gets
     }

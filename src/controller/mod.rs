@@ -29,5 +29,6 @@ pub mod lease;
 pub mod metrics;
 pub mod nudge;
 pub mod publish;
+pub mod restart_grant;
 pub mod rollout;
 pub mod router;

@@ -250,6 +250,7 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<PodPolicy>
             && !KNOWN.contains(&k.as_str())
             && !super::pacing::spec::ANNOTATIONS.contains(&k.as_str())
             && !super::restart::ANNOTATIONS.contains(&k.as_str())
+            && !super::restart_grant::ANNOTATIONS.contains(&k.as_str())
     }) {
         return Err(AnnotationError::UnknownKey(unknown.clone()));
     }

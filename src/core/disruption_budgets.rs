@@ -154,6 +154,19 @@ impl BudgetIndex {
     }
 
     /// The budgets that select a pod, as the eviction subresource sees them.
+    /// `status.disruptionsAllowed` of the budgets that select a pod with `labels`: the
+    /// smallest when several do (each must allow the disruption), 0 for one whose status the
+    /// disruption controller has not written yet; `None` when no budget selects it.
+    pub fn disruptions_allowed(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<i32> {
+        self.selecting_budgets(namespace, labels)
+            .map(|(_, b)| b.status.map_or(0, |s| s.disruptions_allowed))
+            .min()
+    }
+
     pub fn coverage(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Coverage {
         let mut found: Vec<(&str, &Budget)> = self.selecting_budgets(namespace, labels).collect();
         match found.len() {
@@ -256,6 +269,35 @@ mod tests {
             "PodDisruptionBudget web needs 2 of 2 pods healthy: no eviction can succeed while \
              the workload keeps its size; see reloadlet.io/on-blocked"
         );
+    }
+
+    #[test]
+    fn disruptions_allowed_is_the_smallest_of_the_selecting_budgets() {
+        let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
+        let with = |allowed: Option<i32>| {
+            Budget::new(
+                LabelSelector::parse("app=web").ok(),
+                allowed.map(|a| BudgetStatus {
+                    expected_pods: 3,
+                    desired_healthy: 2,
+                    current_healthy: 3,
+                    disruptions_allowed: a,
+                }),
+            )
+        };
+        let mut idx = BudgetIndex::default();
+        assert_eq!(idx.disruptions_allowed("shop", &labels), None);
+        idx.apply("shop", "a", with(Some(2)));
+        assert_eq!(idx.disruptions_allowed("shop", &labels), Some(2));
+        idx.apply("shop", "b", with(Some(1)));
+        assert_eq!(idx.disruptions_allowed("shop", &labels), Some(1));
+        idx.apply("shop", "c", with(None));
+        assert_eq!(
+            idx.disruptions_allowed("shop", &labels),
+            Some(0),
+            "no status yet: nothing allowed"
+        );
+        assert_eq!(idx.disruptions_allowed("other", &labels), None);
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //! reads a pod's labels), the volumes that
 //! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
 //! file lists, `source_paths` and `other_paths`), no container IDs, no ports but an http
-//! pod's (its policy names one, and `reloadlet_consumers` validates it), the controlling owner's reference only for `--reloader-compat`
-//! (`rollout::compat`) and env consumers (their flap breaker counts per owner, `env::pacing`;
-//! `has_controller` stays) — with every buffer at its
+//! pod's (its policy names one, and `reloadlet_consumers` validates it), the controlling
+//! owner's reference only for `--reloader-compat` (`rollout::compat`), env consumers (their
+//! flap breaker counts per owner, `env::pacing`; `has_controller` stays) and `action: restart`
+//! pods (the restart grant paces per owner and budget, with their labels too) — with every
+//! buffer at its
 //! length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
 //! volume is kept only when the pod names it in `reloadlet.io/configmaps`: nudges
 //! (`nudge::qualify`) and rollouts (`rollout::refs`) ignore it otherwise, and env consumers
@@ -25,8 +27,12 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
     // reloadlet's own annotations, and Reloader's on a pod template (`--reloader-compat`).
     pod.annotations
         .retain(|k, _| k.starts_with(PREFIX) || WORKLOAD_KEYS.contains(&k.as_str()));
-    // Labels: env consumers' evictions and `on-blocked: rollout` find their budget by them.
-    if pod.env.is_empty() && !pod.annotations.contains_key(ON_BLOCKED) {
+    // `action: restart` pods: the restart grant groups them by owner and finds their
+    // budget by their labels (docs/restart.md, "The grant").
+    let restarts = takes_part_in_restart_grant(&pod);
+    // Labels: env consumers' evictions, `on-blocked: rollout` and the restart grant find
+    // their budget by them.
+    if pod.env.is_empty() && !pod.annotations.contains_key(ON_BLOCKED) && !restarts {
         pod.labels.clear();
     }
     let root_ca_named = pod
@@ -78,7 +84,7 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
     // `--reloader-compat` ([`trimmed_for_compat`]) and by the env consumers' flap breaker,
     // which counts per owner (`env::pacing`; env consumers are few); `has_controller` says
     // enough for evictions and budgets.
-    if pod.env.is_empty() {
+    if pod.env.is_empty() && !restarts {
         pod.controller = None;
     }
     pod.env.shrink_to_fit();
@@ -91,6 +97,16 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
         s.shrink_to_fit();
     }
     pod
+}
+
+/// An `action: restart` pod, or one that carries the restart grant's request or grant.
+fn takes_part_in_restart_grant(pod: &PodInfo) -> bool {
+    use crate::core::restart_grant::{GRANT, REQUEST};
+    pod.annotations
+        .get(crate::core::annotations::ACTION)
+        .is_some_and(|a| a.trim().eq_ignore_ascii_case("restart"))
+        || pod.annotations.contains_key(REQUEST)
+        || pod.annotations.contains_key(GRANT)
 }
 
 /// [`trimmed`], keeping also the controlling owner's reference and the labels through which
@@ -318,6 +334,15 @@ mod tests {
         let compat = trimmed_for_compat(p.clone());
         assert!(compat.has_controller);
         assert_eq!(compat.controller.as_deref(), Some(&owner));
+        // The restart grant paces an `action: restart` pod per owner and budget (labels).
+        let mut restarting = p.clone();
+        restarting
+            .annotations
+            .insert("reloadlet.io/action".into(), " Restart".into());
+        restarting.labels.insert("app".into(), "web".into());
+        let kept = trimmed(restarting);
+        assert_eq!(kept.controller.as_deref(), Some(&owner));
+        assert_eq!(kept.labels, map(&[("app", "web")]));
         // An env consumer's flap breaker counts per owner.
         p.env = vec![EnvRef {
             source: cm("app-cfg"),

@@ -27,6 +27,7 @@ pub mod pod_index;
 pub mod policy;
 pub mod reloader_compat;
 pub mod restart;
+pub mod restart_grant;
 pub mod rollout;
 pub mod status;
 pub mod volume_digest;

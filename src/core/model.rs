@@ -308,6 +308,8 @@ pub struct PodInfo {
     pub controller: Option<Box<crate::core::rollout::OwnerRef>>,
     /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
     pub phase: String,
+    /// The `Ready` condition is `True` (the restart grant waits for it again).
+    pub ready: bool,
     /// `metadata.deletionTimestamp` is set.
     pub terminating: bool,
     /// ConfigMap/Secret keys read through `env[].valueFrom` / `envFrom` (the controller's env

@@ -116,6 +116,16 @@ pub enum Outcome {
     RestartRefused,
     /// The main process could not be found or stopped (Warning `RestartFailed`).
     RestartFailed,
+    /// `action: restart` without `--restart-without-grant`: the agent wrote its request
+    /// (`reloadlet.io/restart-request`) and waits for the controller's grant (Normal
+    /// `RestartRequested`).
+    RestartRequested,
+    /// The controller grants no restart: the PodDisruptionBudget allows no disruption now
+    /// (Warning `RestartBlocked`).
+    RestartBlocked,
+    /// A restarted pod is not Ready within `reloadlet.io/restart-timeout`: no further grants
+    /// for its owner until it is (Warning `RestartStuck`).
+    RestartStuck,
     /// A panic was caught while handling the pod (`crate::contain`): it is skipped until it
     /// changes (Warning `InternalError`; counted in `reloadlet_handler_panics_total`).
     InternalError,
@@ -167,6 +177,9 @@ impl Outcome {
             Self::RestartDeferred => "restart_deferred",
             Self::RestartRefused => "restart_refused",
             Self::RestartFailed => "restart_failed",
+            Self::RestartRequested => "restart_requested",
+            Self::RestartBlocked => "restart_blocked",
+            Self::RestartStuck => "restart_stuck",
             Self::InternalError => "internal_error",
         }
     }
@@ -199,6 +212,9 @@ impl Outcome {
             Self::RestartDeferred => ("RestartDeferred", false),
             Self::RestartRefused => ("RestartRefused", true),
             Self::RestartFailed => ("RestartFailed", true),
+            Self::RestartRequested => ("RestartRequested", false),
+            Self::RestartBlocked => ("RestartBlocked", true),
+            Self::RestartStuck => ("RestartStuck", true),
             Self::InternalError => ("InternalError", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
             Self::Patched
@@ -235,7 +251,10 @@ impl Outcome {
             Self::Restarted
             | Self::RestartDeferred
             | Self::RestartRefused
-            | Self::RestartFailed => &[Restart],
+            | Self::RestartFailed
+            | Self::RestartRequested
+            | Self::RestartBlocked
+            | Self::RestartStuck => &[Restart],
             Self::RolloutRequested
             | Self::RolloutUnsupported
             | Self::RolloutFailed
@@ -286,6 +305,7 @@ impl Outcome {
                 | Self::Restarted
                 | Self::RestartDeferred
                 | Self::RestartFailed
+                | Self::RestartStuck
         )
     }
 
@@ -348,6 +368,9 @@ mod tests {
                 ("restart_deferred", "RestartDeferred", false),
                 ("restart_refused", "RestartRefused", true),
                 ("restart_failed", "RestartFailed", true),
+                ("restart_requested", "RestartRequested", false),
+                ("restart_blocked", "RestartBlocked", true),
+                ("restart_stuck", "RestartStuck", true),
                 ("internal_error", "InternalError", true),
             ]
         );

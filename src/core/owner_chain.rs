@@ -144,7 +144,7 @@ pub fn verify(
 
 /// The `reloadlet.io/*` keys reloadlet writes itself (the controller; the agent its status
 /// record): never the pod author's to grant.
-const WRITTEN_BY_RELOADLET: [&str; 7] = [
+const WRITTEN_BY_RELOADLET: [&str; 10] = [
     super::status::applied::ANNOTATION,
     super::annotations::ROLLOUT_BASELINE,
     super::annotations::ENV_BASELINE,
@@ -152,6 +152,9 @@ const WRITTEN_BY_RELOADLET: [&str; 7] = [
     super::rollout::RESTARTED_FOR,
     super::pacing::ENV_PACING,
     super::pacing::ROLLOUT_PACING,
+    super::restart_grant::REQUEST,
+    super::restart_grant::GRANT,
+    super::restart_grant::RESTARTED,
 ];
 
 /// The `reloadlet.io/*` keys of `annotations` that the pod author decides.

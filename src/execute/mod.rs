@@ -10,10 +10,12 @@
 pub mod applied;
 pub mod drain;
 pub mod evict;
+mod grant_wait;
 pub mod http;
 pub mod patch;
 pub mod report;
 pub mod restart;
+pub mod restart_grant;
 pub mod rollout;
 pub mod signal;
 
@@ -74,8 +76,15 @@ struct Inner {
     /// `--restart-spacing`: restarts of one container at least this far apart.
     restart_spacing: Duration,
     /// `--restart-without-grant`: restarts are done without the controller's grant; off,
-    /// they are refused (the grant is not built yet).
+    /// each waits for it (`restart_grant`).
     restart_without_grant: bool,
+    /// The restarts waiting for (or carrying out) the controller's grant.
+    requests: Mutex<restart_grant::Requests>,
+    /// The pod edge the restart annotations are written through (the one of
+    /// `reloadlet.io/applied`; `None`: no pod patches, so no restart can be requested).
+    pod_patcher: Option<Arc<dyn crate::ports::Patcher>>,
+    /// The key of the request ids (the agent's own, kept in its state file).
+    restart_key: std::sync::OnceLock<crate::core::volume_digest::HashKey>,
     /// Restarts deferred to the end of their crash-loop window: the latest job of each.
     deferred: Mutex<HashMap<(String, String), RestartJob>>,
     /// The drain readiness gate's writes (`None`: not written; a gated pod is restarted
@@ -142,6 +151,9 @@ impl Executor {
                 restarted: Mutex::default(),
                 restart_spacing: crate::core::restart::MIN_SPACING,
                 restart_without_grant: false,
+                requests: Mutex::default(),
+                pod_patcher: deps.record.as_ref().map(|r| r.patcher.clone()),
+                restart_key: std::sync::OnceLock::new(),
                 deferred: Mutex::default(),
                 gate: deps.gate.clone(),
                 gate_opened: Mutex::default(),
@@ -261,11 +273,41 @@ impl Executor {
     /// after the grace; the kubelet starts it again. A container restarted less than the
     /// crash-loop window ago is deferred to the window's end (one `RestartDeferred` per
     /// deferral; the latest change is the one restarted then). Under `--dry-run`, logs only.
+    ///
+    /// Without `--restart-without-grant` this waits for the controller's grant
+    /// ([`Self::restart_pod`]).
     pub fn restart(&self, job: RestartJob) {
+        self.restart_pod(&job.pod_uid.clone(), vec![job]);
+    }
+
+    /// The restart of these containers of one pod (one change): with
+    /// `--restart-without-grant` each at once ([`Self::restart`]'s spacing); else requested
+    /// (`reloadlet.io/restart-request`) and carried out when the controller grants it.
+    pub fn restart_pod(&self, pod_uid: &str, jobs: Vec<RestartJob>) {
         let inner = self.inner.clone();
+        if self.inner.restart_without_grant {
+            for job in jobs {
+                let inner = inner.clone();
+                self.inner.signals.spawn_on(
+                    async move {
+                        inner.restart_one(job).await;
+                    },
+                    &self.inner.runtime,
+                );
+            }
+            return;
+        }
+        let uid = pod_uid.to_owned();
         self.inner
             .signals
-            .spawn_on(inner.restart(job), &self.inner.runtime);
+            .spawn_on(inner.request_restart(uid, jobs), &self.inner.runtime);
+    }
+
+    /// The key restart request ids are made with (the agent's own, from its state file).
+    /// Without one, a key made at the first request (then a request granted before an agent
+    /// restart is not recognised after it).
+    pub fn use_restart_key(&self, key: crate::core::volume_digest::HashKey) {
+        let _ = self.inner.restart_key.set(key);
     }
 
     /// The async runtime effects run on (for work the caller's thread must not do).
@@ -295,6 +337,7 @@ impl Executor {
     pub fn pod_updated(&self, pod: &PodInfo) {
         self.inner.http.pod_updated(pod);
         self.open_gate(pod);
+        self.inner.grant_step(pod);
         if pod.terminating {
             self.inner.evictions.pod_gone(&pod.uid);
         }
@@ -308,6 +351,11 @@ impl Executor {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
+        self.inner
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(uid);
         self.inner.evictions.pod_gone(uid);
     }
 
@@ -370,28 +418,10 @@ impl Executor {
 }
 
 impl Inner {
-    async fn restart(self: Arc<Self>, mut job: RestartJob) {
+    /// Restarts one container (spaced by the crash-loop window). `true`: its main process was
+    /// stopped.
+    async fn restart_one(self: Arc<Self>, mut job: RestartJob) -> bool {
         let key = job.key();
-        if !self.restart_without_grant {
-            // No budget is asked yet (issue #45 §2): refused unless the operator opted out of
-            // the grant. Nothing is stopped.
-            if let Some(pod) = self.pod(&job.pod_uid) {
-                let note = format!(
-                    "not restarted: restarts in place wait for the controller's grant (PodDisruptionBudget, one replica at a time), which this version does not have; the agent's --restart-without-grant restarts each pod on its own: {}",
-                    job.cause()
-                );
-                tracing::warn!(pod = %pod.full_name(), container = %job.container, action = "restart", outcome = Outcome::RestartRefused.as_str(), "restart refused: no grant");
-                self.report.record_seen(
-                    &PodRef::from(&*pod),
-                    ActionKind::Restart,
-                    Outcome::RestartRefused,
-                    note,
-                    &job.sources,
-                    &job.seen,
-                );
-            }
-            return;
-        }
         if self.report.dry_run() {
             self.report.count(ActionKind::Restart, Outcome::DryRun);
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.stop.signal, cause = %job.cause(), action = "restart", outcome = Outcome::DryRun.as_str(), "dry-run: would restart the container");
@@ -406,7 +436,7 @@ impl Inner {
                     None,
                 );
             }
-            return;
+            return false;
         }
         loop {
             let since = self
@@ -426,7 +456,7 @@ impl Inner {
                 .is_none();
             if !first {
                 // the waiting task restarts with this (latest) job
-                return;
+                return false;
             }
             if let Some(pod) = self.pod(&job.pod_uid) {
                 let note = restart::deferred_note(&job, self.restart_spacing, wait);
@@ -442,7 +472,7 @@ impl Inner {
             }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = self.stop.cancelled() => return,
+                _ = self.stop.cancelled() => return false,
             }
             match self
                 .deferred
@@ -451,12 +481,12 @@ impl Inner {
                 .remove(&key)
             {
                 Some(latest) => job = latest,
-                None => return,
+                None => return false,
             }
         }
         let Some(pod) = self.pod(&job.pod_uid) else {
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; restart dropped");
-            return;
+            return false;
         };
         self.restarted
             .lock()
@@ -478,10 +508,10 @@ impl Inner {
                 {
                     Ok(Some(d)) => d,
                     // shutdown in the drain: the gate is open again, nothing stopped
-                    Ok(None) => return,
+                    Ok(None) => return false,
                     Err(_) => {
                         tracing::info!(pod = %pod.full_name(), container = %job.container, "pod gone; restart dropped");
-                        return;
+                        return false;
                     }
                 }
             }
@@ -489,7 +519,7 @@ impl Inner {
         // The pod as it is now (after the drain), and its container as it was stopped.
         let Some(pod) = self.pod(&job.pod_uid) else {
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone while drained; restart dropped");
-            return;
+            return false;
         };
         let stopped_id = pod
             .containers
@@ -549,6 +579,7 @@ impl Inner {
             &job.sources,
             &job.seen,
         );
+        stopped.is_ok()
     }
 
     fn pod(&self, uid: &str) -> Option<Arc<PodInfo>> {
@@ -832,10 +863,12 @@ mod tests {
         }
     }
 
-    /// Without `--restart-without-grant` (the default) nothing is stopped: a Warning
-    /// `RestartRefused` says why. The same job with it is restarted (the positive control).
+    /// Without `--restart-without-grant` (the default) and with no pod edge to request the
+    /// grant through, nothing is stopped: a Warning `RestartRefused` says why (the grant
+    /// itself: `grant_wait/tests.rs`). The same job with the flag is restarted (the positive
+    /// control).
     #[tokio::test(start_paused = true)]
-    async fn without_the_grant_a_restart_is_refused_and_nothing_is_stopped() {
+    async fn without_the_grant_or_a_way_to_ask_for_it_a_restart_is_refused() {
         let refused = world_with(false, 0, Notifier::disabled(), false);
         refused.exec.restart(restart_job("app"));
         refused.settle().await;

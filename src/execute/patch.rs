@@ -35,6 +35,10 @@ pub enum PatchKind {
     /// `reloadlet.io/env-pacing` of an env consumer whose eviction is held (removed when the
     /// hold ends), as [`Self::EnvBaseline`].
     EnvPacing,
+    /// `reloadlet.io/restart-grant` of an `action: restart` pod (the controller's grant of the
+    /// agent's request, docs/restart.md), conditional on the pod's UID, never retried here:
+    /// the grant feature looks again after a failure.
+    RestartGrant,
     /// `reloadlet.io/data-version` of the ConfigMap/Secret `source` (the job's `pod` names
     /// its namespace and name, no uid), conditional on `resource_version`, never retried: a
     /// 409 means its data changed, and the watch brings that change.
@@ -66,6 +70,10 @@ impl PatchJob {
             PatchKind::EnvBaseline => (ENV_BASELINE, Some(self.pod.uid.clone())),
             PatchKind::RolloutBaseline => (ROLLOUT_BASELINE, Some(self.pod.uid.clone())),
             PatchKind::EnvPacing => (ENV_PACING, Some(self.pod.uid.clone())),
+            PatchKind::RestartGrant => (
+                crate::core::restart_grant::GRANT,
+                Some(self.pod.uid.clone()),
+            ),
             PatchKind::DataVersion { .. } => (DATA_VERSION, None),
         };
         let target = match &self.kind {
@@ -248,6 +256,19 @@ impl Inner {
                     }
                     Err(e) => {
                         tracing::warn!(namespace = %job.pod.namespace, object = %source, error = %e, "could not publish the data version; it is published with the object's next change")
+                    }
+                }
+                return outcome;
+            }
+            PatchKind::RestartGrant => {
+                match &result {
+                    Ok(()) => {
+                        self.forbidden_reported.store(false, Ordering::Relaxed);
+                        tracing::info!(pod = %pod, grant = %job.shown(), "restart granted")
+                    }
+                    Err(PatchError::NotFound) => {}
+                    Err(e) => {
+                        tracing::warn!(pod = %pod, grant = %job.shown(), error = %e, "could not write the restart grant; trying again shortly (check the controller's pods patch permission and admission policy)")
                     }
                 }
                 return outcome;

@@ -36,6 +36,15 @@ impl RestartJob {
     }
 }
 
+/// The same restart: of the same container of the same pod.
+impl PartialEq for RestartJob {
+    fn eq(&self, other: &Self) -> bool {
+        self.pod_uid == other.pod_uid && self.container == other.container
+    }
+}
+
+impl Eq for RestartJob {}
+
 /// How a stop ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stopped {

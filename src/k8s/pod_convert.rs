@@ -49,6 +49,9 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
         has_controller: controller.is_some(),
         controller: controller.map(Box::new),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+        // `podutil.IsPodReady` (k8s.io/kubernetes pkg/api/v1/pod/util.go): the Ready
+        // condition is True (the restart grant waits for it).
+        ready: condition(status, "Ready") == Some(true),
         terminating: meta.deletion_timestamp.is_some(),
         env: env_refs(spec),
         pod_ip: status

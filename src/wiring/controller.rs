@@ -9,6 +9,7 @@ use crate::controller::env::{EnvConsumers, EnvDeps};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::nudge::Nudges;
 use crate::controller::publish::{DataVersions, PublishDeps};
+use crate::controller::restart_grant::{GrantDeps, RestartGrants};
 use crate::controller::rollout::{RolloutDeps, RolloutFeature};
 use crate::controller::router::Controller;
 use crate::core::model::SourceKind;
@@ -253,6 +254,22 @@ pub async fn serve(
         settings.secrets,
         settings.status_metrics_per_object,
     )));
+    // The PodDisruptionBudgets (read-only list/watch): the restart grant's budget
+    // (docs/restart.md, "The grant") and on-blocked: rollout's structural blocks
+    // (docs/evictions-blocked.md).
+    let budgets = SharedBudgets::default();
+    tokio::spawn(pdb_watch::run(
+        clients.main.clone(),
+        budgets.clone(),
+        api_metrics.clone(),
+        refusals.clone(),
+    ));
+    // action: restart: the grant of the agents' restart requests, paced by the budgets.
+    controller = controller.with(Box::new(RestartGrants::new(GrantDeps {
+        patches: patches(PatchSettings::baselines()),
+        reporter: reporter.clone(),
+        budgets: Some(budgets.clone()),
+    })));
     if settings.env.configmaps || settings.env.secrets {
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let evictions = Evictions::new(
@@ -281,14 +298,6 @@ pub async fn serve(
     }
     if settings.rollout.enabled {
         let workloads = Arc::new(KubeWorkloads::new(clients.main.clone(), refusals.clone()));
-        // on-blocked: rollout: a structural budget block rolls at once (docs/evictions-blocked.md).
-        let budgets = SharedBudgets::default();
-        tokio::spawn(pdb_watch::run(
-            clients.main.clone(),
-            budgets.clone(),
-            api_metrics.clone(),
-            refusals.clone(),
-        ));
         let rollout = RolloutFeature::new(RolloutDeps {
             api: Arc::new(KubeEnvApi::new(
                 clients.main.clone(),

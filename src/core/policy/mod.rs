@@ -448,6 +448,38 @@ fn mounting<'a>(
     }))
 }
 
+/// A granted restart the agent performs after its own restart, when it no longer knows which
+/// volumes changed (issue #45 §2): the containers `reloadlet.io/restart-containers` names,
+/// else those that mount any of the pod's ConfigMap/Secret volumes. Only for a pod that asks
+/// `reloadlet.io/action: restart` (anything else: `NotOptedIn`).
+pub fn recovered_restart(pod: &PodInfo) -> Decision {
+    let restarts = pod
+        .annotations
+        .get(crate::core::annotations::ACTION)
+        .is_some_and(|a| a.trim().eq_ignore_ascii_case("restart"));
+    if !restarts {
+        return Decision::NotOptedIn;
+    }
+    let spec = match restart::parse(&pod.annotations) {
+        Ok(spec) => spec,
+        Err(e) => {
+            return Decision::Invalid {
+                message: e.to_string(),
+            }
+        }
+    };
+    let config: Vec<&crate::core::model::VolumeSpec> = pod
+        .volumes
+        .iter()
+        .filter(|v| !v.sources.is_empty())
+        .collect();
+    let volumes: BTreeSet<&str> = config.iter().map(|v| v.name.as_str()).collect();
+    let mut sources: Vec<SourceRef> = config.iter().flat_map(|v| v.sources.clone()).collect();
+    sources.sort();
+    sources.dedup();
+    decide_restart(pod, &spec, &volumes, Cause { sources })
+}
+
 /// The containers a restart stops: those that mount a changed volume (through subPath too: a
 /// container start prepares its subPath mounts again), or those `reloadlet.io/restart-containers`
 /// names; classic init containers never.

@@ -45,7 +45,9 @@ impl Recorded {
         use Outcome::*;
         Some(match outcome {
             Signaled | Evicted | Reloaded | Restarted => Self::Applied,
-            Deferred | Flapping | RestartDeferred => Self::Deferred,
+            Deferred | Flapping | RestartDeferred | RestartRequested | RestartBlocked => {
+                Self::Deferred
+            }
             EvictionBlocked => Self::Blocked,
             EvictionHandedOff => Self::HandedOff,
             RolloutRequested => Self::RolloutRequested,
@@ -53,7 +55,7 @@ impl Recorded {
             SignalNotHandled | SignalWithheld | SignalFailed | EvictionFailed | Refused
             | ReloadFailed | RolloutUnsupported | RolloutFailed | RolloutNotGranted
             | InternalError | SubPathNotUpdated | EnvNotReloaded | RestartRefused
-            | RestartFailed => Self::Failed,
+            | RestartFailed | RestartStuck => Self::Failed,
             InvalidAnnotation | VolumeOverLimit | NoDisruptionBudget | Skipped | NudgeFailed
             | Patched | PodGone | PatchConflict | PatchForbidden | PatchFailed | NudgeDropped => {
                 return None

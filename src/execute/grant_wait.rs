@@ -1,0 +1,244 @@
+//! Carrying out the agent's side of the restart grant ([`super::restart_grant`] decides): the
+//! request written on the pod with its Normal `RestartRequested` Event, the granted restart
+//! through the executor's one restart path (spacing included), and `reloadlet.io/restarted`
+//! once the containers run again. Writes go through the pod edge of `reloadlet.io/applied`
+//! (a JSON merge patch of one annotation, conditional on the pod's UID; `dryRun=All` under
+//! `--dry-run`, where nothing is requested at all).
+
+use super::restart::RestartJob;
+use super::restart_grant::Step;
+use super::Inner;
+use crate::core::model::PodInfo;
+use crate::core::outcome::{ActionKind, Outcome};
+use crate::core::policy::Decision;
+use crate::core::restart_grant::{is_own_request, request_id, REQUEST, RESTARTED};
+use crate::core::volume_digest::HashKey;
+use crate::ports::{PatchError, PatchRequest, PatchTarget, PodRef};
+use std::sync::Arc;
+
+impl Inner {
+    fn restart_key(&self) -> &HashKey {
+        self.restart_key
+            .get_or_init(|| HashKey::generate().expect("the kernel's random source (getrandom)"))
+    }
+
+    /// A `restart` decision without `--restart-without-grant`: the request is written on the
+    /// pod and the restart waits here for its grant.
+    pub(super) async fn request_restart(self: Arc<Self>, uid: String, jobs: Vec<RestartJob>) {
+        let Some(first) = jobs.first().cloned() else {
+            return;
+        };
+        let Some(pod) = self.pod(&uid) else {
+            return;
+        };
+        let pod_ref = PodRef::from(&*pod);
+        if self.report.dry_run() {
+            self.report.count(ActionKind::Restart, Outcome::DryRun);
+            tracing::info!(pod = %pod.full_name(), cause = %first.cause(), action = "restart", outcome = Outcome::DryRun.as_str(), "dry-run: would request the controller's grant to restart");
+            self.report.note_applied(
+                &pod_ref,
+                ActionKind::Restart,
+                Outcome::DryRun,
+                "dry-run: no restart was requested",
+                &first.sources,
+                &first.seen,
+                None,
+            );
+            return;
+        }
+        let Some(patcher) = self.pod_patcher.clone() else {
+            let note = format!("not restarted: the agent writes no pod annotations here, so it cannot ask the controller's grant (reloadlet.io/restart-request); --restart-without-grant restarts without it: {}", first.cause());
+            tracing::warn!(pod = %pod.full_name(), action = "restart", outcome = Outcome::RestartRefused.as_str(), "restart refused: no pod patch edge for the request");
+            self.report.record_seen(
+                &pod_ref,
+                ActionKind::Restart,
+                Outcome::RestartRefused,
+                note,
+                &first.sources,
+                &first.seen,
+            );
+            return;
+        };
+        let id = request_id(self.restart_key(), &uid, &change_bytes(&jobs));
+        let containers: Vec<String> = jobs.iter().map(|j| j.container.clone()).collect();
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .request(&uid, id.clone(), jobs);
+        let written = write(patcher.as_ref(), &pod, REQUEST, &id).await;
+        match written {
+            Ok(()) => {
+                let note = format!(
+                    "restart of {} requested ({REQUEST}: {id}); waiting for the controller's grant (as many pods of the owner at once as its PodDisruptionBudget allows, one without a budget): {}",
+                    containers.join(", "),
+                    first.cause()
+                );
+                tracing::info!(pod = %pod.full_name(), request = %id, containers = ?containers, cause = %first.cause(), action = "restart", outcome = Outcome::RestartRequested.as_str(), "restart requested; waiting for the grant");
+                self.report.record_seen(
+                    &pod_ref,
+                    ActionKind::Restart,
+                    Outcome::RestartRequested,
+                    note,
+                    &first.sources,
+                    &first.seen,
+                );
+                // The grant may already be there (written before the request's echo).
+                if let Some(now) = self.pod(&uid) {
+                    self.grant_step(&now);
+                }
+            }
+            Err(PatchError::NotFound) => {}
+            Err(e) => {
+                let note = format!(
+                    "not restarted: could not write the restart request ({REQUEST}): {e}; the next change asks again: {}",
+                    first.cause()
+                );
+                tracing::warn!(pod = %pod.full_name(), error = %e, action = "restart", outcome = Outcome::RestartFailed.as_str(), "could not write the restart request");
+                self.report.record_seen(
+                    &pod_ref,
+                    ActionKind::Restart,
+                    Outcome::RestartFailed,
+                    note,
+                    &first.sources,
+                    &first.seen,
+                );
+            }
+        }
+    }
+
+    /// The pod as its watch shows it: a grant that came, a restart that is over, or (after an
+    /// agent restart) a granted request of its own to carry out.
+    pub(super) fn grant_step(self: &Arc<Self>, pod: &PodInfo) {
+        if self.restart_without_grant || self.report.dry_run() {
+            return;
+        }
+        let key = self.restart_key().clone();
+        let uid = pod.uid.clone();
+        let step = self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_pod(pod, |id| is_own_request(&key, &uid, id));
+        let Some(step) = step else { return };
+        let inner = self.clone();
+        match step {
+            Step::Perform { id, jobs } => {
+                tracing::info!(pod = %pod.full_name(), grant = %id, "restart granted by the controller");
+                self.signals
+                    .spawn_on(inner.perform(uid, id, jobs), &self.runtime);
+            }
+            Step::Recover { id } => {
+                let jobs = recovered_jobs(pod);
+                tracing::info!(pod = %pod.full_name(), grant = %id, containers = jobs.len(), "a granted restart requested before the agent restarted; carrying it out");
+                self.requests
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .begin(pod, &id, &jobs);
+                self.signals
+                    .spawn_on(inner.perform(uid, id, jobs), &self.runtime);
+            }
+            Step::Record { id } => {
+                let pod = pod.clone();
+                self.signals.spawn_on(
+                    async move {
+                        let Some(patcher) = inner.pod_patcher.clone() else {
+                            return;
+                        };
+                        match write(patcher.as_ref(), &pod, RESTARTED, &id).await {
+                            Ok(()) => {
+                                tracing::info!(pod = %pod.full_name(), restarted = %id, "restart recorded; the controller grants the next once the pod is Ready")
+                            }
+                            Err(PatchError::NotFound) => {}
+                            Err(e) => {
+                                tracing::warn!(pod = %pod.full_name(), restarted = %id, error = %e, "could not record the restart; the owner's next restart waits for it")
+                            }
+                        }
+                    },
+                    &self.runtime,
+                );
+            }
+        }
+    }
+
+    /// Stops the granted containers (each through the spaced restart path), then looks at the
+    /// pod again: once they run again, `restarted` is written.
+    async fn perform(self: Arc<Self>, uid: String, id: String, jobs: Vec<RestartJob>) {
+        let stops = jobs.into_iter().map(|job| self.clone().restart_one(job));
+        let stopped = futures::future::join_all(stops)
+            .await
+            .into_iter()
+            .filter(|s| *s)
+            .count();
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stopped(&uid, &id, stopped);
+        if let Some(pod) = self.pod(&uid) {
+            self.grant_step(&pod);
+        }
+    }
+}
+
+/// What names one change (the request id's content part): the changed sources, the kubelet
+/// writes seen (their `..<timestamp>` directories) and the moment of the decision, so that
+/// two changes of the same source never share an id.
+fn change_bytes(jobs: &[RestartJob]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for job in jobs {
+        out.extend_from_slice(job.container.as_bytes());
+        out.push(0);
+        out.extend_from_slice(job.cause().as_bytes());
+        out.push(0);
+        out.extend_from_slice(format!("{:?}", job.seen).as_bytes());
+        out.push(0);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    out.extend_from_slice(&now.as_nanos().to_le_bytes());
+    out
+}
+
+/// The jobs of a recovered grant: the containers the restart decision would pick when it
+/// does not know which volumes changed (`core::policy::recovered_restart`).
+fn recovered_jobs(pod: &PodInfo) -> Vec<RestartJob> {
+    let Decision::Restart { targets, cause } = crate::core::policy::recovered_restart(pod) else {
+        return Vec::new();
+    };
+    targets
+        .into_iter()
+        .map(|t| RestartJob {
+            pod_uid: pod.uid.clone(),
+            container: t.target.container,
+            stop: t.stop,
+            first_seen: std::time::Instant::now(),
+            sources: cause.sources.clone(),
+            seen: super::applied::Seen::none(),
+        })
+        .collect()
+}
+
+/// One annotation on the pod, conditional on its UID; tried once more after a failure that
+/// is neither a 404 nor a 403.
+async fn write(
+    patcher: &dyn crate::ports::Patcher,
+    pod: &PodInfo,
+    annotation: &'static str,
+    value: &str,
+) -> Result<(), PatchError> {
+    let req = PatchRequest {
+        target: PatchTarget::Pod,
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: Some(pod.uid.clone()),
+        annotation,
+        value: Some(value.to_owned()),
+    };
+    match patcher.patch(&req).await {
+        Err(PatchError::Conflict(_) | PatchError::Other(_)) => patcher.patch(&req).await,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests;

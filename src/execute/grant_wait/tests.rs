@@ -1,0 +1,216 @@
+//! The agent's side of the grant through the real executor, with the fake pod edge and fake
+//! processes: the request is written and nothing stopped; a forged grant stops nothing; the
+//! grant of the request stops the container once; `restarted` follows once it runs again.
+
+use crate::controller::fake::FakePatcher;
+use crate::core::model::{
+    ContainerId, ContainerInfo, ContainerKind, PodInfo, ReloadSignal, SourceKind, SourceRef,
+    VolumeMount, VolumeSpec,
+};
+use crate::core::pod_index::PodIndex;
+use crate::core::restart_grant::{is_own_request, GRANT, REQUEST, RESTARTED};
+use crate::core::volume_digest::HashKey;
+use crate::execute::applied::RecordDeps;
+use crate::execute::evict::EvictionSettings;
+use crate::execute::restart::RestartJob;
+use crate::execute::{Deps, Executor};
+use crate::outbound::notify::Notifier;
+use crate::ports::fake;
+use crate::serve::metrics::Metrics;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const KEY: [u8; 32] = [9; 32];
+
+fn pod(annotations: &[(&str, &str)], container: &str) -> PodInfo {
+    PodInfo {
+        uid: "u1".into(),
+        namespace: "ns".into(),
+        name: "web".into(),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .chain([
+                ("reloadlet.io/action".to_owned(), "restart".to_owned()),
+                // a recovered restart's stop plan: SIGKILL after 1 s (the fake process stays)
+                ("reloadlet.io/restart-grace".to_owned(), "1s".to_owned()),
+            ])
+            .collect(),
+        volumes: vec![VolumeSpec {
+            name: "conf".into(),
+            sources: vec![SourceRef {
+                kind: SourceKind::ConfigMap,
+                name: "app-conf".into(),
+            }],
+            ..VolumeSpec::default()
+        }],
+        containers: vec![ContainerInfo {
+            name: "app".into(),
+            kind: ContainerKind::Regular,
+            mounts: vec![VolumeMount {
+                volume: "conf".into(),
+                sub_path: false,
+            }],
+            container_id: ContainerId::parse(&format!("containerd://{container}")),
+            running: true,
+            ports: Vec::new(),
+        }],
+        ..Default::default()
+    }
+}
+
+fn job() -> RestartJob {
+    RestartJob {
+        seen: Default::default(),
+        pod_uid: "u1".into(),
+        container: "app".into(),
+        stop: crate::core::restart::StopPlan {
+            signal: ReloadSignal::Term,
+            grace: Duration::ZERO,
+            drain: None,
+            timeout: Duration::from_secs(300),
+        },
+        first_seen: Instant::now(),
+        sources: vec![SourceRef {
+            kind: SourceKind::ConfigMap,
+            name: "app-conf".into(),
+        }],
+    }
+}
+
+struct Agent {
+    exec: Executor,
+    index: Arc<RwLock<PodIndex>>,
+    patcher: FakePatcher,
+    events: Arc<fake::Events>,
+    processes: Arc<fake::Processes>,
+    _key: tokio::sync::watch::Sender<Option<HashKey>>,
+}
+
+fn agent() -> Agent {
+    let index = Arc::new(RwLock::new(PodIndex::default()));
+    let patcher = FakePatcher::default();
+    let first = pod(&[], "abc");
+    index.write().unwrap().apply(first.clone());
+    patcher.put(first);
+    let events = Arc::new(fake::Events::default());
+    let processes = Arc::new(fake::Processes::with("abc", 4242));
+    let (key_tx, key) = tokio::sync::watch::channel(None);
+    let deps = Deps {
+        events: events.clone(),
+        processes: processes.clone(),
+        evictor: Arc::new(fake::Evictor::default()),
+        http: Arc::new(fake::Http::default()),
+        notifier: Notifier::disabled(),
+        record: Some(RecordDeps {
+            patcher: Arc::new(patcher.clone()),
+            key,
+        }),
+        gate: None,
+    };
+    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
+    let exec = Executor::new(
+        "node-1",
+        false,
+        EvictionSettings::default(),
+        &deps,
+        metrics,
+        index.clone(),
+        CancellationToken::new(),
+    );
+    exec.use_restart_key(HashKey::from_bytes(KEY));
+    Agent {
+        exec,
+        index,
+        patcher,
+        events,
+        processes,
+        _key: key_tx,
+    }
+}
+
+impl Agent {
+    /// The pod watch shows `pod` (the agent's index, then the executor).
+    fn show(&self, pod: PodInfo) {
+        self.index.write().unwrap().apply(pod.clone());
+        self.exec.pod_updated(&pod);
+    }
+
+    fn written(&self, annotation: &str) -> Vec<String> {
+        self.patcher
+            .stored("ns", "web")
+            .and_then(|p| p.annotations.get(annotation).cloned())
+            .into_iter()
+            .collect()
+    }
+}
+
+/// Polls `f` until it holds (a real-time deadline: the stop runs on a blocking thread).
+async fn until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_waits_for_the_grant_of_its_own_request_and_is_recorded_once() {
+    let a = agent();
+    a.exec.restart(job());
+    until("the request", || !a.written(REQUEST).is_empty()).await;
+    let id = a.written(REQUEST).remove(0);
+    assert!(is_own_request(&HashKey::from_bytes(KEY), "u1", &id), "{id}");
+    until("its Event", || a.events.reasons() == ["RestartRequested"]).await;
+    let note = a.events.0.lock().unwrap()[0].1.note.clone();
+    assert!(
+        note.contains("waiting for the controller's grant"),
+        "{note}"
+    );
+    // the pod author grants something else: nothing is stopped
+    a.show(pod(
+        &[(REQUEST, &id), (GRANT, "c0ffee00-0000000000000000")],
+        "abc",
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.processes.sent(), 0);
+    // the controller's grant: stopped once
+    let granted = pod(&[(REQUEST, &id), (GRANT, &id)], "abc");
+    a.show(granted.clone());
+    until("the stop", || a.processes.sent() > 0).await;
+    until("Restarted", || a.events.reasons().contains(&"Restarted")).await;
+    a.show(granted.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = a.processes.sent();
+    assert!(
+        a.written(RESTARTED).is_empty(),
+        "not before the container runs again"
+    );
+    // the kubelet started it again (a new container): recorded
+    a.show(pod(&[(REQUEST, &id), (GRANT, &id)], "def"));
+    until("restarted", || a.written(RESTARTED) == [id.clone()]).await;
+    a.show(pod(
+        &[(REQUEST, &id), (GRANT, &id), (RESTARTED, &id)],
+        "def",
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.processes.sent(), sent, "never twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_agent_restart_a_granted_request_of_its_own_is_performed_and_a_forged_one_is_not()
+{
+    let a = agent();
+    // a request and grant the pod author wrote (the template, another pod's id): nothing
+    let forged = "0123abcd-0123456789abcdef";
+    a.show(pod(&[(REQUEST, forged), (GRANT, forged)], "abc"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.processes.sent(), 0);
+    // one the agent wrote before it restarted (same key, same pod): performed
+    let own = crate::core::restart_grant::request_id(&HashKey::from_bytes(KEY), "u1", b"change");
+    a.show(pod(&[(REQUEST, &own), (GRANT, &own)], "abc"));
+    until("the stop", || a.processes.sent() > 0).await;
+    a.show(pod(&[(REQUEST, &own), (GRANT, &own)], "def"));
+    until("restarted", || a.written(RESTARTED) == [own.clone()]).await;
+}
