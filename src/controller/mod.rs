@@ -29,5 +29,6 @@ pub mod lease;
 pub mod metrics;
 pub mod nudge;
 pub mod publish;
+pub mod recorded;
 pub mod rollout;
 pub mod router;

@@ -143,6 +143,7 @@ fn start_with(
         now,
         stop: stop.clone(),
         key: crate::core::volume_digest::HashKey::from_bytes([7; 32]),
+        versions: Default::default(),
     });
     let feature = configure(feature);
     let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
