@@ -1,7 +1,8 @@
 //! What the controller hands its `reloadlet.io/applied` writer with an outcome (issue #46 §2,
-//! `crate::execute::applied`): the pod as it knows it and, per source acted for, the data
-//! version the pod reads of it now published (`Published::version_for` of the keys the pod
-//! reads, the CLI's own derivation), so `reloadlet status` compares it with the object's.
+//! `crate::execute::applied`): the pod as it knows it and how to tell, per source acted for,
+//! the data version the pod reads of it as published when the record is written
+//! (`Published::version_for` of the keys the pod reads, the CLI's own derivation), so
+//! `reloadlet status` compares it with the object's.
 
 use super::consumer_states::versions::PublishedVersions;
 use crate::core::model::{PodInfo, SourceRef};
@@ -13,18 +14,15 @@ use jiff::Timestamp;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The [`Seen`] of an action of the controller on `pod` for `sources` (`until`: a hold's end).
-/// A source not published yet has no version (the record then says so).
-pub fn seen(
-    pod: Arc<PodInfo>,
-    sources: &[SourceRef],
-    published: &PublishedVersions,
-    until: Option<Timestamp>,
-) -> Seen {
-    let versions = versions(&pod, sources, published);
+/// The [`Seen`] of an action of the controller on `pod` (`until`: a hold's end). A source not
+/// published yet when the record is written has no version (the record then says so).
+pub fn seen(pod: Arc<PodInfo>, published: &PublishedVersions, until: Option<Timestamp>) -> Seen {
+    let published = published.clone();
     Seen::known(Known {
         pod,
-        versions,
+        versions: Arc::new(move |pod: &PodInfo, sources: &[SourceRef]| {
+            versions(pod, sources, &published)
+        }),
         until,
     })
 }

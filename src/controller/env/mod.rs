@@ -308,7 +308,7 @@ impl EnvConsumers {
             // Nothing is held for it any more (a blocked eviction keeps the pod).
             self.keep_record(&pod);
             // What becomes of it (blocked, failed) is recorded on the pod (issue #46 §2).
-            let recorded = recorded::seen(pod.clone(), &sources, &self.deps.versions, None);
+            let recorded = recorded::seen(pod.clone(), &self.deps.versions, None);
             self.deps.evictions.request(EvictJob {
                 pod: PodRef::from(&*pod),
                 cause,
@@ -368,7 +368,7 @@ fn report_notice(
     };
     tracing::info!(pod = %pod.full_name(), outcome = outcome.as_str(), note, "env eviction paced");
     let sources = [source];
-    let seen = recorded::seen(Arc::new(pod.clone()), &sources, versions, held_until);
+    let seen = recorded::seen(Arc::new(pod.clone()), versions, held_until);
     report.record_seen(
         &PodRef::from(pod),
         ActionKind::Evict,

@@ -115,7 +115,7 @@ impl Asking {
     ) -> Option<(PodRef, Vec<SourceRef>, Seen)> {
         let pod = self.known.clone()?;
         let sources = self.sources();
-        let seen = crate::controller::recorded::seen(pod, &sources, versions, until);
+        let seen = crate::controller::recorded::seen(pod, versions, until);
         Some((self.pod.clone(), sources, seen))
     }
 }

@@ -73,12 +73,27 @@ pub struct Seen {
 /// it knew it (it keeps no [`PodIndex`] of every pod for the writer) and the data version of
 /// each source acted for (`Published::version_for` of the keys the pod reads, from the version
 /// it published: `crate::controller::consumer_states::versions`).
-#[derive(Debug)]
 pub struct Known {
     pub pod: Arc<PodInfo>,
-    pub versions: BTreeMap<SourceRef, DataVersion>,
+    /// The versions of the sources as the controller knows them when the record is written
+    /// (not when the action was asked for: the publisher may read the new data a moment after
+    /// the feature did, and a blocked eviction's next retry then records the version).
+    pub versions: Arc<VersionsOf>,
     /// A hold's end (pacing).
     pub until: Option<Timestamp>,
+}
+
+/// The data version of each of the sources for the pod (`None` left out).
+pub type VersionsOf =
+    dyn Fn(&PodInfo, &[SourceRef]) -> BTreeMap<SourceRef, DataVersion> + Send + Sync;
+
+impl std::fmt::Debug for Known {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Known")
+            .field("pod", &self.pod.uid)
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Seen {
@@ -245,7 +260,7 @@ impl Writer {
         let versions = match (&key, note.seen.pins().is_empty()) {
             _ if known.is_some() => known
                 .as_ref()
-                .map(|k| k.versions.clone())
+                .map(|k| (k.versions)(&pod, &note.sources))
                 .unwrap_or_default(),
             (Some(key), false) => {
                 let (key, pod, sources, seen) = (
