@@ -120,7 +120,10 @@ fn start_with(
     configure: impl FnOnce(RolloutFeature) -> RolloutFeature,
 ) -> Harness {
     let events = Arc::new(fake::Events::default());
-    let report = crate::controller::fake::reporter(events.clone(), Notifier::disabled(), dry_run);
+    // What becomes of a rollout is recorded on the asking pods (`reloadlet.io/applied`).
+    let recorder = crate::execute::applied::AppliedRecorder::controller(Arc::new(patcher.clone()));
+    let report = crate::controller::fake::reporter(events.clone(), Notifier::disabled(), dry_run)
+        .with_applied(Some(recorder));
     let stop = CancellationToken::new();
     let feature = RolloutFeature::new(RolloutDeps {
         api: api.clone(),
@@ -726,6 +729,7 @@ async fn a_secret_rolls_nothing_without_secrets() {
 
 mod blocked;
 mod pacing;
+mod recorded;
 
 /// Issue #43 §2, a tenant who can patch pods but not Deployments: `action: rollout` written
 /// on running pods of a Deployment whose template never asked, and a bare pod whose owner
