@@ -3,7 +3,16 @@
 //! refused; one write per pod and outcome.
 
 use super::*;
-use crate::core::status::applied::{Applied, Recorded};
+use crate::core::status::applied::{Applied, Entry, Recorded};
+
+/// The last entry written on each pod, by name.
+pub(super) fn last_entries(h: &Harness) -> BTreeMap<String, Entry> {
+    h.patcher
+        .applied_writes()
+        .into_iter()
+        .map(|(_, name, value)| (name, Applied::parse(&value).unwrap().objects[0].clone()))
+        .collect()
+}
 
 /// The last record written on each pod: `name → (by, action, result, error)`.
 fn records(h: &Harness) -> BTreeMap<String, (String, String, Recorded, Option<String>)> {
