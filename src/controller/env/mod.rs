@@ -209,7 +209,10 @@ impl EnvConsumers {
             EnvDecision::Refused(note) => {
                 let outcome = Outcome::Refused;
                 tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", outcome = outcome.as_str(), "{note}");
-                report.record(&pod_ref, ActionKind::Evict, outcome, note, &[source]);
+                // The pod's record says it failed, and why (`reloadlet status`).
+                let seen = recorded::seen(Arc::new(pod.clone()), &self.deps.versions, None);
+                let sources = [source];
+                report.record_seen(&pod_ref, ActionKind::Evict, outcome, note, &sources, &seen);
                 self.consumed.tracker.acknowledge(change);
             }
             EnvDecision::NotReloaded(note) => {

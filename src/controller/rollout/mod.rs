@@ -529,7 +529,9 @@ async fn roll(
                 Ok(()) => asking.push(claim.asking),
                 Err(why) => {
                     let sources = sources_of(std::slice::from_ref(&claim.asking));
-                    not_granted(report, &claim.asking.pod, why.as_str(), &sources);
+                    let seen = claim.asking.seen(versions, None).map(|(_, _, seen)| seen);
+                    let (pod, seen) = (&claim.asking.pod, seen.unwrap_or_default());
+                    not_granted(report, pod, why.as_str(), &sources, &seen);
                     handled.extend(claim.asking.changes);
                 }
             }
@@ -613,17 +615,19 @@ fn list(sources: &[SourceRef]) -> String {
         .join(", ")
 }
 
-/// Warning `RolloutNotGranted` on the pod, and a log line; nothing is written.
+/// Warning `RolloutNotGranted` on the pod, and a log line; no workload is written (the pod's
+/// `reloadlet.io/applied` says it failed, and why).
 fn not_granted(
     report: &crate::execute::report::Reporter,
     pod: &PodRef,
     why: &str,
     sources: &[SourceRef],
+    seen: &Seen,
 ) {
     let outcome = Outcome::RolloutNotGranted;
     let note = format!("{} changed, nothing rolled: {why}", list(sources));
     tracing::warn!(pod = %pod.full_name(), action = "rollout", outcome = outcome.as_str(), "{note}");
-    report.record(pod, ActionKind::Rollout, outcome, note, sources);
+    report.record_seen(pod, ActionKind::Rollout, outcome, note, sources, seen);
 }
 
 /// Warning `RolloutUnsupported` on the pod, and a log line; nothing is written.

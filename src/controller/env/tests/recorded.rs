@@ -122,3 +122,25 @@ async fn a_failed_eviction_is_recorded_as_failed_with_the_reason() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_eviction_is_recorded_as_failed_saying_why() {
+    let mut h = Harness::start();
+    // No owner, and no reloadlet.io/evict-unowned: refused.
+    let pod = env_pod("lonely");
+    h.list(std::slice::from_ref(&pod)).await;
+    h.versions.set(&key(), Some(published("v1")));
+    h.change("v1").await;
+    until("the refusal's record", || {
+        !h.patcher.applied_writes().is_empty()
+    })
+    .await;
+    assert_eq!(h.evictor.calls(), 0);
+    let (_, state) = state(&h, &pod, &published("v1"));
+    match state {
+        State::Failed { error } => {
+            assert!(error.contains("no controller to recreate it"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -794,6 +794,28 @@ async fn a_pod_cannot_grant_itself_a_rollout_of_its_workload() {
         "{}",
         refused("forger")
     );
+    // Each refused pod's record says so (`reloadlet status`: failed, with the reason); the pod
+    // of the Deployment that asked reads the rollout in progress.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let records = recorded::last_entries(&h);
+    for name in ["web-a", "web-b", "forger"] {
+        let e = &records[name];
+        assert_eq!(
+            e.result,
+            crate::core::status::applied::Recorded::Failed,
+            "{e:?}"
+        );
+        assert!(
+            e.error
+                .as_deref()
+                .is_some_and(|m| m.contains("nothing rolled")),
+            "{e:?}"
+        );
+    }
+    assert_eq!(
+        records["api-a"].result,
+        crate::core::status::applied::Recorded::RolloutRequested
+    );
     // Told once: the change is done with for the refused pods, not retried.
     h.change("app-env", "3", &[("LOG", "info"), ("PORT", "81")])
         .await;
