@@ -25,6 +25,13 @@
 //! `false`). A 404 (the pod is gone) is silent; a 403 is reported by the edge (`Denials`);
 //! anything else is tried once more, then logged. Under `--dry-run` the edge sends the patch
 //! with `dryRun=All`: checked by the API server (RBAC, admission), persisted nowhere.
+//!
+//! **The controller's side** ([`AppliedRecorder::controller`], `by: controller`): the same
+//! writer, fed from the same report path, for env evictions and rollouts. It knows no files:
+//! each outcome comes with a [`Known`] (the pod as the controller knew it, and how to tell the
+//! version it published for each source when the record is written); a success is not
+//! recorded (an evicted pod is gone, a rolled workload's new pods read `current` by their
+//! start time), and an outcome without a [`Known`] is not recorded at all.
 
 use crate::core::model::{PodInfo, SourceKind, SourceRef, VolumeSpec};
 use crate::core::outcome::{ActionKind, Outcome};
