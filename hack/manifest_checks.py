@@ -1098,6 +1098,9 @@ def _both(*fns):
 # The MAC suffix the controller writes after a baseline's digests (issue #43 §2).
 _MAC = ";mac=0123456789abcdef0123456789abcdef"
 
+# What the controller records on a pod whose env eviction a budget blocks (docs/status.md).
+_CONTROLLER_RECORD = '{"v":1,"objects":[{"object":"configmap/app-env","version":"v1:93bbc560a3f2f34722daa27f","at":"2026-11-29T09:36:50Z","by":"controller","action":"evict","result":"blocked"}]}'
+
 # (description, edit of the old pod, subresource, allowed?)
 POLICY_CASES = [
     ("sets the nudge annotation", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@1234"), "", True),
@@ -1132,6 +1135,11 @@ POLICY_CASES = [
     ("grants a restart and changes another annotation", _both(_ann(RESTART_GRANT, _RESTART_ID), _ann("team", "b")), "", False),
     ("writes the agent's restart request", _ann(RESTART_REQUEST, _RESTART_ID), "", False),
     ("writes the agent's restarted record", _ann(RESTARTED, _RESTART_ID), "", False),
+    ("records a blocked env eviction (reloadlet status)", _ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), "", True),
+    ("writes a status record that is no JSON object", _ann(APPLIED_ANNOTATION, "pending"), "", False),
+    ("writes a status record over 8192 characters", _ann(APPLIED_ANNOTATION, "{" + "x" * 8192 + "}"), "", False),
+    ("records a status and changes another annotation", _both(_ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), _ann("team", "b")), "", False),
+    ("records a status and changes a label", _both(_ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), lambda p: p["metadata"]["labels"].update(app="evil")), "", False),
 ]
 
 

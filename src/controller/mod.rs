@@ -29,6 +29,7 @@ pub mod lease;
 pub mod metrics;
 pub mod nudge;
 pub mod publish;
+pub mod recorded;
 pub mod restart_grant;
 pub mod rollout;
 pub mod router;

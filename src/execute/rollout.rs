@@ -7,6 +7,7 @@
 //! twice is one template change), `--dry-run` (the patch is logged, nothing is sent) and the
 //! typed [`Outcome`] reported through the [`Reporter`].
 
+use super::applied::Seen;
 use super::report::Reporter;
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};
@@ -32,6 +33,9 @@ pub struct RolloutJob {
     pub regarding: PodRef,
     /// How many pods of the workload asked for it.
     pub pods: usize,
+    /// The asking pods whose `reloadlet.io/applied` records what became of it (the
+    /// controller's [`Seen`]), with the sources each asked for.
+    pub recorded: Vec<(PodRef, Vec<SourceRef>, Seen)>,
     pub sources: Vec<SourceRef>,
     /// The workload's UID (its Events' `regarding.uid`).
     pub uid: String,
@@ -82,6 +86,7 @@ impl Rollouts {
             let outcome = Outcome::DryRun;
             tracing::info!(workload = %workload, patch = %job.patch, cause = %job.cause, outcome = outcome.as_str(), "dry-run: would patch the workload's pod template");
             inner.report.count(ActionKind::Rollout, outcome);
+            self.note(job, outcome, "");
             return outcome;
         }
         let result = self.send(w, &job.patch, &workload).await;
@@ -103,6 +108,7 @@ impl Rollouts {
         } else {
             tracing::warn!(workload = %workload, cause = %job.cause, action = "rollout", outcome = outcome.as_str(), "{note}");
         }
+        self.note(job, outcome, &note);
         if outcome == Outcome::RolloutRequested {
             // Regarding the workload (issue #26: "RolloutRequested (regarding the workload,
             // naming the cause)"): `kubectl describe deployment` lists it.
@@ -133,6 +139,14 @@ impl Rollouts {
             );
         }
         outcome
+    }
+
+    /// `outcome` on each asking pod's record (in progress, or failed with `note`).
+    fn note(&self, job: &RolloutJob, outcome: Outcome, note: &str) {
+        for (pod, sources, seen) in &job.recorded {
+            let report = &self.inner.report;
+            report.note_applied(pod, ActionKind::Rollout, outcome, note, sources, seen, None);
+        }
     }
 
     /// A metadata-only merge patch of the workload: its rollout pacing record

@@ -186,13 +186,22 @@ pub async fn serve(
     if let Some(own_pod) = own_pod_ref(settings.own_pod.as_ref()) {
         denials.publish_to(events.clone(), own_pod);
     }
+    // What the controller did to a pod (env evictions, rollouts) is recorded on it, in the
+    // agent's `reloadlet.io/applied` format (issue #46 §2); under --dry-run as dryRun=All.
+    let recorder =
+        crate::execute::applied::AppliedRecorder::controller(Arc::new(KubePatcher::status_record(
+            clients.main.clone(),
+            refusals.clone(),
+            settings.scope.dry_run,
+        )));
     let reporter = Reporter::new(
         events,
         notifier,
         action_metrics,
         settings.scope.dry_run,
         settings.instance.clone(),
-    );
+    )
+    .with_applied(Some(recorder));
     let patcher: Arc<dyn Patcher> =
         Arc::new(KubePatcher::new(clients.main.clone(), refusals.clone()));
     let patches = |settings: PatchSettings| {
@@ -250,7 +259,7 @@ pub async fn serve(
     })));
     controller = controller.with(Box::new(ConsumerStates::new(
         consumer_metrics,
-        versions,
+        versions.clone(),
         settings.secrets,
         settings.status_metrics_per_object,
     )));
@@ -294,6 +303,7 @@ pub async fn serve(
             stop: shutdown.clone(),
             pacing: settings.pacing.clone(),
             key: keyed(),
+            versions: versions.clone(),
         })));
     }
     if settings.rollout.enabled {
@@ -318,6 +328,7 @@ pub async fn serve(
             now: now_rfc3339,
             stop: shutdown.clone(),
             key: keyed(),
+            versions: versions.clone(),
         })
         .with_budgets(budgets)
         .with_pacing(settings.pacing.clone());

@@ -51,3 +51,14 @@ impl PublishedVersions {
         self.changed.notified().await;
     }
 }
+
+impl PublishedVersions {
+    /// The version `key` carries, as last read or written.
+    pub fn get(&self, key: &ObjectKey) -> Option<Published> {
+        self.map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+}

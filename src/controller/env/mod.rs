@@ -9,6 +9,7 @@ pub mod pacing;
 
 use super::consumed::{Change, Consumed, Fetched, Tracker};
 use super::feature::{Feature, Routed, World};
+use super::recorded;
 use crate::core::model::{PodInfo, SourceKind};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
@@ -44,6 +45,8 @@ pub struct EnvDeps {
     pub pacing: crate::core::pacing::PacingDefaults,
     /// The controller's key: digests and baseline MACs (`crate::k8s::controller_key`).
     pub key: crate::core::volume_digest::HashKey,
+    /// The data versions published (`reloadlet.io/applied` names the one acted for).
+    pub versions: crate::controller::consumer_states::versions::PublishedVersions,
 }
 
 pub struct EnvConsumers {
@@ -189,7 +192,8 @@ impl EnvConsumers {
                     }
                     EnvPaced::Held(notice) => {
                         let owner = self.pacing.owner_label(&pod.uid);
-                        report_notice(report, &pod, owner, notice, source);
+                        let versions = &self.deps.versions;
+                        report_notice(report, versions, &pod, owner, notice, source);
                         self.keep_record(&pod);
                     }
                     EnvPaced::Refused(message) => {
@@ -205,7 +209,10 @@ impl EnvConsumers {
             EnvDecision::Refused(note) => {
                 let outcome = Outcome::Refused;
                 tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", outcome = outcome.as_str(), "{note}");
-                report.record(&pod_ref, ActionKind::Evict, outcome, note, &[source]);
+                // The pod's record says it failed, and why (`reloadlet status`).
+                let seen = recorded::seen(Arc::new(pod.clone()), &self.deps.versions, None);
+                let sources = [source];
+                report.record_seen(&pod_ref, ActionKind::Evict, outcome, note, &sources, &seen);
                 self.consumed.tracker.acknowledge(change);
             }
             EnvDecision::NotReloaded(note) => {
@@ -234,7 +241,8 @@ impl EnvConsumers {
                     };
                     let Some(pod) = pod else { continue };
                     let owner = self.pacing.owner_label(&pod.uid);
-                    report_notice(&self.deps.reporter, &pod, owner, notice, first.source);
+                    let (report, versions) = (&self.deps.reporter, &self.deps.versions);
+                    report_notice(report, versions, &pod, owner, notice, first.source);
                     self.keep_record(&pod);
                 }
                 EnvPaced::Refused(_) => {}
@@ -291,7 +299,7 @@ impl EnvConsumers {
         for (uid, sources) in by_pod {
             let pod = {
                 let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
-                index.get(&uid).cloned()
+                index.shared(&uid)
             };
             let Some(pod) = pod else { continue };
             let cause = sources
@@ -302,13 +310,14 @@ impl EnvConsumers {
             tracing::info!(pod = %pod.full_name(), cause = %cause, action = "evict", "{why}");
             // Nothing is held for it any more (a blocked eviction keeps the pod).
             self.keep_record(&pod);
+            // What becomes of it (blocked, failed) is recorded on the pod (issue #46 §2).
+            let recorded = recorded::seen(pod.clone(), &self.deps.versions, None);
             self.deps.evictions.request(EvictJob {
-                pod: PodRef::from(&pod),
+                pod: PodRef::from(&*pod),
                 cause,
                 first_seen: Some(seen),
                 sources,
-                // The controller records on the pod itself (issue #46, its half).
-                seen: Default::default(),
+                seen: recorded,
             });
         }
     }
@@ -322,13 +331,14 @@ impl EnvConsumers {
 /// The Event, notification and counter of a deferral or a flapping episode, once each.
 fn report_notice(
     report: &Reporter,
+    versions: &crate::controller::consumer_states::versions::PublishedVersions,
     pod: &PodInfo,
     owner: Option<&str>,
     notice: Option<EnvNotice>,
     source: crate::core::model::SourceRef,
 ) {
     let m = &report.metrics().pacing;
-    let (outcome, note) = match notice {
+    let (outcome, note, held_until) = match notice {
         None => return,
         Some(EnvNotice::Deferred { until, why }) => {
             m.deferrals.inc();
@@ -339,6 +349,7 @@ fn report_notice(
                     why.as_str(),
                     hash::cause(&source)
                 ),
+                Some(until),
             )
         }
         Some(EnvNotice::Flapping(r)) => {
@@ -354,16 +365,20 @@ fn report_notice(
                     "{} changed {} times within {within}: holding {held} until it has been quiet for {within}",
                     r.source, r.changes,
                 ),
+                None,
             )
         }
     };
     tracing::info!(pod = %pod.full_name(), outcome = outcome.as_str(), note, "env eviction paced");
-    report.record(
+    let sources = [source];
+    let seen = recorded::seen(Arc::new(pod.clone()), versions, held_until);
+    report.record_seen(
         &PodRef::from(pod),
         ActionKind::Evict,
         outcome,
         note,
-        &[source],
+        &sources,
+        &seen,
     );
 }
 

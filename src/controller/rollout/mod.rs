@@ -25,6 +25,7 @@ pub mod pacing;
 pub mod refs;
 
 use super::consumed::{Change, Consumed, Fetched, Tracker};
+use super::consumer_states::versions::PublishedVersions;
 use super::feature::{Feature, Routed, World};
 use crate::core::annotations::ROLLOUT_BASELINE;
 use crate::core::disruption_budgets::BudgetIndex;
@@ -33,6 +34,7 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::owner_chain::{Link, PodLink};
 use crate::core::pacing::PacingDefaults;
 use crate::core::rollout::{restart_patch, workload_of, OwnerRef, WorkloadKind, WorkloadRef};
+use crate::execute::applied::Seen;
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::rollout::{RolloutJob, Rollouts};
 use crate::ports::PodRef;
@@ -70,6 +72,8 @@ pub struct RolloutDeps {
     /// The controller's key: digests and baseline MACs (`crate::k8s::controller_key`).
     pub key: crate::core::volume_digest::HashKey,
     pub stop: CancellationToken,
+    /// The data versions published (`reloadlet.io/applied` names the one rolled for).
+    pub versions: PublishedVersions,
 }
 
 /// One pod's changes in a batch.
@@ -77,6 +81,43 @@ pub struct RolloutDeps {
 struct Asking {
     pod: PodRef,
     changes: Vec<Change>,
+    /// The pod as the controller knew it when it asked: what becomes of the rollout is
+    /// recorded on it (`reloadlet.io/applied`, [`Asking::seen`]); `None`: not kept.
+    known: Option<Arc<PodInfo>>,
+}
+
+impl Asking {
+    fn new(pod: PodRef, changes: Vec<Change>, world: &World) -> Self {
+        let known = world.shared(&pod.uid);
+        Self {
+            pod,
+            changes,
+            known,
+        }
+    }
+
+    /// The sources it asks for, once each.
+    fn sources(&self) -> Vec<SourceRef> {
+        let mut out: Vec<SourceRef> = Vec::new();
+        for c in &self.changes {
+            if !out.contains(&c.source) {
+                out.push(c.source.clone());
+            }
+        }
+        out
+    }
+
+    /// What the pod's `reloadlet.io/applied` record is given with an outcome of its rollout.
+    fn seen(
+        &self,
+        versions: &PublishedVersions,
+        until: Option<jiff::Timestamp>,
+    ) -> Option<(PodRef, Vec<SourceRef>, Seen)> {
+        let pod = self.known.clone()?;
+        let sources = self.sources();
+        let seen = crate::controller::recorded::seen(pod, versions, until);
+        Some((self.pod.clone(), sources, seen))
+    }
 }
 
 pub struct RolloutFeature {
@@ -199,7 +240,7 @@ impl RolloutFeature {
             if let Some(refs::Mode::AfterBlocked(timeout)) = mode {
                 if self.structurally_blocked(world.get(&change.uid)) {
                     let changes = vec![change];
-                    self.join_batch(Asking { pod, changes });
+                    self.join_batch(Asking::new(pod, changes, world));
                     continue;
                 }
                 tracing::info!(pod = %pod.full_name(), source = %change.source, timeout = %humantime::format_duration(timeout), "evict pod with on-blocked: rollout; its owner is rolled if the pod still runs after the timeout");
@@ -211,22 +252,15 @@ impl RolloutFeature {
                     .find(|(_, a)| a.pod.uid == pod.uid)
                 {
                     Some((_, asking)) => asking.changes.push(change),
-                    None => self.escalations.push((
-                        at,
-                        Asking {
-                            pod,
-                            changes: vec![change],
-                        },
-                    )),
+                    None => self
+                        .escalations
+                        .push((at, Asking::new(pod, vec![change], world))),
                 }
                 continue;
             }
             self.pending
                 .entry(change.uid.clone())
-                .or_insert_with(|| Asking {
-                    pod,
-                    changes: Vec::new(),
-                })
+                .or_insert_with(|| Asking::new(pod, Vec::new(), world))
                 .changes
                 .push(change);
             self.due.get_or_insert_with(|| Instant::now() + COALESCE);
@@ -256,6 +290,7 @@ impl RolloutFeature {
             .or_insert_with(|| Asking {
                 pod: asking.pod.clone(),
                 changes: Vec::new(),
+                known: asking.known.clone(),
             })
             .changes
             .extend(asking.changes);
@@ -283,6 +318,7 @@ impl RolloutFeature {
                 .or_insert_with(|| Asking {
                     pod: asking.pod.clone(),
                     changes: Vec::new(),
+                    known: world.shared(&asking.pod.uid).or(asking.known.clone()),
                 })
                 .changes
                 .extend(asking.changes);
@@ -352,10 +388,11 @@ impl RolloutFeature {
         let argo = self.deps.argo;
         let done = self.done_tx.clone();
         let stop = self.deps.stop.clone();
+        let versions = self.deps.versions.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                handled = roll(batch, workloads.as_ref(), &rollouts, (now, argo, reloader), (&pacing, fresh)) => {
+                handled = roll(batch, workloads.as_ref(), &rollouts, (now, argo, reloader), (&pacing, fresh, &versions)) => {
                     let _ = done.send(handled);
                 }
             }
@@ -381,7 +418,7 @@ async fn roll(
     workloads: &dyn WorkloadApi,
     rollouts: &Rollouts,
     (now, argo, reloader): (fn() -> String, bool, bool),
-    (pacing, fresh): (&pacing::RolloutPacing, bool),
+    (pacing, fresh, versions): (&pacing::RolloutPacing, bool, &PublishedVersions),
 ) -> Vec<Change> {
     let report = rollouts.reporter();
     let mut handled = Vec::new();
@@ -492,7 +529,9 @@ async fn roll(
                 Ok(()) => asking.push(claim.asking),
                 Err(why) => {
                     let sources = sources_of(std::slice::from_ref(&claim.asking));
-                    not_granted(report, &claim.asking.pod, why.as_str(), &sources);
+                    let seen = claim.asking.seen(versions, None).map(|(_, _, seen)| seen);
+                    let (pod, seen) = (&claim.asking.pod, seen.unwrap_or_default());
+                    not_granted(report, pod, why.as_str(), &sources, &seen);
                     handled.extend(claim.asking.changes);
                 }
             }
@@ -512,7 +551,7 @@ async fn roll(
         };
         // Paced per workload: held (its baselines stay) or refused, nothing rolled now.
         pacing.seed(&workload, workloads).await;
-        let (asking, record) = match pacing.admit(&workload, asking, fresh, report) {
+        let (asking, record) = match pacing.admit(&workload, asking, fresh, report, versions) {
             pacing::Admission::Roll(asking, record) => (asking, record),
             pacing::Admission::Held(record) => {
                 if let Some(record) = record {
@@ -536,6 +575,10 @@ async fn roll(
             strategy_note: facts.note,
             regarding,
             pods: asking.len(),
+            recorded: asking
+                .iter()
+                .filter_map(|a| a.seen(versions, None))
+                .collect(),
             sources,
             workload,
             uid,
@@ -572,17 +615,19 @@ fn list(sources: &[SourceRef]) -> String {
         .join(", ")
 }
 
-/// Warning `RolloutNotGranted` on the pod, and a log line; nothing is written.
+/// Warning `RolloutNotGranted` on the pod, and a log line; no workload is written (the pod's
+/// `reloadlet.io/applied` says it failed, and why).
 fn not_granted(
     report: &crate::execute::report::Reporter,
     pod: &PodRef,
     why: &str,
     sources: &[SourceRef],
+    seen: &Seen,
 ) {
     let outcome = Outcome::RolloutNotGranted;
     let note = format!("{} changed, nothing rolled: {why}", list(sources));
     tracing::warn!(pod = %pod.full_name(), action = "rollout", outcome = outcome.as_str(), "{note}");
-    report.record(pod, ActionKind::Rollout, outcome, note, sources);
+    report.record_seen(pod, ActionKind::Rollout, outcome, note, sources, seen);
 }
 
 /// Warning `RolloutUnsupported` on the pod, and a log line; nothing is written.

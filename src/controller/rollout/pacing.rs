@@ -13,6 +13,7 @@
 //! drives it (`with_pacing`, `release_held`).
 
 use super::Asking;
+use crate::controller::consumer_states::versions::PublishedVersions;
 use crate::controller::metrics::PacingShare;
 use crate::core::model::PodInfo;
 use crate::core::outcome::{ActionKind, Outcome};
@@ -189,6 +190,7 @@ impl RolloutPacing {
         asking: Vec<Asking>,
         fresh: bool,
         report: &Reporter,
+        versions: &PublishedVersions,
     ) -> Admission {
         let mut guard = self.lock();
         let inner = &mut *guard;
@@ -242,7 +244,7 @@ impl RolloutPacing {
         });
         drop(guard);
         self.held.notify_one();
-        tell(report, workload, &asking, notice);
+        tell(report, versions, workload, &asking, notice);
         Admission::Held(value)
     }
 
@@ -354,11 +356,17 @@ fn name(w: &WorkloadRef) -> String {
 
 /// The Event, notification and counter of a deferral or a flapping episode, once each
 /// (regarding the first asking pod; the workload is named).
-fn tell(report: &Reporter, workload: &WorkloadRef, asking: &[Asking], notice: Option<Notice>) {
+fn tell(
+    report: &Reporter,
+    versions: &PublishedVersions,
+    workload: &WorkloadRef,
+    asking: &[Asking],
+    notice: Option<Notice>,
+) {
     let Some(first) = asking.first() else { return };
     let m = &report.metrics().pacing;
     let workload = name(workload);
-    let (outcome, note) = match notice {
+    let (outcome, note, until) = match notice {
         None => return,
         Some(Notice::Deferred { until, why }) => {
             m.deferrals.inc();
@@ -367,7 +375,7 @@ fn tell(report: &Reporter, workload: &WorkloadRef, asking: &[Asking], notice: Op
                 why.as_str(),
                 sources(asking)
             );
-            (Outcome::Deferred, note)
+            (Outcome::Deferred, note, Some(until))
         }
         Some(Notice::Flapping(r)) => {
             m.flap_episodes.inc();
@@ -376,10 +384,22 @@ fn tell(report: &Reporter, workload: &WorkloadRef, asking: &[Asking], notice: Op
                 "{} changed {} times within {within}: holding the rollout of {workload} until it has been quiet for {within}",
                 r.source, r.changes
             );
-            (Outcome::Flapping, note)
+            (Outcome::Flapping, note, None)
         }
     };
     tracing::info!(pod = %first.pod.full_name(), workload, outcome = outcome.as_str(), note, "rollout paced");
+    // Every asking pod's record says it is held (until when), not only the Event's pod.
+    for (pod, sources, seen) in asking.iter().filter_map(|a| a.seen(versions, until)) {
+        report.note_applied(
+            &pod,
+            ActionKind::Rollout,
+            outcome,
+            &note,
+            &sources,
+            &seen,
+            until,
+        );
+    }
     let sources = super::sources_of(asking);
     report.record(&first.pod, ActionKind::Rollout, outcome, note, &sources);
 }

@@ -485,6 +485,7 @@ mod env_consumers {
             stop: stop.clone(),
             pacing: Default::default(),
             key: crate::core::volume_digest::HashKey::from_bytes([7; 32]),
+            versions: Default::default(),
         })))
     }
 

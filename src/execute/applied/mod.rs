@@ -25,6 +25,13 @@
 //! `false`). A 404 (the pod is gone) is silent; a 403 is reported by the edge (`Denials`);
 //! anything else is tried once more, then logged. Under `--dry-run` the edge sends the patch
 //! with `dryRun=All`: checked by the API server (RBAC, admission), persisted nowhere.
+//!
+//! **The controller's side** ([`AppliedRecorder::controller`], `by: controller`): the same
+//! writer, fed from the same report path, for env evictions and rollouts. It knows no files:
+//! each outcome comes with a [`Known`] (the pod as the controller knew it, and how to tell the
+//! version it published for each source when the record is written); a success is not
+//! recorded (an evicted pod is gone, a rolled workload's new pods read `current` by their
+//! start time), and an outcome without a [`Known`] is not recorded at all.
 
 use crate::core::model::{PodInfo, SourceKind, SourceRef, VolumeSpec};
 use crate::core::outcome::{ActionKind, Outcome};
@@ -42,6 +49,8 @@ use tokio::sync::{mpsc, watch};
 
 /// The `by` of the agent's entries.
 pub const BY: &str = "agent";
+/// The `by` of the controller's entries.
+pub const BY_CONTROLLER: &str = "controller";
 /// Notes waiting for the writer; more are dropped (and logged): a record never blocks.
 const QUEUE: usize = 1024;
 /// Most bytes read from one pinned write (a ConfigMap or Secret holds at most 1 MiB; a
@@ -59,21 +68,63 @@ pub struct Pin {
     pub target: DataTarget,
 }
 
-/// The pins of one action (cheap to clone; empty: nothing pinned, entries have no version).
+/// What one action was for (cheap to clone): the agent's pins (empty: nothing pinned, entries
+/// have no version), or the controller's [`Known`].
 #[derive(Clone, Debug, Default)]
-pub struct Seen(Option<Arc<[Pin]>>);
+pub struct Seen {
+    pins: Option<Arc<[Pin]>>,
+    known: Option<Arc<Known>>,
+}
+
+/// The controller's side (issue #46 §2): it sees API objects, not files, so it hands the pod as
+/// it knew it (it keeps no [`PodIndex`] of every pod for the writer) and the data version of
+/// each source acted for (`Published::version_for` of the keys the pod reads, from the version
+/// it published: `crate::controller::consumer_states::versions`).
+pub struct Known {
+    pub pod: Arc<PodInfo>,
+    /// The versions of the sources as the controller knows them when the record is written
+    /// (not when the action was asked for: the publisher may read the new data a moment after
+    /// the feature did, and a blocked eviction's next retry then records the version).
+    pub versions: Arc<VersionsOf>,
+    /// A hold's end (pacing).
+    pub until: Option<Timestamp>,
+}
+
+/// The data version of each of the sources for the pod (`None` left out).
+pub type VersionsOf =
+    dyn Fn(&PodInfo, &[SourceRef]) -> BTreeMap<SourceRef, DataVersion> + Send + Sync;
+
+impl std::fmt::Debug for Known {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Known")
+            .field("pod", &self.pod.uid)
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Seen {
     pub fn new(pins: Vec<Pin>) -> Self {
-        Self((!pins.is_empty()).then(|| pins.into()))
+        Self {
+            pins: (!pins.is_empty()).then(|| pins.into()),
+            known: None,
+        }
     }
 
     pub fn none() -> Self {
-        Self(None)
+        Self::default()
+    }
+
+    /// The controller's action on `known.pod`.
+    pub fn known(known: Known) -> Self {
+        Self {
+            pins: None,
+            known: Some(Arc::new(known)),
+        }
     }
 
     fn pins(&self) -> &[Pin] {
-        self.0.as_deref().unwrap_or_default()
+        self.pins.as_deref().unwrap_or_default()
     }
 }
 
@@ -101,20 +152,36 @@ struct Note {
 #[derive(Clone)]
 pub struct AppliedRecorder {
     tx: mpsc::Sender<Note>,
+    /// [`BY`] or [`BY_CONTROLLER`].
+    by: &'static str,
 }
 
 impl AppliedRecorder {
     /// Starts the writer on the current runtime; it ends when every recorder is dropped.
     pub fn start(deps: RecordDeps, index: Arc<RwLock<PodIndex>>) -> Self {
+        Self::start_as(BY, deps, index)
+    }
+
+    /// The controller's writer: it records only what comes with its [`Known`] (env evictions
+    /// and rollouts), never a success (an evicted pod is gone; a rolled workload's new pods
+    /// read `current` by their start time).
+    pub fn controller(patcher: Arc<dyn Patcher>) -> Self {
+        let (_, key) = watch::channel(None);
+        let deps = RecordDeps { patcher, key };
+        Self::start_as(BY_CONTROLLER, deps, Arc::default())
+    }
+
+    fn start_as(by: &'static str, deps: RecordDeps, index: Arc<RwLock<PodIndex>>) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let writer = Writer {
             patcher: deps.patcher,
             key: deps.key,
             index,
             own: HashMap::new(),
+            by,
         };
         tokio::spawn(writer.run(rx));
-        Self { tx }
+        Self { tx, by }
     }
 
     /// Records `outcome` of `action` for `sources` (what became of the action; `note`: the
@@ -137,6 +204,10 @@ impl AppliedRecorder {
         if sources.is_empty() {
             return;
         }
+        if self.by == BY_CONTROLLER && (seen.known.is_none() || result == Recorded::Applied) {
+            return;
+        }
+        let until = until.or_else(|| seen.known.as_ref().and_then(|k| k.until));
         let note = Note {
             pod: pod.clone(),
             action,
@@ -159,6 +230,7 @@ struct Writer {
     index: Arc<RwLock<PodIndex>>,
     /// Pod UID → the entries this writer wrote last (the pod watch may not show them yet).
     own: HashMap<String, Vec<Entry>>,
+    by: &'static str,
 }
 
 impl Writer {
@@ -174,17 +246,29 @@ impl Writer {
     }
 
     async fn write(&mut self, note: Note) {
-        let Some(pod) = self.pod(&note.pod.uid) else {
+        let known = note.seen.known.clone();
+        let pod = self
+            .pod(&note.pod.uid)
+            .or_else(|| known.as_ref().map(|k| k.pod.clone()));
+        let Some(pod) = pod else {
             // Gone: nothing to record on.
             self.own.remove(&note.pod.uid);
             return;
         };
-        {
+        if known.is_none() {
             let index = self.index.read().unwrap_or_else(|e| e.into_inner());
             self.own.retain(|uid, _| index.get(uid).is_some());
+        } else if self.own.len() > QUEUE * 4 {
+            // The controller's pods come with the notes: forget the oldest knowledge wholesale
+            // (the pod's own record, read next time, says the same but later).
+            self.own.clear();
         }
         let key = self.key.borrow().clone();
         let versions = match (&key, note.seen.pins().is_empty()) {
+            _ if known.is_some() => known
+                .as_ref()
+                .map(|k| (k.versions)(&pod, &note.sources))
+                .unwrap_or_default(),
             (Some(key), false) => {
                 let (key, pod, sources, seen) = (
                     key.clone(),
@@ -206,7 +290,7 @@ impl Writer {
                     source,
                     versions.get(source),
                     note.at,
-                    BY,
+                    self.by,
                     note.action,
                     note.result,
                 )

@@ -81,6 +81,25 @@ async fn a_held_env_eviction_is_found_again_after_leadership_is_lost_and_regaine
     h.change("debug").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(h.events.reasons(), ["ReloadDeferred"]);
+    // The pod's record says held until the window opens (`reloadlet status`: pending until T).
+    let (_, _, value) = h
+        .patcher
+        .applied_writes()
+        .last()
+        .cloned()
+        .expect("a record");
+    let record = crate::core::status::applied::Applied::parse(&value).unwrap();
+    let entry = &record.objects[0];
+    assert_eq!(
+        entry.result,
+        crate::core::status::applied::Recorded::Deferred
+    );
+    assert!(
+        entry
+            .until
+            .is_some_and(|t| t.to_string().ends_with("T03:00:00Z")),
+        "{entry:?}"
+    );
 
     // Another replica leads for a while, then this one again: the change is held again and
     // the pod evicted once, when the window opens (within a day).

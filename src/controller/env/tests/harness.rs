@@ -66,6 +66,8 @@ pub struct Harness {
     pub events: Arc<fake::Events>,
     pub evictor: Arc<fake::Evictor>,
     pub reporter: Reporter,
+    /// The data versions the publisher would have read (set by the test).
+    pub versions: crate::controller::consumer_states::versions::PublishedVersions,
     pub stop: CancellationToken,
     pub task: tokio::task::JoinHandle<()>,
     pub rv: u64,
@@ -78,8 +80,12 @@ impl Harness {
         api.objects.lock().unwrap().insert(key(), data("v0"));
         let events = Arc::new(fake::Events::default());
         let evictor = Arc::new(fake::Evictor::default());
+        let recorder =
+            crate::execute::applied::AppliedRecorder::controller(Arc::new(patcher.clone()));
         let reporter =
-            crate::controller::fake::reporter(events.clone(), Notifier::disabled(), false);
+            crate::controller::fake::reporter(events.clone(), Notifier::disabled(), false)
+                .with_applied(Some(recorder));
+        let versions = crate::controller::consumer_states::versions::PublishedVersions::default();
         let stop = CancellationToken::new();
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let feature = EnvConsumers::new(EnvDeps {
@@ -104,6 +110,7 @@ impl Harness {
             stop: stop.clone(),
             pacing: Default::default(),
             key: crate::core::volume_digest::HashKey::from_bytes([7; 32]),
+            versions: versions.clone(),
         });
         let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
         Self {
@@ -113,6 +120,7 @@ impl Harness {
             events,
             evictor,
             reporter,
+            versions,
             stop,
             task,
             rv: 1,

@@ -5,3 +5,4 @@
 mod fix;
 mod flap;
 mod harness;
+mod recorded;

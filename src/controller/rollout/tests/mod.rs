@@ -120,7 +120,10 @@ fn start_with(
     configure: impl FnOnce(RolloutFeature) -> RolloutFeature,
 ) -> Harness {
     let events = Arc::new(fake::Events::default());
-    let report = crate::controller::fake::reporter(events.clone(), Notifier::disabled(), dry_run);
+    // What becomes of a rollout is recorded on the asking pods (`reloadlet.io/applied`).
+    let recorder = crate::execute::applied::AppliedRecorder::controller(Arc::new(patcher.clone()));
+    let report = crate::controller::fake::reporter(events.clone(), Notifier::disabled(), dry_run)
+        .with_applied(Some(recorder));
     let stop = CancellationToken::new();
     let feature = RolloutFeature::new(RolloutDeps {
         api: api.clone(),
@@ -143,6 +146,7 @@ fn start_with(
         now,
         stop: stop.clone(),
         key: crate::core::volume_digest::HashKey::from_bytes([7; 32]),
+        versions: Default::default(),
     });
     let feature = configure(feature);
     let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
@@ -725,6 +729,7 @@ async fn a_secret_rolls_nothing_without_secrets() {
 
 mod blocked;
 mod pacing;
+mod recorded;
 
 /// Issue #43 §2, a tenant who can patch pods but not Deployments: `action: rollout` written
 /// on running pods of a Deployment whose template never asked, and a bare pod whose owner
@@ -788,6 +793,28 @@ async fn a_pod_cannot_grant_itself_a_rollout_of_its_workload() {
         refused("forger").contains("names ReplicaSet web-rs with UID \"made-up\""),
         "{}",
         refused("forger")
+    );
+    // Each refused pod's record says so (`reloadlet status`: failed, with the reason); the pod
+    // of the Deployment that asked reads the rollout in progress.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let records = recorded::last_entries(&h);
+    for name in ["web-a", "web-b", "forger"] {
+        let e = &records[name];
+        assert_eq!(
+            e.result,
+            crate::core::status::applied::Recorded::Failed,
+            "{e:?}"
+        );
+        assert!(
+            e.error
+                .as_deref()
+                .is_some_and(|m| m.contains("nothing rolled")),
+            "{e:?}"
+        );
+    }
+    assert_eq!(
+        records["api-a"].result,
+        crate::core::status::applied::Recorded::RolloutRequested
     );
     // Told once: the change is done with for the refused pods, not retried.
     h.change("app-env", "3", &[("LOG", "info"), ("PORT", "81")])

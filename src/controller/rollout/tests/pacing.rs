@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::core::pacing::{PacingDefaults, PacingRecord, WallClock, ROLLOUT_PACING};
+use crate::core::status::applied::Recorded;
 use serde_json::json;
 
 /// The wall time the paused clock starts from: 12:00:00 UTC.
@@ -173,11 +174,31 @@ async fn a_rollout_waits_for_its_maintenance_window() {
         "{:?}",
         h.events()
     );
+    // Each asking pod's record says held until then (`reloadlet status`: pending until 12:10).
+    let held = super::recorded::last_entries(&h);
+    assert!(!held.is_empty());
+    for e in held.values() {
+        assert_eq!(e.result, Recorded::Deferred, "{e:?}");
+        assert_eq!(
+            e.until.map(|t| t.to_string()).as_deref(),
+            Some("2026-11-26T12:10:00Z")
+        );
+    }
     // 12:00:06 now.
     tokio::time::sleep(Duration::from_secs(9 * 60)).await;
     assert!(h.workloads.patched().is_empty(), "not before 12:10");
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(h.workloads.patched().len(), 1);
+    // Then in progress.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rolled = super::recorded::last_entries(&h);
+    assert_eq!(rolled.len(), held.len());
+    assert!(
+        rolled
+            .values()
+            .all(|e| e.result == Recorded::RolloutRequested),
+        "{rolled:?}"
+    );
     h.stop().await;
 }
 
