@@ -207,22 +207,22 @@ MUTATIONS: list[Mutation] = [
              "rbac: exactly the allowed rules", K),
     Mutation("extraEnv ignored",
              lambda c: _container(_docs(c, CK)).update(env=[e for e in _container(_docs(c, CK))["env"] if e["name"] != "HTTPS_PROXY"]),
-             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes, controller.statusMetricsPerObject", CK),
     Mutation("containerSecurityContext override ignored",
              lambda c: _sc(c, CK).pop("seLinuxOptions"),
-             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes, controller.statusMetricsPerObject", CK),
     Mutation("probe override ignored",
              lambda c: _container(_docs(c, CK))["livenessProbe"].update(periodSeconds=10),
-             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes, controller.statusMetricsPerObject", CK),
     Mutation("serviceAccount annotations ignored",
              lambda c: _agent(c, CK, "ServiceAccount")["metadata"].pop("annotations"),
-             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes, controller.statusMetricsPerObject", CK),
     Mutation("fullnameOverride ignored by the DaemonSet",
              lambda c: _one(_docs(c, CK), "DaemonSet")["metadata"].update(name="knobs-reloadlet"),
-             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CK),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes, controller.statusMetricsPerObject", CK),
     Mutation("a knob's value set by default",
              lambda c: _sc(c, CD).update(seLinuxOptions={"type": "spc_t"}),
-             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes", CD),
+             "chart knobs: fullnameOverride, extraEnv, containerSecurityContext, serviceAccount annotations, probes, controller.statusMetricsPerObject", CD),
     Mutation("ServiceMonitor on the wrong port",
              lambda c: _of_kind(_docs(c, CF), "ServiceMonitor")[0]["spec"]["endpoints"][0].update(port="http"),
              "servicemonitor: scrapes port metrics of the Service", CF),
@@ -589,7 +589,7 @@ MUTATIONS += [
              C_RULES, K),
     Mutation("policy lets the controller remove any pod annotation",
              lambda c: _replace_in(_validation(c, CD, "variables.oldAnnotations.all(k, k == variables.nudge"), "expression",
-                                   "k == variables.envPacing || k in variables.newAnnotations)", "true)"),
+                                   "k == variables.applied || k in variables.newAnnotations)", "true)"),
              P_CEL, CD),
     Mutation("policy without the subresource rule",
              lambda c: _vap(c, K)["spec"].update(validations=[v for v in _vap(c, K)["spec"]["validations"]
@@ -649,7 +649,8 @@ MUTATIONS += [
 # --- the agent's admission policy (its reloadlet.io/applied record) --------------------
 A_BINDING = "agent admission policy: bound with Deny, failurePolicy Fail, on pod UPDATEs and their subresources"
 A_CEL = ("agent admission policy: CEL compiles; a record on its own node's pod passes, another node's pod,"
-         " another annotation, a label or a spec change is rejected")
+         " another annotation, a label or a spec change is rejected; through pods/status only the drain"
+         " gate's condition, True or False, on a pod that declares it")
 
 
 def _avap(ctx: Context, render: str, kind: str = "ValidatingAdmissionPolicy") -> dict:
