@@ -3,6 +3,7 @@
 use super::access::{Decision, ForbiddenRecord};
 use super::events::EventApi;
 use super::http_objects;
+use super::objects::PatchType;
 use super::rbac::Attributes;
 use super::records::RequestRecord;
 use super::render;
@@ -10,6 +11,7 @@ use super::shared::Shared;
 use super::status::ApiStatus;
 use super::store::Key;
 use super::store::Resource;
+use super::store::State as Store;
 use super::watch::start_watch;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
@@ -28,6 +30,14 @@ use std::time::Instant;
 type Shr = State<Arc<Shared>>;
 type Params = Query<HashMap<String, String>>;
 type Answer = Result<Response, ApiStatus>;
+/// A pod PATCH of the store: the pod itself, or its status.
+type PodPatch = fn(
+    &mut Store,
+    &Key,
+    PatchType,
+    &[u8],
+    bool,
+) -> Result<k8s_openapi::api::core::v1::Pod, ApiStatus>;
 
 /// The server's routes.
 pub(crate) fn router(shared: Arc<Shared>, argo_rollouts: bool) -> Router {
@@ -247,14 +257,7 @@ async fn patch_pod(
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
-    let how = http_objects::patch_type(&headers)?;
-    let dry_run = p.get("dryRun").is_some_and(|d| d == "All");
-    let pod = s.lock().patch_pod_as(&key, how, &body, dry_run)?;
-    http_objects::one(
-        StatusCode::OK,
-        serde_json::to_value(&pod).unwrap_or(Value::Null),
-        &headers,
-    )
+    patch_pod_with(&s, &key, &p, &headers, &body, Store::patch_pod_as)
 }
 
 /// PATCH of `pods/status` (see [`super::pod_status`]).
@@ -265,13 +268,26 @@ async fn patch_pod_status(
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
-    let how = http_objects::patch_type(&headers)?;
+    patch_pod_with(&s, &key, &p, &headers, &body, Store::patch_pod_status)
+}
+
+/// A pod PATCH through `apply` (the pod itself or its status): the patch type from the
+/// Content-Type, `dryRun=All`, the patched pod as the answer.
+fn patch_pod_with(
+    s: &Shared,
+    key: &(String, String),
+    p: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+    apply: PodPatch,
+) -> Answer {
+    let how = http_objects::patch_type(headers)?;
     let dry_run = p.get("dryRun").is_some_and(|d| d == "All");
-    let pod = s.lock().patch_pod_status(&key, how, &body, dry_run)?;
+    let pod = apply(&mut s.lock(), key, how, body, dry_run)?;
     http_objects::one(
         StatusCode::OK,
         serde_json::to_value(&pod).unwrap_or(Value::Null),
-        &headers,
+        headers,
     )
 }
 
