@@ -1,15 +1,17 @@
 //! The controller's grant of restarts in place (issue #45 §2) end to end: `reloadlet
 //! controller` and the agent against the simulated node. Three replicas of one Deployment
 //! behind a PodDisruptionBudget with `maxUnavailable: 1`, all `action: restart`: one
-//! ConfigMap change restarts all three in place (same pod UIDs, `restartCount` + 1), and at
+//! ConfigMap change restarts all three in place (same pod UIDs, `restartCount` + 1; each app,
+//! which reads its config only at start, serves the new one), and at
 //! no moment are two of them not Ready; a controller restart in the middle restarts nothing
-//! twice.
+//! twice, and neither does an agent restart. A restarted pod that does not turn Ready again
+//! within `reloadlet.io/restart-timeout` stops its owner's sequence (`RestartStuck`).
 
 mod common;
 #[path = "support/controller_process.rs"]
 mod controller_process;
 
-use common::fixtures::configmap;
+use common::fixtures::{configmap, sandboxed};
 use common::*;
 use controller_process::ControllerProcess;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -18,6 +20,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use nodesim::apiserver::WorkloadKind;
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 const NS: &str = "apps";
@@ -25,8 +28,16 @@ const NO_ELECTION: &str = "--leader-elect=false";
 /// A deadline, not a timing claim (three restarts one after another on a loaded machine).
 const WAIT: Duration = Duration::from_secs(120);
 
-fn deployment() -> Deployment {
-    serde_json::from_value(json!({
+/// Three replicas of an app that reads `/etc/app/app.conf` only at start and writes what it
+/// serves to `<base>/served-<pod name>` (no SIGHUP handler, no reload endpoint, no SIGTERM
+/// handler: SIGKILL after the grace), `action: restart`, with more template `annotations`.
+fn deployment(base: &Path, annotations: &[(&str, &str)]) -> Deployment {
+    let conf = sandboxed(base, "/etc/app");
+    let script = format!(
+        "echo \"serving $(cat {conf}/app.conf)\" > {base}/served-$POD_NAME; while :; do sleep 3600 & wait $!; done",
+        base = base.display()
+    );
+    let mut d: serde_json::Value = json!({
         "metadata": {"name": "web", "namespace": NS},
         "spec": {
             "replicas": 3,
@@ -36,19 +47,46 @@ fn deployment() -> Deployment {
                     "labels": {"app": "web"},
                     "annotations": {
                         "reloadlet.io/action": "restart",
-                        "reloadlet.io/restart-grace": "2s",
+                        "reloadlet.io/restart-grace": "1s",
                         "nodesim.reloadlet.io/ready-delay-ms": "1000"
                     }
                 },
                 "spec": {
-                    "containers": [{"name": "app", "image": "app",
-                        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]}],
+                    "containers": [{"name": "app", "image": "example/start-only:1",
+                        "command": ["/bin/sh", "-c", script],
+                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "volumeMounts": [{"name": "cfg", "mountPath": conf}]}],
                     "volumes": [{"name": "cfg", "configMap": {"name": "web-cfg"}}]
                 }
             }
         }
-    }))
-    .unwrap()
+    });
+    for (k, v) in annotations {
+        d["spec"]["template"]["metadata"]["annotations"][*k] = json!(v);
+    }
+    serde_json::from_value(d).unwrap()
+}
+
+/// What each pod's app serves: pod name → its line.
+fn served(node: &Node) -> BTreeMap<String, String> {
+    pods(node)
+        .iter()
+        .filter_map(|p| {
+            let name = p.metadata.name.clone()?;
+            let line = std::fs::read_to_string(node.path(&format!("served-{name}"))).ok()?;
+            Some((name, line.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// Every pod serves `conf`.
+async fn all_serve(node: &Node, conf: &str) {
+    let want = format!("serving {conf}");
+    eventually(&format!("the three pods serve {conf}"), WAIT, || {
+        let served = served(node);
+        (served.len() == 3 && served.values().all(|l| *l == want)).then_some(())
+    })
+    .await;
 }
 
 fn pdb() -> PodDisruptionBudget {
@@ -116,14 +154,7 @@ async fn three_replicas_behind_max_unavailable_one_restart_in_place_one_at_a_tim
     if !root_or_skip() {
         return;
     }
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.api.set_nodes(&[NODE]);
-    node.api
-        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
-    node.api.create_pdb(pdb());
-    node.api.apply_deployment(deployment()).unwrap();
-    node.start_agent(&[]).await;
-    let before = settled(&node, "three Ready pods", |_| true).await;
+    let (node, before) = three_replicas(&[]).await;
     let readiness = node
         .api
         .track_readiness(WorkloadKind::Deployment, NS, "web")
@@ -148,6 +179,8 @@ async fn three_replicas_behind_max_unavailable_one_restart_in_place_one_at_a_tim
         restarted_for_its_request(p)
     })
     .await;
+    // each app, restarted in its pod, reads the new config
+    all_serve(&node, "v2").await;
     // the same pods, each restarted exactly once
     assert_eq!(
         after.keys().collect::<Vec<_>>(),
@@ -169,5 +202,139 @@ async fn three_replicas_behind_max_unavailable_one_restart_in_place_one_at_a_tim
             .any(|p| restart_count(p) > before[p.metadata.uid.as_ref().unwrap()] + 1)
     })
     .await;
+    controller.stop().await;
+}
+
+/// The node with the ConfigMap, the budget, the Deployment `d` and the agent, and the three
+/// pods once they run Ready: uid → restartCount.
+async fn three_replicas(annotations: &[(&str, &str)]) -> (Node, BTreeMap<String, i32>) {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
+    node.api.create_pdb(pdb());
+    let base = node.path("served").parent().unwrap().to_owned();
+    node.api
+        .apply_deployment(deployment(&base, annotations))
+        .unwrap();
+    node.start_agent(&[]).await;
+    let before = settled(&node, "three Ready pods", |_| true).await;
+    all_serve(&node, "v1").await;
+    (node, before)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_restart_in_the_middle_of_a_sequence_restarts_nothing_twice_and_loses_nothing() {
+    if !root_or_skip() {
+        return;
+    }
+    let (mut node, before) = three_replicas(&[]).await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+
+    // The agent stops once the first pod is granted, while the others wait for theirs, and
+    // a new one starts: it reads the requests, grants and volume digests the first left.
+    eventually("a first grant", WAIT, || {
+        pods(&node)
+            .iter()
+            .any(|p| annotation(p, "reloadlet.io/restart-grant").is_some())
+            .then_some(())
+    })
+    .await;
+    node.stop_agent().await;
+    node.start_agent(&[]).await;
+
+    let after = settled(&node, "all three restarted for their request", |p| {
+        restarted_for_its_request(p)
+    })
+    .await;
+    // each app, restarted in its pod, reads the new config
+    all_serve(&node, "v2").await;
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "same pod UIDs"
+    );
+    for (uid, count) in &after {
+        assert_eq!(*count, before[uid] + 1, "pod {uid}: {before:?} → {after:?}");
+    }
+    never("a second restart", CONTROLLER_QUIET, || {
+        pods(&node)
+            .iter()
+            .any(|p| restart_count(p) > before[p.metadata.uid.as_ref().unwrap()] + 1)
+    })
+    .await;
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
+    if !root_or_skip() {
+        return;
+    }
+    let (node, before) = three_replicas(&[("reloadlet.io/restart-timeout", "3s")]).await;
+    // From now on a container start takes 10 minutes to pass its readiness probe, on every
+    // pod: whichever is restarted first stays unready.
+    for p in pods(&node) {
+        let name = p.metadata.name.clone().unwrap();
+        node.api
+            .merge_patch_pod(
+                NS,
+                &name,
+                &json!({"metadata": {"annotations": {"nodesim.reloadlet.io/ready-delay-ms": "600000"}}}),
+            )
+            .unwrap();
+    }
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+
+    // The first restart happens (the positive control) and its pod stays unready.
+    let stuck = eventually("one pod restarted for its request", WAIT, || {
+        pods(&node)
+            .into_iter()
+            .find(|p| restarted_for_its_request(p) && !ready(p))
+    })
+    .await;
+    let name = stuck.metadata.name.clone().unwrap();
+    let uid = stuck.metadata.uid.clone().unwrap();
+    assert_eq!(restart_count(&stuck), before[&uid] + 1, "{name}");
+    let ev = node.wait_event(NS, &name, "RestartStuck").await;
+    assert_eq!(ev.type_, "Warning");
+    assert!(
+        ev.note
+            .contains("not Ready within reloadlet.io/restart-timeout 3s")
+            && ev.note.contains("no further restarts"),
+        "{}",
+        ev.note
+    );
+    // Its siblings keep their request, ungranted, and are never restarted.
+    never("a sibling granted or restarted", CONTROLLER_QUIET, || {
+        pods(&node).iter().any(|p| {
+            let sibling = p.metadata.uid.as_deref() != Some(uid.as_str());
+            sibling
+                && (annotation(p, "reloadlet.io/restart-grant").is_some()
+                    || restart_count(p) != before[p.metadata.uid.as_ref().unwrap()])
+        })
+    })
+    .await;
+    let waiting = pods(&node)
+        .iter()
+        .filter(|p| annotation(p, "reloadlet.io/restart-request").is_some())
+        .count();
+    assert_eq!(waiting, 3, "every pod asked for its restart");
+    // the stuck pod's new process reads v2, its siblings still serve v1
+    let served = served(&node);
+    for (pod, line) in &served {
+        let want = if *pod == name {
+            "serving v2"
+        } else {
+            "serving v1"
+        };
+        assert_eq!(line, want, "{served:?}");
+    }
     controller.stop().await;
 }

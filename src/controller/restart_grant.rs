@@ -161,12 +161,12 @@ impl RestartGrants {
             .filter(|p| !p.terminating)
             .collect();
         let now = Instant::now();
-        // How long each restarted pod has been unready.
+        // How long each granted pod has been unready: drained or stopped, restarted or not
+        // (a container that never runs again gets no `restarted`, and is stuck all the same).
         for pod in &pods {
             let grant = id_of(&pod.annotations, GRANT);
-            let restarted_unready =
-                grant.is_some() && id_of(&pod.annotations, RESTARTED) == grant && !pod.ready;
-            match (restarted_unready, grant) {
+            let granted_unready = grant.is_some() && !pod.ready;
+            match (granted_unready, grant) {
                 (true, Some(g)) => {
                     let since = self
                         .unready_since
@@ -214,8 +214,13 @@ impl RestartGrants {
         let mut warnings = Vec::new();
         for &i in &decision.stuck {
             let (m, pod) = (&members[i], &pods[i]);
+            let what = if m.restarted.is_some() && m.restarted == m.grant {
+                "restarted"
+            } else {
+                "stopped (its container has not run again)"
+            };
             let note = format!(
-                "restarted for grant {} but not Ready within reloadlet.io/restart-timeout {}: no further restarts of {} {} until it is",
+                "{what} for grant {} but not Ready within reloadlet.io/restart-timeout {}: no further restarts of {} {} until it is",
                 m.grant.unwrap_or_default(),
                 humantime::format_duration(m.timeout),
                 owner.1,

@@ -97,7 +97,8 @@ pub struct Member<'a> {
     pub restarted: Option<&'a str>,
     /// Its `Ready` condition is `True`.
     pub ready: bool,
-    /// How long it has been seen restarted (for its grant) and not Ready (`None`: it is not).
+    /// How long it has been seen granted and not Ready (`None`: it is Ready, or not granted):
+    /// from the drain or the stop until the restarted container is Ready again.
     pub unready_for: Option<Duration>,
     /// `reloadlet.io/restart-timeout`.
     pub timeout: Duration,
@@ -109,12 +110,10 @@ impl Member<'_> {
         self.grant.is_some() && (self.restarted != self.grant || !self.ready)
     }
 
-    /// Restarted for its grant and not Ready for longer than its timeout.
+    /// Granted and not Ready for longer than its timeout: restarted and not Ready again, or
+    /// stopped and its container never running again (no `restarted` for the grant then).
     pub fn stuck(&self) -> bool {
-        self.grant.is_some()
-            && self.restarted == self.grant
-            && !self.ready
-            && self.unready_for.is_some_and(|d| d >= self.timeout)
+        self.grant.is_some() && !self.ready && self.unready_for.is_some_and(|d| d >= self.timeout)
     }
 
     /// Asks for a grant it does not have (and is not in flight).
@@ -338,7 +337,16 @@ mod tests {
         // Ready again: not in flight
         stuck.ready = true;
         stuck.unready_for = None;
-        assert_eq!(decide(&[stuck, waiting], Allowed::Budget(1)).grant, [1]);
+        assert_eq!(
+            decide(&[stuck, waiting.clone()], Allowed::Budget(1)).grant,
+            [1]
+        );
+        // stopped and its container never running again: no `restarted` for the grant, stuck
+        // all the same once past its timeout
+        let mut never_back = m("web-a", Some("x"), Some("x"), None, false);
+        never_back.unready_for = Some(T);
+        let d = decide(&[never_back, waiting], Allowed::Budget(5));
+        assert_eq!((d.stuck, d.grant), (vec![0], vec![]));
     }
 
     #[test]

@@ -146,6 +146,13 @@ impl Harness {
         self.apply(p).await;
     }
 
+    /// Stopped for its grant, and its container never runs again: unready, no `restarted`.
+    async fn stopped(&self, name: &str) {
+        let mut p = self.patcher.stored(NS, name).unwrap();
+        p.ready = false;
+        self.apply(p).await;
+    }
+
     async fn ready(&self, name: &str) {
         let mut p = self.patcher.stored(NS, name).unwrap();
         p.ready = true;
@@ -342,5 +349,35 @@ async fn a_failed_grant_is_tried_again_and_hostile_values_are_ignored() {
             ("web-0".to_owned(), "c0".to_owned())
         ]
     );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_granted_pod_whose_container_never_runs_again_is_stuck_too() {
+    let h = start(FakePatcher::default(), budgets(Some(1)), false);
+    let first = with(
+        requesting("web-0", "c0"),
+        &[("reloadlet.io/restart-timeout", "1m")],
+    );
+    h.list(vec![first, requesting("web-1", "c1")]).await;
+    h.echo("web-0").await;
+    h.stopped("web-0").await;
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert!(h.events().is_empty(), "not yet: {:?}", h.events());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events = h.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].0.as_str(), events[0].1, events[0].2),
+        ("web-0", "RestartStuck", true)
+    );
+    assert!(
+        events[0]
+            .3
+            .starts_with("stopped (its container has not run again) for grant c0"),
+        "{}",
+        events[0].3
+    );
+    assert_eq!(h.granted().len(), 1, "web-1 is not granted");
     h.stop().await;
 }
