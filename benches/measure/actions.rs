@@ -9,9 +9,10 @@
 //! time until every replica serves the new config, and the pods created for it; printed with
 //! the ratios against `restart`.
 //!
-//! `restart` runs with `--restart-without-grant`: without the controller's grant (a
-//! budget-paced sequence, docs/restart.md "The grant"), the three replicas restart at once
-//! and the PDB is not asked. Its figure is what a restart costs a pod, not a paced sequence.
+//! `restart` runs twice: as installed, under the controller's grant (a budget-paced
+//! sequence, docs/restart.md "The grant": one replica at a time here, the next once the
+//! restarted one is Ready), and with `--restart-without-grant` (the three replicas at once,
+//! the PDB not asked: what a restart costs a pod, not a paced sequence).
 
 use crate::common::fixtures::{configmap, sandboxed};
 use crate::common::*;
@@ -82,9 +83,9 @@ struct Figures {
     created: Vec<usize>,
 }
 
-async fn one_action(action: &str, samples: usize) -> Figures {
+async fn one_action(action: &str, agent_args: &[&str], samples: usize) -> Figures {
     let mut node = Node::start(NodeOptions::default()).await;
-    node.start_agent(&["--restart-without-grant"]).await;
+    node.start_agent(agent_args).await;
     let controller = ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
     let base = node.path("");
     let mut figures = Figures {
@@ -152,7 +153,7 @@ fn median(v: &[Duration]) -> Duration {
     v[v.len() / 2]
 }
 
-/// `restart` vs `rollout` vs `evict`: change → every replica serving the new config, and the
+/// `restart` (granted, and ungranted) vs `rollout` vs `evict`: change → every replica serving the new config, and the
 /// pods created per change (`RELOADLET_MEASURE_SAMPLES` Deployments each, default 5).
 pub async fn restart_rollout_evict() {
     let samples: usize = std::env::var("RELOADLET_MEASURE_SAMPLES")
@@ -160,9 +161,18 @@ pub async fn restart_rollout_evict() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     let mut rows = Vec::new();
-    for action in ["restart", "rollout", "evict"] {
-        let f = one_action(action, samples).await;
-        rows.push((action, f));
+    for (row, action, agent_args) in [
+        ("restart", "restart", &[][..]),
+        (
+            "restart, ungranted",
+            "restart",
+            &["--restart-without-grant"][..],
+        ),
+        ("rollout", "rollout", &[][..]),
+        ("evict", "evict", &[][..]),
+    ] {
+        let f = one_action(action, agent_args, samples).await;
+        rows.push((row, f));
     }
     let base = median(&rows[0].1.took);
     eprintln!(
@@ -171,7 +181,7 @@ pub async fn restart_rollout_evict() {
     for (action, f) in &rows {
         let m = median(&f.took);
         eprintln!(
-            "  {action:<8} median {:>8.2?}  max {:>8.2?}  pods created per change {:?}  ratio {:.2}",
+            "  {action:<18} median {:>8.2?}  max {:>8.2?}  pods created per change {:?}  ratio {:.2}",
             m,
             f.took.iter().max().unwrap(),
             f.created,
