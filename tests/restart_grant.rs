@@ -338,3 +338,97 @@ async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
     }
     controller.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_not_restarted() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
+    // One replica, one needed: a restart would leave no Ready pod, whatever the timing.
+    node.api.create_pdb(
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": NS},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+        }))
+        .unwrap(),
+    );
+    let base = node.path("served").parent().unwrap().to_owned();
+    let mut d = deployment(&base, &[("reloadlet.io/on-blocked", "rollout")]);
+    d.spec.as_mut().unwrap().replicas = Some(1);
+    node.api.apply_deployment(d).unwrap();
+    node.start_agent(&[]).await;
+    let old = eventually("one Ready pod serving v1", WAIT, || {
+        let pods = pods(&node);
+        let served = served(&node);
+        (pods.len() == 1 && ready(&pods[0]) && served.values().all(|l| l == "serving v1"))
+            .then(|| pods[0].clone())
+    })
+    .await;
+    let old_name = old.metadata.name.clone().unwrap();
+    let old_uid = old.metadata.uid.clone().unwrap();
+    node.wait_tracked(2).await;
+    let readiness = node
+        .api
+        .track_readiness(WorkloadKind::Deployment, NS, "web")
+        .unwrap();
+    // The disruption controller has counted the pod: the block is known as structural.
+    eventually("the budget's status: 1 of 1 needed", WAIT, || {
+        let st = node.api.get_pdb(NS, "web")?.status?;
+        (st.expected_pods == 1 && st.desired_healthy == 1 && st.disruptions_allowed == 0)
+            .then_some(())
+    })
+    .await;
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+
+    // The agent hands the restart off at once...
+    let ev = node.wait_event(NS, &old_name, "RestartHandedOff").await;
+    assert_eq!(ev.type_, "Normal");
+    assert!(
+        ev.note
+            .starts_with("PodDisruptionBudget web needs 1 of 1 pods healthy")
+            && ev
+                .note
+                .contains("reloadlet.io/on-blocked is rollout: app not restarted")
+            && ev.note.ends_with("configmap web-cfg changed)"),
+        "{}",
+        ev.note
+    );
+    // ...and the controller rolls the Deployment: a new pod serves v2 (the positive control).
+    let new = eventually("a new pod serving v2, the old one gone", WAIT, || {
+        let pods = pods(&node);
+        let served = served(&node);
+        let new = pods.first()?;
+        let name = new.metadata.name.as_deref()?;
+        (pods.len() == 1
+            && new.metadata.uid.as_deref() != Some(old_uid.as_str())
+            && ready(new)
+            && served.get(name).is_some_and(|l| l == "serving v2"))
+        .then(|| new.clone())
+    })
+    .await;
+    assert_eq!(restart_count(&new), 0, "the new pod was not restarted");
+    // Never a moment without a Ready pod (surge-first), and nothing restarted or requested.
+    let log = readiness.log();
+    assert!(
+        log.min_ready().is_some_and(|n| n >= 1),
+        "a moment without a Ready pod: {log:?}"
+    );
+    for reason in ["RestartRequested", "Restarted"] {
+        assert!(
+            node.events(NS, &old_name, reason).is_empty(),
+            "{reason} on {old_name}"
+        );
+    }
+    assert_eq!(
+        node.metric("reloadlet_actions_total{action=\"restart\",outcome=\"restart_handed_off\"}"),
+        1.0
+    );
+    controller.stop().await;
+}

@@ -126,6 +126,10 @@ pub enum Outcome {
     /// A restarted pod is not Ready within `reloadlet.io/restart-timeout`: no further grants
     /// for its owner until it is (Warning `RestartStuck`).
     RestartStuck,
+    /// `reloadlet.io/on-blocked: rollout` and a PodDisruptionBudget that can never allow the
+    /// restart while the workload keeps its size (e.g. one replica under `minAvailable: 1`): nothing stopped, the change left to the controller's surge-first rollout
+    /// (Normal `RestartHandedOff`).
+    RestartHandedOff,
     /// A panic was caught while handling the pod (`crate::contain`): it is skipped until it
     /// changes (Warning `InternalError`; counted in `reloadlet_handler_panics_total`).
     InternalError,
@@ -180,6 +184,7 @@ impl Outcome {
             Self::RestartRequested => "restart_requested",
             Self::RestartBlocked => "restart_blocked",
             Self::RestartStuck => "restart_stuck",
+            Self::RestartHandedOff => "restart_handed_off",
             Self::InternalError => "internal_error",
         }
     }
@@ -215,6 +220,7 @@ impl Outcome {
             Self::RestartRequested => ("RestartRequested", false),
             Self::RestartBlocked => ("RestartBlocked", true),
             Self::RestartStuck => ("RestartStuck", true),
+            Self::RestartHandedOff => ("RestartHandedOff", false),
             Self::InternalError => ("InternalError", true),
             Self::DryRun | Self::Skipped | Self::NudgeFailed => return None,
             Self::Patched
@@ -254,7 +260,8 @@ impl Outcome {
             | Self::RestartFailed
             | Self::RestartRequested
             | Self::RestartBlocked
-            | Self::RestartStuck => &[Restart],
+            | Self::RestartStuck
+            | Self::RestartHandedOff => &[Restart],
             Self::RolloutRequested
             | Self::RolloutUnsupported
             | Self::RolloutFailed
@@ -306,6 +313,7 @@ impl Outcome {
                 | Self::RestartDeferred
                 | Self::RestartFailed
                 | Self::RestartStuck
+                | Self::RestartHandedOff
         )
     }
 
@@ -371,6 +379,7 @@ mod tests {
                 ("restart_requested", "RestartRequested", false),
                 ("restart_blocked", "RestartBlocked", true),
                 ("restart_stuck", "RestartStuck", true),
+                ("restart_handed_off", "RestartHandedOff", false),
                 ("internal_error", "InternalError", true),
             ]
         );

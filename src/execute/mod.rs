@@ -283,7 +283,15 @@ impl Executor {
     /// The restart of these containers of one pod (one change): with
     /// `--restart-without-grant` each at once ([`Self::restart`]'s spacing); else requested
     /// (`reloadlet.io/restart-request`) and carried out when the controller grants it.
+    ///
+    /// `reloadlet.io/on-blocked: rollout` and a PodDisruptionBudget that structurally blocks
+    /// the pod (no disruption while the workload keeps its size, e.g. one replica under
+    /// `minAvailable: 1`): nothing is stopped or requested; Normal `RestartHandedOff`, the controller rolls
+    /// the owner surge-first (`crate::controller::rollout`, the same test on the same budgets).
     pub fn restart_pod(&self, pod_uid: &str, jobs: Vec<RestartJob>) {
+        if self.inner.restart_handed_off(pod_uid, &jobs) {
+            return;
+        }
         let inner = self.inner.clone();
         if self.inner.restart_without_grant {
             for job in jobs {
@@ -580,6 +588,38 @@ impl Inner {
             &job.seen,
         );
         stopped.is_ok()
+    }
+
+    /// [`Executor::restart_pod`]'s hand-off: `true` when the restart was handed to the
+    /// controller's rollout (and reported).
+    fn restart_handed_off(&self, pod_uid: &str, jobs: &[RestartJob]) -> bool {
+        let (Some(first), Some(pod)) = (jobs.first(), self.pod(pod_uid)) else {
+            return false;
+        };
+        let pod_ref = PodRef::from(&*pod);
+        let Some((budget, status)) = self.evictions.structural_handoff(&pod_ref) else {
+            return false;
+        };
+        let outcome = Outcome::RestartHandedOff;
+        let containers: Vec<&str> = jobs.iter().map(|j| j.container.as_str()).collect();
+        tracing::info!(pod = %pod.full_name(), action = "restart", outcome = outcome.as_str(), budget, budget_status = %status.arithmetic(), cause = %first.cause(), "no restart: the budget allows none while the workload keeps its size; the change is left to reloadlet controller's rollout");
+        let note = format!(
+            "PodDisruptionBudget {budget} needs {} of {} pods healthy: a restart would leave too few Ready; {} is rollout: {} not restarted, reloadlet controller rolls the pod's workload instead (surge-first) ({})",
+            status.desired_healthy,
+            status.expected_pods,
+            crate::core::rollout::ON_BLOCKED,
+            containers.join(", "),
+            first.cause()
+        );
+        self.report.record_seen(
+            &pod_ref,
+            ActionKind::Restart,
+            outcome,
+            note,
+            &first.sources,
+            &first.seen,
+        );
+        true
     }
 
     fn pod(&self, uid: &str) -> Option<Arc<PodInfo>> {

@@ -95,14 +95,23 @@ async fn own(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
                 humantime::format_duration(timeout)
             )
         }
+        Ok((crate::core::rollout::OnBlocked::Rollout, _))
+            if policy
+                .as_ref()
+                .is_some_and(|p| matches!(p.action, Action::Restart(_))) =>
+        {
+            "on-blocked: rollout — on a structural budget block (a PodDisruptionBudget that allows no disruption while the workload keeps its size, e.g. one replica under minAvailable: 1) nothing is restarted and its owner is rolled at once, surge-first (no moment without a Ready pod); otherwise the restart waits for the controller's grant".to_owned()
+        }
         Ok(_) => {
-            out.push_str("    nothing: on-blocked: rollout applies to action evict only; on-blocked: wait keeps retrying the eviction\n");
+            out.push_str("    nothing: on-blocked: rollout applies to action evict and restart only; on-blocked: wait keeps retrying the eviction, or waits for the restart's grant\n");
             return out;
         }
     };
     if refs::mode(pod).is_none() {
         out.push_str("    nothing now: the pod is not running (or is terminating)\n");
-    } else if let Some(Mode::Now | Mode::AfterBlocked(_)) = refs::mode(pod) {
+    } else if let Some(Mode::Now | Mode::AfterBlocked(_) | Mode::WhenStructurallyBlocked) =
+        refs::mode(pod)
+    {
         let sources: Vec<String> = refs::references(pod, true, true)
             .keys()
             .map(ToString::to_string)

@@ -17,6 +17,10 @@
 //! `reloadlet.io/blocked-timeout` (default 10 m) after the change was seen — its eviction
 //! was blocked by a budget, structurally or for longer than the timeout — the owner is
 //! rolled as above. Seen from the API alone: a pod created before the change, still there.
+//! On an `action: restart` pod (issue #45 §2), `on-blocked: rollout` rolls the owner only on
+//! a structural block (a budget that allows no disruption while the workload keeps its size,
+//! e.g. one replica under `minAvailable: 1`), at once, where the agent hands the restart off (`RestartHandedOff`); any
+//! other change of such a pod is the restart grant's.
 
 pub mod blocked;
 pub mod compat;
@@ -237,6 +241,15 @@ impl RolloutFeature {
             // batch is handled.
             self.consumed.tracker.acting(&change);
             let mode = world.get(&change.uid).and_then(refs::mode);
+            if mode == Some(refs::Mode::WhenStructurallyBlocked) {
+                if self.structurally_blocked(world.get(&change.uid)) {
+                    self.join_batch(Asking::new(pod, vec![change], world));
+                } else {
+                    // The restart is the grant's: the baseline moves on, nothing is rolled.
+                    self.consumed.tracker.acknowledge(&change);
+                }
+                continue;
+            }
             if let Some(refs::Mode::AfterBlocked(timeout)) = mode {
                 if self.structurally_blocked(world.get(&change.uid)) {
                     let changes = vec![change];
@@ -277,7 +290,7 @@ impl RolloutFeature {
         };
         tracing::info!(
             pod = %format!("{}/{}", pod.namespace, pod.name),
-            "{}; on-blocked: rollout, the agent sends no eviction: rolling the owner now",
+            "{}; on-blocked: rollout, the agent sends no eviction or restart: rolling the owner now",
             status.structural_note(&name)
         );
         true

@@ -22,10 +22,15 @@ pub enum Mode {
     /// `action: evict` with `reloadlet.io/on-blocked: rollout`: when the pod still runs
     /// this long after the change (its eviction was blocked; the agent keeps trying).
     AfterBlocked(std::time::Duration),
+    /// `action: restart` with `reloadlet.io/on-blocked: rollout`: at once when a
+    /// PodDisruptionBudget structurally blocks disrupting the pod (the agent then restarts
+    /// nothing: `RestartHandedOff`); else never (the restart is the controller's grant's).
+    WhenStructurallyBlocked,
 }
 
 /// Does the controller roll this pod's owner on a change, and when? (`action: rollout`, or
-/// `action: evict` with `on-blocked: rollout`; valid annotations, running, not terminating.)
+/// `action: evict` / `action: restart` with `on-blocked: rollout`; valid annotations,
+/// running, not terminating.)
 /// Invalid `on-blocked` / `blocked-timeout` values are the agent's to report (it sees the
 /// change on its node); the controller then does nothing.
 pub fn mode(pod: &PodInfo) -> Option<Mode> {
@@ -37,6 +42,12 @@ pub fn mode(pod: &PodInfo) -> Option<Mode> {
         Ok(Some(p)) if matches!(p.action, Action::Evict { .. }) => {
             match on_blocked(&pod.annotations) {
                 Ok((OnBlocked::Rollout, timeout)) => Some(Mode::AfterBlocked(timeout)),
+                _ => None,
+            }
+        }
+        Ok(Some(p)) if matches!(p.action, Action::Restart(_)) => {
+            match on_blocked(&pod.annotations) {
+                Ok((OnBlocked::Rollout, _)) => Some(Mode::WhenStructurallyBlocked),
                 _ => None,
             }
         }
@@ -125,6 +136,63 @@ mod tests {
 
     fn data(pairs: &[(&str, &str)], binary: &[(&str, &[u8])]) -> ObjectData {
         ObjectData::of(pairs, binary)
+    }
+
+    #[test]
+    fn when_a_change_rolls_the_owner_by_action_and_on_blocked() {
+        let running = |pairs: &[(&str, &str)]| PodInfo {
+            annotations: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            phase: "Running".into(),
+            ..PodInfo::default()
+        };
+        let ten_min = std::time::Duration::from_secs(600);
+        for (annotations, want) in [
+            (&[("reloadlet.io/action", "rollout")][..], Some(Mode::Now)),
+            (
+                &[
+                    ("reloadlet.io/action", "evict"),
+                    ("reloadlet.io/on-blocked", "rollout"),
+                ][..],
+                Some(Mode::AfterBlocked(ten_min)),
+            ),
+            (
+                &[
+                    ("reloadlet.io/action", "restart"),
+                    ("reloadlet.io/on-blocked", "rollout"),
+                ][..],
+                Some(Mode::WhenStructurallyBlocked),
+            ),
+            (&[("reloadlet.io/action", "restart")][..], None),
+            (
+                &[
+                    ("reloadlet.io/action", "restart"),
+                    ("reloadlet.io/on-blocked", "wait"),
+                ][..],
+                None,
+            ),
+            (
+                &[
+                    ("reloadlet.io/action", "restart"),
+                    ("reloadlet.io/on-blocked", "later"),
+                ][..],
+                None,
+            ),
+            (
+                &[
+                    ("reloadlet.io/action", "signal"),
+                    ("reloadlet.io/on-blocked", "rollout"),
+                ][..],
+                None,
+            ),
+        ] {
+            assert_eq!(mode(&running(annotations)), want, "{annotations:?}");
+        }
+        let mut terminating = running(&[("reloadlet.io/action", "rollout")]);
+        terminating.terminating = true;
+        assert_eq!(mode(&terminating), None);
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl Recorded {
                 Self::Deferred
             }
             EvictionBlocked => Self::Blocked,
-            EvictionHandedOff => Self::HandedOff,
+            EvictionHandedOff | RestartHandedOff => Self::HandedOff,
             RolloutRequested => Self::RolloutRequested,
             DryRun => Self::DryRun,
             SignalNotHandled | SignalWithheld | SignalFailed | EvictionFailed | Refused

@@ -131,6 +131,13 @@ impl Evictions {
 
     /// Tells structural blocks from transient ones with these budgets (kept by the PDB
     /// watch). Without them every refusal is retried as a transient one.
+    /// `reloadlet.io/on-blocked: rollout` on the pod and a budget that structurally blocks
+    /// disrupting it (an eviction's test, asked for `action: restart` too): the budget's name
+    /// and status; `None`: act as usual.
+    pub fn structural_handoff(&self, pod: &PodRef) -> Option<(String, BudgetStatus)> {
+        self.inner.structural_handoff(pod)
+    }
+
     pub fn use_budgets(&self, budgets: Arc<RwLock<BudgetIndex>>) {
         if self.inner.budgets.set(budgets).is_err() {
             tracing::debug!("eviction budgets already set; keeping the first");
@@ -262,6 +269,15 @@ impl Inner {
             None => Coverage::None,
         };
         (mode, coverage)
+    }
+
+    /// `reloadlet.io/on-blocked: rollout` on the pod and a budget that structurally blocks
+    /// disrupting it (the same test as an eviction's): the budget's name and status.
+    fn structural_handoff(&self, pod: &PodRef) -> Option<(String, BudgetStatus)> {
+        match self.situation(pod) {
+            (OnBlocked::Rollout, coverage) => coverage.structural().map(|(n, s)| (n.to_owned(), s)),
+            (OnBlocked::Wait, _) => None,
+        }
     }
 
     async fn run(&self, job: &EvictJob) {
