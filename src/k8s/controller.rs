@@ -762,5 +762,18 @@ mod tests {
             annotation_patch(&cleared).to_string(),
             r#"{"metadata":{"annotations":{"reloadlet.io/env-pacing":null},"uid":"u1"}}"#
         );
+        // The status record: conditional on the UID and the resourceVersion it was read at.
+        let record = PatchRequest {
+            target: PatchTarget::PodAt {
+                resource_version: "77".into(),
+            },
+            annotation: crate::core::status::applied::ANNOTATION,
+            value: Some("{}".into()),
+            ..cleared
+        };
+        assert_eq!(
+            annotation_patch(&record).to_string(),
+            r#"{"metadata":{"annotations":{"reloadlet.io/applied":"{}"},"resourceVersion":"77","uid":"u1"}}"#
+        );
     }
 }
