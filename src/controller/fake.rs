@@ -7,7 +7,7 @@ use crate::core::pacing::ROLLOUT_PACING;
 use crate::core::rollout::{OwnerRef, Strategy, WorkloadKind, WorkloadRef};
 use crate::ports::{
     ApiError, EnvApi, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey, PatchError,
-    PatchRequest, Patcher, RolloutHistory, WorkloadApi, WorkloadPatcher,
+    PatchRequest, PatchTarget, Patcher, PodMeta, RolloutHistory, WorkloadApi, WorkloadPatcher,
 };
 use futures::future::BoxFuture;
 use std::collections::{HashMap, VecDeque};
@@ -29,12 +29,21 @@ impl EnvApi for FakeEnvApi {
     }
 }
 
+/// A write of the stored pod by someone else.
+type PodWrite = Box<dyn FnOnce(&mut PodInfo) + Send>;
+
 #[derive(Default)]
 struct PatcherState {
     pods: HashMap<(String, String), PodInfo>,
+    /// Each stored pod's resourceVersion: bumped by every write (`put`, a patch that changes it).
+    versions: HashMap<(String, String), u64>,
+    /// The next `meta` reads: after each, this writes the stored pod (another writer between
+    /// the read and the write).
+    after_read: VecDeque<PodWrite>,
     /// (annotation, namespace, name, value) of every patch request, in order.
     patches: Vec<(&'static str, String, String, String)>,
     gets: usize,
+    meta_reads: usize,
     scripted: VecDeque<PatchError>,
     always: Option<PatchError>,
     hang: bool,
@@ -49,8 +58,18 @@ pub struct FakePatcher {
 impl FakePatcher {
     pub fn put(&self, pod: PodInfo) {
         let mut s = self.state.lock().unwrap();
-        s.pods
-            .insert((pod.namespace.clone(), pod.name.clone()), pod);
+        let key = (pod.namespace.clone(), pod.name.clone());
+        *s.versions.entry(key.clone()).or_default() += 1;
+        s.pods.insert(key, pod);
+    }
+    /// Right after the next `meta` read of a pod, `write` changes the stored pod (a new
+    /// resourceVersion): a write of someone else between a read and the patch built on it.
+    pub fn after_next_read(&self, write: impl FnOnce(&mut PodInfo) + Send + 'static) {
+        self.state
+            .lock()
+            .unwrap()
+            .after_read
+            .push_back(Box::new(write));
     }
     pub fn remove(&self, namespace: &str, name: &str) {
         let mut s = self.state.lock().unwrap();
@@ -114,6 +133,10 @@ impl FakePatcher {
     pub fn gets(&self) -> usize {
         self.state.lock().unwrap().gets
     }
+    /// How many `meta` reads (the status record's, before each conditional write).
+    pub fn meta_reads(&self) -> usize {
+        self.state.lock().unwrap().meta_reads
+    }
 }
 
 impl Patcher for FakePatcher {
@@ -134,12 +157,26 @@ impl Patcher for FakePatcher {
         } else if let Some(e) = s.scripted.pop_front() {
             Err(e)
         } else {
-            match s.pods.get_mut(&(req.namespace.clone(), req.name.clone())) {
+            let key = (req.namespace.clone(), req.name.clone());
+            let stored = s.versions.get(&key).copied().unwrap_or_default();
+            let stale = match &req.target {
+                PatchTarget::PodAt { resource_version } => *resource_version != stored.to_string(),
+                _ => false,
+            };
+            match s.pods.get_mut(&key) {
+                // As the API server does: the resourceVersion first (409), then the UID.
+                Some(_) if stale => Err(PatchError::Conflict(
+                    "the object has been modified; please apply your changes to the latest version and try again".into(),
+                )),
                 Some(p) if req.uid.as_ref().is_none_or(|uid| *uid == p.uid) => {
+                    let before = p.annotations.get(req.annotation).cloned();
                     match &req.value {
                         Some(v) => p.annotations.insert(req.annotation.to_owned(), v.clone()),
                         None => p.annotations.remove(req.annotation),
                     };
+                    if before != req.value {
+                        *s.versions.entry(key).or_default() += 1;
+                    }
                     Ok(())
                 }
                 _ => Err(PatchError::NotFound),
@@ -160,6 +197,35 @@ impl Patcher for FakePatcher {
             .get(&(namespace.to_owned(), name.to_owned()))
             .cloned();
         Box::pin(std::future::ready(Ok(pod)))
+    }
+
+    fn meta<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodMeta>, PatchError>> {
+        let mut s = self.state.lock().unwrap();
+        s.meta_reads += 1;
+        let key = (namespace.to_owned(), name.to_owned());
+        let read = s.pods.get(&key).map(|p| PodMeta {
+            uid: p.uid.clone(),
+            resource_version: s
+                .versions
+                .get(&key)
+                .copied()
+                .unwrap_or_default()
+                .to_string(),
+            annotations: p.annotations.clone(),
+        });
+        if read.is_some() {
+            if let Some(write) = s.after_read.pop_front() {
+                if let Some(p) = s.pods.get_mut(&key) {
+                    write(p);
+                }
+                *s.versions.entry(key).or_default() += 1;
+            }
+        }
+        Box::pin(std::future::ready(Ok(read)))
     }
 }
 

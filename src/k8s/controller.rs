@@ -14,7 +14,7 @@ use crate::core::permission::Request;
 use crate::ports::RefusalSink;
 use crate::ports::{
     ApiError, EnvApi, Input, LeaseError, LeaseRecord, LeaseStore, ObjectData, ObjectKey,
-    OwnDataVersions, PatchError, PatchRequest, PatchTarget, Patcher,
+    OwnDataVersions, PatchError, PatchRequest, PatchTarget, Patcher, PodMeta,
 };
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -299,10 +299,16 @@ pub fn nudge_patch(value: &str) -> serde_json::Value {
 pub fn annotation_patch(req: &PatchRequest) -> serde_json::Value {
     // RFC 7386: a null member removes the key.
     let annotations = serde_json::json!({ req.annotation: req.value });
-    match &req.uid {
-        Some(uid) => serde_json::json!({ "metadata": { "uid": uid, "annotations": annotations } }),
-        None => serde_json::json!({ "metadata": { "annotations": annotations } }),
+    let mut metadata = serde_json::json!({ "annotations": annotations });
+    if let Some(uid) = &req.uid {
+        metadata["uid"] = uid.as_str().into();
     }
+    // Registry `Store.Update` (apiserver pkg/registry/generic/registry/store.go): a
+    // resourceVersion in the patched object that is not the stored one is a 409 Conflict.
+    if let PatchTarget::PodAt { resource_version } = &req.target {
+        metadata["resourceVersion"] = resource_version.as_str().into();
+    }
+    serde_json::json!({ "metadata": metadata })
 }
 
 /// The patch body of an object's annotation: that one annotation, conditional on the
@@ -391,8 +397,15 @@ impl Patcher for KubePatcher {
                 Some(&req.namespace),
                 &result,
             );
+            let at_version = matches!(req.target, PatchTarget::PodAt { .. });
             match result {
                 Ok(_) => Ok(()),
+                // Conditional on the resourceVersion: 409 is a write since the read (the
+                // caller reads again); the UID's mismatch is then a 422 (metadata.uid is
+                // immutable).
+                Err(kube::Error::Api(s)) if at_version && s.code == 409 => {
+                    Err(PatchError::Conflict(s.message))
+                }
                 // Conditional on the UID — 404: gone; 409/422: another pod of the same name.
                 Err(kube::Error::Api(s))
                     if req.uid.is_some() && matches!(s.code, 404 | 409 | 422) =>
@@ -420,6 +433,31 @@ impl Patcher for KubePatcher {
             );
             match result {
                 Ok(pod) => Ok(pod.as_ref().and_then(pod_info)),
+                Err(e) => Err(patch_error(e)),
+            }
+        })
+    }
+
+    fn meta<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodMeta>, PatchError>> {
+        Box::pin(async move {
+            let api: Api<PodView> = Api::namespaced(self.client.clone(), namespace);
+            let result = api.get_opt(name).await;
+            report(
+                &self.denials,
+                Request::new(self.feature, "get", "", "pods"),
+                Some(namespace),
+                &result,
+            );
+            match result {
+                Ok(pod) => Ok(pod.map(|p| PodMeta {
+                    uid: p.metadata.uid.unwrap_or_default(),
+                    resource_version: p.metadata.resource_version.unwrap_or_default(),
+                    annotations: p.metadata.annotations.unwrap_or_default(),
+                })),
                 Err(e) => Err(patch_error(e)),
             }
         })
@@ -723,6 +761,19 @@ mod tests {
         assert_eq!(
             annotation_patch(&cleared).to_string(),
             r#"{"metadata":{"annotations":{"reloadlet.io/env-pacing":null},"uid":"u1"}}"#
+        );
+        // The status record: conditional on the UID and the resourceVersion it was read at.
+        let record = PatchRequest {
+            target: PatchTarget::PodAt {
+                resource_version: "77".into(),
+            },
+            annotation: crate::core::status::applied::ANNOTATION,
+            value: Some("{}".into()),
+            ..cleared
+        };
+        assert_eq!(
+            annotation_patch(&record).to_string(),
+            r#"{"metadata":{"annotations":{"reloadlet.io/applied":"{}"},"resourceVersion":"77","uid":"u1"}}"#
         );
     }
 }

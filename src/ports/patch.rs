@@ -5,6 +5,7 @@
 use super::ApiError;
 use crate::core::model::{PodInfo, SourceKind};
 use futures::future::BoxFuture;
+use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PatchError {
@@ -25,6 +26,12 @@ pub enum PatchError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PatchTarget {
     Pod,
+    /// A pod, conditional on the resourceVersion it was read at ([`Patcher::meta`]): the edge
+    /// answers `Conflict` when anyone wrote it since (re-read it and merge again), `NotFound`
+    /// when it is gone or another pod of the same name (with `uid`).
+    PodAt {
+        resource_version: String,
+    },
     Object {
         kind: SourceKind,
         resource_version: Option<String>,
@@ -45,6 +52,14 @@ pub struct PatchRequest {
     pub value: Option<String>,
 }
 
+/// A pod's metadata as read for a write conditional on it ([`PatchTarget::PodAt`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    pub uid: String,
+    pub resource_version: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
 /// The controller's annotation writes (kube in `crate::k8s::controller`, a fake in tests).
 pub trait Patcher: Send + Sync + 'static {
     /// A JSON merge patch of exactly `metadata.annotations[req.annotation]`.
@@ -55,4 +70,11 @@ pub trait Patcher: Send + Sync + 'static {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<PodInfo>, PatchError>>;
+    /// The pod's UID, resourceVersion and annotations, read now (not from a watch);
+    /// `Ok(None)`: the pod does not exist.
+    fn meta<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PodMeta>, PatchError>>;
 }

@@ -37,7 +37,9 @@ use crate::core::model::{PodInfo, SourceKind, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::owner_chain::{Link, PodLink};
 use crate::core::pacing::PacingDefaults;
-use crate::core::rollout::{restart_patch, workload_of, OwnerRef, WorkloadKind, WorkloadRef};
+use crate::core::rollout::{
+    restart_patch, unrollable_by_pod, workload_of, OwnerRef, WorkloadKind, WorkloadRef,
+};
 use crate::execute::applied::Seen;
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
 use crate::execute::rollout::{RolloutJob, Rollouts};
@@ -474,7 +476,7 @@ async fn roll(
             Ok(w) if w.kind == WorkloadKind::ArgoRollout && !argo => {
                 let why = format!("the pod belongs to Argo Rollout {}, and the controller runs without --argo-rollouts (Helm controller.rollout.argoRollouts)", w.name);
                 let sources = sources_of(std::slice::from_ref(&asking));
-                unsupported(report, pod, &why, &sources);
+                unsupported(report, pod, &why, &sources, (&[&asking], versions));
                 handled.extend(asking.changes);
             }
             Ok(w) => {
@@ -488,7 +490,16 @@ async fn roll(
             }
             Err(why) => {
                 let sources = sources_of(std::slice::from_ref(&asking));
-                unsupported(report, pod, &why.to_string(), &sources);
+                // No owner, or one no rollout applies to: the pod tells it, nothing recorded.
+                let told = unrollable_by_pod(owner.as_ref()).is_some();
+                let recorded: &[&Asking] = if told { &[] } else { &[&asking] };
+                unsupported(
+                    report,
+                    pod,
+                    &why.to_string(),
+                    &sources,
+                    (recorded, versions),
+                );
                 handled.extend(asking.changes);
             }
         }
@@ -506,7 +517,8 @@ async fn roll(
             Ok(Some(read)) => read,
             Ok(None) => {
                 let why = format!("{name} does not exist (any more)");
-                unsupported(report, &regarding, &why, &sources);
+                let recorded: Vec<&Asking> = claims.iter().map(|c| &c.asking).collect();
+                unsupported(report, &regarding, &why, &sources, (&recorded, versions));
                 handled.extend(claims.into_iter().flat_map(|c| c.asking.changes));
                 continue;
             }
@@ -557,7 +569,9 @@ async fn roll(
         let facts = match read.strategy.facts(workload.kind, &workload.name) {
             Ok(facts) => facts,
             Err(why) => {
-                unsupported(report, &regarding, &why.to_string(), &sources);
+                let recorded: Vec<&Asking> = asking.iter().collect();
+                let why = why.to_string();
+                unsupported(report, &regarding, &why, &sources, (&recorded, versions));
                 handled.extend(asking.into_iter().flat_map(|a| a.changes));
                 continue;
             }
@@ -643,20 +657,34 @@ fn not_granted(
     report.record_seen(pod, ActionKind::Rollout, outcome, note, sources, seen);
 }
 
-/// Warning `RolloutUnsupported` on the pod, and a log line; nothing is written.
+/// Warning `RolloutUnsupported` on the pod, and a log line; no workload is written. Each of
+/// `recorded` (the asking pods, when the pod alone does not show why: an owning ReplicaSet
+/// without a Deployment, a workload gone, updateStrategy OnDelete, Argo Rollouts off) records
+/// it failed, and why (`reloadlet.io/applied`); what the pod's own owner reference tells
+/// (`core::rollout::unrollable_by_pod`) `reloadlet status` derives from the pod, unwritten.
 fn unsupported(
     report: &crate::execute::report::Reporter,
     pod: &PodRef,
     why: &str,
     sources: &[SourceRef],
+    (recorded, versions): (&[&Asking], &PublishedVersions),
 ) {
     let outcome = Outcome::RolloutUnsupported;
-    let note = format!(
-        "reloadlet.io/action: rollout: {} changed, nothing rolled: {why}",
-        list(sources)
-    );
-    tracing::warn!(pod = %pod.full_name(), action = "rollout", outcome = outcome.as_str(), "{note}");
-    report.record(pod, ActionKind::Rollout, outcome, note, sources);
+    let note = |sources: &[SourceRef]| {
+        format!(
+            "reloadlet.io/action: rollout: {} changed, nothing rolled: {why}",
+            list(sources)
+        )
+    };
+    tracing::warn!(pod = %pod.full_name(), action = "rollout", outcome = outcome.as_str(), "{}", note(sources));
+    report.record(pod, ActionKind::Rollout, outcome, note(sources), sources);
+    for asking in recorded {
+        if let Some((pod, sources, seen)) = asking.seen(versions, None) {
+            let note = note(&sources);
+            let action = ActionKind::Rollout;
+            report.note_applied(&pod, action, outcome, &note, &sources, &seen, None);
+        }
+    }
 }
 
 impl Feature for RolloutFeature {

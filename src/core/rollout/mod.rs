@@ -135,6 +135,19 @@ pub fn workload_of(
     })
 }
 
+/// Why nothing would roll the pod, as far as its own controlling owner reference tells
+/// (`reloadlet status` derives it from the pod, the controller then writes nothing on it):
+/// none, or a kind no rollout applies to. `None`: rollable as far as the pod tells; an owning
+/// ReplicaSet's own owner, the workload's strategy and whether it exists are the
+/// controller's to read (and it records what it found, `Unsupported::BareReplicaSet`,
+/// `Unsupported::OnDelete`).
+pub fn unrollable_by_pod(owner: Option<&OwnerRef>) -> Option<Unsupported> {
+    match workload_of("", owner, |_| None) {
+        Err(why @ (Unsupported::NoOwner | Unsupported::Owner { .. })) => Some(why),
+        Ok(_) | Err(Unsupported::BareReplicaSet(_) | Unsupported::OnDelete { .. }) => None,
+    }
+}
+
 /// A rolling update's `maxSurge` / `maxUnavailable` (an `IntOrString`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntOrPercent {

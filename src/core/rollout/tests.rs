@@ -169,3 +169,44 @@ fn on_blocked_annotations() {
         .contains("reloadlet.io/blocked-timeout: \"soon\""));
     assert!(on_blocked(&ann(&[(BLOCKED_TIMEOUT, "0s")])).is_err());
 }
+
+#[test]
+fn the_pod_alone_tells_an_owner_no_rollout_applies_to() {
+    let cases: Vec<(&str, Option<OwnerRef>, Option<&str>)> = vec![
+        ("no owner", None, Some("no controlling owner")),
+        (
+            "a Job",
+            Some(owner("batch/v1", "Job", "migrate")),
+            Some("Job migrate, which reloadlet cannot roll"),
+        ),
+        (
+            "a Deployment directly",
+            Some(owner("apps/v1", "Deployment", "web")),
+            Some("Deployment web"),
+        ),
+        // The ReplicaSet's owner is read by the controller: not the pod's to tell.
+        (
+            "a ReplicaSet",
+            Some(owner("apps/v1", "ReplicaSet", "web-5d8f9")),
+            None,
+        ),
+        (
+            "a StatefulSet",
+            Some(owner("apps/v1", "StatefulSet", "db")),
+            None,
+        ),
+        (
+            "a DaemonSet",
+            Some(owner("apps/v1", "DaemonSet", "agent")),
+            None,
+        ),
+    ];
+    for (name, owner, why) in cases {
+        let got = unrollable_by_pod(owner.as_ref()).map(|e| e.to_string());
+        match (why, got) {
+            (None, None) => {}
+            (Some(want), Some(got)) => assert!(got.contains(want), "{name}: {got}"),
+            (want, got) => panic!("{name}: want {want:?}, got {got:?}"),
+        }
+    }
+}

@@ -9,7 +9,9 @@
 
 use crate::core::annotations::{self, Action};
 use crate::core::model::{EnvKeys, PodInfo, SourceRef};
+use crate::core::pacing::{PacingDefaults, PacingSpec};
 use crate::core::policy;
+use crate::core::rollout::unrollable_by_pod;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -117,6 +119,12 @@ pub struct Consumer {
     pub counted: bool,
     /// `reloadlet.io/env-action: evict`: the controller evicts the pod on an env change.
     pub env_evicts: bool,
+    /// Its pacing annotations do not parse (the message): neither the agent nor the
+    /// controller acts on it until they are fixed (`core::pacing::PacingSpec::parse`).
+    pub pacing_invalid: Option<String>,
+    /// Action `rollout`, and its controlling owner reference alone shows nothing would roll
+    /// it (why: `core::rollout::unrollable_by_pod`).
+    pub unrollable: Option<String>,
 }
 
 /// Which keys of the object the consumer reads, for comparing data versions.
@@ -247,11 +255,22 @@ pub fn consumer(pod: &PodInfo, object: &SourceRef) -> Option<Consumer> {
         ConsumerAction::None | ConsumerAction::Invalid(_) => false,
         _ => policy::source_counts(pod, object),
     };
+    // The defaults' time zone is checked at startup: whether the pod's own annotations parse
+    // does not depend on the flags.
+    let pacing_invalid = PacingSpec::parse(&pod.annotations, &PacingDefaults::default())
+        .err()
+        .map(|e| e.to_string());
+    let unrollable = (action == ConsumerAction::Rollout)
+        .then(|| unrollable_by_pod(pod.controller.as_deref()))
+        .flatten()
+        .map(|why| why.to_string());
     Some(Consumer {
         via,
         action,
         counted,
         env_evicts: annotations::env_evicts(&pod.annotations).unwrap_or(false),
+        pacing_invalid,
+        unrollable,
     })
 }
 
@@ -428,6 +447,95 @@ mod tests {
         narrowed.volumes.push(volume("o", &[cm("other")]));
         assert!(!consumer(&narrowed, &app).unwrap().counted);
         assert!(consumer(&narrowed, &cm("other")).is_none(), "not mounted");
+    }
+
+    #[test]
+    fn what_the_pod_alone_tells_of_its_pacing_and_its_owner() {
+        use crate::core::rollout::OwnerRef;
+        let app = cm("app");
+        let v = || vec![volume("v", std::slice::from_ref(&app))];
+        let c = || vec![container("c", &[("v", false)])];
+        let owned_by = |kind: &str, api_version: &str, action: &str| PodInfo {
+            controller: Some(Box::new(OwnerRef {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: "o".into(),
+                uid: "ou".into(),
+            })),
+            ..pod(Some(action), v(), c())
+        };
+        let with = |mut p: PodInfo, k: &str, value: &str| {
+            p.annotations.insert(k.into(), value.into());
+            p
+        };
+        // (pod, pacing invalid, unrollable)
+        let cases: Vec<(&str, PodInfo, Option<&str>, Option<&str>)> = vec![
+            (
+                "a Deployment's pod",
+                owned_by("ReplicaSet", "apps/v1", "rollout"),
+                None,
+                None,
+            ),
+            (
+                "no owner",
+                pod(Some("rollout"), v(), c()),
+                None,
+                Some("no controlling owner"),
+            ),
+            (
+                "a Job's pod",
+                owned_by("Job", "batch/v1", "rollout"),
+                None,
+                Some("Job o"),
+            ),
+            // The owner matters to a rollout only.
+            (
+                "a Job's pod signalled",
+                owned_by("Job", "batch/v1", "signal"),
+                None,
+                None,
+            ),
+            (
+                "an invalid window",
+                with(
+                    owned_by("StatefulSet", "apps/v1", "rollout"),
+                    "reloadlet.io/window",
+                    "sometimes",
+                ),
+                Some("reloadlet.io/window: \"sometimes\""),
+                None,
+            ),
+            (
+                "a window detail without a window",
+                with(
+                    pod(Some("signal"), v(), c()),
+                    "reloadlet.io/window-duration",
+                    "1h",
+                ),
+                Some("has no effect without reloadlet.io/window"),
+                None,
+            ),
+            (
+                "a valid debounce",
+                with(
+                    pod(Some("signal"), v(), c()),
+                    "reloadlet.io/debounce",
+                    "30s",
+                ),
+                None,
+                None,
+            ),
+        ];
+        for (name, p, pacing, unrollable) in cases {
+            let got = consumer(&p, &app).unwrap();
+            let says = |got: &Option<String>, want: Option<&str>| match (got, want) {
+                (None, None) => true,
+                (Some(got), Some(want)) => got.contains(want),
+                _ => false,
+            };
+            assert!(says(&got.pacing_invalid, pacing), "{name}: {got:?}");
+            assert!(says(&got.unrollable, unrollable), "{name}: {got:?}");
+        }
     }
 
     #[test]

@@ -262,13 +262,15 @@ pub fn derive(consumer: &Consumer, facts: &Facts<'_>) -> State {
     }
     if consumer.env_only() {
         return match &consumer.action {
-            ConsumerAction::Rollout => State::Pending(Pending::Controller("a rollout".into())),
-            a if a.restarts() || consumer.env_evicts => match facts.env_held {
-                Some(until) => State::Pending(Pending::Pacing(until)),
-                None => {
-                    State::Pending(Pending::Controller("an eviction of an env consumer".into()))
-                }
-            },
+            ConsumerAction::Rollout => rollout_pending(consumer),
+            a if a.restarts() || consumer.env_evicts => {
+                refused(consumer).unwrap_or_else(|| match facts.env_held {
+                    Some(until) => State::Pending(Pending::Pacing(until)),
+                    None => {
+                        State::Pending(Pending::Controller("an eviction of an env consumer".into()))
+                    }
+                })
+            }
             _ => cannot_env(),
         };
     }
@@ -281,9 +283,32 @@ pub fn derive(consumer: &Consumer, facts: &Facts<'_>) -> State {
         };
     }
     match &consumer.action {
-        ConsumerAction::Rollout => State::Pending(Pending::Controller("a rollout".into())),
-        _ => State::Pending(Pending::NotProjected),
+        ConsumerAction::Rollout => rollout_pending(consumer),
+        _ => refused(consumer).unwrap_or(State::Pending(Pending::NotProjected)),
     }
+}
+
+/// Invalid pacing annotations: whoever would act (the agent, the controller's eviction or
+/// rollout) refuses to until they are fixed, so nothing is waiting (told by the pod alone).
+fn refused(consumer: &Consumer) -> Option<State> {
+    consumer
+        .pacing_invalid
+        .as_ref()
+        .map(|message| State::NotReloaded {
+            fix: format!("fix its reloadlet.io pacing annotation: {message}"),
+        })
+}
+
+/// A rollout not asked for yet: waiting for the controller, unless the pod alone shows that
+/// nothing would roll it (no controlling owner, or one no rollout applies to) or that the
+/// controller refuses to (invalid pacing).
+fn rollout_pending(consumer: &Consumer) -> State {
+    if let Some(why) = &consumer.unrollable {
+        return State::Cannot {
+            why: format!("reloadlet.io/action: rollout: {why}"),
+        };
+    }
+    refused(consumer).unwrap_or_else(|| State::Pending(Pending::Controller("a rollout".into())))
 }
 
 fn cannot_env() -> State {
@@ -415,7 +440,13 @@ mod tests {
             action,
             counted: true,
             env_evicts: false,
+            pacing_invalid: None,
+            unrollable: None,
         }
+    }
+
+    fn bad_window() -> String {
+        r#"reloadlet.io/window: "sometimes": not a window"#.into()
     }
 
     fn entry(value: &[u8], result: Recorded, at: i64) -> Entry {
@@ -610,6 +641,100 @@ mod tests {
                 },
                 "pending",
                 "flapping",
+            ),
+            (
+                "env eviction refused for an invalid pacing annotation",
+                Consumer {
+                    pacing_invalid: Some(bad_window()),
+                    ..consumer(Evict, vec![env()])
+                },
+                running(Option::None),
+                "not reloaded",
+                "fix its reloadlet.io pacing annotation: reloadlet.io/window",
+            ),
+            (
+                "env-action evict refused for an invalid pacing annotation, even when held",
+                Consumer {
+                    env_evicts: true,
+                    pacing_invalid: Some(bad_window()),
+                    ..consumer(Signal, vec![env()])
+                },
+                Facts {
+                    env_held: Some(Some(t(900))),
+                    ..running(Option::None)
+                },
+                "not reloaded",
+                "pacing annotation",
+            ),
+            (
+                "a volume signal refused for an invalid pacing annotation",
+                Consumer {
+                    pacing_invalid: Some(bad_window()),
+                    ..consumer(Signal, vec![volume()])
+                },
+                running(Some(&old_applied)),
+                "not reloaded",
+                "pacing annotation",
+            ),
+            (
+                "an invalid pacing annotation does not hide a record of the current data",
+                Consumer {
+                    pacing_invalid: Some(bad_window()),
+                    ..consumer(Signal, vec![volume()])
+                },
+                running(Some(&applied)),
+                "current",
+                "(signal)",
+            ),
+            (
+                "an invalid pacing annotation beside env a signal cannot reach",
+                Consumer {
+                    pacing_invalid: Some(bad_window()),
+                    ..consumer(Signal, vec![env()])
+                },
+                running(Option::None),
+                "cannot",
+                "env",
+            ),
+            (
+                "a rollout refused for an invalid pacing annotation",
+                Consumer {
+                    pacing_invalid: Some(bad_window()),
+                    ..consumer(Rollout, vec![volume()])
+                },
+                running(Option::None),
+                "not reloaded",
+                "pacing annotation",
+            ),
+            (
+                "a rollout of a pod without a controlling owner",
+                Consumer {
+                    unrollable: Some("the pod has no controlling owner: nothing would roll it; use action evict or signal".into()),
+                    ..consumer(Rollout, vec![volume()])
+                },
+                running(Option::None),
+                "cannot",
+                "rollout: the pod has no controlling owner",
+            ),
+            (
+                "a rollout of an env consumer owned by a Job",
+                Consumer {
+                    unrollable: Some("the pod is owned by Job migrate, which reloadlet cannot roll".into()),
+                    ..consumer(Rollout, vec![env()])
+                },
+                running(Option::None),
+                "cannot",
+                "Job migrate",
+            ),
+            (
+                "an unrollable pod whose rollout was recorded for the current data says so",
+                Consumer {
+                    unrollable: Some("no owner".into()),
+                    ..consumer(Rollout, vec![volume()])
+                },
+                running(Some(&rolling)),
+                "pending",
+                "rollout in progress",
             ),
             (
                 "volume signalled but env stale",

@@ -20,14 +20,22 @@
 //! has it (no controller installed, or not yet readable), entries are written without
 //! `version`.
 //!
-//! **The write.** One JSON merge patch of the one annotation through [`Patcher`], conditional
-//! on the pod's UID; nothing when the record already says the same ([`Applied::record`] answers
-//! `false`). A 404 (the pod is gone) is silent; a 403 is reported by the edge (`Denials`);
-//! anything else is tried once more, then logged. Under `--dry-run` the edge sends the patch
+//! **The write.** Nothing when the record, as the pod is known (and with what this writer
+//! wrote since), already says the same ([`Applied::record`] answers `false`): no request at
+//! all. Otherwise the pod is read now ([`Patcher::meta`]: UID, resourceVersion, annotations),
+//! the entries merged per object into the record it carries, and one JSON merge patch of the
+//! one annotation sent through [`Patcher`], conditional on the pod's UID and on that
+//! resourceVersion ([`PatchTarget::PodAt`]). Two writers share the record (the agent's
+//! entries for volumes, the controller's for env evictions and rollouts, on one pod): a 409
+//! says the other wrote in between, and the writer reads and merges again (at most
+//! [`MAX_CONFLICTS`] times), so neither drops the other's entry. A 404 (the pod is gone) is
+//! silent; a 403 is reported by the edge (`Denials`); anything else is tried once more, then
+//! logged. Under `--dry-run` the edge sends the patch
 //! with `dryRun=All`: checked by the API server (RBAC, admission), persisted nowhere.
 //!
 //! **The controller's side** ([`AppliedRecorder::controller`], `by: controller`): the same
-//! writer, fed from the same report path, for env evictions and rollouts. It knows no files:
+//! writer, fed from the same report path, for env evictions and rollouts (and a rollout it
+//! cannot do for a reason the pod alone does not show). It knows no files:
 //! each outcome comes with a [`Known`] (the pod as the controller knew it, and how to tell the
 //! version it published for each source when the record is written); a success is not
 //! recorded (an evicted pod is gone, a rolled workload's new pods read `current` by their
@@ -53,6 +61,9 @@ pub const BY: &str = "agent";
 pub const BY_CONTROLLER: &str = "controller";
 /// Notes waiting for the writer; more are dropped (and logged): a record never blocks.
 const QUEUE: usize = 1024;
+/// Writes of one record refused for a stale resourceVersion before it is given up (each
+/// reads the pod again).
+const MAX_CONFLICTS: u32 = 4;
 /// Most bytes read from one pinned write (a ConfigMap or Secret holds at most 1 MiB; a
 /// projected volume may hold several).
 const MAX_READ: u64 = 8 << 20;
@@ -301,36 +312,21 @@ impl Writer {
                 }
             })
             .collect();
-        // A malformed record (a pod author can write one) is replaced.
-        let mut record = Applied::of_pod(&pod.annotations)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        // As the pod is known (the watch, or the controller's view, and what this writer
+        // wrote since): nothing to write, nothing asked of the API server.
+        let mut known = record_of(&pod.annotations);
         if let Some(own) = self.own.get(&pod.uid) {
-            record.catch_up(own);
+            known.catch_up(own);
         }
-        let mut changed = false;
-        for entry in &entries {
-            changed |= record.record(entry.clone());
-        }
-        if !changed {
+        if !entries
+            .iter()
+            .fold(false, |changed, e| known.record(e.clone()) | changed)
+        {
             tracing::debug!(pod = %note.pod.full_name(), "status record already says so; not written");
             return;
         }
-        let req = PatchRequest {
-            target: PatchTarget::Pod,
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: Some(pod.uid.clone()),
-            annotation: ANNOTATION,
-            value: Some(record.render()),
-        };
-        let mut result = self.patcher.patch(&req).await;
-        if matches!(result, Err(PatchError::Conflict(_) | PatchError::Other(_))) {
-            result = self.patcher.patch(&req).await;
-        }
-        match result {
-            Ok(()) => {
+        match self.write_at_version(&pod, &entries).await {
+            Ok(Written::Patched | Written::AlreadySaid) => {
                 let own = self.own.entry(pod.uid.clone()).or_default();
                 for entry in entries {
                     own.retain(|e| e.object != entry.object);
@@ -344,10 +340,91 @@ impl Writer {
             // Told by the edge (`Denials`): once, with the rule to add.
             Err(PatchError::Forbidden(_)) => {}
             Err(e) => {
-                tracing::warn!(pod = %note.pod.full_name(), error = %e, "status record not written (tried twice)");
+                tracing::warn!(pod = %note.pod.full_name(), error = %e, "status record not written");
             }
         }
     }
+
+    /// Writes `entries` into the record the pod carries *now*: read (UID, resourceVersion,
+    /// annotations), merged per object, patched conditional on that resourceVersion. A 409
+    /// (someone wrote the pod since: the other writer's entry, a label, the kubelet's status)
+    /// reads and merges again, at most [`MAX_CONFLICTS`] times, so no writer's entry for
+    /// another object is lost; any other error is tried once more. `NotFound`: the pod is
+    /// gone, or another pod has its name.
+    async fn write_at_version(
+        &self,
+        pod: &PodInfo,
+        entries: &[Entry],
+    ) -> Result<Written, PatchError> {
+        let (mut conflicts, mut errors) = (0, 0);
+        loop {
+            let read = match self.patcher.meta(&pod.namespace, &pod.name).await {
+                Ok(Some(read)) if read.uid == pod.uid => read,
+                Ok(_) => return Err(PatchError::NotFound),
+                Err(e @ (PatchError::NotFound | PatchError::Forbidden(_))) => return Err(e),
+                Err(e) => {
+                    errors += 1;
+                    if errors >= 2 {
+                        return Err(e);
+                    }
+                    continue;
+                }
+            };
+            let mut record = record_of(&read.annotations);
+            // Under `--dry-run` nothing persists: the record shows what this writer would
+            // have written before.
+            if let Some(own) = self.own.get(&pod.uid) {
+                record.catch_up(own);
+            }
+            if !entries
+                .iter()
+                .fold(false, |changed, e| record.record(e.clone()) | changed)
+            {
+                return Ok(Written::AlreadySaid);
+            }
+            let req = PatchRequest {
+                target: PatchTarget::PodAt {
+                    resource_version: read.resource_version,
+                },
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: Some(pod.uid.clone()),
+                annotation: ANNOTATION,
+                value: Some(record.render()),
+            };
+            match self.patcher.patch(&req).await {
+                Ok(()) => return Ok(Written::Patched),
+                Err(e @ PatchError::Conflict(_)) => {
+                    conflicts += 1;
+                    if conflicts >= MAX_CONFLICTS {
+                        return Err(e);
+                    }
+                }
+                Err(e @ PatchError::Other(_)) => {
+                    errors += 1;
+                    if errors >= 2 {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// What a conditional write came to.
+enum Written {
+    Patched,
+    /// The pod's record, read now, already said so.
+    AlreadySaid,
+}
+
+/// The record `annotations` carry; a malformed one (a pod author can write one) is replaced.
+fn record_of(annotations: &BTreeMap<String, String>) -> Applied {
+    Applied::of_pod(annotations)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 /// The version of each of `sources` the pod saw in its pinned writes (blocking: reads files).

@@ -202,12 +202,17 @@ async fn a_pod_gone_is_not_written_and_errors_are_retried_once() {
     let w = world(pod(|_| {}));
     let seen = w.write("..2026_11_29_09_00_00.1", &[("app.conf", "x=2")]);
     w.patcher.fail_next([
-        PatchError::Conflict("the object has been modified".into()),
+        PatchError::Other(crate::ports::ApiError::status(500, "etcd")),
         PatchError::Other(crate::ports::ApiError::status(500, "etcd")),
     ]);
     w.note(Outcome::Signaled, "sent", &seen);
     assert_eq!(w.patcher.applied_writes().len(), 0);
     assert_eq!(w.written().await.len(), 2, "tried twice, then given up");
+    assert_eq!(
+        w.patcher.meta_reads(),
+        2,
+        "each write built on the pod read now"
+    );
     // Forbidden (told by the edge, through Denials): not tried again.
     w.patcher
         .fail_next([PatchError::Forbidden("pods is forbidden".into())]);
@@ -260,4 +265,137 @@ async fn a_projected_source_among_others_is_read_without_their_files() {
         written[0].get(&cm("app")).unwrap().data_version(),
         Some(version_of(&[("app.conf", "x=1")]))
     );
+}
+
+/// The other writer's record on the pod: `configmap/NAME` by `by`, result `result`.
+fn other_entry(name: &str, by: &str, action: ActionKind, result: Recorded) -> Entry {
+    Entry::new(
+        &cm(name),
+        None,
+        Timestamp::from_second(1_764_406_800).unwrap(),
+        by,
+        action,
+        result,
+    )
+}
+
+/// Writes `entry` into the stored pod's record, as another writer's patch does.
+fn write_entry(pod: &mut PodInfo, entry: Entry) {
+    let mut record = Applied::of_pod(&pod.annotations)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    record.record(entry);
+    pod.annotations.insert(ANNOTATION.into(), record.render());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_entry_the_agent_writes_between_the_controllers_read_and_write_is_kept() {
+    // A rollout pod that also mounts a volume the agent acts on: the controller records its
+    // rollout while the agent records a signal for the volume's ConfigMap.
+    let pod = pod(|_| {});
+    let patcher = FakePatcher::default();
+    patcher.put(pod.clone());
+    let recorder = AppliedRecorder::controller(Arc::new(patcher.clone()));
+    patcher.after_next_read(|p| {
+        write_entry(
+            p,
+            other_entry("volume-conf", BY, ActionKind::Signal, Recorded::Applied),
+        )
+    });
+    let versions: Arc<VersionsOf> = Arc::new(|_: &PodInfo, _: &[SourceRef]| BTreeMap::new());
+    let seen = Seen::known(Known {
+        pod: Arc::new(pod.clone()),
+        versions,
+        until: None,
+    });
+    let pod_ref = PodRef::from(&pod);
+    recorder.note(
+        &pod_ref,
+        ActionKind::Rollout,
+        Outcome::RolloutRequested,
+        "rolled",
+        &[cm("app")],
+        &seen,
+        None,
+    );
+    let stored = || {
+        let p = patcher.stored("shop", "web-0").unwrap();
+        Applied::of_pod(&p.annotations).unwrap().unwrap_or_default()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stored().get(&cm("app")).is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "never written");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let record = stored();
+    assert_eq!(
+        record
+            .get(&cm("volume-conf"))
+            .map(|e| (e.by.as_str(), e.result)),
+        Some((BY, Recorded::Applied)),
+        "the agent's entry survives: {record:?}"
+    );
+    assert_eq!(
+        record.get(&cm("app")).map(|e| (e.by.as_str(), e.result)),
+        Some((BY_CONTROLLER, Recorded::RolloutRequested))
+    );
+    // The first patch was refused (409: written since the read), the second built on the
+    // record as the agent left it.
+    assert_eq!(patcher.applied_writes().len(), 2);
+    assert_eq!(patcher.meta_reads(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_agents_writer_keeps_the_controllers_entry_its_watch_has_not_shown() {
+    let w = world(pod(|_| {}));
+    // The controller recorded an eviction held by a budget on the pod; the agent's index
+    // (its watch) does not show it yet.
+    let mut stored = w.patcher.stored("shop", "web-0").unwrap();
+    write_entry(
+        &mut stored,
+        other_entry(
+            "env-src",
+            BY_CONTROLLER,
+            ActionKind::Evict,
+            Recorded::Blocked,
+        ),
+    );
+    w.patcher.put(stored);
+    let seen = w.write("..2026_11_29_09_00_00.1", &[("app.conf", "x=2")]);
+    w.note(Outcome::Signaled, "sent", &seen);
+    let written = w.written().await;
+    assert_eq!(written.len(), 1);
+    assert!(written[0].get(&cm("env-src")).is_some(), "{:?}", written[0]);
+    assert!(written[0].get(&cm("app")).is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn conflicts_are_read_and_merged_again_a_bounded_number_of_times() {
+    let w = world(pod(|_| {}));
+    let seen = w.write("..2026_11_29_09_00_00.1", &[("app.conf", "x=2")]);
+    // Someone writes the pod after every read: four refusals, then given up.
+    for i in 0..MAX_CONFLICTS {
+        w.patcher.after_next_read(move |p| {
+            p.labels.insert("churn".into(), i.to_string());
+        });
+    }
+    w.note(Outcome::Signaled, "sent", &seen);
+    let written = w.written().await;
+    assert_eq!(written.len(), MAX_CONFLICTS as usize);
+    assert!(!w
+        .patcher
+        .stored("shop", "web-0")
+        .unwrap()
+        .annotations
+        .contains_key(ANNOTATION));
+    // Quiet again: the next note is written at once.
+    w.note(Outcome::SignalFailed, "x", &seen);
+    assert_eq!(w.written().await.len(), MAX_CONFLICTS as usize + 1);
+    assert!(w
+        .patcher
+        .stored("shop", "web-0")
+        .unwrap()
+        .annotations
+        .contains_key(ANNOTATION));
 }

@@ -144,3 +144,59 @@ async fn a_refused_eviction_is_recorded_as_failed_saying_why() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_eviction_refused_for_an_invalid_pacing_annotation_writes_nothing_and_status_says_what_to_fix(
+) {
+    let mut h = Harness::start();
+    let mut bad = owned_pod("web-bad");
+    bad.annotations
+        .insert("reloadlet.io/window".into(), "sometimes".into());
+    // The positive control: the same pod with valid pacing is evicted.
+    let good = owned_pod("web-good");
+    h.list(&[bad.clone(), good.clone()]).await;
+    let p = published("v1");
+    let before = |pod: &PodInfo| {
+        let source = &pod.env[0].source;
+        let facts = Facts {
+            published: Some(&p),
+            record: None,
+            started: None,
+            phase: "Running",
+            env_held: None,
+        };
+        derive(&consumer(pod, source).unwrap(), &facts)
+    };
+    h.versions.set(&key(), Some(published("v1")));
+    h.change("v1").await;
+    until("the valid pod's eviction", || {
+        h.evicted() == ["web-good".to_string()]
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    assert_eq!(
+        h.evicted(),
+        ["web-good"],
+        "the invalid pod is never evicted"
+    );
+    // Derived from the pod alone: no record is written, and none is needed.
+    assert!(
+        h.patcher.applied_writes().is_empty(),
+        "{:?}",
+        h.patcher.applied_writes()
+    );
+    match before(&bad) {
+        State::NotReloaded { fix } => assert!(
+            fix.starts_with(
+                "fix its reloadlet.io pacing annotation: reloadlet.io/window: \"sometimes\""
+            ),
+            "{fix}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        before(&good),
+        State::Pending(Pending::Controller("an eviction of an env consumer".into())),
+        "valid pacing: waiting for the controller until it acts"
+    );
+}

@@ -92,6 +92,8 @@ struct Harness {
     api: Arc<FakeEnvApi>,
     workloads: Arc<FakeWorkloads>,
     events: Arc<fake::Events>,
+    /// The data versions the feature records with (none published unless a test sets one).
+    versions: PublishedVersions,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -125,6 +127,7 @@ fn start_with(
     let report = crate::controller::fake::reporter(events.clone(), Notifier::disabled(), dry_run)
         .with_applied(Some(recorder));
     let stop = CancellationToken::new();
+    let versions = PublishedVersions::default();
     let feature = RolloutFeature::new(RolloutDeps {
         api: api.clone(),
         workloads: workloads.clone(),
@@ -146,7 +149,7 @@ fn start_with(
         now,
         stop: stop.clone(),
         key: crate::core::volume_digest::HashKey::from_bytes([7; 32]),
-        versions: Default::default(),
+        versions: versions.clone(),
     });
     let feature = configure(feature);
     let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
@@ -156,6 +159,7 @@ fn start_with(
         api,
         workloads,
         events,
+        versions,
         stop,
         task,
     }

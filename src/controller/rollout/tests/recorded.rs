@@ -82,3 +82,141 @@ async fn a_refused_rollout_patch_is_recorded_as_failed_with_the_reason() {
     }
     h.stop().await;
 }
+
+/// `cfg` as published: `app.conf` = `value`, first seen long before the pods' start.
+fn published_cfg(value: &str) -> crate::core::status::data_version::Published {
+    crate::core::status::data_version::Published::of(
+        &crate::core::volume_digest::HashKey::from_bytes([7; 32]),
+        NS,
+        &source("cfg"),
+        [("app.conf", value.as_bytes())],
+        jiff::Timestamp::from_second(1_700_000_000).unwrap(),
+    )
+}
+
+/// The state `reloadlet status` derives for `pod` (its owner reference `owner`) from the
+/// record the fake API holds on it now.
+fn status(
+    h: &Harness,
+    name: &str,
+    owner: Option<(&str, &str, &str)>,
+    published: &crate::core::status::data_version::Published,
+) -> crate::core::status::state::State {
+    use crate::core::status::state::{derive, Facts};
+    let mut p = pod(name);
+    p.controller = owner.map(|(api_version, kind, name)| {
+        Box::new(crate::core::rollout::OwnerRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: String::new(),
+        })
+    });
+    let stored = h.patcher.stored(NS, name).unwrap();
+    let record = Applied::of_pod(&stored.annotations).unwrap();
+    let c = crate::core::status::consumers::consumer(&p, &source("cfg")).unwrap();
+    let facts = Facts {
+        published: Some(published),
+        record: record.as_ref().and_then(|r| r.get(&source("cfg"))),
+        started: None,
+        phase: "Running",
+        env_held: None,
+    };
+    derive(&c, &facts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rollout_nothing_will_do_is_recorded_unless_the_pod_alone_tells_why() {
+    let workloads = Arc::new(FakeWorkloads::default());
+    workloads.owned_pod(NS, "job-pod", "Job", "nightly");
+    // "bare": no owner at all.
+    workloads.owned_pod(NS, "db-0", "StatefulSet", "db");
+    let db = WorkloadRef {
+        kind: WorkloadKind::StatefulSet,
+        namespace: NS.into(),
+        name: "db".into(),
+    };
+    workloads
+        .strategies
+        .lock()
+        .unwrap()
+        .insert(db, Strategy::OnDelete);
+    workloads.pod_owners.lock().unwrap().insert(
+        (NS.into(), "rs-pod".into()),
+        crate::core::rollout::OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "lonely".into(),
+            uid: String::new(),
+        },
+    );
+    let names = ["job-pod", "bare", "db-0", "rs-pod"];
+    let pods = names.iter().map(|n| pod(n)).collect();
+    let h = start(objects(), workloads, FakePatcher::default(), false);
+    h.list(pods).await;
+    let v2 = published_cfg("v2");
+    h.versions.set(&cm("cfg"), Some(v2.clone()));
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    until_written(&h, 2).await;
+    // What the pod does not show (the ReplicaSet's missing owner, the StatefulSet's
+    // strategy): recorded as failed, once per pod, with the data version.
+    let written = last_entries(&h);
+    assert_eq!(
+        written.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["db-0", "rs-pod"],
+        "the Job's pod and the unowned one tell it themselves: nothing written on them"
+    );
+    for entry in written.values() {
+        assert_eq!(
+            (entry.by.as_str(), entry.action.as_str(), entry.result),
+            ("controller", "rollout", Recorded::Failed)
+        );
+        assert!(entry.version.is_some(), "{entry:?}");
+    }
+    let failed = |name, owner, why: &str| match status(&h, name, owner, &v2) {
+        crate::core::status::state::State::Failed { error } => {
+            assert!(error.contains(why), "{name}: {error}")
+        }
+        other => panic!("{name}: {other:?}"),
+    };
+    failed(
+        "db-0",
+        Some(("apps/v1", "StatefulSet", "db")),
+        "StatefulSet db uses updateStrategy OnDelete",
+    );
+    failed(
+        "rs-pod",
+        Some(("apps/v1", "ReplicaSet", "lonely")),
+        "ReplicaSet lonely has no Deployment",
+    );
+    let cannot = |name, owner, why: &str| match status(&h, name, owner, &v2) {
+        crate::core::status::state::State::Cannot { why: got } => {
+            assert!(got.contains(why), "{name}: {got}")
+        }
+        other => panic!("{name}: {other:?}"),
+    };
+    cannot(
+        "job-pod",
+        Some(("batch/v1", "Job", "nightly")),
+        "Job nightly",
+    );
+    cannot("bare", None, "no controlling owner");
+    // The same data again: nothing more written.
+    h.change("cfg", "3", &[("app.conf", "v2")]).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(h.patcher.applied_writes().len(), 2);
+    h.stop().await;
+}
+
+/// Waits (paused clock, a minute at most) for `n` status record writes.
+async fn until_written(h: &Harness, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while h.patcher.applied_writes().len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            h.patcher.applied_writes()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
