@@ -24,7 +24,8 @@
 //! which an apply of a Secret's `stringData` records) is at or after the last *addition or
 //! change* of a data key. It is **not** after a key's **removal** by an update or patch: the
 //! write takes no field (structured-merge-diff `typed.Compare` puts a removed key in
-//! `Removed` only), so no `time` moves. The controller covers what it can see of that (a key of
+//! `Removed` only), so no `time` moves; nor after an apply's removal when its applier is left
+//! owning no data key. The controller covers what it can see of that (a key of
 //! the previous publication gone: `crate::controller::data_version::to_publish` uses its own
 //! clock); a removal before the controller first saw the object is not visible here.
 //!
