@@ -70,6 +70,12 @@ async fn an_env_consumer_whose_eviction_a_budget_refuses_reads_pending_waiting_f
     let node = Node::start(NodeOptions::default()).await;
     node.api
         .apply_configmap(configmap(NS, "app-env", &[("LOG", "v0")]));
+    // Its managedFields reset (`[]`, as a client may): they no longer tell when the data was
+    // written, so the controller dates it from when it first sees it (tests/status_since.rs
+    // has the pods that read current from managedFields).
+    let mut reset = configmap(NS, "app-env", &[("LOG", "v0")]);
+    reset.metadata.managed_fields = Some(Vec::new());
+    node.api.apply_configmap(reset);
     node.api
         .create_replicaset(NS, "web", 2, env_template(), NODE);
     // Both pods must stay: no eviction is ever allowed.
@@ -179,6 +185,10 @@ async fn a_rollout_pod_reads_pending_while_its_workload_rolls_then_its_replaceme
     node.api.set_nodes(&[NODE]);
     node.api
         .apply_configmap(configmap(NS, "roll-cfg", &[("LOG", "v0")]));
+    // managedFields reset, as in the test above: the pod waits for the controller.
+    let mut reset = configmap(NS, "roll-cfg", &[("LOG", "v0")]);
+    reset.metadata.managed_fields = Some(Vec::new());
+    node.api.apply_configmap(reset);
     node.api
         .apply_deployment(
             serde_json::from_value::<Deployment>(json!({

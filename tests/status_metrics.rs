@@ -1,7 +1,7 @@
 //! `reloadlet_consumers` end to end on the simulated node (issue #46 §1: "the same facts as
 //! metrics"): the controller's /metrics counts, by namespace and state, what
 //! `reloadlet status` shows for the same pods — before a change (pods started before the data
-//! was first seen and without a record: pending; not reloaded for the unannotated pod; cannot
+//! was first seen, its managedFields reset, and without a record: pending; not reloaded for the unannotated pod; cannot
 //! for the env and the subPath consumer with a signal action), and after it, once the agent
 //! has signalled one pod and failed the other's HTTP reload (current, failed, not reloaded,
 //! cannot) — and per object with `--status-metrics-per-object`.
@@ -136,6 +136,13 @@ async fn the_controller_counts_consumers_by_state_as_status_shows_them() {
     .await;
     node.api
         .apply_configmap(configmap(NS, "app", &[("app.conf", "v1")]));
+    // Its managedFields reset (`[]`, as a client may): they no longer tell when the data was
+    // written, so the controller dates it from when it first sees it and the pods below
+    // started before that (tests/status_since.rs has pods that read current from
+    // managedFields).
+    let mut reset = configmap(NS, "app", &[("app.conf", "v1")]);
+    reset.metadata.managed_fields = Some(Vec::new());
+    node.api.apply_configmap(reset);
     let (sig, plain) = (node.path("app.sig"), node.path("plain.sig"));
     node.api.create_pod(
         pod(NS, "signal-0")

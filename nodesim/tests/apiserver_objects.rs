@@ -548,3 +548,84 @@ async fn pod_status_patches_merge_conditions_by_type_and_leave_the_spec() {
         );
     }
 }
+
+/// managedFields as kube-apiserver keeps them (`nodesim::apiserver::managed_fields`): one entry
+/// per manager and operation; a manager takes the data keys it adds or changes, and its time
+/// moves only then.
+#[tokio::test]
+async fn configmap_writes_keep_managed_fields() {
+    let server = ApiServer::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client(&server), "a");
+    let as_manager = |m: &str| PatchParams {
+        field_manager: Some(m.into()),
+        ..Default::default()
+    };
+    api.create(
+        &PostParams {
+            field_manager: Some("creator".into()),
+            ..Default::default()
+        },
+        &cm("a", "c", "1"),
+    )
+    .await
+    .unwrap();
+    api.patch(
+        "c",
+        &as_manager("labeler"),
+        &Patch::Strategic(json!({"metadata": {"labels": {"team": "x"}}})),
+    )
+    .await
+    .unwrap();
+    api.patch(
+        "c",
+        &as_manager("editor"),
+        &Patch::Merge(json!({"data": {"k": "2", "new": "n"}})),
+    )
+    .await
+    .unwrap();
+    api.patch(
+        "c",
+        &as_manager("helm").force(),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"applied": "a"}})),
+    )
+    .await
+    .unwrap();
+    let got = api.get("c").await.unwrap();
+    let fields: Vec<(String, String, serde_json::Value)> = got
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            assert!(e.time.is_some(), "{e:?}");
+            (
+                e.manager.unwrap(),
+                e.operation.unwrap(),
+                e.fields_v1.unwrap().0,
+            )
+        })
+        .collect();
+    let owned = |m: &str| {
+        fields
+            .iter()
+            .find(|f| f.0 == m)
+            .map(|f| (f.1.clone(), f.2.clone()))
+    };
+    assert_eq!(
+        owned("helm"),
+        Some(("Apply".into(), json!({"f:data": {"f:applied": {}}})))
+    );
+    assert_eq!(
+        owned("editor"),
+        Some(("Update".into(), json!({"f:data": {"f:k": {}, "f:new": {}}})))
+    );
+    assert_eq!(
+        owned("labeler"),
+        Some((
+            "Update".into(),
+            json!({"f:metadata": {"f:labels": {"f:team": {}}}})
+        ))
+    );
+    // The creator's only key was taken over by the editor: its entry is gone.
+    assert_eq!(owned("creator"), None, "{fields:?}");
+}

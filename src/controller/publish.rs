@@ -452,4 +452,56 @@ mod tests {
         assert_eq!(writes(&patcher).len(), 2);
         stop.cancel();
     }
+
+    #[tokio::test]
+    async fn a_first_publication_dates_the_data_from_its_managed_fields_not_from_now() {
+        let patcher = FakePatcher::default();
+        let stop = CancellationToken::new();
+        let report = crate::controller::fake::reporter(
+            Arc::new(crate::ports::fake::Events::default()),
+            crate::outbound::notify::Notifier::disabled(),
+            false,
+        );
+        let mut feature = DataVersions::new(PublishDeps {
+            api: Arc::new(FakeEnvApi::default()),
+            patches: Patches::new(
+                PatchSettings::baselines(),
+                Arc::new(patcher.clone()),
+                report,
+                stop.clone(),
+            ),
+            secrets: false,
+            own: OwnDataVersions::default(),
+            key: HashKey::from_bytes([3; 32]),
+            stop: stop.clone(),
+            // The controller started at 10:00.
+            now: || "2026-11-29T10:00:00Z".parse().unwrap(),
+            versions: PublishedVersions::default(),
+        });
+        let read = |name: &str, data: &ObjectData| Fetched {
+            key: key(name),
+            seq: 0,
+            data: Some(data.clone()),
+            seen: std::time::Instant::now(),
+        };
+        // Changed at 09:00 (managedFields' bound), before the controller started.
+        let mut app = ObjectData::of(&[("app.conf", "x=1")], &[]);
+        app.resource_version = Some("5".into());
+        app.data_written = Some("2026-11-29T09:00:01Z".parse().unwrap());
+        feature.fetched(read("app", &app));
+        // The control: an object whose managedFields do not tell is dated from now.
+        let mut other = ObjectData::of(&[("a", "1")], &[]);
+        other.resource_version = Some("6".into());
+        feature.fetched(read("other", &other));
+        settle().await;
+        let written = writes(&patcher);
+        assert_eq!(written.len(), 2, "{written:?}");
+        let since = |name: &str| {
+            let value = &written.iter().find(|(n, _)| n == name).unwrap().1;
+            Published::parse(value).unwrap().since.to_string()
+        };
+        assert_eq!(since("app"), "2026-11-29T09:00:01Z");
+        assert_eq!(since("other"), "2026-11-29T10:00:00Z");
+        stop.cancel();
+    }
 }

@@ -3,6 +3,7 @@
 //! ([`crate::ports::Patcher`]), the env consumers' GET and the Lease. Everything is
 //! converted to the kube-free types of [`crate::ports`] here.
 
+use super::managed_fields;
 use super::pod_convert::pod_info;
 use super::pod_view::PodView;
 use super::refusals::{api_error, report, Watched};
@@ -508,6 +509,7 @@ impl EnvApi for KubeEnvApi {
                     self.seen(&key, &cm);
                     let cm = cm.map_err(|e| api_error(&e))?;
                     Ok(cm.map(|cm| ObjectData {
+                        data_written: managed_fields::data_written(&cm.metadata),
                         resource_version: cm.metadata.resource_version,
                         annotations: cm.metadata.annotations.unwrap_or_default(),
                         text: cm.data.unwrap_or_default(),
@@ -526,6 +528,7 @@ impl EnvApi for KubeEnvApi {
                     self.seen(&key, &secret);
                     let secret = secret.map_err(|e| api_error(&e))?;
                     Ok(secret.map(|s| ObjectData {
+                        data_written: managed_fields::data_written(&s.metadata),
                         resource_version: s.metadata.resource_version,
                         annotations: s.metadata.annotations.unwrap_or_default(),
                         text: Default::default(),

@@ -7,6 +7,7 @@ pub mod controller;
 pub mod controller_key;
 pub mod events;
 pub mod eviction;
+pub mod managed_fields;
 pub mod pdb_watch;
 pub mod pod_condition;
 pub mod pod_convert;

@@ -28,6 +28,9 @@ pub struct ObjectData {
     /// The object's annotations (`--reloader-compat`: `reloader.stakater.com/ignore`,
     /// `reloader.stakater.com/match`); never part of a digest.
     pub annotations: BTreeMap<String, String>,
+    /// When the data was last written at the latest, from its managedFields
+    /// (`crate::core::status::data_written`); `None` when they do not tell.
+    pub data_written: Option<jiff::Timestamp>,
 }
 
 #[cfg(test)]

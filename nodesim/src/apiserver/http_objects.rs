@@ -1,6 +1,7 @@
 //! HTTP for ConfigMaps, Secrets and Leases (list/watch in all namespaces or one, get,
 //! create, update, patch, delete), list pagination shared with pods, and pod PATCH.
 
+use super::managed_fields::{manager_or_user_agent, Writer};
 use super::model::Resource;
 use super::objects::{PatchType, Stored};
 use super::render::{self, Render};
@@ -351,14 +352,27 @@ fn decode<T: Stored>(body: &[u8]) -> Result<T, ApiStatus> {
         .map_err(|e| ApiStatus::bad_request(format!("invalid {}: {e}", T::KIND)))
 }
 
+/// The writer of a create, update or patch that is not an apply.
+fn updater(p: &HashMap<String, String>, headers: &HeaderMap) -> Writer<'static> {
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    Writer::update(&manager_or_user_agent(
+        p.get("fieldManager").map(String::as_str),
+        agent,
+    ))
+}
+
 async fn create<T: Stored>(
     AxState(s): Shr,
     Path(ns): Path<String>,
     headers: HeaderMap,
+    Query(p): Params,
     body: Bytes,
 ) -> Answer {
     let obj = decode::<T>(&body)?;
-    let out = s.lock().create_object(&ns, obj)?;
+    let out = s.lock().create_object(&ns, obj, &updater(&p, &headers))?;
     one(StatusCode::CREATED, value(&out), &headers)
 }
 
@@ -366,10 +380,11 @@ async fn update<T: Stored>(
     AxState(s): Shr,
     Path(key): Path<Key>,
     headers: HeaderMap,
+    Query(p): Params,
     body: Bytes,
 ) -> Answer {
     let obj = decode::<T>(&body)?;
-    let out = s.lock().update_object(&key, obj)?;
+    let out = s.lock().update_object(&key, obj, &updater(&p, &headers))?;
     one(StatusCode::OK, value(&out), &headers)
 }
 
@@ -407,6 +422,8 @@ async fn patch<T: Stored>(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
+    // An update's manager may come from the User-Agent; an apply's is its fieldManager.
+    let manager = updater(&p, &headers).manager;
     let out = s
         .lock()
         .patch_object::<T>(&key, how, &body, &manager, truthy(&p, "force"))?;

@@ -20,6 +20,7 @@ mod disruption;
 mod events;
 mod eviction;
 mod http_objects;
+mod managed_fields;
 mod model;
 mod objects;
 mod pdb_store;
@@ -484,7 +485,7 @@ impl ApiServer {
             &key(namespace, name),
             objects::PatchType::Merge,
             &body,
-            "",
+            "kubectl-patch",
             false,
         )
     }

@@ -12,6 +12,7 @@
 //!   the stored one, it returns the stored object without writing to etcd).
 
 use super::events::merge_patch;
+use super::managed_fields::{self, Operation, Writer};
 use super::model::ApiChange;
 use super::status::ApiStatus;
 use super::store::{
@@ -73,6 +74,8 @@ pub(crate) trait Stored:
     /// The registry strategy of a client write (`PrepareForCreate` / `PrepareForUpdate` and
     /// defaulting): `old` is the stored object of an update. Controllers' own writes skip it.
     fn prepare(_old: Option<&Self>, _new: &mut Self) {}
+    /// Keeps `metadata.managedFields` ([`super::managed_fields`]).
+    const MANAGED_FIELDS: bool = false;
     /// The registry's validation of a client write (422 when invalid).
     fn validate(&self) -> Result<(), ApiStatus> {
         Ok(())
@@ -82,6 +85,7 @@ pub(crate) trait Stored:
 impl Stored for ConfigMap {
     const RESOURCE: Resource = Resource::ConfigMaps;
     const ERROR_GROUP: &'static str = "";
+    const MANAGED_FIELDS: bool = true;
     fn map(st: &State) -> &BTreeMap<Key, Self> {
         &st.configmaps
     }
@@ -99,6 +103,7 @@ impl Stored for ConfigMap {
 impl Stored for Secret {
     const RESOURCE: Resource = Resource::Secrets;
     const ERROR_GROUP: &'static str = "";
+    const MANAGED_FIELDS: bool = true;
     fn map(st: &State) -> &BTreeMap<Key, Self> {
         &st.secrets
     }
@@ -178,6 +183,18 @@ fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(v, |v, k| v.get(k))
 }
 
+/// The field manager of `kubectl apply` (client-side), which the in-process helpers write as.
+pub(crate) const KUBECTL_APPLY: &str = "kubectl-client-side-apply";
+
+/// Sets `new`'s managedFields for a client's write over `old` (ConfigMaps and Secrets).
+fn track_fields<T: Stored>(old: Option<&T>, new: &mut T, writer: Option<&Writer<'_>>) {
+    let Some(writer) = writer.filter(|_| T::MANAGED_FIELDS) else {
+        return;
+    };
+    let fields = managed_fields::track(old.map(to_value).as_ref(), &to_value(&*new), writer);
+    new.metadata_mut().managed_fields = (!fields.is_empty()).then_some(fields);
+}
+
 fn resource_version(meta: &ObjectMeta) -> Option<u64> {
     meta.resource_version
         .as_deref()
@@ -227,8 +244,8 @@ impl State {
 
     /// Stores `new` over `old` (same key) unless nothing changed; stamps a new
     /// resourceVersion and emits MODIFIED (or ADDED) when it did.
-    fn commit_object<T: Stored>(&mut self, key: &Key, new: T) -> T {
-        let out = self.commit_object_as(key, new, true);
+    fn commit_object<T: Stored>(&mut self, key: &Key, new: T, writer: &Writer<'_>) -> T {
+        let out = self.commit_object_as(key, new, Some(writer));
         if T::CONTROLLED {
             self.settle();
         }
@@ -237,10 +254,17 @@ impl State {
 
     /// A controller's write (status, scale): no client strategy, no settling.
     pub(crate) fn commit_by_controller<T: Stored>(&mut self, key: &Key, new: T) -> T {
-        self.commit_object_as(key, new, false)
+        self.commit_object_as(key, new, None)
     }
 
-    fn commit_object_as<T: Stored>(&mut self, key: &Key, mut new: T, client: bool) -> T {
+    /// `writer`: a client's write (`None`: a controller's).
+    fn commit_object_as<T: Stored>(
+        &mut self,
+        key: &Key,
+        mut new: T,
+        writer: Option<&Writer<'_>>,
+    ) -> T {
+        let client = writer.is_some();
         let old = T::map(self).get(key).cloned();
         if let Some(old) = &old {
             let meta = new.metadata_mut();
@@ -252,6 +276,7 @@ impl State {
             if client {
                 T::prepare(Some(old), &mut new);
             }
+            track_fields(Some(old), &mut new, writer);
             // GuaranteedUpdate: an unchanged object is not written.
             if &new == old {
                 return new;
@@ -265,6 +290,7 @@ impl State {
             if client {
                 T::prepare(None, &mut new);
             }
+            track_fields(None, &mut new, writer);
             self.stamp_new(new.metadata_mut());
             T::map_mut(self).insert(key.clone(), new.clone());
             self.record_object::<T>(key, ChangeKind::Added, None, &new);
@@ -273,11 +299,12 @@ impl State {
     }
 
     /// `kubectl apply`-like, for tests and the kubelet: creates or replaces, no
-    /// preconditions (a resourceVersion in `obj` is ignored).
+    /// preconditions (a resourceVersion in `obj` is ignored). Its field manager is kubectl's
+    /// client-side apply's.
     pub fn apply_object<T: Stored>(&mut self, mut obj: T) -> T {
         obj.metadata_mut().resource_version = None;
         let key = key_of(obj.metadata());
-        self.commit_object(&key, obj)
+        self.commit_object(&key, obj, &Writer::update(KUBECTL_APPLY))
     }
 
     /// POST: 409 AlreadyExists when the name is taken.
@@ -285,6 +312,7 @@ impl State {
         &mut self,
         namespace: &str,
         mut obj: T,
+        writer: &Writer<'_>,
     ) -> Result<T, ApiStatus> {
         obj.metadata_mut().namespace = Some(namespace.to_string());
         if obj
@@ -322,11 +350,16 @@ impl State {
         obj.metadata_mut().resource_version = None;
         obj.metadata_mut().uid = None;
         obj.validate()?;
-        Ok(self.commit_object(&key, obj))
+        Ok(self.commit_object(&key, obj, writer))
     }
 
     /// PUT: 404 when missing, 409 Conflict on a stale resourceVersion.
-    pub fn update_object<T: Stored>(&mut self, key: &Key, obj: T) -> Result<T, ApiStatus> {
+    pub fn update_object<T: Stored>(
+        &mut self,
+        key: &Key,
+        obj: T,
+        writer: &Writer<'_>,
+    ) -> Result<T, ApiStatus> {
         let Some(current) = T::map(self).get(key) else {
             return Err(ApiStatus::not_found(
                 T::ERROR_GROUP,
@@ -346,7 +379,7 @@ impl State {
         }
         let before = to_value(current);
         obj.validate()?;
-        let out = self.commit_object(key, obj);
+        let out = self.commit_object(key, obj, writer);
         self.own_changes(T::RESOURCE, key, &before, &to_value(&out), "");
         Ok(out)
     }
@@ -369,7 +402,11 @@ impl State {
                 let mut obj: T = serde_json::from_value(patch.clone())
                     .map_err(|e| ApiStatus::bad_request(format!("invalid object: {e}")))?;
                 obj.metadata_mut().name = Some(key.1.clone());
-                let out = self.create_object(&key.0, obj)?;
+                let writer = Writer {
+                    manager: field_manager.to_owned(),
+                    operation: Operation::Apply(&patch),
+                };
+                let out = self.create_object(&key.0, obj, &writer)?;
                 self.own_applied(T::RESOURCE, key, &patch, field_manager);
                 return Ok(out);
             }
@@ -394,7 +431,14 @@ impl State {
             return Err(conflict(T::ERROR_GROUP, T::URL_PATH_SEGMENT, &key.1));
         }
         obj.validate()?;
-        let out = self.commit_object(key, obj);
+        let writer = Writer {
+            manager: field_manager.to_owned(),
+            operation: match how {
+                PatchType::Apply => Operation::Apply(&patch),
+                PatchType::Merge | PatchType::Strategic => Operation::Update,
+            },
+        };
+        let out = self.commit_object(key, obj, &writer);
         if how == PatchType::Apply {
             self.own_applied(T::RESOURCE, key, &patch, field_manager);
         } else {

@@ -177,7 +177,8 @@ pub fn pairs_of_files<'a>(
 /// The published key digests of an object ([`ANNOTATION`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Published {
-    /// When the controller first saw this data (the object changed at or before it).
+    /// When this data was last written at the latest: the bound of its managedFields, else when
+    /// the controller first saw it (the object changed at or before it).
     pub since: Timestamp,
     /// Key → digest; `None`: over [`MAX_KEYS`], not published.
     pub keys: Option<BTreeMap<String, KeyDigest>>,
