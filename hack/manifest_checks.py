@@ -42,6 +42,7 @@ RESTART_REQUEST = "reloadlet.io/restart-request"
 RESTART_GRANT = "reloadlet.io/restart-grant"
 RESTARTED = "reloadlet.io/restarted"
 _RESTART_ID = "1a2b3c4d-0123456789abcdef"
+_OTHER_RESTART_ID = "5e6f7a8b-fedcba9876543210"
 # The user's extra the API server sets from a pod-bound token's node claim (Kubernetes >= 1.30).
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
@@ -1129,10 +1130,7 @@ POLICY_CASES = [
     ("writes an env pacing that is no JSON object", _ann(ENV_PACING, "everything"), "", False),
     ("writes an env pacing over 4 KiB", _ann(ENV_PACING, "{" + "x" * 4096 + "}"), "", False),
     ("records an env pacing and changes another annotation", _both(_ann(ENV_PACING, "{}"), _ann("team", "b")), "", False),
-    ("grants a restart", _ann(RESTART_GRANT, _RESTART_ID), "", True),
-    ("writes a grant id that is too long", _ann(RESTART_GRANT, "a" * 65), "", False),
-    ("writes a grant id with other characters", _ann(RESTART_GRANT, "A/../b"), "", False),
-    ("grants a restart and changes another annotation", _both(_ann(RESTART_GRANT, _RESTART_ID), _ann("team", "b")), "", False),
+    ("grants a restart on a pod that requested none", _ann(RESTART_GRANT, _RESTART_ID), "", False),
     ("writes the agent's restart request", _ann(RESTART_REQUEST, _RESTART_ID), "", False),
     ("writes the agent's restarted record", _ann(RESTARTED, _RESTART_ID), "", False),
     ("records a blocked env eviction (reloadlet status)", _ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), "", True),
@@ -1283,10 +1281,23 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
     old = _sample_pod()
     bare = _edit(old, lambda p: p["metadata"].pop("annotations"))
     held = _edit(old, _ann(ENV_PACING, '{"deferred":{"until":"2026-11-26T13:00:00Z"}}'))
+    requested = _edit(old, _ann(RESTART_REQUEST, _RESTART_ID))
+    granted = _edit(requested, _ann(RESTART_GRANT, _RESTART_ID))
+    # The agent replaced its request after the grant (a newer change): the grant stays.
+    renewed = _edit(granted, _ann(RESTART_REQUEST, _OTHER_RESTART_ID))
     cases = [(*c, old) for c in POLICY_CASES] + [
         ("sets the nudge on a pod without annotations", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@7"), "", True, bare),
         ("removes its env pacing record (the hold ended)", _ann(ENV_PACING, None), "", True, held),
-        ("removes its env pacing record and another annotation", _both(_ann(ENV_PACING, None), _ann("team", None)), "", False, held)]
+        ("removes its env pacing record and another annotation", _both(_ann(ENV_PACING, None), _ann("team", None)), "", False, held),
+        ("grants a restart (the pod's request)", _ann(RESTART_GRANT, _RESTART_ID), "", True, requested),
+        ("grants a restart that is not the pod's request", _ann(RESTART_GRANT, _OTHER_RESTART_ID), "", False, requested),
+        ("writes a grant id that is too long", _ann(RESTART_GRANT, "a" * 65), "", False, requested),
+        ("writes a grant id with other characters", _ann(RESTART_GRANT, "A/../b"), "", False, requested),
+        ("grants a restart and changes another annotation", _both(_ann(RESTART_GRANT, _RESTART_ID), _ann("team", "b")), "", False, requested),
+        ("grants the pod's new request", _ann(RESTART_GRANT, _OTHER_RESTART_ID), "", True, renewed),
+        ("moves a grant off the pod's request", _ann(RESTART_GRANT, _OTHER_RESTART_ID), "", False, granted),
+        ("removes a grant", _ann(RESTART_GRANT, None), "", False, granted),
+        ("records a status on a pod whose grant is an older request", _ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), "", True, renewed)]
     problems = _verdicts(policy, user, "web-0", cases, "an update")
     return not problems, "; ".join(problems)
 
