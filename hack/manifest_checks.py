@@ -103,6 +103,10 @@ KEY_RULES = {
 # The agent reads that key (never creates it) for the data versions of its status records
 # (src/k8s/controller_key.rs `read`): its Role, in its own namespace, holds this one rule.
 AGENT_KEY_RULES = {(("",), ("secrets",), ("get",), (KEY_SECRET,))}
+# And the controller's Lease, read by name while a restart request waits
+# (src/execute/coordination.rs; src/k8s/controller.rs KubeLeaseStore::agent_reader).
+AGENT_LEASE_RULES = {(("coordination.k8s.io",), ("leases",), ("get",), (LEASE_NAME,))}
+AGENT_ROLE_RULES = AGENT_KEY_RULES | AGENT_LEASE_RULES
 NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
 BASELINE_ANNOTATION = "reloadlet.io/env-baseline"
 ROLLOUT_BASELINE_ANNOTATION = "reloadlet.io/rollout-baseline"
@@ -462,7 +466,7 @@ def _rule_set(rule: dict) -> tuple:
 @render_check("rbac: exactly the allowed rules")
 def _exact_rules(r: Render) -> tuple[bool, str]:
     """The agent's ServiceAccount gets exactly its ClusterRole, which grants exactly ALLOWED_RULES,
-    and its Role in its own namespace, which grants exactly AGENT_KEY_RULES."""
+    and its Role in its own namespace, which grants exactly AGENT_ROLE_RULES."""
     problems = []
     bound = _bound_roles(r.docs, r.fullname, r.namespace)
     if sorted(_role_id(d) for d in bound) != [f"ClusterRole/{r.fullname}", f"Role/{r.fullname}"]:
@@ -471,8 +475,8 @@ def _exact_rules(r: Render) -> tuple[bool, str]:
     if _get(key_role, "metadata", "namespace") != r.namespace:
         problems.append(f"agent Role in {_get(key_role, 'metadata', 'namespace')!r}")
     key_rules = {_rule_set(x) for x in key_role.get("rules") or []}
-    if key_rules != AGENT_KEY_RULES or len(key_role.get("rules") or []) != len(AGENT_KEY_RULES):
-        problems.append(f"agent Role rules {sorted(key_rules)}, want {sorted(AGENT_KEY_RULES)}")
+    if key_rules != AGENT_ROLE_RULES or len(key_role.get("rules") or []) != len(AGENT_ROLE_RULES):
+        problems.append(f"agent Role rules {sorted(key_rules)}, want {sorted(AGENT_ROLE_RULES)}")
     role = _named(r.docs, "ClusterRole", r.fullname)
     granted: set[tuple[str, str, str]] = set()
     for d in [role, *[x for x in bound if x is not role and x is not key_role]]:
