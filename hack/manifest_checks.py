@@ -42,6 +42,7 @@ RESTART_REQUEST = "reloadlet.io/restart-request"
 RESTART_GRANT = "reloadlet.io/restart-grant"
 RESTARTED = "reloadlet.io/restarted"
 _RESTART_ID = "1a2b3c4d-0123456789abcdef"
+_OTHER_RESTART_ID = "5e6f7a8b-fedcba9876543210"
 # The user's extra the API server sets from a pod-bound token's node claim (Kubernetes >= 1.30).
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
@@ -102,6 +103,10 @@ KEY_RULES = {
 # The agent reads that key (never creates it) for the data versions of its status records
 # (src/k8s/controller_key.rs `read`): its Role, in its own namespace, holds this one rule.
 AGENT_KEY_RULES = {(("",), ("secrets",), ("get",), (KEY_SECRET,))}
+# And the controller's Lease, read by name while a restart request waits
+# (src/execute/coordination.rs; src/k8s/controller.rs KubeLeaseStore::agent_reader).
+AGENT_LEASE_RULES = {(("coordination.k8s.io",), ("leases",), ("get",), (LEASE_NAME,))}
+AGENT_ROLE_RULES = AGENT_KEY_RULES | AGENT_LEASE_RULES
 NUDGE_ANNOTATION = "reloadlet.io/projection-nudge"
 BASELINE_ANNOTATION = "reloadlet.io/env-baseline"
 ROLLOUT_BASELINE_ANNOTATION = "reloadlet.io/rollout-baseline"
@@ -461,7 +466,7 @@ def _rule_set(rule: dict) -> tuple:
 @render_check("rbac: exactly the allowed rules")
 def _exact_rules(r: Render) -> tuple[bool, str]:
     """The agent's ServiceAccount gets exactly its ClusterRole, which grants exactly ALLOWED_RULES,
-    and its Role in its own namespace, which grants exactly AGENT_KEY_RULES."""
+    and its Role in its own namespace, which grants exactly AGENT_ROLE_RULES."""
     problems = []
     bound = _bound_roles(r.docs, r.fullname, r.namespace)
     if sorted(_role_id(d) for d in bound) != [f"ClusterRole/{r.fullname}", f"Role/{r.fullname}"]:
@@ -470,8 +475,8 @@ def _exact_rules(r: Render) -> tuple[bool, str]:
     if _get(key_role, "metadata", "namespace") != r.namespace:
         problems.append(f"agent Role in {_get(key_role, 'metadata', 'namespace')!r}")
     key_rules = {_rule_set(x) for x in key_role.get("rules") or []}
-    if key_rules != AGENT_KEY_RULES or len(key_role.get("rules") or []) != len(AGENT_KEY_RULES):
-        problems.append(f"agent Role rules {sorted(key_rules)}, want {sorted(AGENT_KEY_RULES)}")
+    if key_rules != AGENT_ROLE_RULES or len(key_role.get("rules") or []) != len(AGENT_ROLE_RULES):
+        problems.append(f"agent Role rules {sorted(key_rules)}, want {sorted(AGENT_ROLE_RULES)}")
     role = _named(r.docs, "ClusterRole", r.fullname)
     granted: set[tuple[str, str, str]] = set()
     for d in [role, *[x for x in bound if x is not role and x is not key_role]]:
@@ -1129,10 +1134,7 @@ POLICY_CASES = [
     ("writes an env pacing that is no JSON object", _ann(ENV_PACING, "everything"), "", False),
     ("writes an env pacing over 4 KiB", _ann(ENV_PACING, "{" + "x" * 4096 + "}"), "", False),
     ("records an env pacing and changes another annotation", _both(_ann(ENV_PACING, "{}"), _ann("team", "b")), "", False),
-    ("grants a restart", _ann(RESTART_GRANT, _RESTART_ID), "", True),
-    ("writes a grant id that is too long", _ann(RESTART_GRANT, "a" * 65), "", False),
-    ("writes a grant id with other characters", _ann(RESTART_GRANT, "A/../b"), "", False),
-    ("grants a restart and changes another annotation", _both(_ann(RESTART_GRANT, _RESTART_ID), _ann("team", "b")), "", False),
+    ("grants a restart on a pod that requested none", _ann(RESTART_GRANT, _RESTART_ID), "", False),
     ("writes the agent's restart request", _ann(RESTART_REQUEST, _RESTART_ID), "", False),
     ("writes the agent's restarted record", _ann(RESTARTED, _RESTART_ID), "", False),
     ("records a blocked env eviction (reloadlet status)", _ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), "", True),
@@ -1283,10 +1285,23 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
     old = _sample_pod()
     bare = _edit(old, lambda p: p["metadata"].pop("annotations"))
     held = _edit(old, _ann(ENV_PACING, '{"deferred":{"until":"2026-11-26T13:00:00Z"}}'))
+    requested = _edit(old, _ann(RESTART_REQUEST, _RESTART_ID))
+    granted = _edit(requested, _ann(RESTART_GRANT, _RESTART_ID))
+    # The agent replaced its request after the grant (a newer change): the grant stays.
+    renewed = _edit(granted, _ann(RESTART_REQUEST, _OTHER_RESTART_ID))
     cases = [(*c, old) for c in POLICY_CASES] + [
         ("sets the nudge on a pod without annotations", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@7"), "", True, bare),
         ("removes its env pacing record (the hold ended)", _ann(ENV_PACING, None), "", True, held),
-        ("removes its env pacing record and another annotation", _both(_ann(ENV_PACING, None), _ann("team", None)), "", False, held)]
+        ("removes its env pacing record and another annotation", _both(_ann(ENV_PACING, None), _ann("team", None)), "", False, held),
+        ("grants a restart (the pod's request)", _ann(RESTART_GRANT, _RESTART_ID), "", True, requested),
+        ("grants a restart that is not the pod's request", _ann(RESTART_GRANT, _OTHER_RESTART_ID), "", False, requested),
+        ("writes a grant id that is too long", _ann(RESTART_GRANT, "a" * 65), "", False, requested),
+        ("writes a grant id with other characters", _ann(RESTART_GRANT, "A/../b"), "", False, requested),
+        ("grants a restart and changes another annotation", _both(_ann(RESTART_GRANT, _RESTART_ID), _ann("team", "b")), "", False, requested),
+        ("grants the pod's new request", _ann(RESTART_GRANT, _OTHER_RESTART_ID), "", True, renewed),
+        ("moves a grant off the pod's request", _ann(RESTART_GRANT, _OTHER_RESTART_ID), "", False, granted),
+        ("removes a grant", _ann(RESTART_GRANT, None), "", False, granted),
+        ("records a status on a pod whose grant is an older request", _ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), "", True, renewed)]
     problems = _verdicts(policy, user, "web-0", cases, "an update")
     return not problems, "; ".join(problems)
 

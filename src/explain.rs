@@ -11,6 +11,9 @@ use crate::ports::{ApiError, ProcessError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+mod restart_grant;
+pub use restart_grant::LeaseSeen;
+
 /// What `explain` knows beyond the pod itself.
 pub struct Context<'a> {
     /// The agent's filters and `--dry-run`, read from the same flags/environment as the agent.
@@ -22,6 +25,8 @@ pub struct Context<'a> {
     /// The PodDisruptionBudgets that select the pod (with their status), or why they could
     /// not be read; `None`: not looked up.
     pub budgets: Option<Result<Coverage, ApiError>>,
+    /// The controller's Lease (who grants `action: restart`); `None`: not looked up.
+    pub lease: Option<LeaseSeen>,
 }
 
 impl<'a> Context<'a> {
@@ -32,6 +37,7 @@ impl<'a> Context<'a> {
             pod_node: None,
             other_node: None,
             budgets: None,
+            lease: None,
         }
     }
 }
@@ -217,6 +223,7 @@ pub fn report(
                 let _ = writeln!(w, "  WARNING (RestartRefused): {why}");
             }
             let _ = writeln!(w, "  NOTE: the restarted pod is not Ready for a moment; with one replica, or a budget that allows no disruption, that is a moment without a Ready pod");
+            restart_grant::lines(w, pod, ctx.lease.as_ref(), ctx.budgets.as_ref());
         }
         Action::Evict { allow_unowned } => {
             let _ = writeln!(

@@ -102,6 +102,14 @@ async fn a_start_only_app_serves_the_new_config_after_a_restart_in_the_same_pod(
             && explained.contains("triggers a restart of app (SIGTERM, SIGKILL after 1s)"),
         "{explained}"
     );
+    // who grants (no controller here: no Lease), what is pending, the budget (none)
+    for part in [
+        "grant: no controller holds the Lease: nothing will be granted (the Lease reloadlet-system/reloadlet-controller does not exist)",
+        "pending: nothing requested",
+        "budget: no PodDisruptionBudget: one pod of the owner at a time",
+    ] {
+        assert!(explained.contains(part), "{part:?} in\n{explained}");
+    }
 
     node.api.apply_configmap(app_conf("v2", "two"));
 

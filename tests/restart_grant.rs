@@ -6,6 +6,7 @@
 //! no moment are two of them not Ready; a controller restart in the middle restarts nothing
 //! twice, and neither does an agent restart. A restarted pod that does not turn Ready again
 //! within `reloadlet.io/restart-timeout` stops its owner's sequence (`RestartStuck`).
+//! Without a controller holding the Lease each request gets one Warning and nothing restarts.
 
 mod common;
 #[path = "support/controller_process.rs"]
@@ -430,5 +431,104 @@ async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_n
         node.metric("reloadlet_actions_total{action=\"restart\",outcome=\"restart_handed_off\"}"),
         1.0
     );
+    controller.stop().await;
+}
+/// Without a controller (no Lease holder, docs/restart.md "Without a controller"): each
+/// pod's request waits with one Warning `RestartUncoordinated` that nothing grants it, and
+/// nothing is restarted. The positive control: once a controller holds the Lease it grants
+/// them all, and the next change's requests get no Warning.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_controller_each_request_is_warned_about_once_and_nothing_restarts() {
+    if !root_or_skip() {
+        return;
+    }
+    const WARNING: &str = "RestartUncoordinated";
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
+    let base = node.path("served").parent().unwrap().to_owned();
+    node.api.apply_deployment(deployment(&base, &[])).unwrap();
+    // the chart's Lease namespace (the agent's own, which the test process does not set)
+    node.start_agent(&["--controller-lease-namespace", "reloadlet-system"])
+        .await;
+    let before = settled(&node, "three Ready pods", |_| true).await;
+    let warnings = |p: &Pod| node.events(NS, p.metadata.name.as_deref().unwrap(), WARNING);
+
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+    eventually("a request and its Warning on each pod", WAIT, || {
+        let pods = pods(&node);
+        (pods.len() == 3
+            && pods.iter().all(|p| {
+                annotation(p, "reloadlet.io/restart-request").is_some() && !warnings(p).is_empty()
+            }))
+        .then_some(())
+    })
+    .await;
+    for p in pods(&node) {
+        let w = warnings(&p);
+        assert_eq!((w.len(), w[0].type_.as_str()), (1, "Warning"), "{w:?}");
+        let note = &w[0].note;
+        let request = annotation(&p, "reloadlet.io/restart-request").unwrap();
+        for part in [
+            "no controller holds the Lease",
+            "reloadlet-system/reloadlet-controller does not exist",
+            request,
+        ] {
+            assert!(note.contains(part), "{part} in {note}");
+        }
+    }
+    never("a restart without a grant", Duration::from_secs(3), || {
+        pods(&node).iter().any(|p| {
+            restart_count(p) != before[p.metadata.uid.as_ref().unwrap()]
+                || annotation(p, "reloadlet.io/restart-grant").is_some()
+        })
+    })
+    .await;
+    assert!(
+        !node.agent_log().contains("forbidden"),
+        "the chart's agent Role reads the Lease"
+    );
+
+    // a controller that holds the Lease grants them
+    let controller = ControllerProcess::start(&node, &[], &[]).await;
+    let after = settled(&node, "all three restarted for their request", |p| {
+        restarted_for_its_request(p)
+    })
+    .await;
+    for (uid, count) in &after {
+        assert_eq!(*count, before[uid] + 1, "pod {uid}");
+    }
+    // the next change: requests with a holder, no Warning
+    let done: BTreeMap<String, String> = pods(&node)
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap(),
+                annotation(p, "reloadlet.io/restart-request")
+                    .unwrap()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v3")]));
+    eventually("a new request on each pod", WAIT, || {
+        pods(&node)
+            .iter()
+            .all(|p| {
+                annotation(p, "reloadlet.io/restart-request")
+                    .is_some_and(|r| r != done[p.metadata.name.as_deref().unwrap()])
+            })
+            .then_some(())
+    })
+    .await;
+    never(
+        "a Warning with a Lease holder",
+        Duration::from_secs(3),
+        || pods(&node).iter().any(|p| warnings(p).len() != 1),
+    )
+    .await;
     controller.stop().await;
 }

@@ -168,6 +168,13 @@ impl Agent {
         }
     }
 
+    /// Reads the controller's Lease while a restart request waits (docs/restart.md, "Without
+    /// a controller").
+    pub fn with_controller_lease(self, lease: Arc<dyn crate::ports::LeaseReader>) -> Self {
+        self.exec.watch_lease(lease);
+        self
+    }
+
     /// Warns about evict pods that no PodDisruptionBudget in `budgets` selects, and tells
     /// structural budget blocks from transient ones (`reloadlet.io/on-blocked`).
     pub fn with_budgets(

@@ -74,6 +74,14 @@ pub struct ExplainArgs {
         default_value = "/var/lib/reloadlet"
     )]
     pub state_dir: PathBuf,
+    /// The namespace of the controller's Lease (who grants `action: restart`), as the agent's
+    /// flag; default `POD_NAMESPACE`, else the ServiceAccount's namespace, else
+    /// `reloadlet-system`.
+    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE_NAMESPACE")]
+    pub controller_lease_namespace: Option<String>,
+    /// The name of that Lease.
+    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE", default_value = controller::LEASE_NAME)]
+    pub controller_lease: String,
 }
 
 fn parse_pod_ref(s: &str) -> Result<(String, String), crate::core::invalid::Invalid> {

@@ -17,6 +17,7 @@ pub mod filters;
 pub mod invalid;
 pub mod keep;
 pub mod label_selector;
+pub mod lease_holder;
 pub mod model;
 pub mod nudge_delay;
 pub mod outcome;

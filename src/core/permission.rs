@@ -54,6 +54,9 @@ pub enum Feature {
     /// The drain readiness gate of `action: restart` (pods/status patch of the condition
     /// `reloadlet.io/restart-drain`, docs/restart.md).
     RestartDrain,
+    /// `action: restart`: the agent's read of the controller's Lease while a restart request
+    /// waits (a Warning when no controller holds it, docs/restart.md).
+    RestartCoordination,
 }
 
 impl Feature {
@@ -77,6 +80,7 @@ impl Feature {
             Feature::DataVersions => "data-version publishing",
             Feature::StatusRecord => "status-record",
             Feature::RestartDrain => "restart-drain",
+            Feature::RestartCoordination => "restart-coordination",
         }
     }
 

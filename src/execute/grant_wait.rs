@@ -82,6 +82,11 @@ impl Inner {
                     &first.sources,
                     &first.seen,
                 );
+                // Whether a controller is there to grant it.
+                self.signals.spawn_on(
+                    self.clone().watch_coordination(pod_ref.clone(), id.clone()),
+                    &self.runtime,
+                );
                 // The grant may already be there (written before the request's echo).
                 if let Some(now) = self.pod(&uid) {
                     self.grant_step(&now);

@@ -8,6 +8,7 @@
 //! pod patches (`patch.rs`: the projection nudge, the env baseline) are the fourth.
 
 pub mod applied;
+mod coordination;
 pub mod drain;
 pub mod evict;
 mod grant_wait;
@@ -85,6 +86,9 @@ struct Inner {
     pod_patcher: Option<Arc<dyn crate::ports::Patcher>>,
     /// The key of the request ids (the agent's own, kept in its state file).
     restart_key: std::sync::OnceLock<crate::core::volume_digest::HashKey>,
+    /// The controller's Lease, read while a restart request waits (`None`: not read, no
+    /// Warning when no controller holds it).
+    lease: std::sync::OnceLock<Arc<dyn crate::ports::LeaseReader>>,
     /// Restarts deferred to the end of their crash-loop window: the latest job of each.
     deferred: Mutex<HashMap<(String, String), RestartJob>>,
     /// The drain readiness gate's writes (`None`: not written; a gated pod is restarted
@@ -154,6 +158,7 @@ impl Executor {
                 requests: Mutex::default(),
                 pod_patcher: deps.record.as_ref().map(|r| r.patcher.clone()),
                 restart_key: std::sync::OnceLock::new(),
+                lease: std::sync::OnceLock::new(),
                 deferred: Mutex::default(),
                 gate: deps.gate.clone(),
                 gate_opened: Mutex::default(),
@@ -316,6 +321,12 @@ impl Executor {
     /// restart is not recognised after it).
     pub fn use_restart_key(&self, key: crate::core::volume_digest::HashKey) {
         let _ = self.inner.restart_key.set(key);
+    }
+
+    /// Reads the controller's Lease while a restart request waits: a Warning
+    /// `RestartUncoordinated` when no controller holds it (docs/restart.md).
+    pub fn watch_lease(&self, lease: Arc<dyn crate::ports::LeaseReader>) {
+        let _ = self.inner.lease.set(lease);
     }
 
     /// The async runtime effects run on (for work the caller's thread must not do).

@@ -227,6 +227,23 @@ impl Reporter {
         }
     }
 
+    /// A Warning Event of `reason` on the pod that is no outcome of an action (not counted,
+    /// not notified, not recorded on the pod): `RestartUncoordinated`. Not under `--dry-run`.
+    pub fn warning(&self, pod: &PodRef, action: ActionKind, reason: &'static str, note: String) {
+        if self.dry_run {
+            return;
+        }
+        self.events.publish(
+            pod,
+            PodEvent {
+                warning: true,
+                reason,
+                action: action.event_action().into(),
+                note,
+            },
+        );
+    }
+
     /// From the first swap to the signal sent / eviction accepted.
     pub fn latency(&self, action: ActionKind, latency: Duration) {
         self.metrics.observe_latency(action, latency.as_secs_f64());

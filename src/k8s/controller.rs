@@ -555,6 +555,8 @@ pub struct KubeLeaseStore {
     name: String,
     namespace: String,
     denials: RefusalSink,
+    /// Whose refusals they are: the controller's leader election, or the agent's read.
+    feature: Feature,
 }
 
 impl KubeLeaseStore {
@@ -564,16 +566,21 @@ impl KubeLeaseStore {
             name: name.to_owned(),
             namespace: namespace.to_owned(),
             denials,
+            feature: Feature::LeaderElection,
+        }
+    }
+
+    /// The agent's reader of the controller's Lease (`get` only,
+    /// [`Feature::RestartCoordination`]).
+    pub fn agent_reader(client: Client, namespace: &str, name: &str, denials: RefusalSink) -> Self {
+        Self {
+            feature: Feature::RestartCoordination,
+            ..Self::new(client, namespace, name, denials)
         }
     }
 
     fn seen<T>(&self, verb: &'static str, result: &Result<T, kube::Error>) {
-        let request = Request::new(
-            Feature::LeaderElection,
-            verb,
-            "coordination.k8s.io",
-            "leases",
-        );
+        let request = Request::new(self.feature, verb, "coordination.k8s.io", "leases");
         report(&self.denials, request, Some(&self.namespace), result);
     }
 
@@ -611,6 +618,16 @@ fn lease_error(e: kube::Error) -> LeaseError {
 /// The wall clock in the Lease's micro-time format.
 pub fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+impl crate::ports::LeaseReader for KubeLeaseStore {
+    fn lease(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    fn read(&self) -> futures::future::BoxFuture<'_, Result<Option<LeaseRecord>, LeaseError>> {
+        Box::pin(async move { Ok(LeaseStore::get(self).await?.map(|(record, _)| record)) })
+    }
 }
 
 impl LeaseStore for KubeLeaseStore {

@@ -315,3 +315,50 @@ impl GateWriter for Gate {
         })
     }
 }
+
+/// The controller's Lease as the agent reads it: the record it answers (`None`: no Lease)
+/// or an error, and how often it was read.
+pub struct Lease {
+    pub answer: Mutex<Result<Option<LeaseRecord>, LeaseError>>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Lease {
+    pub fn answering(answer: Result<Option<LeaseRecord>, LeaseError>) -> Self {
+        Self {
+            answer: Mutex::new(answer),
+            reads: Default::default(),
+        }
+    }
+
+    pub fn set(&self, answer: Result<Option<LeaseRecord>, LeaseError>) {
+        *self.answer.lock().unwrap() = answer;
+    }
+
+    pub fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A record held by `holder`, renewed at `renewed` for `seconds`.
+    pub fn record(holder: Option<&str>, renewed: jiff::Timestamp, seconds: i32) -> LeaseRecord {
+        LeaseRecord {
+            holder: holder.map(str::to_owned),
+            lease_duration_seconds: seconds,
+            renew_time: Some(renewed.to_string()),
+            acquire_time: None,
+            transitions: 0,
+        }
+    }
+}
+
+impl LeaseReader for Lease {
+    fn lease(&self) -> String {
+        "reloadlet-system/reloadlet-controller".into()
+    }
+
+    fn read(&self) -> BoxFuture<'_, Result<Option<LeaseRecord>, LeaseError>> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let answer = self.answer.lock().unwrap().clone();
+        Box::pin(async move { answer })
+    }
+}

@@ -37,3 +37,13 @@ pub trait LeaseStore: Send + Sync + 'static {
         resource_version: &str,
     ) -> impl Future<Output = Result<(), LeaseError>> + Send;
 }
+
+/// The controller's Lease as the agent reads it while a restart request waits
+/// (`core::lease_holder`, docs/restart.md "Without a controller"): `get` only.
+pub trait LeaseReader: Send + Sync + 'static {
+    /// `namespace/name`, as the Warning names it.
+    fn lease(&self) -> String;
+    /// The record; `None` when there is no Lease. A 401/403 is also reported by the edge
+    /// (`/readyz`).
+    fn read(&self) -> futures::future::BoxFuture<'_, Result<Option<LeaseRecord>, LeaseError>>;
+}

@@ -29,7 +29,7 @@ pub use error::ApiError;
 pub use events::{EventSink, ObjectRef, PodEvent, PodRef};
 pub use eviction::{EvictOutcome, EvictRequest, Evictor};
 pub use http::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, HTTP_BODY_READ};
-pub use lease::{LeaseError, LeaseRecord, LeaseStore};
+pub use lease::{LeaseError, LeaseReader, LeaseRecord, LeaseStore};
 pub use patch::{PatchError, PatchRequest, PatchTarget, Patcher, PodMeta};
 pub use pod_condition::GateWriter;
 pub use process::{ContainerProcesses, Delivery, MainProcess, ProcessError, StatusError};

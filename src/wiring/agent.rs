@@ -192,6 +192,14 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         max_backoff: settings.eviction.backoff_max,
         ..EvictionSettings::default()
     };
+    let lease = settings.controller_lease.clone().map(|(namespace, name)| {
+        Arc::new(crate::k8s::controller::KubeLeaseStore::agent_reader(
+            clients.main.clone(),
+            &namespace,
+            &name,
+            refusals.clone(),
+        )) as Arc<dyn crate::ports::LeaseReader>
+    });
     let shutdown = CancellationToken::new();
     tokio::spawn(super::shutdown_on_signal(shutdown.clone()));
     tracing::info!(node = %settings.node_name, kubelet_root = %settings.paths.kubelet_root.display(), debounce = ?settings.volumes.debounce, dry_run = settings.scope.dry_run, listen = %settings.listen, "reloadlet started");
@@ -205,6 +213,10 @@ pub async fn run(settings: Settings) -> Result<(), RunError> {
         shutdown.child_token(),
     )
     .with_budgets(budgets);
+    let agent = match lease {
+        Some(lease) => agent.with_controller_lease(lease),
+        None => agent,
+    };
     hot.run(agent, pod_rx, shutdown)
         .await
         .map_err(RunError::Stopped)

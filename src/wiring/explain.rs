@@ -74,11 +74,26 @@ pub async fn report(args: ExplainArgs) -> Result<String, Failed> {
                 .map_err(MainPidError::from),
         }
     };
+    let denials = crate::serve::denials::Denials::detached();
+    let lease = if is_restart(&info) {
+        Some(
+            read_lease(
+                &args.controller_lease_namespace,
+                &args.controller_lease,
+                &clients,
+                &denials,
+            )
+            .await,
+        )
+    } else {
+        None
+    };
     let ctx = explain::Context {
         scope: &scope,
         pod_node: pod_node.as_deref(),
         other_node,
         budgets: Some(budgets),
+        lease,
     };
     let mut text = explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid);
     text.push_str(&crate::controller::nudge::qualify::explain(&info));
@@ -102,7 +117,6 @@ pub async fn report(args: ExplainArgs) -> Result<String, Failed> {
         )),
     }
     // explain says what it may not read itself (docs/explain.md).
-    let denials = crate::serve::denials::Denials::detached();
     let workloads = crate::k8s::workloads::KubeWorkloads::new(
         clients.main.clone(),
         std::sync::Arc::new(denials.clone()),
@@ -114,6 +128,51 @@ pub async fn report(args: ExplainArgs) -> Result<String, Failed> {
         &info.name,
     ));
     Ok(text)
+}
+
+fn is_restart(pod: &crate::core::model::PodInfo) -> bool {
+    pod.annotations
+        .get("reloadlet.io/action")
+        .is_some_and(|a| a.trim().eq_ignore_ascii_case("restart"))
+}
+
+/// Who holds the controller's Lease now (the one the agent reads, docs/restart.md).
+async fn read_lease(
+    namespace: &Option<String>,
+    name: &str,
+    clients: &Clients,
+    denials: &crate::serve::denials::Denials,
+) -> explain::LeaseSeen {
+    use crate::ports::LeaseReader;
+    let namespace = namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "reloadlet-system".into());
+    let reader = crate::k8s::controller::KubeLeaseStore::agent_reader(
+        clients.main.clone(),
+        &namespace,
+        name,
+        std::sync::Arc::new(denials.clone()),
+    );
+    let record = reader.read().await.map_err(|e| e.to_string())?;
+    let fields = record
+        .as_ref()
+        .map(|r| crate::core::lease_holder::LeaseFields {
+            holder: r.holder.as_deref(),
+            renew_time: r.renew_time.as_deref(),
+            lease_duration_seconds: r.lease_duration_seconds,
+        });
+    Ok((
+        reader.lease(),
+        crate::core::lease_holder::coordination(fields, jiff::Timestamp::now()),
+    ))
 }
 
 /// What the identity explain runs as may not read, named with its rules, and where to run

@@ -66,6 +66,7 @@ pub(super) fn settings(dir: &Path) -> Settings {
         shutdown_grace: Duration::from_secs(5),
         restart_spacing: crate::core::restart::MIN_SPACING,
         restart_without_grant: true,
+        controller_lease: None,
         notify: Default::default(),
         pacing: Default::default(),
         http_ca_file: None,

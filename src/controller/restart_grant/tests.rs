@@ -381,3 +381,31 @@ async fn a_granted_pod_whose_container_never_runs_again_is_stuck_too() {
     assert_eq!(h.granted().len(), 1, "web-1 is not granted");
     h.stop().await;
 }
+
+/// The admission policy admits a grant only equal to the pod's request (docs/restart.md,
+/// "RBAC and admission"): the controller writes nothing else, even when the agent replaces
+/// the request while the grant is in flight.
+#[tokio::test(start_paused = true)]
+async fn every_grant_written_is_the_pods_request_as_it_stands() {
+    let h = start(FakePatcher::default(), budgets(None), false);
+    h.list(vec![requesting("web-0", "c0")]).await;
+    assert_eq!(h.granted(), [("web-0".to_owned(), "c0".to_owned())]);
+    // a newer change: the agent replaces its request before it restarted for the grant
+    let mut p = h.echo("web-0").await;
+    p.annotations.insert(REQUEST.into(), "c0b".into());
+    h.apply(p).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(h.granted().len(), 1, "in flight: nothing written meanwhile");
+    h.restarted("web-0").await;
+    h.ready("web-0").await;
+    assert_eq!(
+        h.granted(),
+        [
+            ("web-0".to_owned(), "c0".to_owned()),
+            ("web-0".to_owned(), "c0b".to_owned())
+        ]
+    );
+    let stored = h.patcher.stored(NS, "web-0").unwrap();
+    assert_eq!(stored.annotations[GRANT], stored.annotations[REQUEST]);
+    h.stop().await;
+}

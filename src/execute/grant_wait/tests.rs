@@ -214,3 +214,115 @@ async fn after_an_agent_restart_a_granted_request_of_its_own_is_performed_and_a_
     a.show(pod(&[(REQUEST, &own), (GRANT, &own)], "def"));
     until("restarted", || a.written(RESTARTED) == [own.clone()]).await;
 }
+
+/// Without a controller (docs/restart.md, "Without a controller"): a waiting request whose
+/// Lease has no live holder gets one Warning `RestartUncoordinated`, and the checks end.
+#[tokio::test(start_paused = true)]
+async fn a_request_nobody_can_grant_is_warned_about_once() {
+    use crate::core::lease_holder::UNCOORDINATED;
+    let uncoordinated = |a: &Agent| {
+        a.events
+            .reasons()
+            .iter()
+            .filter(|r| **r == UNCOORDINATED)
+            .count()
+    };
+    let expired = fake::Lease::record(
+        Some("c-1"),
+        jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60),
+        15,
+    );
+    for (what, answer, words) in [
+        ("no Lease", Ok(None), "does not exist"),
+        ("expired", Ok(Some(expired)), "of c-1 expired"),
+    ] {
+        let a = agent();
+        let lease = Arc::new(fake::Lease::answering(answer));
+        a.exec.watch_lease(lease.clone());
+        a.exec.restart(job());
+        until("the Warning", || uncoordinated(&a) == 1).await;
+        let id = a.written(REQUEST).remove(0);
+        let events = a.events.0.lock().unwrap().clone();
+        let (_, warning) = events
+            .iter()
+            .find(|(_, e)| e.reason == UNCOORDINATED)
+            .unwrap();
+        assert!(warning.warning, "{what}");
+        for part in [
+            "no controller holds the Lease",
+            "reloadlet-system/reloadlet-controller",
+            words,
+            id.as_str(),
+        ] {
+            assert!(
+                warning.note.contains(part),
+                "{what}: {part} in {}",
+                warning.note
+            );
+        }
+        // once: no more reads, no more Warnings, however long it waits
+        let reads = lease.reads();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!((uncoordinated(&a), lease.reads()), (1, reads), "{what}");
+    }
+}
+
+/// The positive control: a held Lease says nothing and is read again with a back-off while
+/// the request waits; a holder lost later is one Warning; a grant ends the checks.
+#[tokio::test(start_paused = true)]
+async fn a_held_lease_says_nothing_and_is_read_again_while_the_request_waits() {
+    use crate::core::lease_holder::UNCOORDINATED;
+    let a = agent();
+    let live = || {
+        Ok(Some(fake::Lease::record(
+            Some("c-1"),
+            jiff::Timestamp::now(),
+            3600,
+        )))
+    };
+    let lease = Arc::new(fake::Lease::answering(live()));
+    a.exec.watch_lease(lease.clone());
+    a.exec.restart(job());
+    until("the request", || !a.written(REQUEST).is_empty()).await;
+    until("the first read", || lease.reads() == 1).await;
+    // 15 s, 30 s, 60 s, 120 s later: four more reads, no Warning
+    tokio::time::sleep(Duration::from_secs(15 + 30 + 60 + 120 + 1)).await;
+    assert_eq!(lease.reads(), 5);
+    assert_eq!(a.events.reasons(), ["RestartRequested"]);
+    // a read that fails is tried again, and says nothing
+    lease.set(Err(crate::ports::LeaseError::Other(
+        crate::ports::ApiError::other("boom"),
+    )));
+    tokio::time::sleep(Duration::from_secs(241)).await;
+    assert_eq!(lease.reads(), 6);
+    assert_eq!(a.events.reasons(), ["RestartRequested"]);
+    // the controller went away: one Warning at the next read
+    lease.set(Ok(Some(fake::Lease::record(
+        None,
+        jiff::Timestamp::now(),
+        15,
+    ))));
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    until("the Warning", || {
+        a.events.reasons().contains(&UNCOORDINATED)
+    })
+    .await;
+    let reads = lease.reads();
+    lease.set(live());
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(lease.reads(), reads, "no more checks after the Warning");
+    assert_eq!(a.events.reasons(), ["RestartRequested", UNCOORDINATED]);
+
+    // a granted request is no longer checked
+    let b = agent();
+    let lease = Arc::new(fake::Lease::answering(live()));
+    b.exec.watch_lease(lease.clone());
+    b.exec.restart(job());
+    until("the first read", || lease.reads() == 1).await;
+    let id = b.written(REQUEST).remove(0);
+    b.show(pod(&[(REQUEST, &id), (GRANT, &id)], "abc"));
+    lease.set(Ok(None));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(lease.reads(), 1);
+    assert!(!b.events.reasons().contains(&UNCOORDINATED));
+}
