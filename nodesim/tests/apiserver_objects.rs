@@ -532,10 +532,14 @@ async fn pod_status_patches_merge_conditions_by_type_and_leave_the_spec() {
         types(&p),
         [pair("Ready", "True"), pair("x.io/gate", "True")]
     );
-    for patch in [
-        gate("False", "another-uid"),
-        Patch::Strategic(
-            json!({"metadata": {"resourceVersion": "1"}, "status": {"phase": "Failed"}}),
+    // a foreign UID: 422 (metadata.uid is immutable); a stale resourceVersion: 409
+    for (patch, code) in [
+        (gate("False", "another-uid"), 422),
+        (
+            Patch::Strategic(
+                json!({"metadata": {"resourceVersion": "1"}, "status": {"phase": "Failed"}}),
+            ),
+            409,
         ),
     ] {
         let err = api
@@ -543,10 +547,47 @@ async fn pod_status_patches_merge_conditions_by_type_and_leave_the_spec() {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, kube::Error::Api(ref s) if s.code == 409),
+            matches!(err, kube::Error::Api(ref s) if s.code == code),
             "{err}"
         );
     }
+}
+
+/// A merge patch naming the pod's own UID applies (the writers' precondition); another UID
+/// is 422 Invalid, `metadata.uid` being immutable (apimachinery `ValidateObjectMetaUpdate`),
+/// and nothing is written.
+#[tokio::test]
+async fn a_pod_patch_naming_another_uid_is_invalid_and_writes_nothing() {
+    let server = ApiServer::start().await.unwrap();
+    server.create_pod(pod("a", "p", "node-1", &[("app", "x")]));
+    let api: Api<Pod> = Api::namespaced(client(&server), "a");
+    let uid = server.get_pod("a", "p").unwrap().metadata.uid.unwrap();
+    let note = |uid: &str, v: &str| {
+        Patch::Merge(json!({"metadata": {"uid": uid, "annotations": {"x.io/note": v}}}))
+    };
+    let p = api
+        .patch("p", &PatchParams::default(), &note(&uid, "one"))
+        .await
+        .unwrap();
+    assert_eq!(p.metadata.annotations.unwrap()["x.io/note"], "one");
+    let err = api
+        .patch("p", &PatchParams::default(), &note("another-uid", "two"))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(ref s) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{err}");
+            assert!(
+                s.message
+                    .contains("metadata.uid: Invalid value: \"another-uid\": field is immutable"),
+                "{err}"
+            );
+        }
+        other => panic!("expected 422: {other}"),
+    }
+    let stored = server.get_pod("a", "p").unwrap();
+    assert_eq!(stored.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(stored.metadata.annotations.unwrap()["x.io/note"], "one");
 }
 
 /// managedFields as kube-apiserver keeps them (`nodesim::apiserver::managed_fields`): one entry

@@ -133,6 +133,38 @@ fn to_value<T: Serialize>(t: &T) -> Value {
     serde_json::to_value(t).unwrap_or(Value::Null)
 }
 
+/// An update that names another UID than the stored object's: `rest.BeforeUpdate`
+/// (apiserver `pkg/registry/rest/update.go`) keeps the old UID only when none is given, then
+/// validates the common fields with `ValidateObjectMetaUpdate` (apimachinery
+/// `pkg/api/validation/objectmeta.go`: `ValidateImmutableField(newMeta.GetUID(),
+/// oldMeta.GetUID(), …)`), so a PUT or PATCH carrying another UID is 422 Invalid, `field is
+/// immutable`. A client's UID in a merge patch therefore works as a precondition.
+pub(crate) fn uid_unchanged(
+    kind: &str,
+    name: &str,
+    new: &ObjectMeta,
+    old: &ObjectMeta,
+) -> Result<(), ApiStatus> {
+    match new.uid.as_deref() {
+        Some(uid) if new.uid != old.uid => {
+            let mut s = ApiStatus::failure(
+                422,
+                "Invalid",
+                format!(
+                    "{kind} \"{name}\" is invalid: metadata.uid: Invalid value: \"{uid}\": field is immutable"
+                ),
+            );
+            s.body["details"] = serde_json::json!({
+                "name": name,
+                "kind": kind.to_ascii_lowercase() + "s",
+                "causes": [{"reason": "FieldValueInvalid", "message": format!("Invalid value: \"{uid}\": field is immutable"), "field": "metadata.uid"}]
+            });
+            Err(s)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `errors.NewConflict(…, OptimisticLockErrorMsg)`.
 pub(crate) fn conflict(group: &str, resource: &str, name: &str) -> ApiStatus {
     let qualified = if group.is_empty() {
@@ -377,6 +409,7 @@ impl State {
                 return Err(conflict(T::ERROR_GROUP, T::URL_PATH_SEGMENT, &key.1));
             }
         }
+        uid_unchanged(T::KIND, &key.1, obj.metadata(), current.metadata())?;
         let before = to_value(current);
         obj.validate()?;
         let out = self.commit_object(key, obj, writer);
@@ -430,6 +463,7 @@ impl State {
         if resource_version(obj.metadata()) != resource_version(current.metadata()) {
             return Err(conflict(T::ERROR_GROUP, T::URL_PATH_SEGMENT, &key.1));
         }
+        uid_unchanged(T::KIND, &key.1, obj.metadata(), current.metadata())?;
         obj.validate()?;
         let writer = Writer {
             manager: field_manager.to_owned(),
@@ -599,6 +633,7 @@ impl State {
         if resource_version(&pod.metadata) != resource_version(&current.metadata) {
             return Err(conflict("", "pods", &key.1));
         }
+        uid_unchanged("Pod", &key.1, &pod.metadata, &current.metadata)?;
         pod.status = current.status.clone();
         pod.metadata.uid = current.metadata.uid.clone();
         pod.metadata.namespace = current.metadata.namespace.clone();

@@ -12,6 +12,7 @@ use super::objects::{conflict, PatchType};
 use super::status::ApiStatus;
 use super::store::{Key, State};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 /// Strategic merge of `status.conditions` by `type` in `target` with `patch`'s list; the
@@ -74,10 +75,13 @@ impl State {
         let Some(current) = self.pods.get(key).cloned() else {
             return Err(ApiStatus::not_found("", "pods", &key.1));
         };
+        // another UID: 422, metadata.uid being immutable (`super::objects::uid_unchanged`)
         if let Some(uid) = patch.pointer("/metadata/uid").and_then(Value::as_str) {
-            if Some(uid) != current.metadata.uid.as_deref() {
-                return Err(conflict("", "pods", &key.1));
-            }
+            let named = ObjectMeta {
+                uid: Some(uid.to_owned()),
+                ..ObjectMeta::default()
+            };
+            super::objects::uid_unchanged("Pod", &key.1, &named, &current.metadata)?;
         }
         // optimistic concurrency, as for any update
         if let Some(rv) = patch
