@@ -7,7 +7,8 @@
 //! each consumer's state and reason, the summary line, the exit code, `--wait`, and that a
 //! Secret's data is never asked for nor shown. The controller's writer of the data version
 //! (`the_controller_publishes_…`, `under_dry_run_…`) and the agent's writer of the records
-//! are run for real too.
+//! are run for real too, and the whole story with both
+//! (`with_the_real_agent_and_controller_status_follows_a_change_to_each_consumers_state`).
 
 mod common;
 #[path = "support/controller_process.rs"]
@@ -25,6 +26,7 @@ use reloadlet::core::status::applied::{Applied, Entry, Recorded};
 use reloadlet::core::status::data_version::{version_of_files, Published, ANNOTATION};
 use reloadlet::core::volume_digest::HashKey;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -736,6 +738,14 @@ async fn the_controller_publishes_the_data_version_once_per_change_of_the_data_i
             .filter(|p| p.ends_with("/configmaps/app"))
             .count()
     };
+    // The simulated API server logs a request after it applied it: wait for the log of the
+    // write just seen before counting.
+    common::until("the write of app's new data version logged", wait, || {
+        node.api.requests().iter().any(|r| {
+            r.method == "PATCH" && r.path.ends_with("/configmaps/app") && r.body.contains(&second)
+        })
+    })
+    .await;
     assert_eq!(
         app_patches(),
         2,
@@ -976,4 +986,418 @@ async fn the_agent_records_what_it_applied_and_status_reads_it() {
         "nothing persisted"
     );
     assert_eq!(record_patches(&node.api, "signal-0", false), 1);
+}
+
+/// `(state, detail)` of every consumer `status <object> -o json` lists.
+fn states(kubeconfig: &Path, object: &str) -> BTreeMap<String, (String, String)> {
+    let (_, out) = status(kubeconfig, &[object, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    v["consumers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            Some((
+                c["pod"].as_str()?.to_owned(),
+                (
+                    c["state"].as_str()?.to_owned(),
+                    c["detail"].as_str()?.to_owned(),
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// The names of the running pods of Deployment `roll`.
+fn roll_pods(node: &common::Node) -> Vec<String> {
+    node.api
+        .pods_of_workload(nodesim::apiserver::WorkloadKind::Deployment, NS, "roll")
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// The section-3 story (issue #46, `status_follows_a_change_from_all_current_to_each_consumers_state`)
+/// with nothing written by hand but the user's own objects: the real agent (holding the
+/// controller's key) records what it did on the pods, the real controller publishes
+/// `reloadlet.io/data-version` (`since` from the ConfigMap's managedFields) and records its
+/// rollouts. ConfigMap `app` is consumed by a signal pod, an http pod whose endpoint refuses
+/// the reload, an env consumer, a subPath pod, an unannotated pod, a signal pod held by a
+/// maintenance window, and a rollout Deployment; ConfigMap `feature` by the signal pod and the
+/// Deployment, which can all become current: `--wait` on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_real_agent_and_controller_status_follows_a_change_to_each_consumers_state() {
+    use common::fixtures::{configmap, pod as pod_of, sandboxed, secret};
+    use common::*;
+    if !root_or_skip() {
+        return;
+    }
+    let wait = Duration::from_secs(60);
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    // The controller's key where it keeps it, read by the agent too.
+    let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
+    node.api.apply_secret(secret(
+        "reloadlet-system",
+        "reloadlet-controller-key",
+        &[("key", &key_bytes)],
+    ));
+    node.api
+        .apply_configmap(configmap(NS, "app", &[("app.conf", "v1")]));
+    node.api
+        .apply_configmap(configmap(NS, "feature", &[("feature.conf", "f1")]));
+    let written = Timestamp::now();
+    node.start_agent(&[
+        "--pod-namespace",
+        "reloadlet-system",
+        "--pod-name",
+        "reloadlet-x",
+    ])
+    .await;
+    // `since` is the managedFields time taken to the end of its second: the pods start after.
+    until("two seconds past the ConfigMaps' write", wait, || {
+        Timestamp::now().as_second() >= written.as_second() + 2
+    })
+    .await;
+
+    let (sig, plain, paced) = (
+        node.path("app.sig"),
+        node.path("plain.sig"),
+        node.path("paced.sig"),
+    );
+    node.api.create_pod(
+        pod_of(NS, "signal-0")
+            .signal()
+            .configmap_volume("config", "app")
+            .configmap_volume("feature", "feature")
+            .recorder(
+                "app",
+                &sig,
+                &[("config", "/etc/app"), ("feature", "/etc/feature")],
+            )
+            .build(),
+    );
+    // An http pod whose endpoint refuses the reload: a 404 fails at once (a 500 is retried
+    // for five minutes first, docs/http-reload.md).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    node.api.create_pod(
+        pod_of(NS, "http-0")
+            .annotate("reloadlet.io/action", "http")
+            .annotate("reloadlet.io/http-port", "web")
+            .configmap_volume("config", "app")
+            .container(json!({"name": "app", "image": "app",
+                "ports": [{"name": "web", "containerPort": port}],
+                "volumeMounts": [{"name": "config", "mountPath": sandboxed(&node.path("http-0"), "/etc/app")}]}))
+            .build(),
+    );
+    node.api.create_pod(
+        pod_of(NS, "env-0")
+            .signal()
+            .container(json!({"name": "app", "image": "app",
+                "envFrom": [{"configMapRef": {"name": "app"}}]}))
+            .build(),
+    );
+    node.api.create_pod(
+        pod_of(NS, "subpath-0")
+            .signal()
+            .configmap_volume("config", "app")
+            .container(json!({"name": "app", "image": "app",
+                "volumeMounts": [{"name": "config", "subPath": "app.conf",
+                    "mountPath": sandboxed(&node.path("subpath-0"), "/etc/app.conf")}]}))
+            .build(),
+    );
+    node.api.create_pod(
+        pod_of(NS, "plain-0")
+            .configmap_volume("config", "app")
+            .recorder("app", &plain, &[("config", "/etc/app")])
+            .build(),
+    );
+    // Held by pacing: signals too wait for a maintenance window that opens on January 1st.
+    node.api.create_pod(
+        pod_of(NS, "paced-0")
+            .signal()
+            .annotate("reloadlet.io/window", "0 0 1 1 *")
+            .annotate("reloadlet.io/window-actions", "all")
+            .configmap_volume("config", "app")
+            .recorder("app", &paced, &[("config", "/etc/app")])
+            .build(),
+    );
+    node.api
+        .apply_deployment(
+            serde_json::from_value(json!({
+                "metadata": {"name": "roll", "namespace": NS},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "roll"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "roll"}, "annotations": {
+                            "reloadlet.io/action": "rollout",
+                            "nodesim.reloadlet.io/ready-delay-ms": "3000"}},
+                        "spec": {"containers": [{"name": "app", "image": "app", "env": [
+                            {"name": "APP", "valueFrom": {"configMapKeyRef": {"name": "app", "key": "app.conf"}}},
+                            {"name": "FEATURE", "valueFrom": {"configMapKeyRef": {"name": "feature", "key": "feature.conf"}}}
+                        ]}]}}}
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+    for p in [
+        "signal-0",
+        "http-0",
+        "env-0",
+        "subpath-0",
+        "plain-0",
+        "paced-0",
+    ] {
+        node.wait_running(NS, p).await;
+    }
+    let ip = eventually("status.podIP of http-0", wait, || {
+        node.api
+            .get_pod(NS, "http-0")
+            .and_then(|p| p.status?.pod_ip)
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+    })
+    .await;
+    let _endpoint = http_support::Endpoint::start(
+        std::net::SocketAddr::new(ip, port),
+        std::iter::repeat_n(http_support::Reply::Status(404, "no such endpoint"), 10),
+    )
+    .await;
+    eventually("recorders ready", wait, || {
+        (recorder_ready(&sig) && recorder_ready(&plain) && recorder_ready(&paced)).then_some(())
+    })
+    .await;
+    node.wait_tracked(4).await;
+
+    let controller =
+        controller_process::ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
+    let old_roll = eventually("the rollout pod, baselined", wait, || {
+        let pods =
+            node.api
+                .pods_of_workload(nodesim::apiserver::WorkloadKind::Deployment, NS, "roll");
+        let p = pods.first()?;
+        let baselined = p
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("reloadlet.io/rollout-baseline"));
+        (pods.len() == 1 && baselined).then(|| p.metadata.name.clone().unwrap())
+    })
+    .await;
+    let kc = node.kubeconfig();
+
+    // Before the change: the controller published both data versions; every pod started
+    // after the data was written, so all seven consumers of app are current.
+    let out = eventually("all seven consumers of app current", wait, || {
+        let (code, out) = status(&kc, &["configmap/app"]);
+        (code == 0).then_some(out)
+    })
+    .await;
+    assert!(
+        out.ends_with("configmap app: 7 consumers: 7 current\n"),
+        "{out}"
+    );
+    assert!(
+        line(&out, "signal-0").contains("started after the change"),
+        "{out}"
+    );
+    assert!(line(&out, &old_roll).contains("current"), "{out}");
+    let (code, out) = status(&kc, &["configmap/feature"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.ends_with("configmap feature: 2 consumers: 2 current\n"),
+        "{out}"
+    );
+    for pod in ["signal-0", "http-0", "paced-0", old_roll.as_str()] {
+        assert_eq!(applied_on(&node.api, pod), None, "no record yet on {pod}");
+    }
+    let published_v1 = data_version_of(&node, SourceKind::ConfigMap, "app").unwrap();
+
+    // The change.
+    node.api
+        .apply_configmap(configmap(NS, "app", &[("app.conf", "v2")]));
+    eventually("signal-0 got SIGHUP", wait, || {
+        (signals_in(&sig) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    // The old rollout pod reads pending while its replacement starts (3 s to Ready).
+    let (state, detail) = eventually("the old rollout pod in progress", wait, || {
+        states(&kc, "configmap/app")
+            .remove(&old_roll)
+            .filter(|(_, d)| d.contains("rollout in progress"))
+    })
+    .await;
+    assert_eq!(state, "pending", "{detail}");
+    // The controller published v2's version (not by hand).
+    let published = eventually("app's data version of v2", wait, || {
+        data_version_of(&node, SourceKind::ConfigMap, "app").filter(|v| *v != published_v1)
+    })
+    .await;
+    let want_version = version_of_files(&key(), NS, &cm(), [("app.conf", b"v2".as_slice())]);
+    assert!(Published::parse(&published).is_ok(), "{published}");
+
+    // After the actions: the agent's records and the controller's replacement.
+    let out = eventually("each consumer of app in its state", wait, || {
+        let (code, out) = status(&kc, &["configmap/app"]);
+        let new_roll: Vec<String> = roll_pods(&node)
+            .into_iter()
+            .filter(|p| *p != old_roll)
+            .collect();
+        let settled = code == 1
+            && !out.contains(&old_roll)
+            && new_roll.len() == 1
+            && out.contains(&new_roll[0])
+            && line(&out, &new_roll[0]).contains("current")
+            && line(&out, "signal-0").contains("(signal)")
+            && line(&out, "http-0").contains("failed")
+            && line(&out, "paced-0").contains("held by pacing until");
+        settled.then_some(out)
+    })
+    .await;
+    let signal = applied_on(&node.api, "signal-0").expect("signal-0's record");
+    let signal = signal.get(&cm()).expect("an entry for configmap/app");
+    assert_eq!(signal.data_version(), Some(want_version), "{signal:?}");
+    assert_eq!(
+        (signal.result, signal.by.as_str(), signal.action.as_str()),
+        (Recorded::Applied, "agent", "signal")
+    );
+    assert!(
+        line(&out, "signal-0").contains("current") && line(&out, "signal-0").contains("(signal)"),
+        "{out}"
+    );
+    let http = applied_on(&node.api, "http-0").expect("http-0's record");
+    let http = http.get(&cm()).expect("an entry for configmap/app");
+    assert_eq!(
+        (http.result, http.by.as_str(), http.action.as_str()),
+        (Recorded::Failed, "agent", "http")
+    );
+    assert!(
+        line(&out, "http-0").contains("failed") && line(&out, "http-0").contains("404"),
+        "{out}"
+    );
+    let held = applied_on(&node.api, "paced-0").expect("paced-0's record");
+    let held = held.get(&cm()).expect("an entry for configmap/app");
+    assert_eq!(
+        (held.result, held.by.as_str()),
+        (Recorded::Deferred, "agent"),
+        "{held:?}"
+    );
+    let until_t = held.until.expect("deferred until the window opens");
+    let hold = reloadlet::core::status::state::short_time(until_t);
+    assert!(
+        line(&out, "paced-0").contains(&format!("held by pacing until {hold}")),
+        "{out}"
+    );
+    // Held: not signalled (signal-0 was, above).
+    never("paced-0 signalled", AGENT_QUIET, || {
+        !signals_in(&paced).is_empty()
+    })
+    .await;
+    for (pod, state, reason) in [
+        ("env-0", "cannot", "read through env"),
+        ("subpath-0", "cannot", "mounted only through subPath"),
+        ("plain-0", "not reloaded", "no reloadlet.io/action"),
+    ] {
+        let l = line(&out, pod);
+        assert!(
+            l.contains(state) && l.contains(reason),
+            "{pod}: want {state} / {reason:?}:\n{out}"
+        );
+    }
+    assert!(
+        out.ends_with(&format!(
+            "configmap app: 7 consumers: 2 current, 1 pending (pacing until {hold}), 1 failed, 1 not reloaded, 2 cannot\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        line(&out, "subpath-0").contains("subPath of volume config (app)"),
+        "{out}"
+    );
+    assert!(line(&out, "env-0").contains("envFrom (app)"), "{out}");
+    assert!(signals_in(&plain).is_empty(), "{out}");
+    // JSON says the same.
+    let json_states = states(&kc, "configmap/app");
+    assert_eq!(json_states.len(), 7, "{json_states:?}");
+    assert_eq!(json_states["http-0"].0, "failed", "{json_states:?}");
+    assert_eq!(json_states["paced-0"].0, "pending", "{json_states:?}");
+
+    // --wait on feature, whose consumers can all become current: the signal pod (the agent's
+    // record) and the Deployment's pod (replaced by the controller's rollout).
+    let feature_v1 = data_version_of(&node, SourceKind::ConfigMap, "feature").unwrap();
+    let rolled = roll_pods(&node);
+    node.api
+        .apply_configmap(configmap(NS, "feature", &[("feature.conf", "f2")]));
+    // Once the controller published f2's version, the Deployment's pod runs f1 until it is
+    // replaced (a 1 s batch, then 3 s to Ready): --wait gives up with exit 1.
+    eventually("feature's data version of f2", wait, || {
+        data_version_of(&node, SourceKind::ConfigMap, "feature").filter(|v| *v != feature_v1)
+    })
+    .await;
+    let (code, out) = status(
+        &kc,
+        &[
+            "configmap/feature",
+            "--wait",
+            "--timeout",
+            "1s",
+            "--interval",
+            "100ms",
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("timed out after 1s"), "{out}");
+    let mut child = status_command(
+        &kc,
+        &[
+            "configmap/feature",
+            "--wait",
+            "--timeout",
+            "60s",
+            "--interval",
+            "100ms",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let exit = wait_exit(&mut child, wait).await;
+    let done = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        exit.success(),
+        "{exit}: {stdout}\n{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        stdout.ends_with("configmap feature: 2 consumers: 2 current\n"),
+        "{stdout}"
+    );
+    // Current by the agent's record and by a replacement, not by the pods already there.
+    let feature = SourceRef {
+        kind: SourceKind::ConfigMap,
+        name: "feature".into(),
+    };
+    let entry = applied_on(&node.api, "signal-0")
+        .and_then(|r| r.get(&feature).cloned())
+        .expect("signal-0's entry for configmap/feature");
+    assert_eq!(
+        (entry.result, entry.by.as_str()),
+        (Recorded::Applied, "agent")
+    );
+    let pod_now = roll_pods(&node)
+        .into_iter()
+        .find(|p| stdout.contains(p.as_str()))
+        .expect("the Deployment's pod in the output");
+    assert!(!rolled.contains(&pod_now), "{rolled:?} / {stdout}");
+    assert!(
+        node.api.unexpected_forbidden().is_empty(),
+        "{:?}\n{}",
+        node.api.unexpected_forbidden(),
+        controller.log()
+    );
+    controller.stop().await;
 }
