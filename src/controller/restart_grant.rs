@@ -161,6 +161,7 @@ impl RestartGrants {
             .filter(|p| !p.terminating)
             .collect();
         let now = Instant::now();
+        let wall_now = jiff::Timestamp::now();
         // How long each granted pod has been unready: drained or stopped, restarted or not
         // (a container that never runs again gets no `restarted`, and is stuck all the same).
         for pod in &pods {
@@ -195,10 +196,11 @@ impl RestartGrants {
                     grant,
                     restarted: id_of(&p.annotations, RESTARTED),
                     ready: p.ready,
-                    unready_for: self
-                        .unready_since
-                        .get(&p.uid)
-                        .map(|(_, at)| now.saturating_duration_since(*at)),
+                    unready_for: self.unready_since.get(&p.uid).map(|(_, at)| {
+                        let seen = now.saturating_duration_since(*at);
+                        // the Ready condition's own time outlives a controller restart
+                        seen.max(unready_by_condition(p, wall_now))
+                    }),
                     timeout: crate::core::restart::parse(&p.annotations)
                         .map(|s| s.timeout)
                         .unwrap_or(crate::core::restart::DEFAULT_TIMEOUT),
@@ -377,6 +379,15 @@ impl Feature for RestartGrants {
             self.handle(&owner, world);
         }
     }
+}
+
+/// How long the pod has been unready by its `Ready` condition's `lastTransitionTime`
+/// (zero when not told, or in the future on a skewed clock).
+fn unready_by_condition(pod: &PodInfo, now: jiff::Timestamp) -> std::time::Duration {
+    pod.restart
+        .unready_since
+        .and_then(|since| now.duration_since(since).try_into().ok())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

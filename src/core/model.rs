@@ -344,6 +344,10 @@ pub struct RestartFacts {
     pub containers_ready: bool,
     /// `(container, lifecycle.stopSignal)` of the containers that set one.
     pub stop_signals: Vec<(String, String)>,
+    /// Not Ready since then: the `Ready` condition's `lastTransitionTime` while its status is
+    /// not `True` (the kubelet keeps it while the status stays, `updateLastTransitionTime` in
+    /// pkg/kubelet/status/status_manager.go); `None`: Ready, or not told.
+    pub unready_since: Option<jiff::Timestamp>,
 }
 
 /// Which keys of a ConfigMap/Secret a container reads into its environment.

@@ -68,6 +68,7 @@ pub fn pod_info(pod: &PodView) -> Option<PodInfo> {
                 .any(|g| g.condition_type == crate::core::restart::DRAIN_GATE),
             drain_condition: condition(status, crate::core::restart::DRAIN_GATE),
             containers_ready: condition(status, "ContainersReady") == Some(true),
+            unready_since: unready_since(status),
             stop_signals: spec
                 .init_containers
                 .iter()
@@ -460,6 +461,16 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<OwnerRef> {
 }
 
 /// Whether the condition `type_` is `"True"`; `None`: the status has no such condition.
+/// The `Ready` condition's `lastTransitionTime` while it is not `True`.
+fn unready_since(status: Option<&super::pod_view::PodStatusView>) -> Option<jiff::Timestamp> {
+    let c = status?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")?;
+    (c.status != "True").then(|| c.last_transition_time.as_ref().map(|t| t.0))?
+}
+
 fn condition(status: Option<&super::pod_view::PodStatusView>, type_: &str) -> Option<bool> {
     let c = status?
         .conditions
@@ -573,6 +584,19 @@ mod tests {
             "readinessGates": [{"conditionType": "example.com/other"}]}}),
         );
         assert!(!p.restart.drain_gate);
+        // unready since its Ready condition's lastTransitionTime; Ready: none
+        let ready = |status: &str| {
+            info(
+                json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "app"}]},
+                "status": {"conditions": [{"type": "Ready", "status": status,
+                    "lastTransitionTime": "2026-11-29T10:00:00Z"}]}}),
+            )
+        };
+        assert_eq!(
+            ready("False").restart.unready_since,
+            Some("2026-11-29T10:00:00Z".parse().unwrap())
+        );
+        assert_eq!(ready("True").restart.unready_since, None);
     }
 
     #[test]

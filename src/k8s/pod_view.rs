@@ -115,13 +115,14 @@ pub struct PodStatusView {
     pub conditions: Option<Vec<ConditionView>>,
 }
 
-/// `status.conditions[]`: the type and status only.
+/// `status.conditions[]`: the type, the status and when it last changed.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConditionView {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
+    pub last_transition_time: Option<Time>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

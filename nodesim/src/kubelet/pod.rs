@@ -479,11 +479,21 @@ impl PodState {
         let all_ready = containers_ready && self.all_running();
         let ready = all_ready && gates;
         let now = Time(crate::clock::now());
-        let cond = |type_: &str, ok: bool| PodCondition {
-            type_: type_.into(),
-            status: if ok { "True" } else { "False" }.into(),
-            last_transition_time: Some(now.clone()),
-            ..Default::default()
+        // `updateLastTransitionTime` (pkg/kubelet/status/status_manager.go): a condition whose
+        // status is the one the API holds keeps its lastTransitionTime; else it moved now.
+        let cond = |type_: &str, ok: bool| {
+            let status = if ok { "True" } else { "False" };
+            let last_transition_time = api_conditions
+                .iter()
+                .find(|c| c.type_ == type_ && c.status == status)
+                .and_then(|c| c.last_transition_time.clone())
+                .or_else(|| Some(now.clone()));
+            PodCondition {
+                type_: type_.into(),
+                status: status.into(),
+                last_transition_time,
+                ..Default::default()
+            }
         };
         let status_of = |s: &Started| {
             let state = match s.exit_code {

@@ -409,3 +409,40 @@ async fn every_grant_written_is_the_pods_request_as_it_stands() {
     assert_eq!(stored.annotations[GRANT], stored.annotations[REQUEST]);
     h.stop().await;
 }
+
+/// A controller started while a granted pod is unready (a restart or a new leader) counts
+/// from the pod's `Ready` condition's `lastTransitionTime`, not from when it first saw it.
+#[tokio::test(start_paused = true)]
+async fn a_new_controller_counts_the_unready_time_from_the_ready_condition() {
+    let h = start(FakePatcher::default(), budgets(Some(1)), false);
+    let unready = |name: &str, id: &str, for_secs: i64| {
+        let mut p = with(
+            pod(name),
+            &[
+                (REQUEST, id),
+                (GRANT, id),
+                (RESTARTED, id),
+                ("reloadlet.io/restart-timeout", "1m"),
+            ],
+        );
+        p.ready = false;
+        p.restart.unready_since =
+            Some(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(for_secs));
+        p
+    };
+    // web-0: unready for 61 s by its condition, past its minute; web-1 for 30 s, inside it
+    h.list(vec![
+        unready("web-0", "c0", 61),
+        unready("web-1", "c1", 30),
+        requesting("web-2", "c2"),
+    ])
+    .await;
+    let events = h.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].0.as_str(), events[0].1),
+        ("web-0", "RestartStuck")
+    );
+    assert!(h.granted().is_empty(), "nothing granted while one is stuck");
+    h.stop().await;
+}
