@@ -424,18 +424,8 @@ impl Patcher for KubePatcher {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<PodInfo>, PatchError>> {
         Box::pin(async move {
-            let api: Api<PodView> = Api::namespaced(self.client.clone(), namespace);
-            let result = api.get_opt(name).await;
-            report(
-                &self.denials,
-                Request::new(self.feature, "get", "", "pods"),
-                Some(namespace),
-                &result,
-            );
-            match result {
-                Ok(pod) => Ok(pod.as_ref().and_then(pod_info)),
-                Err(e) => Err(patch_error(e)),
-            }
+            let pod = self.read_pod(namespace, name).await?;
+            Ok(pod.as_ref().and_then(pod_info))
         })
     }
 
@@ -445,23 +435,28 @@ impl Patcher for KubePatcher {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<PodMeta>, PatchError>> {
         Box::pin(async move {
-            let api: Api<PodView> = Api::namespaced(self.client.clone(), namespace);
-            let result = api.get_opt(name).await;
-            report(
-                &self.denials,
-                Request::new(self.feature, "get", "", "pods"),
-                Some(namespace),
-                &result,
-            );
-            match result {
-                Ok(pod) => Ok(pod.map(|p| PodMeta {
-                    uid: p.metadata.uid.unwrap_or_default(),
-                    resource_version: p.metadata.resource_version.unwrap_or_default(),
-                    annotations: p.metadata.annotations.unwrap_or_default(),
-                })),
-                Err(e) => Err(patch_error(e)),
-            }
+            let pod = self.read_pod(namespace, name).await?;
+            Ok(pod.map(|p| PodMeta {
+                uid: p.metadata.uid.unwrap_or_default(),
+                resource_version: p.metadata.resource_version.unwrap_or_default(),
+                annotations: p.metadata.annotations.unwrap_or_default(),
+            }))
         })
+    }
+}
+
+impl KubePatcher {
+    /// One GET of a pod (`None`: not found), its refusal reported.
+    async fn read_pod(&self, namespace: &str, name: &str) -> Result<Option<PodView>, PatchError> {
+        let api: Api<PodView> = Api::namespaced(self.client.clone(), namespace);
+        let result = api.get_opt(name).await;
+        report(
+            &self.denials,
+            Request::new(self.feature, "get", "", "pods"),
+            Some(namespace),
+            &result,
+        );
+        result.map_err(patch_error)
     }
 }
 
