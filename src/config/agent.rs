@@ -58,7 +58,7 @@ pub struct RunArgs {
     #[arg(long, env = "RELOADLET_CONTROLLER_LEASE_NAMESPACE")]
     pub controller_lease_namespace: Option<String>,
     /// The name of that Lease (the controller's `--leader-elect` Lease); empty: not read.
-    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE", default_value = super::controller::LEASE_NAME)]
+    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE", default_value = super::LEASE_NAME)]
     pub controller_lease: String,
     /// PEM CA certificates that `reloadlet.io/http-scheme: https` endpoints must chain to
     /// (their certificate must then name the pod IP). Without it, https endpoints are not

@@ -163,7 +163,7 @@ pub struct LeaseTarget {
     pub retry_period: Duration,
 }
 
-pub const LEASE_NAME: &str = "reloadlet-controller";
+pub use super::LEASE_NAME;
 
 impl ControllerArgs {
     /// `hostname` is used when `POD_NAME` is not set.

@@ -80,9 +80,13 @@ pub struct ExplainArgs {
     #[arg(long, env = "RELOADLET_CONTROLLER_LEASE_NAMESPACE")]
     pub controller_lease_namespace: Option<String>,
     /// The name of that Lease.
-    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE", default_value = controller::LEASE_NAME)]
+    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE", default_value = LEASE_NAME)]
     pub controller_lease: String,
 }
+
+/// The controller's leader-election Lease (`--leader-elect`), which the agent and `explain`
+/// read to tell who grants `action: restart`: one name for all three.
+pub const LEASE_NAME: &str = "reloadlet-controller";
 
 fn parse_pod_ref(s: &str) -> Result<(String, String), crate::core::invalid::Invalid> {
     match s.split_once('/') {
