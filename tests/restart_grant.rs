@@ -150,6 +150,45 @@ fn restarted_for_its_request(p: &Pod) -> bool {
         && annotation(p, "reloadlet.io/restarted") == request
 }
 
+/// Waits for the first grant of the sequence.
+async fn first_grant(node: &Node) {
+    eventually("a first grant", WAIT, || {
+        pods(node)
+            .iter()
+            .any(|p| annotation(p, "reloadlet.io/restart-grant").is_some())
+            .then_some(())
+    })
+    .await;
+}
+
+/// All three restarted for their request: each app, restarted in its pod, reads the new
+/// config; the same pods, each restarted exactly once.
+async fn each_restarted_once_serving_v2(node: &Node, before: &BTreeMap<String, i32>) {
+    let after = settled(node, "all three restarted for their request", |p| {
+        restarted_for_its_request(p)
+    })
+    .await;
+    all_serve(node, "v2").await;
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "same pod UIDs"
+    );
+    for (uid, count) in &after {
+        assert_eq!(*count, before[uid] + 1, "pod {uid}: {before:?} → {after:?}");
+    }
+}
+
+/// Nothing more comes of it: no pod restarted a second time.
+async fn no_second_restart(node: &Node, before: &BTreeMap<String, i32>) {
+    never("a second restart", CONTROLLER_QUIET, || {
+        pods(node)
+            .iter()
+            .any(|p| restart_count(p) > before[p.metadata.uid.as_ref().unwrap()] + 1)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn three_replicas_behind_max_unavailable_one_restart_in_place_one_at_a_time() {
     if !root_or_skip() {
@@ -166,43 +205,18 @@ async fn three_replicas_behind_max_unavailable_one_restart_in_place_one_at_a_tim
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
 
     // A controller restart once the first pod is granted: nothing restarts twice.
-    eventually("a first grant", WAIT, || {
-        pods(&node)
-            .iter()
-            .any(|p| annotation(p, "reloadlet.io/restart-grant").is_some())
-            .then_some(())
-    })
-    .await;
+    first_grant(&node).await;
     controller.stop().await;
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
 
-    let after = settled(&node, "all three restarted for their request", |p| {
-        restarted_for_its_request(p)
-    })
-    .await;
-    // each app, restarted in its pod, reads the new config
-    all_serve(&node, "v2").await;
-    // the same pods, each restarted exactly once
-    assert_eq!(
-        after.keys().collect::<Vec<_>>(),
-        before.keys().collect::<Vec<_>>(),
-        "same pod UIDs"
-    );
-    for (uid, count) in &after {
-        assert_eq!(*count, before[uid] + 1, "pod {uid}: {before:?} → {after:?}");
-    }
+    each_restarted_once_serving_v2(&node, &before).await;
     let log = readiness.log();
     assert!(
         log.min_ready().is_some_and(|n| n >= 2),
         "two pods were not Ready at once: {log:?}"
     );
     // nothing more comes of it
-    never("a second restart", CONTROLLER_QUIET, || {
-        pods(&node)
-            .iter()
-            .any(|p| restart_count(p) > before[p.metadata.uid.as_ref().unwrap()] + 1)
-    })
-    .await;
+    no_second_restart(&node, &before).await;
     controller.stop().await;
 }
 
@@ -237,36 +251,12 @@ async fn an_agent_restart_in_the_middle_of_a_sequence_restarts_nothing_twice_and
 
     // The agent stops once the first pod is granted, while the others wait for theirs, and
     // a new one starts: it reads the requests, grants and volume digests the first left.
-    eventually("a first grant", WAIT, || {
-        pods(&node)
-            .iter()
-            .any(|p| annotation(p, "reloadlet.io/restart-grant").is_some())
-            .then_some(())
-    })
-    .await;
+    first_grant(&node).await;
     node.stop_agent().await;
     node.start_agent(&[]).await;
 
-    let after = settled(&node, "all three restarted for their request", |p| {
-        restarted_for_its_request(p)
-    })
-    .await;
-    // each app, restarted in its pod, reads the new config
-    all_serve(&node, "v2").await;
-    assert_eq!(
-        after.keys().collect::<Vec<_>>(),
-        before.keys().collect::<Vec<_>>(),
-        "same pod UIDs"
-    );
-    for (uid, count) in &after {
-        assert_eq!(*count, before[uid] + 1, "pod {uid}: {before:?} → {after:?}");
-    }
-    never("a second restart", CONTROLLER_QUIET, || {
-        pods(&node)
-            .iter()
-            .any(|p| restart_count(p) > before[p.metadata.uid.as_ref().unwrap()] + 1)
-    })
-    .await;
+    each_restarted_once_serving_v2(&node, &before).await;
+    no_second_restart(&node, &before).await;
     controller.stop().await;
 }
 
