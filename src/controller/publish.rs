@@ -308,6 +308,36 @@ mod tests {
         }
     }
 
+    /// The publisher over `api`, writing through `patcher`, with the clock `now`.
+    fn publisher(
+        api: Arc<FakeEnvApi>,
+        patcher: &FakePatcher,
+        stop: &CancellationToken,
+        own: OwnDataVersions,
+        now: fn() -> jiff::Timestamp,
+    ) -> DataVersions {
+        let report = crate::controller::fake::reporter(
+            Arc::new(crate::ports::fake::Events::default()),
+            crate::outbound::notify::Notifier::disabled(),
+            false,
+        );
+        DataVersions::new(PublishDeps {
+            api,
+            patches: Patches::new(
+                PatchSettings::baselines(),
+                Arc::new(patcher.clone()),
+                report,
+                stop.clone(),
+            ),
+            secrets: false,
+            own,
+            key: HashKey::from_bytes([3; 32]),
+            stop: stop.clone(),
+            now,
+            versions: PublishedVersions::default(),
+        })
+    }
+
     #[tokio::test]
     async fn only_read_objects_are_published_and_only_when_their_data_changes() {
         let api = Arc::new(FakeEnvApi::default());
@@ -320,27 +350,13 @@ mod tests {
             .insert(key("unread"), ObjectData::of(&[("a", "1")], &[]));
         let patcher = FakePatcher::default();
         let stop = CancellationToken::new();
-        let report = crate::controller::fake::reporter(
-            Arc::new(crate::ports::fake::Events::default()),
-            crate::outbound::notify::Notifier::disabled(),
-            false,
+        let feature = publisher(
+            api.clone(),
+            &patcher,
+            &stop,
+            OwnDataVersions::default(),
+            jiff::Timestamp::now,
         );
-        let patches = Patches::new(
-            PatchSettings::baselines(),
-            Arc::new(patcher.clone()),
-            report,
-            stop.clone(),
-        );
-        let feature = DataVersions::new(PublishDeps {
-            api: api.clone(),
-            patches,
-            secrets: false,
-            own: OwnDataVersions::default(),
-            key: HashKey::from_bytes([3; 32]),
-            stop: stop.clone(),
-            now: jiff::Timestamp::now,
-            versions: PublishedVersions::default(),
-        });
         let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
         tx.send(Input::PodsListed(vec![reader("u1", "app")]))
             .await
@@ -406,27 +422,14 @@ mod tests {
     async fn two_reads_of_the_same_version_write_once_and_the_write_is_recorded_as_its_own() {
         let patcher = FakePatcher::default();
         let stop = CancellationToken::new();
-        let report = crate::controller::fake::reporter(
-            Arc::new(crate::ports::fake::Events::default()),
-            crate::outbound::notify::Notifier::disabled(),
-            false,
-        );
         let own = OwnDataVersions::default();
-        let mut feature = DataVersions::new(PublishDeps {
-            api: Arc::new(FakeEnvApi::default()),
-            patches: Patches::new(
-                PatchSettings::baselines(),
-                Arc::new(patcher.clone()),
-                report,
-                stop.clone(),
-            ),
-            secrets: false,
-            own: own.clone(),
-            key: HashKey::from_bytes([3; 32]),
-            stop: stop.clone(),
-            now: jiff::Timestamp::now,
-            versions: PublishedVersions::default(),
-        });
+        let mut feature = publisher(
+            Arc::new(FakeEnvApi::default()),
+            &patcher,
+            &stop,
+            own.clone(),
+            jiff::Timestamp::now,
+        );
         let mut app = ObjectData::of(&[("app.conf", "x=2")], &[]);
         app.resource_version = Some("8".into());
         let read = |data: &ObjectData| Fetched {
@@ -457,27 +460,14 @@ mod tests {
     async fn a_first_publication_dates_the_data_from_its_managed_fields_not_from_now() {
         let patcher = FakePatcher::default();
         let stop = CancellationToken::new();
-        let report = crate::controller::fake::reporter(
-            Arc::new(crate::ports::fake::Events::default()),
-            crate::outbound::notify::Notifier::disabled(),
-            false,
+        // The controller started at 10:00.
+        let mut feature = publisher(
+            Arc::new(FakeEnvApi::default()),
+            &patcher,
+            &stop,
+            OwnDataVersions::default(),
+            || "2026-11-29T10:00:00Z".parse().unwrap(),
         );
-        let mut feature = DataVersions::new(PublishDeps {
-            api: Arc::new(FakeEnvApi::default()),
-            patches: Patches::new(
-                PatchSettings::baselines(),
-                Arc::new(patcher.clone()),
-                report,
-                stop.clone(),
-            ),
-            secrets: false,
-            own: OwnDataVersions::default(),
-            key: HashKey::from_bytes([3; 32]),
-            stop: stop.clone(),
-            // The controller started at 10:00.
-            now: || "2026-11-29T10:00:00Z".parse().unwrap(),
-            versions: PublishedVersions::default(),
-        });
         let read = |name: &str, data: &ObjectData| Fetched {
             key: key(name),
             seq: 0,
