@@ -238,8 +238,8 @@ impl Pods {
     }
 
     /// A pod entering, contained ([`crate::contain`]): its annotations validated, its nudge
-    /// seen, the executor told. `None`: outside the namespace filter, quarantined at this
-    /// very version, or its handling panicked now (then quarantined).
+    /// seen. `None`: outside the namespace filter, quarantined at this very version, or its
+    /// handling panicked now (then quarantined).
     fn admit(&mut self, pod: &PodInfo, exec: &Executor, now: Instant) -> Option<CheckedPolicy> {
         if self.poisoned.holds(pod.uid.as_str(), pod) {
             return None;
@@ -247,7 +247,6 @@ impl Pods {
         let step = crate::contain::catch(|| {
             let checked = self.validate(pod, exec);
             self.see_nudge(pod, now);
-            exec.pod_updated(pod);
             checked
         });
         match step {
@@ -256,6 +255,21 @@ impl Pods {
                 self.poison(pod, Stage::PodUpdate, &caught, exec);
                 None
             }
+        }
+    }
+
+    /// The executor told of the pod as the index now holds it (contained): only after the
+    /// index has it, since what the executor starts from it (a granted restart, a gate to
+    /// open) looks the pod up there. Not for a pod quarantined at this version.
+    fn tell(&mut self, uid: &str, exec: &Executor) {
+        let Some(pod) = self.index().shared(uid) else {
+            return;
+        };
+        if self.poisoned.holds(uid, &*pod) {
+            return;
+        }
+        if let Err(caught) = crate::contain::catch(|| exec.pod_updated(&pod)) {
+            self.poison(&pod, Stage::PodUpdate, &caught, exec);
         }
     }
 
@@ -302,9 +316,10 @@ impl Pods {
                 self.enter(&pod);
                 let checked = self.admit(&pod, exec, now);
                 self.warm([(&pod, checked.as_ref())], false, exec);
-                let uid = checked.is_some().then(|| pod.uid.clone());
+                let uid = pod.uid.clone();
                 let change = self.index_mut().apply(pod);
-                if let (Some(uid), Some(checked)) = (uid, checked) {
+                self.tell(&uid, exec);
+                if let Some(checked) = checked {
                     self.prepare(&uid, checked);
                 }
                 if change == IndexChange::Added {
@@ -336,7 +351,11 @@ impl Pods {
                     .zip(checked)
                     .filter_map(|(pod, policy)| Some((pod.uid.clone(), policy?)))
                     .collect();
+                let uids: Vec<String> = list.iter().map(|p| p.uid.clone()).collect();
                 let gone = self.index_mut().reset(list);
+                for uid in &uids {
+                    self.tell(uid, exec);
+                }
                 for (uid, policy) in checked {
                     self.prepare(&uid, policy);
                 }

@@ -3,6 +3,7 @@
 
 mod arrival;
 mod contain;
+mod grant;
 mod pacing;
 mod record;
 mod run;

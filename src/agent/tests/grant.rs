@@ -1,0 +1,82 @@
+//! A granted restart the agent finds on a pod in its first pod list (it requested it before
+//! it restarted, docs/restart.md "The grant"): the executor is told of the pod only once
+//! the index holds it, so the restart it starts finds the pod, stops the container, and
+//! `restarted` is written only after the container runs again.
+
+use super::{pod, world_with, UID};
+use crate::agent::*;
+use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
+use crate::core::restart_grant::{request_id, GRANT, REQUEST, RESTARTED};
+use crate::host::state_file::{SavedState, StateStore};
+
+/// The pod as the kubelet shows it, with the agent's own granted request on it; its
+/// container runs as `container`.
+fn granted(own: &str, container: &str) -> PodInfo {
+    let mut p = pod("restart");
+    p.annotations
+        .insert("reloadlet.io/restart-grace".into(), "1s".into());
+    p.annotations.insert(REQUEST.into(), own.into());
+    p.annotations.insert(GRANT.into(), own.into());
+    p.containers[0].container_id = ContainerId::parse(&format!("containerd://{container}"));
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_request_in_the_first_pod_list_is_carried_out_then_recorded() {
+    let mut w = world_with(Some(SavedState::default()), |s| {
+        s.restart_without_grant = false
+    });
+    // the key the agent keeps in its state directory: the request is its own
+    let key = StateStore::open(&w.dir.path().join("state"))
+        .unwrap()
+        .key()
+        .clone();
+    let own = request_id(&key, UID, b"change before the agent restarted");
+    let before = granted(&own, "abc");
+    w.patcher.put(before.clone());
+    w.agent.on_pod(PodUpdate::Resync(vec![before]));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while w.processes.sent() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the granted restart never stopped the container"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let restarted = || {
+        w.patcher
+            .stored("web", "web-0")
+            .and_then(|p| p.annotations.get(RESTARTED).cloned())
+    };
+    // Positive control for the record below: not written while the old container runs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(restarted(), None, "recorded before the container ran again");
+    // The kubelet started it again (a new container ID): recorded.
+    w.agent.on_pod(PodUpdate::Apply(granted(&own, "def")));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while restarted().as_deref() != Some(own.as_str()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "restarted never written: {:?}",
+            restarted()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One stop: SIGTERM, then SIGKILL after the 1 s grace (the fake process stays); nothing
+    // for the new container.
+    let sent: Vec<(String, ReloadSignal)> = w
+        .processes
+        .sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, c, s)| (c.clone(), *s))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("abc".to_owned(), ReloadSignal::Term),
+            ("abc".to_owned(), ReloadSignal::Kill)
+        ]
+    );
+}
