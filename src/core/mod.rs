@@ -29,6 +29,7 @@ pub mod policy;
 pub mod reloader_compat;
 pub mod restart;
 pub mod restart_grant;
+pub mod restart_request;
 pub mod rollout;
 pub mod status;
 pub mod volume_digest;

@@ -10,9 +10,6 @@
 //! - `reloadlet.io/restarted: <id>` — written by the agent once it stopped the containers
 //!   for that grant.
 
-use super::volume_digest::HashKey;
-use hmac::Mac;
-use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 pub const REQUEST: &str = "reloadlet.io/restart-request";
@@ -54,38 +51,6 @@ pub fn granted_not_restarted(
     let grant = id_of(annotations, GRANT)?;
     (grant == request && id_of(annotations, RESTARTED) != Some(request) && mine(request))
         .then_some(request)
-}
-
-/// The agent's request id for a change of a pod: `<content>-<mac>`, where `content` names
-/// the change (8 hex digits of a digest of what changed: the writes the kubelet made, or the
-/// sources) and `mac` is 16 hex digits of an HMAC, keyed with the agent's own key (its state
-/// file on the node, which no pod author can read), of the pod's UID and `content`. Only the
-/// agent can make one, and one made for a pod is worth nothing on another (a pod template
-/// carrying a request and its grant restarts nothing).
-pub fn request_id(key: &HashKey, pod_uid: &str, change: &[u8]) -> String {
-    let content = Sha256::digest(change);
-    let content = hex::encode(&content[..4]);
-    let mac = request_mac(key, pod_uid, &content);
-    format!("{content}-{mac}")
-}
-
-/// Whether `id` is a request id `key` made for the pod `pod_uid` ([`request_id`]).
-pub fn is_own_request(key: &HashKey, pod_uid: &str, id: &str) -> bool {
-    let Some((content, mac)) = id.split_once('-') else {
-        return false;
-    };
-    content.len() == 8
-        && content.bytes().all(|b| b.is_ascii_hexdigit())
-        && request_mac(key, pod_uid, content).as_bytes() == mac.as_bytes()
-}
-
-fn request_mac(key: &HashKey, pod_uid: &str, content: &str) -> String {
-    let mut mac = key.mac();
-    mac.update(b"reloadlet restart request\0");
-    mac.update(pod_uid.as_bytes());
-    mac.update(b"\0");
-    mac.update(content.as_bytes());
-    hex::encode(&mac.finalize().into_bytes()[..8])
 }
 
 /// One pod of an owner as the controller sees it.
@@ -381,31 +346,5 @@ mod tests {
                 "{annotations:?}"
             );
         }
-    }
-
-    #[test]
-    fn a_request_id_is_the_agents_own_for_that_pod_only() {
-        let key = HashKey::from_bytes([7; 32]);
-        let id = request_id(&key, "uid-1", b"configmap/app-conf ..2026_11_29");
-        assert!(valid_id(&id) && id.len() == 25, "{id}");
-        assert!(is_own_request(&key, "uid-1", &id));
-        assert!(!is_own_request(&key, "uid-2", &id), "another pod");
-        assert!(
-            !is_own_request(&HashKey::from_bytes([8; 32]), "uid-1", &id),
-            "another key"
-        );
-        let (content, _) = id.split_once('-').unwrap();
-        for forged in [
-            format!("{content}-0000000000000000"),
-            content.to_owned(),
-            String::new(),
-        ] {
-            assert!(!is_own_request(&key, "uid-1", &forged), "{forged}");
-        }
-        assert_ne!(id, request_id(&key, "uid-1", b"another change"));
-        assert_eq!(
-            id,
-            request_id(&key, "uid-1", b"configmap/app-conf ..2026_11_29")
-        );
     }
 }

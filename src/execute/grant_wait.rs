@@ -11,7 +11,8 @@ use super::Inner;
 use crate::core::model::PodInfo;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::policy::Decision;
-use crate::core::restart_grant::{is_own_request, request_id, REQUEST, RESTARTED};
+use crate::core::restart_grant::{REQUEST, RESTARTED};
+use crate::core::restart_request::{is_own_request, request_id, unchanged_since};
 use crate::core::volume_digest::HashKey;
 use crate::ports::{PatchError, PatchRequest, PatchTarget, PodRef};
 use std::sync::Arc;
@@ -59,7 +60,15 @@ impl Inner {
             );
             return;
         };
-        let id = request_id(self.restart_key(), &uid, &change_bytes(&jobs));
+        // Tagged with the containers a recovered restart would stop, as they run now: an
+        // agent restarted mid-restart stops none of them twice (core::restart_request).
+        let targets = recovered_jobs(&pod);
+        let id = request_id(
+            self.restart_key(),
+            &uid,
+            &change_bytes(&jobs),
+            &instances(&pod, &targets),
+        );
         let containers: Vec<String> = jobs.iter().map(|j| j.container.clone()).collect();
         self.requests
             .lock()
@@ -133,8 +142,14 @@ impl Inner {
                     .spawn_on(inner.perform(uid, id, jobs), &self.runtime);
             }
             Step::Recover { id } => {
-                let jobs = recovered_jobs(pod);
-                tracing::info!(pod = %pod.full_name(), grant = %id, containers = jobs.len(), "a granted restart requested before the agent restarted; carrying it out");
+                let mut jobs = recovered_jobs(pod);
+                // Containers that started anew since the request (the agent stopped them
+                // before its own restart, or they exited) read the new config already.
+                if let Some(unchanged) = unchanged_since(&key, &uid, &id, &instances(pod, &jobs)) {
+                    let mut keep = unchanged.into_iter();
+                    jobs.retain(|_| keep.next().unwrap_or(true));
+                }
+                tracing::info!(pod = %pod.full_name(), grant = %id, containers = jobs.len(), "a granted restart requested before the agent restarted; carrying it out (containers started anew since the request are not stopped again)");
                 self.requests
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -219,6 +234,21 @@ fn recovered_jobs(pod: &PodInfo) -> Vec<RestartJob> {
             first_seen: std::time::Instant::now(),
             sources: cause.sources.clone(),
             seen: super::applied::Seen::none(),
+        })
+        .collect()
+}
+
+/// The containers of `jobs` as they run in `pod`: name and container ID.
+fn instances<'a>(pod: &'a PodInfo, jobs: &'a [RestartJob]) -> Vec<(&'a str, Option<&'a str>)> {
+    jobs.iter()
+        .map(|j| {
+            let id = pod
+                .containers
+                .iter()
+                .find(|c| c.name == j.container)
+                .and_then(|c| c.container_id.as_ref())
+                .map(|c| c.id.as_str());
+            (j.container.as_str(), id)
         })
         .collect()
 }

@@ -12,7 +12,9 @@
 //! **Trust.** A pod author can write any of the three annotations. The agent performs only
 //! (a) a restart it holds here, for a change it saw, whose id equals the grant; or (b) after
 //! its own restart (this memory lost), a request on the pod that is granted, not restarted,
-//! and carries the agent's own MAC for this pod UID ([`crate::core::restart_grant::is_own_request`]).
+//! and carries the agent's own MAC for this pod UID ([`crate::core::restart_request::is_own_request`]);
+//! of its containers, only those that run as they did at the request are stopped (the tags of
+//! [`crate::core::restart_request`]: none twice).
 //! A forged grant can therefore only let a restart the agent already wanted go ahead early,
 //! on a pod its author may write (and could delete); a request copied into a pod template,
 //! or onto another pod, verifies nowhere.

@@ -6,7 +6,8 @@
 use super::{pod, world_with, UID};
 use crate::agent::*;
 use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
-use crate::core::restart_grant::{request_id, GRANT, REQUEST, RESTARTED};
+use crate::core::restart_grant::{GRANT, REQUEST, RESTARTED};
+use crate::core::restart_request::request_id;
 use crate::host::state_file::{SavedState, StateStore};
 
 /// The pod as the kubelet shows it, with the agent's own granted request on it; its
@@ -31,7 +32,12 @@ async fn a_granted_request_in_the_first_pod_list_is_carried_out_then_recorded() 
         .unwrap()
         .key()
         .clone();
-    let own = request_id(&key, UID, b"change before the agent restarted");
+    let own = request_id(
+        &key,
+        UID,
+        b"change before the agent restarted",
+        &[("app", Some("abc"))],
+    );
     let before = granted(&own, "abc");
     w.patcher.put(before.clone());
     w.agent.on_pod(PodUpdate::Resync(vec![before]));
@@ -79,4 +85,40 @@ async fn a_granted_request_in_the_first_pod_list_is_carried_out_then_recorded() 
             ("abc".to_owned(), ReloadSignal::Kill)
         ]
     );
+}
+
+/// The agent stopped the container, the kubelet started it again, and the agent restarted
+/// before it wrote `restarted`: the new agent finds the request granted and not restarted,
+/// but the container runs anew (another ID than the request was made with): it is not
+/// stopped a second time, and `restarted` is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_restarted_before_the_agent_restarted_is_not_stopped_again() {
+    let mut w = world_with(Some(SavedState::default()), |s| {
+        s.restart_without_grant = false
+    });
+    let key = StateStore::open(&w.dir.path().join("state"))
+        .unwrap()
+        .key()
+        .clone();
+    // requested while the container ran as abc; it runs as def now
+    let own = request_id(&key, UID, b"the change", &[("app", Some("abc"))]);
+    w.processes.pids.lock().unwrap().insert("def".into(), 4343);
+    let now = granted(&own, "def");
+    w.patcher.put(now.clone());
+    w.agent.on_pod(PodUpdate::Resync(vec![now]));
+    let restarted = || {
+        w.patcher
+            .stored("web", "web-0")
+            .and_then(|p| p.annotations.get(RESTARTED).cloned())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while restarted().as_deref() != Some(own.as_str()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "restarted never written: {:?}",
+            restarted()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(w.processes.sent(), 0, "nothing stopped a second time");
 }

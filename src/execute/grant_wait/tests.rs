@@ -8,7 +8,8 @@ use crate::core::model::{
     VolumeMount, VolumeSpec,
 };
 use crate::core::pod_index::PodIndex;
-use crate::core::restart_grant::{is_own_request, GRANT, REQUEST, RESTARTED};
+use crate::core::restart_grant::{GRANT, REQUEST, RESTARTED};
+use crate::core::restart_request::{is_own_request, request_id};
 use crate::core::volume_digest::HashKey;
 use crate::execute::applied::RecordDeps;
 use crate::execute::evict::EvictionSettings;
@@ -208,7 +209,12 @@ async fn after_an_agent_restart_a_granted_request_of_its_own_is_performed_and_a_
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(a.processes.sent(), 0);
     // one the agent wrote before it restarted (same key, same pod): performed
-    let own = crate::core::restart_grant::request_id(&HashKey::from_bytes(KEY), "u1", b"change");
+    let own = request_id(
+        &HashKey::from_bytes(KEY),
+        "u1",
+        b"change",
+        &[("app", Some("abc"))],
+    );
     a.show(pod(&[(REQUEST, &own), (GRANT, &own)], "abc"));
     until("the stop", || a.processes.sent() > 0).await;
     a.show(pod(&[(REQUEST, &own), (GRANT, &own)], "def"));
