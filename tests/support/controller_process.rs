@@ -111,5 +111,13 @@ impl Drop for ControllerProcess {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // A failing test shows what the controller did, as the node shows the agent's log.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!(
+                "--- reloadlet controller log ({}) ---\n{log}",
+                self.log.display()
+            );
+        }
     }
 }
