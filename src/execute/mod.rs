@@ -436,6 +436,55 @@ impl Executor {
     }
 }
 
+/// A container's place in the restart spacing (`Inner::restarted`), taken when its stop
+/// begins. Given back (the time of the restart before, or none) unless [`Self::keep`]: a
+/// restart that stopped nothing is no restart, and must not defer the next change by a
+/// crash-loop window that never began. The kubelet's own back-off counts the container's
+/// exits, not attempts to stop it (`pkg/kubelet/kuberuntime/kuberuntime_manager.go`,
+/// `doBackOff`: keyed on the last terminated instance of the container).
+struct SpacingSlot<'a> {
+    restarted: &'a Mutex<HashMap<(String, String), tokio::time::Instant>>,
+    key: (String, String),
+    before: Option<tokio::time::Instant>,
+    kept: bool,
+}
+
+impl<'a> SpacingSlot<'a> {
+    fn take(
+        restarted: &'a Mutex<HashMap<(String, String), tokio::time::Instant>>,
+        key: (String, String),
+    ) -> Self {
+        let before = restarted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), tokio::time::Instant::now());
+        Self {
+            restarted,
+            key,
+            before,
+            kept: false,
+        }
+    }
+
+    /// The container was stopped: the restart counts.
+    fn keep(&mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for SpacingSlot<'_> {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        let mut restarted = self.restarted.lock().unwrap_or_else(|e| e.into_inner());
+        match self.before {
+            Some(at) => restarted.insert(self.key.clone(), at),
+            None => restarted.remove(&self.key),
+        };
+    }
+}
+
 impl Inner {
     /// Restarts one container (spaced by the crash-loop window). `true`: its main process was
     /// stopped.
@@ -507,10 +556,9 @@ impl Inner {
             tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; restart dropped");
             return false;
         };
-        self.restarted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, tokio::time::Instant::now());
+        // Taken before the stop, so that a change meanwhile is deferred, not run alongside;
+        // given back when nothing was stopped (`SpacingSlot`).
+        let mut slot = SpacingSlot::take(&self.restarted, key);
         let target = PodRef::from(&*pod);
         // while held, the condition False is this agent's own (not reset on sight)
         let held = job
@@ -536,21 +584,45 @@ impl Inner {
             }
         };
         // The pod as it is now (after the drain), and its container as it was stopped.
-        let Some(pod) = self.pod(&job.pod_uid) else {
-            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone while drained; restart dropped");
-            return false;
+        // Its container not shown running (or its main process not found) is retried as a
+        // signal is (`signal::RETRY`): this view of the pod comes from the API watch, which
+        // may lag the kubelet (a change taken right after the pod started finds its
+        // container still waiting there). Dropped, the change would be lost: it counts as
+        // acted on.
+        let mut retries = Retries::new(&signal::RETRY).stopped_by(self.stop.clone());
+        let (pod, stopped) = loop {
+            let Some(pod) = self.pod(&job.pod_uid) else {
+                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone while drained; restart dropped");
+                return false;
+            };
+            let inner = self.clone();
+            let (p, j) = (pod.clone(), job.clone());
+            let stopped = tokio::task::spawn_blocking(move || {
+                restart::stop(inner.processes.as_ref(), &p, &j)
+            })
+            .await
+            .unwrap_or_else(|e| Err(restart::RestartError::Panicked(e.to_string())));
+            let delay = match &stopped {
+                Err(e) if e.nothing_sent() => retries.next(None),
+                _ => None,
+            };
+            let (Some(delay), Err(e)) = (delay, &stopped) else {
+                break (pod, stopped);
+            };
+            tracing::info!(pod = %pod.full_name(), container = %job.container, error = %e, retry_in_ms = delay.as_millis() as u64, "restart: the container cannot be stopped yet; will retry");
+            if !retries.wait(delay).await {
+                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: restart retry dropped");
+                return false;
+            }
         };
         let stopped_id = pod
             .containers
             .iter()
             .find(|c| c.name == job.container)
             .and_then(|c| c.container_id.clone());
-        let inner = self.clone();
-        let (p, j) = (pod.clone(), job.clone());
-        let stopped =
-            tokio::task::spawn_blocking(move || restart::stop(inner.processes.as_ref(), &p, &j))
-                .await
-                .unwrap_or_else(|e| Err(restart::RestartError::Panicked(e.to_string())));
+        if stopped.is_ok() {
+            slot.keep();
+        }
         if drain.drained() {
             if let (Some(gate), Some(held)) = (self.gate.clone(), held) {
                 if stopped.is_ok() {
@@ -976,6 +1048,49 @@ mod tests {
         assert_eq!(reasons, ["RestartDeferred", "Restarted", "Restarted"]);
         assert_eq!(w.count("restart", "restarted"), "2");
         assert_eq!(w.count("restart", "restart_deferred"), "1");
+    }
+
+    /// The agent's view of the pod (the API watch) may lag the kubelet: a change taken right
+    /// after the pod started can find its container not shown running yet. The restart is
+    /// retried as a signal is (`signal::RETRY`), not dropped: the change is not lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_waits_for_a_container_the_api_does_not_show_running_yet() {
+        let w = world(false, 0);
+        let mut lagging = pod();
+        lagging.containers[0].running = false;
+        w.exec.inner.index.write().unwrap().apply(lagging);
+        w.exec.restart(restart_job("v2"));
+        // the watch catches up 0.7 s later (after the first retry's 0.5 s)
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        w.exec.inner.index.write().unwrap().apply(pod());
+        w.settle().await;
+        assert!(w.processes.sent() > 0, "the container was never stopped");
+        assert_eq!(w.events.reasons(), ["Restarted"]);
+        assert_eq!(w.count("restart", "restarted"), "1");
+        assert_eq!(w.count("restart", "restart_failed"), "0");
+    }
+
+    /// A restart that stopped nothing is no restart: the next change is not deferred to the
+    /// end of a crash-loop window that never began.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_restart_does_not_start_the_crash_loop_window() {
+        let w = world(false, 0);
+        let mut stopped = pod();
+        stopped.containers[0].running = false;
+        w.exec.inner.index.write().unwrap().apply(stopped);
+        w.exec.restart(restart_job("v2"));
+        w.settle().await;
+        assert_eq!(w.events.reasons(), ["RestartFailed"]);
+        assert_eq!(w.processes.sent(), 0);
+
+        // it runs now; the next change restarts it at once
+        w.exec.inner.index.write().unwrap().apply(pod());
+        w.exec.inner.signals.reopen();
+        w.exec.restart(restart_job("v3"));
+        w.settle().await;
+        assert_eq!(w.events.reasons(), ["RestartFailed", "Restarted"]);
+        assert_eq!(w.count("restart", "restart_deferred"), "0");
+        assert_eq!(w.count("restart", "restarted"), "1");
     }
 
     #[tokio::test(start_paused = true)]

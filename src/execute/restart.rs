@@ -70,6 +70,14 @@ pub enum RestartError {
     Panicked(String),
 }
 
+impl RestartError {
+    /// The container was not reached (not shown running, its main process not found or not
+    /// signalled): nothing was sent, so a later attempt is a first one.
+    pub fn nothing_sent(&self) -> bool {
+        matches!(self, Self::Container(_) | Self::Process(_))
+    }
+}
+
 /// Stops the main process of `container`: `stop.signal` (unchecked: the kubelet does not
 /// look either), then, while the same process (PID and start time) is still the
 /// container's main process after `stop.grace`, SIGKILL. Blocking (polls `/proc`).
