@@ -132,12 +132,19 @@ async fn the_controllers_record_keeps_the_entry_the_agent_wrote_since_it_saw_the
         record.get(&cm("app")).map(|e| (e.by.as_str(), e.result)),
         Some(("controller", Recorded::RolloutRequested))
     );
-    // The write carried the resourceVersion it read.
-    let patch = server
-        .requests()
-        .into_iter()
-        .find(|r| r.method == "PATCH" && r.path == "/api/v1/namespaces/shop/pods/web-0")
-        .expect("the record's patch");
+    // The write carried the resourceVersion it read. (The request log takes a request once
+    // it is answered, after the store has it: polled, like the record.)
+    let patch = loop {
+        let patch = server
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "PATCH" && r.path == "/api/v1/namespaces/shop/pods/web-0");
+        if let Some(patch) = patch {
+            break patch;
+        }
+        assert!(Instant::now() < deadline, "the record's patch never logged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(patch.body.contains("\"resourceVersion\""), "{}", patch.body);
 }
 

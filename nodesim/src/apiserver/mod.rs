@@ -604,7 +604,9 @@ impl ApiServer {
             .collect()
     }
     /// Every HTTP request answered (method, path, query, `Accept`, `Content-Type` and
-    /// the body of writes), e.g. to assert "no per-object GETs" or count patches.
+    /// the body of writes), e.g. to assert "no per-object GETs" or count patches. A request
+    /// is logged once answered, after its handler changed the store: a change read from the
+    /// store directly (`get_pod`, …) may show before its request does, so poll for it.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.state().records.requests.clone()
     }
