@@ -51,15 +51,9 @@ pub struct RunArgs {
     /// once the controller grants it (docs/restart.md, "The grant").
     #[arg(long, env = "RELOADLET_RESTART_WITHOUT_GRANT", default_value_t = false)]
     pub restart_without_grant: bool,
-    /// `action: restart`: the namespace of the controller's Lease, which the agent reads
-    /// while a restart request waits (Warning `RestartUncoordinated` when no controller holds
-    /// it). Default: the agent's own namespace (`POD_NAMESPACE`), where the chart and the
-    /// kustomize install run the controller.
-    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE_NAMESPACE")]
-    pub controller_lease_namespace: Option<String>,
-    /// The name of that Lease (the controller's `--leader-elect` Lease); empty: not read.
-    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE", default_value = super::LEASE_NAME)]
-    pub controller_lease: String,
+    /// Where the controller's Lease is (`action: restart`: who grants it).
+    #[command(flatten)]
+    pub controller_lease: super::ControllerLeaseArgs,
     /// PEM CA certificates that `reloadlet.io/http-scheme: https` endpoints must chain to
     /// (their certificate must then name the pod IP). Without it, https endpoints are not
     /// verified.
@@ -308,11 +302,7 @@ impl RunArgs {
                 allow_host_network: self.http_allow_host_network,
             },
             node_name,
-            controller_lease: controller_lease(
-                self.controller_lease_namespace
-                    .or(self.pod_namespace.clone()),
-                self.controller_lease,
-            ),
+            controller_lease: self.controller_lease.target(self.pod_namespace.clone()),
             own_pod: own_pod(self.pod_namespace, self.pod_name),
             paths: HostPaths {
                 kubelet_root,
@@ -340,12 +330,6 @@ impl RunArgs {
             restart_without_grant: self.restart_without_grant,
         })
     }
-}
-
-/// The controller's Lease, when both its namespace and its name are known.
-fn controller_lease(namespace: Option<String>, name: String) -> Option<(String, String)> {
-    let namespace = namespace.filter(|n| !n.is_empty())?;
-    (!name.is_empty()).then_some((namespace, name))
 }
 
 /// `(namespace, name)` when both are set and not empty.

@@ -4,10 +4,12 @@
 
 pub mod agent;
 pub mod controller;
+pub mod controller_lease;
 pub mod scope;
 pub mod status;
 
 pub use agent::{RunArgs, Settings};
+pub use controller_lease::{ControllerLeaseArgs, LEASE_NAME};
 pub use scope::{LogFormat, ScopeArgs};
 
 use clap::{Args, Parser, Subcommand};
@@ -74,19 +76,10 @@ pub struct ExplainArgs {
         default_value = "/var/lib/reloadlet"
     )]
     pub state_dir: PathBuf,
-    /// The namespace of the controller's Lease (who grants `action: restart`), as the agent's
-    /// flag; default `POD_NAMESPACE`, else the ServiceAccount's namespace, else
-    /// `reloadlet-system`.
-    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE_NAMESPACE")]
-    pub controller_lease_namespace: Option<String>,
-    /// The name of that Lease.
-    #[arg(long, env = "RELOADLET_CONTROLLER_LEASE", default_value = LEASE_NAME)]
-    pub controller_lease: String,
+    /// Where the controller's Lease is (who grants `action: restart`), as the agent's flags.
+    #[command(flatten)]
+    pub controller_lease: ControllerLeaseArgs,
 }
-
-/// The controller's leader-election Lease (`--leader-elect`), which the agent and `explain`
-/// read to tell who grants `action: restart`: one name for all three.
-pub const LEASE_NAME: &str = "reloadlet-controller";
 
 fn parse_pod_ref(s: &str) -> Result<(String, String), crate::core::invalid::Invalid> {
     match s.split_once('/') {

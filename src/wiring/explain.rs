@@ -78,8 +78,8 @@ pub async fn report(args: ExplainArgs) -> Result<String, Failed> {
     let lease = if is_restart(&info) {
         Some(
             read_lease(
-                &args.controller_lease_namespace,
-                &args.controller_lease,
+                &args.controller_lease.controller_lease_namespace,
+                &args.controller_lease.controller_lease,
                 &clients,
                 &denials,
             )
