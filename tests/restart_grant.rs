@@ -522,3 +522,69 @@ async fn without_a_controller_each_request_is_warned_about_once_and_nothing_rest
     .await;
     controller.stop().await;
 }
+
+/// The agent may not read the controller's Lease (here: pointed at a namespace its Role does
+/// not cover, as a misconfigured install would be): it does not guess. No
+/// `RestartUncoordinated` claims that no controller runs; the refusal is named where an
+/// operator looks (`/readyz` 503 with the rule to add, the log, the metric), and nothing
+/// restarts without a grant.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_the_agent_may_not_read_is_named_on_readyz_not_guessed_and_nothing_restarts() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
+    let base = node.path("served").parent().unwrap().to_owned();
+    node.api.apply_deployment(deployment(&base, &[])).unwrap();
+    node.api
+        .expect_forbidden("get", "coordination.k8s.io", "leases");
+    node.start_agent(&["--controller-lease-namespace", "elsewhere"])
+        .await;
+    let before = settled(&node, "three Ready pods", |_| true).await;
+
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+    eventually("a request on each pod", WAIT, || {
+        let pods = pods(&node);
+        (pods.len() == 3
+            && pods
+                .iter()
+                .all(|p| annotation(p, "reloadlet.io/restart-request").is_some()))
+        .then_some(())
+    })
+    .await;
+    let listen = node.agent().listen.clone();
+    let body = eventually("/readyz 503 naming the Lease rule", WAIT, || {
+        http_get(&listen, "/readyz").and_then(|(code, body)| {
+            (code == 503 && body.contains("restart-coordination")).then_some(body)
+        })
+    })
+    .await;
+    let line = "feature restart-coordination: forbidden to get leases.coordination.k8s.io in namespace elsewhere (HTTP 403)";
+    assert!(body.contains(line), "{line}\nmissing from /readyz:\n{body}");
+    assert!(
+        node.metric(
+            "reloadlet_forbidden_total{verb=\"get\",resource=\"leases.coordination.k8s.io\"}"
+        ) >= 1.0
+    );
+    never(
+        "a restart without a grant, or a Warning that guesses",
+        Duration::from_secs(3),
+        || {
+            pods(&node).iter().any(|p| {
+                restart_count(p) != before[p.metadata.uid.as_ref().unwrap()]
+                    || !node
+                        .events(
+                            NS,
+                            p.metadata.name.as_deref().unwrap(),
+                            "RestartUncoordinated",
+                        )
+                        .is_empty()
+            })
+        },
+    )
+    .await;
+}
