@@ -426,8 +426,14 @@ async fn a_pod_with_the_drain_gate_leaves_its_services_before_the_restart_and_co
             .collect::<Vec<_>>()
     };
     assert!(status_patches("plain").is_empty(), "no status patch");
-    // the gated pod's: True on sight, False, True again — each admitted
-    assert_eq!(status_patches("gated"), [200, 200, 200]);
+    // the gated pod's: True on sight, False, True again — each admitted (the request log
+    // takes a request once answered, after the store shows it: polled)
+    let gated = eventually("the gated pod's three status patches logged", WAIT, || {
+        let patches = status_patches("gated");
+        (patches.len() >= 3).then_some(patches)
+    })
+    .await;
+    assert_eq!(gated, [200, 200, 200]);
     let ev = node.wait_event(NS, "plain", "Restarted").await;
     assert!(ev.note.contains("traffic was not drained"), "{}", ev.note);
 }
