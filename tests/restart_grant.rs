@@ -423,6 +423,83 @@ async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_n
     );
     controller.stop().await;
 }
+/// One replica and no PodDisruptionBudget (docs/restart.md, "One replica"): nothing tells
+/// the agent that a restart would leave no Ready pod, so it asks; the controller sees the
+/// only pod of its ReplicaSet, grants nothing (Normal `RestartHandedOff`, from the
+/// controller) and, the pod asking `reloadlet.io/on-blocked: rollout`, rolls the
+/// Deployment surge-first. The positive control: a new pod serves v2.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_without_a_budget_with_on_blocked_rollout_is_rolled_not_granted() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
+    let base = node.path("served").parent().unwrap().to_owned();
+    let mut d = deployment(&base, &[("reloadlet.io/on-blocked", "rollout")]);
+    d.spec.as_mut().unwrap().replicas = Some(1);
+    node.api.apply_deployment(d).unwrap();
+    node.start_agent(&[]).await;
+    let old = eventually("one Ready pod serving v1", WAIT, || {
+        let pods = pods(&node);
+        let served = served(&node);
+        (pods.len() == 1 && ready(&pods[0]) && served.values().all(|l| l == "serving v1"))
+            .then(|| pods[0].clone())
+    })
+    .await;
+    let old_name = old.metadata.name.clone().unwrap();
+    let old_uid = old.metadata.uid.clone().unwrap();
+    node.wait_tracked(2).await;
+    let readiness = node
+        .api
+        .track_readiness(WorkloadKind::Deployment, NS, "web")
+        .unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+
+    let ev = node.wait_event(NS, &old_name, "RestartHandedOff").await;
+    assert_eq!(ev.type_, "Normal");
+    assert!(
+        ev.note.contains("the only pod of ReplicaSet")
+            && ev
+                .note
+                .contains("reloadlet.io/on-blocked is rollout: reloadlet controller rolls the workload instead"),
+        "{}",
+        ev.note
+    );
+    let new = eventually("a new pod serving v2, the old one gone", WAIT, || {
+        let pods = pods(&node);
+        let served = served(&node);
+        let new = pods.first()?;
+        let name = new.metadata.name.as_deref()?;
+        (pods.len() == 1
+            && new.metadata.uid.as_deref() != Some(old_uid.as_str())
+            && ready(new)
+            && served.get(name).is_some_and(|l| l == "serving v2"))
+        .then(|| new.clone())
+    })
+    .await;
+    assert_eq!(restart_count(&new), 0, "the new pod was not restarted");
+    let log = readiness.log();
+    assert!(
+        log.min_ready().is_some_and(|n| n >= 1),
+        "a moment without a Ready pod: {log:?}"
+    );
+    // The old pod asked, and was never granted nor restarted.
+    assert!(node.events(NS, &old_name, "Restarted").is_empty());
+    assert!(
+        !node
+            .agent_log()
+            .contains("restart granted by the controller"),
+        "nothing granted"
+    );
+    controller.stop().await;
+}
+
 /// Without a controller (no Lease holder, docs/restart.md "Without a controller"): each
 /// pod's request waits with one Warning `RestartUncoordinated` that nothing grants it, and
 /// nothing is restarted. The positive control: once a controller holds the Lease it grants

@@ -69,6 +69,20 @@ fn owner_of(pod: &PodInfo) -> Owner {
     }
 }
 
+/// A request not granted yet, on a pod that asks `reloadlet.io/on-blocked: rollout`, whose
+/// owner has no other pod
+/// ([`crate::core::restart_grant::only_pod_of_owner`]): the rollout's, not the grant's.
+fn hands_off(pod: &PodInfo, world: &World) -> bool {
+    let request = id_of(&pod.annotations, REQUEST);
+    request.is_some()
+        && id_of(&pod.annotations, GRANT) != request
+        && matches!(
+            crate::core::rollout::on_blocked(&pod.annotations),
+            Ok((crate::core::rollout::OnBlocked::Rollout, _))
+        )
+        && crate::core::restart_grant::only_pod_of_owner(pod, world.pods_in(&pod.namespace))
+}
+
 /// Takes part in the grant: it asks for one, or holds one.
 fn takes_part(pod: &PodInfo) -> bool {
     pod.annotations.contains_key(REQUEST) || pod.annotations.contains_key(GRANT)
@@ -160,6 +174,14 @@ impl RestartGrants {
             .filter_map(|uid| world.shared(uid))
             .filter(|p| !p.terminating)
             .collect();
+        // A request whose restart would leave the owner no Ready pod, on a pod that asks
+        // `on-blocked: rollout`: never granted; the rollout feature rolls the owner (by the
+        // same rule), and the pod is told once.
+        let (handed_off, pods): (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) =
+            pods.into_iter().partition(|p| hands_off(p, world));
+        for pod in handed_off {
+            self.hand_off(&pod, owner);
+        }
         let now = Instant::now();
         let wall_now = jiff::Timestamp::now();
         // How long each granted pod has been unready: drained or stopped, restarted or not
@@ -294,6 +316,28 @@ impl RestartGrants {
                 },
             );
         }
+    }
+
+    /// Tells a handed-off request's pod, once per request (Normal `RestartHandedOff`).
+    fn hand_off(&mut self, pod: &PodInfo, owner: &Owner) {
+        let request = id_of(&pod.annotations, REQUEST)
+            .unwrap_or_default()
+            .to_owned();
+        let outcome = Outcome::RestartHandedOff;
+        if !self
+            .warned
+            .insert((pod.uid.clone(), request.clone(), outcome.reason()))
+        {
+            return;
+        }
+        let note = format!(
+            "restart request {request} not granted: the only pod of {} {}, so a restart would leave no Ready pod; reloadlet.io/on-blocked is rollout: reloadlet controller rolls the workload instead (surge-first)",
+            owner.1, owner.2
+        );
+        tracing::info!(pod = %pod.full_name(), request = %request, outcome = outcome.as_str(), "{note}");
+        self.deps
+            .reporter
+            .publish(&PodRef::from(pod), ActionKind::Restart, outcome, note, &[]);
     }
 
     fn written(&mut self, uid: String, grant: String, owner: Owner, outcome: Outcome) {

@@ -10,6 +10,8 @@
 //! - `reloadlet.io/restarted: <id>` — written by the agent once it stopped the containers
 //!   for that grant.
 
+use super::model::PodInfo;
+use super::rollout::OwnerRef;
 use std::time::Duration;
 
 pub const REQUEST: &str = "reloadlet.io/restart-request";
@@ -116,6 +118,26 @@ pub struct Decision {
     pub blocked_by_budget: Vec<usize>,
     /// Pods in flight now.
     pub in_flight: usize,
+}
+
+/// Whether `pod` is the only pod of its owner (issue #45 §2: "one replica … a restart means
+/// a moment without a Ready pod"): it has an owner (its controller ownerRef) and no other
+/// pod of that owner among `namespace_pods` exists, not terminating. Ready or not does not
+/// count: the rollout side decides at the change and the grant side at the request, and
+/// both must come to the same answer (a sibling turning unready in between would split
+/// them, and the change would be lost). A pod without an owner has no workload to roll
+/// instead: `false`.
+pub fn only_pod_of_owner<'a>(
+    pod: &PodInfo,
+    namespace_pods: impl IntoIterator<Item = &'a PodInfo>,
+) -> bool {
+    let Some(owner) = pod.controller.as_deref() else {
+        return false;
+    };
+    let same = |o: &OwnerRef| o.kind == owner.kind && o.name == owner.name && o.uid == owner.uid;
+    !namespace_pods
+        .into_iter()
+        .any(|p| p.uid != pod.uid && !p.terminating && p.controller.as_deref().is_some_and(same))
 }
 
 /// Which pods of one owner may be granted now: while a pod is stuck, none; else, in name
@@ -346,5 +368,60 @@ mod tests {
                 "{annotations:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_only_pod_of_its_owner_is_one_with_no_sibling_that_stays() {
+        let owned = |uid: &str, owner: &str, ready: bool, terminating: bool| PodInfo {
+            uid: uid.into(),
+            ready,
+            terminating,
+            controller: (!owner.is_empty()).then(|| {
+                Box::new(OwnerRef {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: owner.into(),
+                    uid: format!("{owner}-uid"),
+                })
+            }),
+            ..PodInfo::default()
+        };
+        let me = owned("a", "web-1", true, false);
+        let cases: [(&str, Vec<PodInfo>, bool); 6] = [
+            ("the only pod", vec![me.clone()], true),
+            (
+                "a Ready sibling",
+                vec![me.clone(), owned("b", "web-1", true, false)],
+                false,
+            ),
+            (
+                "an unready sibling",
+                vec![me.clone(), owned("b", "web-1", false, false)],
+                false,
+            ),
+            (
+                "a terminating sibling",
+                vec![me.clone(), owned("b", "web-1", true, true)],
+                true,
+            ),
+            (
+                "another owner's pod",
+                vec![me.clone(), owned("b", "db-1", true, false)],
+                true,
+            ),
+            (
+                "a bare pod's neighbour",
+                vec![me.clone(), owned("b", "", true, false)],
+                true,
+            ),
+        ];
+        for (what, pods, want) in cases {
+            assert_eq!(only_pod_of_owner(&me, &pods), want, "{what}");
+        }
+        let bare = owned("c", "", true, false);
+        assert!(
+            !only_pod_of_owner(&bare, std::slice::from_ref(&bare)),
+            "no owner: nothing to roll"
+        );
     }
 }

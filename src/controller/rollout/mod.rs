@@ -244,7 +244,8 @@ impl RolloutFeature {
             self.consumed.tracker.acting(&change);
             let mode = world.get(&change.uid).and_then(refs::mode);
             if mode == Some(refs::Mode::WhenStructurallyBlocked) {
-                if self.structurally_blocked(world.get(&change.uid)) {
+                let pod_now = world.get(&change.uid);
+                if self.structurally_blocked(pod_now) || alone(pod_now, world) {
                     self.join_batch(Asking::new(pod, vec![change], world));
                 } else {
                     // The restart is the grant's: the baseline moves on, nothing is rolled.
@@ -797,6 +798,22 @@ impl Feature for RolloutFeature {
             self.deps.baselines.request(job, |_| {});
         }
     }
+}
+
+/// `pod` is the only pod of its owner (one replica): a restart would leave it no Ready pod,
+/// so `on-blocked: rollout` rolls the owner instead, and the grant side hands the request
+/// off (`controller::restart_grant`), by the same rule
+/// ([`crate::core::restart_grant::only_pod_of_owner`]). Logged.
+fn alone(pod: Option<&PodInfo>, world: &World) -> bool {
+    let Some(pod) = pod else { return false };
+    let alone = crate::core::restart_grant::only_pod_of_owner(pod, world.pods_in(&pod.namespace));
+    if alone {
+        tracing::info!(
+            pod = %format!("{}/{}", pod.namespace, pod.name),
+            "the only pod of its owner: a restart would leave no Ready pod; on-blocked: rollout, the owner is rolled now (surge-first)"
+        );
+    }
+    alone
 }
 
 #[cfg(test)]
