@@ -27,6 +27,9 @@ pub struct Context<'a> {
     pub budgets: Option<Result<Coverage, ApiError>>,
     /// The controller's Lease (who grants `action: restart`); `None`: not looked up.
     pub lease: Option<LeaseSeen>,
+    /// Whether the pod is the only pod of its owner (`action: restart`: a restart leaves no
+    /// Ready pod), or why the namespace's pods could not be read; `None`: not looked up.
+    pub only_pod: Option<Result<bool, ApiError>>,
 }
 
 impl<'a> Context<'a> {
@@ -38,6 +41,7 @@ impl<'a> Context<'a> {
             other_node: None,
             budgets: None,
             lease: None,
+            only_pod: None,
         }
     }
 }
@@ -224,6 +228,7 @@ pub fn report(
             }
             let _ = writeln!(w, "  NOTE: the restarted pod is not Ready for a moment; with one replica, or a budget that allows no disruption, that is a moment without a Ready pod");
             restart_grant::lines(w, pod, ctx.lease.as_ref(), ctx.budgets.as_ref());
+            restart_grant::only_pod(w, pod, ctx.only_pod.as_ref());
         }
         Action::Evict { allow_unowned } => {
             let _ = writeln!(

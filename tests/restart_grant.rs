@@ -150,6 +150,16 @@ fn restarted_for_its_request(p: &Pod) -> bool {
         && annotation(p, "reloadlet.io/restarted") == request
 }
 
+/// Waits until the controller took the pod's rollout baseline (what it reads now): a change
+/// before that is the pod's starting point, not a change (docs/rollout.md), so a test's
+/// change must come after it.
+async fn rollout_baselined(node: &Node, pod: &str) {
+    eventually("the controller's rollout baseline on the pod", WAIT, || {
+        node.pod_annotation(NS, pod, "reloadlet.io/rollout-baseline")
+    })
+    .await;
+}
+
 /// Waits for the first grant of the sequence.
 async fn first_grant(node: &Node) {
     eventually("a first grant", WAIT, || {
@@ -374,6 +384,7 @@ async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_n
     })
     .await;
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    rollout_baselined(&node, &old_name).await;
 
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
@@ -456,7 +467,15 @@ async fn one_replica_without_a_budget_with_on_blocked_rollout_is_rolled_not_gran
         .api
         .track_readiness(WorkloadKind::Deployment, NS, "web")
         .unwrap();
+    // Said ahead of time.
+    let explained = node.explain_output(NS, &old_name);
+    assert!(
+        explained.contains("WARNING: the only pod of ReplicaSet")
+            && explained.contains("reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead"),
+        "{explained}"
+    );
     let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    rollout_baselined(&node, &old_name).await;
 
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));

@@ -102,6 +102,38 @@ pub(super) fn lines(
     }
 }
 
+/// The warning ahead of a restart of the only pod of its owner (docs/restart.md, "One
+/// replica without a budget"): what the controller does instead with `on-blocked: rollout`,
+/// and what it costs without.
+pub(super) fn only_pod(w: &mut String, pod: &PodInfo, only: Option<&Result<bool, ApiError>>) {
+    let owner = pod
+        .controller
+        .as_deref()
+        .map(|o| format!("{} {}", o.kind, o.name))
+        .unwrap_or_default();
+    match only {
+        None | Some(Ok(false)) => {}
+        Some(Err(e)) => {
+            let _ = writeln!(w, "  replicas: the pods of namespace {} could not be read ({e}): whether this is the only pod of {owner} is not known", pod.namespace);
+        }
+        Some(Ok(true)) => {
+            let rolls = matches!(
+                crate::core::rollout::on_blocked(&pod.annotations),
+                Ok((crate::core::rollout::OnBlocked::Rollout, _))
+            );
+            let then = if rolls {
+                "reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead (surge-first; Normal RestartHandedOff)"
+            } else {
+                "it is granted and restarted all the same; reloadlet.io/on-blocked: rollout has the controller roll the workload instead (surge-first)"
+            };
+            let _ = writeln!(
+                w,
+                "  WARNING: the only pod of {owner}: a restart means a moment without a Ready pod; {then}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +266,50 @@ mod tests {
         // hostile values count as absent
         let t = text(&pod(&[(REQUEST, "A/../b")], true), None, None);
         assert_eq!(t, "  pending: nothing requested\n");
+    }
+
+    #[test]
+    fn the_only_pod_of_its_owner_is_warned_about_ahead_of_a_restart() {
+        let mut p = pod(&[], true);
+        p.namespace = "shop".into();
+        p.controller = Some(Box::new(crate::core::rollout::OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-1".into(),
+            uid: "u".into(),
+        }));
+        let mut rolled = p.clone();
+        rolled
+            .annotations
+            .insert("reloadlet.io/on-blocked".into(), "rollout".into());
+        let say = |pod: &PodInfo, only: Option<Result<bool, ApiError>>| {
+            let mut w = String::new();
+            only_pod(&mut w, pod, only.as_ref());
+            w
+        };
+        assert_eq!(say(&p, None), "");
+        assert_eq!(say(&p, Some(Ok(false))), "");
+        let alone = say(&p, Some(Ok(true)));
+        assert!(
+            alone.contains("WARNING: the only pod of ReplicaSet web-1: a restart means a moment without a Ready pod; it is granted and restarted all the same"),
+            "{alone}"
+        );
+        let handed = say(&rolled, Some(Ok(true)));
+        assert!(
+            handed.contains("reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead"),
+            "{handed}"
+        );
+        let unread = say(
+            &p,
+            Some(Err(ApiError {
+                status: Some(403),
+                message: "forbidden".into(),
+            })),
+        );
+        assert!(
+            unread.contains("the pods of namespace shop could not be read")
+                && unread.contains("is not known"),
+            "{unread}"
+        );
     }
 }

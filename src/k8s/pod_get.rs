@@ -56,3 +56,21 @@ pub async fn own_pod_identity(client: Client) -> (String, BTreeMap<String, Strin
     };
     (namespace, if labels.is_empty() { fallback } else { labels })
 }
+
+/// Every pod of `namespace`, as the core sees pods (`explain` of an `action: restart` pod:
+/// whether it is the only pod of its owner). One list; pods that do not convert are left out.
+pub async fn namespace_pods(
+    client: Client,
+    namespace: &str,
+) -> Result<Vec<crate::core::model::PodInfo>, ApiError> {
+    let api: Api<PodView> = Api::namespaced(client, namespace);
+    let list = api
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|e| api_error(&e))?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(super::pod_convert::pod_info)
+        .collect())
+}

@@ -88,12 +88,22 @@ pub async fn report(args: ExplainArgs) -> Result<String, Failed> {
     } else {
         None
     };
+    let only_pod = if is_restart(&info) {
+        Some(
+            pod_get::namespace_pods(clients.main.clone(), &namespace)
+                .await
+                .map(|pods| crate::core::restart_grant::only_pod_of_owner(&info, &pods)),
+        )
+    } else {
+        None
+    };
     let ctx = explain::Context {
         scope: &scope,
         pod_node: pod_node.as_deref(),
         other_node,
         budgets: Some(budgets),
         lease,
+        only_pod,
     };
     let mut text = explain::report(&info, &ctx, &pod_convert::env_only_sources(&pod), &main_pid);
     text.push_str(&crate::controller::nudge::qualify::explain(&info));
