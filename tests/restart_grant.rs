@@ -340,23 +340,21 @@ async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
     controller.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_not_restarted() {
-    if !root_or_skip() {
-        return;
-    }
+/// One replica of a Deployment whose pod asks `on-blocked: rollout`, serving v1, with the
+/// agent running (and `before`, e.g. a budget, made first).
+struct OneReplica {
+    node: Node,
+    old_name: String,
+    old_uid: String,
+    readiness: nodesim::apiserver::ReadinessWatch,
+}
+
+async fn one_replica(before: impl FnOnce(&Node)) -> OneReplica {
     let mut node = Node::start(NodeOptions::default()).await;
     node.api.set_nodes(&[NODE]);
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
-    // One replica, one needed: a restart would leave no Ready pod, whatever the timing.
-    node.api.create_pdb(
-        serde_json::from_value(json!({
-            "metadata": {"name": "web", "namespace": NS},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
-        }))
-        .unwrap(),
-    );
+    before(&node);
     let base = node.path("served").parent().unwrap().to_owned();
     let mut d = deployment(&base, &[("reloadlet.io/on-blocked", "rollout")]);
     d.spec.as_mut().unwrap().replicas = Some(1);
@@ -369,13 +367,72 @@ async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_n
             .then(|| pods[0].clone())
     })
     .await;
-    let old_name = old.metadata.name.clone().unwrap();
-    let old_uid = old.metadata.uid.clone().unwrap();
     node.wait_tracked(2).await;
     let readiness = node
         .api
         .track_readiness(WorkloadKind::Deployment, NS, "web")
         .unwrap();
+    OneReplica {
+        old_name: old.metadata.name.clone().unwrap(),
+        old_uid: old.metadata.uid.clone().unwrap(),
+        node,
+        readiness,
+    }
+}
+
+impl OneReplica {
+    /// A controller, once it took the pod's baseline, and then the change to v2.
+    async fn change_under_a_controller(&self) -> ControllerProcess {
+        let controller = ControllerProcess::start(&self.node, &[NO_ELECTION], &[]).await;
+        rollout_baselined(&self.node, &self.old_name).await;
+        self.node
+            .api
+            .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+        controller
+    }
+
+    /// The controller rolled the Deployment (the positive control): a new pod, not
+    /// restarted, serves v2, and there was never a moment without a Ready pod.
+    async fn rolled_surge_first(&self) {
+        let node = &self.node;
+        let new = eventually("a new pod serving v2, the old one gone", WAIT, || {
+            let pods = pods(node);
+            let served = served(node);
+            let new = pods.first()?;
+            let name = new.metadata.name.as_deref()?;
+            (pods.len() == 1
+                && new.metadata.uid.as_deref() != Some(self.old_uid.as_str())
+                && ready(new)
+                && served.get(name).is_some_and(|l| l == "serving v2"))
+            .then(|| new.clone())
+        })
+        .await;
+        assert_eq!(restart_count(&new), 0, "the new pod was not restarted");
+        let log = self.readiness.log();
+        assert!(
+            log.min_ready().is_some_and(|n| n >= 1),
+            "a moment without a Ready pod: {log:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_not_restarted() {
+    if !root_or_skip() {
+        return;
+    }
+    // One replica, one needed: a restart would leave no Ready pod, whatever the timing.
+    let one = one_replica(|node| {
+        node.api.create_pdb(
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": NS},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+            }))
+            .unwrap(),
+        );
+    })
+    .await;
+    let (node, old_name) = (&one.node, &one.old_name);
     // The disruption controller has counted the pod: the block is known as structural.
     eventually("the budget's status: 1 of 1 needed", WAIT, || {
         let st = node.api.get_pdb(NS, "web")?.status?;
@@ -383,14 +440,10 @@ async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_n
             .then_some(())
     })
     .await;
-    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
-    rollout_baselined(&node, &old_name).await;
-
-    node.api
-        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+    let controller = one.change_under_a_controller().await;
 
     // The agent hands the restart off at once...
-    let ev = node.wait_event(NS, &old_name, "RestartHandedOff").await;
+    let ev = node.wait_event(NS, old_name, "RestartHandedOff").await;
     assert_eq!(ev.type_, "Normal");
     assert!(
         ev.note
@@ -402,29 +455,11 @@ async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_n
         "{}",
         ev.note
     );
-    // ...and the controller rolls the Deployment: a new pod serves v2 (the positive control).
-    let new = eventually("a new pod serving v2, the old one gone", WAIT, || {
-        let pods = pods(&node);
-        let served = served(&node);
-        let new = pods.first()?;
-        let name = new.metadata.name.as_deref()?;
-        (pods.len() == 1
-            && new.metadata.uid.as_deref() != Some(old_uid.as_str())
-            && ready(new)
-            && served.get(name).is_some_and(|l| l == "serving v2"))
-        .then(|| new.clone())
-    })
-    .await;
-    assert_eq!(restart_count(&new), 0, "the new pod was not restarted");
-    // Never a moment without a Ready pod (surge-first), and nothing restarted or requested.
-    let log = readiness.log();
-    assert!(
-        log.min_ready().is_some_and(|n| n >= 1),
-        "a moment without a Ready pod: {log:?}"
-    );
+    // ...and the controller rolls the Deployment; nothing restarted or requested.
+    one.rolled_surge_first().await;
     for reason in ["RestartRequested", "Restarted"] {
         assert!(
-            node.events(NS, &old_name, reason).is_empty(),
+            node.events(NS, old_name, reason).is_empty(),
             "{reason} on {old_name}"
         );
     }
@@ -434,6 +469,7 @@ async fn one_replica_under_min_available_one_with_on_blocked_rollout_is_rolled_n
     );
     controller.stop().await;
 }
+
 /// One replica and no PodDisruptionBudget (docs/restart.md, "One replica"): nothing tells
 /// the agent that a restart would leave no Ready pod, so it asks; the controller sees the
 /// only pod of its ReplicaSet, grants nothing (Normal `RestartHandedOff`, from the
@@ -444,43 +480,18 @@ async fn one_replica_without_a_budget_with_on_blocked_rollout_is_rolled_not_gran
     if !root_or_skip() {
         return;
     }
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.api.set_nodes(&[NODE]);
-    node.api
-        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
-    let base = node.path("served").parent().unwrap().to_owned();
-    let mut d = deployment(&base, &[("reloadlet.io/on-blocked", "rollout")]);
-    d.spec.as_mut().unwrap().replicas = Some(1);
-    node.api.apply_deployment(d).unwrap();
-    node.start_agent(&[]).await;
-    let old = eventually("one Ready pod serving v1", WAIT, || {
-        let pods = pods(&node);
-        let served = served(&node);
-        (pods.len() == 1 && ready(&pods[0]) && served.values().all(|l| l == "serving v1"))
-            .then(|| pods[0].clone())
-    })
-    .await;
-    let old_name = old.metadata.name.clone().unwrap();
-    let old_uid = old.metadata.uid.clone().unwrap();
-    node.wait_tracked(2).await;
-    let readiness = node
-        .api
-        .track_readiness(WorkloadKind::Deployment, NS, "web")
-        .unwrap();
+    let one = one_replica(|_| {}).await;
+    let (node, old_name) = (&one.node, &one.old_name);
     // Said ahead of time.
-    let explained = node.explain_output(NS, &old_name);
+    let explained = node.explain_output(NS, old_name);
     assert!(
         explained.contains("WARNING: the only pod of ReplicaSet")
             && explained.contains("reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead"),
         "{explained}"
     );
-    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
-    rollout_baselined(&node, &old_name).await;
+    let controller = one.change_under_a_controller().await;
 
-    node.api
-        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
-
-    let ev = node.wait_event(NS, &old_name, "RestartHandedOff").await;
+    let ev = node.wait_event(NS, old_name, "RestartHandedOff").await;
     assert_eq!(ev.type_, "Normal");
     assert!(
         ev.note.contains("the only pod of ReplicaSet")
@@ -490,26 +501,9 @@ async fn one_replica_without_a_budget_with_on_blocked_rollout_is_rolled_not_gran
         "{}",
         ev.note
     );
-    let new = eventually("a new pod serving v2, the old one gone", WAIT, || {
-        let pods = pods(&node);
-        let served = served(&node);
-        let new = pods.first()?;
-        let name = new.metadata.name.as_deref()?;
-        (pods.len() == 1
-            && new.metadata.uid.as_deref() != Some(old_uid.as_str())
-            && ready(new)
-            && served.get(name).is_some_and(|l| l == "serving v2"))
-        .then(|| new.clone())
-    })
-    .await;
-    assert_eq!(restart_count(&new), 0, "the new pod was not restarted");
-    let log = readiness.log();
-    assert!(
-        log.min_ready().is_some_and(|n| n >= 1),
-        "a moment without a Ready pod: {log:?}"
-    );
+    one.rolled_surge_first().await;
     // The old pod asked, and was never granted nor restarted.
-    assert!(node.events(NS, &old_name, "Restarted").is_empty());
+    assert!(node.events(NS, old_name, "Restarted").is_empty());
     assert!(
         !node
             .agent_log()

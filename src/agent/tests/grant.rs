@@ -1,14 +1,29 @@
 //! A granted restart the agent finds on a pod in its first pod list (it requested it before
 //! it restarted, docs/restart.md "The grant"): the executor is told of the pod only once
 //! the index holds it, so the restart it starts finds the pod, stops the container, and
-//! `restarted` is written only after the container runs again.
+//! `restarted` is written only after the container runs again; a container that started
+//! anew since the request is not stopped again.
 
-use super::{pod, world_with, UID};
+use super::{pod, world_with, World, UID};
 use crate::agent::*;
 use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
 use crate::core::restart_grant::{GRANT, REQUEST, RESTARTED};
 use crate::core::restart_request::request_id;
 use crate::host::state_file::{SavedState, StateStore};
+
+/// An agent that asks for grants, just restarted, and its own request for `change`, made
+/// while container `app` ran as `abc` (the key it keeps in its state directory).
+fn restarted_agent(change: &[u8]) -> (World, String) {
+    let w = world_with(Some(SavedState::default()), |s| {
+        s.restart_without_grant = false
+    });
+    let key = StateStore::open(&w.dir.path().join("state"))
+        .unwrap()
+        .key()
+        .clone();
+    let own = request_id(&key, UID, change, &[("app", Some("abc"))]);
+    (w, own)
+}
 
 /// The pod as the kubelet shows it, with the agent's own granted request on it; its
 /// container runs as `container`.
@@ -22,52 +37,45 @@ fn granted(own: &str, container: &str) -> PodInfo {
     p
 }
 
+/// `reloadlet.io/restarted` on the pod as stored.
+fn restarted(w: &World) -> Option<String> {
+    w.patcher
+        .stored("web", "web-0")
+        .and_then(|p| p.annotations.get(RESTARTED).cloned())
+}
+
+/// Polls `done` on the wall clock (the stop runs on a real blocking thread) for 10 s.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_request_in_the_first_pod_list_is_carried_out_then_recorded() {
-    let mut w = world_with(Some(SavedState::default()), |s| {
-        s.restart_without_grant = false
-    });
-    // the key the agent keeps in its state directory: the request is its own
-    let key = StateStore::open(&w.dir.path().join("state"))
-        .unwrap()
-        .key()
-        .clone();
-    let own = request_id(
-        &key,
-        UID,
-        b"change before the agent restarted",
-        &[("app", Some("abc"))],
-    );
+    let (mut w, own) = restarted_agent(b"change before the agent restarted");
     let before = granted(&own, "abc");
     w.patcher.put(before.clone());
     w.agent.on_pod(PodUpdate::Resync(vec![before]));
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while w.processes.sent() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the granted restart never stopped the container"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let restarted = || {
-        w.patcher
-            .stored("web", "web-0")
-            .and_then(|p| p.annotations.get(RESTARTED).cloned())
-    };
+    until("the granted restart stops the container", || {
+        w.processes.sent() > 0
+    })
+    .await;
     // Positive control for the record below: not written while the old container runs.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(restarted(), None, "recorded before the container ran again");
+    assert_eq!(
+        restarted(&w),
+        None,
+        "recorded before the container ran again"
+    );
     // The kubelet started it again (a new container ID): recorded.
     w.agent.on_pod(PodUpdate::Apply(granted(&own, "def")));
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while restarted().as_deref() != Some(own.as_str()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "restarted never written: {:?}",
-            restarted()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until("restarted written", || {
+        restarted(&w).as_deref() == Some(own.as_str())
+    })
+    .await;
     // One stop: SIGTERM, then SIGKILL after the 1 s grace (the fake process stays); nothing
     // for the new container.
     let sent: Vec<(String, ReloadSignal)> = w
@@ -93,32 +101,15 @@ async fn a_granted_request_in_the_first_pod_list_is_carried_out_then_recorded() 
 /// stopped a second time, and `restarted` is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_restarted_before_the_agent_restarted_is_not_stopped_again() {
-    let mut w = world_with(Some(SavedState::default()), |s| {
-        s.restart_without_grant = false
-    });
-    let key = StateStore::open(&w.dir.path().join("state"))
-        .unwrap()
-        .key()
-        .clone();
+    let (mut w, own) = restarted_agent(b"the change");
     // requested while the container ran as abc; it runs as def now
-    let own = request_id(&key, UID, b"the change", &[("app", Some("abc"))]);
     w.processes.pids.lock().unwrap().insert("def".into(), 4343);
     let now = granted(&own, "def");
     w.patcher.put(now.clone());
     w.agent.on_pod(PodUpdate::Resync(vec![now]));
-    let restarted = || {
-        w.patcher
-            .stored("web", "web-0")
-            .and_then(|p| p.annotations.get(RESTARTED).cloned())
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while restarted().as_deref() != Some(own.as_str()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "restarted never written: {:?}",
-            restarted()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until("restarted written", || {
+        restarted(&w).as_deref() == Some(own.as_str())
+    })
+    .await;
     assert_eq!(w.processes.sent(), 0, "nothing stopped a second time");
 }
