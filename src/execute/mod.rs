@@ -589,12 +589,27 @@ impl Inner {
         // may lag the kubelet (a change taken right after the pod started finds its
         // container still waiting there). Dropped, the change would be lost: it counts as
         // acted on.
+        // A container that runs under another container ID at a retry than at the first
+        // attempt started anew meanwhile (its process had exited — e.g. stopped by an agent
+        // that restarted before it recorded the restart): it read the new config, and a stop
+        // now would be a second restart.
         let mut retries = Retries::new(&signal::RETRY).stopped_by(self.stop.clone());
+        let mut first_id: Option<Option<String>> = None;
+        let mut anew = false;
         let (pod, stopped) = loop {
             let Some(pod) = self.pod(&job.pod_uid) else {
                 tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone while drained; restart dropped");
                 return false;
             };
+            let (now_id, running) = restart::shown_id(&pod, &job.container);
+            match &first_id {
+                None => first_id = Some(now_id),
+                Some(Some(was)) if running && now_id.as_ref().is_some_and(|now| now != was) => {
+                    anew = true;
+                    break (pod, Err(restart::RestartError::StartedAnew));
+                }
+                Some(_) => {}
+            }
             let inner = self.clone();
             let (p, j) = (pod.clone(), job.clone());
             let stopped = tokio::task::spawn_blocking(move || {
@@ -620,12 +635,12 @@ impl Inner {
             .iter()
             .find(|c| c.name == job.container)
             .and_then(|c| c.container_id.clone());
-        if stopped.is_ok() {
+        if stopped.is_ok() || anew {
             slot.keep();
         }
         if drain.drained() {
             if let (Some(gate), Some(held)) = (self.gate.clone(), held) {
-                if stopped.is_ok() {
+                if stopped.is_ok() || anew {
                     let index = self.clone();
                     self.signals.spawn(drain::bring_back(
                         held,
@@ -645,6 +660,14 @@ impl Inner {
         }
         let (outcome, note) = match &stopped {
             Ok(s) => (Outcome::Restarted, restart::restarted_note(&job, s, &drain)),
+            Err(_) if anew => (
+                Outcome::Restarted,
+                format!(
+                    "container {} started anew in the same pod since the change (another container ID), so it reads the new config; not stopped again: {}",
+                    job.container,
+                    job.cause()
+                ),
+            ),
             Err(e) => (
                 Outcome::RestartFailed,
                 format!(
@@ -658,6 +681,9 @@ impl Inner {
             Ok(s) => {
                 tracing::info!(pod = %pod.full_name(), container = %job.container, pid = s.pid, killed = s.killed, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), "container stopped; the kubelet starts it again")
             }
+            Err(_) if anew => {
+                tracing::info!(pod = %pod.full_name(), container = %job.container, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), "the container started anew since the change; not stopped again")
+            }
             Err(e) => {
                 tracing::warn!(pod = %pod.full_name(), container = %job.container, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), error = %e, "restart failed")
             }
@@ -670,7 +696,7 @@ impl Inner {
             &job.sources,
             &job.seen,
         );
-        stopped.is_ok()
+        stopped.is_ok() || anew
     }
 
     /// [`Executor::restart_pod`]'s hand-off: `true` when the restart was handed to the
@@ -1068,6 +1094,28 @@ mod tests {
         assert_eq!(w.events.reasons(), ["Restarted"]);
         assert_eq!(w.count("restart", "restarted"), "1");
         assert_eq!(w.count("restart", "restart_failed"), "0");
+    }
+
+    /// The container's process is gone while the API still shows it running (an agent
+    /// stopped it and restarted before it wrote `restarted`); at a retry the pod shows it
+    /// running under a new container ID: it started anew and read the new config, so it is
+    /// not stopped a second time, and the restart is reported done.
+    #[tokio::test(start_paused = true)]
+    async fn a_container_that_started_anew_during_the_retries_is_not_stopped_again() {
+        let w = world(false, 0);
+        w.processes.pids.lock().unwrap().remove("abc");
+        w.processes.pids.lock().unwrap().insert("def".into(), 4343);
+        w.exec.inner.index.write().unwrap().apply(pod());
+        w.exec.restart(restart_job("v2"));
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let mut anew = pod();
+        anew.containers[0].container_id = ContainerId::parse("containerd://def");
+        w.exec.inner.index.write().unwrap().apply(anew);
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 0, "the new container was stopped");
+        assert_eq!(w.events.reasons(), ["Restarted"]);
+        let note = w.events.0.lock().unwrap()[0].1.note.clone();
+        assert!(note.contains("started anew in the same pod"), "{note}");
     }
 
     /// A restart that stopped nothing is no restart: the next change is not deferred to the

@@ -68,6 +68,20 @@ pub enum RestartError {
     /// The blocking task ended in a panic.
     #[error("the stop panicked: {0}")]
     Panicked(String),
+    /// The container runs under another container ID than when the restart began: it
+    /// started anew meanwhile (not an error to report: nothing more to stop).
+    #[error("the container started anew meanwhile")]
+    StartedAnew,
+}
+
+/// The ID of `container`'s container as the pod shows it (running or not), and whether it
+/// runs.
+pub fn shown_id(pod: &PodInfo, container: &str) -> (Option<String>, bool) {
+    pod.containers
+        .iter()
+        .find(|c| c.name == container)
+        .map(|c| (c.container_id.as_ref().map(|id| id.id.clone()), c.running))
+        .unwrap_or((None, false))
 }
 
 impl RestartError {
