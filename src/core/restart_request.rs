@@ -103,28 +103,37 @@ fn parse(id: &str) -> Option<(&str, &str, &str)> {
         .map(|()| (content, m, tags))
 }
 
+/// The id's MAC. Without tags it is the MAC ids had before tags existed (an id an agent wrote
+/// before its upgrade still verifies after it).
 fn mac(key: &HashKey, pod_uid: &str, content: &str, tags: &str) -> String {
-    let mut mac = key.mac();
-    mac.update(b"reloadlet restart request\0");
-    mac.update(pod_uid.as_bytes());
-    mac.update(b"\0");
-    mac.update(content.as_bytes());
-    mac.update(b"\0");
-    mac.update(tags.as_bytes());
-    hex::encode(&mac.finalize().into_bytes()[..8])
+    let mut parts = vec!["reloadlet restart request", pod_uid, content];
+    if !tags.is_empty() {
+        parts.push(tags);
+    }
+    keyed_hex(key, &parts, 8)
 }
 
 fn tag(key: &HashKey, pod_uid: &str, content: &str, (name, id): &Instance<'_>) -> String {
+    let parts = [
+        "reloadlet restart request container",
+        pod_uid,
+        content,
+        name,
+        id.unwrap_or(""),
+    ];
+    keyed_hex(key, &parts, 2)
+}
+
+/// Hex of the first `bytes` bytes of the HMAC of `parts` joined by NUL.
+fn keyed_hex(key: &HashKey, parts: &[&str], bytes: usize) -> String {
     let mut mac = key.mac();
-    mac.update(b"reloadlet restart request container\0");
-    mac.update(pod_uid.as_bytes());
-    mac.update(b"\0");
-    mac.update(content.as_bytes());
-    mac.update(b"\0");
-    mac.update(name.as_bytes());
-    mac.update(b"\0");
-    mac.update(id.unwrap_or("").as_bytes());
-    hex::encode(&mac.finalize().into_bytes()[..2])
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            mac.update(b"\0");
+        }
+        mac.update(part.as_bytes());
+    }
+    hex::encode(&mac.finalize().into_bytes()[..bytes])
 }
 
 #[cfg(test)]
@@ -219,5 +228,18 @@ mod tests {
         assert!(valid_id(&ten) && ten.len() == 25, "{ten}");
         assert!(is_own_request(&key, "u", &ten));
         assert_eq!(unchanged_since(&key, "u", &ten, &many), None);
+    }
+
+    #[test]
+    fn an_id_without_tags_verifies_as_ids_did_before_tags() {
+        // the MAC of an id as agents wrote it before tags: label, UID and content, NUL-joined
+        let key = HashKey::from_bytes([7; 32]);
+        let mut old = key.mac();
+        old.update(b"reloadlet restart request\0uid-1\0c0ffee00");
+        let old = format!(
+            "c0ffee00-{}",
+            hex::encode(&old.finalize().into_bytes()[..8])
+        );
+        assert!(is_own_request(&key, "uid-1", &old), "{old}");
     }
 }
