@@ -248,6 +248,25 @@ async fn three_replicas(annotations: &[(&str, &str)]) -> (Node, BTreeMap<String,
     (node, before)
 }
 
+/// Three Ready replicas without a budget and no controller; the agent reads the controller's
+/// Lease in `lease_namespace` (`before`: what the API server is told before the agent starts).
+async fn three_replicas_without_a_budget(
+    lease_namespace: &str,
+    before: impl FnOnce(&Node),
+) -> (Node, BTreeMap<String, i32>) {
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
+    let base = node.path("served").parent().unwrap().to_owned();
+    node.api.apply_deployment(deployment(&base, &[])).unwrap();
+    before(&node);
+    node.start_agent(&["--controller-lease-namespace", lease_namespace])
+        .await;
+    let ready = settled(&node, "three Ready pods", |_| true).await;
+    (node, ready)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_restart_in_the_middle_of_a_sequence_restarts_nothing_twice_and_loses_nothing() {
     if !root_or_skip() {
@@ -523,16 +542,8 @@ async fn without_a_controller_each_request_is_warned_about_once_and_nothing_rest
         return;
     }
     const WARNING: &str = "RestartUncoordinated";
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.api.set_nodes(&[NODE]);
-    node.api
-        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
-    let base = node.path("served").parent().unwrap().to_owned();
-    node.api.apply_deployment(deployment(&base, &[])).unwrap();
     // the chart's Lease namespace (the agent's own, which the test process does not set)
-    node.start_agent(&["--controller-lease-namespace", "reloadlet-system"])
-        .await;
-    let before = settled(&node, "three Ready pods", |_| true).await;
+    let (node, before) = three_replicas_without_a_budget("reloadlet-system", |_| {}).await;
     let warnings = |p: &Pod| node.events(NS, p.metadata.name.as_deref().unwrap(), WARNING);
 
     node.api
@@ -623,17 +634,11 @@ async fn a_lease_the_agent_may_not_read_is_named_on_readyz_not_guessed_and_nothi
     if !root_or_skip() {
         return;
     }
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.api.set_nodes(&[NODE]);
-    node.api
-        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
-    let base = node.path("served").parent().unwrap().to_owned();
-    node.api.apply_deployment(deployment(&base, &[])).unwrap();
-    node.api
-        .expect_forbidden("get", "coordination.k8s.io", "leases");
-    node.start_agent(&["--controller-lease-namespace", "elsewhere"])
-        .await;
-    let before = settled(&node, "three Ready pods", |_| true).await;
+    let (node, before) = three_replicas_without_a_budget("elsewhere", |node| {
+        node.api
+            .expect_forbidden("get", "coordination.k8s.io", "leases");
+    })
+    .await;
 
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
