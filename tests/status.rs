@@ -1401,3 +1401,130 @@ async fn with_the_real_agent_and_controller_status_follows_a_change_to_each_cons
     );
     controller.stop().await;
 }
+
+/// Right after a change, the one `pending` reason the story above cannot show for real (the
+/// simulated kubelet there projects at once): a pod the kubelet has not synced yet. Here the
+/// kubelet keeps its real timing (`syncFrequency` 60 s: without a nudge a change reaches a
+/// pod 60–90 s later, nodesim/src/kubelet/sync.rs) and the pod opted out of the controller's
+/// nudge (`reloadlet.io/fast-projection: "false"`). While the new data is published and not
+/// projected, status reads `pending  the kubelet has not projected …` and the process has had
+/// no signal; a pod update (the documented workaround, kubernetes#30189: the kubelet syncs a
+/// pod whose annotations changed) makes the kubelet project it, the agent signals, and the
+/// pod reads `current` by the agent's record, exit 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_the_kubelet_has_not_synced_reads_pending_until_its_sync_then_current() {
+    use common::fixtures::{configmap, pod as pod_of, secret};
+    use common::*;
+    if !root_or_skip() {
+        return;
+    }
+    let wait = Duration::from_secs(60);
+    let mut node = Node::start_faithful(Duration::from_secs(60)).await;
+    node.api.set_nodes(&[NODE]);
+    let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
+    node.api.apply_secret(secret(
+        "reloadlet-system",
+        "reloadlet-controller-key",
+        &[("key", &key_bytes)],
+    ));
+    node.api
+        .apply_configmap(configmap(NS, "app", &[("app.conf", "v1")]));
+    let written = Timestamp::now();
+    node.start_agent(&[
+        "--pod-namespace",
+        "reloadlet-system",
+        "--pod-name",
+        "reloadlet-x",
+    ])
+    .await;
+    until("two seconds past the ConfigMap's write", wait, || {
+        Timestamp::now().as_second() >= written.as_second() + 2
+    })
+    .await;
+    let sig = node.path("slow.sig");
+    node.api.create_pod(
+        pod_of(NS, "slow-0")
+            .signal()
+            .annotate("reloadlet.io/fast-projection", "false")
+            .configmap_volume("config", "app")
+            .recorder("app", &sig, &[("config", "/etc/app")])
+            .build(),
+    );
+    node.wait_running(NS, "slow-0").await;
+    eventually("recorder ready", wait, || {
+        recorder_ready(&sig).then_some(())
+    })
+    .await;
+    node.wait_tracked(1).await;
+    let controller =
+        controller_process::ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
+    let kc = node.kubeconfig();
+    eventually("slow-0 current before the change", wait, || {
+        let (code, out) = status(&kc, &["configmap/app"]);
+        (code == 0 && out.ends_with("configmap app: 1 consumer: 1 current\n")).then_some(())
+    })
+    .await;
+    let v1 = data_version_of(&node, SourceKind::ConfigMap, "app").unwrap();
+
+    node.api
+        .apply_configmap(configmap(NS, "app", &[("app.conf", "v2")]));
+    eventually("v2's data version published", wait, || {
+        data_version_of(&node, SourceKind::ConfigMap, "app").filter(|v| *v != v1)
+    })
+    .await;
+    let (state, detail) = eventually("slow-0 pending for the kubelet", wait, || {
+        states(&kc, "configmap/app").remove("slow-0")
+    })
+    .await;
+    assert_eq!(
+        (
+            state.as_str(),
+            detail.contains("the kubelet has not projected")
+        ),
+        ("pending", true),
+        "{detail}\n{}",
+        controller.log()
+    );
+    // And it really has not: no signal, the volume still holds v1.
+    assert!(signals_in(&sig).is_empty(), "{:?}", signals_in(&sig));
+    let (code, out) = status(&kc, &["configmap/app"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.ends_with("configmap app: 1 consumer: 1 pending (kubelet)\n"),
+        "{out}"
+    );
+
+    // A pod update: the kubelet syncs the pod, projects v2, the agent signals and records.
+    node.api
+        .merge_patch_pod(
+            NS,
+            "slow-0",
+            &json!({"metadata": {"annotations": {"example.com/touched": "1"}}}),
+        )
+        .unwrap();
+    eventually("slow-0 got SIGHUP after its sync", wait, || {
+        (signals_in(&sig) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    let out = eventually("slow-0 current by the agent's record", wait, || {
+        let (code, out) = status(&kc, &["configmap/app"]);
+        (code == 0).then_some(out)
+    })
+    .await;
+    assert!(
+        line(&out, "slow-0").contains("current") && line(&out, "slow-0").contains("(signal)"),
+        "{out}"
+    );
+    // Nothing nudged the opted-out pod: the only pod update is the test's.
+    assert!(
+        !node
+            .api
+            .get_pod(NS, "slow-0")
+            .and_then(|p| p.metadata.annotations)
+            .unwrap_or_default()
+            .keys()
+            .any(|k| k.contains("nudge")),
+        "{out}"
+    );
+    controller.stop().await;
+}
