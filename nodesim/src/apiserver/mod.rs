@@ -33,6 +33,8 @@ mod readiness_log;
 mod records;
 mod render;
 mod replicaset;
+#[cfg(test)]
+mod request_log_tests;
 mod secure;
 pub mod selectors;
 mod server;
@@ -151,6 +153,10 @@ fn key(namespace: &str, name: &str) -> Key {
     (namespace.to_string(), name.to_string())
 }
 
+/// How long a read of the request log waits for the requests being answered
+/// ([`ApiServer::settled`]): a held or delayed handler is not waited for past it.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl ApiServer {
     /// Binds 127.0.0.1:0 with default options and serves until dropped/shut down.
     pub async fn start() -> anyhow::Result<ApiServer> {
@@ -227,6 +233,31 @@ impl ApiServer {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner.shared.lock()
+    }
+
+    /// The state once every request that had arrived when this was called is answered and
+    /// logged (a handler's store change and its log line are two steps): at most
+    /// [`SETTLE_WAIT`], then as it is. Waits on a blocking-capable thread only: from a
+    /// current-thread runtime (where waiting would stop the server answering) it does not
+    /// wait.
+    fn settled(&self) -> std::sync::MutexGuard<'_, State> {
+        let upto = self.state().records.next_request;
+        let deadline = std::time::Instant::now() + SETTLE_WAIT;
+        let wait = || loop {
+            let state = self.state();
+            let done = state.records.answering.range(..upto).next().is_none();
+            if done || std::time::Instant::now() >= deadline {
+                return;
+            }
+            drop(state);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
+            Ok(_) => {}
+            Err(_) => wait(),
+        }
+        self.state()
     }
 
     /// `http://127.0.0.1:<port>`, or `https://` with [`ApiServerOptions::tls`].
@@ -605,14 +636,15 @@ impl ApiServer {
     }
     /// Every HTTP request answered (method, path, query, `Accept`, `Content-Type` and
     /// the body of writes), e.g. to assert "no per-object GETs" or count patches. A request
-    /// is logged once answered, after its handler changed the store: a change read from the
-    /// store directly (`get_pod`, …) may show before its request does, so poll for it.
+    /// is logged once answered, after its handler changed the store; the log is read once
+    /// every request that arrived before this call is answered ([`Self::settled`]), so a
+    /// change read from the store (`get_pod`, …) before this call has its request here.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.state().records.requests.clone()
+        self.settled().records.requests.clone()
     }
     /// The requests answered after the first `n` (cheap to poll on a long log).
     pub fn requests_since(&self, n: usize) -> Vec<RequestRecord> {
-        self.state()
+        self.settled()
             .records
             .requests
             .get(n..)
@@ -621,7 +653,7 @@ impl ApiServer {
     }
     /// How many requests were answered so far.
     pub fn request_count(&self) -> usize {
-        self.state().records.requests.len()
+        self.settled().records.requests.len()
     }
     /// Watch streams open right now per kind (`Pod`, `ConfigMap`, `Secret`, `Lease`), e.g. to
     /// assert "one watch per kind" (kinds with none open are left out).

@@ -87,8 +87,43 @@ pub(crate) fn router(shared: Arc<Shared>, argo_rollouts: bool) -> Router {
         .with_state(shared)
 }
 
+/// A request being answered: its sequence number stays in `Records::answering` until it is
+/// logged, or until its future is dropped (the client went away) unlogged.
+struct Answering {
+    shared: Arc<Shared>,
+    seq: u64,
+}
+
+impl Answering {
+    fn begin(shared: &Arc<Shared>) -> Self {
+        let mut state = shared.lock();
+        let seq = state.records.next_request;
+        state.records.next_request += 1;
+        state.records.answering.insert(seq);
+        Self {
+            shared: shared.clone(),
+            seq,
+        }
+    }
+
+    /// Logs the answered request: one lock, so no reader sees it neither answering nor
+    /// logged.
+    fn logged(self, record: RequestRecord) {
+        let mut state = self.shared.lock();
+        state.records.requests.push(record);
+        state.records.answering.remove(&self.seq);
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.shared.lock().records.answering.remove(&self.seq);
+    }
+}
+
 /// Logs every request, applies the simulated outage and response delay.
 async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
+    let answering = Answering::begin(&shared);
     let at = Instant::now();
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
@@ -159,7 +194,7 @@ async fn gate(State(shared): Shr, req: Request, next: Next) -> Response {
     if eviction {
         shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
-    shared.lock().records.requests.push(RequestRecord {
+    answering.logged(RequestRecord {
         method,
         path,
         query,

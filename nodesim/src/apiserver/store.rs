@@ -65,6 +65,11 @@ pub(crate) struct Records {
     pub evictions: Vec<EvictionRecord>,
     pub invariants: Vec<InvariantRecord>,
     pub requests: Vec<RequestRecord>,
+    /// The sequence number the next request arriving gets (`super::server::gate`).
+    pub next_request: u64,
+    /// The requests being answered (their sequence numbers): logged in `requests` once
+    /// answered, removed from here under the same lock.
+    pub answering: std::collections::BTreeSet<u64>,
 }
 
 /// How the simulated control plane behaves (set at start or by a test).
