@@ -114,6 +114,12 @@ async fn compaction_makes_the_watcher_relist_and_recover() {
     );
     eventually(10, "first list", || names(&seen) == ["c-1"]).await;
     assert_eq!(seen.lock().unwrap().lists, 1);
+    // Compacted while its watch is open (a watch started after the compaction from the
+    // compacted version itself is not too old, and would see no 410).
+    eventually(10, "the watch open", || {
+        server.open_watches().get("Pod").is_some_and(|n| *n >= 1)
+    })
+    .await;
 
     server.compact();
     server.create_pod(pod("default", "c-2", "node-a", &[]));
