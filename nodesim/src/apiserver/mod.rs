@@ -14,15 +14,18 @@
 mod access;
 mod argo;
 mod argo_rollout;
+mod behaviour_api;
 mod daemonset;
 mod deployment;
 mod disruption;
 mod events;
 mod eviction;
 mod http_objects;
+mod identity_api;
 mod managed_fields;
 mod model;
 mod objects;
+mod objects_api;
 mod pdb_store;
 mod pdb_watch;
 mod pod_status;
@@ -31,6 +34,7 @@ pub mod rbac_chart;
 mod readiness;
 mod readiness_log;
 mod records;
+mod records_api;
 mod render;
 mod replicaset;
 #[cfg(test)]
@@ -56,12 +60,9 @@ pub use records::{EvictionRecord, InvariantRecord, RecordedEvent, RequestRecord}
 pub use status::ApiStatus;
 
 use crate::volumes::projection::SourceLookup;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus, PodTemplateSpec, Secret};
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use shared::Shared;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use store::{Key, State};
@@ -153,16 +154,11 @@ fn key(namespace: &str, name: &str) -> Key {
     (namespace.to_string(), name.to_string())
 }
 
-/// How long a read of the request log waits for the requests being answered
-/// ([`ApiServer::settled`]): a held or delayed handler is not waited for past it.
-const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
 impl ApiServer {
     /// Binds 127.0.0.1:0 with default options and serves until dropped/shut down.
     pub async fn start() -> anyhow::Result<ApiServer> {
         Ok(Self::start_with(ApiServerOptions::default()).await?)
     }
-
     /// Binds 127.0.0.1:0 with these options.
     pub async fn start_with(opts: ApiServerOptions) -> Result<ApiServer, ApiServerError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -230,36 +226,9 @@ impl ApiServer {
             }),
         })
     }
-
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner.shared.lock()
     }
-
-    /// The state once every request that had arrived when this was called is answered and
-    /// logged (a handler's store change and its log line are two steps): at most
-    /// [`SETTLE_WAIT`], then as it is. Waits on a blocking-capable thread only: from a
-    /// current-thread runtime (where waiting would stop the server answering) it does not
-    /// wait.
-    fn settled(&self) -> std::sync::MutexGuard<'_, State> {
-        let upto = self.state().records.next_request;
-        let deadline = std::time::Instant::now() + SETTLE_WAIT;
-        let wait = || loop {
-            let state = self.state();
-            let done = state.records.answering.range(..upto).next().is_none();
-            if done || std::time::Instant::now() >= deadline {
-                return;
-            }
-            drop(state);
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        };
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
-            Ok(_) => {}
-            Err(_) => wait(),
-        }
-        self.state()
-    }
-
     /// `http://127.0.0.1:<port>`, or `https://` with [`ApiServerOptions::tls`].
     pub fn url(&self) -> String {
         let scheme = if self.inner.ca_pem.is_some() {
@@ -269,129 +238,16 @@ impl ApiServer {
         };
         format!("{scheme}://{}", self.inner.addr)
     }
-
     /// The address the server listens on (127.0.0.1 and a free port).
     pub fn addr(&self) -> SocketAddr {
         self.inner.addr
     }
-
     /// With [`ApiServerOptions::tls`]: the PEM of the CA that signed the serving certificate
     /// (valid for 127.0.0.1, `localhost` and `kubernetes.default.svc`), what a service
     /// account's `ca.crt` holds.
     pub fn ca_pem(&self) -> Option<&str> {
         self.inner.ca_pem.as_deref()
     }
-
-    /// Replaces the bearer tokens the server accepts (`None`: no authentication), e.g. to
-    /// retire a rotated service account token. Requests already being served are unaffected.
-    pub fn set_tokens(&self, tokens: Option<Vec<String>>) {
-        self.inner.shared.set_tokens(tokens);
-    }
-
-    /// A kubeconfig whose current context points at this server (no auth, i.e. the admin;
-    /// with TLS, it trusts the server's CA).
-    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
-        self.write_kubeconfig_with_token(path, None)
-    }
-
-    /// A kubeconfig as [`ApiServer::write_kubeconfig`] whose user presents `token`
-    /// (e.g. one from [`ApiServer::mint_token`]).
-    pub fn write_kubeconfig_with_token(
-        &self,
-        path: &Path,
-        token: Option<&str>,
-    ) -> std::io::Result<()> {
-        let ca = match self.ca_pem() {
-            Some(pem) => {
-                let ca_path = path.with_extension("ca.crt");
-                std::fs::write(&ca_path, pem)?;
-                format!("\n    certificate-authority: {}", ca_path.display())
-            }
-            None => String::new(),
-        };
-        let user = match token {
-            Some(t) => format!("\n    token: {t}"),
-            None => " {}".to_string(),
-        };
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: nodesim\n  cluster:\n    server: {}{ca}\n\
-             contexts:\n- name: nodesim\n  context:\n    cluster: nodesim\n    user: nodesim\n    namespace: default\n\
-             current-context: nodesim\nusers:\n- name: nodesim\n  user:{user}\npreferences: {{}}\n",
-            self.url()
-        );
-        std::fs::write(path, text)
-    }
-
-    // ---- identities and RBAC ----
-
-    /// A new bearer token that authenticates as `user` (e.g.
-    /// [`rbac::User::service_account`]): its requests are authorized by the RBAC objects of
-    /// [`ApiServer::set_rbac`]. Requests with no token or another are the admin's, allowed
-    /// everything.
-    pub fn mint_token(&self, user: rbac::User) -> String {
-        self.inner.shared.access().mint(user)
-    }
-
-    /// A new token of the same user as `token`, a minted one (panics for another): a
-    /// projected service account token rotated by the kubelet, authorized by the same RBAC
-    /// bindings (see `Access::rotate`). The old token stays valid until
-    /// [`ApiServer::revoke_token`].
-    pub fn rotate_token(&self, token: &str) -> String {
-        self.inner
-            .shared
-            .access()
-            .rotate(token)
-            .unwrap_or_else(|| panic!("rotate_token: {token:?} was not minted"))
-    }
-
-    /// Stops accepting a minted token: its requests get 401 `Unauthorized`, as an expired
-    /// service account token's do.
-    pub fn revoke_token(&self, token: &str) {
-        self.inner.shared.access().revoke(token);
-    }
-
-    /// The user a request bearing `token` is authenticated as: a minted token's (revoked or
-    /// not), `admin` for any other.
-    pub fn user_of(&self, token: &str) -> String {
-        self.inner.shared.access().user_name(token)
-    }
-
-    /// Replaces the RBAC objects (Roles, ClusterRoles and their bindings) that authorize
-    /// minted tokens' requests.
-    pub fn set_rbac(&self, policy: rbac::Policy) {
-        self.inner.shared.access().set_policy(policy);
-    }
-
-    /// Every 403 answered so far: denied by RBAC, or injected ([`ApiServer::set_outage`]).
-    pub fn forbidden(&self) -> Vec<ForbiddenRecord> {
-        self.inner.shared.access().forbidden()
-    }
-
-    /// Declares 403s the test expects: `verb`, API `group` and `resource`
-    /// (`resource/subresource`), each `*` for any.
-    pub fn expect_forbidden(&self, verb: &str, group: &str, resource: &str) {
-        self.inner.shared.access().expect(ExpectedForbidden {
-            verb: verb.into(),
-            group: group.into(),
-            resource: resource.into(),
-        });
-    }
-
-    /// The 403s answered that no [`ApiServer::expect_forbidden`] declared.
-    pub fn unexpected_forbidden(&self) -> Vec<ForbiddenRecord> {
-        self.inner.shared.access().unexpected()
-    }
-
-    /// Every rule entry that allowed a minted token's request, with its role and user.
-    pub fn used_rules(&self) -> Vec<UsedRule> {
-        self.inner.shared.access().used()
-    }
-
-    /// Turns the `WatchList` feature gate on or off for the watches started from now on.
-    pub fn set_watch_list(&self, on: bool) {
-        self.inner.shared.set_watch_list(on);
-    }
-
     /// Stops the server and ends every open watch; later requests are refused.
     pub async fn shutdown(&self) {
         self.inner.shutdown_tx.send_replace(true);
@@ -405,282 +261,9 @@ impl ApiServer {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
     }
-
     /// Follows pod, ConfigMap and Secret changes.
     pub fn subscribe(&self) -> broadcast::Receiver<ApiChange> {
         self.inner.change_tx.subscribe()
-    }
-
-    // ---- pods ----
-
-    /// Assigns uid, resourceVersion, creationTimestamp, generation when missing; a pod
-    /// without status starts `Pending`. An existing pod of that name is replaced.
-    pub fn create_pod(&self, pod: Pod) -> Pod {
-        self.state().create_pod(pod)
-    }
-    /// Replaces metadata/spec (annotations changes are visible to watchers); keeps status.
-    pub fn replace_pod(&self, pod: Pod) -> Pod {
-        self.state().replace_pod(pod)
-    }
-    /// What the kubelet reports: containerStatuses, phase, conditions (Ready).
-    pub fn set_pod_status(&self, namespace: &str, name: &str, status: PodStatus) {
-        self.state().set_pod_status(&key(namespace, name), status);
-    }
-    /// Removes the pod now (a DELETED watch event).
-    pub fn delete_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
-        self.state().delete_pod_now(&key(namespace, name))
-    }
-    /// The kubelet confirms a terminating pod is gone: removes it (DELETED).
-    pub fn finalize_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
-        self.state().delete_pod_now(&key(namespace, name))
-    }
-    /// One pod.
-    pub fn get_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
-        self.state().pods.get(&key(namespace, name)).cloned()
-    }
-    /// All pods, ordered by namespace and name.
-    pub fn list_pods(&self) -> Vec<Pod> {
-        self.state().pods.values().cloned().collect()
-    }
-    /// The current global resourceVersion.
-    pub fn resource_version(&self) -> u64 {
-        self.state().rv
-    }
-    /// Drops the retained history: watches from an older version get 410, and open
-    /// watches end with a 410 ERROR event (their watcher relists).
-    pub fn compact(&self) {
-        self.state().compact();
-    }
-
-    // ---- configmaps, secrets ----
-
-    /// Creates or replaces a ConfigMap as `kubectl apply` would, through the same path as
-    /// HTTP writes: a new resourceVersion and a watch event, unless nothing changed
-    /// (then neither, as the real server). Returns the stored object.
-    pub fn apply_configmap(&self, cm: ConfigMap) -> ConfigMap {
-        self.state().apply_object(cm)
-    }
-    /// One ConfigMap.
-    pub fn get_configmap(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
-        self.state().configmaps.get(&key(namespace, name)).cloned()
-    }
-    /// Creates or replaces a Secret (as [`ApiServer::apply_configmap`]).
-    pub fn apply_secret(&self, secret: Secret) -> Secret {
-        self.state().apply_object(secret)
-    }
-    /// One Secret.
-    pub fn get_secret(&self, namespace: &str, name: &str) -> Option<Secret> {
-        self.state().secrets.get(&key(namespace, name)).cloned()
-    }
-
-    /// Removes a ConfigMap (a DELETED watch event).
-    pub fn delete_configmap(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
-        self.state().delete_object(&key(namespace, name)).ok()
-    }
-
-    // ---- leases ----
-
-    /// Creates or replaces a Lease (as [`ApiServer::apply_configmap`]).
-    pub fn apply_lease(&self, lease: Lease) -> Lease {
-        self.state().apply_object(lease)
-    }
-    /// One Lease.
-    pub fn get_lease(&self, namespace: &str, name: &str) -> Option<Lease> {
-        self.state().leases.get(&key(namespace, name)).cloned()
-    }
-
-    // ---- writes as a client makes them ----
-
-    /// A JSON merge patch of a pod, exactly as `PATCH` with
-    /// `application/merge-patch+json` does it (a no-op when nothing changes; 409 on a
-    /// stale `metadata.resourceVersion`; 404 when missing).
-    pub fn merge_patch_pod(
-        &self,
-        namespace: &str,
-        name: &str,
-        patch: &serde_json::Value,
-    ) -> Result<Pod, ApiStatus> {
-        let body = serde_json::to_vec(patch).unwrap_or_default();
-        self.state()
-            .patch_pod(&key(namespace, name), objects::PatchType::Merge, &body)
-    }
-    /// A JSON merge patch of a ConfigMap, as `PATCH` does it.
-    pub fn merge_patch_configmap(
-        &self,
-        namespace: &str,
-        name: &str,
-        patch: &serde_json::Value,
-    ) -> Result<ConfigMap, ApiStatus> {
-        let body = serde_json::to_vec(patch).unwrap_or_default();
-        self.state().patch_object(
-            &key(namespace, name),
-            objects::PatchType::Merge,
-            &body,
-            "kubectl-patch",
-            false,
-        )
-    }
-
-    // ---- ReplicaSets ----
-
-    /// Creates `replicas` pods `<name>-<5 random>` owned by a ReplicaSet that keeps that
-    /// many non-terminating pods on `node_name`. Returns the ReplicaSet's UID.
-    pub fn create_replicaset(
-        &self,
-        namespace: &str,
-        name: &str,
-        replicas: i32,
-        template: PodTemplateSpec,
-        node_name: &str,
-    ) -> String {
-        self.state()
-            .create_replicaset(namespace, name, replicas, template, node_name)
-    }
-    /// Changes a ReplicaSet's replica count; false when it does not exist.
-    pub fn scale_replicaset(&self, namespace: &str, name: &str, replicas: i32) -> bool {
-        self.state().scale_replicaset(namespace, name, replicas)
-    }
-    /// Pods whose controller is the named ReplicaSet (terminating ones included).
-    pub fn pods_of_replicaset(&self, namespace: &str, name: &str) -> Vec<Pod> {
-        let st = self.state();
-        let Some(rs) = st.replicasets.get(&key(namespace, name)) else {
-            return Vec::new();
-        };
-        st.pods.values().filter(|p| rs.owns(p)).cloned().collect()
-    }
-
-    // ---- PDBs ----
-
-    /// Creates a PDB (generation 1); the controller computes its status (after the lag).
-    pub fn create_pdb(&self, pdb: PodDisruptionBudget) -> PodDisruptionBudget {
-        let out = self.state().create_pdb(pdb);
-        self.after_pdb_change();
-        out
-    }
-    /// Replaces a PDB's spec, bumping `metadata.generation`.
-    pub fn update_pdb(&self, pdb: PodDisruptionBudget) -> PodDisruptionBudget {
-        let out = self.state().update_pdb(pdb);
-        self.after_pdb_change();
-        out
-    }
-    /// Removes a PDB.
-    pub fn delete_pdb(&self, namespace: &str, name: &str) -> Option<PodDisruptionBudget> {
-        self.state().delete_pdb(&key(namespace, name))
-    }
-    /// A PDB with its current status.
-    pub fn get_pdb(&self, namespace: &str, name: &str) -> Option<PodDisruptionBudget> {
-        let mut st = self.state();
-        st.recompute_pdbs();
-        st.pdbs.get(&key(namespace, name)).map(|e| e.pdb.clone())
-    }
-    /// Pins a PDB's status as given (the disruption controller stops updating it; the
-    /// eviction subresource still spends from it), to stage states such as a negative
-    /// budget, an oversized `disruptedPods` map or a stale count. `None` unpins it.
-    /// Returns false when there is no such PDB.
-    pub fn pin_pdb_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        status: Option<PodDisruptionBudgetStatus>,
-    ) -> bool {
-        self.state().pin_pdb_status(&key(namespace, name), status)
-    }
-    /// Changes the disruption controller's lag for later PDB changes.
-    pub fn set_controller_lag(&self, lag: Duration) {
-        self.state().behaviour.controller_lag = lag;
-    }
-
-    /// Once the lag is over, a controller pass observes the new generation.
-    fn after_pdb_change(&self) {
-        let lag = self.state().behaviour.controller_lag;
-        if lag.is_zero() {
-            return;
-        }
-        let shared = Arc::downgrade(&self.inner.shared);
-        tokio::spawn(async move {
-            tokio::time::sleep(lag + Duration::from_millis(1)).await;
-            if let Some(s) = shared.upgrade() {
-                s.lock().recompute_pdbs();
-            }
-        });
-    }
-
-    // ---- logs and fault injection ----
-
-    /// Every Event of both APIs.
-    pub fn events(&self) -> Vec<RecordedEvent> {
-        self.state().recorded_events()
-    }
-    /// Every eviction request with its answer.
-    pub fn evictions(&self) -> Vec<EvictionRecord> {
-        self.state().records.evictions.clone()
-    }
-    /// Every eviction that deleted a PDB-covered pod.
-    pub fn invariant_log(&self) -> Vec<InvariantRecord> {
-        self.state().records.invariants.clone()
-    }
-    /// Evictions that brought a PDB's Ready, non-terminating pods below desiredHealthy.
-    pub fn invariant_violations(&self) -> Vec<String> {
-        self.state()
-            .records
-            .invariants
-            .iter()
-            .filter(|r| r.is_violation())
-            .map(|r| {
-                format!(
-                    "evicting {} left {} healthy pods under {} (was {}, desiredHealthy {})",
-                    r.pod, r.healthy_after, r.pdb, r.healthy_before, r.desired_healthy
-                )
-            })
-            .collect()
-    }
-    /// Every HTTP request answered (method, path, query, `Accept`, `Content-Type` and
-    /// the body of writes), e.g. to assert "no per-object GETs" or count patches. A request
-    /// is logged once answered, after its handler changed the store; the log is read once
-    /// every request that arrived before this call is answered ([`Self::settled`]), so a
-    /// change read from the store (`get_pod`, …) before this call has its request here.
-    pub fn requests(&self) -> Vec<RequestRecord> {
-        self.settled().records.requests.clone()
-    }
-    /// The requests answered after the first `n` (cheap to poll on a long log).
-    pub fn requests_since(&self, n: usize) -> Vec<RequestRecord> {
-        self.settled()
-            .records
-            .requests
-            .get(n..)
-            .unwrap_or_default()
-            .to_vec()
-    }
-    /// How many requests were answered so far.
-    pub fn request_count(&self) -> usize {
-        self.settled().records.requests.len()
-    }
-    /// Watch streams open right now per kind (`Pod`, `ConfigMap`, `Secret`, `Lease`), e.g. to
-    /// assert "one watch per kind" (kinds with none open are left out).
-    pub fn open_watches(&self) -> std::collections::BTreeMap<&'static str, usize> {
-        self.inner
-            .shared
-            .open_watches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(r, n)| (render::kind_of(*r).0, *n))
-            .collect()
-    }
-    /// `Some(code)`: every request answers that status and open watches break; `None`
-    /// restores service.
-    pub fn set_outage(&self, code: Option<u16>) {
-        self.inner.shared.outage.send_replace(code);
-    }
-    /// Delays every response by `delay`.
-    pub fn set_response_delay(&self, delay: Option<Duration>) {
-        *self
-            .inner
-            .shared
-            .delay
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = delay;
     }
 }
 
