@@ -369,6 +369,11 @@ struct OneReplica {
 }
 
 async fn one_replica(before: impl FnOnce(&Node)) -> OneReplica {
+    one_replica_with(&[], before).await
+}
+
+/// [`one_replica`], the agent started with `agent_args`.
+async fn one_replica_with(agent_args: &[&str], before: impl FnOnce(&Node)) -> OneReplica {
     let mut node = Node::start(NodeOptions::default()).await;
     node.api.set_nodes(&[NODE]);
     node.api
@@ -378,7 +383,7 @@ async fn one_replica(before: impl FnOnce(&Node)) -> OneReplica {
     let mut d = deployment(&base, &[("reloadlet.io/on-blocked", "rollout")]);
     d.spec.as_mut().unwrap().replicas = Some(1);
     node.api.apply_deployment(d).unwrap();
-    node.start_agent(&[]).await;
+    node.start_agent(agent_args).await;
     let old = eventually("one Ready pod serving v1", WAIT, || {
         let pods = pods(&node);
         let served = served(&node);
@@ -528,6 +533,47 @@ async fn one_replica_without_a_budget_with_on_blocked_rollout_is_rolled_not_gran
             .agent_log()
             .contains("restart granted by the controller"),
         "nothing granted"
+    );
+    controller.stop().await;
+}
+
+/// The same under the agent's `--restart-without-grant` (docs/restart.md, "Under
+/// `--restart-without-grant`"): the agent cannot see whether its pod is the only one of its
+/// owner, and the controller rolls it whatever the agent's flag, so the agent asks instead of
+/// restarting at once; the controller hands the request off and rolls the Deployment. Exactly
+/// one of them acts: the old pod is never restarted, the new pod serves v2.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_with_on_blocked_rollout_is_rolled_not_restarted_under_restart_without_grant() {
+    if !root_or_skip() {
+        return;
+    }
+    let one = one_replica_with(&["--restart-without-grant"], |_| {}).await;
+    let (node, old_name) = (&one.node, &one.old_name);
+    let explained = node.explain_output(NS, old_name);
+    assert!(
+        explained.contains("an agent with --restart-without-grant asks for such a pod too, and leaves it to the controller"),
+        "{explained}"
+    );
+    let controller = one.change_under_a_controller().await;
+
+    // The agent asked (though it may restart without a grant), the controller handed off.
+    node.wait_event(NS, old_name, "RestartRequested").await;
+    let ev = node.wait_event(NS, old_name, "RestartHandedOff").await;
+    assert!(
+        ev.note.contains("the only pod of ReplicaSet"),
+        "{}",
+        ev.note
+    );
+    one.rolled_surge_first().await;
+    assert!(
+        node.events(NS, old_name, "Restarted").is_empty(),
+        "restarted by the agent as well"
+    );
+    assert!(
+        node.agent_log().contains(
+            "is rollout: whether this is the only pod of its owner (then the controller rolls the owner instead) only the controller sees"
+        ),
+        "the agent's reason to ask"
     );
     controller.stop().await;
 }
