@@ -296,14 +296,18 @@ async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
     }
     let (node, before) = three_replicas(&[("reloadlet.io/restart-timeout", "3s")]).await;
     // From now on a container start takes 10 minutes to pass its readiness probe, on every
-    // pod: whichever is restarted first stays unready.
+    // pod: whichever is restarted first stays unready. The app has no SIGTERM handler and a
+    // 20 s grace: a granted pod is being restarted (its old process still runs) for 20 s.
     for p in pods(&node) {
         let name = p.metadata.name.clone().unwrap();
         node.api
             .merge_patch_pod(
                 NS,
                 &name,
-                &json!({"metadata": {"annotations": {"nodesim.reloadlet.io/ready-delay-ms": "600000"}}}),
+                &json!({"metadata": {"annotations": {
+                    "nodesim.reloadlet.io/ready-delay-ms": "600000",
+                    "reloadlet.io/restart-grace": "20s"
+                }}}),
             )
             .unwrap();
     }
@@ -312,6 +316,48 @@ async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
 
+    // explain with the grant in flight: the granted pod is being restarted, its siblings
+    // asked and wait.
+    let (granted, waiting) = eventually("one pod granted, two requests waiting", WAIT, || {
+        let pods = pods(&node);
+        let granted = pods.iter().find(|p| {
+            let request = annotation(p, "reloadlet.io/restart-request");
+            request.is_some()
+                && annotation(p, "reloadlet.io/restart-grant") == request
+                && annotation(p, "reloadlet.io/restarted").is_none()
+        })?;
+        let waiting: Vec<(String, String)> = pods
+            .iter()
+            .filter(|p| p.metadata.uid != granted.metadata.uid)
+            .filter_map(|p| {
+                let request = annotation(p, "reloadlet.io/restart-request")?;
+                Some((p.metadata.name.clone()?, request.to_owned()))
+            })
+            .collect();
+        (waiting.len() == 2).then(|| (granted.clone(), waiting))
+    })
+    .await;
+    let name = granted.metadata.name.clone().unwrap();
+    let id = annotation(&granted, "reloadlet.io/restart-request")
+        .unwrap()
+        .to_owned();
+    let explained = node.explain_output(NS, &name);
+    assert!(
+        explained.contains(&format!(
+            "pending: granted: request {id} is being restarted (reloadlet.io/restarted not written yet)"
+        )) && explained.contains("budget: PodDisruptionBudget web allows"),
+        "{explained}"
+    );
+    for (sibling, request) in &waiting {
+        let explained = node.explain_output(NS, sibling);
+        assert!(
+            explained.contains(&format!(
+                "pending: requested and waiting: request {request}, no grant yet"
+            )),
+            "{sibling}: {explained}"
+        );
+    }
+
     // The first restart happens (the positive control) and its pod stays unready.
     let stuck = eventually("one pod restarted for its request", WAIT, || {
         pods(&node)
@@ -319,9 +365,16 @@ async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
             .find(|p| restarted_for_its_request(p) && !ready(p))
     })
     .await;
-    let name = stuck.metadata.name.clone().unwrap();
+    assert_eq!(stuck.metadata.name.as_deref(), Some(name.as_str()));
     let uid = stuck.metadata.uid.clone().unwrap();
     assert_eq!(restart_count(&stuck), before[&uid] + 1, "{name}");
+    let explained = node.explain_output(NS, &name);
+    assert!(
+        explained.contains(&format!(
+            "pending: restarted for request {id}, not Ready yet: the owner's next restart waits for it"
+        )),
+        "{explained}"
+    );
     let ev = node.wait_event(NS, &name, "RestartStuck").await;
     assert_eq!(ev.type_, "Warning");
     assert!(
