@@ -674,7 +674,7 @@ impl Inner {
         let (outcome, note) = match &stopped {
             Ok(s) => (
                 Outcome::Restarted,
-                restart::restarted_note(&job, s, &drain) + &alone,
+                restart::restarted_note(&job, s, &drain, &alone),
             ),
             Err(_) if anew => (
                 Outcome::Restarted,

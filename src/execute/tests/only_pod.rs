@@ -142,7 +142,8 @@ async fn a_restart_without_a_sibling_on_the_node_says_it_may_have_left_no_ready_
     let note = alone.restarted_note().unwrap();
     assert!(note.contains(ALONE), "{note}");
     assert!(
-        note.contains("the workload had no Ready pod until this one is Ready again"),
+        note.contains("the workload had no Ready pod until this one is Ready again")
+            && note.ends_with("surge-first instead): configmap app changed"),
         "{note}"
     );
 
