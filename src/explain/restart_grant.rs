@@ -122,7 +122,7 @@ pub(super) fn only_pod(w: &mut String, pod: &PodInfo, only: Option<&Result<bool,
                 Ok((crate::core::rollout::OnBlocked::Rollout, _))
             );
             let then = if rolls {
-                "reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead (surge-first; Normal RestartHandedOff); an agent with --restart-without-grant asks for such a pod too, and leaves it to the controller"
+                "reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead (surge-first; Normal RestartHandedOff; a controller with --rollout=false grants it instead); an agent with --restart-without-grant asks for such a pod too, and leaves it to the controller"
             } else {
                 "it is granted and restarted all the same (an agent with --restart-without-grant restarts it at once, without asking); reloadlet.io/on-blocked: rollout has the controller roll the workload instead (surge-first), in either mode"
             };
