@@ -422,18 +422,25 @@ struct OneReplica {
 }
 
 async fn one_replica(before: impl FnOnce(&Node)) -> OneReplica {
-    one_replica_with(&[], before).await
+    one_replica_with(&[], ROLLS, before).await
 }
 
-/// [`one_replica`], the agent started with `agent_args`.
-async fn one_replica_with(agent_args: &[&str], before: impl FnOnce(&Node)) -> OneReplica {
+/// The pod asks `on-blocked: rollout`.
+const ROLLS: &[(&str, &str)] = &[("reloadlet.io/on-blocked", "rollout")];
+
+/// [`one_replica`], the agent started with `agent_args`, the pod's template `annotations`.
+async fn one_replica_with(
+    agent_args: &[&str],
+    annotations: &[(&str, &str)],
+    before: impl FnOnce(&Node),
+) -> OneReplica {
     let mut node = Node::start(NodeOptions::default()).await;
     node.api.set_nodes(&[NODE]);
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
     before(&node);
     let base = node.path("served").parent().unwrap().to_owned();
-    let mut d = deployment(&base, &[("reloadlet.io/on-blocked", "rollout")]);
+    let mut d = deployment(&base, annotations);
     d.spec.as_mut().unwrap().replicas = Some(1);
     node.api.apply_deployment(d).unwrap();
     node.start_agent(agent_args).await;
@@ -600,7 +607,7 @@ async fn one_replica_with_on_blocked_rollout_is_rolled_not_restarted_under_resta
     if !root_or_skip() {
         return;
     }
-    let one = one_replica_with(&["--restart-without-grant"], |_| {}).await;
+    let one = one_replica_with(&["--restart-without-grant"], ROLLS, |_| {}).await;
     let (node, old_name) = (&one.node, &one.old_name);
     let explained = node.explain_output(NS, old_name);
     assert!(
@@ -629,6 +636,43 @@ async fn one_replica_with_on_blocked_rollout_is_rolled_not_restarted_under_resta
         "the agent's reason to ask"
     );
     controller.stop().await;
+}
+
+/// One replica without `on-blocked: rollout` under `--restart-without-grant`: restarted at
+/// once in the same pod, and the `Restarted` Event says that no other pod of its ReplicaSet
+/// runs on the node, so the workload may have had no Ready pod meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_under_restart_without_grant_is_restarted_and_the_event_says_it_was_alone() {
+    if !root_or_skip() {
+        return;
+    }
+    let one = one_replica_with(&["--restart-without-grant"], &[], |_| {}).await;
+    let (node, old_name) = (&one.node, &one.old_name);
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+    let ev = node.wait_event(NS, old_name, "Restarted").await;
+    assert!(
+        ev.note.contains("; no other pod of ReplicaSet web-")
+            && ev.note.contains("runs on this node")
+            && ev
+                .note
+                .contains("the workload had no Ready pod until this one is Ready again")
+            && ev.note.ends_with(": configmap web-cfg changed"),
+        "{}",
+        ev.note
+    );
+    // the same pod, restarted in place, serves v2
+    eventually("the same pod serving v2", WAIT, || {
+        let pods = pods(node);
+        let served = served(node);
+        (pods.len() == 1
+            && pods[0].metadata.uid.as_deref() == Some(one.old_uid.as_str())
+            && restart_count(&pods[0]) == 1
+            && served.get(old_name).is_some_and(|l| l == "serving v2"))
+        .then_some(())
+    })
+    .await;
+    assert!(node.events(NS, old_name, "RestartRequested").is_empty());
 }
 
 /// Without a controller (no Lease holder, docs/restart.md "Without a controller"): each
