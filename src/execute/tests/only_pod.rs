@@ -156,3 +156,29 @@ async fn a_restart_without_a_sibling_on_the_node_says_it_may_have_left_no_ready_
     assert!(!note.contains(ALONE), "{note}");
     assert!(note.contains("stopped container app"), "{note}");
 }
+
+/// Without a controller such a request waits: the Warning names `on-blocked: rollout` as the
+/// reason the agent asked though it may restart without a grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_flag_without_a_controller_the_warning_says_why_the_pod_asked() {
+    let rolls = node(vec![owned("u1", "web", Some("rollout"))]);
+    rolls
+        .exec
+        .watch_lease(Arc::new(fake::Lease::answering(Ok(None))));
+    rolls.exec.restart(restart_job("app"));
+    let warning = || {
+        let events = rolls.events.0.lock().unwrap();
+        events
+            .iter()
+            .find(|(_, e)| e.reason == crate::core::lease_holder::UNCOORDINATED)
+            .map(|(_, e)| e.note.clone())
+    };
+    until("RestartUncoordinated", || warning().is_some()).await;
+    let note = warning().unwrap();
+    assert!(
+        note.contains("reloadlet.io/on-blocked: rollout leaves the choice between a restart and a rollout to it, also under --restart-without-grant")
+            && !note.contains("or the agent runs with --restart-without-grant"),
+        "{note}"
+    );
+    assert_eq!(rolls.processes.sent(), 0);
+}
