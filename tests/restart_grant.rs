@@ -296,14 +296,18 @@ async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
     }
     let (node, before) = three_replicas(&[("reloadlet.io/restart-timeout", "3s")]).await;
     // From now on a container start takes 10 minutes to pass its readiness probe, on every
-    // pod: whichever is restarted first stays unready.
+    // pod: whichever is restarted first stays unready. The app has no SIGTERM handler and a
+    // 20 s grace: a granted pod is being restarted (its old process still runs) for 20 s.
     for p in pods(&node) {
         let name = p.metadata.name.clone().unwrap();
         node.api
             .merge_patch_pod(
                 NS,
                 &name,
-                &json!({"metadata": {"annotations": {"nodesim.reloadlet.io/ready-delay-ms": "600000"}}}),
+                &json!({"metadata": {"annotations": {
+                    "nodesim.reloadlet.io/ready-delay-ms": "600000",
+                    "reloadlet.io/restart-grace": "20s"
+                }}}),
             )
             .unwrap();
     }
@@ -312,6 +316,48 @@ async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
 
+    // explain with the grant in flight: the granted pod is being restarted, its siblings
+    // asked and wait.
+    let (granted, waiting) = eventually("one pod granted, two requests waiting", WAIT, || {
+        let pods = pods(&node);
+        let granted = pods.iter().find(|p| {
+            let request = annotation(p, "reloadlet.io/restart-request");
+            request.is_some()
+                && annotation(p, "reloadlet.io/restart-grant") == request
+                && annotation(p, "reloadlet.io/restarted").is_none()
+        })?;
+        let waiting: Vec<(String, String)> = pods
+            .iter()
+            .filter(|p| p.metadata.uid != granted.metadata.uid)
+            .filter_map(|p| {
+                let request = annotation(p, "reloadlet.io/restart-request")?;
+                Some((p.metadata.name.clone()?, request.to_owned()))
+            })
+            .collect();
+        (waiting.len() == 2).then(|| (granted.clone(), waiting))
+    })
+    .await;
+    let name = granted.metadata.name.clone().unwrap();
+    let id = annotation(&granted, "reloadlet.io/restart-request")
+        .unwrap()
+        .to_owned();
+    let explained = node.explain_output(NS, &name);
+    assert!(
+        explained.contains(&format!(
+            "pending: granted: request {id} is being restarted (reloadlet.io/restarted not written yet)"
+        )) && explained.contains("budget: PodDisruptionBudget web allows"),
+        "{explained}"
+    );
+    for (sibling, request) in &waiting {
+        let explained = node.explain_output(NS, sibling);
+        assert!(
+            explained.contains(&format!(
+                "pending: requested and waiting: request {request}, no grant yet"
+            )),
+            "{sibling}: {explained}"
+        );
+    }
+
     // The first restart happens (the positive control) and its pod stays unready.
     let stuck = eventually("one pod restarted for its request", WAIT, || {
         pods(&node)
@@ -319,9 +365,16 @@ async fn a_restarted_pod_that_stays_unready_stops_the_sequence_of_its_owner() {
             .find(|p| restarted_for_its_request(p) && !ready(p))
     })
     .await;
-    let name = stuck.metadata.name.clone().unwrap();
+    assert_eq!(stuck.metadata.name.as_deref(), Some(name.as_str()));
     let uid = stuck.metadata.uid.clone().unwrap();
     assert_eq!(restart_count(&stuck), before[&uid] + 1, "{name}");
+    let explained = node.explain_output(NS, &name);
+    assert!(
+        explained.contains(&format!(
+            "pending: restarted for request {id}, not Ready yet: the owner's next restart waits for it"
+        )),
+        "{explained}"
+    );
     let ev = node.wait_event(NS, &name, "RestartStuck").await;
     assert_eq!(ev.type_, "Warning");
     assert!(
@@ -369,16 +422,28 @@ struct OneReplica {
 }
 
 async fn one_replica(before: impl FnOnce(&Node)) -> OneReplica {
+    one_replica_with(&[], ROLLS, before).await
+}
+
+/// The pod asks `on-blocked: rollout`.
+const ROLLS: &[(&str, &str)] = &[("reloadlet.io/on-blocked", "rollout")];
+
+/// [`one_replica`], the agent started with `agent_args`, the pod's template `annotations`.
+async fn one_replica_with(
+    agent_args: &[&str],
+    annotations: &[(&str, &str)],
+    before: impl FnOnce(&Node),
+) -> OneReplica {
     let mut node = Node::start(NodeOptions::default()).await;
     node.api.set_nodes(&[NODE]);
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v1")]));
     before(&node);
     let base = node.path("served").parent().unwrap().to_owned();
-    let mut d = deployment(&base, &[("reloadlet.io/on-blocked", "rollout")]);
+    let mut d = deployment(&base, annotations);
     d.spec.as_mut().unwrap().replicas = Some(1);
     node.api.apply_deployment(d).unwrap();
-    node.start_agent(&[]).await;
+    node.start_agent(agent_args).await;
     let old = eventually("one Ready pod serving v1", WAIT, || {
         let pods = pods(&node);
         let served = served(&node);
@@ -530,6 +595,84 @@ async fn one_replica_without_a_budget_with_on_blocked_rollout_is_rolled_not_gran
         "nothing granted"
     );
     controller.stop().await;
+}
+
+/// The same under the agent's `--restart-without-grant` (docs/restart.md, "Under
+/// `--restart-without-grant`"): the agent cannot see whether its pod is the only one of its
+/// owner, and the controller rolls it whatever the agent's flag, so the agent asks instead of
+/// restarting at once; the controller hands the request off and rolls the Deployment. Exactly
+/// one of them acts: the old pod is never restarted, the new pod serves v2.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_with_on_blocked_rollout_is_rolled_not_restarted_under_restart_without_grant() {
+    if !root_or_skip() {
+        return;
+    }
+    let one = one_replica_with(&["--restart-without-grant"], ROLLS, |_| {}).await;
+    let (node, old_name) = (&one.node, &one.old_name);
+    let explained = node.explain_output(NS, old_name);
+    assert!(
+        explained.contains("an agent with --restart-without-grant asks for such a pod too, and leaves it to the controller"),
+        "{explained}"
+    );
+    let controller = one.change_under_a_controller().await;
+
+    // The agent asked (though it may restart without a grant), the controller handed off.
+    node.wait_event(NS, old_name, "RestartRequested").await;
+    let ev = node.wait_event(NS, old_name, "RestartHandedOff").await;
+    assert!(
+        ev.note.contains("the only pod of ReplicaSet"),
+        "{}",
+        ev.note
+    );
+    one.rolled_surge_first().await;
+    assert!(
+        node.events(NS, old_name, "Restarted").is_empty(),
+        "restarted by the agent as well"
+    );
+    assert!(
+        node.agent_log().contains(
+            "is rollout: whether this is the only pod of its owner (then the controller rolls the owner instead) only the controller sees"
+        ),
+        "the agent's reason to ask"
+    );
+    controller.stop().await;
+}
+
+/// One replica without `on-blocked: rollout` under `--restart-without-grant`: restarted at
+/// once in the same pod, and the `Restarted` Event says that no other pod of its ReplicaSet
+/// runs on the node, so the workload may have had no Ready pod meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_under_restart_without_grant_is_restarted_and_the_event_says_it_was_alone() {
+    if !root_or_skip() {
+        return;
+    }
+    let one = one_replica_with(&["--restart-without-grant"], &[], |_| {}).await;
+    let (node, old_name) = (&one.node, &one.old_name);
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "v2")]));
+    let ev = node.wait_event(NS, old_name, "Restarted").await;
+    assert!(
+        ev.note.contains("; no other pod of ReplicaSet web-")
+            && ev.note.contains("runs on this node")
+            && ev
+                .note
+                .contains("the workload had no Ready pod until this one is Ready again")
+            && ev.note.ends_with(": configmap web-cfg changed"),
+        "{}",
+        ev.note
+    );
+    // the same pod, restarted in place, serves v2
+    eventually("the same pod serving v2", WAIT, || {
+        let pods = pods(node);
+        let served = served(node);
+        (pods.len() == 1
+            && pods[0].metadata.uid.as_deref() == Some(one.old_uid.as_str())
+            && restart_count(&pods[0]) == 1
+            && served.get(old_name).is_some_and(|l| l == "serving v2"))
+        .then_some(())
+    })
+    .await;
+    assert!(node.events(NS, old_name, "RestartRequested").is_empty());
 }
 
 /// Without a controller (no Lease holder, docs/restart.md "Without a controller"): each

@@ -46,8 +46,9 @@ pub struct RunArgs {
     #[arg(long, env = "RELOADLET_RESTART_SPACING", default_value = "10m", value_parser = restart_spacing)]
     pub restart_spacing: Duration,
     /// `action: restart` without the controller's grant: each pod restarted on its own node's
-    /// decision, with no PodDisruptionBudget asked and no one-at-a-time across replicas. Off
-    /// (the default): the agent writes `reloadlet.io/restart-request` on the pod and restarts
+    /// decision, with no PodDisruptionBudget asked and no one-at-a-time across replicas (a pod
+    /// that says `reloadlet.io/on-blocked: rollout` is still requested: only the controller
+    /// sees whether it is the only pod of its owner, docs/restart.md). Off (the default): the agent writes `reloadlet.io/restart-request` on the pod and restarts
     /// once the controller grants it (docs/restart.md, "The grant").
     #[arg(long, env = "RELOADLET_RESTART_WITHOUT_GRANT", default_value_t = false)]
     pub restart_without_grant: bool,

@@ -41,6 +41,10 @@ pub struct GrantDeps {
     /// The PodDisruptionBudgets as the controller's PDB watch keeps them (`None`: not
     /// followed, every owner one at a time).
     pub budgets: Option<Arc<RwLock<BudgetIndex>>>,
+    /// The rollout feature runs (`--rollout`): the only pod of its owner that asks
+    /// `on-blocked: rollout` is handed to it. Off: nothing would roll it, so its request is
+    /// granted as any other (a moment without a Ready pod), not handed to no one.
+    pub rolls: bool,
 }
 
 pub struct RestartGrants {
@@ -176,9 +180,10 @@ impl RestartGrants {
             .collect();
         // A request whose restart would leave the owner no Ready pod, on a pod that asks
         // `on-blocked: rollout`: never granted; the rollout feature rolls the owner (by the
-        // same rule), and the pod is told once.
-        let (handed_off, pods): (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) =
-            pods.into_iter().partition(|p| hands_off(p, world));
+        // same rule), and the pod is told once. Without the rollout feature: granted.
+        let (handed_off, pods): (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) = pods
+            .into_iter()
+            .partition(|p| self.deps.rolls && hands_off(p, world));
         for pod in handed_off {
             self.hand_off(&pod, owner);
         }

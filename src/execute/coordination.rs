@@ -46,8 +46,14 @@ impl Inner {
                         if !self.still_waiting(&pod.uid, &id) {
                             return;
                         }
+                        // Under the flag only an `on-blocked: rollout` pod asks (`only_pod`).
+                        let unless = if self.restart_without_grant {
+                            "reloadlet.io/on-blocked: rollout leaves the choice between a restart and a rollout to it, also under --restart-without-grant"
+                        } else {
+                            "or the agent runs with --restart-without-grant"
+                        };
                         let note = format!(
-                            "no controller holds the Lease, so nothing grants restart request {id} ({REQUEST}): {why}; nothing is restarted until a reloadlet controller runs (or the agent runs with --restart-without-grant)"
+                            "no controller holds the Lease, so nothing grants restart request {id} ({REQUEST}): {why}; nothing is restarted until a reloadlet controller runs ({unless})"
                         );
                         tracing::warn!(pod = %pod.full_name(), request = %id, lease = %lease, "{note}");
                         self.report

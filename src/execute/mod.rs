@@ -13,6 +13,7 @@ pub mod drain;
 pub mod evict;
 mod grant_wait;
 pub mod http;
+mod only_pod;
 pub mod patch;
 pub mod report;
 pub mod restart;
@@ -293,17 +294,19 @@ impl Executor {
     /// the pod (no disruption while the workload keeps its size, e.g. one replica under
     /// `minAvailable: 1`): nothing is stopped or requested; Normal `RestartHandedOff`, the controller rolls
     /// the owner surge-first (`crate::controller::rollout`, the same test on the same budgets).
+    /// Any other `on-blocked: rollout` pod is requested even with `--restart-without-grant`:
+    /// only the controller sees whether it is the only pod of its owner (`only_pod`).
     pub fn restart_pod(&self, pod_uid: &str, jobs: Vec<RestartJob>) {
         if self.inner.restart_handed_off(pod_uid, &jobs) {
             return;
         }
         let inner = self.inner.clone();
-        if self.inner.restart_without_grant {
+        if self.inner.restart_without_grant && !self.inner.leaves_it_to_the_controller(pod_uid) {
             for job in jobs {
                 let inner = inner.clone();
                 self.inner.signals.spawn_on(
                     async move {
-                        inner.restart_one(job).await;
+                        inner.restart_container(job, true).await;
                     },
                     &self.inner.runtime,
                 );
@@ -488,7 +491,13 @@ impl Drop for SpacingSlot<'_> {
 impl Inner {
     /// Restarts one container (spaced by the crash-loop window). `true`: its main process was
     /// stopped.
-    async fn restart_one(self: Arc<Self>, mut job: RestartJob) -> bool {
+    async fn restart_one(self: Arc<Self>, job: RestartJob) -> bool {
+        self.restart_container(job, false).await
+    }
+
+    /// [`Self::restart_one`]; `grantless`: done at once under `--restart-without-grant`, whose
+    /// `Restarted` note says when no other pod of the owner runs here (`only_pod`).
+    async fn restart_container(self: Arc<Self>, mut job: RestartJob, grantless: bool) -> bool {
         let key = job.key();
         if self.report.dry_run() {
             self.report.count(ActionKind::Restart, Outcome::DryRun);
@@ -658,8 +667,15 @@ impl Inner {
                 }
             }
         }
+        let alone = match &stopped {
+            Ok(_) if grantless => self.alone_note(&pod),
+            _ => String::new(),
+        };
         let (outcome, note) = match &stopped {
-            Ok(s) => (Outcome::Restarted, restart::restarted_note(&job, s, &drain)),
+            Ok(s) => (
+                Outcome::Restarted,
+                restart::restarted_note(&job, s, &drain, &alone),
+            ),
             Err(_) if anew => (
                 Outcome::Restarted,
                 format!(
@@ -679,7 +695,7 @@ impl Inner {
         };
         match &stopped {
             Ok(s) => {
-                tracing::info!(pod = %pod.full_name(), container = %job.container, pid = s.pid, killed = s.killed, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), "container stopped; the kubelet starts it again")
+                tracing::info!(pod = %pod.full_name(), container = %job.container, pid = s.pid, killed = s.killed, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), "container stopped; the kubelet starts it again{alone}")
             }
             Err(_) if anew => {
                 tracing::info!(pod = %pod.full_name(), container = %job.container, cause = %job.cause(), action = "restart", outcome = outcome.as_str(), "the container started anew since the change; not stopped again")
@@ -888,6 +904,7 @@ mod tests {
     use std::time::Duration;
 
     mod drain;
+    mod only_pod;
 
     struct World {
         exec: Executor,

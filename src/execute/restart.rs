@@ -137,11 +137,13 @@ fn still_running(
     processes.find_main_process(pod_uid, id).ok() == Some(main)
 }
 
-/// The Event's note of a restart (`drain`: what became of the drain first).
+/// The Event's note of a restart (`drain`: what became of the drain first; `also`: more to
+/// say before the cause, e.g. `"; …"`).
 pub fn restarted_note(
     job: &RestartJob,
     stopped: &Stopped,
     drain: &crate::execute::drain::Drain,
+    also: &str,
 ) -> String {
     let how = if stopped.killed {
         format!(
@@ -154,7 +156,7 @@ pub fn restarted_note(
     };
     let drained = drain.note();
     format!(
-        "stopped container {} (pid {}) with {how}; the kubelet starts it again in the same pod{drained}: {}",
+        "stopped container {} (pid {}) with {how}; the kubelet starts it again in the same pod{drained}{also}: {}",
         job.container,
         stopped.pid,
         job.cause()
@@ -233,12 +235,13 @@ mod tests {
             .collect();
         assert_eq!(sent, [ReloadSignal::Term, ReloadSignal::Kill]);
         use crate::execute::drain::Drain;
-        let note = restarted_note(&job(Duration::from_secs(30)), &stopped, &Drain::NoGate);
+        let note = restarted_note(&job(Duration::from_secs(30)), &stopped, &Drain::NoGate, "");
         assert_eq!(note, "stopped container app (pid 4242) with SIGTERM, then SIGKILL after 30s; the kubelet starts it again in the same pod; traffic was not drained first (the pod has no readiness gate reloadlet.io/restart-drain): configmap app-config changed");
         let note = restarted_note(
             &job(Duration::from_secs(30)),
             &stopped,
             &Drain::Drained(Duration::from_secs(5)),
+            "",
         );
         assert!(note.contains("; traffic was drained for 5s first (readiness gate reloadlet.io/restart-drain False; set True again once the container is ready): configmap"), "{note}");
     }

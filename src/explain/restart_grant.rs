@@ -122,9 +122,9 @@ pub(super) fn only_pod(w: &mut String, pod: &PodInfo, only: Option<&Result<bool,
                 Ok((crate::core::rollout::OnBlocked::Rollout, _))
             );
             let then = if rolls {
-                "reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead (surge-first; Normal RestartHandedOff)"
+                "reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead (surge-first; Normal RestartHandedOff; a controller with --rollout=false grants it instead); an agent with --restart-without-grant asks for such a pod too, and leaves it to the controller"
             } else {
-                "it is granted and restarted all the same; reloadlet.io/on-blocked: rollout has the controller roll the workload instead (surge-first)"
+                "it is granted and restarted all the same (an agent with --restart-without-grant restarts it at once, without asking); reloadlet.io/on-blocked: rollout has the controller roll the workload instead (surge-first), in either mode"
             };
             let _ = writeln!(
                 w,
@@ -296,8 +296,15 @@ mod tests {
         );
         let handed = say(&rolled, Some(Ok(true)));
         assert!(
-            handed.contains("reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead"),
+            handed.contains("reloadlet.io/on-blocked is rollout: the controller grants nothing and rolls the workload instead")
+                && handed.contains("an agent with --restart-without-grant asks for such a pod too, and leaves it to the controller"),
             "{handed}"
+        );
+        assert!(
+            alone.contains(
+                "an agent with --restart-without-grant restarts it at once, without asking"
+            ),
+            "{alone}"
         );
         let unread = say(
             &p,

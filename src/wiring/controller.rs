@@ -278,6 +278,7 @@ pub async fn serve(
         patches: patches(PatchSettings::baselines()),
         reporter: reporter.clone(),
         budgets: Some(budgets.clone()),
+        rolls: settings.rollout.enabled,
     })));
     if settings.env.configmaps || settings.env.secrets {
         let index = Arc::new(RwLock::new(PodIndex::default()));

@@ -73,6 +73,16 @@ struct Harness {
 }
 
 fn start(patcher: FakePatcher, budgets: Arc<RwLock<BudgetIndex>>, dry_run: bool) -> Harness {
+    start_with(patcher, budgets, dry_run, true)
+}
+
+/// [`start`]; `rolls`: the rollout feature runs.
+fn start_with(
+    patcher: FakePatcher,
+    budgets: Arc<RwLock<BudgetIndex>>,
+    dry_run: bool,
+    rolls: bool,
+) -> Harness {
     let events = Arc::new(fake::Events::default());
     let reporter = crate::controller::fake::reporter(events.clone(), Notifier::disabled(), dry_run);
     let stop = CancellationToken::new();
@@ -85,6 +95,7 @@ fn start(patcher: FakePatcher, budgets: Arc<RwLock<BudgetIndex>>, dry_run: bool)
         ),
         reporter,
         budgets: Some(budgets),
+        rolls,
     });
     let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
     Harness {
@@ -444,5 +455,41 @@ async fn a_new_controller_counts_the_unready_time_from_the_ready_condition() {
         ("web-0", "RestartStuck")
     );
     assert!(h.granted().is_empty(), "nothing granted while one is stuck");
+    h.stop().await;
+}
+
+/// The only pod of its owner asking `on-blocked: rollout` is handed to the rollout feature
+/// (Normal `RestartHandedOff`, no grant); with the rollout feature off nothing would roll
+/// it, so its request is granted as any other (the change is not lost). A pod with a
+/// sibling is granted either way.
+#[tokio::test(start_paused = true)]
+async fn the_only_pod_asking_on_blocked_rollout_is_handed_off_only_where_the_rollout_runs() {
+    let only = || {
+        with(
+            requesting("web-0", "c0"),
+            &[("reloadlet.io/on-blocked", "rollout")],
+        )
+    };
+    let h = start(FakePatcher::default(), budgets(None), false);
+    h.list(vec![only()]).await;
+    assert!(h.granted().is_empty(), "{:?}", h.granted());
+    let events = h.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].1, "RestartHandedOff");
+    assert!(
+        events[0].3.contains("the only pod of ReplicaSet web-5d4f"),
+        "{events:?}"
+    );
+    h.stop().await;
+
+    let h = start_with(FakePatcher::default(), budgets(None), false, false);
+    h.list(vec![only()]).await;
+    assert_eq!(h.granted(), [("web-0".to_owned(), "c0".to_owned())]);
+    assert!(h.events().is_empty(), "{:?}", h.events());
+    h.stop().await;
+
+    let h = start(FakePatcher::default(), budgets(None), false);
+    h.list(vec![only(), pod("web-1")]).await;
+    assert_eq!(h.granted(), [("web-0".to_owned(), "c0".to_owned())]);
     h.stop().await;
 }
