@@ -331,6 +331,7 @@ fn controller_jobs(key: &HashKey, pod: &PodInfo, id: &str) -> Vec<RestartJob> {
     let Some(tagged) = controller_targets(key, &pod.uid, id, &instances) else {
         return Vec::new();
     };
+    tracing::debug!(pod = %pod.full_name(), grant = %id, containers = ?instances, tagged = ?tagged, "the controller's env restart: which containers run as at its request");
     if let Some(why) = restart::refusal(pod) {
         tracing::warn!(pod = %pod.full_name(), grant = %id, "the controller's env restart is not carried out: {why}");
         return Vec::new();

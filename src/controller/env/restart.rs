@@ -183,6 +183,7 @@ impl EnvConsumers {
             .copied()
             .filter(|(name, _)| wanted.containers.contains(*name))
             .collect();
+        tracing::debug!(pod = %pod.full_name(), containers = ?chosen, "env restart: the containers to stop, as they run");
         let id = controller_request_id(&key, &pod.uid, &change_bytes(&wanted), &chosen);
         let Some(id) = id else {
             // The containers went away, or more than an id can name (a spec change between
