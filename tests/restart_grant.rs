@@ -762,7 +762,7 @@ async fn env_action_restart_restarts_env_only_consumers_in_place_one_at_a_time()
         let pods = node
             .api
             .pods_of_workload(WorkloadKind::Deployment, NS, "other");
-        pods.into_iter().find(|p| ready(p))
+        pods.into_iter().find(ready)
     })
     .await;
     let forged_name = forged_pod.metadata.name.clone().unwrap();
