@@ -119,9 +119,13 @@ impl EnvConsumers {
             self.index().delete(&pod.uid);
         }
         self.consumed.pod_put(&pod.uid, fetch, fixed, world);
-        // A restart held while another request of the pod was in flight.
-        if world.leader && self.restarts.wants(&pod.uid) {
-            self.request_restart(pod);
+        if world.leader {
+            // A request of ours another replaced before its grant: wanted again.
+            self.check_displaced(pod);
+            // A restart held while another request of the pod was in flight.
+            if self.restarts.wants(&pod.uid) {
+                self.request_restart(pod);
+            }
         }
     }
 

@@ -64,6 +64,10 @@ pub(super) struct EnvRestarts {
     wanted: HashMap<String, Wanted>,
     /// Being written: uid → (id, what it asks).
     writing: HashMap<String, (String, Wanted)>,
+    /// Written, not restarted yet: uid → (id, what it asks, the pod has shown it). A request
+    /// the node agent's replaced before it was granted is asked again ([`EnvConsumers::
+    /// check_displaced`]).
+    written: HashMap<String, (String, Wanted, bool)>,
     tx: mpsc::UnboundedSender<(String, String, Outcome)>,
     rx: mpsc::UnboundedReceiver<(String, String, Outcome)>,
 }
@@ -74,6 +78,7 @@ impl Default for EnvRestarts {
         Self {
             wanted: HashMap::new(),
             writing: HashMap::new(),
+            written: HashMap::new(),
             tx,
             rx,
         }
@@ -94,6 +99,7 @@ impl EnvRestarts {
     pub(super) fn forget(&mut self, uid: &str) {
         self.wanted.remove(uid);
         self.writing.remove(uid);
+        self.written.remove(uid);
     }
 
     /// Leadership lost: what was wanted and not written is found again by the next leader
@@ -235,6 +241,9 @@ impl EnvConsumers {
                 for change in &wanted.changes {
                     self.consumed.tracker.acknowledge(change);
                 }
+                self.restarts
+                    .written
+                    .insert(uid.clone(), (id.clone(), wanted.clone(), false));
                 let note = format!(
                     "restart of {} requested by the controller ({REQUEST}: {id}); waiting for its grant (as many pods of the owner at once as its PodDisruptionBudget allows, one without a budget), then the node agent restarts it in place and the kubelet reads env again: {cause}",
                     containers.join(", ")
@@ -286,6 +295,45 @@ impl EnvConsumers {
         if self.restarts.wants(&uid) {
             self.request_restart(&pod);
         }
+    }
+
+    /// The pod as its watch shows it: a request of the controller's that the pod showed and
+    /// that another request (the node agent's, written at the same moment) replaced before it
+    /// was restarted is wanted again, asked once that other request is restarted. Done once
+    /// the pod shows it restarted.
+    pub(super) fn check_displaced(&mut self, pod: &PodInfo) {
+        let Some((id, _, seen)) = self.restarts.written.get_mut(&pod.uid) else {
+            return;
+        };
+        let request = id_of(&pod.annotations, REQUEST);
+        if id_of(&pod.annotations, RESTARTED) == Some(id.as_str()) {
+            self.restarts.written.remove(&pod.uid);
+            return;
+        }
+        if request == Some(id.as_str()) {
+            *seen = true;
+            return;
+        }
+        // Not shown yet (the watch is behind the write), or replaced by a newer one of ours
+        // being written: nothing to say yet.
+        if !*seen || self.restarts.writing.contains_key(&pod.uid) {
+            return;
+        }
+        let Some((id, wanted, _)) = self.restarts.written.remove(&pod.uid) else {
+            return;
+        };
+        let key = self.deps.key.clone();
+        if request.is_some_and(|r| controller_targets(&key, &pod.uid, r, &[]).is_some()) {
+            // Replaced by a newer request of ours (another replica's, a leader change).
+            return;
+        }
+        tracing::info!(pod = %pod.full_name(), request = %id, replaced_by = ?request, "env restart request replaced before its grant; asked again after the request that replaced it");
+        self.restarts
+            .wanted
+            .entry(pod.uid.clone())
+            .or_default()
+            .join(wanted);
+        self.request_restart(pod);
     }
 
     /// A restart refused for the pod (`RestartRefused`, recorded on it).

@@ -108,7 +108,8 @@ async fn an_env_restart_is_requested_for_the_containers_that_read_it_and_never_o
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_env_restart_waits_for_the_agents_own_request_and_a_refused_one_is_recorded() {
+async fn an_env_restart_waits_for_the_agents_own_request_is_asked_again_if_replaced_and_a_refused_one_is_recorded(
+) {
     let mut h = Harness::start();
     let pod = restart_pod("c1");
     h.list(std::slice::from_ref(&pod)).await;
@@ -130,6 +131,40 @@ async fn an_env_restart_waits_for_the_agents_own_request_and_a_refused_one_is_re
     })
     .await;
     until("the request after the agent's", || requests(&h).len() == 1).await;
+
+    // The pod shows the controller's request, then the agent's replaces it (written at the
+    // same moment, the last write kept) before any grant: asked again after the agent's.
+    let asked = requests(&h).remove(0);
+    show(&h, |p| {
+        p.annotations.insert(REQUEST.into(), asked.clone());
+    })
+    .await;
+    show(&h, |p| {
+        p.annotations
+            .insert(REQUEST.into(), "4567cdef-0123456789abcdef".into());
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(requests(&h).len(), 1, "not over the agent's request");
+    show(&h, |p| {
+        p.annotations
+            .insert(GRANT.into(), "4567cdef-0123456789abcdef".into());
+        p.annotations
+            .insert(RESTARTED.into(), "4567cdef-0123456789abcdef".into());
+    })
+    .await;
+    until("asked again", || requests(&h).len() == 2).await;
+    // Shown restarted: nothing more.
+    let again = requests(&h).remove(1);
+    show(&h, |p| {
+        p.annotations.insert(REQUEST.into(), again.clone());
+        p.annotations.insert(GRANT.into(), again.clone());
+        p.annotations.insert(RESTARTED.into(), again.clone());
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(requests(&h).len(), 2);
+    h.stop().await;
 
     // restartPolicy Never: refused, recorded failed, nothing requested.
     let mut h = Harness::start();
