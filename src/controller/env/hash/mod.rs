@@ -85,7 +85,7 @@ pub fn decide(pod: &PodInfo, source: &SourceRef) -> EnvDecision {
     };
     if !evict {
         return EnvDecision::NotReloaded(format!(
-            "{source} changed, but the pod reads it through env, which a running container never sees again; a signal or HTTP reload cannot refresh it. Mount it as a volume instead, or set reloadlet.io/env-action: restart (or evict) to have its containers restarted in place (or the pod evicted and recreated by its controller) on such a change"
+            "{source} changed, but the pod reads it through env, which a running container never sees again; a signal or HTTP reload cannot refresh it. Mount it as a volume instead, or set reloadlet.io/env-action: restart to have its containers restarted in place, or reloadlet.io/env-action: evict to have the pod evicted (and recreated by its controller), on such a change"
         ));
     }
     if !pod.has_controller && !allow_unowned {

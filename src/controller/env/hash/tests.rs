@@ -73,7 +73,8 @@ fn decisions() {
             EnvDecision::NotReloaded(m) => {
                 assert!(
                     m.contains("configmap app-env")
-                        && m.contains("reloadlet.io/env-action: restart (or evict)"),
+                        && m.contains("reloadlet.io/env-action: restart")
+                        && m.contains("reloadlet.io/env-action: evict"),
                     "{m}"
                 );
                 "warn"
