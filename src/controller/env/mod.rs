@@ -197,7 +197,11 @@ impl EnvConsumers {
         let pod_ref = PodRef::from(&pod);
         let report = &self.deps.reporter;
         match hash::decide(&pod, &source) {
-            EnvDecision::Evict | EnvDecision::Restart(_) => {
+            decision @ (EnvDecision::Evict | EnvDecision::Restart(_)) => {
+                let action = match decision {
+                    EnvDecision::Restart(_) => "restart",
+                    _ => "evict",
+                };
                 let now = Instant::now().into_std();
                 match self.pacing.gate(change, seen, now) {
                     EnvPaced::Act(changes) => {
@@ -210,7 +214,7 @@ impl EnvConsumers {
                         self.keep_record(&pod);
                     }
                     EnvPaced::Refused(message) => {
-                        tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", error = %message, "env source changed but a pacing annotation is invalid; no eviction");
+                        tracing::warn!(pod = %pod.full_name(), cause = %cause, action, error = %message, "env source changed but a pacing annotation is invalid; nothing done");
                         return;
                     }
                 }

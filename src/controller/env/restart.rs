@@ -178,7 +178,7 @@ impl EnvConsumers {
                 }
                 // In flight, or the agent's: after it.
                 _ => {
-                    tracing::info!(pod = %pod.full_name(), request = %current, "env restart waits: the pod's current restart request is not restarted yet");
+                    tracing::debug!(pod = %pod.full_name(), request = %current, "env restart waits: the pod's current restart request is not restarted yet");
                     self.restarts.wanted.insert(pod.uid.clone(), wanted);
                     return;
                 }
