@@ -43,6 +43,10 @@ RESTART_GRANT = "reloadlet.io/restart-grant"
 RESTARTED = "reloadlet.io/restarted"
 _RESTART_ID = "1a2b3c4d-0123456789abcdef"
 _OTHER_RESTART_ID = "5e6f7a8b-fedcba9876543210"
+# The controller's env restart request ids (docs/restart.md, "Env consumers"): tags of 1-9
+# containers, 4 hex digits each.
+_ENV_RESTART_ID = "0a1b2c3d-0123456789abcdef-1f2e"
+_OTHER_ENV_RESTART_ID = "4d5e6f70-fedcba9876543210-3c4b5a69"
 # The user's extra the API server sets from a pod-bound token's node claim (Kubernetes >= 1.30).
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
@@ -1289,6 +1293,11 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
     granted = _edit(requested, _ann(RESTART_GRANT, _RESTART_ID))
     # The agent replaced its request after the grant (a newer change): the grant stays.
     renewed = _edit(granted, _ann(RESTART_REQUEST, _OTHER_RESTART_ID))
+    # Pods that ask for an env restart in place, and one whose env consumers are evicted.
+    env_restart = _edit(old, _ann("reloadlet.io/env-action", " Restart"))
+    restart_action = _edit(old, _ann("reloadlet.io/action", "restart"))
+    env_evict = _edit(restart_action, _ann("reloadlet.io/env-action", "evict"))
+    env_requested = _edit(env_restart, _ann(RESTART_REQUEST, _ENV_RESTART_ID))
     cases = [(*c, old) for c in POLICY_CASES] + [
         ("sets the nudge on a pod without annotations", _ann(NUDGE_ANNOTATION, "configmap/app-cfg@7"), "", True, bare),
         ("removes its env pacing record (the hold ended)", _ann(ENV_PACING, None), "", True, held),
@@ -1301,7 +1310,16 @@ def _policy_cel(r: Render) -> tuple[bool, str]:
         ("grants the pod's new request", _ann(RESTART_GRANT, _OTHER_RESTART_ID), "", True, renewed),
         ("moves a grant off the pod's request", _ann(RESTART_GRANT, _OTHER_RESTART_ID), "", False, granted),
         ("removes a grant", _ann(RESTART_GRANT, None), "", False, granted),
-        ("records a status on a pod whose grant is an older request", _ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), "", True, renewed)]
+        ("records a status on a pod whose grant is an older request", _ann(APPLIED_ANNOTATION, _CONTROLLER_RECORD), "", True, renewed),
+        ("requests an env restart (env-action: restart)", _ann(RESTART_REQUEST, _ENV_RESTART_ID), "", True, env_restart),
+        ("requests an env restart (action: restart)", _ann(RESTART_REQUEST, _OTHER_ENV_RESTART_ID), "", True, restart_action),
+        ("requests an env restart of a pod whose env-action is evict", _ann(RESTART_REQUEST, _ENV_RESTART_ID), "", False, env_evict),
+        ("requests an env restart of a pod that asks for none", _ann(RESTART_REQUEST, _ENV_RESTART_ID), "", False, old),
+        ("requests an env restart with an id of no tags", _ann(RESTART_REQUEST, _RESTART_ID), "", False, env_restart),
+        ("requests an env restart with an id of ten tags", _ann(RESTART_REQUEST, "0a1b2c3d-0123456789abcdef-" + "1f2e" * 10), "", False, env_restart),
+        ("requests an env restart and changes another annotation", _both(_ann(RESTART_REQUEST, _ENV_RESTART_ID), _ann("team", "b")), "", False, env_restart),
+        ("replaces its waiting env restart request", _ann(RESTART_REQUEST, _OTHER_ENV_RESTART_ID), "", True, env_requested),
+        ("removes a restart request", _ann(RESTART_REQUEST, None), "", False, env_requested)]
     problems = _verdicts(policy, user, "web-0", cases, "an update")
     return not problems, "; ".join(problems)
 

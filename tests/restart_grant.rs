@@ -826,3 +826,127 @@ async fn a_lease_the_agent_may_not_read_is_named_on_readyz_not_guessed_and_nothi
     )
     .await;
 }
+
+/// `reloadlet.io/env-action: restart` (docs/restart.md, "Env consumers"): three replicas of an
+/// app that reads its config from env only (`configMapKeyRef`, no volume), behind
+/// `maxUnavailable: 1`. A change of the ConfigMap makes the controller request a restart of
+/// each (its own id, naming the container), grant them one at a time, and the node agent
+/// restart each in place: the new process's environment has the new value, same pod UIDs,
+/// `restartCount` + 1, never two unready. A request and grant a pod author writes on another
+/// pod (an id shaped like the controller's, made without its key) restart nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn env_action_restart_restarts_env_only_consumers_in_place_one_at_a_time() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "web-env", &[("app.conf", "v1")]));
+    node.api.create_pdb(pdb());
+    let base = node.path("served").parent().unwrap().to_owned();
+    let mut d =
+        serde_json::to_value(deployment(&base, &[("reloadlet.io/env-action", "restart")])).unwrap();
+    let container = &mut d["spec"]["template"]["spec"]["containers"][0];
+    container["command"] = json!([
+        "/bin/sh",
+        "-c",
+        format!(
+            "echo \"serving $APP_CONF\" > {}/served-$POD_NAME; while :; do sleep 3600 & wait $!; done",
+            base.display()
+        )
+    ]);
+    container["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "APP_CONF", "valueFrom": {"configMapKeyRef": {"name": "web-env", "key": "app.conf"}}}));
+    container.as_object_mut().unwrap().remove("volumeMounts");
+    d["spec"]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("volumes");
+    node.api
+        .apply_deployment(serde_json::from_value(d).unwrap())
+        .unwrap();
+    // Another workload's pod, on which its author writes a request and its grant.
+    node.api
+        .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "other")]));
+    let mut other = serde_json::to_value(deployment(&base, &[])).unwrap();
+    other["metadata"]["name"] = json!("other");
+    other["spec"]["replicas"] = json!(1);
+    other["spec"]["selector"]["matchLabels"]["app"] = json!("other");
+    other["spec"]["template"]["metadata"]["labels"]["app"] = json!("other");
+    node.api
+        .apply_deployment(serde_json::from_value(other).unwrap())
+        .unwrap();
+    // The agent follows the controller's key in the controller's namespace.
+    node.start_agent(&[
+        "--pod-namespace",
+        "reloadlet-system",
+        "--pod-name",
+        "reloadlet-x",
+    ])
+    .await;
+    let before = settled(&node, "three Ready pods", |_| true).await;
+    all_serve(&node, "v1").await;
+    let readiness = node
+        .api
+        .track_readiness(WorkloadKind::Deployment, NS, "web")
+        .unwrap();
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    for p in pods(&node) {
+        let name = p.metadata.name.unwrap();
+        eventually("the controller's env baseline on the pod", WAIT, || {
+            node.pod_annotation(NS, &name, "reloadlet.io/env-baseline")
+        })
+        .await;
+    }
+    let forged_pod = eventually("the other pod", WAIT, || {
+        let pods = node
+            .api
+            .pods_of_workload(WorkloadKind::Deployment, NS, "other");
+        pods.into_iter().find(ready)
+    })
+    .await;
+    let forged_name = forged_pod.metadata.name.clone().unwrap();
+    let forged_count = restart_count(&forged_pod);
+    let forged = "0a1b2c3d-0123456789abcdef-1f2e";
+    node.api
+        .merge_patch_pod(
+            NS,
+            &forged_name,
+            &json!({"metadata": {"annotations": {
+                "reloadlet.io/env-action": "restart",
+                "reloadlet.io/restart-request": forged,
+                "reloadlet.io/restart-grant": forged
+            }}}),
+        )
+        .unwrap();
+
+    node.api
+        .apply_configmap(configmap(NS, "web-env", &[("app.conf", "v2")]));
+    each_restarted_once_serving_v2(&node, &before).await;
+    for p in pods(&node) {
+        let request = annotation(&p, "reloadlet.io/restart-request").unwrap();
+        assert_eq!(
+            request.split('-').count(),
+            3,
+            "the controller's id names the container: {request}"
+        );
+    }
+    let log = readiness.log();
+    assert!(
+        log.min_ready().is_some_and(|n| n >= 2),
+        "two pods were not Ready at once: {log:?}"
+    );
+    no_second_restart(&node, &before).await;
+    // The forged request on the other pod restarted nothing, and nothing recorded it.
+    let other = node.api.get_pod(NS, &forged_name).unwrap();
+    assert_eq!(
+        restart_count(&other),
+        forged_count,
+        "a forged request is not acted on"
+    );
+    assert_eq!(annotation(&other, "reloadlet.io/restarted"), None);
+    controller.stop().await;
+}

@@ -111,6 +111,10 @@ impl FakePatcher {
     pub fn applied_writes(&self) -> Vec<(String, String, String)> {
         self.written(crate::core::status::applied::ANNOTATION)
     }
+    /// `(namespace, name, value)` of every write of `annotation`, in order.
+    pub fn written_values(&self, annotation: &str) -> Vec<(String, String, String)> {
+        self.written(annotation)
+    }
     fn written(&self, annotation: &str) -> Vec<(String, String, String)> {
         let s = self.state.lock().unwrap();
         s.patches

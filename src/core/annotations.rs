@@ -218,7 +218,7 @@ pub enum AnnotationError {
     InvalidSignalCheck(String),
     #[error("{FAST_PROJECTION}: {0:?} is not a boolean; use \"true\" or \"false\"")]
     InvalidFastProjection(String),
-    #[error("{ENV_ACTION}: {0:?} is not valid; use \"evict\" (or remove it)")]
+    #[error("{ENV_ACTION}: {0:?} is not valid; use \"evict\" or \"restart\" (or remove it)")]
     InvalidEnvAction(String),
     #[error("{HTTP_PORT} is required with {ACTION}: http (a port number or the name of a container port)")]
     MissingHttpPort,
@@ -393,14 +393,36 @@ pub fn fast_projection(annotations: &BTreeMap<String, String>) -> Result<bool, A
     }
 }
 
+/// What `reloadlet.io/env-action` asks of a change of a ConfigMap/Secret the pod reads
+/// through env (the controller's env consumers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnvAction {
+    /// `evict`: the pod is evicted (and recreated by its controller).
+    Evict,
+    /// `restart`: the containers that read it are restarted in place, through the restart
+    /// grant (docs/restart.md, "Env consumers").
+    Restart,
+}
+
+/// `reloadlet.io/env-action`, whatever the pod's `reloadlet.io/action` (`signal` too).
+/// Absent: `None`.
+pub fn env_action(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<EnvAction>, AnnotationError> {
+    match annotations.get(ENV_ACTION).map(|v| v.trim()) {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("evict") => Ok(Some(EnvAction::Evict)),
+        Some(v) if v.eq_ignore_ascii_case("restart") => Ok(Some(EnvAction::Restart)),
+        Some(_) => Err(AnnotationError::InvalidEnvAction(
+            annotations[ENV_ACTION].clone(),
+        )),
+    }
+}
+
 /// `reloadlet.io/env-action: evict`: evict the pod when a ConfigMap/Secret it reads through env
 /// changes, even when its `reloadlet.io/action` is `signal`. Absent: `false`.
 pub fn env_evicts(annotations: &BTreeMap<String, String>) -> Result<bool, AnnotationError> {
-    match annotations.get(ENV_ACTION) {
-        None => Ok(false),
-        Some(v) if v.trim().eq_ignore_ascii_case("evict") => Ok(true),
-        Some(v) => Err(AnnotationError::InvalidEnvAction(v.clone())),
-    }
+    Ok(env_action(annotations)? == Some(EnvAction::Evict))
 }
 
 fn parse_bool(value: Option<&String>) -> Result<bool, AnnotationError> {

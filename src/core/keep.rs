@@ -6,7 +6,9 @@
 //! pods (their evictions and budgets match PodDisruptionBudgets by label; nothing else
 //! reads a pod's labels), the volumes that
 //! project a ConfigMap, Secret or CSI source and the mounts of those (without the agent's
-//! file lists, `source_paths` and `other_paths`), no container IDs, no ports but an http
+//! file lists, `source_paths` and `other_paths`), no container IDs but an env consumer's
+//! that restarts in place (its request names each container by the ID it runs under,
+//! `controller::env::restart`), no ports but an http
 //! pod's (its policy names one, and `reloadlet_consumers` validates it), the controlling
 //! owner's reference only for `--reloader-compat` (`rollout::compat`), env consumers (their
 //! flap breaker counts per owner, `env::pacing`; `has_controller` stays) and `action: restart`
@@ -68,10 +70,13 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
         .annotations
         .get(ACTION)
         .is_some_and(|a| a.trim() == "http");
+    let env_restarts = !pod.env.is_empty() && env_restarts(&pod);
     for c in &mut pod.containers {
         c.mounts.retain(|m| kept.contains(&m.volume.as_str()));
         c.mounts.shrink_to_fit();
-        c.container_id = None;
+        if !env_restarts {
+            c.container_id = None;
+        }
         if http {
             c.ports.shrink_to_fit();
         } else {
@@ -97,6 +102,19 @@ pub fn trimmed(mut pod: PodInfo) -> PodInfo {
         s.shrink_to_fit();
     }
     pod
+}
+
+/// `reloadlet.io/env-action: restart`, or `action: restart` without an env-action: an env
+/// change restarts its containers in place (`controller::env::hash::decide`).
+fn env_restarts(pod: &PodInfo) -> bool {
+    use crate::core::annotations::{env_action, EnvAction};
+    match env_action(&pod.annotations).ok().flatten() {
+        Some(a) => a == EnvAction::Restart,
+        None => pod
+            .annotations
+            .get(ACTION)
+            .is_some_and(|a| a.trim().eq_ignore_ascii_case("restart")),
+    }
 }
 
 /// An `action: restart` pod, or one that carries the restart grant's request or grant.
@@ -212,6 +230,36 @@ mod tests {
             ),
             ("u1", "shop", "web")
         );
+    }
+
+    /// An env consumer restarted in place keeps its container IDs (its request names each
+    /// container by the ID it runs under); no other pod does.
+    #[test]
+    fn container_ids_are_kept_only_for_env_consumers_restarted_in_place() {
+        let with = |annotations: &[(&str, &str)], env: bool| {
+            let mut p = pod();
+            p.annotations = map(annotations);
+            p.containers[0].container_id =
+                crate::core::model::ContainerId::parse("containerd://abc");
+            if env {
+                p.env = vec![EnvRef {
+                    source: cm("app-env"),
+                    keys: EnvKeys::Key("LOG".into()),
+                    optional: false,
+                    container: "app".into(),
+                }];
+            }
+            trimmed(p).containers[0].container_id.is_some()
+        };
+        let restart = ("reloadlet.io/action", "restart");
+        let signal = ("reloadlet.io/action", "signal");
+        let env_restart = ("reloadlet.io/env-action", "restart");
+        let env_evict = ("reloadlet.io/env-action", "evict");
+        assert!(with(&[signal, env_restart], true));
+        assert!(with(&[restart], true));
+        assert!(!with(&[restart, env_evict], true));
+        assert!(!with(&[signal], true));
+        assert!(!with(&[restart], false), "no env consumer");
     }
 
     /// `reloadlet_consumers` derives a kept pod's state as `reloadlet status` derives the

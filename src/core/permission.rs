@@ -49,7 +49,8 @@ pub enum Feature {
     /// `--secrets`, Secret) a pod reads and its write of `reloadlet.io/data-version` on it.
     DataVersions,
     /// The agent's `reloadlet.io/applied` record on the pods it acts on (pods/patch), and the
-    /// controller's key it reads to compute data versions (a Secret in its own namespace).
+    /// controller's key it reads to compute data versions and to verify the controller's env
+    /// restart requests (a Secret in its own namespace).
     StatusRecord,
     /// The drain readiness gate of `action: restart` (pods/status patch of the condition
     /// `reloadlet.io/restart-drain`, docs/restart.md).

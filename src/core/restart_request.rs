@@ -1,5 +1,7 @@
-//! The agent's restart request id (docs/restart.md, "The grant"): whose it is, and which of
-//! the pod's containers have started anew since it was made.
+//! The restart request ids (docs/restart.md, "The grant"): whose it is, and which of the
+//! pod's containers have started anew since it was made. Two makers: the agent
+//! ([`request_id`], below) and the controller for an env restart ([`controller_request_id`],
+//! keyed with the controller's key and labelled apart).
 //!
 //! `<content>-<mac>[-<tags>]`:
 //! - `content`: 8 hex digits of a digest of the change (the kubelet writes seen, the sources,
@@ -86,6 +88,94 @@ pub fn unchanged_since(
             .map(|(i, t)| tag(key, pod_uid, content, i).as_bytes() == t)
             .collect(),
     )
+}
+
+/// The controller's request id for an env restart (`reloadlet.io/env-action: restart`,
+/// docs/restart.md "Env consumers"): the same shape as the agent's, `<content>-<mac>-<tags>`,
+/// keyed with the controller's key (`k8s::controller_key`, which the agent follows too) and
+/// with labels of its own, so that an agent's id never verifies as the controller's, nor the
+/// other way round, even under one key. Its tags are a set: the containers to stop, each by
+/// its name and the container ID it ran under when the request was made (`instances`, at
+/// least one). `None`: nothing to stop, or more than [`MAX_TAGGED`] containers (the id would
+/// not fit the 64 characters the admission policy allows).
+pub fn controller_request_id(
+    key: &HashKey,
+    pod_uid: &str,
+    change: &[u8],
+    instances: &[Instance<'_>],
+) -> Option<String> {
+    if instances.is_empty() || instances.len() > MAX_TAGGED {
+        return None;
+    }
+    let content = Sha256::digest(change);
+    let content = hex::encode(&content[..4]);
+    let tags: String = instances
+        .iter()
+        .map(|i| controller_tag(key, pod_uid, &content, i))
+        .collect();
+    let mac = controller_mac(key, pod_uid, &content, &tags);
+    Some(format!("{content}-{mac}-{tags}"))
+}
+
+/// Of the controller's request `id` for the pod `pod_uid` ([`controller_request_id`]): for
+/// each of `instances` (the pod's containers as they run now, any order), whether to stop it
+/// — its name and current container ID are among the id's tags. A container started anew
+/// since the request (another container ID) is not stopped: it read the new env already.
+/// `None`: `id` is not the controller's for this pod.
+pub fn controller_targets(
+    key: &HashKey,
+    pod_uid: &str,
+    id: &str,
+    instances: &[Instance<'_>],
+) -> Option<Vec<bool>> {
+    let (content, m, tags) = parse(id)?;
+    if tags.is_empty() || controller_mac(key, pod_uid, content, tags) != m {
+        return None;
+    }
+    let tagged: Vec<&[u8]> = tags.as_bytes().chunks(4).collect();
+    Some(
+        instances
+            .iter()
+            .map(|i| tagged.contains(&controller_tag(key, pod_uid, content, i).as_bytes()))
+            .collect(),
+    )
+}
+
+/// Whether `id` has the shape of the controller's ids (well-formed, with tags), whoever made
+/// it: one that does not verify may have been made under a key the agent has not read yet.
+pub fn shaped_like_controllers(id: &str) -> bool {
+    parse(id).is_some_and(|(_, _, tags)| !tags.is_empty())
+}
+
+/// Whether `id` is a request the controller made for the pod `pod_uid`.
+pub fn is_controller_request(key: &HashKey, pod_uid: &str, id: &str) -> bool {
+    controller_targets(key, pod_uid, id, &[]).is_some()
+}
+
+fn controller_mac(key: &HashKey, pod_uid: &str, content: &str, tags: &str) -> String {
+    let parts = [
+        "reloadlet controller env restart request",
+        pod_uid,
+        content,
+        tags,
+    ];
+    keyed_hex(key, &parts, 8)
+}
+
+fn controller_tag(
+    key: &HashKey,
+    pod_uid: &str,
+    content: &str,
+    (name, id): &Instance<'_>,
+) -> String {
+    let parts = [
+        "reloadlet controller env restart request container",
+        pod_uid,
+        content,
+        name,
+        id.unwrap_or(""),
+    ];
+    keyed_hex(key, &parts, 2)
 }
 
 /// `(content, mac, tags)` of a well-formed id.
@@ -241,5 +331,142 @@ mod tests {
             hex::encode(&old.finalize().into_bytes()[..8])
         );
         assert!(is_own_request(&key, "uid-1", &old), "{old}");
+    }
+
+    #[test]
+    fn a_controller_id_names_the_containers_to_stop_for_that_pod_only() {
+        let key = HashKey::from_bytes([9; 32]);
+        let at_request = [("app", Some("abc")), ("worker", Some("w1"))];
+        let id = controller_request_id(&key, "uid-1", CHANGE, &at_request).unwrap();
+        assert!(valid_id(&id) && id.len() == 34, "{id}");
+        let now = [
+            ("app", Some("abc")),
+            ("sidecar", Some("s1")),
+            ("worker", Some("w1")),
+        ];
+        struct Case<'a> {
+            what: &'a str,
+            key: HashKey,
+            uid: &'a str,
+            id: String,
+            now: &'a [Instance<'a>],
+            want: Option<Vec<bool>>,
+        }
+        let (content, rest) = id.split_once('-').unwrap();
+        let (m, tags) = rest.split_once('-').unwrap();
+        let agent = request_id(&key, "uid-1", CHANGE, &at_request);
+        let cases = [
+            Case {
+                what: "as made",
+                key: key.clone(),
+                uid: "uid-1",
+                id: id.clone(),
+                now: &now,
+                want: Some(vec![true, false, true]),
+            },
+            Case {
+                what: "app restarted since",
+                key: key.clone(),
+                uid: "uid-1",
+                id: id.clone(),
+                now: &[("app", Some("def")), ("worker", Some("w1"))],
+                want: Some(vec![false, true]),
+            },
+            Case {
+                what: "both restarted since",
+                key: key.clone(),
+                uid: "uid-1",
+                id: id.clone(),
+                now: &[("app", Some("def")), ("worker", Some("w2"))],
+                want: Some(vec![false, false]),
+            },
+            Case {
+                what: "copied onto another pod (a template)",
+                key: key.clone(),
+                uid: "uid-2",
+                id: id.clone(),
+                now: &now,
+                want: None,
+            },
+            Case {
+                what: "another key",
+                key: HashKey::from_bytes([8; 32]),
+                uid: "uid-1",
+                id: id.clone(),
+                now: &now,
+                want: None,
+            },
+            Case {
+                what: "a tag swapped in",
+                key: key.clone(),
+                uid: "uid-1",
+                id: format!("{content}-{m}-{}0000", &tags[..4]),
+                now: &now,
+                want: None,
+            },
+            Case {
+                what: "tags dropped",
+                key: key.clone(),
+                uid: "uid-1",
+                id: format!("{content}-{m}"),
+                now: &now,
+                want: None,
+            },
+            Case {
+                what: "forged mac",
+                key: key.clone(),
+                uid: "uid-1",
+                id: format!("{content}-0123456789abcdef-{tags}"),
+                now: &now,
+                want: None,
+            },
+            Case {
+                what: "the agent's id under the same key",
+                key: key.clone(),
+                uid: "uid-1",
+                id: agent.clone(),
+                now: &now,
+                want: None,
+            },
+            Case {
+                what: "garbage",
+                key: key.clone(),
+                uid: "uid-1",
+                id: "x".into(),
+                now: &now,
+                want: None,
+            },
+        ];
+        for c in cases {
+            assert_eq!(
+                controller_targets(&c.key, c.uid, &c.id, c.now),
+                c.want,
+                "{}",
+                c.what
+            );
+        }
+        assert!(is_controller_request(&key, "uid-1", &id));
+        assert!(
+            !is_own_request(&key, "uid-1", &id),
+            "a controller id is no agent's id"
+        );
+        assert!(unchanged_since(&key, "uid-1", &id, &at_request).is_none());
+        assert!(!is_controller_request(&key, "uid-1", &agent));
+    }
+
+    #[test]
+    fn a_controller_id_needs_one_to_nine_containers() {
+        let key = HashKey::from_bytes([9; 32]);
+        assert_eq!(controller_request_id(&key, "u", CHANGE, &[]), None);
+        let names: Vec<String> = (0..=MAX_TAGGED).map(|i| format!("c{i}")).collect();
+        let many: Vec<Instance<'_>> = names.iter().map(|n| (n.as_str(), Some("x"))).collect();
+        let nine = controller_request_id(&key, "u", CHANGE, &many[..MAX_TAGGED]).unwrap();
+        assert!(valid_id(&nine) && nine.len() == 62, "{nine}");
+        assert_eq!(controller_request_id(&key, "u", CHANGE, &many), None);
+        let none = controller_request_id(&key, "u", CHANGE, &[("app", None)]).unwrap();
+        assert_eq!(
+            controller_targets(&key, "u", &none, &[("app", None)]),
+            Some(vec![true])
+        );
     }
 }

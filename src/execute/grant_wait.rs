@@ -6,13 +6,16 @@
 //! `--dry-run`, where nothing is requested at all).
 
 use super::restart::RestartJob;
-use super::restart_grant::Step;
+use super::restart_grant::{Maker, Step};
 use super::Inner;
 use crate::core::model::PodInfo;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::policy::Decision;
-use crate::core::restart_grant::{REQUEST, RESTARTED};
-use crate::core::restart_request::{is_own_request, request_id, unchanged_since};
+use crate::core::restart_grant::{GRANT, REQUEST, RESTARTED};
+use crate::core::restart_request::{
+    controller_targets, is_controller_request, is_own_request, request_id, shaped_like_controllers,
+    unchanged_since,
+};
 use crate::core::volume_digest::HashKey;
 use crate::ports::{PatchError, PatchRequest, PatchTarget, PodRef};
 use std::sync::Arc;
@@ -126,13 +129,42 @@ impl Inner {
         if self.restart_without_grant || self.report.dry_run() {
             return;
         }
+        self.follow_controller_key();
         let key = self.restart_key().clone();
+        // The controller's key as last read from its Secret (by its own task: the pod watch
+        // never waits for it); `None`: not (yet) known, so no controller request verifies.
+        let controller_key = self
+            .controller_key
+            .as_ref()
+            .and_then(|k| k.borrow().clone());
         let uid = pod.uid.clone();
+        let whose = |id: &str| {
+            if is_own_request(&key, &uid, id) {
+                Some(Maker::Agent)
+            } else if controller_key
+                .as_ref()
+                .is_some_and(|k| is_controller_request(k, &uid, id))
+            {
+                Some(Maker::Controller)
+            } else {
+                None
+            }
+        };
+        // A granted request shaped like the controller's that verifies under no key known:
+        // maybe made under a key made anew; its reader reads it again (at most once a minute).
+        let unverified =
+            crate::core::restart_grant::granted_not_restarted(&pod.annotations, |id| {
+                whose(id).is_none() && shaped_like_controllers(id)
+            });
+        if let (Some(id), Some(look_again)) = (unverified, &self.look_again) {
+            tracing::debug!(pod = %pod.full_name(), grant = %id, "a granted restart request verifies under no key known; the controller's key is read again");
+            look_again.notify_one();
+        }
         let step = self
             .requests
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .on_pod(pod, |id| is_own_request(&key, &uid, id));
+            .on_pod(pod, whose);
         let Some(step) = step else { return };
         let inner = self.clone();
         match step {
@@ -150,6 +182,25 @@ impl Inner {
                     jobs.retain(|_| keep.next().unwrap_or(true));
                 }
                 tracing::info!(pod = %pod.full_name(), grant = %id, containers = jobs.len(), "a granted restart requested before the agent restarted; carrying it out (containers started anew since the request are not stopped again)");
+                self.requests
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .begin(pod, &id, &jobs);
+                self.signals
+                    .spawn_on(inner.perform(uid, id, jobs), &self.runtime);
+            }
+            Step::Controller { id, mut jobs } => {
+                let tagged = controller_key
+                    .as_ref()
+                    .map(|k| controller_jobs(k, pod, &id))
+                    .unwrap_or_default();
+                for job in tagged {
+                    if !jobs.iter().any(|j| j.container == job.container) {
+                        jobs.push(job);
+                    }
+                }
+                let containers: Vec<&str> = jobs.iter().map(|j| j.container.as_str()).collect();
+                tracing::info!(pod = %pod.full_name(), grant = %id, containers = ?containers, "the controller's env restart granted; carrying it out (containers started anew since the request are not stopped again)");
                 self.requests
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -178,6 +229,35 @@ impl Inner {
                 );
             }
         }
+    }
+
+    /// Once: a task that, whenever the controller's key is read anew (first read, or made
+    /// anew), looks at every pod again, so a controller request granted before the key was
+    /// known is carried out without waiting for the pod's next update. It holds the executor
+    /// weakly (it ends with it).
+    fn follow_controller_key(self: &Arc<Self>) {
+        let Some(mut rx) = self.controller_key.clone() else {
+            return;
+        };
+        self.controller_key_followed.call_once(|| {
+            let weak = Arc::downgrade(self);
+            self.runtime.spawn(async move {
+                while rx.changed().await.is_ok() {
+                    let Some(inner) = weak.upgrade() else { return };
+                    let pods: Vec<Arc<PodInfo>> = {
+                        let index = inner.index.read().unwrap_or_else(|e| e.into_inner());
+                        index
+                            .iter()
+                            .filter(|p| p.annotations.contains_key(GRANT))
+                            .filter_map(|p| index.shared(&p.uid))
+                            .collect()
+                    };
+                    for pod in pods {
+                        inner.grant_step(&pod);
+                    }
+                }
+            });
+        });
     }
 
     /// Stops the granted containers (each through the spaced restart path), then looks at the
@@ -234,6 +314,74 @@ fn recovered_jobs(pod: &PodInfo) -> Vec<RestartJob> {
             first_seen: std::time::Instant::now(),
             sources: cause.sources.clone(),
             seen: super::applied::Seen::none(),
+        })
+        .collect()
+}
+
+/// The jobs of the controller's env restart `id`: the pod's containers (classic init
+/// containers never) whose name and current container ID are among the id's tags
+/// (`core::restart_request::controller_targets`): a container started anew since the request
+/// read the new env already and is not stopped. Stop plans as for `action: restart`; none
+/// for a pod a restart cannot serve (`core::restart::refusal`: the controller does not ask
+/// for one) or whose restart annotations are invalid.
+fn controller_jobs(key: &HashKey, pod: &PodInfo, id: &str) -> Vec<RestartJob> {
+    use crate::core::model::ContainerKind;
+    use crate::core::restart;
+    let candidates: Vec<&crate::core::model::ContainerInfo> = pod
+        .containers
+        .iter()
+        .filter(|c| c.kind != ContainerKind::Init)
+        .collect();
+    let instances: Vec<(&str, Option<&str>)> = candidates
+        .iter()
+        .map(|c| {
+            let id = c.container_id.as_ref().map(|i| i.id.as_str());
+            (c.name.as_str(), id)
+        })
+        .collect();
+    let Some(tagged) = controller_targets(key, &pod.uid, id, &instances) else {
+        return Vec::new();
+    };
+    tracing::debug!(pod = %pod.full_name(), grant = %id, containers = ?instances, tagged = ?tagged, "the controller's env restart: which containers run as at its request");
+    if let Some(why) = restart::refusal(pod) {
+        tracing::warn!(pod = %pod.full_name(), grant = %id, "the controller's env restart is not carried out: {why}");
+        return Vec::new();
+    }
+    let spec = match restart::parse(&pod.annotations) {
+        Ok(spec) => spec,
+        Err(e) => {
+            tracing::warn!(pod = %pod.full_name(), grant = %id, error = %e, "the controller's env restart is not carried out: invalid restart annotation");
+            return Vec::new();
+        }
+    };
+    candidates
+        .into_iter()
+        .zip(tagged)
+        .filter(|(_, t)| *t)
+        .filter_map(|(c, _)| {
+            let stop = match restart::stop_plan(pod, &spec, &c.name) {
+                Ok(stop) => stop,
+                Err(e) => {
+                    tracing::warn!(pod = %pod.full_name(), container = %c.name, error = %e, "the controller's env restart does not stop this container");
+                    return None;
+                }
+            };
+            let mut sources: Vec<crate::core::model::SourceRef> = pod
+                .env
+                .iter()
+                .filter(|r| r.container == c.name)
+                .map(|r| r.source.clone())
+                .collect();
+            sources.sort();
+            sources.dedup();
+            Some(RestartJob {
+                pod_uid: pod.uid.clone(),
+                container: c.name.clone(),
+                stop,
+                first_seen: std::time::Instant::now(),
+                sources,
+                seen: super::applied::Seen::none(),
+            })
         })
         .collect()
 }

@@ -87,6 +87,14 @@ struct Inner {
     pod_patcher: Option<Arc<dyn crate::ports::Patcher>>,
     /// The key of the request ids (the agent's own, kept in its state file).
     restart_key: std::sync::OnceLock<crate::core::volume_digest::HashKey>,
+    /// The controller's key as the agent follows it from its Secret
+    /// (`k8s::controller_key::follow`): the controller's env restart requests verify under it.
+    controller_key:
+        Option<tokio::sync::watch::Receiver<Option<crate::core::volume_digest::HashKey>>>,
+    /// Asks the key's reader to read it again (a controller-shaped request did not verify).
+    look_again: Option<Arc<tokio::sync::Notify>>,
+    /// Set once the task that looks at granted requests again when that key changes runs.
+    controller_key_followed: std::sync::Once,
     /// The controller's Lease, read while a restart request waits (`None`: not read, no
     /// Warning when no controller holds it).
     lease: std::sync::OnceLock<Arc<dyn crate::ports::LeaseReader>>,
@@ -159,6 +167,9 @@ impl Executor {
                 requests: Mutex::default(),
                 pod_patcher: deps.record.as_ref().map(|r| r.patcher.clone()),
                 restart_key: std::sync::OnceLock::new(),
+                controller_key: deps.record.as_ref().map(|r| r.key.clone()),
+                controller_key_followed: std::sync::Once::new(),
+                look_again: deps.record.as_ref().and_then(|r| r.look_again.clone()),
                 lease: std::sync::OnceLock::new(),
                 deferred: Mutex::default(),
                 gate: deps.gate.clone(),

@@ -39,6 +39,10 @@ pub enum PatchKind {
     /// agent's request, docs/restart.md), conditional on the pod's UID, never retried here:
     /// the grant feature looks again after a failure.
     RestartGrant,
+    /// `reloadlet.io/restart-request` of an env consumer the controller restarts in place
+    /// (`reloadlet.io/env-action: restart`, docs/restart.md "Env consumers"), conditional on
+    /// the pod's UID, never retried here: the env feature reports the failure.
+    RestartRequest,
     /// `reloadlet.io/data-version` of the ConfigMap/Secret `source` (the job's `pod` names
     /// its namespace and name, no uid), conditional on `resource_version`, never retried: a
     /// 409 means its data changed, and the watch brings that change.
@@ -72,6 +76,10 @@ impl PatchJob {
             PatchKind::EnvPacing => (ENV_PACING, Some(self.pod.uid.clone())),
             PatchKind::RestartGrant => (
                 crate::core::restart_grant::GRANT,
+                Some(self.pod.uid.clone()),
+            ),
+            PatchKind::RestartRequest => (
+                crate::core::restart_grant::REQUEST,
                 Some(self.pod.uid.clone()),
             ),
             PatchKind::DataVersion { .. } => (DATA_VERSION, None),
@@ -270,6 +278,12 @@ impl Inner {
                     Err(e) => {
                         tracing::warn!(pod = %pod, grant = %job.shown(), error = %e, "could not write the restart grant; trying again shortly (check the controller's pods patch permission and admission policy)")
                     }
+                }
+                return outcome;
+            }
+            PatchKind::RestartRequest => {
+                if result.is_ok() {
+                    self.forbidden_reported.store(false, Ordering::Relaxed);
                 }
                 return outcome;
             }

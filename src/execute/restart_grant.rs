@@ -49,6 +49,16 @@ struct PodRequests {
     restarting: Option<Restarting>,
 }
 
+/// Who made a request id the agent can verify.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Maker {
+    /// The agent itself ([`crate::core::restart_request::is_own_request`]).
+    Agent,
+    /// The controller, for an env restart
+    /// ([`crate::core::restart_request::is_controller_request`]).
+    Controller,
+}
+
 /// What the executor does next for a pod.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step {
@@ -58,6 +68,12 @@ pub enum Step {
     /// the caller picks the containers (`core::policy::recovered_restart`) and calls
     /// [`Requests::begin`].
     Recover { id: String },
+    /// The pod holds a granted, unrestarted request the controller made (an env restart):
+    /// the caller adds the containers its tags name
+    /// ([`crate::core::restart_request::controller_targets`]) to `jobs` (the agent's own
+    /// waiting restart, if any: a request the controller's replaced joins it, not lost) and
+    /// calls [`Requests::begin`].
+    Controller { id: String, jobs: Vec<RestartJob> },
     /// Every stopped container runs again (or none was stopped): write `restarted: id`.
     Record { id: String },
 }
@@ -91,9 +107,9 @@ impl Requests {
         self.pods.get(uid)?.waiting.as_ref().map(|w| w.id.as_str())
     }
 
-    /// The pod as its watch shows it now: what to do. `own`: whether an id is a request the
-    /// agent wrote for this pod.
-    pub fn on_pod(&mut self, pod: &PodInfo, own: impl Fn(&str) -> bool) -> Option<Step> {
+    /// The pod as its watch shows it now: what to do. `whose`: who made an id for this pod,
+    /// when the agent can verify it (`None`: no one it trusts).
+    pub fn on_pod(&mut self, pod: &PodInfo, whose: impl Fn(&str) -> Option<Maker>) -> Option<Step> {
         let grant = id_of(&pod.annotations, GRANT);
         let restarted = id_of(&pod.annotations, RESTARTED);
         if let Some(state) = self.pods.get_mut(&pod.uid) {
@@ -128,12 +144,37 @@ impl Requests {
                     jobs,
                 });
             }
-            return None;
+            // The controller's request replaced the agent's on the pod (both written at
+            // once) and was granted: one restart serves both.
+            let controller = |id: &str| whose(id) == Some(Maker::Controller);
+            let id =
+                crate::core::restart_grant::granted_not_restarted(&pod.annotations, controller)?;
+            if !self.recovered.insert((pod.uid.clone(), id.to_owned())) {
+                return None;
+            }
+            let jobs = state
+                .waiting
+                .take()
+                .map(|w| w.jobs.into_values().collect())
+                .unwrap_or_default();
+            return Some(Step::Controller {
+                id: id.to_owned(),
+                jobs,
+            });
         }
-        let id = crate::core::restart_grant::granted_not_restarted(&pod.annotations, own)?;
+        let id = crate::core::restart_grant::granted_not_restarted(&pod.annotations, |id| {
+            whose(id).is_some()
+        })?;
+        let step = match whose(id) {
+            Some(Maker::Controller) => Step::Controller {
+                id: id.to_owned(),
+                jobs: Vec::new(),
+            },
+            _ => Step::Recover { id: id.to_owned() },
+        };
         self.recovered
             .insert((pod.uid.clone(), id.to_owned()))
-            .then(|| Step::Recover { id: id.to_owned() })
+            .then_some(step)
     }
 
     /// A recovered request's jobs: it is being carried out now.
@@ -240,7 +281,7 @@ mod tests {
     #[test]
     fn a_request_is_performed_once_on_its_grant_and_recorded_when_the_container_runs_again() {
         let mut r = Requests::default();
-        let never = |_: &str| false;
+        let never = |_: &str| None;
         r.request("u1", "a1".into(), vec![job("app")]);
         // no grant, a forged grant of another id: nothing
         assert_eq!(r.on_pod(&pod(&[(REQUEST, "a1")], "c1", true), never), None);
@@ -276,7 +317,7 @@ mod tests {
     #[test]
     fn a_change_during_a_restart_waits_and_is_granted_after_it() {
         let mut r = Requests::default();
-        let never = |_: &str| false;
+        let never = |_: &str| None;
         r.request("u1", "a1".into(), vec![job("app")]);
         let granted = pod(&[(GRANT, "a1")], "c1", true);
         assert!(matches!(
@@ -299,7 +340,7 @@ mod tests {
     #[test]
     fn after_an_agent_restart_only_its_own_granted_request_is_recovered_and_once() {
         let mut r = Requests::default();
-        let own = |id: &str| id == "mine";
+        let own = |id: &str| (id == "mine").then_some(Maker::Agent);
         let forged = pod(&[(REQUEST, "theirs"), (GRANT, "theirs")], "c1", true);
         assert_eq!(r.on_pod(&forged, own), None);
         let done = pod(
@@ -321,5 +362,56 @@ mod tests {
             Some(Step::Record { id: "mine".into() }),
             "nothing stopped: recorded at once"
         );
+    }
+
+    #[test]
+    fn a_granted_controller_request_is_performed_once_with_a_waiting_restart_joined() {
+        let whose = |id: &str| match id {
+            "mine" => Some(Maker::Agent),
+            "ctl" => Some(Maker::Controller),
+            _ => None,
+        };
+        // no request of the agent's: the controller's, once
+        let mut r = Requests::default();
+        let granted = pod(&[(REQUEST, "ctl"), (GRANT, "ctl")], "c1", true);
+        assert_eq!(r.on_pod(&pod(&[(REQUEST, "ctl")], "c1", true), whose), None);
+        assert_eq!(
+            r.on_pod(&granted, whose),
+            Some(Step::Controller {
+                id: "ctl".into(),
+                jobs: vec![]
+            })
+        );
+        assert_eq!(r.on_pod(&granted, whose), None, "never twice");
+        r.begin(&granted, "ctl", &[job("app")]);
+        r.stopped("u1", "ctl", 1);
+        assert_eq!(
+            r.on_pod(&pod(&[(REQUEST, "ctl"), (GRANT, "ctl")], "c2", true), whose),
+            Some(Step::Record { id: "ctl".into() })
+        );
+        let done = pod(
+            &[(REQUEST, "ctl"), (GRANT, "ctl"), (RESTARTED, "ctl")],
+            "c2",
+            true,
+        );
+        assert_eq!(Requests::default().on_pod(&done, whose), None);
+        // the agent's request waits, the controller's replaced it and is granted: joined
+        let mut r = Requests::default();
+        r.request("u1", "mine".into(), vec![job("app")]);
+        assert_eq!(
+            r.on_pod(&granted, whose),
+            Some(Step::Controller {
+                id: "ctl".into(),
+                jobs: vec![job("app")]
+            })
+        );
+        assert_eq!(r.waiting("u1"), None);
+        // a grant no one verifies: nothing, waiting or not
+        let forged = pod(&[(REQUEST, "zz"), (GRANT, "zz")], "c1", true);
+        assert_eq!(Requests::default().on_pod(&forged, whose), None);
+        let mut r = Requests::default();
+        r.request("u1", "mine".into(), vec![job("app")]);
+        assert_eq!(r.on_pod(&forged, whose), None);
+        assert_eq!(r.waiting("u1"), Some("mine"));
     }
 }

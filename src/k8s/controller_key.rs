@@ -118,15 +118,21 @@ pub async fn read(
 /// `status` says `pending`, the safe side).
 const LOOK_AGAIN: Backoff = Backoff::doubling(Duration::from_secs(5), Duration::from_secs(600));
 const REREAD: Duration = Duration::from_secs(3600);
+/// Asked to read it again (`look_again`: a restart request shaped like the controller's did
+/// not verify): not sooner than this after the last read, so a pod author writing such ids
+/// costs one read a minute at most.
+const LOOK_AGAIN_EVERY: Duration = Duration::from_secs(60);
 
 /// The agent's side: follows the controller's key in `namespace` into `key` (the status
 /// record's versions need it), looking again with a back-off while there is none; never
-/// spins. A refusal (403) is reported through `denials`.
+/// spins. A refusal (403) is reported through `denials`. `look_again` wakes it before its
+/// time, at most once per [`LOOK_AGAIN_EVERY`].
 pub async fn follow(
     client: Client,
     namespace: String,
     denials: RefusalSink,
     key: tokio::sync::watch::Sender<Option<HashKey>>,
+    look_again: std::sync::Arc<tokio::sync::Notify>,
 ) {
     let mut delays = LOOK_AGAIN.delays();
     loop {
@@ -158,7 +164,14 @@ pub async fn follow(
         if key.is_closed() {
             return;
         }
-        tokio::time::sleep(crate::retry::spread(wait)).await;
+        let read_at = tokio::time::Instant::now();
+        tokio::select! {
+            _ = tokio::time::sleep(crate::retry::spread(wait)) => {}
+            _ = look_again.notified() => {
+                tokio::time::sleep_until(read_at + LOOK_AGAIN_EVERY.min(wait)).await;
+                tracing::debug!(namespace, secret = SECRET, "reading the controller's key again: a restart request did not verify under the one known");
+            }
+        }
     }
 }
 

@@ -53,8 +53,14 @@ pub fn references(pod: &PodInfo) -> String {
             EnvDecision::Refused(_) => format!(
                 "EvictionRefused{when}: no controller owns the pod (reloadlet.io/evict-unowned: \"true\" allows it)"
             ),
+            EnvDecision::Restart(containers) => format!(
+                "{} restarted in place{when} (the controller's request, granted one pod of the owner at a time or as its PodDisruptionBudget allows; the kubelet reads env again)",
+                containers.join(", ")
+            ),
+            EnvDecision::RestartRefused(why) => format!("Warning RestartRefused{when}: {why}"),
+            EnvDecision::Covered(why) => format!("nothing from the controller: {why}"),
             EnvDecision::NotReloaded(_) => format!(
-                "Warning EnvNotReloaded{when} (reloadlet.io/env-action: evict evicts instead)"
+                "Warning EnvNotReloaded{when} (reloadlet.io/env-action: restart or evict acts instead)"
             ),
         }
     };

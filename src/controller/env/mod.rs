@@ -6,6 +6,7 @@
 pub mod explain;
 pub mod hash;
 pub mod pacing;
+mod restart;
 
 use super::consumed::{Change, Consumed, Fetched, Tracker};
 use super::feature::{Feature, Routed, World};
@@ -60,6 +61,8 @@ pub struct EnvConsumers {
     /// `reloadlet.io/env-pacing` as last written (or found) on each pod that had one; `None`:
     /// removed.
     records: HashMap<String, Option<String>>,
+    /// Env restarts in place: wanted, and the requests being written.
+    restarts: restart::EnvRestarts,
 }
 
 impl EnvConsumers {
@@ -71,6 +74,7 @@ impl EnvConsumers {
             warned: HashMap::new(),
             gauges: Default::default(),
             records: HashMap::new(),
+            restarts: Default::default(),
             consumed: Consumed::new(
                 Tracker::with(
                     crate::controller::consumed::env_refs::references,
@@ -115,6 +119,14 @@ impl EnvConsumers {
             self.index().delete(&pod.uid);
         }
         self.consumed.pod_put(&pod.uid, fetch, fixed, world);
+        if world.leader {
+            // A request of ours another replaced before its grant: wanted again.
+            self.check_displaced(pod);
+            // A restart held while another request of the pod was in flight.
+            if self.restarts.wants(&pod.uid) {
+                self.request_restart(pod);
+            }
+        }
     }
 
     /// A bad pacing annotation: one Warning per distinct error (leader only), and no
@@ -151,6 +163,7 @@ impl EnvConsumers {
         self.pacing.forget(uid, Instant::now().into_std());
         self.warned.remove(uid);
         self.records.remove(uid);
+        self.restarts.forget(uid);
         self.consumed.tracker.remove_pod(uid);
         self.index().delete(uid);
     }
@@ -184,11 +197,15 @@ impl EnvConsumers {
         let pod_ref = PodRef::from(&pod);
         let report = &self.deps.reporter;
         match hash::decide(&pod, &source) {
-            EnvDecision::Evict => {
+            decision @ (EnvDecision::Evict | EnvDecision::Restart(_)) => {
+                let action = match decision {
+                    EnvDecision::Restart(_) => "restart",
+                    _ => "evict",
+                };
                 let now = Instant::now().into_std();
                 match self.pacing.gate(change, seen, now) {
                     EnvPaced::Act(changes) => {
-                        self.evict(changes, seen, "env source changed; evicting");
+                        self.carry_out(changes, seen, "env source changed; evicting");
                     }
                     EnvPaced::Held(notice) => {
                         let owner = self.pacing.owner_label(&pod.uid);
@@ -197,7 +214,7 @@ impl EnvConsumers {
                         self.keep_record(&pod);
                     }
                     EnvPaced::Refused(message) => {
-                        tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", error = %message, "env source changed but a pacing annotation is invalid; no eviction");
+                        tracing::warn!(pod = %pod.full_name(), cause = %cause, action, error = %message, "env source changed but a pacing annotation is invalid; nothing done");
                         return;
                     }
                 }
@@ -213,6 +230,11 @@ impl EnvConsumers {
                 let seen = recorded::seen(Arc::new(pod.clone()), &self.deps.versions, None);
                 let sources = [source];
                 report.record_seen(&pod_ref, ActionKind::Evict, outcome, note, &sources, &seen);
+                self.consumed.tracker.acknowledge(change);
+            }
+            EnvDecision::RestartRefused(note) => self.restart_refused(&pod, change, note),
+            EnvDecision::Covered(why) => {
+                tracing::debug!(pod = %pod.full_name(), cause = %cause, "env change left to the node agent: {why}");
                 self.consumed.tracker.acknowledge(change);
             }
             EnvDecision::NotReloaded(note) => {
@@ -232,7 +254,7 @@ impl EnvConsumers {
         for (first, seen, paced) in self.pacing.take_due(now) {
             match paced {
                 EnvPaced::Act(changes) => {
-                    self.evict(changes, seen, "deferred env eviction is due; evicting");
+                    self.carry_out(changes, seen, "deferred env eviction is due; evicting");
                 }
                 EnvPaced::Held(notice) => {
                     let pod = {
@@ -283,6 +305,35 @@ impl EnvConsumers {
             value,
         };
         self.deps.baselines.request(job, |_| {});
+    }
+
+    /// What the pods of `changes` decide now: a restart in place (asked per pod), else an
+    /// eviction ([`Self::evict`]).
+    fn carry_out(&mut self, changes: Vec<Change>, seen: std::time::Instant, why: &str) {
+        let mut evict = Vec::new();
+        let mut restart: Vec<(Arc<PodInfo>, Vec<Change>)> = Vec::new();
+        for c in changes {
+            let pod = {
+                let index = self.deps.index.read().unwrap_or_else(|e| e.into_inner());
+                index.shared(&c.uid)
+            };
+            let Some(pod) = pod else { continue };
+            if !matches!(hash::decide(&pod, &c.source), EnvDecision::Restart(_)) {
+                evict.push(c);
+                continue;
+            }
+            match restart.iter_mut().find(|(p, _)| p.uid == c.uid) {
+                Some((_, cs)) => cs.push(c),
+                None => restart.push((pod, vec![c])),
+            }
+        }
+        for (pod, changes) in restart {
+            self.keep_record(&pod);
+            self.restart(&pod, changes);
+        }
+        if !evict.is_empty() {
+            self.evict(evict, seen, why);
+        }
     }
 
     /// One eviction per pod still here, for all its `changes` (pods of one owner whose held
@@ -338,6 +389,10 @@ fn report_notice(
     source: crate::core::model::SourceRef,
 ) {
     let m = &report.metrics().pacing;
+    let (action, what) = match hash::decide(pod, &source) {
+        EnvDecision::Restart(_) => (ActionKind::Restart, "restart"),
+        _ => (ActionKind::Evict, "eviction"),
+    };
     let (outcome, note, held_until) = match notice {
         None => return,
         Some(EnvNotice::Deferred { until, why }) => {
@@ -345,7 +400,7 @@ fn report_notice(
             (
                 Outcome::Deferred,
                 format!(
-                    "env eviction deferred until {until} ({}); it runs once then: {}",
+                    "env {what} deferred until {until} ({}); it runs once then: {}",
                     why.as_str(),
                     hash::cause(&source)
                 ),
@@ -356,8 +411,8 @@ fn report_notice(
             m.flap_episodes.inc();
             let within = humantime::format_duration(r.within);
             let held = match owner {
-                Some(owner) => format!("the env evictions of {owner}'s pods"),
-                None => "the env eviction".to_owned(),
+                Some(owner) => format!("the env {what}s of {owner}'s pods"),
+                None => format!("the env {what}"),
             };
             (
                 Outcome::Flapping,
@@ -369,17 +424,10 @@ fn report_notice(
             )
         }
     };
-    tracing::info!(pod = %pod.full_name(), outcome = outcome.as_str(), note, "env eviction paced");
+    tracing::info!(pod = %pod.full_name(), outcome = outcome.as_str(), note, "env action paced");
     let sources = [source];
     let seen = recorded::seen(Arc::new(pod.clone()), versions, held_until);
-    report.record_seen(
-        &PodRef::from(pod),
-        ActionKind::Evict,
-        outcome,
-        note,
-        &sources,
-        &seen,
-    );
+    report.record_seen(&PodRef::from(pod), action, outcome, note, &sources, &seen);
 }
 
 impl Feature for EnvConsumers {
@@ -413,6 +461,9 @@ impl Feature for EnvConsumers {
                     for change in self.pacing.clear_held() {
                         self.consumed.tracker.release_change(&change);
                     }
+                    for change in self.restarts.clear_wanted() {
+                        self.consumed.tracker.release_change(&change);
+                    }
                     self.update_gauges();
                 }
                 self.consumed.leader(leader, world);
@@ -427,6 +478,11 @@ impl Feature for EnvConsumers {
                 fetched = self.consumed.next() => {
                     if let Some(fetched) = fetched {
                         self.fetched(fetched, world);
+                    }
+                }
+                written = self.restarts.next() => {
+                    if let Some((uid, id, outcome)) = written {
+                        self.request_written(uid, id, outcome);
                     }
                 }
                 _ = sleep_until(due) => {

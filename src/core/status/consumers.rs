@@ -117,8 +117,9 @@ pub struct Consumer {
     /// The pod's `reloadlet.io/configmaps` / `reloadlet.io/secrets` (when set) name the
     /// object; `false`: a change of it never triggers the action.
     pub counted: bool,
-    /// `reloadlet.io/env-action: evict`: the controller evicts the pod on an env change.
-    pub env_evicts: bool,
+    /// `reloadlet.io/env-action`: the controller evicts the pod, or restarts its containers in
+    /// place, on an env change.
+    pub env_action: Option<annotations::EnvAction>,
     /// Its pacing annotations do not parse (the message): neither the agent nor the
     /// controller acts on it until they are fixed (`core::pacing::PacingSpec::parse`).
     pub pacing_invalid: Option<String>,
@@ -268,7 +269,7 @@ pub fn consumer(pod: &PodInfo, object: &SourceRef) -> Option<Consumer> {
         via,
         action,
         counted,
-        env_evicts: annotations::env_evicts(&pod.annotations).unwrap_or(false),
+        env_action: annotations::env_action(&pod.annotations).ok().flatten(),
         pacing_invalid,
         unrollable,
     })

@@ -5,6 +5,7 @@
 //! containers started. A pod started after the data was first seen runs it, whatever the
 //! record says; otherwise only a record of the current version tells it runs it.
 
+use crate::core::annotations::EnvAction;
 use crate::core::status::applied::{Entry, Recorded};
 use crate::core::status::consumers::{Consumer, ConsumerAction, KeysRead, Via};
 use crate::core::status::data_version::Published;
@@ -197,8 +198,9 @@ pub fn derive(consumer: &Consumer, facts: &Facts<'_>) -> State {
             why: "the object has too many keys for a per-key data version".into(),
         };
     };
-    let stale_env =
-        consumer.via.iter().any(Via::is_env) && !consumer.action.restarts() && !consumer.env_evicts;
+    let stale_env = consumer.via.iter().any(Via::is_env)
+        && !consumer.action.restarts()
+        && consumer.env_action.is_none();
     if let Some(entry) = facts.record.filter(|e| e.data_version() == Some(current)) {
         let state = match entry.result {
             Recorded::Applied => State::Current {
@@ -263,12 +265,20 @@ pub fn derive(consumer: &Consumer, facts: &Facts<'_>) -> State {
     if consumer.env_only() {
         return match &consumer.action {
             ConsumerAction::Rollout => rollout_pending(consumer),
-            a if a.restarts() || consumer.env_evicts => {
+            a if a.restarts() || consumer.env_action.is_some() => {
+                let restarts = match consumer.env_action {
+                    Some(EnvAction::Restart) => true,
+                    Some(EnvAction::Evict) => false,
+                    None => *a == ConsumerAction::Restart,
+                };
+                let what = if restarts {
+                    "a restart in place of an env consumer"
+                } else {
+                    "an eviction of an env consumer"
+                };
                 refused(consumer).unwrap_or_else(|| match facts.env_held {
                     Some(until) => State::Pending(Pending::Pacing(until)),
-                    None => {
-                        State::Pending(Pending::Controller("an eviction of an env consumer".into()))
-                    }
+                    None => State::Pending(Pending::Controller(what.into())),
                 })
             }
             _ => cannot_env(),
@@ -313,7 +323,7 @@ fn rollout_pending(consumer: &Consumer) -> State {
 
 fn cannot_env() -> State {
     State::Cannot {
-        why: "read through env, which a running container never sees again; a signal or HTTP reload cannot refresh it: set reloadlet.io/env-action: evict, or mount it as a volume".into(),
+        why: "read through env, which a running container never sees again; a signal or HTTP reload cannot refresh it: set reloadlet.io/env-action: restart (or evict), or mount it as a volume".into(),
     }
 }
 
@@ -439,7 +449,7 @@ mod tests {
             via,
             action,
             counted: true,
-            env_evicts: false,
+            env_action: None,
             pacing_invalid: None,
             unrollable: None,
         }
@@ -612,7 +622,7 @@ mod tests {
             (
                 "env and env-action evict",
                 Consumer {
-                    env_evicts: true,
+                    env_action: Some(EnvAction::Evict),
                     ..consumer(Signal, vec![env()])
                 },
                 running(Option::None),
@@ -632,7 +642,7 @@ mod tests {
             (
                 "env eviction held as flapping",
                 Consumer {
-                    env_evicts: true,
+                    env_action: Some(EnvAction::Evict),
                     ..consumer(Signal, vec![env()])
                 },
                 Facts {
@@ -655,7 +665,7 @@ mod tests {
             (
                 "env-action evict refused for an invalid pacing annotation, even when held",
                 Consumer {
-                    env_evicts: true,
+                    env_action: Some(EnvAction::Evict),
                     pacing_invalid: Some(bad_window()),
                     ..consumer(Signal, vec![env()])
                 },

@@ -87,6 +87,7 @@ struct Agent {
     events: Arc<fake::Events>,
     processes: Arc<fake::Processes>,
     _key: tokio::sync::watch::Sender<Option<HashKey>>,
+    look_again: Arc<tokio::sync::Notify>,
 }
 
 fn agent() -> Agent {
@@ -98,6 +99,7 @@ fn agent() -> Agent {
     let events = Arc::new(fake::Events::default());
     let processes = Arc::new(fake::Processes::with("abc", 4242));
     let (key_tx, key) = tokio::sync::watch::channel(None);
+    let look_again = Arc::new(tokio::sync::Notify::new());
     let deps = Deps {
         events: events.clone(),
         processes: processes.clone(),
@@ -107,6 +109,7 @@ fn agent() -> Agent {
         record: Some(RecordDeps {
             patcher: Arc::new(patcher.clone()),
             key,
+            look_again: Some(look_again.clone()),
         }),
         gate: None,
     };
@@ -128,6 +131,7 @@ fn agent() -> Agent {
         events,
         processes,
         _key: key_tx,
+        look_again,
     }
 }
 
@@ -331,4 +335,61 @@ async fn a_held_lease_says_nothing_and_is_read_again_while_the_request_waits() {
     tokio::time::sleep(Duration::from_secs(3600)).await;
     assert_eq!(lease.reads(), 1);
     assert!(!b.events.reasons().contains(&UNCOORDINATED));
+}
+
+/// The controller's env restart (docs/restart.md, "Env consumers"): a granted request the
+/// controller made is carried out once its key is known — the key read later looks at the
+/// pod again — stopping the containers its tags name as they run; one made for another pod
+/// or under another key stops nothing, nor does one whose container already started anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_controller_request_stops_its_tagged_containers_once_the_key_is_known() {
+    use crate::core::restart_request::controller_request_id;
+    let controller = HashKey::from_bytes([5; 32]);
+    let made = |key: &HashKey, uid: &str, container: &str| {
+        controller_request_id(key, uid, b"configmap app-env", &[("app", Some(container))]).unwrap()
+    };
+    // forged: copied from another pod, made under another key; and the real one for a
+    // container that has started anew since (nothing to stop: recorded at once)
+    let a = agent();
+    a._key.send_replace(Some(controller.clone()));
+    for forged in [
+        made(&controller, "u2", "abc"),
+        made(&HashKey::from_bytes([6; 32]), "u1", "abc"),
+    ] {
+        a.show(pod(&[(REQUEST, &forged), (GRANT, &forged)], "abc"));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.processes.sent(), 0);
+    assert!(a.written(RESTARTED).is_empty());
+    // the key's reader is asked to read it again (a key made anew?)
+    tokio::time::timeout(Duration::from_secs(1), a.look_again.notified())
+        .await
+        .expect("the key is read again");
+    let stale = made(&controller, "u1", "old");
+    a.show(pod(&[(REQUEST, &stale), (GRANT, &stale)], "abc"));
+    until("restarted", || a.written(RESTARTED) == [stale.clone()]).await;
+    assert_eq!(
+        a.processes.sent(),
+        0,
+        "a container started anew is not stopped"
+    );
+
+    // the real one, granted before the agent knows the controller's key
+    let a = agent();
+    let id = made(&controller, "u1", "abc");
+    a.show(pod(&[(REQUEST, &id), (GRANT, &id)], "abc"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.processes.sent(), 0, "not verifiable yet");
+    a._key.send_replace(Some(controller.clone()));
+    until("the stop", || a.processes.sent() > 0).await;
+    until("Restarted", || a.events.reasons().contains(&"Restarted")).await;
+    a.show(pod(&[(REQUEST, &id), (GRANT, &id)], "def"));
+    until("restarted", || a.written(RESTARTED) == [id.clone()]).await;
+    let sent = a.processes.sent();
+    a.show(pod(
+        &[(REQUEST, &id), (GRANT, &id), (RESTARTED, &id)],
+        "def",
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.processes.sent(), sent, "never twice");
 }

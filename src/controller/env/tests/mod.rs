@@ -6,3 +6,4 @@ mod fix;
 mod flap;
 mod harness;
 mod recorded;
+mod restart;

@@ -11,7 +11,7 @@ use crate::core::status::data_version::Published;
 use crate::core::status::state::{derive, Facts, Pending, State};
 use crate::ports::EvictOutcome;
 
-fn published(log: &str) -> Published {
+pub(super) fn published(log: &str) -> Published {
     let source = SourceRef {
         kind: SourceKind::ConfigMap,
         name: "app-env".into(),
@@ -44,7 +44,7 @@ fn blocked() -> Option<EvictOutcome> {
 }
 
 /// The state `reloadlet status` derives from the last record written on `pod`.
-fn state(h: &Harness, pod: &PodInfo, published: &Published) -> (Applied, State) {
+pub(super) fn state(h: &Harness, pod: &PodInfo, published: &Published) -> (Applied, State) {
     let (_, _, value) = h.patcher.applied_writes().last().cloned().unwrap();
     let record = Applied::parse(&value).unwrap();
     let source = &pod.env[0].source;
