@@ -26,8 +26,10 @@ pub enum Recorded {
     Applied,
     /// Held by pacing until `until`.
     Deferred,
-    /// A PodDisruptionBudget refuses the eviction for now.
+    /// A PodDisruptionBudget refuses the eviction (or, for a restart, its grant) for now.
     Blocked,
+    /// A restart in place was requested; the controller's grant has not come yet.
+    Requested,
     /// Handed to the controller's rollout.
     HandedOff,
     /// The controller asked the workload to roll; new pods come with the data.
@@ -45,10 +47,9 @@ impl Recorded {
         use Outcome::*;
         Some(match outcome {
             Signaled | Evicted | Reloaded | Restarted => Self::Applied,
-            Deferred | Flapping | RestartDeferred | RestartRequested | RestartBlocked => {
-                Self::Deferred
-            }
-            EvictionBlocked => Self::Blocked,
+            Deferred | Flapping | RestartDeferred => Self::Deferred,
+            RestartRequested => Self::Requested,
+            EvictionBlocked | RestartBlocked => Self::Blocked,
             EvictionHandedOff | RestartHandedOff => Self::HandedOff,
             RolloutRequested => Self::RolloutRequested,
             DryRun => Self::DryRun,

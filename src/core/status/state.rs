@@ -23,6 +23,8 @@ pub enum Pending {
     Pacing(Option<Timestamp>),
     /// A PodDisruptionBudget refuses the eviction for now.
     Budget,
+    /// A PodDisruptionBudget allows no restart for now (the controller grants none).
+    RestartBudget,
     /// Waiting for the controller (`what` it does).
     Controller(String),
     /// The workload rolls: this pod will be replaced.
@@ -40,6 +42,9 @@ impl fmt::Display for Pending {
             Self::Pacing(Some(t)) => write!(f, "held by pacing until {}", short_time(*t)),
             Self::Pacing(None) => f.write_str("held by pacing (flapping)"),
             Self::Budget => f.write_str("waiting for a PodDisruptionBudget to allow the eviction"),
+            Self::RestartBudget => f.write_str(
+                "waiting for a PodDisruptionBudget to allow the restart (the controller grants none now)",
+            ),
             Self::Controller(what) => write!(f, "waiting for the controller: {what}"),
             Self::Rollout => f.write_str("rollout in progress: the pod will be replaced"),
             Self::Starting => f.write_str("the pod has not started yet"),
@@ -208,10 +213,21 @@ pub fn derive(consumer: &Consumer, facts: &Facts<'_>) -> State {
                 by: entry.action.clone(),
             },
             Recorded::Deferred => State::Pending(Pending::Pacing(entry.until)),
+            Recorded::Blocked if entry.action == "restart" => {
+                State::Pending(Pending::RestartBudget)
+            }
             Recorded::Blocked => State::Pending(Pending::Budget),
-            Recorded::HandedOff => State::Pending(Pending::Controller(
-                "the eviction was handed to its rollout".into(),
+            Recorded::Requested => State::Pending(Pending::Controller(
+                "its grant of the restart in place (as many pods of the owner at once as its PodDisruptionBudget allows)".into(),
             )),
+            Recorded::HandedOff => State::Pending(Pending::Controller(format!(
+                "the {} was handed to its rollout",
+                if entry.action == "restart" {
+                    "restart"
+                } else {
+                    "eviction"
+                }
+            ))),
             Recorded::RolloutRequested => State::Pending(Pending::Rollout),
             Recorded::DryRun => State::NotReloaded {
                 fix: format!("{} only logged (--dry-run)", entry.by),
@@ -346,7 +362,7 @@ pub fn summary<'a>(states: impl IntoIterator<Item = &'a State>) -> String {
                     "pacing"
                 }
                 Pending::NotProjected => "kubelet",
-                Pending::Budget => "budget",
+                Pending::Budget | Pending::RestartBudget => "budget",
                 Pending::Controller(_) => "controller",
                 Pending::Rollout => "rollout",
                 Pending::Starting => "starting",
@@ -391,7 +407,7 @@ mod tests {
     use super::*;
     use crate::core::model::SourceKind;
     use crate::core::model::SourceRef;
-    use crate::core::outcome::ActionKind;
+    use crate::core::outcome::{ActionKind, Outcome};
     use crate::core::status::consumers::Via;
     use crate::core::status::data_version::{version_of_files, DataVersion};
     use crate::core::volume_digest::HashKey;
@@ -468,6 +484,59 @@ mod tests {
             ActionKind::Signal,
             result,
         )
+    }
+
+    /// A restart's records read as what happens next: waiting for the controller's grant, for
+    /// a budget that allows a restart, or for the rollout it was handed to; a spacing
+    /// deferral (`until`) is a pacing hold. Never "flapping", which only the flap breaker is.
+    #[test]
+    fn a_restarts_records_say_what_it_waits_for() {
+        let new = published(b"new", 100);
+        let restart = |result| Entry {
+            action: "restart".into(),
+            ..entry(b"new", result, 120)
+        };
+        let cases = [
+            (
+                Recorded::of(Outcome::RestartRequested).unwrap(),
+                None,
+                "waiting for the controller: its grant of the restart in place",
+            ),
+            (
+                Recorded::of(Outcome::RestartBlocked).unwrap(),
+                None,
+                "waiting for a PodDisruptionBudget to allow the restart",
+            ),
+            (
+                Recorded::of(Outcome::RestartHandedOff).unwrap(),
+                None,
+                "waiting for the controller: the restart was handed to its rollout",
+            ),
+            (
+                Recorded::of(Outcome::RestartDeferred).unwrap(),
+                Some(t(400)),
+                "held by pacing until",
+            ),
+        ];
+        for (result, until, want) in cases {
+            let record = restart(result).with_until(until);
+            let got = derive(
+                &consumer(ConsumerAction::Restart, vec![volume()]),
+                &Facts {
+                    published: Some(&new),
+                    record: Some(&record),
+                    started: Some(t(0)),
+                    phase: "Running",
+                    env_held: Option::None,
+                },
+            );
+            assert_eq!(got.name(), "pending", "{result:?}: {got:?}");
+            assert!(
+                got.detail().starts_with(want),
+                "{result:?}: {}",
+                got.detail()
+            );
+        }
     }
 
     #[test]

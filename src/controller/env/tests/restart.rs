@@ -69,7 +69,7 @@ async fn an_env_restart_is_requested_for_the_containers_that_read_it_and_never_o
     let entry = &record.objects[0];
     assert_eq!(
         (entry.by.as_str(), entry.action.as_str(), entry.result),
-        ("controller", "restart", Recorded::Deferred)
+        ("controller", "restart", Recorded::Requested)
     );
     assert!(matches!(state, State::Pending(_)), "{state:?}");
 
