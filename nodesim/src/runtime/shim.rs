@@ -156,8 +156,16 @@ pub(crate) fn join_user_ns_argv(pid: i32, argv: Vec<String>) -> Vec<String> {
 /// so the child's wait for `uid_map` sees both. True once `pid` is in a mapped namespace of
 /// its own; false while it has not unshared yet.
 fn write_id_maps(pid: i32, host_id: u32, length: u32) -> bool {
-    let own_ns = fs::read_link(format!("/proc/{pid}/ns/user")).ok()
-        != fs::read_link("/proc/self/ns/user").ok();
+    // Both links read, and different: a link that cannot be read (the process exiting, or in
+    // the middle of an `execve`) says nothing, and must not pass for a namespace of its own
+    // (the host's `uid_map` is never empty, so it would pass for mapped too).
+    let own_ns = match (
+        fs::read_link(format!("/proc/{pid}/ns/user")),
+        fs::read_link("/proc/self/ns/user"),
+    ) {
+        (Ok(theirs), Ok(ours)) => theirs != ours,
+        _ => false,
+    };
     if !own_ns {
         return false;
     }
