@@ -7,6 +7,8 @@
 //! twice, and neither does an agent restart. A restarted pod that does not turn Ready again
 //! within `reloadlet.io/restart-timeout` stops its owner's sequence (`RestartStuck`).
 //! Without a controller holding the Lease each request gets one Warning and nothing restarts.
+//! `env-action: restart` restarts env-only consumers in place the same way; on the only pod
+//! of its owner with `on-blocked: rollout` the owner is rolled instead.
 
 mod common;
 #[path = "support/controller_process.rs"]
@@ -834,19 +836,10 @@ async fn a_lease_the_agent_may_not_read_is_named_on_readyz_not_guessed_and_nothi
 /// restart each in place: the new process's environment has the new value, same pod UIDs,
 /// `restartCount` + 1, never two unready. A request and grant a pod author writes on another
 /// pod (an id shaped like the controller's, made without its key) restart nothing.
-#[tokio::test(flavor = "multi_thread")]
-async fn env_action_restart_restarts_env_only_consumers_in_place_one_at_a_time() {
-    if !root_or_skip() {
-        return;
-    }
-    let mut node = Node::start(NodeOptions::default()).await;
-    node.api.set_nodes(&[NODE]);
-    node.api
-        .apply_configmap(configmap(NS, "web-env", &[("app.conf", "v1")]));
-    node.api.create_pdb(pdb());
-    let base = node.path("served").parent().unwrap().to_owned();
-    let mut d =
-        serde_json::to_value(deployment(&base, &[("reloadlet.io/env-action", "restart")])).unwrap();
+/// [`deployment`] whose app reads `app.conf` of ConfigMap `web-env` only through env
+/// (`APP_CONF`, `configMapKeyRef`): no volume.
+fn env_only_deployment(base: &Path, annotations: &[(&str, &str)]) -> Deployment {
+    let mut d = serde_json::to_value(deployment(base, annotations)).unwrap();
     let container = &mut d["spec"]["template"]["spec"]["containers"][0];
     container["command"] = json!([
         "/bin/sh",
@@ -865,9 +858,92 @@ async fn env_action_restart_restarts_env_only_consumers_in_place_one_at_a_time()
         .as_object_mut()
         .unwrap()
         .remove("volumes");
+    serde_json::from_value(d).unwrap()
+}
+
+/// `env-action: restart` and `on-blocked: rollout` on the only pod of a Deployment (no
+/// budget) whose app reads its config only through env, its `action` a signal: the controller
+/// requests the env restart, the grant hands it off (the only pod) and the rollout feature
+/// rolls the Deployment surge-first: a new pod runs the new env value, never a moment without
+/// a Ready pod, the old one never restarted.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_env_only_with_env_action_restart_and_on_blocked_rollout_is_rolled() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
     node.api
-        .apply_deployment(serde_json::from_value(d).unwrap())
+        .apply_configmap(configmap(NS, "web-env", &[("app.conf", "v1")]));
+    let base = node.path("served").parent().unwrap().to_owned();
+    let mut d = env_only_deployment(
+        &base,
+        &[
+            ("reloadlet.io/action", "signal"),
+            ("reloadlet.io/env-action", "restart"),
+            ("reloadlet.io/on-blocked", "rollout"),
+        ],
+    );
+    d.spec.as_mut().unwrap().replicas = Some(1);
+    node.api.apply_deployment(d).unwrap();
+    node.start_agent(&[
+        "--pod-namespace",
+        "reloadlet-system",
+        "--pod-name",
+        "reloadlet-x",
+    ])
+    .await;
+    let old = eventually("one Ready pod serving v1", WAIT, || {
+        let pods = pods(&node);
+        let served = served(&node);
+        (pods.len() == 1 && ready(&pods[0]) && served.values().all(|l| l == "serving v1"))
+            .then(|| pods[0].clone())
+    })
+    .await;
+    let readiness = node
+        .api
+        .track_readiness(WorkloadKind::Deployment, NS, "web")
         .unwrap();
+    let one = OneReplica {
+        old_name: old.metadata.name.clone().unwrap(),
+        old_uid: old.metadata.uid.clone().unwrap(),
+        node,
+        readiness,
+    };
+    let (node, old_name) = (&one.node, &one.old_name);
+    let controller = ControllerProcess::start(node, &[NO_ELECTION], &[]).await;
+    rollout_baselined(node, old_name).await;
+    eventually("the controller's env baseline on the pod", WAIT, || {
+        node.pod_annotation(NS, old_name, "reloadlet.io/env-baseline")
+    })
+    .await;
+    node.api
+        .apply_configmap(configmap(NS, "web-env", &[("app.conf", "v2")]));
+
+    let ev = node.wait_event(NS, old_name, "RestartHandedOff").await;
+    assert!(
+        ev.note.contains("the only pod of ReplicaSet"),
+        "{}",
+        ev.note
+    );
+    one.rolled_surge_first().await;
+    assert!(node.events(NS, old_name, "Restarted").is_empty());
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn env_action_restart_restarts_env_only_consumers_in_place_one_at_a_time() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut node = Node::start(NodeOptions::default()).await;
+    node.api.set_nodes(&[NODE]);
+    node.api
+        .apply_configmap(configmap(NS, "web-env", &[("app.conf", "v1")]));
+    node.api.create_pdb(pdb());
+    let base = node.path("served").parent().unwrap().to_owned();
+    let d = env_only_deployment(&base, &[("reloadlet.io/env-action", "restart")]);
+    node.api.apply_deployment(d).unwrap();
     // Another workload's pod, on which its author writes a request and its grant.
     node.api
         .apply_configmap(configmap(NS, "web-cfg", &[("app.conf", "other")]));

@@ -10,14 +10,17 @@
 //! - the controller's own, not granted yet: newest wins — a new id names its containers and
 //!   the new ones (one restart serves both changes);
 //! - anything else (granted and in flight, or the node agent's own request): the restart is
-//!   held here and asked once the pod shows that request restarted. Its change is not lost:
-//!   its baseline moves only once the request is written, so a controller restart finds the
-//!   change again.
+//!   held here and asked once the pod shows that request restarted.
 //!
-//! The change's baseline is acknowledged when the request is written: from then on the
-//! protocol's state is on the pod (a controller restart or a new leader grants it as any
-//! request). A write that fails is a Warning `RestartFailed` and the change is found again at
-//! the object's next fetch.
+//! **The baseline moves once the pod shows the restart done** (`reloadlet.io/restarted`
+//! equal to the controller's id), not when the request is written: until then the change is
+//! on the pod and its objects (the baseline differs from what the pod reads), so a
+//! controller restart or a new leader finds it again — also when the node agent's request
+//! replaced the controller's before its grant. Found again while the pod carries an
+//! ungranted request of the controller's that names every container wanted (written by an
+//! earlier run), that request serves the change: nothing is written again. A write that
+//! fails is a Warning `RestartFailed` and the change is found again at the object's next
+//! fetch.
 
 use super::hash::{self, EnvDecision};
 use super::EnvConsumers;
@@ -46,6 +49,13 @@ impl Wanted {
         s.sort();
         s.dedup();
         s
+    }
+
+    /// `self` (older) then `newer`: the baselines are acknowledged in this order, the newest
+    /// digest of a source last.
+    fn then(mut self, newer: Wanted) -> Wanted {
+        self.join(newer);
+        self
     }
 
     fn join(&mut self, other: Wanted) {
@@ -102,10 +112,13 @@ impl EnvRestarts {
         self.written.remove(uid);
     }
 
-    /// Leadership lost: what was wanted and not written is found again by the next leader
-    /// (the baselines did not move). Returns the changes to release.
+    /// Leadership lost: what was wanted and not written, and what was written and not
+    /// restarted yet, is found again by the next leader (the baselines did not move). Returns
+    /// the changes to release.
     pub(super) fn clear_wanted(&mut self) -> Vec<Change> {
-        self.wanted.drain().flat_map(|(_, w)| w.changes).collect()
+        let wanted = self.wanted.drain().flat_map(|(_, w)| w.changes);
+        let written = self.written.drain().flat_map(|(_, (_, w, _))| w.changes);
+        wanted.chain(written).collect()
     }
 }
 
@@ -168,12 +181,40 @@ impl EnvConsumers {
         if let Some(current) = request.filter(|r| id_of(&pod.annotations, RESTARTED) != Some(r)) {
             let ours = controller_targets(&key, &pod.uid, current, &instances);
             match ours {
-                // Ours and not granted yet: newest wins, naming its containers too.
+                // Ours and not granted yet, written by an earlier run (a controller restart,
+                // another leader) and naming every container wanted: it serves the change
+                // (its restart is still to come); its baseline moves once it is restarted.
+                Some(tagged)
+                    if id_of(&pod.annotations, GRANT) != Some(current)
+                        && !self.restarts.written.contains_key(&pod.uid)
+                        && wanted.containers.iter().all(|w| {
+                            instances
+                                .iter()
+                                .zip(&tagged)
+                                .any(|((name, _), t)| *t && name == w)
+                        }) =>
+                {
+                    tracing::info!(pod = %pod.full_name(), request = %current, containers = ?wanted.containers, "env restart: the pod's pending request of the controller's names these containers already; it serves the change");
+                    self.restarts
+                        .written
+                        .insert(pod.uid.clone(), (current.to_owned(), wanted, true));
+                    return;
+                }
+                // Ours and not granted yet: newest wins, naming its containers and serving its
+                // changes too.
                 Some(tagged) if id_of(&pod.annotations, GRANT) != Some(current) => {
                     for ((name, _), t) in instances.iter().zip(tagged) {
                         if t {
                             wanted.containers.insert((*name).to_owned());
                         }
+                    }
+                    if let Some((_, older, _)) = self
+                        .restarts
+                        .written
+                        .remove(&pod.uid)
+                        .filter(|(id, _, _)| id == current)
+                    {
+                        wanted = older.then(wanted);
                     }
                 }
                 // In flight, or the agent's: after it.
@@ -238,9 +279,7 @@ impl EnvConsumers {
         let report = &self.deps.reporter;
         match outcome {
             Outcome::Patched => {
-                for change in &wanted.changes {
-                    self.consumed.tracker.acknowledge(change);
-                }
+                // The baselines move once the pod shows it restarted (`check_displaced`).
                 self.restarts
                     .written
                     .insert(uid.clone(), (id.clone(), wanted.clone(), false));
@@ -297,17 +336,22 @@ impl EnvConsumers {
         }
     }
 
-    /// The pod as its watch shows it: a request of the controller's that the pod showed and
-    /// that another request (the node agent's, written at the same moment) replaced before it
-    /// was restarted is wanted again, asked once that other request is restarted. Done once
-    /// the pod shows it restarted.
+    /// The pod as its watch shows it: a request of the controller's that the pod shows
+    /// restarted has its changes' baselines move; one that the pod showed and that another
+    /// request (the node agent's, written at the same moment) replaced before it was
+    /// restarted is wanted again, asked once that other request is restarted (its baselines
+    /// did not move: a controller restart meanwhile finds the change again).
     pub(super) fn check_displaced(&mut self, pod: &PodInfo) {
         let Some((id, _, seen)) = self.restarts.written.get_mut(&pod.uid) else {
             return;
         };
         let request = id_of(&pod.annotations, REQUEST);
         if id_of(&pod.annotations, RESTARTED) == Some(id.as_str()) {
-            self.restarts.written.remove(&pod.uid);
+            if let Some((_, done, _)) = self.restarts.written.remove(&pod.uid) {
+                for change in &done.changes {
+                    self.consumed.tracker.acknowledge(change);
+                }
+            }
             return;
         }
         if request == Some(id.as_str()) {
@@ -324,15 +368,18 @@ impl EnvConsumers {
         };
         let key = self.deps.key.clone();
         if request.is_some_and(|r| controller_targets(&key, &pod.uid, r, &[]).is_some()) {
-            // Replaced by a newer request of ours (another replica's, a leader change).
+            // Replaced by a newer request of ours (another replica's, a leader change): its
+            // writer moves the baselines; here the changes may be found again.
+            for change in &wanted.changes {
+                self.consumed.tracker.release_change(change);
+            }
             return;
         }
         tracing::info!(pod = %pod.full_name(), request = %id, replaced_by = ?request, "env restart request replaced before its grant; asked again after the request that replaced it");
+        let newer = self.restarts.wanted.remove(&pod.uid).unwrap_or_default();
         self.restarts
             .wanted
-            .entry(pod.uid.clone())
-            .or_default()
-            .join(wanted);
+            .insert(pod.uid.clone(), wanted.then(newer));
         self.request_restart(pod);
     }
 

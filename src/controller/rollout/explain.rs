@@ -102,8 +102,11 @@ async fn own(pod: &PodInfo, workloads: &dyn WorkloadApi) -> String {
         {
             "on-blocked: rollout — on a structural budget block (a PodDisruptionBudget that allows no disruption while the workload keeps its size, e.g. one replica under minAvailable: 1) nothing is restarted and its owner is rolled at once, surge-first (no moment without a Ready pod); otherwise the restart waits for the controller's grant".to_owned()
         }
+        Ok((crate::core::rollout::OnBlocked::Rollout, _)) if refs::env_restart_only(pod) => {
+            "on-blocked: rollout with env-action: restart — for a change of a source the pod reads through env: when the pod is the only one of its owner (or a PodDisruptionBudget structurally blocks the restart) nothing is restarted and its owner is rolled at once, surge-first (no moment without a Ready pod); otherwise the env restart waits for the controller's grant; its volume changes are its action's, never rolled".to_owned()
+        }
         Ok(_) => {
-            out.push_str("    nothing: on-blocked: rollout applies to action evict and restart only; on-blocked: wait keeps retrying the eviction, or waits for the restart's grant\n");
+            out.push_str("    nothing: on-blocked: rollout applies to action evict and restart (and env-action restart) only; on-blocked: wait keeps retrying the eviction, or waits for the restart's grant\n");
             return out;
         }
     };

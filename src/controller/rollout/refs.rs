@@ -24,7 +24,11 @@ pub enum Mode {
     AfterBlocked(std::time::Duration),
     /// `action: restart` with `reloadlet.io/on-blocked: rollout`: at once when a
     /// PodDisruptionBudget structurally blocks disrupting the pod (the agent then restarts
-    /// nothing: `RestartHandedOff`); else never (the restart is the controller's grant's).
+    /// nothing: `RestartHandedOff`) or the pod is the only one of its owner (the grant hands
+    /// the request off); else never (the restart is the controller's grant's). Also
+    /// `env-action: restart` with `on-blocked: rollout` and an action that neither restarts
+    /// nor evicts (signal, http…), for the sources the pod reads through env only
+    /// ([`references`]): the controller's env restart request is handed off by the same rule.
     WhenStructurallyBlocked,
 }
 
@@ -45,7 +49,7 @@ pub fn mode(pod: &PodInfo) -> Option<Mode> {
                 _ => None,
             }
         }
-        Ok(Some(p)) if matches!(p.action, Action::Restart(_)) => {
+        Ok(Some(p)) if matches!(p.action, Action::Restart(_)) || env_restart_only(pod) => {
             match on_blocked(&pod.annotations) {
                 Ok((OnBlocked::Rollout, _)) => Some(Mode::WhenStructurallyBlocked),
                 _ => None,
@@ -53,6 +57,20 @@ pub fn mode(pod: &PodInfo) -> Option<Mode> {
         }
         _ => None,
     }
+}
+
+/// `reloadlet.io/env-action: restart` on a pod whose `action` neither restarts, evicts nor
+/// rolls (signal, http…): only its env changes are restarts (the controller's requests).
+pub(super) fn env_restart_only(pod: &PodInfo) -> bool {
+    let env_restart = matches!(
+        annotations::env_action(&pod.annotations),
+        Ok(Some(annotations::EnvAction::Restart))
+    );
+    env_restart
+        && matches!(annotations::parse(&pod.annotations), Ok(Some(p)) if !matches!(
+            p.action,
+            Action::Restart(_) | Action::Evict { .. } | Action::Rollout
+        ))
 }
 
 /// The references a rollout pod's baseline covers (`configmaps`/`secrets`: the kinds
@@ -63,6 +81,10 @@ pub fn references(
     secrets: bool,
 ) -> BTreeMap<SourceRef, Vec<Selector>> {
     let mut out = env_refs::references(pod, configmaps, secrets);
+    if env_restart_only(pod) {
+        // Its volume changes are the agent's signal (or http…): never rolled.
+        return out;
+    }
     let policy = annotations::parse(&pod.annotations).ok().flatten();
     let whole = Selector {
         keys: EnvKeys::All {
@@ -187,12 +209,68 @@ mod tests {
                 ][..],
                 None,
             ),
+            (
+                &[
+                    ("reloadlet.io/action", "signal"),
+                    ("reloadlet.io/env-action", "restart"),
+                    ("reloadlet.io/on-blocked", "rollout"),
+                ][..],
+                Some(Mode::WhenStructurallyBlocked),
+            ),
+            (
+                &[
+                    ("reloadlet.io/action", "signal"),
+                    ("reloadlet.io/env-action", "restart"),
+                ][..],
+                None,
+            ),
+            (
+                &[
+                    ("reloadlet.io/action", "signal"),
+                    ("reloadlet.io/env-action", "evict"),
+                    ("reloadlet.io/on-blocked", "rollout"),
+                ][..],
+                None,
+            ),
         ] {
             assert_eq!(mode(&running(annotations)), want, "{annotations:?}");
         }
         let mut terminating = running(&[("reloadlet.io/action", "rollout")]);
         terminating.terminating = true;
         assert_eq!(mode(&terminating), None);
+    }
+
+    #[test]
+    fn an_env_restart_only_pod_covers_its_env_sources_not_its_volumes() {
+        let mut pod = PodInfo {
+            annotations: [
+                ("reloadlet.io/action", "signal"),
+                ("reloadlet.io/env-action", "restart"),
+                ("reloadlet.io/on-blocked", "rollout"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            volumes: vec![VolumeSpec {
+                name: "v".into(),
+                sources: vec![cm("files")],
+                ..VolumeSpec::default()
+            }],
+            env: vec![crate::core::model::EnvRef {
+                source: cm("app-env"),
+                keys: EnvKeys::Key("LOG".into()),
+                optional: false,
+                container: "app".into(),
+            }],
+            ..PodInfo::default()
+        };
+        let refs: Vec<SourceRef> = references(&pod, true, false).into_keys().collect();
+        assert_eq!(refs, vec![cm("app-env")]);
+        // action restart: its volumes count too (the agent hands its restarts off).
+        pod.annotations
+            .insert("reloadlet.io/action".into(), "restart".into());
+        let refs: Vec<SourceRef> = references(&pod, true, false).into_keys().collect();
+        assert_eq!(refs, vec![cm("app-env"), cm("files")]);
     }
 
     #[test]

@@ -75,9 +75,30 @@ pub struct Harness {
 
 impl Harness {
     pub fn start() -> Self {
-        let patcher = FakePatcher::default();
         let api = Arc::new(FakeEnvApi::default());
         api.objects.lock().unwrap().insert(key(), data("v0"));
+        Self::over(FakePatcher::default(), api, Default::default(), 1)
+    }
+
+    /// The controller restarted: this run stops, a new feature starts over the same stored
+    /// pods and objects (nothing of this run's memory kept); the test lists the pods again.
+    pub async fn restarted(self) -> Self {
+        let (patcher, api, versions, rv) = (
+            self.patcher.clone(),
+            self.api.clone(),
+            self.versions.clone(),
+            self.rv,
+        );
+        self.stop().await;
+        Self::over(patcher, api, versions, rv)
+    }
+
+    fn over(
+        patcher: FakePatcher,
+        api: Arc<FakeEnvApi>,
+        versions: crate::controller::consumer_states::versions::PublishedVersions,
+        rv: u64,
+    ) -> Self {
         let events = Arc::new(fake::Events::default());
         let evictor = Arc::new(fake::Evictor::default());
         let recorder =
@@ -85,7 +106,6 @@ impl Harness {
         let reporter =
             crate::controller::fake::reporter(events.clone(), Notifier::disabled(), false)
                 .with_applied(Some(recorder));
-        let versions = crate::controller::consumer_states::versions::PublishedVersions::default();
         let stop = CancellationToken::new();
         let index = Arc::new(RwLock::new(PodIndex::default()));
         let feature = EnvConsumers::new(EnvDeps {
@@ -123,7 +143,7 @@ impl Harness {
             versions,
             stop,
             task,
-            rv: 1,
+            rv,
         }
     }
 

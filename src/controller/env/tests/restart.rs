@@ -182,3 +182,101 @@ async fn an_env_restart_waits_for_the_agents_own_request_is_asked_again_if_repla
     assert!(requests(&h).is_empty());
     h.stop().await;
 }
+
+/// The controller restarted (a new feature over the same stored pods and objects): the pods
+/// listed again as the API shows them.
+async fn restart_controller(h: Harness) -> Harness {
+    let h = h.restarted().await;
+    let pod = h.patcher.stored(NS, "web-1").unwrap();
+    h.list(&[pod]).await;
+    h
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_env_restart_replaced_by_the_agents_request_is_asked_again_after_a_controller_restart() {
+    let ck = HashKey::from_bytes([7; 32]);
+    let mut h = Harness::start();
+    let pod = restart_pod("c1");
+    h.list(std::slice::from_ref(&pod)).await;
+    let baselines = h.patcher.baseline_writes().len();
+    h.change("v1").await;
+    until("the request", || requests(&h).len() == 1).await;
+    // Shown, then the agent's request (a volume change) replaces it before any grant.
+    show(&h, |_| {}).await;
+    show(&h, |p| {
+        p.annotations
+            .insert(REQUEST.into(), "4567cdef-0123456789abcdef".into());
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(
+        h.patcher.baseline_writes().len(),
+        baselines,
+        "the baseline waits for the restart"
+    );
+
+    // The controller restarts in that window: the change is found again from the pod.
+    let h = restart_controller(h).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(requests(&h).len(), 1, "not over the agent's request");
+    show(&h, |p| {
+        p.annotations
+            .insert(GRANT.into(), "4567cdef-0123456789abcdef".into());
+        p.annotations
+            .insert(RESTARTED.into(), "4567cdef-0123456789abcdef".into());
+    })
+    .await;
+    until("asked again", || requests(&h).len() == 2).await;
+    let again = requests(&h).remove(1);
+    assert_eq!(
+        controller_targets(&ck, &pod.uid, &again, &[("app", Some("c1"))]),
+        Some(vec![true])
+    );
+    // Restarted: the baseline moves, and the next controller finds nothing to restart.
+    show(&h, |p| {
+        p.annotations.insert(GRANT.into(), again.clone());
+        p.annotations.insert(RESTARTED.into(), again.clone());
+        p.containers[0].container_id = ContainerId::parse("containerd://c2");
+    })
+    .await;
+    until("the baseline moved", || {
+        h.patcher.baseline_writes().len() > baselines
+    })
+    .await;
+    let h = restart_controller(h).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(requests(&h).len(), 2, "one restart for one change");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_restart_before_the_grant_writes_no_second_request_for_the_same_change() {
+    let mut h = Harness::start();
+    let pod = restart_pod("c1");
+    h.list(std::slice::from_ref(&pod)).await;
+    let baselines = h.patcher.baseline_writes().len();
+    h.change("v1").await;
+    until("the request", || requests(&h).len() == 1).await;
+    let first = requests(&h).remove(0);
+    show(&h, |_| {}).await;
+
+    // Restarted before the grant: the pending request serves the change found again.
+    let h = restart_controller(h).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(requests(&h), vec![first.clone()], "no second request");
+    assert_eq!(h.patcher.baseline_writes().len(), baselines);
+    show(&h, |p| {
+        p.annotations.insert(GRANT.into(), first.clone());
+        p.annotations.insert(RESTARTED.into(), first.clone());
+        p.containers[0].container_id = ContainerId::parse("containerd://c2");
+    })
+    .await;
+    until("the baseline moved", || {
+        h.patcher.baseline_writes().len() > baselines
+    })
+    .await;
+    let h = restart_controller(h).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(requests(&h).len(), 1, "one restart for one change");
+    h.stop().await;
+}

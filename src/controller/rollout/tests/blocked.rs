@@ -110,3 +110,51 @@ async fn without_budgets_a_block_waits_for_its_timeout() {
     assert_eq!(h.workloads.patched().len(), 1);
     h.stop().await;
 }
+
+/// A pod of Deployment `deployment` with `action: signal`, `env-action: restart` and
+/// `on-blocked: rollout` (it mounts `cfg` and reads `app-env` through env).
+fn env_restart_pod(name: &str, deployment: &str, workloads: &FakeWorkloads) -> PodInfo {
+    workloads.deployment_pod(NS, name, deployment, Strategy::deployment_default(1));
+    let mut p = with(pod(name), "reloadlet.io/action", "signal");
+    p.annotations
+        .insert("reloadlet.io/env-action".into(), "restart".into());
+    p.annotations
+        .insert("reloadlet.io/on-blocked".into(), "rollout".into());
+    p.controller = Some(Box::new(crate::core::rollout::OwnerRef {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: format!("{deployment}-rs"),
+        uid: format!("uid-{deployment}-rs"),
+    }));
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_env_restart_of_the_only_pod_of_its_owner_with_on_blocked_rollout_rolls_the_owner() {
+    let workloads = Arc::new(FakeWorkloads::default());
+    // "solo" is the only pod of its ReplicaSet (the grant hands its env restart request
+    // off); "pair-a" and "pair-b" share one (the grant's: restarted in place).
+    let pods = vec![
+        env_restart_pod("solo", "solo", &workloads),
+        env_restart_pod("pair-a", "pair", &workloads),
+        env_restart_pod("pair-b", "pair", &workloads),
+    ];
+    let h = start(objects(), workloads, FakePatcher::default(), false);
+    h.list(pods).await;
+    // The mounted ConfigMap: the agent's signal, never a rollout.
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    assert!(
+        h.workloads.patched().is_empty(),
+        "{:?}",
+        h.workloads.patched()
+    );
+    // The env source: the only pod's owner is rolled, once.
+    h.change("app-env", "2", &[("LOG", "debug"), ("PORT", "80")])
+        .await;
+    let patched = h.workloads.patched();
+    assert_eq!(patched.len(), 1, "{patched:?}");
+    assert_eq!(patched[0].0, deployment("solo"));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(h.workloads.patched().len(), 1);
+    h.stop().await;
+}
