@@ -374,11 +374,24 @@ impl Inner {
                     let outcome = Outcome::EvictionBlocked;
                     self.report.count(ActionKind::Evict, outcome);
                     tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
+                    let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
                     if warn_now {
                         last_warning = Some(Instant::now());
-                        let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
                         self.report
                             .blocked(pod, note, &job.sources, &job.seen, since.elapsed());
+                    } else {
+                        // The record follows each retry (a write only when it changed: e.g.
+                        // the data version the controller published after the first refusal),
+                        // though the Event and notification wait for `warn_every`.
+                        self.report.note_applied(
+                            pod,
+                            ActionKind::Evict,
+                            outcome,
+                            &note,
+                            &job.sources,
+                            &job.seen,
+                            None,
+                        );
                     }
                     retry_after
                 }

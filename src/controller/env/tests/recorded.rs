@@ -96,6 +96,44 @@ async fn a_blocked_eviction_is_recorded_once_as_waiting_for_a_budget_and_its_suc
     );
 }
 
+/// The publisher may publish the new data's version a moment after the env feature asked for
+/// the eviction, so the first record of the block can name the old version (status: not
+/// this data's). The record follows each retry — one write when it changed, none otherwise —
+/// though the Warning waits for `warn_every`.
+#[tokio::test(start_paused = true)]
+async fn a_blocked_evictions_record_follows_the_version_published_after_it() {
+    let mut h = Harness::start();
+    let pod = owned_pod("web-1");
+    h.list(std::slice::from_ref(&pod)).await;
+    h.evictor.script.lock().unwrap().extend([
+        blocked(),
+        blocked(),
+        blocked(),
+        Some(EvictOutcome::Evicted),
+    ]);
+    // Not published yet: the controller still holds the old data's version.
+    h.versions.set(&key(), Some(published("v1")));
+    h.change("v2").await;
+    until("the block's first record", || {
+        !h.patcher.applied_writes().is_empty()
+    })
+    .await;
+    let (_, first) = state(&h, &pod, &published("v2"));
+    assert_ne!(first, State::Pending(Pending::Budget), "{first:?}");
+    // Published; the next retry records it.
+    h.versions.set(&key(), Some(published("v2")));
+    until("the retry's record", || {
+        h.patcher.applied_writes().len() == 2
+    })
+    .await;
+    let (_, state_now) = state(&h, &pod, &published("v2"));
+    assert_eq!(state_now, State::Pending(Pending::Budget));
+    // The third block says nothing new: no write; nor does the eviction.
+    until("the eviction", || h.evictor.calls() == 4).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(h.patcher.applied_writes().len(), 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failed_eviction_is_recorded_as_failed_with_the_reason() {
     let mut h = Harness::start();
