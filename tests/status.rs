@@ -1017,6 +1017,35 @@ fn roll_pods(node: &common::Node) -> Vec<String> {
         .collect()
 }
 
+/// The controller's key where it keeps it (read by the agent too), `configmaps` applied, the
+/// agent started in its namespace; returns two seconds past the ConfigMaps' write (`since` is
+/// the managedFields time taken to the end of its second: pods created after start after it).
+async fn agent_with_the_controllers_key(node: &mut common::Node, configmaps: &[ConfigMap]) {
+    let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
+    node.api.apply_secret(common::fixtures::secret(
+        "reloadlet-system",
+        "reloadlet-controller-key",
+        &[("key", &key_bytes)],
+    ));
+    for cm in configmaps {
+        node.api.apply_configmap(cm.clone());
+    }
+    let written = Timestamp::now();
+    node.start_agent(&[
+        "--pod-namespace",
+        "reloadlet-system",
+        "--pod-name",
+        "reloadlet-x",
+    ])
+    .await;
+    common::until(
+        "two seconds past the ConfigMaps' write",
+        Duration::from_secs(60),
+        || Timestamp::now().as_second() >= written.as_second() + 2,
+    )
+    .await;
+}
+
 /// The section-3 story (issue #46, `status_follows_a_change_from_all_current_to_each_consumers_state`)
 /// with nothing written by hand but the user's own objects: the real agent (holding the
 /// controller's key) records what it did on the pods, the real controller publishes
@@ -1027,7 +1056,7 @@ fn roll_pods(node: &common::Node) -> Vec<String> {
 /// Deployment, which can all become current: `--wait` on it.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_the_real_agent_and_controller_status_follows_a_change_to_each_consumers_state() {
-    use common::fixtures::{configmap, pod as pod_of, sandboxed, secret};
+    use common::fixtures::{configmap, pod as pod_of, sandboxed};
     use common::*;
     if !root_or_skip() {
         return;
@@ -1035,29 +1064,13 @@ async fn with_the_real_agent_and_controller_status_follows_a_change_to_each_cons
     let wait = Duration::from_secs(60);
     let mut node = Node::start(NodeOptions::default()).await;
     node.api.set_nodes(&[NODE]);
-    // The controller's key where it keeps it, read by the agent too.
-    let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
-    node.api.apply_secret(secret(
-        "reloadlet-system",
-        "reloadlet-controller-key",
-        &[("key", &key_bytes)],
-    ));
-    node.api
-        .apply_configmap(configmap(NS, "app", &[("app.conf", "v1")]));
-    node.api
-        .apply_configmap(configmap(NS, "feature", &[("feature.conf", "f1")]));
-    let written = Timestamp::now();
-    node.start_agent(&[
-        "--pod-namespace",
-        "reloadlet-system",
-        "--pod-name",
-        "reloadlet-x",
-    ])
-    .await;
-    // `since` is the managedFields time taken to the end of its second: the pods start after.
-    until("two seconds past the ConfigMaps' write", wait, || {
-        Timestamp::now().as_second() >= written.as_second() + 2
-    })
+    agent_with_the_controllers_key(
+        &mut node,
+        &[
+            configmap(NS, "app", &[("app.conf", "v1")]),
+            configmap(NS, "feature", &[("feature.conf", "f1")]),
+        ],
+    )
     .await;
 
     let (sig, plain, paced) = (
@@ -1413,7 +1426,7 @@ async fn with_the_real_agent_and_controller_status_follows_a_change_to_each_cons
 /// pod reads `current` by the agent's record, exit 0.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_the_kubelet_has_not_synced_reads_pending_until_its_sync_then_current() {
-    use common::fixtures::{configmap, pod as pod_of, secret};
+    use common::fixtures::{configmap, pod as pod_of};
     use common::*;
     if !root_or_skip() {
         return;
@@ -1421,26 +1434,7 @@ async fn a_pod_the_kubelet_has_not_synced_reads_pending_until_its_sync_then_curr
     let wait = Duration::from_secs(60);
     let mut node = Node::start_faithful(Duration::from_secs(60)).await;
     node.api.set_nodes(&[NODE]);
-    let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
-    node.api.apply_secret(secret(
-        "reloadlet-system",
-        "reloadlet-controller-key",
-        &[("key", &key_bytes)],
-    ));
-    node.api
-        .apply_configmap(configmap(NS, "app", &[("app.conf", "v1")]));
-    let written = Timestamp::now();
-    node.start_agent(&[
-        "--pod-namespace",
-        "reloadlet-system",
-        "--pod-name",
-        "reloadlet-x",
-    ])
-    .await;
-    until("two seconds past the ConfigMap's write", wait, || {
-        Timestamp::now().as_second() >= written.as_second() + 2
-    })
-    .await;
+    agent_with_the_controllers_key(&mut node, &[configmap(NS, "app", &[("app.conf", "v1")])]).await;
     let sig = node.path("slow.sig");
     node.api.create_pod(
         pod_of(NS, "slow-0")
