@@ -7,12 +7,12 @@ use crate::core::disruption_budgets::Coverage;
 use crate::core::lease_holder::Coordination;
 use crate::core::model::PodInfo;
 use crate::core::restart_grant::{id_of, GRANT, REQUEST, RESTARTED};
-use crate::ports::ApiError;
+use crate::ports::{ApiError, LeaseError};
 use std::fmt::Write;
 
 /// What `explain` read of the controller's Lease: its `namespace/name` and who holds it, or
 /// why it could not be read.
-pub type LeaseSeen = Result<(String, Coordination), String>;
+pub type LeaseSeen = Result<(String, Coordination), LeaseError>;
 
 pub(super) fn lines(
     w: &mut String,
@@ -200,7 +200,10 @@ mod tests {
                 holder: "c-1".into(),
             },
         ));
-        let unread: LeaseSeen = Err("forbidden".into());
+        let unread: LeaseSeen = Err(LeaseError::Other(ApiError {
+            status: Some(403),
+            message: "forbidden".into(),
+        }));
         let cases: &[Case<'_>] = &[
             ("held, nothing requested, no budget", &[], true, &held, Ok(Coverage::None),
              &["grant: by the controller c-1 (holder of the Lease reloadlet-system/reloadlet-controller)",

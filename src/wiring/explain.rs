@@ -171,7 +171,7 @@ async fn read_lease(
         name,
         std::sync::Arc::new(denials.clone()),
     );
-    let record = reader.read().await.map_err(|e| e.to_string())?;
+    let record = reader.read().await?;
     let fields = record
         .as_ref()
         .map(|r| crate::core::lease_holder::LeaseFields {

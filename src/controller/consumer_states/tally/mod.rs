@@ -98,5 +98,4 @@ fn key_of(namespace: &str, object: &SourceRef) -> ObjectKey {
 }
 
 #[cfg(test)]
-#[path = "tally_tests.rs"]
 mod tests;
