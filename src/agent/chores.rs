@@ -9,6 +9,7 @@ use super::volumes::VolumeTracker;
 use crate::core::disruption_budgets::{no_budget_note, BudgetIndex};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::execute::evict::EvictJob;
+use crate::execute::report::Line;
 use crate::execute::Executor;
 use crate::host::state_file::SavedState;
 use crate::ports::PodRef;
@@ -98,8 +99,8 @@ impl Chores {
         for pod in due {
             let note = no_budget_note();
             let outcome = Outcome::NoDisruptionBudget;
-            tracing::warn!(pod = %pod.full_name(), action = "evict", outcome = outcome.as_str(), "{note}");
-            exec.report(&(&pod).into(), ActionKind::Evict, outcome, note);
+            let line = Line::note();
+            exec.report(&(&pod).into(), ActionKind::Evict, outcome, note, line);
         }
     }
 

@@ -27,6 +27,7 @@ use crate::core::debounce::Debouncer;
 use crate::core::model::VolumeKey;
 use crate::core::pod_index::PodIndex;
 use crate::execute::evict::EvictionSettings;
+use crate::execute::report::Line;
 pub use crate::execute::Deps;
 use crate::execute::Executor;
 use crate::host::inotify::{VolumeWatcher, WatchEvent, WatchStats};
@@ -372,6 +373,7 @@ impl Agent {
                 crate::core::outcome::ActionKind::None,
                 crate::core::outcome::Outcome::InternalError,
                 note,
+                Line::written(),
             )
         });
         if let Err(again) = reported {
@@ -395,12 +397,14 @@ impl Agent {
             match pod {
                 Some(pod) if opted_in => {
                     let note = format!("volume {} is not followed: {why}", key.volume);
-                    tracing::warn!(pod = %pod.full_name(), volume = %key.volume, error = %why, "volume over a limit; not followed");
+                    let line = Line::saying("volume over a limit; not followed").error(&why);
+                    let volume = [&*key.volume];
                     self.exec.report(
                         &(&pod).into(),
                         crate::core::outcome::ActionKind::None,
                         crate::core::outcome::Outcome::VolumeOverLimit,
                         note,
+                        line.volumes(&volume),
                     );
                 }
                 _ => {

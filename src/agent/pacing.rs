@@ -11,6 +11,7 @@ use crate::core::model::PodInfo;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pacing::{ActionClass, Gate, Pacer, PacingBook, PacingDefaults, PacingSpecs};
 pub use crate::core::pacing::{Notice, WallClock};
+use crate::execute::report::Line;
 use crate::serve::metrics::PacingMetrics;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -241,10 +242,6 @@ pub(super) fn report_notice(
             ),
         ),
     };
-    if outcome == Outcome::Flapping {
-        tracing::warn!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "flap breaker");
-    } else {
-        tracing::info!(pod = %pod.full_name(), ?volumes, action = kind.as_str(), outcome = outcome.as_str(), note, "action deferred");
-    }
-    exec.report_paced(&pod.into(), kind, outcome, note, sources, seen, until);
+    let line = Line::note().volumes(volumes);
+    exec.report_paced(&pod.into(), kind, outcome, note, sources, seen, until, line);
 }

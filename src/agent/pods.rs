@@ -16,6 +16,7 @@ use crate::core::policy::{self, ChangedVolumes, CheckedPolicy, Decision, HttpFen
 use crate::execute::applied::Seen;
 use crate::execute::evict::EvictJob;
 use crate::execute::http::HttpJob;
+use crate::execute::report::Line;
 use crate::execute::restart::RestartJob;
 use crate::execute::signal::SignalJob;
 use crate::execute::Executor;
@@ -301,7 +302,14 @@ impl Pods {
         let note = caught.pod_note();
         let pod_ref = PodRef::from(pod);
         let reported = crate::contain::catch(|| {
-            exec.report(&pod_ref, ActionKind::None, Outcome::InternalError, note);
+            let line = Line::written();
+            exec.report(
+                &pod_ref,
+                ActionKind::None,
+                Outcome::InternalError,
+                note,
+                line,
+            );
         });
         if let Err(again) = reported {
             tracing::error!(pod = %pod.full_name(), panic = %again.message, "panic while reporting a caught panic; no Event");
@@ -445,8 +453,16 @@ impl Pods {
             Err(message) => {
                 if self.warned.get(&pod.uid) != Some(&message) {
                     let outcome = Outcome::InvalidAnnotation;
-                    tracing::warn!(pod = %pod.full_name(), outcome = outcome.as_str(), error = %message, "invalid reloadlet annotation; the pod will not be reloaded");
-                    exec.report(&pod.into(), ActionKind::None, outcome, message.to_string());
+                    let line =
+                        Line::saying("invalid reloadlet annotation; the pod will not be reloaded")
+                            .error(&message);
+                    exec.report(
+                        &pod.into(),
+                        ActionKind::None,
+                        outcome,
+                        message.to_string(),
+                        line,
+                    );
                     self.warned.insert(pod.uid.clone(), message);
                 }
             }
@@ -585,9 +601,13 @@ impl Pods {
                 }
                 Paced::Refused(message) => {
                     let outcome = Outcome::InvalidAnnotation;
-                    tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), action = "none", outcome = outcome.as_str(), error = %message, "volume changed but a pacing annotation is invalid; no action");
                     let note = format!("volume changed, no action: {message}");
-                    exec.report(&pod.into(), ActionKind::None, outcome, note);
+                    let changed = volumes();
+                    let line = Line::saying(
+                        "volume changed but a pacing annotation is invalid; no action",
+                    );
+                    let line = line.volumes(&changed).error(&message);
+                    exec.report(&pod.into(), ActionKind::None, outcome, note, line);
                     // Not handled: kept by the pacing until the annotation is fixed.
                     return Acted::Held;
                 }
@@ -605,19 +625,30 @@ impl Pods {
             }
             Decision::Invalid { message } => {
                 let outcome = Outcome::InvalidAnnotation;
-                tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), action = "none", outcome = outcome.as_str(), error = %message, "volume changed but the annotation is invalid; no action");
                 let note = format!("volume changed, no action: {message}");
-                exec.report(&pod.into(), ActionKind::None, outcome, note);
+                let changed = volumes();
+                let line = Line::saying("volume changed but the annotation is invalid; no action");
+                let line = line.volumes(&changed).error(message);
+                exec.report(&pod.into(), ActionKind::None, outcome, note, line);
             }
             Decision::SubPathOnly { action, message } => {
                 let outcome = Outcome::SubPathNotUpdated;
-                tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), action = action.as_str(), outcome = outcome.as_str(), message, "no action");
-                exec.report(&pod.into(), *action, outcome, message.clone());
+                let changed = volumes();
+                let line = Line::saying("no action").volumes(&changed).error(message);
+                exec.report(&pod.into(), *action, outcome, message.clone(), line);
             }
             Decision::EvictRefused { message, cause } => {
                 let outcome = Outcome::Refused;
-                tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), cause = %cause, action = "evict", outcome = outcome.as_str(), message, "eviction refused");
-                exec.report(&pod.into(), ActionKind::Evict, outcome, message.clone());
+                let changed = volumes();
+                let line = Line::saying("eviction refused").volumes(&changed);
+                let line = line.cause(cause).error(message);
+                exec.report(
+                    &pod.into(),
+                    ActionKind::Evict,
+                    outcome,
+                    message.clone(),
+                    line,
+                );
             }
             Decision::Evict { cause } => {
                 tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), cause = %cause, action = "evict", "requesting eviction");
@@ -641,8 +672,16 @@ impl Pods {
             }
             Decision::RestartRefused { message, cause } => {
                 let outcome = Outcome::RestartRefused;
-                tracing::warn!(pod = %pod.full_name(), volumes = ?volumes(), cause = %cause, action = "restart", outcome = outcome.as_str(), message, "restart refused");
-                exec.report(&pod.into(), ActionKind::Restart, outcome, message.clone());
+                let changed = volumes();
+                let line = Line::saying("restart refused").volumes(&changed);
+                let line = line.cause(cause).error(message);
+                exec.report(
+                    &pod.into(),
+                    ActionKind::Restart,
+                    outcome,
+                    message.clone(),
+                    line,
+                );
             }
             Decision::Restart { targets, cause } => {
                 let mut jobs = Vec::with_capacity(targets.len());

@@ -19,7 +19,7 @@ use crate::core::model::{PodInfo, SourceKind};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::restart_grant::{decide, id_of, Allowed, Member, GRANT, REQUEST, RESTARTED};
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
-use crate::execute::report::Reporter;
+use crate::execute::report::{Line, Reporter};
 use crate::ports::PodRef;
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -295,13 +295,12 @@ impl RestartGrants {
                 .warned
                 .insert((pod.uid.clone(), id.clone(), outcome.reason()))
             {
-                tracing::warn!(pod = %pod.full_name(), id = %id, outcome = outcome.as_str(), "{note}");
-                self.deps.reporter.publish(
+                self.deps.reporter.told(
                     &PodRef::from(&*pod),
                     ActionKind::Restart,
                     outcome,
                     note,
-                    &[],
+                    Line::note(),
                 );
             }
         }
@@ -339,10 +338,9 @@ impl RestartGrants {
             "restart request {request} not granted: the only pod of {} {}, so a restart would leave no Ready pod; reloadlet.io/on-blocked is rollout: reloadlet controller rolls the workload instead (surge-first)",
             owner.1, owner.2
         );
-        tracing::info!(pod = %pod.full_name(), request = %request, outcome = outcome.as_str(), "{note}");
-        self.deps
-            .reporter
-            .publish(&PodRef::from(pod), ActionKind::Restart, outcome, note, &[]);
+        let (pod, line) = (PodRef::from(pod), Line::note());
+        let report = &self.deps.reporter;
+        report.told(&pod, ActionKind::Restart, outcome, note, line);
     }
 
     fn written(&mut self, uid: String, grant: String, owner: Owner, outcome: Outcome) {

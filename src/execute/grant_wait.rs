@@ -5,6 +5,8 @@
 //! (a JSON merge patch of one annotation, conditional on the pod's UID; `dryRun=All` under
 //! `--dry-run`, where nothing is requested at all).
 
+use super::effect::{bounded, retried, API_CALL_TIMEOUT, ONCE_MORE};
+use super::report::Line;
 use super::restart::RestartJob;
 use super::restart_grant::{Maker, Step};
 use super::Inner;
@@ -18,6 +20,7 @@ use crate::core::restart_request::{
 };
 use crate::core::volume_digest::HashKey;
 use crate::ports::{PatchError, PatchRequest, PatchTarget, PodRef};
+use crate::retry::Retries;
 use std::sync::Arc;
 
 impl Inner {
@@ -37,16 +40,16 @@ impl Inner {
         };
         let pod_ref = PodRef::from(&*pod);
         if self.report.dry_run() {
-            self.report.count(ActionKind::Restart, Outcome::DryRun);
-            tracing::info!(pod = %pod.full_name(), cause = %first.cause(), action = "restart", outcome = Outcome::DryRun.as_str(), "dry-run: would request the controller's grant to restart");
-            self.report.note_applied(
+            let cause = first.cause();
+            self.report.said(
                 &pod_ref,
                 ActionKind::Restart,
                 Outcome::DryRun,
-                "dry-run: no restart was requested",
+                "dry-run: no restart was requested".into(),
                 &first.sources,
                 &first.seen,
-                None,
+                Line::saying("dry-run: would request the controller's grant to restart")
+                    .cause(&cause),
             );
             return;
         }
@@ -401,8 +404,8 @@ fn instances<'a>(pod: &'a PodInfo, jobs: &'a [RestartJob]) -> Vec<(&'a str, Opti
         .collect()
 }
 
-/// One annotation on the pod, conditional on its UID; tried once more after a failure that
-/// is neither a 404 nor a 403.
+/// One annotation on the pod, conditional on its UID, bounded by [`API_CALL_TIMEOUT`]; tried
+/// once more after a failure that is neither a 404 nor a 403.
 async fn write(
     patcher: &dyn crate::ports::Patcher,
     pod: &PodInfo,
@@ -417,10 +420,14 @@ async fn write(
         annotation,
         value: Some(value.to_owned()),
     };
-    match patcher.patch(&req).await {
-        Err(PatchError::Conflict(_) | PatchError::Other(_)) => patcher.patch(&req).await,
-        other => other,
-    }
+    let mut retries = Retries::new(&ONCE_MORE);
+    retried(
+        &mut retries,
+        || bounded(API_CALL_TIMEOUT, patcher.patch(&req)),
+        |e| matches!(e, PatchError::Conflict(_) | PatchError::Other(_)),
+        |e, _| tracing::debug!(pod = %pod.full_name(), annotation, error = %e, "pod write failed; trying once more"),
+    )
+    .await
 }
 
 #[cfg(test)]

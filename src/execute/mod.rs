@@ -10,6 +10,7 @@
 pub mod applied;
 mod coordination;
 pub mod drain;
+pub mod effect;
 pub mod evict;
 mod grant_wait;
 pub mod http;
@@ -31,7 +32,7 @@ use crate::retry::Retries;
 use crate::serve::metrics::Metrics;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
-use report::Reporter;
+use report::{Line, Reporter};
 use restart::RestartJob;
 use signal::{SignalError, SignalJob};
 use std::collections::{HashMap, HashSet};
@@ -180,13 +181,19 @@ impl Executor {
         }
     }
 
-    /// Counts `outcome` and publishes its Event (an outcome of no action: an invalid
-    /// annotation, a refused eviction, a missing budget …).
-    pub fn report(&self, pod: &PodRef, action: ActionKind, outcome: Outcome, note: String) {
-        let sources: &[SourceRef] = &[];
-        self.inner
-            .report
-            .record(pod, action, outcome, note, sources);
+    /// An outcome of no action on a pod's change (an invalid annotation, a refused eviction,
+    /// a missing budget …), reported whole: its log line, count and Event.
+    pub fn report(
+        &self,
+        pod: &PodRef,
+        action: ActionKind,
+        outcome: Outcome,
+        note: String,
+        line: Line<'_>,
+    ) {
+        let (sources, seen): (&[SourceRef], _) = (&[], &applied::Seen::none());
+        let report = &self.inner.report;
+        report.said(pod, action, outcome, note, sources, seen, line);
     }
 
     /// [`Self::report`] of an action paced (deferred until `until`, or held by the flap
@@ -201,10 +208,11 @@ impl Executor {
         sources: &[SourceRef],
         seen: &applied::Seen,
         until: Option<jiff::Timestamp>,
+        line: Line<'_>,
     ) {
         let report = &self.inner.report;
         report.note_applied(pod, action, outcome, &note, sources, seen, until);
-        report.record(pod, action, outcome, note, &[]);
+        self.report(pod, action, outcome, note, line);
     }
 
     /// Signals one container of a pod; retried while the container is not running or its
@@ -216,9 +224,10 @@ impl Executor {
     /// published, on the async runtime. Otherwise (nothing kept, the kept process exited,
     /// dry-run) the first attempt runs on a blocking thread of that runtime, as do retries.
     pub fn signal(&self, job: SignalJob) {
-        if self.inner.report.dry_run() {
-            self.inner.report.count(ActionKind::Signal, Outcome::DryRun);
-        } else if let Some(pod) = self.inner.pod(&job.pod_uid) {
+        // Under `--dry-run` the first attempt only looks (`Inner::look`, which reports it).
+        let rehearsed = self.inner.report.dry_run();
+        let pod = (!rehearsed).then(|| self.inner.pod(&job.pod_uid)).flatten();
+        if let Some(pod) = pod {
             let kept = signal::running_container_id(&pod, &job.container)
                 .ok()
                 .and_then(|id| {
@@ -511,19 +520,24 @@ impl Inner {
     async fn restart_container(self: Arc<Self>, mut job: RestartJob, grantless: bool) -> bool {
         let key = job.key();
         if self.report.dry_run() {
-            self.report.count(ActionKind::Restart, Outcome::DryRun);
-            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.stop.signal, cause = %job.cause(), action = "restart", outcome = Outcome::DryRun.as_str(), "dry-run: would restart the container");
-            if let Some(pod) = self.pod(&job.pod_uid) {
-                self.report.note_applied(
-                    &PodRef::from(&*pod),
-                    ActionKind::Restart,
-                    Outcome::DryRun,
-                    "dry-run: the container was not restarted",
-                    &job.sources,
-                    &job.seen,
-                    None,
-                );
-            }
+            let Some(pod) = self.pod(&job.pod_uid) else {
+                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; restart dropped");
+                return false;
+            };
+            let message = format!(
+                "dry-run: would restart the container {} ({})",
+                job.container, job.stop.signal
+            );
+            let cause = job.cause();
+            self.report.said(
+                &PodRef::from(&*pod),
+                ActionKind::Restart,
+                Outcome::DryRun,
+                "dry-run: the container was not restarted".into(),
+                &job.sources,
+                &job.seen,
+                Line::saying(&message).cause(&cause),
+            );
             return false;
         }
         loop {
@@ -870,15 +884,19 @@ impl Inner {
         } else {
             "dry-run: would NOT send signal (SignalNotHandled)"
         };
-        tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause(), action = "signal", outcome = Outcome::DryRun.as_str(), check = %what, "{message}");
-        self.report.note_applied(
+        let line = format!(
+            "{message} {} to container {}: {what}",
+            job.signal, job.container
+        );
+        let cause = job.cause();
+        self.report.said(
             &PodRef::from(pod),
             ActionKind::Signal,
             Outcome::DryRun,
-            message,
+            message.into(),
             &job.sources,
             &job.seen,
-            None,
+            Line::saying(&line).cause(&cause),
         );
         None
     }
@@ -889,7 +907,17 @@ impl Inner {
             return;
         };
         if self.report.dry_run() {
-            tracing::info!(pod = %pod.full_name(), container = %job.container, signal = %job.signal, cause = %job.cause(), action = "signal", outcome = Outcome::DryRun.as_str(), error = %error, "dry-run: would send signal, but the main process was not found");
+            let message = "dry-run: would send signal, but the main process was not found";
+            let cause = job.cause();
+            self.report.said(
+                &PodRef::from(&*pod),
+                ActionKind::Signal,
+                Outcome::DryRun,
+                message.into(),
+                &job.sources,
+                &job.seen,
+                Line::saying(message).cause(&cause).error(error),
+            );
             return;
         }
         let outcome = Outcome::SignalFailed;
@@ -1248,6 +1276,7 @@ mod tests {
             ActionKind::None,
             Outcome::InvalidAnnotation,
             "bad".into(),
+            Line::note(),
         );
         w.settle().await;
         assert_eq!(w.processes.sent(), 0);

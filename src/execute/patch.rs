@@ -4,13 +4,14 @@
 //! 404/409 (nudges only), `--dry-run` (nothing is written, the patch is logged) and a typed
 //! [`Outcome`] handed back to the feature that asked, reported through the [`Reporter`].
 
+use super::effect::bounded;
 use super::report::Reporter;
 use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE, ROLLOUT_BASELINE};
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pacing::ENV_PACING;
 use crate::core::status::data_version::ANNOTATION as DATA_VERSION;
-use crate::ports::{ApiError, PatchError, PatchRequest, PatchTarget, Patcher, PodRef};
+use crate::ports::{PatchError, PatchRequest, PatchTarget, Patcher, PodRef};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -208,10 +209,7 @@ impl Inner {
         let Ok(_permit) = self.permits.acquire().await else {
             return Err(PatchError::Other("shutting down".into()));
         };
-        let timeout = self.settings.call_timeout;
-        tokio::time::timeout(timeout, self.patcher.patch(req))
-            .await
-            .unwrap_or_else(|_| Err(no_answer(timeout)))
+        bounded(self.settings.call_timeout, self.patcher.patch(req)).await
     }
 
     /// After a 404/409 of a nudge: the pod is read again and, if it is still the same pod
@@ -225,9 +223,7 @@ impl Inner {
             return Err(PatchError::NotFound);
         };
         let timeout = self.settings.call_timeout;
-        let read = tokio::time::timeout(timeout, self.patcher.get(&req.namespace, &req.name))
-            .await
-            .unwrap_or_else(|_| Err(no_answer(timeout)))?;
+        let read = bounded(timeout, self.patcher.get(&req.namespace, &req.name)).await?;
         match read {
             Some(pod) if pod.uid == job.pod.uid && still_wanted(&pod, source) => {
                 self.call(req).await
@@ -338,13 +334,6 @@ impl Inner {
         );
         outcome
     }
-}
-
-fn no_answer(timeout: Duration) -> PatchError {
-    PatchError::Other(ApiError::other(format!(
-        "no answer from the API server within {}",
-        humantime::format_duration(timeout)
-    )))
 }
 
 #[cfg(test)]

@@ -18,6 +18,86 @@ struct Subject<'a> {
     about: Option<&'a ObjectRef>,
 }
 
+/// What an outcome's log line says beside the pod, the action and the outcome. The line is
+/// at `warn` for an outcome whose Event is a Warning, else at `info`; its message is
+/// `message`, else the note.
+#[derive(Clone, Copy, Default)]
+pub struct Line<'a> {
+    pub message: Option<&'a str>,
+    /// What changed (`configmap app-config changed`).
+    pub cause: Option<&'a dyn std::fmt::Display>,
+    /// The pod's volumes that changed (the agent).
+    pub volumes: Option<&'a [&'a str]>,
+    /// Why nothing was done (an annotation's error).
+    pub error: Option<&'a dyn std::fmt::Display>,
+    /// The line was written where the outcome arose, with what only that place knows (a
+    /// caught panic's location, at `error`): not written again.
+    pub written: bool,
+}
+
+impl<'a> Line<'a> {
+    /// A line whose message is the note.
+    pub fn note() -> Self {
+        Self::default()
+    }
+
+    /// No line here: the outcome's was written where it arose.
+    pub fn written() -> Self {
+        Self {
+            written: true,
+            ..Self::default()
+        }
+    }
+
+    /// A line with its own message.
+    pub fn saying(message: &'a str) -> Self {
+        Self {
+            message: Some(message),
+            ..Self::default()
+        }
+    }
+
+    pub fn cause(self, cause: &'a dyn std::fmt::Display) -> Self {
+        Self {
+            cause: Some(cause),
+            ..self
+        }
+    }
+
+    pub fn volumes(self, volumes: &'a [&'a str]) -> Self {
+        Self {
+            volumes: Some(volumes),
+            ..self
+        }
+    }
+
+    pub fn error(self, error: &'a dyn std::fmt::Display) -> Self {
+        Self {
+            error: Some(error),
+            ..self
+        }
+    }
+
+    fn write(self, pod: &PodRef, action: ActionKind, outcome: Outcome, note: &str) {
+        use tracing::field::{debug, display};
+        if self.written {
+            return;
+        }
+        let message = self.message.unwrap_or(note);
+        let (volumes, cause, error) = (
+            self.volumes.map(debug),
+            self.cause.map(display),
+            self.error.map(display),
+        );
+        let (pod, action, outcome_name) = (pod.full_name(), action.as_str(), outcome.as_str());
+        if outcome.event().is_some_and(|e| e.warning) {
+            tracing::warn!(pod = %pod, volumes, cause, action, outcome = outcome_name, error, "{message}");
+        } else {
+            tracing::info!(pod = %pod, volumes, cause, action, outcome = outcome_name, error, "{message}");
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Reporter {
     events: Arc<dyn EventSink>,
@@ -70,6 +150,39 @@ impl Reporter {
         if let Some(applied) = &self.applied {
             applied.note(pod, action, outcome, note, sources, seen, until);
         }
+    }
+
+    /// An outcome reported whole, here: its log line ([`Line`]), its count, its Event and
+    /// notification, and its record on the pod (`seen`, the writes of the changed volumes
+    /// the action was for). Callers write no line of their own for it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn said(
+        &self,
+        pod: &PodRef,
+        action: ActionKind,
+        outcome: Outcome,
+        note: String,
+        sources: &[SourceRef],
+        seen: &Seen,
+        line: Line<'_>,
+    ) {
+        line.write(pod, action, outcome, &note);
+        self.record_seen(pod, action, outcome, note, sources, seen);
+    }
+
+    /// [`Self::said`] of an outcome counted where its action runs (the controller's Warnings
+    /// about a restart the node agent performs): its log line, Event, notification and
+    /// record, no count.
+    pub fn told(
+        &self,
+        pod: &PodRef,
+        action: ActionKind,
+        outcome: Outcome,
+        note: String,
+        line: Line<'_>,
+    ) {
+        line.write(pod, action, outcome, &note);
+        self.publish(pod, action, outcome, note, &[]);
     }
 
     /// `--dry-run`: actions are only looked at (signals) or asked with `dryRun=All`
@@ -277,6 +390,113 @@ mod tests {
                 None => assert_eq!(n.reason(), "NudgeFailed", "{outcome:?}"),
             }
         }
+    }
+
+    /// The log lines written while `f` runs (plain text, no colours).
+    fn lines_of(f: impl FnOnce()) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    fn reporter(
+        events: Arc<crate::ports::fake::Events>,
+    ) -> (Reporter, prometheus_client::registry::Registry) {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let report = Reporter::new(events, Notifier::disabled(), metrics, false, "n".into());
+        (report, registry)
+    }
+
+    #[test]
+    fn an_outcome_said_is_one_line_its_count_and_its_event() {
+        let events = Arc::new(crate::ports::fake::Events::default());
+        let (report, registry) = reporter(events.clone());
+        let pod = PodRef {
+            uid: "u1".into(),
+            namespace: "shop".into(),
+            name: "web-0".into(),
+        };
+        let cause = "configmap app-config changed";
+        let volumes = ["config"];
+        let lines = lines_of(|| {
+            let line = Line::saying("eviction refused").cause(&cause);
+            let line = line.volumes(&volumes).error(&"the pod has no owner");
+            let (action, outcome) = (ActionKind::Evict, Outcome::Refused);
+            let seen = Seen::none();
+            report.said(&pod, action, outcome, "no owner".into(), &[], &seen, line);
+            // A Normal outcome, its note as the message.
+            let (action, outcome) = (ActionKind::Evict, Outcome::EvictionHandedOff);
+            report.said(
+                &pod,
+                action,
+                outcome,
+                "handed".into(),
+                &[],
+                &seen,
+                Line::note(),
+            );
+            // Written where it arose: not again.
+            let (action, outcome) = (ActionKind::None, Outcome::InternalError);
+            report.said(
+                &pod,
+                action,
+                outcome,
+                "panic".into(),
+                &[],
+                &seen,
+                Line::written(),
+            );
+        });
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        let warned = &lines[0];
+        for part in [
+            "WARN",
+            "eviction refused",
+            "pod=shop/web-0",
+            "volumes=[\"config\"]",
+            "cause=configmap app-config changed",
+            "action=\"evict\"",
+            "outcome=\"refused\"",
+            "error=the pod has no owner",
+        ] {
+            assert!(warned.contains(part), "{part} in {warned}");
+        }
+        assert!(
+            lines[1].contains("INFO") && lines[1].contains("handed"),
+            "{}",
+            lines[1]
+        );
+        assert!(!lines[1].contains("cause="), "{}", lines[1]);
+        // Each counted and published once, the panic's too.
+        let reasons = events.reasons();
+        assert_eq!(
+            reasons,
+            ["EvictionRefused", "EvictionHandedOff", "InternalError"]
+        );
+        let counted = crate::serve::metrics::encode(&registry);
+        assert!(
+            counted.contains(r#"actions_total{action="evict",outcome="refused"} 1"#),
+            "{counted}"
+        );
     }
 
     #[test]

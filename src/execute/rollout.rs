@@ -8,11 +8,12 @@
 //! typed [`Outcome`] reported through the [`Reporter`].
 
 use super::applied::Seen;
+use super::effect::{bounded, retried};
 use super::report::Reporter;
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::rollout::WorkloadRef;
-use crate::ports::{ApiError, ObjectRef, PatchError, PodRef, WorkloadPatcher};
+use crate::ports::{ObjectRef, PatchError, PodRef, WorkloadPatcher};
 use crate::retry::{Backoff, Retries};
 use serde_json::Value;
 use std::sync::Arc;
@@ -174,27 +175,14 @@ impl Rollouts {
     async fn send(&self, w: &WorkloadRef, patch: &Value, workload: &str) -> Result<(), PatchError> {
         let inner = &self.inner;
         let mut retries = Retries::new(&RETRY).stopped_by(inner.stop.clone());
-        loop {
-            let timeout = inner.call_timeout;
-            let result = tokio::time::timeout(timeout, inner.patcher.patch(w, patch))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(PatchError::Other(ApiError::other(format!(
-                        "no answer from the API server within {}",
-                        humantime::format_duration(timeout)
-                    ))))
-                });
-            let error = match result {
-                Err(e @ (PatchError::Other(_) | PatchError::Conflict(_))) => e,
-                done => return done,
-            };
-            let Some(delay) = retries.next(None) else {
-                return Err(error);
-            };
-            tracing::warn!(workload = %workload, error = %error, retry_in_ms = delay.as_millis() as u64, "workload patch failed; retrying");
-            if !retries.wait(delay).await {
-                return Err(error);
-            }
-        }
+        retried(
+            &mut retries,
+            || bounded(inner.call_timeout, inner.patcher.patch(w, patch)),
+            |e| matches!(e, PatchError::Other(_) | PatchError::Conflict(_)),
+            |error, delay| {
+                tracing::warn!(workload = %workload, error = %error, retry_in_ms = delay.as_millis() as u64, "workload patch failed; retrying");
+            },
+        )
+        .await
     }
 }

@@ -14,9 +14,10 @@ use super::recorded;
 use crate::core::model::{PodInfo, SourceKind};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
+use crate::execute::applied::Seen;
 use crate::execute::evict::{EvictJob, Evictions};
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
-use crate::execute::report::Reporter;
+use crate::execute::report::{Line, Reporter};
 use crate::ports::EnvApi;
 use crate::ports::PodRef;
 use futures::future::BoxFuture;
@@ -143,14 +144,18 @@ impl EnvConsumers {
             Err(message) => {
                 if world.leader && self.warned.get(&pod.uid) != Some(&message) {
                     let outcome = Outcome::InvalidAnnotation;
-                    tracing::warn!(pod = %pod.full_name(), outcome = outcome.as_str(), error = %message, "invalid pacing annotation; no env eviction of this pod until it is fixed");
                     let note = format!("no env eviction until fixed: {message}");
-                    self.deps.reporter.record(
+                    let line = Line::saying(
+                        "invalid pacing annotation; no env eviction of this pod until it is fixed",
+                    );
+                    self.deps.reporter.said(
                         &PodRef::from(pod),
                         ActionKind::None,
                         outcome,
                         note,
                         &[],
+                        &Seen::none(),
+                        line.error(&message),
                     );
                     self.warned.insert(pod.uid.clone(), message);
                 }
@@ -225,11 +230,12 @@ impl EnvConsumers {
             }
             EnvDecision::Refused(note) => {
                 let outcome = Outcome::Refused;
-                tracing::warn!(pod = %pod.full_name(), cause = %cause, action = "evict", outcome = outcome.as_str(), "{note}");
                 // The pod's record says it failed, and why (`reloadlet status`).
                 let seen = recorded::seen(Arc::new(pod.clone()), &self.deps.versions, None);
                 let sources = [source];
-                report.record_seen(&pod_ref, ActionKind::Evict, outcome, note, &sources, &seen);
+                let line = Line::note().cause(&cause);
+                let action = ActionKind::Evict;
+                report.said(&pod_ref, action, outcome, note, &sources, &seen, line);
                 self.consumed.tracker.acknowledge(change);
             }
             EnvDecision::RestartRefused(note) => self.restart_refused(&pod, change, note),
@@ -239,8 +245,9 @@ impl EnvConsumers {
             }
             EnvDecision::NotReloaded(note) => {
                 let outcome = Outcome::EnvNotReloaded;
-                tracing::warn!(pod = %pod.full_name(), cause = %cause, outcome = outcome.as_str(), "{note}");
-                report.record(&pod_ref, ActionKind::None, outcome, note, &[source]);
+                let (line, seen) = (Line::note().cause(&cause), Seen::none());
+                let action = ActionKind::None;
+                report.said(&pod_ref, action, outcome, note, &[source], &seen, line);
                 self.consumed.tracker.acknowledge(change);
             }
         }
@@ -424,10 +431,18 @@ fn report_notice(
             )
         }
     };
-    tracing::info!(pod = %pod.full_name(), outcome = outcome.as_str(), note, "env action paced");
     let sources = [source];
     let seen = recorded::seen(Arc::new(pod.clone()), versions, held_until);
-    report.record_seen(&PodRef::from(pod), action, outcome, note, &sources, &seen);
+    let line = Line::note();
+    report.said(
+        &PodRef::from(pod),
+        action,
+        outcome,
+        note,
+        &sources,
+        &seen,
+        line,
+    );
 }
 
 impl Feature for EnvConsumers {

@@ -31,6 +31,7 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::restart_grant::{id_of, GRANT, REQUEST, RESTARTED};
 use crate::core::restart_request::{controller_request_id, controller_targets};
 use crate::execute::patch::{PatchJob, PatchKind};
+use crate::execute::report::Line;
 use crate::ports::PodRef;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -288,14 +289,14 @@ impl EnvConsumers {
                     containers.join(", ")
                 );
                 let outcome = Outcome::RestartRequested;
-                tracing::info!(pod = %pod.full_name(), request = %id, containers = ?containers, cause = %cause, action = "restart", outcome = outcome.as_str(), "env restart requested; waiting for the grant");
-                report.record_seen(
+                report.said(
                     &pod_ref,
                     ActionKind::Restart,
                     outcome,
                     note,
                     &sources,
                     &seen,
+                    Line::saying("env restart requested; waiting for the grant").cause(&cause),
                 );
             }
             Outcome::DryRun => {
@@ -319,14 +320,14 @@ impl EnvConsumers {
                     failed.as_str()
                 );
                 let outcome = Outcome::RestartFailed;
-                tracing::warn!(pod = %pod.full_name(), request = %id, action = "restart", outcome = outcome.as_str(), "could not write the env restart request");
-                report.record_seen(
+                report.said(
                     &pod_ref,
                     ActionKind::Restart,
                     outcome,
                     note,
                     &sources,
                     &seen,
+                    Line::note(),
                 );
             }
         }
@@ -386,16 +387,17 @@ impl EnvConsumers {
     /// A restart refused for the pod (`RestartRefused`, recorded on it).
     pub(super) fn restart_refused(&mut self, pod: &PodInfo, change: &Change, note: String) {
         let outcome = Outcome::RestartRefused;
-        tracing::warn!(pod = %pod.full_name(), cause = %hash::cause(&change.source), action = "restart", outcome = outcome.as_str(), "{note}");
         let seen = recorded::seen(Arc::new(pod.clone()), &self.deps.versions, None);
         let sources = [change.source.clone()];
-        self.deps.reporter.record_seen(
+        let cause = hash::cause(&change.source);
+        self.deps.reporter.said(
             &PodRef::from(pod),
             ActionKind::Restart,
             outcome,
             note,
             &sources,
             &seen,
+            Line::note().cause(&cause),
         );
         self.consumed.tracker.acknowledge(change);
     }

@@ -42,6 +42,7 @@ use crate::core::rollout::{
 };
 use crate::execute::applied::Seen;
 use crate::execute::patch::{PatchJob, PatchKind, Patches};
+use crate::execute::report::Line;
 use crate::execute::rollout::{RolloutJob, Rollouts};
 use crate::ports::PodRef;
 use crate::ports::{EnvApi, WorkloadApi};
@@ -654,8 +655,8 @@ fn not_granted(
 ) {
     let outcome = Outcome::RolloutNotGranted;
     let note = format!("{} changed, nothing rolled: {why}", list(sources));
-    tracing::warn!(pod = %pod.full_name(), action = "rollout", outcome = outcome.as_str(), "{note}");
-    report.record_seen(pod, ActionKind::Rollout, outcome, note, sources, seen);
+    let line = Line::note();
+    report.said(pod, ActionKind::Rollout, outcome, note, sources, seen, line);
 }
 
 /// Warning `RolloutUnsupported` on the pod, and a log line; no workload is written. Each of
@@ -677,8 +678,16 @@ fn unsupported(
             list(sources)
         )
     };
-    tracing::warn!(pod = %pod.full_name(), action = "rollout", outcome = outcome.as_str(), "{}", note(sources));
-    report.record(pod, ActionKind::Rollout, outcome, note(sources), sources);
+    let (line, seen) = (Line::note(), Seen::none());
+    report.said(
+        pod,
+        ActionKind::Rollout,
+        outcome,
+        note(sources),
+        sources,
+        &seen,
+        line,
+    );
     for asking in recorded {
         if let Some((pod, sources, seen)) = asking.seen(versions, None) {
             let note = note(&sources);

@@ -22,7 +22,8 @@ use crate::core::pacing::{
     WallClock, ROLLOUT_PACING,
 };
 use crate::core::rollout::WorkloadRef;
-use crate::execute::report::Reporter;
+use crate::execute::applied::Seen;
+use crate::execute::report::{Line, Reporter};
 use crate::ports::PodRef;
 use crate::ports::WorkloadApi;
 use jiff::Timestamp;
@@ -104,9 +105,13 @@ impl RolloutPacing {
             }
             Err(message) if warn && leader && inner.warned.get(&pod.uid) != Some(&message) => {
                 let outcome = Outcome::InvalidAnnotation;
-                tracing::warn!(pod = %pod.full_name(), outcome = outcome.as_str(), error = %message, "invalid pacing annotation; no rollout of this pod's workload until it is fixed");
                 let note = format!("no rollout until fixed: {message}");
-                report.record(&PodRef::from(pod), ActionKind::None, outcome, note, &[]);
+                let line = Line::saying(
+                    "invalid pacing annotation; no rollout of this pod's workload until it is fixed",
+                )
+                .error(&message);
+                let (pod, seen) = (PodRef::from(pod), Seen::none());
+                report.said(&pod, ActionKind::None, outcome, note, &[], &seen, line);
                 inner.warned.insert(pod.uid.clone(), message);
             }
             Err(_) => {}
@@ -387,7 +392,6 @@ fn tell(
             (Outcome::Flapping, note, None)
         }
     };
-    tracing::info!(pod = %first.pod.full_name(), workload, outcome = outcome.as_str(), note, "rollout paced");
     // Every asking pod's record says it is held (until when), not only the Event's pod.
     for (pod, sources, seen) in asking.iter().filter_map(|a| a.seen(versions, until)) {
         report.note_applied(
@@ -401,5 +405,14 @@ fn tell(
         );
     }
     let sources = super::sources_of(asking);
-    report.record(&first.pod, ActionKind::Rollout, outcome, note, &sources);
+    let (line, seen) = (Line::note(), Seen::none());
+    report.said(
+        &first.pod,
+        ActionKind::Rollout,
+        outcome,
+        note,
+        &sources,
+        &seen,
+        line,
+    );
 }

@@ -41,6 +41,7 @@
 //! recorded (an evicted pod is gone, a rolled workload's new pods read `current` by their
 //! start time), and an outcome without a [`Known`] is not recorded at all.
 
+use super::effect::{bounded, API_CALL_TIMEOUT};
 use crate::core::model::{PodInfo, SourceKind, SourceRef, VolumeSpec};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
@@ -357,7 +358,8 @@ impl Writer {
     /// annotations), merged per object, patched conditional on that resourceVersion. A 409
     /// (someone wrote the pod since: the other writer's entry, a label, the kubelet's status)
     /// reads and merges again, at most [`MAX_CONFLICTS`] times, so no writer's entry for
-    /// another object is lost; any other error is tried once more. `NotFound`: the pod is
+    /// another object is lost; any other error (an unanswered call: [`API_CALL_TIMEOUT`]) is
+    /// tried once more. `NotFound`: the pod is
     /// gone, or another pod has its name.
     async fn write_at_version(
         &self,
@@ -366,7 +368,12 @@ impl Writer {
     ) -> Result<Written, PatchError> {
         let (mut conflicts, mut errors) = (0, 0);
         loop {
-            let read = match self.patcher.meta(&pod.namespace, &pod.name).await {
+            let read = match bounded(
+                API_CALL_TIMEOUT,
+                self.patcher.meta(&pod.namespace, &pod.name),
+            )
+            .await
+            {
                 Ok(Some(read)) if read.uid == pod.uid => read,
                 Ok(_) => return Err(PatchError::NotFound),
                 Err(e @ (PatchError::NotFound | PatchError::Forbidden(_))) => return Err(e),
@@ -400,7 +407,7 @@ impl Writer {
                 annotation: ANNOTATION,
                 value: Some(record.render()),
             };
-            match self.patcher.patch(&req).await {
+            match bounded(API_CALL_TIMEOUT, self.patcher.patch(&req)).await {
                 Ok(()) => return Ok(Written::Patched),
                 Err(e @ PatchError::Conflict(_)) => {
                     conflicts += 1;

@@ -9,7 +9,8 @@
 //! Normal `EvictionHandedOff`). A transient block (a pod still starting, another eviction in
 //! flight) is retried as every refusal.
 
-use super::report::Reporter;
+use super::effect::{no_answer, within};
+use super::report::{Line, Reporter};
 use crate::core::disruption_budgets::{BudgetIndex, BudgetStatus, Coverage};
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
@@ -314,15 +315,13 @@ impl Inner {
                 };
                 attempts += 1;
                 let timeout = self.settings.call_timeout;
-                tokio::time::timeout(timeout, self.evictor.evict(&req))
-                    .await
-                    .unwrap_or_else(|_| EvictOutcome::Failed {
+                within(timeout, self.evictor.evict(&req), |t| {
+                    EvictOutcome::Failed {
                         code: None,
-                        message: format!(
-                            "no answer from the API server within {}",
-                            humantime::format_duration(timeout)
-                        ),
-                    })
+                        message: no_answer(t),
+                    }
+                })
+                .await
             };
             let warn_now = last_warning.is_none_or(|t| t.elapsed() >= self.settings.warn_every);
             let retry_after = match outcome {
@@ -502,13 +501,12 @@ impl Inner {
     fn evicted(&self, job: &EvictJob, attempts: u32) {
         let pod = &job.pod;
         if self.report.dry_run() {
-            let outcome = Outcome::DryRun;
-            self.report.count(ActionKind::Evict, outcome);
-            tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %job.cause, "dry-run: the API server would allow this eviction");
-            let note = "dry-run: the API server would allow this eviction";
+            let (outcome, line) = (Outcome::DryRun, Line::note().cause(&job.cause));
+            let note = "dry-run: the API server would allow this eviction".into();
             let (sources, seen) = (&job.sources, &job.seen);
+            let action = ActionKind::Evict;
             self.report
-                .note_applied(pod, ActionKind::Evict, outcome, note, sources, seen, None);
+                .said(pod, action, outcome, note, sources, seen, line);
             return;
         }
         let outcome = Outcome::Evicted;

@@ -8,7 +8,8 @@
 //! namespace holds at most three quarters of them ([`HttpSettings::per_namespace`]): a
 //! tenant whose endpoints hang cannot take every slot from the others.
 
-use super::report::Reporter;
+use super::effect::within;
+use super::report::{Line, Reporter};
 use crate::core::annotations::HttpScheme;
 use crate::core::model::{PodInfo, SourceRef};
 use crate::core::outcome::{ActionKind, Outcome};
@@ -368,20 +369,20 @@ impl Inner {
     /// `--dry-run`: the request that would go out now, logged instead of sent. Reached the
     /// way a real request is (waiting for the pod's IP, replaced, cancelled alike).
     fn dry_run(&self, job: &HttpJob, pod: &PodInfo, url: &str) {
-        let outcome = Outcome::DryRun;
-        self.report.count(ActionKind::Http, outcome);
         let method = job.target.spec.method.as_str();
-        tracing::info!(pod = %pod.full_name(), method, url, body_bytes = job.target.spec.body.len(), cause = %job.cause(), action = "http", outcome = outcome.as_str(), "dry-run: would send {method} {url}");
+        let body = job.target.spec.body.len();
+        let message = format!("dry-run: would send {method} {url} ({body} bytes of body)");
         let (sources, seen) = (&job.sources, &job.seen);
-        let note = "dry-run: the reload request was not sent";
-        self.report.note_applied(
+        let note = "dry-run: the reload request was not sent".into();
+        let cause = job.cause();
+        self.report.said(
             &PodRef::from(pod),
             ActionKind::Http,
-            outcome,
+            Outcome::DryRun,
             note,
             sources,
             seen,
-            None,
+            Line::saying(&message).cause(&cause),
         );
     }
 
@@ -435,11 +436,12 @@ impl Inner {
                     };
                     attempts += 1;
                     let timeout = self.settings.timeout;
-                    let answer = match tokio::time::timeout(timeout, self.caller.call(&call)).await
-                    {
-                        Ok(answer) => answer.map_err(AttemptError::from),
-                        Err(_) => Err(AttemptError::Timeout(timeout)),
-                    };
+                    let answer = within(
+                        timeout,
+                        async { self.caller.call(&call).await.map_err(AttemptError::from) },
+                        |t| Err(AttemptError::Timeout(t)),
+                    )
+                    .await;
                     (call.url, answer)
                 }
             };
