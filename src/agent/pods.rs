@@ -613,6 +613,13 @@ impl Pods {
                 }
             }
         }
+        // An action the pod's own settings refuse: its Warning, counted, and one log line.
+        let refused = |(action, outcome, what), message: &String, cause: &policy::Cause| {
+            let changed = volumes();
+            let line = Line::saying(what).volumes(&changed);
+            let line = line.cause(cause).error(message);
+            exec.report(&pod.into(), action, outcome, message.clone(), line);
+        };
         match &*decision {
             Decision::NotOptedIn => {
                 tracing::debug!(pod = %pod.full_name(), volumes = ?volumes(), "not opted in; no action");
@@ -638,17 +645,8 @@ impl Pods {
                 exec.report(&pod.into(), *action, outcome, message.clone(), line);
             }
             Decision::EvictRefused { message, cause } => {
-                let outcome = Outcome::Refused;
-                let changed = volumes();
-                let line = Line::saying("eviction refused").volumes(&changed);
-                let line = line.cause(cause).error(message);
-                exec.report(
-                    &pod.into(),
-                    ActionKind::Evict,
-                    outcome,
-                    message.clone(),
-                    line,
-                );
+                let what = (ActionKind::Evict, Outcome::Refused, "eviction refused");
+                refused(what, message, cause);
             }
             Decision::Evict { cause } => {
                 tracing::info!(pod = %pod.full_name(), volumes = ?volumes(), cause = %cause, action = "evict", "requesting eviction");
@@ -671,17 +669,12 @@ impl Pods {
                 });
             }
             Decision::RestartRefused { message, cause } => {
-                let outcome = Outcome::RestartRefused;
-                let changed = volumes();
-                let line = Line::saying("restart refused").volumes(&changed);
-                let line = line.cause(cause).error(message);
-                exec.report(
-                    &pod.into(),
+                let what = (
                     ActionKind::Restart,
-                    outcome,
-                    message.clone(),
-                    line,
+                    Outcome::RestartRefused,
+                    "restart refused",
                 );
+                refused(what, message, cause);
             }
             Decision::Restart { targets, cause } => {
                 let mut jobs = Vec::with_capacity(targets.len());
