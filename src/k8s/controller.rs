@@ -20,7 +20,7 @@ use crate::ports::{
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -389,7 +389,10 @@ impl Patcher for KubePatcher {
             if let PatchTarget::Object { kind, .. } = &req.target {
                 return self.patch_object(*kind, req, &params).await;
             }
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &req.namespace);
+            // The answer (the whole pod) is not used: it is decoded as the lean view the pod
+            // watch decodes, not as k8s-openapi's `Pod` (code and work each record write would
+            // otherwise add to the agent's steady state).
+            let api: Api<PodView> = Api::namespaced(self.client.clone(), &req.namespace);
             let body = annotation_patch(req);
             let result = api.patch(&req.name, &params, &Patch::Merge(&body)).await;
             report(

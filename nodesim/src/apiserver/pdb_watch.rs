@@ -43,10 +43,7 @@ fn rv_of(pdb: &PodDisruptionBudget) -> u64 {
 }
 
 fn line(type_: &str, pdb: &PodDisruptionBudget) -> Bytes {
-    let mut s = json!({"type": type_, "object": serde_json::to_value(pdb).unwrap_or(Value::Null)})
-        .to_string();
-    s.push('\n');
-    Bytes::from(s)
+    super::watch::line(type_, &serde_json::to_value(pdb).unwrap_or(Value::Null))
 }
 
 /// `GET /apis/policy/v1/poddisruptionbudgets`: the list, or with `watch=true` a watch.

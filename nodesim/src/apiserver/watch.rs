@@ -93,8 +93,20 @@ pub(crate) struct WatchRequest {
     pub render: Render,
 }
 
-fn line(type_: &str, object: Value) -> Bytes {
-    let mut s = json!({"type": type_, "object": object}).to_string();
+/// One watch event on the wire as the API server writes it: `{"type":…,"object":…}`, in that
+/// order. The server encodes apimachinery's `WatchEvent` struct (`pkg/apis/meta/v1/watch.go`:
+/// `Type` then `Object`), and Go's encoding/json writes a struct's fields in their declared
+/// order. (`json!` sorts its keys, which put `object` first: kube's adjacently tagged
+/// `WatchEvent` then buffers every object before it reads the tag, work no real server causes.)
+#[derive(serde::Serialize)]
+struct WatchEvent<'a> {
+    #[serde(rename = "type")]
+    type_: &'a str,
+    object: &'a Value,
+}
+
+pub(crate) fn line(type_: &str, object: &Value) -> Bytes {
+    let mut s = serde_json::to_string(&WatchEvent { type_, object }).unwrap_or_default();
     s.push('\n');
     Bytes::from(s)
 }
@@ -102,12 +114,12 @@ fn line(type_: &str, object: Value) -> Bytes {
 fn pod_line(type_: &str, pod: &Pod, how: Render) -> Bytes {
     line(
         type_,
-        render::object(serde_json::to_value(pod).unwrap_or(Value::Null), how),
+        &render::object(serde_json::to_value(pod).unwrap_or(Value::Null), how),
     )
 }
 
 fn value_line(type_: &str, v: &Value, how: Render) -> Bytes {
-    line(type_, render::object(v.clone(), how))
+    line(type_, &render::object(v.clone(), how))
 }
 
 /// A BOOKMARK carries an empty object of the watched kind with only its
@@ -121,7 +133,7 @@ fn bookmark_line(resource: Resource, rv: u64, initial_events_end: bool, how: Ren
     let (kind, api_version) = render::kind_of(resource);
     line(
         "BOOKMARK",
-        render::object(
+        &render::object(
             json!({"kind": kind, "apiVersion": api_version, "metadata": meta}),
             how,
         ),
@@ -129,7 +141,7 @@ fn bookmark_line(resource: Resource, rv: u64, initial_events_end: bool, how: Ren
 }
 
 fn expired_line(message: String) -> Bytes {
-    line("ERROR", ApiStatus::expired(message).body)
+    line("ERROR", &ApiStatus::expired(message).body)
 }
 
 /// What a watcher with `filter` sees of a pod change (a pod leaving the selector is
