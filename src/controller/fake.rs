@@ -19,11 +19,17 @@ use std::sync::{Arc, Mutex};
 pub struct FakeEnvApi {
     pub objects: Mutex<HashMap<ObjectKey, ObjectData>>,
     pub reads: Mutex<Vec<ObjectKey>>,
+    /// Objects whose every read is refused (403).
+    pub forbidden: Mutex<std::collections::HashSet<ObjectKey>>,
 }
 
 impl EnvApi for FakeEnvApi {
     fn read(&self, key: &ObjectKey) -> BoxFuture<'_, Result<Option<ObjectData>, ApiError>> {
         self.reads.lock().unwrap().push(key.clone());
+        if self.forbidden.lock().unwrap().contains(key) {
+            let refused = ApiError::status(403, "forbidden");
+            return Box::pin(std::future::ready(Err(refused)));
+        }
         let found = self.objects.lock().unwrap().get(key).cloned();
         Box::pin(std::future::ready(Ok(found)))
     }

@@ -17,7 +17,7 @@
 //! memory (steady RSS 335.4 MiB against 265.6 without this feature; 291.7 with the queue:
 //! docs/status.md, "What this costs").
 
-use super::consumed::fetch::{read_channel, spawn_read, Fetched};
+use super::consumed::fetch::{read_channel, spawn_read_telling, Fetched};
 use super::consumer_states::versions::PublishedVersions;
 use super::data_version::to_publish;
 use super::feature::{Feature, Routed, World};
@@ -71,6 +71,12 @@ pub struct DataVersions {
     queue: BTreeSet<ObjectKey>,
     /// Objects being read, or written after their read.
     in_progress: usize,
+    /// Objects whose read failed and is tried again: their place is free meanwhile (one
+    /// object that keeps failing, say a 403, holds up no other).
+    /// (A count: two reads of one object may be in flight, each started by its own version.)
+    retrying: HashMap<ObjectKey, usize>,
+    failed_tx: mpsc::UnboundedSender<ObjectKey>,
+    failed_rx: mpsc::UnboundedReceiver<ObjectKey>,
     tx: mpsc::UnboundedSender<Fetched>,
     rx: mpsc::UnboundedReceiver<Fetched>,
     /// A write this feature asked for is done (its place is free).
@@ -83,6 +89,7 @@ impl DataVersions {
     pub fn new(deps: PublishDeps) -> Self {
         let (tx, rx, permits) = read_channel();
         let (written_tx, written_rx) = mpsc::unbounded_channel();
+        let (failed_tx, failed_rx) = mpsc::unbounded_channel();
         Self {
             deps,
             seen: HashMap::new(),
@@ -91,6 +98,9 @@ impl DataVersions {
             dirty: BTreeSet::new(),
             queue: BTreeSet::new(),
             in_progress: 0,
+            retrying: HashMap::new(),
+            failed_tx,
+            failed_rx,
             tx,
             rx,
             written_tx,
@@ -106,11 +116,12 @@ impl DataVersions {
                 return;
             };
             self.in_progress += 1;
-            spawn_read(
+            spawn_read_telling(
                 &self.deps.api,
                 &self.permits,
                 &self.deps.stop,
                 &self.tx,
+                Some(self.failed_tx.clone()),
                 Fetched {
                     key,
                     seq: 0,
@@ -139,6 +150,14 @@ impl DataVersions {
     /// The data read: the annotation to write, if the data changed. The object's place is
     /// free once it is handled, or once its write is done.
     fn fetched(&mut self, fetched: Fetched) {
+        if let Some(n) = self.retrying.get_mut(&fetched.key) {
+            // Read at last: it takes a place again until it is handled.
+            *n -= 1;
+            if *n == 0 {
+                self.retrying.remove(&fetched.key);
+            }
+            self.in_progress += 1;
+        }
         let Some(data) = fetched.data else {
             self.done();
             return;
@@ -271,6 +290,12 @@ impl Feature for DataVersions {
     fn wake<'a>(&'a mut self, _world: &'a World) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             tokio::select! {
+                // A read's failure before its answer (it sends them in that order).
+                biased;
+                Some(key) = self.failed_rx.recv() => {
+                    *self.retrying.entry(key).or_default() += 1;
+                    self.done();
+                }
                 Some(fetched) = self.rx.recv() => self.fetched(fetched),
                 Some(()) = self.written_rx.recv() => self.done(),
             }
@@ -517,6 +542,56 @@ mod tests {
         tx.send(listed("2")).await.unwrap();
         settle().await;
         assert_eq!(api.reads.lock().unwrap().len(), 20 + IN_PROGRESS);
+        stop.cancel();
+        let _ = task.await;
+    }
+
+    #[tokio::test]
+    async fn objects_whose_reads_keep_failing_hold_up_no_other() {
+        let api = Arc::new(FakeEnvApi::default());
+        // More refused objects than places, listed before the readable one.
+        let refused: Vec<String> = (0..2 * IN_PROGRESS).map(|i| format!("a-{i:02}")).collect();
+        for name in &refused {
+            api.forbidden.lock().unwrap().insert(key(name));
+        }
+        let mut app = ObjectData::of(&[("app.conf", "x=1")], &[]);
+        app.resource_version = Some("5".into());
+        api.objects.lock().unwrap().insert(key("z-app"), app);
+        let patcher = FakePatcher::default();
+        let stop = CancellationToken::new();
+        let feature = publisher(
+            api.clone(),
+            &patcher,
+            &stop,
+            OwnDataVersions::default(),
+            jiff::Timestamp::now,
+        );
+        let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
+        let mut pods: Vec<PodInfo> = refused
+            .iter()
+            .enumerate()
+            .map(|(i, n)| reader(&format!("u{i}"), n))
+            .collect();
+        pods.push(reader("app", "z-app"));
+        tx.send(Input::PodsListed(pods)).await.unwrap();
+        let mut objects: Vec<(ObjectKey, String)> =
+            refused.iter().map(|n| (key(n), "1".to_owned())).collect();
+        objects.push((key("z-app"), "5".into()));
+        tx.send(Input::ObjectsListed {
+            kind: SourceKind::ConfigMap,
+            objects,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        // Every refused object was tried, and the readable one published meanwhile.
+        let reads = api.reads.lock().unwrap().clone();
+        for name in &refused {
+            assert!(reads.contains(&key(name)), "{name} not tried: {reads:?}");
+        }
+        let written = writes(&patcher);
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert_eq!(written[0].0, "z-app");
         stop.cancel();
         let _ = task.await;
     }

@@ -31,6 +31,21 @@ pub fn spawn_read(
     permits: &Arc<Semaphore>,
     stop: &CancellationToken,
     tx: &mpsc::UnboundedSender<Fetched>,
+    what: Fetched,
+) {
+    spawn_read_telling(api, permits, stop, tx, None, what);
+}
+
+/// [`spawn_read`] that also sends the key on `failed` at its first failed attempt, before it
+/// waits to try again (a caller that bounds the reads it starts frees that read's place
+/// while it waits: a read that keeps failing, a 403 on one object, must not hold up the
+/// others).
+pub fn spawn_read_telling(
+    api: &Arc<dyn EnvApi>,
+    permits: &Arc<Semaphore>,
+    stop: &CancellationToken,
+    tx: &mpsc::UnboundedSender<Fetched>,
+    mut failed: Option<mpsc::UnboundedSender<ObjectKey>>,
     mut what: Fetched,
 ) {
     let api = api.clone();
@@ -51,6 +66,9 @@ pub fn spawn_read(
                     Ok(data) => return Some(data),
                     Err(e) => e,
                 };
+                if let Some(failed) = failed.take() {
+                    let _ = failed.send(key.clone());
+                }
                 let delay = retries.next(None)?;
                 tracing::warn!(kind = key.kind.as_str(), namespace = %key.namespace, name = %key.name, error = %error, retry_in_ms = delay.as_millis() as u64, "cannot read a ConfigMap/Secret a pod consumes; retrying");
                 if !retries.wait(delay).await {
