@@ -55,16 +55,24 @@ pub struct PublishDeps {
     pub versions: PublishedVersions,
 }
 
+/// The resourceVersions of one followed object (one entry, one copy of its key, per object:
+/// at 30,000 objects three maps of their own kept two more).
+#[derive(Default)]
+struct Versions {
+    /// As the watch says.
+    seen: String,
+    /// Last read (or being read), if the object is consumed.
+    handled: Option<String>,
+    /// The one whose data the last write was computed from: two reads that answer the same
+    /// version (a label edit and a data change close together) write once, not twice with the
+    /// second refused as a conflict.
+    written: Option<String>,
+}
+
 pub struct DataVersions {
     deps: PublishDeps,
-    /// The resourceVersion of every followed object, as the watch says.
-    seen: HashMap<ObjectKey, String>,
-    /// The resourceVersion last read (or being read) of each consumed object.
-    handled: HashMap<ObjectKey, String>,
-    /// The resourceVersion whose data the last write of each object was computed from: two
-    /// reads that answer the same version (a label edit and a data change close together)
-    /// write once, not twice with the second refused as a conflict.
-    written: HashMap<ObjectKey, String>,
+    /// Every followed object's resourceVersions.
+    objects: HashMap<ObjectKey, Versions>,
     /// Objects to look at in [`Feature::settle`].
     dirty: BTreeSet<ObjectKey>,
     /// Objects due to be read, waiting for a place among the [`IN_PROGRESS`].
@@ -92,9 +100,7 @@ impl DataVersions {
         let (failed_tx, failed_rx) = mpsc::unbounded_channel();
         Self {
             deps,
-            seen: HashMap::new(),
-            handled: HashMap::new(),
-            written: HashMap::new(),
+            objects: HashMap::new(),
             dirty: BTreeSet::new(),
             queue: BTreeSet::new(),
             in_progress: 0,
@@ -132,6 +138,23 @@ impl DataVersions {
         }
     }
 
+    /// The watch says `key` is at `rv`.
+    fn saw(&mut self, key: &ObjectKey, rv: &str) {
+        match self.objects.get_mut(key) {
+            Some(versions) => rv.clone_into(&mut versions.seen),
+            None => {
+                let seen = rv.to_owned();
+                self.objects.insert(
+                    key.clone(),
+                    Versions {
+                        seen,
+                        ..Versions::default()
+                    },
+                );
+            }
+        }
+    }
+
     /// One object's read or write is done.
     fn done(&mut self) {
         self.in_progress = self.in_progress.saturating_sub(1);
@@ -164,7 +187,8 @@ impl DataVersions {
         };
         let key = fetched.key;
         if data.resource_version.is_some()
-            && self.written.get(&key) == data.resource_version.as_ref()
+            && self.objects.get(&key).and_then(|v| v.written.as_ref())
+                == data.resource_version.as_ref()
         {
             self.done();
             return;
@@ -194,7 +218,7 @@ impl DataVersions {
         self.deps.versions.set(&key, Published::parse(&value).ok());
         self.deps.own.writing(key.clone(), &value);
         if let Some(rv) = &data.resource_version {
-            self.written.insert(key.clone(), rv.clone());
+            self.objects.entry(key.clone()).or_default().written = Some(rv.clone());
         }
         let job = PatchJob {
             pod: PodRef {
@@ -241,34 +265,28 @@ impl Feature for DataVersions {
                 key,
                 resource_version: Some(rv),
             } if self.followed(key.kind) => {
-                self.seen.insert(key.clone(), rv.to_owned());
+                self.saw(key, rv);
                 self.dirty.insert(key.clone());
             }
             Routed::Object {
                 key,
                 resource_version: None,
             } => {
-                self.seen.remove(key);
+                self.objects.remove(key);
                 self.deps.versions.set(key, None);
-                self.handled.remove(key);
-                self.written.remove(key);
                 self.dirty.remove(key);
                 self.queue.remove(key);
             }
             Routed::Listed { kind, objects } if self.followed(kind) => {
                 let listed: HashSet<&ObjectKey> = objects.iter().map(|(k, _)| k).collect();
-                self.seen
-                    .retain(|k, _| k.kind != kind || listed.contains(k));
-                self.handled
-                    .retain(|k, _| k.kind != kind || listed.contains(k));
-                self.written
+                self.objects
                     .retain(|k, _| k.kind != kind || listed.contains(k));
                 self.queue.retain(|k| k.kind != kind || listed.contains(k));
                 self.deps
                     .versions
                     .retain(|k| k.kind != kind || listed.contains(k));
                 for (key, rv) in objects {
-                    self.seen.insert(key.clone(), rv.clone());
+                    self.saw(key, rv);
                     self.dirty.insert(key.clone());
                 }
             }
@@ -314,10 +332,10 @@ impl Feature for DataVersions {
         // What the pods of each namespace read, computed once per namespace.
         let mut consumed: BTreeMap<&str, HashSet<(SourceKind, &str)>> = BTreeMap::new();
         for key in &dirty {
-            let Some(rv) = self.seen.get(key) else {
+            let Some(versions) = self.objects.get(key) else {
                 continue;
             };
-            if self.handled.get(key) == Some(rv) {
+            if versions.handled.as_ref() == Some(&versions.seen) {
                 continue;
             }
             let read = consumed.entry(key.namespace.as_str()).or_insert_with(|| {
@@ -329,7 +347,9 @@ impl Feature for DataVersions {
             if !read.contains(&(key.kind, key.name.as_str())) {
                 continue;
             }
-            self.handled.insert(key.clone(), rv.clone());
+            if let Some(versions) = self.objects.get_mut(key) {
+                versions.handled = Some(versions.seen.clone());
+            }
             self.queue.insert(key.clone());
         }
         self.start_reads();
