@@ -436,6 +436,23 @@ mod tests {
         })
     }
 
+    /// The publisher over `api` run alone by the router: its patcher, its stop, its input.
+    fn running(
+        api: Arc<FakeEnvApi>,
+    ) -> (
+        FakePatcher,
+        CancellationToken,
+        mpsc::Sender<Input>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let patcher = FakePatcher::default();
+        let stop = CancellationToken::new();
+        let own = OwnDataVersions::default();
+        let feature = publisher(api, &patcher, &stop, own, jiff::Timestamp::now);
+        let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
+        (patcher, stop, tx, task)
+    }
+
     #[tokio::test]
     async fn only_read_objects_are_published_and_only_when_their_data_changes() {
         let api = Arc::new(FakeEnvApi::default());
@@ -446,16 +463,7 @@ mod tests {
             .lock()
             .unwrap()
             .insert(key("unread"), ObjectData::of(&[("a", "1")], &[]));
-        let patcher = FakePatcher::default();
-        let stop = CancellationToken::new();
-        let feature = publisher(
-            api.clone(),
-            &patcher,
-            &stop,
-            OwnDataVersions::default(),
-            jiff::Timestamp::now,
-        );
-        let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
+        let (patcher, stop, tx, task) = running(api.clone());
         tx.send(Input::PodsListed(vec![reader("u1", "app")]))
             .await
             .unwrap();
@@ -533,16 +541,7 @@ mod tests {
             kind: SourceKind::ConfigMap,
             objects: names.iter().map(|n| (key(n), version.to_owned())).collect(),
         };
-        let patcher = FakePatcher::default();
-        let stop = CancellationToken::new();
-        let feature = publisher(
-            api.clone(),
-            &patcher,
-            &stop,
-            OwnDataVersions::default(),
-            jiff::Timestamp::now,
-        );
-        let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
+        let (patcher, stop, tx, task) = running(api.clone());
         let pods: Vec<PodInfo> = names
             .iter()
             .enumerate()
@@ -577,16 +576,7 @@ mod tests {
         let mut app = ObjectData::of(&[("app.conf", "x=1")], &[]);
         app.resource_version = Some("5".into());
         api.objects.lock().unwrap().insert(key("z-app"), app);
-        let patcher = FakePatcher::default();
-        let stop = CancellationToken::new();
-        let feature = publisher(
-            api.clone(),
-            &patcher,
-            &stop,
-            OwnDataVersions::default(),
-            jiff::Timestamp::now,
-        );
-        let (tx, task) = crate::controller::fake::run_alone(Box::new(feature), &stop);
+        let (patcher, stop, tx, task) = running(api.clone());
         let mut pods: Vec<PodInfo> = refused
             .iter()
             .enumerate()
