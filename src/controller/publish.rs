@@ -17,7 +17,7 @@
 //! memory (steady RSS 335.4 MiB against 265.6 without this feature; 291.7 with the queue:
 //! docs/status.md, "What this costs").
 
-use super::consumed::fetch::{read_channel, spawn_read_telling, Fetched};
+use super::consumed::fetch::{read_channel, BoundedReads, Fetched};
 use super::consumer_states::versions::PublishedVersions;
 use super::data_version::to_publish;
 use super::feature::{Feature, Routed, World};
@@ -75,16 +75,8 @@ pub struct DataVersions {
     objects: HashMap<ObjectKey, Versions>,
     /// Objects to look at in [`Feature::settle`].
     dirty: BTreeSet<ObjectKey>,
-    /// Objects due to be read, waiting for a place among the [`IN_PROGRESS`].
-    queue: BTreeSet<ObjectKey>,
-    /// Objects being read, or written after their read.
-    in_progress: usize,
-    /// Objects whose read failed and is tried again: their place is free meanwhile (one
-    /// object that keeps failing, say a 403, holds up no other).
-    /// (A count: two reads of one object may be in flight, each started by its own version.)
-    retrying: HashMap<ObjectKey, usize>,
-    failed_tx: mpsc::UnboundedSender<ObjectKey>,
-    failed_rx: mpsc::UnboundedReceiver<ObjectKey>,
+    /// The reads, [`IN_PROGRESS`] objects at a time (read, or written after their read).
+    reads: BoundedReads,
     tx: mpsc::UnboundedSender<Fetched>,
     rx: mpsc::UnboundedReceiver<Fetched>,
     /// A write this feature asked for is done (its place is free).
@@ -97,16 +89,11 @@ impl DataVersions {
     pub fn new(deps: PublishDeps) -> Self {
         let (tx, rx, permits) = read_channel();
         let (written_tx, written_rx) = mpsc::unbounded_channel();
-        let (failed_tx, failed_rx) = mpsc::unbounded_channel();
         Self {
             deps,
             objects: HashMap::new(),
             dirty: BTreeSet::new(),
-            queue: BTreeSet::new(),
-            in_progress: 0,
-            retrying: HashMap::new(),
-            failed_tx,
-            failed_rx,
+            reads: BoundedReads::new(IN_PROGRESS),
             tx,
             rx,
             written_tx,
@@ -115,27 +102,10 @@ impl DataVersions {
         }
     }
 
-    /// Starts reads of queued objects while fewer than [`IN_PROGRESS`] are in progress.
+    /// Starts the reads there is room for.
     fn start_reads(&mut self) {
-        while self.in_progress < IN_PROGRESS {
-            let Some(key) = self.queue.pop_first() else {
-                return;
-            };
-            self.in_progress += 1;
-            spawn_read_telling(
-                &self.deps.api,
-                &self.permits,
-                &self.deps.stop,
-                &self.tx,
-                Some(self.failed_tx.clone()),
-                Fetched {
-                    key,
-                    seq: 0,
-                    data: None,
-                    seen: std::time::Instant::now(),
-                },
-            );
-        }
+        let (api, stop) = (&self.deps.api, &self.deps.stop);
+        self.reads.start(api, &self.permits, stop, &self.tx);
     }
 
     /// The watch says `key` is at `rv`.
@@ -157,7 +127,7 @@ impl DataVersions {
 
     /// One object's read or write is done.
     fn done(&mut self) {
-        self.in_progress = self.in_progress.saturating_sub(1);
+        self.reads.done();
     }
 
     fn followed(&self, kind: SourceKind) -> bool {
@@ -173,14 +143,7 @@ impl DataVersions {
     /// The data read: the annotation to write, if the data changed. The object's place is
     /// free once it is handled, or once its write is done.
     fn fetched(&mut self, fetched: Fetched) {
-        if let Some(n) = self.retrying.get_mut(&fetched.key) {
-            // Read at last: it takes a place again until it is handled.
-            *n -= 1;
-            if *n == 0 {
-                self.retrying.remove(&fetched.key);
-            }
-            self.in_progress += 1;
-        }
+        self.reads.answered(&fetched.key);
         let Some(data) = fetched.data else {
             self.done();
             return;
@@ -275,13 +238,13 @@ impl Feature for DataVersions {
                 self.objects.remove(key);
                 self.deps.versions.set(key, None);
                 self.dirty.remove(key);
-                self.queue.remove(key);
+                self.reads.forget(key);
             }
             Routed::Listed { kind, objects } if self.followed(kind) => {
                 let listed: HashSet<&ObjectKey> = objects.iter().map(|(k, _)| k).collect();
                 self.objects
                     .retain(|k, _| k.kind != kind || listed.contains(k));
-                self.queue.retain(|k| k.kind != kind || listed.contains(k));
+                self.reads.retain(|k| k.kind != kind || listed.contains(k));
                 self.deps
                     .versions
                     .retain(|k| k.kind != kind || listed.contains(k));
@@ -310,10 +273,7 @@ impl Feature for DataVersions {
             tokio::select! {
                 // A read's failure before its answer (it sends them in that order).
                 biased;
-                Some(key) = self.failed_rx.recv() => {
-                    *self.retrying.entry(key).or_default() += 1;
-                    self.done();
-                }
+                () = self.reads.failure() => {}
                 Some(fetched) = self.rx.recv() => self.fetched(fetched),
                 Some(()) = self.written_rx.recv() => self.done(),
             }
@@ -350,7 +310,7 @@ impl Feature for DataVersions {
             if let Some(versions) = self.objects.get_mut(key) {
                 versions.handled = Some(versions.seen.clone());
             }
-            self.queue.insert(key.clone());
+            self.reads.queue(key.clone());
         }
         self.start_reads();
     }

@@ -4,6 +4,7 @@
 
 use crate::ports::{EnvApi, ObjectData, ObjectKey};
 use crate::retry::{Backoff, Retries};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
@@ -86,6 +87,103 @@ pub fn spawn_read_telling(
         };
         let _ = tx.send(what);
     });
+}
+
+/// Reads started at most `limit` objects at a time, the other due keys queued: a feature
+/// with every consumed object due at once (the data versions at start, 22,002 objects at the
+/// controller benchmark's size) spawns `limit` tasks, not one per object waiting for a
+/// permit (docs/status.md, "What this costs"). An object holds its place from its read's
+/// start until the feature says [`Self::done`] (its data handled, and any write it made due
+/// done); a read that fails frees its place while it waits to be tried again, so objects that
+/// keep failing (a 403 on one) hold up no other.
+pub struct BoundedReads {
+    limit: usize,
+    queue: BTreeSet<ObjectKey>,
+    in_progress: usize,
+    /// Objects whose read failed and is tried again (a count: two reads of one object may be
+    /// in flight, each started by its own version).
+    retrying: HashMap<ObjectKey, usize>,
+    failed_tx: mpsc::UnboundedSender<ObjectKey>,
+    failed_rx: mpsc::UnboundedReceiver<ObjectKey>,
+}
+
+impl BoundedReads {
+    pub fn new(limit: usize) -> Self {
+        let (failed_tx, failed_rx) = mpsc::unbounded_channel();
+        Self {
+            limit: limit.max(1),
+            queue: BTreeSet::new(),
+            in_progress: 0,
+            retrying: HashMap::new(),
+            failed_tx,
+            failed_rx,
+        }
+    }
+
+    /// `key` is due to be read (once, however often it is queued before its turn).
+    pub fn queue(&mut self, key: ObjectKey) {
+        self.queue.insert(key);
+    }
+
+    /// `key` was deleted: not read.
+    pub fn forget(&mut self, key: &ObjectKey) {
+        self.queue.remove(key);
+    }
+
+    /// Keeps queued only the keys `keep` accepts (the others were deleted).
+    pub fn retain(&mut self, keep: impl Fn(&ObjectKey) -> bool) {
+        self.queue.retain(keep);
+    }
+
+    /// Starts reads of queued objects while fewer than the limit are in progress; each answer
+    /// comes on `tx` ([`spawn_read`]).
+    pub fn start(
+        &mut self,
+        api: &Arc<dyn EnvApi>,
+        permits: &Arc<Semaphore>,
+        stop: &CancellationToken,
+        tx: &mpsc::UnboundedSender<Fetched>,
+    ) {
+        while self.in_progress < self.limit {
+            let Some(key) = self.queue.pop_first() else {
+                return;
+            };
+            self.in_progress += 1;
+            let what = Fetched {
+                key,
+                seq: 0,
+                data: None,
+                seen: std::time::Instant::now(),
+            };
+            spawn_read_telling(api, permits, stop, tx, Some(self.failed_tx.clone()), what);
+        }
+    }
+
+    /// A read's answer arrived (before it is handled): a read that failed first takes a place
+    /// again until [`Self::done`].
+    pub fn answered(&mut self, key: &ObjectKey) {
+        if let Some(n) = self.retrying.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.retrying.remove(key);
+            }
+            self.in_progress += 1;
+        }
+    }
+
+    /// One object's read, and any write it made due, is done: its place is free.
+    pub fn done(&mut self) {
+        self.in_progress = self.in_progress.saturating_sub(1);
+    }
+
+    /// Waits for a read's first failure and frees its place (cancel-safe: a channel). Poll it
+    /// before the answers (`biased`): a read sends its failure before its answer.
+    pub async fn failure(&mut self) {
+        if let Some(key) = self.failed_rx.recv().await {
+            *self.retrying.entry(key).or_default() += 1;
+            self.done();
+        }
+    }
 }
 
 /// A new pair of the channel [`spawn_read`] answers on, and its permits.
