@@ -141,7 +141,7 @@ pub fn annotations(data: &[u8]) {
         uid: "u".into(),
         namespace: "ns".into(),
         name: "p".into(),
-        annotations,
+        annotations: annotations.into(),
         volumes: vec![
             VolumeSpec {
                 name: "conf".into(),

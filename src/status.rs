@@ -369,7 +369,7 @@ mod tests {
         PodFacts {
             info: PodInfo {
                 uid: name.into(),
-                annotations: a,
+                annotations: a.into(),
                 phase: phase.into(),
                 ..crate::core::model::test_pods::mounting("web", name, app())
             },

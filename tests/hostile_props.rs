@@ -371,7 +371,7 @@ fn pod_with(annotations: BTreeMap<String, String>) -> PodInfo {
         uid: "u".into(),
         namespace: "tenant".into(),
         name: "p".into(),
-        annotations,
+        annotations: annotations.into(),
         volumes: vec![
             volume("conf", SourceKind::ConfigMap, "app-conf"),
             volume("nginx", SourceKind::ConfigMap, "nginx-conf"),

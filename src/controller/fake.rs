@@ -225,7 +225,7 @@ impl Patcher for FakePatcher {
                 .copied()
                 .unwrap_or_default()
                 .to_string(),
-            annotations: p.annotations.clone(),
+            annotations: (*p.annotations).clone(),
         });
         if read.is_some() {
             if let Some(write) = s.after_read.pop_front() {
@@ -418,7 +418,7 @@ impl FakeWorkloads {
             self.templates
                 .lock()
                 .unwrap()
-                .insert(w, pod.annotations.clone());
+                .insert(w, (*pod.annotations).clone());
         }
     }
 
@@ -464,8 +464,8 @@ impl WorkloadApi for FakeWorkloads {
                 } else {
                     created.uid
                 },
-                labels: created.labels,
-                annotations: created.annotations,
+                labels: (*created.labels).clone(),
+                annotations: (*created.annotations).clone(),
                 owner,
             }
         });

@@ -23,6 +23,35 @@ use crate::core::annotations::{ACTION, CONFIGMAPS, PREFIX};
 use crate::core::model::{PodInfo, SourceKind, ROOT_CA_CONFIGMAP};
 use crate::core::reloader_compat::WORKLOAD_KEYS;
 use crate::core::rollout::ON_BLOCKED;
+use crate::core::shared_map::Interner;
+
+/// What the controller keeps of each pod its watch sees: [`trimmed`] (or
+/// [`trimmed_for_compat`]), holding one copy of each set of annotations or labels kept (the
+/// pods of a workload carry the same: [`crate::core::shared_map`]).
+pub struct Keeper {
+    reloader_compat: bool,
+    maps: Interner,
+}
+
+impl Keeper {
+    pub fn new(reloader_compat: bool) -> Self {
+        Self {
+            reloader_compat,
+            maps: Interner::default(),
+        }
+    }
+
+    pub fn keep(&mut self, pod: PodInfo) -> PodInfo {
+        let mut pod = if self.reloader_compat {
+            trimmed_for_compat(pod)
+        } else {
+            trimmed(pod)
+        };
+        pod.annotations = self.maps.share(std::mem::take(&mut pod.annotations));
+        pod.labels = self.maps.share(std::mem::take(&mut pod.labels));
+        pod
+    }
+}
 
 /// `pod` as the controller keeps it.
 pub fn trimmed(mut pod: PodInfo) -> PodInfo {
@@ -187,8 +216,9 @@ mod tests {
             annotations: map(&[
                 ("reloadlet.io/action", "signal"),
                 ("kubectl.kubernetes.io/restartedAt", "2024-01-01T00:00:00Z"),
-            ]),
-            labels: map(&[("app", "web")]),
+            ])
+            .into(),
+            labels: map(&[("app", "web")]).into(),
             volumes: vec![
                 volume("conf", vec![cm("app-cfg")]),
                 volume("scratch", vec![]),
@@ -209,7 +239,7 @@ mod tests {
     #[test]
     fn only_what_the_features_read_is_kept() {
         let kept = trimmed(pod());
-        assert_eq!(kept.annotations, map(&[("reloadlet.io/action", "signal")]));
+        assert_eq!(*kept.annotations, map(&[("reloadlet.io/action", "signal")]));
         assert!(kept.labels.is_empty(), "not an env consumer");
         let volumes: Vec<&str> = kept.volumes.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(volumes, ["conf"]);
@@ -238,7 +268,7 @@ mod tests {
     fn container_ids_are_kept_only_for_env_consumers_restarted_in_place() {
         let with = |annotations: &[(&str, &str)], env: bool| {
             let mut p = pod();
-            p.annotations = map(annotations);
+            p.annotations = map(annotations).into();
             p.containers[0].container_id =
                 crate::core::model::ContainerId::parse("containerd://abc");
             if env {
@@ -296,7 +326,7 @@ mod tests {
     fn the_root_ca_volume_is_kept_only_when_the_pod_names_it() {
         let with_root_ca = |annotations: &[(&str, &str)]| {
             let mut p = pod();
-            p.annotations = map(annotations);
+            p.annotations = map(annotations).into();
             p.volumes.push(VolumeSpec {
                 name: "kube-api-access-x7k2p".into(),
                 sources: vec![cm(ROOT_CA_CONFIGMAP)],
@@ -328,7 +358,7 @@ mod tests {
             container: "app".into(),
         }];
         let kept = trimmed(p);
-        assert_eq!(kept.labels, map(&[("app", "web")]));
+        assert_eq!(*kept.labels, map(&[("app", "web")]));
         assert_eq!(kept.env.len(), 1);
     }
 
@@ -347,7 +377,7 @@ mod tests {
             Some("true")
         );
         assert_eq!(
-            kept.labels,
+            *kept.labels,
             map(&[("app", "web")]),
             "an on-blocked pod's budget"
         );
@@ -360,7 +390,7 @@ mod tests {
             .insert("pod-template-hash".into(), "f888bd677".into());
         assert!(trimmed(p.clone()).labels.is_empty());
         assert_eq!(
-            trimmed_for_compat(p).labels,
+            *trimmed_for_compat(p).labels,
             map(&[("pod-template-hash", "f888bd677")])
         );
     }
@@ -390,7 +420,7 @@ mod tests {
         restarting.labels.insert("app".into(), "web".into());
         let kept = trimmed(restarting);
         assert_eq!(kept.controller.as_deref(), Some(&owner));
-        assert_eq!(kept.labels, map(&[("app", "web")]));
+        assert_eq!(*kept.labels, map(&[("app", "web")]));
         // An env consumer's flap breaker counts per owner.
         p.env = vec![EnvRef {
             source: cm("app-cfg"),
@@ -399,5 +429,35 @@ mod tests {
             container: "app".into(),
         }];
         assert_eq!(trimmed(p).controller.as_deref(), Some(&owner));
+    }
+
+    #[test]
+    fn the_pods_of_one_workload_keep_one_copy_of_their_annotations_and_labels() {
+        let mut keeper = Keeper::new(true);
+        let replica = |name: &str, uid: &str, hash: &str| {
+            let mut p = PodInfo {
+                name: name.into(),
+                uid: uid.into(),
+                ..pod()
+            };
+            p.labels.insert("pod-template-hash".into(), hash.into());
+            p
+        };
+        let a = keeper.keep(replica("web-1", "u1", "f888bd677"));
+        let b = keeper.keep(replica("web-2", "u2", "f888bd677"));
+        let mut other = replica("api-1", "u3", "5d9c7");
+        other
+            .annotations
+            .insert("reloadlet.io/action".into(), "evict".into());
+        let c = keeper.keep(other);
+        assert!(a.annotations.shares_with(&b.annotations));
+        assert!(a.labels.shares_with(&b.labels));
+        assert_eq!(*a.annotations, map(&[("reloadlet.io/action", "signal")]));
+        assert_eq!(*b.labels, map(&[("pod-template-hash", "f888bd677")]));
+        assert!(!a.annotations.shares_with(&c.annotations));
+        assert!(!a.labels.shares_with(&c.labels));
+        assert_eq!(c.annotations.get("reloadlet.io/action").unwrap(), "evict");
+        assert_eq!(*c.labels, map(&[("pod-template-hash", "5d9c7")]));
+        assert_eq!((b.name.as_str(), c.name.as_str()), ("web-2", "api-1"));
     }
 }

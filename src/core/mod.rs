@@ -31,5 +31,6 @@ pub mod restart;
 pub mod restart_grant;
 pub mod restart_request;
 pub mod rollout;
+pub mod shared_map;
 pub mod status;
 pub mod volume_digest;

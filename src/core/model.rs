@@ -1,7 +1,7 @@
 //! Plain data shared by every layer: what reloadlet knows about a pod, a volume and a
 //! container. No Kubernetes, inotify or /proc types here — the edges convert into these.
 
-use std::collections::BTreeMap;
+use crate::core::shared_map::SharedMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -297,8 +297,11 @@ pub struct PodInfo {
     pub uid: String,
     pub namespace: String,
     pub name: String,
-    pub annotations: BTreeMap<String, String>,
-    pub labels: BTreeMap<String, String>,
+    /// Shared with every pod that carries the same ones, as the controller keeps them
+    /// ([`crate::core::shared_map`]).
+    pub annotations: SharedMap,
+    /// Shared, as the annotations are.
+    pub labels: SharedMap,
     pub volumes: Vec<VolumeSpec>,
     pub containers: Vec<ContainerInfo>,
     /// An `ownerReferences` entry with `controller: true` exists.

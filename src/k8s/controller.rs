@@ -218,12 +218,8 @@ pub async fn watch_pods(
         config = config.labels(sel);
     }
     // Kept as the controller keeps pods: trimmed to what its features read.
-    let trim = if reloader_compat {
-        crate::core::keep::trimmed_for_compat
-    } else {
-        crate::core::keep::trimmed
-    };
-    let keep = move |pod: &PodView| pod_info(pod).map(trim);
+    let mut keeper = crate::core::keep::Keeper::new(reloader_compat);
+    let keep = move |pod: &PodView| pod_info(pod).map(|p| keeper.keep(p));
     let changes =
         watch_loop::changes_listed(api, config, Listing::Streaming, Pacing::UntilData, keep);
     futures::pin_mut!(changes);

@@ -13,7 +13,7 @@ fn pod(uid: &str, keys: &[&str], baseline: Option<&str>) -> PodInfo {
         uid: uid.into(),
         namespace: "ns".into(),
         name: format!("pod-{uid}"),
-        annotations,
+        annotations: annotations.into(),
         phase: "Running".into(),
         env: keys
             .iter()

@@ -37,8 +37,8 @@ fn pod(template: &[(&str, &str)]) -> PodInfo {
         uid: "u1".into(),
         namespace: NS.into(),
         name: "web-5d9c7-abcde".into(),
-        annotations: ann(template),
-        labels: ann(&[("app", "web"), ("pod-template-hash", "5d9c7")]),
+        annotations: ann(template).into(),
+        labels: ann(&[("app", "web"), ("pod-template-hash", "5d9c7")]).into(),
         volumes: vec![VolumeSpec {
             name: "v".into(),
             sources: vec![cm("cfg")],
@@ -119,7 +119,7 @@ fn statefulset_daemonset_and_argo_rollout_pods_are_found_too() {
     assert!(ds.governing(&owned("Job", "batch/v1", "agent")).is_none());
     let argo = compat_with(WorkloadKind::ArgoRollout, "canary", &[(rc::AUTO, "true")]);
     let mut p = owned("ReplicaSet", "apps/v1", "canary-77f");
-    p.labels = ann(&[("rollouts-pod-template-hash", "77f")]);
+    p.labels = ann(&[("rollouts-pod-template-hash", "77f")]).into();
     assert!(argo.governing(&p).is_some());
     let mut no_argo = Compat::new(true, false, false);
     no_argo.workloads = argo.workloads.clone();
