@@ -17,7 +17,8 @@
 //! length. The `kube-root-ca.crt` source of the injected `kube-api-access-*`
 //! volume is kept only when the pod names it in `reloadlet.io/configmaps`: nudges
 //! (`nudge::qualify`) and rollouts (`rollout::refs`) ignore it otherwise, and env consumers
-//! read env references, not volumes.
+//! read env references, not volumes. And the annotations and labels kept are one copy for
+//! every pod that carries the same ([`Keeper`], `core::shared_map`).
 
 use crate::core::annotations::{ACTION, CONFIGMAPS, PREFIX};
 use crate::core::model::{PodInfo, SourceKind, ROOT_CA_CONFIGMAP};
