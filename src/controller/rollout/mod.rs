@@ -243,7 +243,9 @@ impl RolloutFeature {
             // Not reported again in this run for the same data; the baseline moves once the
             // batch is handled.
             self.consumed.tracker.acting(&change);
-            let mode = world.get(&change.uid).and_then(refs::mode);
+            let mode = world
+                .get(&change.uid)
+                .and_then(|p| refs::mode_for(p, &change.source));
             if mode == Some(refs::Mode::WhenStructurallyBlocked) {
                 let pod_now = world.get(&change.uid);
                 if self.structurally_blocked(pod_now) || alone(pod_now, world) {

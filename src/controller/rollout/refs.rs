@@ -59,14 +59,37 @@ pub fn mode(pod: &PodInfo) -> Option<Mode> {
     }
 }
 
+/// [`mode`] for a change of `source`. An `action: evict` pod that restarts in place on env
+/// changes (`env-action: restart`) is not evicted for a source it reads through env only: the
+/// controller asks its restart, which the grant hands off by the rule of
+/// [`Mode::WhenStructurallyBlocked`] — not a blocked eviction to wait out (the pod, restarted
+/// in place, still runs after the timeout: its owner would be rolled once too many).
+pub fn mode_for(pod: &PodInfo, source: &SourceRef) -> Option<Mode> {
+    match mode(pod)? {
+        Mode::AfterBlocked(_) if env_restarts(pod) && !mounted(pod, source) => {
+            Some(Mode::WhenStructurallyBlocked)
+        }
+        mode => Some(mode),
+    }
+}
+
+/// `reloadlet.io/env-action: restart`.
+fn env_restarts(pod: &PodInfo) -> bool {
+    matches!(
+        annotations::env_action(&pod.annotations),
+        Ok(Some(annotations::EnvAction::Restart))
+    )
+}
+
+/// A volume of the pod projects `source` (its change is the agent's).
+fn mounted(pod: &PodInfo, source: &SourceRef) -> bool {
+    pod.volumes.iter().any(|v| v.sources.contains(source))
+}
+
 /// `reloadlet.io/env-action: restart` on a pod whose `action` neither restarts, evicts nor
 /// rolls (signal, http…): only its env changes are restarts (the controller's requests).
 pub(super) fn env_restart_only(pod: &PodInfo) -> bool {
-    let env_restart = matches!(
-        annotations::env_action(&pod.annotations),
-        Ok(Some(annotations::EnvAction::Restart))
-    );
-    env_restart
+    env_restarts(pod)
         && matches!(annotations::parse(&pod.annotations), Ok(Some(p)) if !matches!(
             p.action,
             Action::Restart(_) | Action::Evict { .. } | Action::Rollout

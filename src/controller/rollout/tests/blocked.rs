@@ -158,3 +158,42 @@ async fn an_env_restart_of_the_only_pod_of_its_owner_with_on_blocked_rollout_rol
     assert_eq!(h.workloads.patched().len(), 1);
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_env_restart_of_an_evict_pod_is_not_waited_out_as_a_blocked_eviction() {
+    let workloads = Arc::new(FakeWorkloads::default());
+    // `action: evict` with `env-action: restart` and `on-blocked: rollout` after 1 m:
+    // "solo" alone in its ReplicaSet, "pair-a" and "pair-b" sharing one.
+    let evicting = |name: &str, deployment: &str| {
+        let mut p = env_restart_pod(name, deployment, &workloads);
+        p.annotations
+            .insert("reloadlet.io/action".into(), "evict".into());
+        p.annotations
+            .insert("reloadlet.io/blocked-timeout".into(), "1m".into());
+        p
+    };
+    let pods = vec![
+        evicting("solo", "solo"),
+        evicting("pair-a", "pair"),
+        evicting("pair-b", "pair"),
+    ];
+    let h = start(objects(), workloads, FakePatcher::default(), false);
+    h.list(pods).await;
+    // The env source: restarted in place, so the grant's rule — the only pod's owner rolled
+    // at once, the pair's never, also long after the eviction timeout.
+    h.change("app-env", "2", &[("LOG", "debug"), ("PORT", "80")])
+        .await;
+    tokio::time::sleep(Duration::from_secs(5 * 60)).await;
+    let patched = h.workloads.patched();
+    assert_eq!(patched.len(), 1, "{patched:?}");
+    assert_eq!(patched[0].0, deployment("solo"));
+    // The mounted ConfigMap: the agent's eviction, and the pair still running after the
+    // timeout is rolled.
+    h.change("cfg", "2", &[("app.conf", "v2")]).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(h.workloads.patched().len(), 1, "not before the timeout");
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    let rolled: Vec<_> = h.workloads.patched().into_iter().map(|p| p.0).collect();
+    assert!(rolled.contains(&deployment("pair")), "{rolled:?}");
+    h.stop().await;
+}
