@@ -1,17 +1,17 @@
 //! One GET of a ConfigMap/Secret a pod consumes, retried with backoff while it fails, a few at
-//! a time; the answer comes back on a channel. Shared by the env consumers and the rollout
-//! feature.
+//! a time ([`BoundedReads`]); the answer comes back on a channel. Shared by the env consumers,
+//! the rollout feature and the data versions.
 
 use crate::ports::{EnvApi, ObjectData, ObjectKey};
 use crate::retry::{Backoff, Retries};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// At most this many GETs at a time.
-const FETCHES_IN_FLIGHT: usize = 8;
+pub const FETCHES_IN_FLIGHT: usize = 8;
 /// A failed GET of an env consumer's source: again after 0.5 s, doubling up to a minute,
 /// until it succeeds or the controller stops.
 const FETCH_RETRY: Backoff = Backoff::doubling(Duration::from_millis(500), Duration::from_secs(60));
@@ -25,30 +25,19 @@ pub struct Fetched {
 }
 
 /// One GET of `what.key` on the runtime (retried with backoff while it fails, at most
-/// [`FETCHES_IN_FLIGHT`] per feature at a time); `what` comes back on `tx` with its data.
-/// Shared by the env consumers and the rollout feature.
-pub fn spawn_read(
+/// [`FETCHES_IN_FLIGHT`] per feature at a time); `what` comes back on `tx` with its data. The
+/// key is sent on `failed` at its first failed attempt, before it waits to try again
+/// ([`BoundedReads`] frees that read's place while it waits: a read that keeps failing, a 403
+/// on one object, must not hold up the others).
+fn spawn_read(
     api: &Arc<dyn EnvApi>,
     permits: &Arc<Semaphore>,
     stop: &CancellationToken,
     tx: &mpsc::UnboundedSender<Fetched>,
-    what: Fetched,
-) {
-    spawn_read_telling(api, permits, stop, tx, None, what);
-}
-
-/// [`spawn_read`] that also sends the key on `failed` at its first failed attempt, before it
-/// waits to try again (a caller that bounds the reads it starts frees that read's place
-/// while it waits: a read that keeps failing, a 403 on one object, must not hold up the
-/// others).
-pub fn spawn_read_telling(
-    api: &Arc<dyn EnvApi>,
-    permits: &Arc<Semaphore>,
-    stop: &CancellationToken,
-    tx: &mpsc::UnboundedSender<Fetched>,
-    mut failed: Option<mpsc::UnboundedSender<ObjectKey>>,
+    failed: mpsc::UnboundedSender<ObjectKey>,
     mut what: Fetched,
 ) {
+    let mut failed = Some(failed);
     let api = api.clone();
     let tx = tx.clone();
     let permits = permits.clone();
@@ -91,14 +80,17 @@ pub fn spawn_read_telling(
 
 /// Reads started at most `limit` objects at a time, the other due keys queued: a feature
 /// with every consumed object due at once (the data versions at start, 22,002 objects at the
-/// controller benchmark's size) spawns `limit` tasks, not one per object waiting for a
-/// permit (docs/status.md, "What this costs"). An object holds its place from its read's
-/// start until the feature says [`Self::done`] (its data handled, and any write it made due
-/// done); a read that fails frees its place while it waits to be tried again, so objects that
-/// keep failing (a 403 on one) hold up no other.
+/// controller benchmark's size; the env consumers and rollouts when they gain leadership)
+/// spawns `limit` tasks, not one per object waiting for a permit (docs/status.md, "What this
+/// costs"). An object holds its place from its read's start until the feature says
+/// [`Self::done`] (its data handled, and any write it made due done); a read that fails frees
+/// its place while it waits to be tried again, so objects that keep failing (a 403 on one)
+/// hold up no other.
 pub struct BoundedReads {
     limit: usize,
-    queue: BTreeSet<ObjectKey>,
+    /// Due keys, each with the newest sequence number it was queued with and when it was
+    /// first found due (one read serves every time it was queued before its turn).
+    queue: BTreeMap<ObjectKey, (u64, std::time::Instant)>,
     in_progress: usize,
     /// Objects whose read failed and is tried again (a count: two reads of one object may be
     /// in flight, each started by its own version).
@@ -112,7 +104,7 @@ impl BoundedReads {
         let (failed_tx, failed_rx) = mpsc::unbounded_channel();
         Self {
             limit: limit.max(1),
-            queue: BTreeSet::new(),
+            queue: BTreeMap::new(),
             in_progress: 0,
             retrying: HashMap::new(),
             failed_tx,
@@ -122,7 +114,14 @@ impl BoundedReads {
 
     /// `key` is due to be read (once, however often it is queued before its turn).
     pub fn queue(&mut self, key: ObjectKey) {
-        self.queue.insert(key);
+        self.queue_read(key, 0, std::time::Instant::now());
+    }
+
+    /// [`Self::queue`] with the answer's sequence number (the newest queued wins: the read
+    /// starts after all of them) and when the change was seen (the earliest is kept).
+    pub fn queue_read(&mut self, key: ObjectKey, seq: u64, seen: std::time::Instant) {
+        let due = self.queue.entry(key).or_insert((seq, seen));
+        due.0 = due.0.max(seq);
     }
 
     /// `key` was deleted: not read.
@@ -132,7 +131,7 @@ impl BoundedReads {
 
     /// Keeps queued only the keys `keep` accepts (the others were deleted).
     pub fn retain(&mut self, keep: impl Fn(&ObjectKey) -> bool) {
-        self.queue.retain(keep);
+        self.queue.retain(|key, _| keep(key));
     }
 
     /// Starts reads of queued objects while fewer than the limit are in progress; each answer
@@ -145,17 +144,17 @@ impl BoundedReads {
         tx: &mpsc::UnboundedSender<Fetched>,
     ) {
         while self.in_progress < self.limit {
-            let Some(key) = self.queue.pop_first() else {
+            let Some((key, (seq, seen))) = self.queue.pop_first() else {
                 return;
             };
             self.in_progress += 1;
             let what = Fetched {
                 key,
-                seq: 0,
+                seq,
                 data: None,
-                seen: std::time::Instant::now(),
+                seen,
             };
-            spawn_read_telling(api, permits, stop, tx, Some(self.failed_tx.clone()), what);
+            spawn_read(api, permits, stop, tx, self.failed_tx.clone(), what);
         }
     }
 
@@ -186,7 +185,7 @@ impl BoundedReads {
     }
 }
 
-/// A new pair of the channel [`spawn_read`] answers on, and its permits.
+/// A new pair of the channel the reads answer on, and their permits.
 pub fn read_channel() -> (
     mpsc::UnboundedSender<Fetched>,
     mpsc::UnboundedReceiver<Fetched>,

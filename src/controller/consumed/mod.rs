@@ -17,7 +17,7 @@ pub(crate) mod tests;
 use super::feature::World;
 use crate::core::model::SourceKind;
 use crate::ports::{EnvApi, ObjectKey};
-use fetch::{read_channel, spawn_read};
+use fetch::{read_channel, BoundedReads, FETCHES_IN_FLIGHT};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
@@ -27,13 +27,14 @@ use tokio_util::sync::CancellationToken;
 pub use fetch::Fetched;
 pub use tracker::{Change, Tracker};
 
-/// One feature's consumed objects: its [`Tracker`] and its GETs (a few at a time, retried with
-/// back-off, answered on [`Self::next`]). GETs are sent by the leader only, once the first pod
-/// list is in.
+/// One feature's consumed objects: its [`Tracker`] and its GETs (a few at a time, the other
+/// due objects queued: [`BoundedReads`]; retried with back-off, answered on [`Self::next`]).
+/// GETs are sent by the leader only, once the first pod list is in.
 pub struct Consumed {
     pub tracker: Tracker,
     api: Arc<dyn EnvApi>,
     stop: CancellationToken,
+    reads: BoundedReads,
     tx: mpsc::UnboundedSender<Fetched>,
     rx: mpsc::UnboundedReceiver<Fetched>,
     permits: Arc<Semaphore>,
@@ -46,6 +47,7 @@ impl Consumed {
             tracker,
             api,
             stop,
+            reads: BoundedReads::new(FETCHES_IN_FLIGHT),
             tx,
             rx,
             permits,
@@ -110,30 +112,42 @@ impl Consumed {
     /// everything.
     pub fn leader(&mut self, leader: bool, world: &World) {
         self.tracker.forget_fetches();
+        // Reads not started yet: a follower sends none (a new term queues them again).
+        self.reads.retain(|_| false);
         if leader && world.pods_listed {
             self.fetch_all(world);
         }
     }
 
-    /// The next GET answered (cancel-safe: a channel receive).
+    /// The next GET answered (cancel-safe: channel receives, each followed by bookkeeping that
+    /// does not wait). A read that failed frees its place here while it waits to be tried
+    /// again.
     pub async fn next(&mut self) -> Option<Fetched> {
-        self.rx.recv().await
+        loop {
+            tokio::select! {
+                biased;
+                () = self.reads.failure() => self.start_reads(),
+                fetched = self.rx.recv() => {
+                    let fetched = fetched?;
+                    self.reads.answered(&fetched.key);
+                    self.reads.done();
+                    self.start_reads();
+                    return Some(fetched);
+                }
+            }
+        }
     }
 
     /// One GET of `key` (retried with back-off while it fails); answered on [`Self::next`].
     fn fetch(&mut self, key: ObjectKey, rv: Option<&str>, seen: std::time::Instant) {
         let seq = self.tracker.start_fetch(&key, rv);
-        spawn_read(
-            &self.api,
-            &self.permits,
-            &self.stop,
-            &self.tx,
-            Fetched {
-                key,
-                seq,
-                data: None,
-                seen,
-            },
-        );
+        self.reads.queue_read(key, seq, seen);
+        self.start_reads();
+    }
+
+    /// Starts the reads there is room for.
+    fn start_reads(&mut self) {
+        self.reads
+            .start(&self.api, &self.permits, &self.stop, &self.tx);
     }
 }

@@ -1,5 +1,5 @@
 //! Table tests of the consumed objects' pure parts: the digest of what a pod reads, the signed
-//! baseline annotation, a pod's env references.
+//! baseline annotation, a pod's env references; and how [`super::Consumed`] reads them.
 
 use super::baseline::{format_baseline, parse_baseline};
 use super::digest::{digest, Selector};
@@ -348,4 +348,59 @@ fn references_follow_the_kinds_enabled_and_the_narrowing_lists() {
         names(references(&narrowed, true, true)),
         [("configmap shared".into(), 1)]
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn every_object_due_at_once_is_read_by_a_few_tasks_not_one_per_object() {
+    use super::fetch::FETCHES_IN_FLIGHT;
+    use super::{Consumed, Tracker};
+    use crate::controller::fake::FakeEnvApi;
+    use crate::controller::feature::World;
+    use crate::core::annotations::ENV_BASELINE;
+    use crate::ports::ObjectKey;
+    use std::sync::Arc;
+
+    let api = Arc::new(FakeEnvApi::default());
+    let tracker = Tracker::with(references, ENV_BASELINE, true, false);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut consumed = Consumed::new(tracker, api.clone(), stop.clone());
+    let objects = 10 * FETCHES_IN_FLIGHT;
+    for i in 0..objects {
+        let name = format!("cm-{i:03}");
+        let object = ObjectKey {
+            kind: SourceKind::ConfigMap,
+            namespace: "ns".into(),
+            name: name.clone(),
+        };
+        let value = data(&[("LOG", "info")], &[]);
+        api.objects.lock().unwrap().insert(object, value);
+        let mut reader = pod(&[("reloadlet.io/action", "evict")], true);
+        reader.uid = format!("u{i}");
+        reader.env.truncate(1);
+        reader.env[0].source.name = name;
+        consumed.tracker.put_pod(&reader);
+    }
+    let mut world = World::default();
+    world.leader = true;
+    world.pods_listed = true;
+    let tasks = tokio::runtime::Handle::current().metrics();
+    let before = tasks.num_alive_tasks();
+    // Leadership gained: every object due at once.
+    consumed.fetch_all(&world);
+    let mut most = tasks.num_alive_tasks() - before;
+    assert!(most > 0, "no read started");
+    let mut answered = std::collections::BTreeSet::new();
+    while answered.len() < objects {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(10), consumed.next());
+        let fetched = next.await.expect("every object is read").unwrap();
+        assert!(fetched.data.is_some(), "{}", fetched.key.name);
+        answered.insert(fetched.key.name);
+        most = most.max(tasks.num_alive_tasks() - before);
+    }
+    assert!(
+        most <= FETCHES_IN_FLIGHT,
+        "{most} read tasks alive at once for {objects} objects"
+    );
+    assert_eq!(api.reads.lock().unwrap().len(), objects, "one read each");
+    stop.cancel();
 }
