@@ -339,28 +339,9 @@ async fn with_the_kubelets_real_sync_timing_the_nudged_pod_reloads_in_seconds_an
     })
     .await;
     node.wait_tracked(4).await;
-    // The kubelet syncs a pod once more right after Pending → Running (on its next 1 s
-    // tick), and its volume manager re-projects the volumes at most one populator and one
-    // reconciler period after that sync: wait for both, or that re-projection would pick up
-    // the change below by itself.
-    let post_start: Vec<Instant> = eventually("the post-start syncs done", WAIT, || {
-        ["fast", "slow"]
-            .iter()
-            .map(|p| {
-                node.sim
-                    .kubelet
-                    .syncs(&node.uid(NS, p))
-                    .iter()
-                    .find(|s| s.reason == nodesim::kubelet_sync::SyncReason::PhaseTransition)
-                    .map(|s| s.at)
-            })
-            .collect::<Option<Vec<Instant>>>()
-    })
-    .await;
-    let remounted = post_start.into_iter().max().expect("two pods")
-        + nodesim::kubelet_sync::POPULATOR_PERIOD
-        + nodesim::kubelet_sync::RECONCILER_PERIOD;
-    until("their re-projection", WAIT, || Instant::now() > remounted).await;
+    // Or the kubelet's sync right after Pending → Running would project the change below
+    // by itself.
+    node.wait_post_start_syncs(NS, &["fast", "slow"]).await;
     let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
 
     let applied = Instant::now();

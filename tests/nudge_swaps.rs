@@ -9,9 +9,8 @@ mod controller_process;
 use common::fixtures::{configmap, pod, sandboxed};
 use common::*;
 use controller_process::ControllerProcess as Controller;
-use nodesim::kubelet_sync::{SyncReason, POPULATOR_PERIOD, RECONCILER_PERIOD};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NS: &str = "shop";
 const WAIT: Duration = Duration::from_secs(20);
@@ -88,19 +87,8 @@ async fn scene() -> Scene {
     // a, b and the injected kube-api-access volume.
     node.wait_tracked(3).await;
     let uid = node.uid(NS, "two");
-    // The sync right after Pending → Running, and its re-projection by the volume manager (at
-    // most one populator and one reconciler period later): later changes wait for a nudge.
-    let phase_sync = eventually("the post-start sync", WAIT, || {
-        node.sim
-            .kubelet
-            .syncs(&uid)
-            .iter()
-            .find(|s| s.reason == SyncReason::PhaseTransition)
-            .map(|s| s.at)
-    })
-    .await;
-    let remounted = phase_sync + POPULATOR_PERIOD + RECONCILER_PERIOD;
-    until("its re-projection", WAIT, || Instant::now() > remounted).await;
+    // Later changes wait for a nudge.
+    node.wait_post_start_syncs(NS, &["two"]).await;
     let controller = Controller::start(&node, &["--leader-elect=false"], &[]).await;
     let base = record.parent().unwrap().to_path_buf();
     let root = PathBuf::from(format!("/proc/{}/root", handles.containers[0].main_pid));

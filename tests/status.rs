@@ -1450,6 +1450,8 @@ async fn a_pod_the_kubelet_has_not_synced_reads_pending_until_its_sync_then_curr
     })
     .await;
     node.wait_tracked(1).await;
+    // Or the kubelet's sync right after Pending → Running would project the change below.
+    node.wait_post_start_syncs(NS, &["slow-0"]).await;
     let controller =
         controller_process::ControllerProcess::start(&node, &["--leader-elect=false"], &[]).await;
     let kc = node.kubeconfig();

@@ -17,7 +17,7 @@ pub use nodesim::probe::http_get;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const NODE: &str = "node-a";
 
@@ -254,6 +254,33 @@ impl Node {
             self.metric("reloadlet_volumes_tracked") >= n as f64
         })
         .await
+    }
+
+    /// Waits until the kubelet's sync right after Pending → Running (on its next 1 s tick) of
+    /// each of `pods` is done, and the volume manager's re-projection after it (at most one
+    /// populator and one reconciler period later). Under the kubelet's real timing a change
+    /// made before that is projected by that sync, with no nudge and no pod update; made
+    /// after it, it waits for the periodic sync (60–90 s). Returns when the last one synced.
+    pub async fn wait_post_start_syncs(&self, namespace: &str, pods: &[&str]) -> Instant {
+        use nodesim::kubelet_sync::{SyncReason, POPULATOR_PERIOD, RECONCILER_PERIOD};
+        let wait = Duration::from_secs(15);
+        let synced: Vec<Instant> = eventually("the post-start syncs", wait, || {
+            pods.iter()
+                .map(|p| {
+                    self.sim
+                        .kubelet
+                        .syncs(&self.uid(namespace, p))
+                        .iter()
+                        .find(|s| s.reason == SyncReason::PhaseTransition)
+                        .map(|s| s.at)
+                })
+                .collect::<Option<Vec<Instant>>>()
+        })
+        .await;
+        let last = synced.into_iter().max().unwrap_or_else(Instant::now);
+        let remounted = last + POPULATOR_PERIOD + RECONCILER_PERIOD;
+        until("their re-projection", wait, || Instant::now() > remounted).await;
+        last
     }
 
     pub fn events(&self, namespace: &str, pod: &str, reason: &str) -> Vec<RecordedEvent> {
