@@ -1,6 +1,6 @@
-//! A pod's annotations as the controller keeps them: one copy for every pod that carries the
-//! same ones. The pods of a workload carry its template's annotations, and once trimmed to
-//! reloadlet's own (`core::keep`) they are equal; a `BTreeMap` allocates a whole node (~0.5
+//! A pod's annotations and labels as the controller keeps them: one copy for every pod that
+//! carries the same ones. The pods of a workload carry its template's, and once trimmed to
+//! what the features read (`core::keep`) they are equal; a `BTreeMap` allocates a whole node (~0.5
 //! KiB) for a single entry, so at 100,000 pods one map per pod was ~55 MiB of the
 //! controller's heap (docs/status.md, "What this costs").
 //!
