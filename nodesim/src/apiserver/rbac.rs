@@ -7,7 +7,10 @@
 //!   when its first `watch` query value is neither `false` nor `0`; GET of a name is `get`;
 //!   POST `create`, PUT `update`, PATCH `patch`, DELETE `delete`, DELETE of a collection
 //!   `deletecollection`; `/namespaces/{ns}/{resource}/{name}/{subresource}`, where `status`
-//!   and `finalize` right after a namespace's name are the namespace's own subresources.
+//!   and `finalize` right after a namespace's name are the namespace's own subresources; a
+//!   list or watch whose `fieldSelector` requires `metadata.name=x` has the name `x` (so a
+//!   rule with `resourceNames: [x]` allows it: the single-object watch client-go's
+//!   `watch_based_manager.go` and the kubelet use).
 //! - `plugin/pkg/auth/authorizer/rbac/rbac.go` (`RuleAllows`): a resource request is allowed
 //!   by a rule when its verb, API group, resource (`resource/subresource` combined) and name
 //!   all match; a non-resource request by its verb and path.
@@ -154,6 +157,11 @@ impl Attributes {
                 Some(_) => "watch",
             }
             .to_string();
+            // A list or watch of one name (`fieldSelector=metadata.name=x`) is authorized as a
+            // request for that name, so a rule's `resourceNames` can grant it.
+            if let Some(name) = selected_name(query) {
+                info.name = name;
+            }
         }
         if info.name.is_empty() && info.verb == "delete" {
             info.verb = "deletecollection".into();
@@ -169,6 +177,27 @@ impl Attributes {
             format!("{}/{}", self.resource, self.subresource)
         }
     }
+}
+
+/// The name a list or watch selects, as `NewRequestInfo` reads it: the first `fieldSelector`
+/// value, when one of its terms requires `metadata.name` to equal a name that is a valid path
+/// segment (`fields.Selector.RequiresExactMatch("metadata.name")`: `=` or `==`, never `!=`;
+/// apimachinery `path.IsValidPathSegmentName`: not `.` or `..`, no `/` or `%`). The
+/// selector's `\` escapes are not undone: a name with an escaped `,` or `=` is no valid
+/// object name anyway.
+fn selected_name(query: &str) -> Option<String> {
+    let selector = form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "fieldSelector")
+        .map(|(_, v)| v.into_owned())?;
+    selector.split(',').find_map(|term| {
+        if term.contains("!=") {
+            return None;
+        }
+        let (field, value) = term.split_once("==").or_else(|| term.split_once('='))?;
+        let value = value.trim();
+        let valid = !matches!(value, "" | "." | "..") && !value.contains(['/', '%']);
+        (field.trim() == "metadata.name" && valid).then(|| value.to_owned())
+    })
 }
 
 fn entries(v: &Option<Vec<String>>) -> &[String] {

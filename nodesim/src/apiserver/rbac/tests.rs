@@ -109,6 +109,38 @@ fn a_url_becomes_the_attributes_request_info_derives() {
             "",
             ["update", "", "namespaces", "finalize", "a", "a"],
         ),
+        // A list or watch of one name by its field selector carries that name; `!=`, another
+        // field or an invalid path segment does not.
+        (
+            "GET",
+            "/api/v1/namespaces/s/secrets",
+            "fieldSelector=metadata.name%3Dkey&watch=true",
+            ["watch", "", "secrets", "", "s", "key"],
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/s/secrets",
+            "fieldSelector=type%3DOpaque%2Cmetadata.name%3D%3Dkey",
+            ["list", "", "secrets", "", "s", "key"],
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/s/secrets",
+            "fieldSelector=metadata.name%21%3Dkey&watch=1",
+            ["watch", "", "secrets", "", "s", ""],
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/s/secrets",
+            "fieldSelector=metadata.namespace%3Ds",
+            ["list", "", "secrets", "", "s", ""],
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/s/secrets",
+            "fieldSelector=metadata.name%3D..",
+            ["list", "", "secrets", "", "s", ""],
+        ),
         // The deprecated /watch/ prefix is a verb of its own.
         (
             "GET",
@@ -174,6 +206,8 @@ fn a_rule_allows_by_verb_group_resource_and_name() {
         &["leases"],
         &["reloadlet-controller"],
     );
+    let key_read = rule(&["list", "watch"], &[""], &["secrets"], &["key"]);
+    let secrets_path = "/api/v1/namespaces/s/secrets";
     let evict = attrs("POST", "/api/v1/namespaces/a/pods/web/eviction", "");
     let lease_path = "/apis/coordination.k8s.io/v1/namespaces/s/leases";
     let table: &[(&str, &PolicyRule, Attributes, bool)] = &[
@@ -252,6 +286,32 @@ fn a_rule_allows_by_verb_group_resource_and_name() {
             "names never match watch",
             &lease,
             attrs("GET", lease_path, "watch=true"),
+            false,
+        ),
+        (
+            "names match a list of that one name",
+            &key_read,
+            attrs("GET", secrets_path, "fieldSelector=metadata.name%3Dkey"),
+            true,
+        ),
+        (
+            "names match a watch of that one name",
+            &key_read,
+            attrs(
+                "GET",
+                secrets_path,
+                "fieldSelector=metadata.name%3Dkey&watch=true",
+            ),
+            true,
+        ),
+        (
+            "names never match a watch of another name",
+            &key_read,
+            attrs(
+                "GET",
+                secrets_path,
+                "fieldSelector=metadata.name%3Dother&watch=true",
+            ),
             false,
         ),
         (
