@@ -104,9 +104,10 @@ KEY_RULES = {
     (("",), ("secrets",), ("create",), ()),
     (("",), ("secrets",), ("get",), (KEY_SECRET,)),
 }
-# The agent reads that key (never creates it) for the data versions of its status records
-# (src/k8s/controller_key.rs `read`): its Role, in its own namespace, holds this one rule.
-AGENT_KEY_RULES = {(("",), ("secrets",), ("get",), (KEY_SECRET,))}
+# The agent follows that key (never creates it) for the data versions of its status records
+# (src/k8s/controller_key.rs `follow`: a list and watch of that one name, which the API server
+# authorizes by resourceNames): its Role, in its own namespace, holds this one rule.
+AGENT_KEY_RULES = {(("",), ("secrets",), ("list", "watch"), (KEY_SECRET,))}
 # And the controller's Lease, read by name while a restart request waits
 # (src/execute/coordination.rs; src/k8s/controller.rs KubeLeaseStore::agent_reader).
 AGENT_LEASE_RULES = {(("coordination.k8s.io",), ("leases",), ("get",), (LEASE_NAME,))}

@@ -367,3 +367,81 @@ async fn data_version_publishing_without_configmaps_patch_is_not_ready_names_the
         ctl.log()
     );
 }
+
+/// The agent follows the controller's key with a list and watch of that one Secret, which its
+/// Role grants by name (`resourceNames`). A Role without that rule (hand-trimmed, or older)
+/// makes the agent not Ready with the rule to add — naming the Secret, never every Secret of
+/// its namespace — and the rest keeps working; granted again, the key is taken up and the
+/// agent is Ready without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_refused_its_key_names_the_rule_by_name_and_takes_the_key_once_granted() {
+    let mut node = Node::start(NodeOptions::default()).await;
+    let key = String::from_utf8(vec![9u8; 32]).unwrap();
+    node.api.apply_secret(common::fixtures::secret(
+        "reloadlet-system",
+        "reloadlet-controller-key",
+        &[("key", &key)],
+    ));
+    node.api.set_rbac(
+        nodesim::apiserver::rbac_chart::policy_without(&[], "", "secrets", "list").unwrap(),
+    );
+    node.api.expect_forbidden("list", "", "secrets");
+    node.spawn_agent(&[
+        "--pod-namespace",
+        "reloadlet-system",
+        "--pod-name",
+        "reloadlet-x",
+    ]);
+    let listen = node.agent().listen.clone();
+    let body = eventually(
+        "/readyz 503 naming the key's rule",
+        Duration::from_secs(20),
+        || {
+            http_get(&listen, "/readyz").and_then(|(code, body)| {
+                (code == 503 && body.contains("status-record")).then_some(body)
+            })
+        },
+    )
+    .await;
+    let line = "feature status-record: forbidden to list secrets reloadlet-controller-key in namespace reloadlet-system (HTTP 403): add the rule {apiGroups: [\"\"], resources: [\"secrets\"], resourceNames: [\"reloadlet-controller-key\"], verbs: [\"list\", \"watch\"]} to the ServiceAccount's ClusterRole (or a Role in namespace reloadlet-system)";
+    assert!(body.contains(line), "{line}\nmissing from /readyz:\n{body}");
+    assert!(
+        !body.contains("pod-watch"),
+        "only the key is refused: {body}"
+    );
+    // Signals go on without the key (records carry no version meanwhile).
+    let out = node.path("web.sig");
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v1")]));
+    node.api.create_pod(
+        pod(NS, "web-0")
+            .signal()
+            .configmap_volume("conf", "app-cfg")
+            .recorder("app", &out, &[("conf", "/etc/app")])
+            .build(),
+    );
+    node.wait_running(NS, "web-0").await;
+    eventually("recorder ready", Duration::from_secs(20), || {
+        recorder_ready(&out).then_some(())
+    })
+    .await;
+    node.wait_tracked(1).await;
+    node.api
+        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
+    eventually("web-0 got SIGHUP", Duration::from_secs(20), || {
+        (signals_in(&out) == ["SIGHUP"]).then_some(())
+    })
+    .await;
+    // Granted: the watch's next try lists the key, and the agent is Ready.
+    node.load_chart_rbac(&[]);
+    eventually("/readyz 200 once granted", GRANTED, || {
+        http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(()))
+    })
+    .await;
+    eventually("the key taken up", Duration::from_secs(10), || {
+        node.agent_log()
+            .contains("the controller's key is read")
+            .then_some(())
+    })
+    .await;
+}

@@ -837,7 +837,8 @@ fn record_patches(api: &ApiServer, name: &str, dry_run: bool) -> usize {
 
 /// The node agent writes the records itself (issue #46 §2): after a ConfigMap change a signal
 /// pod's record names the version of the data it was signalled for — what `version_of_files`
-/// gives for the new data under the controller's key, which the agent read from its Secret —
+/// gives for the new data under the controller's key, which the agent follows from its Secret
+/// (made after the agent started) —
 /// and `status` shows it `current` once the object's version is published; an http pod whose
 /// endpoint refuses the reload reads `failed` with the reason; the two signals of one change
 /// (two containers) are one patch; under `--dry-run` the record is only a dry run.
@@ -850,13 +851,6 @@ async fn the_agent_records_what_it_applied_and_status_reads_it() {
     }
     let wait = Duration::from_secs(20);
     let mut node = Node::start(NodeOptions::default()).await;
-    // The controller's key, where the controller keeps it (the agent's namespace).
-    let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
-    node.api.apply_secret(secret(
-        "reloadlet-system",
-        "reloadlet-controller-key",
-        &[("key", &key_bytes)],
-    ));
     let own = [
         "--pod-namespace",
         "reloadlet-system",
@@ -911,6 +905,15 @@ async fn the_agent_records_what_it_applied_and_status_reads_it() {
     })
     .await;
     node.wait_tracked(4).await;
+    // The controller makes its key only now, long after the agent started and found none
+    // (installed together, the DaemonSet's pods often start first): the agent follows the
+    // Secret, so the record of the very next change carries its version.
+    let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
+    node.api.apply_secret(secret(
+        "reloadlet-system",
+        "reloadlet-controller-key",
+        &[("key", &key_bytes)],
+    ));
 
     // Every container started before the change: only a record can make them current.
     let changed_at = Timestamp::now();

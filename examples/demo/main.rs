@@ -390,6 +390,20 @@ async fn demo(sync_frequency: Duration) -> Result<(), String> {
             "NOT every consumer current (the table above says why)"
         }
     );
+    if !all_current {
+        // What each side did, before the simulated node (and these logs) go.
+        for (what, path) in [("reloadlet", &log), ("reloadlet controller", &c_log)] {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            println!("    the last lines of {what}'s log:");
+            for line in &lines[lines.len().saturating_sub(15)..] {
+                println!("      {line}");
+            }
+        }
+        return Err(
+            "reloadlet status did not report every consumer of nginx-conf current within 10 s of the change, although nginx serves it (the table above says why)".into(),
+        );
+    }
     say("done; cleaning up the simulated node");
     drop(controller);
     drop(agent);

@@ -115,6 +115,9 @@ pub struct Denied {
     pub group: &'static str,
     /// The resource, with its subresource where there is one (`pods/eviction`).
     pub resource: &'static str,
+    /// The one object the request is for, when the shipped rule grants only it
+    /// (`resourceNames`): the rule to add names it too, never the whole resource.
+    pub name: Option<&'static str>,
     /// `None`: a cluster-wide request.
     pub namespace: Option<String>,
     /// 401 (credentials refused) or 403 (not authorized).
@@ -136,8 +139,12 @@ impl Denied {
             "list" | "watch" => "\"list\", \"watch\"".to_string(),
             v => format!("\"{v}\""),
         };
+        let names = self
+            .name
+            .map(|n| format!("resourceNames: [\"{n}\"], "))
+            .unwrap_or_default();
         format!(
-            "{{apiGroups: [\"{}\"], resources: [\"{}\"], verbs: [{verbs}]}}",
+            "{{apiGroups: [\"{}\"], resources: [\"{}\"], {names}verbs: [{verbs}]}}",
             self.group, self.resource
         )
     }
@@ -152,7 +159,13 @@ impl Denied {
     /// The one line `/readyz`, the log and the Event carry.
     pub fn explanation(&self) -> String {
         let f = self.feature.name();
-        let what = format!("{} {} {}", self.verb, self.resource_name(), self.scope());
+        let named = self.name.map(|n| format!(" {n}")).unwrap_or_default();
+        let what = format!(
+            "{} {}{named} {}",
+            self.verb,
+            self.resource_name(),
+            self.scope()
+        );
         let message: String = self.message.chars().take(MAX_MESSAGE).collect();
         if self.code == 401 {
             return format!(
@@ -276,6 +289,8 @@ pub struct Request {
     pub verb: &'static str,
     pub group: &'static str,
     pub resource: &'static str,
+    /// [`Denied::name`].
+    pub name: Option<&'static str>,
 }
 
 impl Request {
@@ -290,6 +305,15 @@ impl Request {
             verb,
             group,
             resource,
+            name: None,
+        }
+    }
+
+    /// The request for the one object `name`, which the shipped rule grants by name.
+    pub const fn named(self, name: &'static str) -> Self {
+        Self {
+            name: Some(name),
+            ..self
         }
     }
 
@@ -299,6 +323,7 @@ impl Request {
             verb: self.verb,
             group: self.group,
             resource: self.resource,
+            name: self.name,
             namespace: namespace.map(str::to_string),
             code,
             message: message.chars().take(MAX_MESSAGE).collect(),
@@ -316,6 +341,7 @@ mod tests {
             verb,
             group: "apps",
             resource: "deployments",
+            name: None,
             namespace: ns.map(str::to_string),
             code: 403,
             message: "deployments.apps is forbidden: User \"system:serviceaccount:reloadlet-system:reloadlet-controller\" cannot list resource \"deployments\" in API group \"apps\" at the cluster scope".into(),
@@ -355,6 +381,27 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("or a Role in namespace shop"), "{line}");
+        // One object granted by name: the rule to add names it, never every Secret.
+        let key = Denied {
+            group: "",
+            resource: "secrets",
+            name: Some("reloadlet-controller-key"),
+            verb: "watch",
+            feature: Feature::StatusRecord,
+            namespace: Some("reloadlet-system".into()),
+            ..d.clone()
+        };
+        let line = key.explanation();
+        assert!(
+            line.contains(
+                "forbidden to watch secrets reloadlet-controller-key in namespace reloadlet-system"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("{apiGroups: [\"\"], resources: [\"secrets\"], resourceNames: [\"reloadlet-controller-key\"], verbs: [\"list\", \"watch\"]}"),
+            "{line}"
+        );
         let unauthorized = Denied { code: 401, ..d };
         assert!(unauthorized
             .explanation()

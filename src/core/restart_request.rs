@@ -141,12 +141,6 @@ pub fn controller_targets(
     )
 }
 
-/// Whether `id` has the shape of the controller's ids (well-formed, with tags), whoever made
-/// it: one that does not verify may have been made under a key the agent has not read yet.
-pub fn shaped_like_controllers(id: &str) -> bool {
-    parse(id).is_some_and(|(_, _, tags)| !tags.is_empty())
-}
-
 /// Whether `id` is a request the controller made for the pod `pod_uid`.
 pub fn is_controller_request(key: &HashKey, pod_uid: &str, id: &str) -> bool {
     controller_targets(key, pod_uid, id, &[]).is_some()

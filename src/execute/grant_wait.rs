@@ -15,8 +15,7 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::policy::Decision;
 use crate::core::restart_grant::{GRANT, REQUEST, RESTARTED};
 use crate::core::restart_request::{
-    controller_targets, is_controller_request, is_own_request, request_id, shaped_like_controllers,
-    unchanged_since,
+    controller_targets, is_controller_request, is_own_request, request_id, unchanged_since,
 };
 use crate::core::volume_digest::HashKey;
 use crate::ports::{PatchError, PatchRequest, PatchTarget, PodRef};
@@ -153,16 +152,6 @@ impl Inner {
                 None
             }
         };
-        // A granted request shaped like the controller's that verifies under no key known:
-        // maybe made under a key made anew; its reader reads it again (at most once a minute).
-        let unverified =
-            crate::core::restart_grant::granted_not_restarted(&pod.annotations, |id| {
-                whose(id).is_none() && shaped_like_controllers(id)
-            });
-        if let (Some(id), Some(look_again)) = (unverified, &self.look_again) {
-            tracing::debug!(pod = %pod.full_name(), grant = %id, "a granted restart request verifies under no key known; the controller's key is read again");
-            look_again.notify_one();
-        }
         let step = self
             .requests
             .lock()

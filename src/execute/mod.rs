@@ -92,8 +92,6 @@ struct Inner {
     /// (`k8s::controller_key::follow`): the controller's env restart requests verify under it.
     controller_key:
         Option<tokio::sync::watch::Receiver<Option<crate::core::volume_digest::HashKey>>>,
-    /// Asks the key's reader to read it again (a controller-shaped request did not verify).
-    look_again: Option<Arc<tokio::sync::Notify>>,
     /// Set once the task that looks at granted requests again when that key changes runs.
     controller_key_followed: std::sync::Once,
     /// The controller's Lease, read while a restart request waits (`None`: not read, no
@@ -170,7 +168,6 @@ impl Executor {
                 restart_key: std::sync::OnceLock::new(),
                 controller_key: deps.record.as_ref().map(|r| r.key.clone()),
                 controller_key_followed: std::sync::Once::new(),
-                look_again: deps.record.as_ref().and_then(|r| r.look_again.clone()),
                 lease: std::sync::OnceLock::new(),
                 deferred: Mutex::default(),
                 gate: deps.gate.clone(),

@@ -8,17 +8,19 @@
 //! the other (kubernetes `staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go`,
 //! `Create`: the storage's create fails on an existing key), which then reads the winner's.
 
-use super::refusals::report;
-use crate::core::permission::{Feature, Request};
+use super::api_backoff;
+use super::refusals::Watched;
+use super::watch_loop::{self, Change, Pacing};
+use crate::core::permission::Feature;
 use crate::core::volume_digest::HashKey;
 use crate::ports::RefusalSink;
-use crate::retry::Backoff;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::PostParams;
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// The Secret's name (RBAC: `get` on this name, `create` on secrets, in the controller's
 /// namespace only) and its one key.
@@ -90,87 +92,91 @@ pub async fn load_or_create(client: Client, namespace: &str) -> Result<HashKey, 
     }
 }
 
-/// The key in `namespace`'s Secret, read only (`get`, never created: the agent's side).
-/// `Ok(None)`: there is none (no controller installed, or it has not made one yet).
-pub async fn read(
-    client: Client,
-    namespace: &str,
-    denials: &RefusalSink,
-) -> Result<Option<HashKey>, KeyError> {
-    let api: Api<Secret> = Api::namespaced(client, namespace);
-    let result = api.get_opt(SECRET).await;
-    report(
-        denials,
-        Request::new(Feature::StatusRecord, "get", "", "secrets"),
-        Some(namespace),
-        &result,
-    );
-    let found = result.map_err(|e| KeyError::Read {
-        namespace: namespace.to_owned(),
-        source: e,
-    })?;
-    found.map(|s| key_of(&s, namespace)).transpose()
-}
-
-/// Between two looks for the key while there is none (or it cannot be read): 5 s doubling to
-/// 10 min, ±20 %. Once it is had, it is read again every [`REREAD`] (a key made anew —
-/// the Secret deleted — is then taken up; meanwhile versions are computed with the old one and
-/// `status` says `pending`, the safe side).
-const LOOK_AGAIN: Backoff = Backoff::doubling(Duration::from_secs(5), Duration::from_secs(600));
-const REREAD: Duration = Duration::from_secs(3600);
-/// Asked to read it again (`look_again`: a restart request shaped like the controller's did
-/// not verify): not sooner than this after the last read, so a pod author writing such ids
-/// costs one read a minute at most.
-const LOOK_AGAIN_EVERY: Duration = Duration::from_secs(60);
-
-/// The agent's side: follows the controller's key in `namespace` into `key` (the status
-/// record's versions need it), looking again with a back-off while there is none; never
-/// spins. A refusal (403) is reported through `denials`. `look_again` wakes it before its
-/// time, at most once per [`LOOK_AGAIN_EVERY`].
+/// The agent's side: follows the controller's key in `namespace` into `key`, with a watch of
+/// that one Secret (LIST and WATCH with `fieldSelector=metadata.name=reloadlet-controller-key`,
+/// as the kubelet follows a pod's Secrets: kubernetes
+/// `pkg/kubelet/util/manager/watch_based_manager.go`). The API server authorizes a list or
+/// watch of one name as a request for that name (`staging/src/k8s.io/apiserver/pkg/endpoints/
+/// request/requestinfo.go`, `NewRequestInfo`: `fieldSelector` `RequiresExactMatch
+/// ("metadata.name")` sets the request's name), so the Role's `resourceNames` still holds
+/// and no other Secret is readable. A key the controller makes after the agent started, or
+/// anew, is taken up as soon as it is written, not on a later poll: every record written
+/// meanwhile carries no version, and `status` reads `pending` for it. A deleted Secret leaves
+/// the key as it was until a new one is made (versions computed with it read `pending` after
+/// a new key, the safe side). Failures back off as the pod watch's do; a refusal (403) is
+/// reported through `denials` with the rule to add. Ends when every receiver is gone.
 pub async fn follow(
     client: Client,
     namespace: String,
     denials: RefusalSink,
     key: tokio::sync::watch::Sender<Option<HashKey>>,
-    look_again: std::sync::Arc<tokio::sync::Notify>,
 ) {
-    let mut delays = LOOK_AGAIN.delays();
-    loop {
-        let wait = match read(client.clone(), &namespace, &denials).await {
-            Ok(Some(found)) => {
-                let new = key.borrow().as_ref() != Some(&found);
-                if new {
-                    tracing::info!(
-                        namespace,
-                        secret = SECRET,
-                        "the controller's key is read: status records carry data versions"
-                    );
-                    key.send_replace(Some(found));
+    let api: Api<Secret> = Api::namespaced(client, &namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={SECRET}"));
+    let ns = namespace.clone();
+    let changes = watch_loop::changes(api, config, Pacing::UntilData, move |s: &Secret| {
+        Some(key_of(s, &ns))
+    });
+    futures::pin_mut!(changes);
+    let watched = Watched {
+        feature: Feature::StatusRecord,
+        group: "",
+        resource: "secrets",
+    };
+    let mut failures = 0u32;
+    let take = |found: Result<HashKey, KeyError>| match found {
+        Ok(found) => {
+            if key.borrow().as_ref() != Some(&found) {
+                tracing::info!(
+                    namespace,
+                    secret = SECRET,
+                    "the controller's key is read: status records carry data versions"
+                );
+                key.send_replace(Some(found));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the controller's key cannot be used; status records carry the versions of the last key read, or none")
+        }
+    };
+    while let Some(change) = changes.next().await {
+        watched.report_one(&denials, Some(&namespace), Some(SECRET), &change);
+        if !matches!(change, Change::Failed(_)) {
+            failures = 0;
+        }
+        match change {
+            Change::Listed(found) => match found.into_iter().next() {
+                Some(found) => take(found),
+                None if key.borrow().is_none() => tracing::info!(
+                    namespace,
+                    secret = SECRET,
+                    "no controller's key (is reloadlet controller installed?): status records carry no data version until it makes one"
+                ),
+                None => {}
+            },
+            Change::Applied(found) => take(found),
+            Change::Deleted(_) => tracing::info!(
+                namespace,
+                secret = SECRET,
+                "the controller's key Secret was deleted: versions are computed with the last key read until a new one is made"
+            ),
+            Change::Failed(e) => {
+                let code = api_backoff::status_code(&e);
+                if code == Some(410) {
+                    tracing::debug!(error = %e, "the key's watch expired (410); relisting");
+                } else {
+                    failures += 1;
+                    if matches!(code, Some(401 | 403)) {
+                        // The refusal sink names the rule to add (log, Event, /readyz).
+                        tracing::debug!(code, failures, "the key's watch refused");
+                    } else if failures == 1 || watch_loop::worth_an_error(failures, code) {
+                        tracing::warn!(code, failures, error = %e, "cannot watch the controller's key; status records carry the versions of the last key read (or none) meanwhile, retrying with backoff");
+                    }
                 }
-                delays.reset();
-                REREAD
             }
-            Ok(None) => {
-                let wait = delays.next().unwrap_or(REREAD);
-                tracing::info!(namespace, secret = SECRET, retry_in_s = wait.as_secs(), "no controller's key (is reloadlet controller installed?): status records carry no data version until there is one");
-                wait
-            }
-            Err(e) => {
-                let wait = delays.next().unwrap_or(REREAD);
-                tracing::warn!(error = %e, retry_in_s = wait.as_secs(), "cannot read the controller's key; status records carry no data version meanwhile");
-                wait
-            }
-        };
+        }
         if key.is_closed() {
             return;
-        }
-        let read_at = tokio::time::Instant::now();
-        tokio::select! {
-            _ = tokio::time::sleep(crate::retry::spread(wait)) => {}
-            _ = look_again.notified() => {
-                tokio::time::sleep_until(read_at + LOOK_AGAIN_EVERY.min(wait)).await;
-                tracing::debug!(namespace, secret = SECRET, "reading the controller's key again: a restart request did not verify under the one known");
-            }
         }
     }
 }

@@ -99,6 +99,18 @@ pub struct Watched {
 
 impl Watched {
     pub fn report<T, K>(&self, denials: &RefusalSink, change: &Change<T, K>) {
+        self.report_one(denials, None, None, change)
+    }
+
+    /// [`Self::report`] for a watch in `namespace` (`None`: cluster-wide) of the one object
+    /// `name` (`None`: of every object), which the shipped rule grants by name.
+    pub fn report_one<T, K>(
+        &self,
+        denials: &RefusalSink,
+        namespace: Option<&str>,
+        name: Option<&'static str>,
+        change: &Change<T, K>,
+    ) {
         match change {
             Change::Listed(_) => {
                 for verb in ["list", "watch"] {
@@ -107,8 +119,9 @@ impl Watched {
             }
             Change::Failed(e) => {
                 if let Some((verb, code, message)) = watch_status(e) {
-                    let request = Request::new(self.feature, verb, self.group, self.resource);
-                    denials.outcome(request, None, Err((code, message)));
+                    let mut request = Request::new(self.feature, verb, self.group, self.resource);
+                    request.name = name;
+                    denials.outcome(request, namespace, Err((code, message)));
                 }
             }
             Change::Applied(_) | Change::Deleted(_) => {

@@ -42,7 +42,6 @@ fn status_record(
     refusals: &crate::ports::RefusalSink,
 ) -> RecordDeps {
     let (key, rx) = tokio::sync::watch::channel(None);
-    let look_again = Arc::new(tokio::sync::Notify::new());
     match settings.own_pod.as_ref() {
         Some((namespace, _)) => {
             tokio::spawn(crate::k8s::controller_key::follow(
@@ -50,7 +49,6 @@ fn status_record(
                 namespace.clone(),
                 refusals.clone(),
                 key,
-                look_again.clone(),
             ));
         }
         None => {
@@ -62,7 +60,6 @@ fn status_record(
     RecordDeps {
         patcher: Arc::new(patcher),
         key: rx,
-        look_again: Some(look_again),
     }
 }
 

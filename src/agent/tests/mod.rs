@@ -97,7 +97,6 @@ pub(super) fn world_with(saved: Option<SavedState>, adjust: impl FnOnce(&mut Set
         record: Some(crate::execute::applied::RecordDeps {
             patcher: Arc::new(patcher.clone()),
             key: key_rx,
-            look_again: None,
         }),
         gate: None,
     };

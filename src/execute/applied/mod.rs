@@ -146,10 +146,6 @@ impl Seen {
 pub struct RecordDeps {
     pub patcher: Arc<dyn Patcher>,
     pub key: watch::Receiver<Option<HashKey>>,
-    /// Asks the key's reader to read it again now (at most once a minute,
-    /// `k8s::controller_key::follow`): a restart request shaped like the controller's did not
-    /// verify, maybe under a key made anew. `None`: nobody reads it.
-    pub look_again: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// One outcome to record.
@@ -183,11 +179,7 @@ impl AppliedRecorder {
     /// read `current` by their start time).
     pub fn controller(patcher: Arc<dyn Patcher>) -> Self {
         let (_, key) = watch::channel(None);
-        let deps = RecordDeps {
-            patcher,
-            key,
-            look_again: None,
-        };
+        let deps = RecordDeps { patcher, key };
         Self::start_as(BY_CONTROLLER, deps, Arc::default())
     }
 

@@ -54,7 +54,6 @@ fn world(pod: PodInfo) -> World {
     let deps = RecordDeps {
         patcher: Arc::new(patcher.clone()),
         key: rx,
-        look_again: None,
     };
     World {
         recorder: AppliedRecorder::start(deps, index.clone()),

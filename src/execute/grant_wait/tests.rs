@@ -87,7 +87,6 @@ struct Agent {
     events: Arc<fake::Events>,
     processes: Arc<fake::Processes>,
     _key: tokio::sync::watch::Sender<Option<HashKey>>,
-    look_again: Arc<tokio::sync::Notify>,
 }
 
 fn agent() -> Agent {
@@ -99,7 +98,6 @@ fn agent() -> Agent {
     let events = Arc::new(fake::Events::default());
     let processes = Arc::new(fake::Processes::with("abc", 4242));
     let (key_tx, key) = tokio::sync::watch::channel(None);
-    let look_again = Arc::new(tokio::sync::Notify::new());
     let deps = Deps {
         events: events.clone(),
         processes: processes.clone(),
@@ -109,7 +107,6 @@ fn agent() -> Agent {
         record: Some(RecordDeps {
             patcher: Arc::new(patcher.clone()),
             key,
-            look_again: Some(look_again.clone()),
         }),
         gate: None,
     };
@@ -131,7 +128,6 @@ fn agent() -> Agent {
         events,
         processes,
         _key: key_tx,
-        look_again,
     }
 }
 
@@ -361,10 +357,6 @@ async fn a_granted_controller_request_stops_its_tagged_containers_once_the_key_i
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(a.processes.sent(), 0);
     assert!(a.written(RESTARTED).is_empty());
-    // the key's reader is asked to read it again (a key made anew?)
-    tokio::time::timeout(Duration::from_secs(1), a.look_again.notified())
-        .await
-        .expect("the key is read again");
     let stale = made(&controller, "u1", "old");
     a.show(pod(&[(REQUEST, &stale), (GRANT, &stale)], "abc"));
     until("restarted", || a.written(RESTARTED) == [stale.clone()]).await;

@@ -59,7 +59,6 @@ fn node(pods: Vec<PodInfo>) -> Node {
         record: Some(applied::RecordDeps {
             patcher: Arc::new(patcher.clone()),
             key,
-            look_again: None,
         }),
         gate: None,
     };
