@@ -835,7 +835,9 @@ async fn a_lease_the_agent_may_not_read_is_named_on_readyz_not_guessed_and_nothi
 /// each (its own id, naming the container), grant them one at a time, and the node agent
 /// restart each in place: the new process's environment has the new value, same pod UIDs,
 /// `restartCount` + 1, never two unready. A request and grant a pod author writes on another
-/// pod (an id shaped like the controller's, made without its key) restart nothing.
+/// pod (an id shaped like the controller's, made without its key) restart nothing. Then the
+/// key rotates (its Secret deleted, the controller restarted) and the next change restarts
+/// each once more, under the new key.
 /// [`deployment`] whose app reads `app.conf` of ConfigMap `web-env` only through env
 /// (`APP_CONF`, `configMapKeyRef`): no volume.
 fn env_only_deployment(base: &Path, annotations: &[(&str, &str)]) -> Deployment {
@@ -955,12 +957,16 @@ async fn env_action_restart_restarts_env_only_consumers_in_place_one_at_a_time()
     node.api
         .apply_deployment(serde_json::from_value(other).unwrap())
         .unwrap();
-    // The agent follows the controller's key in the controller's namespace.
+    // The agent follows the controller's key in the controller's namespace. A short crash-loop
+    // window (10m by default), so that the second change below, after the key's rotation, is
+    // not deferred for ten minutes.
     node.start_agent(&[
         "--pod-namespace",
         "reloadlet-system",
         "--pod-name",
         "reloadlet-x",
+        "--restart-spacing",
+        "10s",
     ])
     .await;
     let before = settled(&node, "three Ready pods", |_| true).await;
@@ -1024,5 +1030,68 @@ async fn env_action_restart_restarts_env_only_consumers_in_place_one_at_a_time()
         "a forged request is not acted on"
     );
     assert_eq!(annotation(&other, "reloadlet.io/restarted"), None);
+
+    // The key rotated as docs/install.md says (its Secret deleted, the controller restarted):
+    // the new controller makes a new key and takes every baseline afresh under it, the agent
+    // follows the new key as it is written (its watch of the Secret), and the next change
+    // restarts each pod once more, for a request that verifies only under the new key.
+    let baselines = |node: &Node| -> BTreeMap<String, String> {
+        pods(node)
+            .iter()
+            .map(|p| {
+                let baseline = annotation(p, "reloadlet.io/env-baseline").unwrap_or_default();
+                (p.metadata.uid.clone().unwrap(), baseline.to_owned())
+            })
+            .collect()
+    };
+    let (old_baselines, old_requests) = (baselines(&node), requests(&node));
     controller.stop().await;
+    let old_key = node
+        .api
+        .delete_secret("reloadlet-system", "reloadlet-controller-key")
+        .expect("the controller made its key");
+    let controller = ControllerProcess::start(&node, &[NO_ELECTION], &[]).await;
+    let new_key = eventually("a new key", WAIT, || {
+        node.api
+            .get_secret("reloadlet-system", "reloadlet-controller-key")
+    })
+    .await;
+    assert_ne!(new_key.data, old_key.data, "a key made anew");
+    eventually(
+        "every env baseline taken afresh under the new key",
+        WAIT,
+        || {
+            let now = baselines(&node);
+            now.iter()
+                .all(|(uid, b)| !b.is_empty() && old_baselines.get(uid) != Some(b))
+                .then_some(())
+        },
+    )
+    .await;
+    node.api
+        .apply_configmap(configmap(NS, "web-env", &[("app.conf", "v3")]));
+    let after = settled(&node, "all three restarted for a new request", |p| {
+        restarted_for_its_request(p)
+            && annotation(p, "reloadlet.io/restart-request")
+                != old_requests
+                    .get(p.metadata.uid.as_deref().unwrap())
+                    .map(String::as_str)
+    })
+    .await;
+    all_serve(&node, "v3").await;
+    for (uid, count) in &after {
+        assert_eq!(*count, before[uid] + 2, "pod {uid}: {before:?} → {after:?}");
+    }
+    controller.stop().await;
+}
+
+/// uid → the pod's `reloadlet.io/restart-request`.
+fn requests(node: &Node) -> BTreeMap<String, String> {
+    pods(node)
+        .iter()
+        .filter_map(|p| {
+            let request = annotation(p, "reloadlet.io/restart-request")?;
+            Some((p.metadata.uid.clone()?, request.to_owned()))
+        })
+        .collect()
 }

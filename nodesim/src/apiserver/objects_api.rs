@@ -60,6 +60,10 @@ impl ApiServer {
     pub fn get_secret(&self, namespace: &str, name: &str) -> Option<Secret> {
         self.state().secrets.get(&key(namespace, name)).cloned()
     }
+    /// Removes a Secret (a DELETED watch event).
+    pub fn delete_secret(&self, namespace: &str, name: &str) -> Option<Secret> {
+        self.state().delete_object(&key(namespace, name)).ok()
+    }
     /// Removes a ConfigMap (a DELETED watch event).
     pub fn delete_configmap(&self, namespace: &str, name: &str) -> Option<ConfigMap> {
         self.state().delete_object(&key(namespace, name)).ok()
