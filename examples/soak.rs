@@ -78,11 +78,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // On Ctrl-C or SIGTERM the soak is dropped and its simulated node cleans up.
     let result = rt.block_on(async {
-        tokio::select! {
-            r = soak(Duration::from_secs_f64(minutes * 60.0), seed) => r,
-            _ = tokio::signal::ctrl_c() => Err("interrupted; cleaned up".to_owned()),
-        }
+        nodesim::interrupt::until_signalled(soak(Duration::from_secs_f64(minutes * 60.0), seed))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
     });
     match result {
         Ok(()) => println!("soak: passed"),

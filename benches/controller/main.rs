@@ -70,7 +70,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let ok = rt.block_on(async {
+    // On Ctrl-C or SIGTERM the benchmark is dropped and its simulated nodes clean up.
+    let ok = rt.block_on(nodesim::interrupt::until_signalled(async {
         let mut ok = true;
         if env("BENCH_CTL_LATENCY", 1) != 0 {
             ok &= latency::run(&knobs).await;
@@ -79,6 +80,10 @@ fn main() {
             ok &= scale::run(&knobs).await;
         }
         ok
+    }));
+    let ok = ok.unwrap_or_else(|e| {
+        eprintln!("bench: {e}");
+        false
     });
     if !ok {
         std::process::exit(1);

@@ -28,6 +28,14 @@ mod env;
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    // On Ctrl-C or SIGTERM the measurements are dropped and their simulated nodes clean up.
+    if let Err(e) = nodesim::interrupt::until_signalled(measure()).await {
+        eprintln!("measure: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn measure() {
     let picked = std::env::var("BENCH_MEASURE").unwrap_or_else(|_| "csi,apply,env,actions".into());
     let picked: Vec<&str> = picked.split(',').map(str::trim).collect();
     if picked.contains(&"csi") {

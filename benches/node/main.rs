@@ -101,10 +101,15 @@ fn main() {
         .build()
         .unwrap();
     let knobs = Knobs::from_env();
-    rt.block_on(async {
+    // On Ctrl-C or SIGTERM the benchmark is dropped and its simulated nodes clean up.
+    let done = rt.block_on(nodesim::interrupt::until_signalled(async {
         signal_bench(&knobs).await;
         evict::evict_bench(100).await;
-    });
+    }));
+    if let Err(e) = done {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// One pod of the signal benchmark.

@@ -55,13 +55,9 @@ fn main() {
     // controller, then the simulated node stops its processes and removes its mounts and
     // cgroups, as on an error.
     let result = rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| e.to_string())?;
-        tokio::select! {
-            r = demo(sync_frequency) => r,
-            _ = tokio::signal::ctrl_c() => Err("interrupted; cleaned up".to_owned()),
-            _ = term.recv() => Err("terminated; cleaned up".to_owned()),
-        }
+        nodesim::interrupt::until_signalled(demo(sync_frequency))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
     });
     if let Err(e) = result {
         eprintln!("demo failed: {e}");

@@ -15,6 +15,7 @@ pub mod clock;
 pub mod crash_backoff;
 pub mod flavor;
 pub mod hold;
+pub mod interrupt;
 pub mod kubelet;
 pub mod node;
 pub mod pod_ip;
