@@ -34,15 +34,14 @@ fn forbidden_events(node: &Node) -> Vec<RecordedEvent> {
         .collect()
 }
 
-/// `/readyz`'s body once it is 503 and names every one of `parts` (the watches are refused
-/// each on its own task, in any order).
-async fn readyz_refusal(ctl: &Controller, parts: &[&str]) -> String {
-    let listen = ctl.listen.clone();
+/// The `/readyz` body at `listen` once it is 503 and names every one of `parts` (the watches
+/// are refused each on its own task, in any order).
+async fn readyz_refusal(listen: &str, parts: &[&str]) -> String {
     eventually(
         &format!("/readyz 503 naming {parts:?}"),
         Duration::from_secs(20),
         || {
-            http_get(&listen, "/readyz").and_then(|(code, body)| {
+            http_get(listen, "/readyz").and_then(|(code, body)| {
                 (code == 503 && parts.iter().all(|p| body.contains(p))).then_some(body)
             })
         },
@@ -50,10 +49,10 @@ async fn readyz_refusal(ctl: &Controller, parts: &[&str]) -> String {
     .await
 }
 
-async fn ready(ctl: &Controller) {
-    let listen = ctl.listen.clone();
+/// `/readyz` at `listen` answers 200 (once a refused rule is granted).
+async fn ready(listen: &str) {
     eventually("/readyz 200 once granted", GRANTED, || {
-        http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(()))
+        http_get(listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(()))
     })
     .await;
 }
@@ -100,7 +99,7 @@ async fn reloader_compat_without_its_rules_is_not_ready_names_them_and_the_rest_
     )
     .await;
     let body = readyz_refusal(
-        &ctl,
+        &ctl.listen,
         &["deployments.apps", "statefulsets.apps", "daemonsets.apps"],
     )
     .await;
@@ -170,7 +169,7 @@ async fn reloader_compat_without_its_rules_is_not_ready_names_them_and_the_rest_
     // The operator adds the component (the same rules as the chart's value): Ready again,
     // without a restart, and nothing more is reported.
     node.load_chart_rbac(&["controller.reloaderCompat=true".to_string()]);
-    ready(&ctl).await;
+    ready(&ctl.listen).await;
     let after = forbidden_events(&node);
     assert_eq!(after, events, "nothing more reported");
     assert!(
@@ -192,7 +191,7 @@ async fn env_consumers_of_secrets_without_their_rules_are_not_ready_and_name_the
         "/healthz",
     )
     .await;
-    let body = readyz_refusal(&ctl, &["secrets cluster-wide"]).await;
+    let body = readyz_refusal(&ctl.listen, &["secrets cluster-wide"]).await;
     assert!(
         body.contains("feature env-consumers-secrets (--env-consumers-secrets): forbidden to")
             && body.contains("add the rule {apiGroups: [\"\"], resources: [\"secrets\"], verbs: [\"list\", \"watch\"]}")
@@ -214,7 +213,7 @@ async fn env_consumers_of_secrets_without_their_rules_are_not_ready_and_name_the
         + ctl.metric("reloadlet_forbidden_total{verb=\"list\",resource=\"secrets\"}");
     assert!(refused >= 1.0, "{refused}");
     node.load_chart_rbac(&["controller.envConsumersSecrets=true".to_string()]);
-    ready(&ctl).await;
+    ready(&ctl.listen).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -316,7 +315,7 @@ async fn data_version_publishing_without_configmaps_patch_is_not_ready_names_the
     );
     node.api.expect_forbidden("patch", "", "configmaps");
     projected_pod(&node).await;
-    let body = readyz_refusal(&ctl, &["data-version publishing"]).await;
+    let body = readyz_refusal(&ctl.listen, &["data-version publishing"]).await;
     let line = "feature data-version publishing: forbidden to patch configmaps in namespace shop (HTTP 403): add the rule {apiGroups: [\"\"], resources: [\"configmaps\"], verbs: [\"patch\"]} to the ServiceAccount's ClusterRole (or a Role in namespace shop)";
     assert!(body.contains(line), "{line}\nmissing from /readyz:\n{body}");
     assert!(ctl.metric("reloadlet_forbidden_total{verb=\"patch\",resource=\"configmaps\"}") >= 1.0);
@@ -352,7 +351,7 @@ async fn data_version_publishing_without_configmaps_patch_is_not_ready_names_the
             &serde_json::json!({"data": {"app.conf": "v3"}}),
         )
         .unwrap();
-    ready(&ctl).await;
+    ready(&ctl.listen).await;
     let published = node.api.get_configmap(NS, "app-cfg").and_then(|c| {
         c.metadata
             .annotations?
@@ -393,16 +392,7 @@ async fn the_agent_refused_its_key_names_the_rule_by_name_and_takes_the_key_once
         "reloadlet-x",
     ]);
     let listen = node.agent().listen.clone();
-    let body = eventually(
-        "/readyz 503 naming the key's rule",
-        Duration::from_secs(20),
-        || {
-            http_get(&listen, "/readyz").and_then(|(code, body)| {
-                (code == 503 && body.contains("status-record")).then_some(body)
-            })
-        },
-    )
-    .await;
+    let body = readyz_refusal(&listen, &["status-record"]).await;
     let line = "feature status-record: forbidden to list secrets reloadlet-controller-key in namespace reloadlet-system (HTTP 403): add the rule {apiGroups: [\"\"], resources: [\"secrets\"], resourceNames: [\"reloadlet-controller-key\"], verbs: [\"list\", \"watch\"]} to the ServiceAccount's ClusterRole (or a Role in namespace reloadlet-system)";
     assert!(body.contains(line), "{line}\nmissing from /readyz:\n{body}");
     assert!(
@@ -410,17 +400,8 @@ async fn the_agent_refused_its_key_names_the_rule_by_name_and_takes_the_key_once
         "only the key is refused: {body}"
     );
     // Signals go on without the key (records carry no version meanwhile).
+    projected_pod(&node).await;
     let out = node.path("web.sig");
-    node.api
-        .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v1")]));
-    node.api.create_pod(
-        pod(NS, "web-0")
-            .signal()
-            .configmap_volume("conf", "app-cfg")
-            .recorder("app", &out, &[("conf", "/etc/app")])
-            .build(),
-    );
-    node.wait_running(NS, "web-0").await;
     eventually("recorder ready", Duration::from_secs(20), || {
         recorder_ready(&out).then_some(())
     })
@@ -428,16 +409,13 @@ async fn the_agent_refused_its_key_names_the_rule_by_name_and_takes_the_key_once
     node.wait_tracked(1).await;
     node.api
         .apply_configmap(configmap(NS, "app-cfg", &[("app.conf", "v2")]));
-    eventually("web-0 got SIGHUP", Duration::from_secs(20), || {
+    eventually("web got SIGHUP", Duration::from_secs(20), || {
         (signals_in(&out) == ["SIGHUP"]).then_some(())
     })
     .await;
     // Granted: the watch's next try lists the key, and the agent is Ready.
     node.load_chart_rbac(&[]);
-    eventually("/readyz 200 once granted", GRANTED, || {
-        http_get(&listen, "/readyz").and_then(|(code, _)| (code == 200).then_some(()))
-    })
-    .await;
+    ready(&listen).await;
     eventually("the key taken up", Duration::from_secs(10), || {
         node.agent_log()
             .contains("the controller's key is read")

@@ -309,14 +309,6 @@ impl Request {
         }
     }
 
-    /// The request for the one object `name`, which the shipped rule grants by name.
-    pub const fn named(self, name: &'static str) -> Self {
-        Self {
-            name: Some(name),
-            ..self
-        }
-    }
-
     pub fn denied(self, namespace: Option<&str>, code: u16, message: &str) -> Denied {
         Denied {
             feature: self.feature,

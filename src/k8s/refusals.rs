@@ -119,8 +119,10 @@ impl Watched {
             }
             Change::Failed(e) => {
                 if let Some((verb, code, message)) = watch_status(e) {
-                    let mut request = Request::new(self.feature, verb, self.group, self.resource);
-                    request.name = name;
+                    let request = Request {
+                        name,
+                        ..Request::new(self.feature, verb, self.group, self.resource)
+                    };
                     denials.outcome(request, namespace, Err((code, message)));
                 }
             }

@@ -145,13 +145,15 @@ impl Attributes {
             info.resource = parts[0].to_string();
         }
         if info.name.is_empty() && info.verb == "get" {
-            // The first `watch` value; any but "false" and "0" is true
-            // (apimachinery's Convert_Slice_string_To_bool).
-            let watch = query
-                .split('&')
-                .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
-                .find(|(k, _)| *k == "watch")
-                .map(|(_, v)| v.to_ascii_lowercase());
+            // A parameter's first value, as url.Values.Get gives it.
+            let first = |key: &str| {
+                form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.into_owned())
+            };
+            // Any `watch` value but "false" and "0" is true (apimachinery's
+            // Convert_Slice_string_To_bool).
+            let watch = first("watch").map(|v| v.to_ascii_lowercase());
             info.verb = match watch.as_deref() {
                 None | Some("false" | "0") => "list",
                 Some(_) => "watch",
@@ -159,7 +161,7 @@ impl Attributes {
             .to_string();
             // A list or watch of one name (`fieldSelector=metadata.name=x`) is authorized as a
             // request for that name, so a rule's `resourceNames` can grant it.
-            if let Some(name) = selected_name(query) {
+            if let Some(name) = first("fieldSelector").as_deref().and_then(selected_name) {
                 info.name = name;
             }
         }
@@ -179,16 +181,13 @@ impl Attributes {
     }
 }
 
-/// The name a list or watch selects, as `NewRequestInfo` reads it: the first `fieldSelector`
-/// value, when one of its terms requires `metadata.name` to equal a name that is a valid path
-/// segment (`fields.Selector.RequiresExactMatch("metadata.name")`: `=` or `==`, never `!=`;
+/// The name a field selector selects, as `NewRequestInfo` reads it: when one of its terms
+/// requires `metadata.name` to equal a name that is a valid path segment
+/// (`fields.Selector.RequiresExactMatch("metadata.name")`: `=` or `==`, never `!=`;
 /// apimachinery `path.IsValidPathSegmentName`: not `.` or `..`, no `/` or `%`). The
 /// selector's `\` escapes are not undone: a name with an escaped `,` or `=` is no valid
 /// object name anyway.
-fn selected_name(query: &str) -> Option<String> {
-    let selector = form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == "fieldSelector")
-        .map(|(_, v)| v.into_owned())?;
+fn selected_name(selector: &str) -> Option<String> {
     selector.split(',').find_map(|term| {
         if term.contains("!=") {
             return None;
