@@ -9,7 +9,7 @@ use crate::core::annotations::EnvAction;
 use crate::core::status::applied::{Entry, Recorded};
 use crate::core::status::consumers::{Consumer, ConsumerAction, KeysRead, Via};
 use crate::core::status::data_version::Published;
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -244,11 +244,14 @@ pub fn derive(consumer: &Consumer, facts: &Facts<'_>) -> State {
         }
         return state;
     }
-    // Acted on after the data was first seen, but recorded without a version (an agent that
-    // had not read the controller's key yet): it may run the current data, or not.
+    // Acted on after the data was first seen, or too close to it to tell, but recorded
+    // without a version (an agent that had not read the controller's key yet): it may run the
+    // current data, or not. `since` may be the end of its second (`data_written`) and the
+    // record's time is another node's clock: within the second before `since` is "cannot
+    // tell", not "before".
     if let Some(entry) = facts
         .record
-        .filter(|e| e.version.is_none() && e.at >= published.since)
+        .filter(|e| e.version.is_none() && e.at >= published.since - SignedDuration::from_secs(1))
     {
         return State::Unknown {
             why: format!(
@@ -558,6 +561,16 @@ mod tests {
             version: Option::None,
             ..entry(b"new", Recorded::Applied, 50)
         };
+        // In the second before `since` (the end of the data's second): cannot be told apart.
+        let unversioned_same_second = Entry {
+            version: Option::None,
+            ..entry(b"new", Recorded::Applied, 99)
+        };
+        // Two seconds before: before the change.
+        let unversioned_two_before = Entry {
+            version: Option::None,
+            ..entry(b"new", Recorded::Applied, 98)
+        };
         let running = |record| Facts {
             published: Some(&new),
             record,
@@ -608,6 +621,20 @@ mod tests {
                 "recorded without a version before the change",
                 consumer(Signal, vec![volume()]),
                 running(Some(&unversioned_before)),
+                "pending",
+                "has not projected",
+            ),
+            (
+                "recorded without a version in the second before the change's bound",
+                consumer(Signal, vec![volume()]),
+                running(Some(&unversioned_same_second)),
+                "unknown",
+                "without a data version",
+            ),
+            (
+                "recorded without a version two seconds before the change's bound",
+                consumer(Signal, vec![volume()]),
+                running(Some(&unversioned_two_before)),
                 "pending",
                 "has not projected",
             ),
