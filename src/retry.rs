@@ -14,10 +14,16 @@
 //! retry would start after a deadline; a stop that has come makes a failure final, one that
 //! comes during a wait drops the retry; and each loop logs and reports between attempts.
 //! So the policy is a value, its delays a pure iterator (table-tested below), and the
-//! waiting one small type every loop asks "how long, or give up?" and then "wait, unless
-//! stopped".
+//! waiting one small type, [`Retries`]. Its [`Retries::run`] is the one retry loop of every
+//! effect whose attempt can say, by itself, "done" or "again, after this long at the
+//! earliest" ([`Attempt`]): the workload patch, the restart's pod writes, a signal's retries,
+//! a restart's stop, a reload request, a read of a consumed object, a notification. The
+//! eviction's loop asks [`Retries`] directly: between attempts it waits on the
+//! PodDisruptionBudgets (a structural block ends its wait when they change) and moves its
+//! delays to the cap after an error that is not a refusal.
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use std::future::Future;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -162,6 +168,28 @@ pub fn spread(d: Duration) -> Duration {
     d.mul_f64(factor)
 }
 
+/// What one attempt of [`Retries::run`] came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Attempt<T, E> {
+    /// Over: no retry, whatever the result says.
+    Done(T),
+    /// Failed in a way that may pass: tried again after the policy's next delay
+    /// (`Some(d)`: the server asked for at least `d`, a `Retry-After`).
+    Again(E, Option<Duration>),
+}
+
+/// How [`Retries::run`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended<T, E> {
+    /// An attempt was [`Attempt::Done`].
+    Done(T),
+    /// The policy gave up (retries used up, a retry would start past the deadline, or
+    /// stopped before a wait began): the last attempt's error.
+    GaveUp(E),
+    /// Stopped during a wait: the last attempt's error; the retry is dropped.
+    Stopped(E),
+}
+
 /// Paces one piece of work's retries: the delays of its [`Backoff`], its deadline (counted
 /// from the retries's creation: create it before the first attempt) and its stop.
 pub struct Retries {
@@ -211,6 +239,33 @@ impl Retries {
     /// Since the retries was created.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Calls `attempt` until it is [`Attempt::Done`], or the policy gives up on an
+    /// [`Attempt::Again`] (retries used up, past the deadline, stopped), or a stop ends a wait.
+    /// Each retry is announced to `on_retry` (the caller's log line, its metric) with the
+    /// error and the delay, before the wait.
+    pub async fn run<T, E, Fut>(
+        &mut self,
+        mut attempt: impl FnMut() -> Fut,
+        mut on_retry: impl FnMut(&E, Duration),
+    ) -> Ended<T, E>
+    where
+        Fut: Future<Output = Attempt<T, E>>,
+    {
+        loop {
+            let (error, retry_after) = match attempt().await {
+                Attempt::Done(done) => return Ended::Done(done),
+                Attempt::Again(error, retry_after) => (error, retry_after),
+            };
+            let Some(delay) = self.next(retry_after) else {
+                return Ended::GaveUp(error);
+            };
+            on_retry(&error, delay);
+            if !self.wait(delay).await {
+                return Ended::Stopped(error);
+            }
+        }
     }
 
     /// Waits `delay`; `false` when stopped meanwhile.
@@ -360,5 +415,67 @@ mod tests {
         assert!(!waited);
         assert_eq!(retries.elapsed(), ms(300));
         assert_eq!(retries.next(None), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_tries_again_until_done_waiting_each_delay_and_a_servers_wish() {
+        let policy = Backoff::doubling(ms(100), s(10))
+            .retries(5)
+            .retry_after(RetryAfter::Obeyed);
+        let mut retries = Retries::new(&policy);
+        let start = tokio::time::Instant::now();
+        let calls = std::cell::Cell::new(0u32);
+        let mut announced = Vec::new();
+        let ended: Ended<&str, u32> = retries
+            .run(
+                || async {
+                    let n = calls.get() + 1;
+                    calls.set(n);
+                    match n {
+                        1 => Attempt::Again(n, None),
+                        // The server asks for 2 s: more than the policy's 200 ms.
+                        2 => Attempt::Again(n, Some(s(2))),
+                        _ => Attempt::Done("done"),
+                    }
+                },
+                |error, delay| announced.push((*error, delay)),
+            )
+            .await;
+        assert_eq!(ended, Ended::Done("done"));
+        assert_eq!(calls.get(), 3);
+        assert_eq!(announced, [(1, ms(100)), (2, s(2))]);
+        assert_eq!(start.elapsed(), ms(2100), "each announced delay was waited");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_ends_with_the_last_error_when_the_policy_gives_up_or_a_stop_ends_a_wait() {
+        let calls = std::cell::Cell::new(0u32);
+        let failing = || async {
+            calls.set(calls.get() + 1);
+            Attempt::<(), _>::Again(calls.get(), None)
+        };
+        let policy = Backoff::doubling(ms(100), s(10)).retries(2);
+        let ended = Retries::new(&policy).run(failing, |_, _| {}).await;
+        assert_eq!(ended, Ended::GaveUp(3), "the first call and 2 retries");
+
+        // A stop during the first wait: no second call.
+        calls.set(0);
+        let stop = CancellationToken::new();
+        let mut retries = Retries::new(&policy).stopped_by(stop.clone());
+        let cancel = async {
+            tokio::time::sleep(ms(30)).await;
+            stop.cancel();
+        };
+        let (ended, ()) = tokio::join!(retries.run(failing, |_, _| {}), cancel);
+        assert_eq!(ended, Ended::Stopped(1));
+        assert_eq!(calls.get(), 1);
+
+        // Stopped before: the failure is final at once, and nothing is announced.
+        calls.set(0);
+        let ended = Retries::new(&policy)
+            .stopped_by(stop)
+            .run(failing, |_, _| panic!("no retry after a stop"))
+            .await;
+        assert_eq!(ended, Ended::GaveUp(1));
     }
 }

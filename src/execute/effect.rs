@@ -11,7 +11,7 @@
 //! timeout, 295 s, on a server that accepted the connection and never answered).
 
 use crate::ports::{ApiError, PatchError};
-use crate::retry::{Backoff, Retries};
+use crate::retry::{Attempt, Backoff, Ended, Retries};
 use std::future::Future;
 use std::time::Duration;
 
@@ -69,28 +69,35 @@ pub async fn bounded<T: Unanswered>(timeout: Duration, call: impl Future<Output 
 /// Calls `attempt` until it succeeds, fails for good, or `retries` (its policy and its stop)
 /// gives up: an error `retryable` accepts is tried again after the policy's next delay,
 /// announced to `on_retry` (the runner's log line) before the wait; any other error, an
-/// exhausted policy or a stop during the wait returns the last error.
+/// exhausted policy or a stop during the wait returns the last error ([`Retries::run`] for a
+/// call whose answer is a `Result`).
 pub async fn retried<T, E, Fut>(
     retries: &mut Retries,
     mut attempt: impl FnMut() -> Fut,
     retryable: impl Fn(&E) -> bool,
-    mut on_retry: impl FnMut(&E, Duration),
+    on_retry: impl FnMut(&E, Duration),
 ) -> Result<T, E>
 where
     Fut: Future<Output = Result<T, E>>,
 {
-    loop {
-        let error = match attempt().await {
-            Err(e) if retryable(&e) => e,
-            done => return done,
-        };
-        let Some(delay) = retries.next(None) else {
-            return Err(error);
-        };
-        on_retry(&error, delay);
-        if !retries.wait(delay).await {
-            return Err(error);
-        }
+    let retryable = &retryable;
+    let ended = retries
+        .run(
+            || {
+                let call = attempt();
+                async move {
+                    match call.await {
+                        Err(e) if retryable(&e) => Attempt::Again(e, None),
+                        done => Attempt::Done(done),
+                    }
+                }
+            },
+            on_retry,
+        )
+        .await;
+    match ended {
+        Ended::Done(done) => done,
+        Ended::GaveUp(e) | Ended::Stopped(e) => Err(e),
     }
 }
 

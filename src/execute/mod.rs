@@ -28,7 +28,7 @@ use crate::core::pod_index::PodIndex;
 use crate::host::state_file::PendingEviction;
 use crate::outbound::notify::Notifier;
 use crate::ports::{ContainerProcesses, Delivery, EventSink, Evictor, HttpCaller, PodRef};
-use crate::retry::Retries;
+use crate::retry::{Attempt, Ended, Retries};
 use crate::serve::metrics::Metrics;
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
@@ -624,43 +624,10 @@ impl Inner {
         // attempt started anew meanwhile (its process had exited — e.g. stopped by an agent
         // that restarted before it recorded the restart): it read the new config, and a stop
         // now would be a second restart.
-        let mut retries = Retries::new(&signal::RETRY).stopped_by(self.stop.clone());
-        let mut first_id: Option<Option<String>> = None;
-        let mut anew = false;
-        let (pod, stopped) = loop {
-            let Some(pod) = self.pod(&job.pod_uid) else {
-                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone while drained; restart dropped");
-                return false;
-            };
-            let (now_id, running) = restart::shown_id(&pod, &job.container);
-            match &first_id {
-                None => first_id = Some(now_id),
-                Some(Some(was)) if running && now_id.as_ref().is_some_and(|now| now != was) => {
-                    anew = true;
-                    break (pod, Err(restart::RestartError::StartedAnew));
-                }
-                Some(_) => {}
-            }
-            let inner = self.clone();
-            let (p, j) = (pod.clone(), job.clone());
-            let stopped = tokio::task::spawn_blocking(move || {
-                restart::stop(inner.processes.as_ref(), &p, &j)
-            })
-            .await
-            .unwrap_or_else(|e| Err(restart::RestartError::Panicked(e.to_string())));
-            let delay = match &stopped {
-                Err(e) if e.nothing_sent() => retries.next(None),
-                _ => None,
-            };
-            let (Some(delay), Err(e)) = (delay, &stopped) else {
-                break (pod, stopped);
-            };
-            tracing::info!(pod = %pod.full_name(), container = %job.container, error = %e, retry_in_ms = delay.as_millis() as u64, "restart: the container cannot be stopped yet; will retry");
-            if !retries.wait(delay).await {
-                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: restart retry dropped");
-                return false;
-            }
+        let Some((pod, stopped)) = self.clone().stop_container(&job).await else {
+            return false;
         };
+        let anew = matches!(stopped, Err(restart::RestartError::StartedAnew));
         let stopped_id = pod
             .containers
             .iter()
@@ -735,6 +702,73 @@ impl Inner {
             &job.seen,
         );
         stopped.is_ok() || anew
+    }
+
+    /// Stops `job`'s container, retried as a signal is while nothing could be sent
+    /// ([`restart::RestartError::nothing_sent`]); the pod as it was then, and how the stop went
+    /// ([`restart::RestartError::StartedAnew`]: the container runs under another ID than at
+    /// the first attempt). `None`: the pod went away, or shutdown dropped the retry (said).
+    async fn stop_container(
+        self: Arc<Self>,
+        job: &RestartJob,
+    ) -> Option<(
+        Arc<PodInfo>,
+        Result<restart::Stopped, restart::RestartError>,
+    )> {
+        let mut retries = Retries::new(&signal::RETRY).stopped_by(self.stop.clone());
+        // The container's ID at the first attempt.
+        let first_id: Mutex<Option<Option<String>>> = Mutex::new(None);
+        let ended = retries
+            .run(
+                || async {
+                    let Some(pod) = self.pod(&job.pod_uid) else {
+                        return Attempt::Done(None);
+                    };
+                    let (now_id, running) = restart::shown_id(&pod, &job.container);
+                    {
+                        let mut first = first_id.lock().unwrap_or_else(|e| e.into_inner());
+                        match &*first {
+                            None => *first = Some(now_id),
+                            Some(Some(was))
+                                if running && now_id.as_ref().is_some_and(|now| now != was) =>
+                            {
+                                return Attempt::Done(Some((
+                                    pod,
+                                    Err(restart::RestartError::StartedAnew),
+                                )));
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                    let inner = self.clone();
+                    let (p, j) = (pod.clone(), job.clone());
+                    let stopped = tokio::task::spawn_blocking(move || {
+                        restart::stop(inner.processes.as_ref(), &p, &j)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(restart::RestartError::Panicked(e.to_string())));
+                    match stopped {
+                        Err(e) if e.nothing_sent() => Attempt::Again((pod, e), None),
+                        stopped => Attempt::Done(Some((pod, stopped))),
+                    }
+                },
+                |(pod, e), delay| {
+                    tracing::info!(pod = %pod.full_name(), container = %job.container, error = %e, retry_in_ms = delay.as_millis() as u64, "restart: the container cannot be stopped yet; will retry");
+                },
+            )
+            .await;
+        match ended {
+            Ended::Done(Some(done)) => Some(done),
+            Ended::Done(None) => {
+                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone while drained; restart dropped");
+                None
+            }
+            Ended::GaveUp((pod, e)) => Some((pod, Err(e))),
+            Ended::Stopped(_) => {
+                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: restart retry dropped");
+                None
+            }
+        }
     }
 
     /// [`Executor::restart_pod`]'s hand-off: `true` when the restart was handed to the
@@ -836,28 +870,46 @@ impl Inner {
 
     /// After a failed attempt: retries (0.5 s doubling) while the container restarts, none
     /// at shutdown; `SignalFailed` once they are used up.
-    async fn retry(self: Arc<Self>, mut job: SignalJob, mut error: SignalError) {
+    async fn retry(self: Arc<Self>, job: SignalJob, error: SignalError) {
         let mut retries = Retries::new(&signal::RETRY).stopped_by(self.stop.clone());
-        loop {
-            let Some(delay) = retries.next(None) else {
-                self.give_up(&job, &error);
-                return;
-            };
-            tracing::warn!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
-            if !retries.wait(delay).await {
+        // The first attempt's failure (it ran before any retry: on the caller's thread, or
+        // on a blocking one), then the job of the latest attempt.
+        let first = Mutex::new(Some(error));
+        let job = Mutex::new(job);
+        let latest = || job.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let ended = retries
+            .run(
+                || async {
+                    if let Some(error) = first.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        return Attempt::Again(error, None);
+                    }
+                    let mut next = latest();
+                    next.attempt += 1;
+                    let inner = self.clone();
+                    match tokio::task::spawn_blocking(move || inner.attempt(next)).await {
+                        Ok(None) => Attempt::Done(()),
+                        Ok(Some((tried, e))) => {
+                            *job.lock().unwrap_or_else(|e| e.into_inner()) = tried;
+                            Attempt::Again(e, None)
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "signal attempt panicked");
+                            Attempt::Done(())
+                        }
+                    }
+                },
+                |error, delay| {
+                    let job = latest();
+                    tracing::warn!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
+                },
+            )
+            .await;
+        let job = latest();
+        match ended {
+            Ended::Done(()) => {}
+            Ended::GaveUp(error) => self.give_up(&job, &error),
+            Ended::Stopped(_) => {
                 tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: signal retry dropped");
-                return;
-            }
-            job.attempt += 1;
-            let inner = self.clone();
-            let attempt = tokio::task::spawn_blocking(move || inner.attempt(job)).await;
-            match attempt {
-                Ok(None) => return,
-                Ok(Some((j, e))) => (job, error) = (j, e),
-                Err(e) => {
-                    tracing::error!(error = %e, "signal attempt panicked");
-                    return;
-                }
             }
         }
     }

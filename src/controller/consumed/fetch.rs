@@ -3,7 +3,7 @@
 //! the rollout feature and the data versions.
 
 use crate::ports::{EnvApi, ObjectData, ObjectKey};
-use crate::retry::{Backoff, Retries};
+use crate::retry::{Attempt, Backoff, Ended, Retries};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +37,6 @@ fn spawn_read(
     failed: mpsc::UnboundedSender<ObjectKey>,
     mut what: Fetched,
 ) {
-    let mut failed = Some(failed);
     let api = api.clone();
     let tx = tx.clone();
     let permits = permits.clone();
@@ -45,33 +44,34 @@ fn spawn_read(
     tokio::spawn(async move {
         let key = what.key.clone();
         let mut retries = Retries::new(&FETCH_RETRY).stopped_by(stop.clone());
-        let read_until_done = async {
-            loop {
+        let failed = std::sync::Mutex::new(Some(failed));
+        let read_until_done = retries.run(
+            || async {
                 // The permit is held for the read only, not for the wait after it.
                 let read = match permits.clone().acquire_owned().await {
                     Ok(_permit) => api.read(&key).await,
-                    Err(_) => return None,
+                    Err(_) => return Attempt::Done(None),
                 };
-                let error = match read {
-                    Ok(data) => return Some(data),
-                    Err(e) => e,
-                };
-                if let Some(failed) = failed.take() {
-                    let _ = failed.send(key.clone());
+                match read {
+                    Ok(data) => Attempt::Done(Some(data)),
+                    Err(e) => {
+                        if let Some(failed) = failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                            let _ = failed.send(key.clone());
+                        }
+                        Attempt::Again(e, None)
+                    }
                 }
-                let delay = retries.next(None)?;
+            },
+            |error, delay| {
                 tracing::warn!(kind = key.kind.as_str(), namespace = %key.namespace, name = %key.name, error = %error, retry_in_ms = delay.as_millis() as u64, "cannot read a ConfigMap/Secret a pod consumes; retrying");
-                if !retries.wait(delay).await {
-                    return None;
-                }
-            }
-        };
+            },
+        );
         // A stop also ends a read in flight.
         what.data = tokio::select! {
             _ = stop.cancelled() => return,
-            data = read_until_done => match data {
-                Some(data) => data,
-                None => return,
+            ended = read_until_done => match ended {
+                Ended::Done(Some(data)) => data,
+                Ended::Done(None) | Ended::GaveUp(_) | Ended::Stopped(_) => return,
             },
         };
         let _ = tx.send(what);

@@ -16,10 +16,10 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pod_index::PodIndex;
 use crate::core::policy::{Cause, HttpTarget, SignalTarget};
 use crate::ports::{HttpAnswer, HttpCall, HttpCallError, HttpCaller, PodRef};
-use crate::retry::{Backoff, Jitter, Retries};
+use crate::retry::{Attempt, Backoff, Ended, Jitter, Retries};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -405,60 +405,21 @@ impl Inner {
 
     async fn run(&self, job: &HttpJob) {
         let mut retries = Retries::new(&self.settings.backoff()).stopped_by(self.stop.clone());
-        let mut attempts = 0u32;
+        let attempts = AtomicU32::new(0);
         let method = job.target.spec.method.as_str();
-        loop {
-            let Some(pod) = self.pod(&job.pod_uid) else {
-                tracing::info!(pod_uid = %job.pod_uid, "pod gone; reload request dropped");
-                return;
-            };
-            if let Some(why) = restarted(&pod, &job.target.containers) {
-                tracing::info!(pod = %pod.full_name(), why, "reload request dropped: the container restarted and read its configuration anew");
-                return;
-            }
-            let (url, result) = match pod.pod_ip {
-                None => (
-                    format!("port {}", job.target.port),
-                    Err(AttemptError::NoPodIp),
-                ),
-                Some(ip) => {
-                    let call = call(&job.target, ip);
-                    if self.report.dry_run() {
-                        self.dry_run(job, &pod, &call.url);
-                        return;
-                    }
-                    let share = self.namespace_share(&pod.namespace);
-                    let Ok(_share) = share.acquire().await else {
-                        return;
-                    };
-                    let Ok(_permit) = self.permits.acquire().await else {
-                        return;
-                    };
-                    attempts += 1;
-                    let timeout = self.settings.timeout;
-                    let answer = within(
-                        timeout,
-                        async { self.caller.call(&call).await.map_err(AttemptError::from) },
-                        |t| Err(AttemptError::Timeout(t)),
-                    )
-                    .await;
-                    (call.url, answer)
-                }
-            };
-            let error = match verdict(&result) {
-                Verdict::Reloaded => {
-                    let status = result.map(|a| a.status).unwrap_or_default();
-                    self.reloaded(job, &pod, &url, status, attempts);
-                    return;
-                }
-                Verdict::Refused(said) => {
-                    let note = format!("{method} {url} {said}: {}", job.cause());
-                    self.failed(job, &pod, note, attempts, &said);
-                    return;
-                }
-                Verdict::Retry(why) => why,
-            };
-            let Some(delay) = retries.next(None) else {
+        let ended = retries
+            .run(
+                || self.attempt(job, &attempts),
+                |(pod, url, error), delay| {
+                    let attempts = attempts.load(Ordering::Relaxed);
+                    tracing::warn!(pod = %pod.full_name(), method, url, attempts, error = %error, retry_in_ms = delay.as_millis() as u64, action = "http", "reload request failed; will retry");
+                },
+            )
+            .await;
+        let attempts = attempts.load(Ordering::Relaxed);
+        match ended {
+            Ended::Done(()) => {}
+            Ended::GaveUp((pod, url, error)) => {
                 let elapsed = retries.elapsed();
                 let note = format!(
                     "{method} {url} failed {attempts} time(s) in {}, last: {error}: {}",
@@ -466,13 +427,71 @@ impl Inner {
                     job.cause()
                 );
                 self.failed(job, &pod, note, attempts, &error);
-                return;
-            };
-            tracing::warn!(pod = %pod.full_name(), method, url, attempts, error = %error, retry_in_ms = delay.as_millis() as u64, action = "http", "reload request failed; will retry");
-            if !retries.wait(delay).await {
-                tracing::info!(pod = %pod.full_name(), "shutting down: reload request dropped");
-                return;
             }
+            Ended::Stopped((pod, _, _)) => {
+                tracing::info!(pod = %pod.full_name(), "shutting down: reload request dropped");
+            }
+        }
+    }
+
+    /// One reload request (or `--dry-run`'s line), unless the job is moot: done (reported),
+    /// or the pod, URL and error to try again on.
+    async fn attempt(
+        &self,
+        job: &HttpJob,
+        attempts: &AtomicU32,
+    ) -> Attempt<(), (PodInfo, String, String)> {
+        let Some(pod) = self.pod(&job.pod_uid) else {
+            tracing::info!(pod_uid = %job.pod_uid, "pod gone; reload request dropped");
+            return Attempt::Done(());
+        };
+        if let Some(why) = restarted(&pod, &job.target.containers) {
+            tracing::info!(pod = %pod.full_name(), why, "reload request dropped: the container restarted and read its configuration anew");
+            return Attempt::Done(());
+        }
+        let (url, result) = match pod.pod_ip {
+            None => (
+                format!("port {}", job.target.port),
+                Err(AttemptError::NoPodIp),
+            ),
+            Some(ip) => {
+                let call = call(&job.target, ip);
+                if self.report.dry_run() {
+                    self.dry_run(job, &pod, &call.url);
+                    return Attempt::Done(());
+                }
+                let share = self.namespace_share(&pod.namespace);
+                let Ok(_share) = share.acquire().await else {
+                    return Attempt::Done(());
+                };
+                let Ok(_permit) = self.permits.acquire().await else {
+                    return Attempt::Done(());
+                };
+                attempts.fetch_add(1, Ordering::Relaxed);
+                let timeout = self.settings.timeout;
+                let answer = within(
+                    timeout,
+                    async { self.caller.call(&call).await.map_err(AttemptError::from) },
+                    |t| Err(AttemptError::Timeout(t)),
+                )
+                .await;
+                (call.url, answer)
+            }
+        };
+        let method = job.target.spec.method.as_str();
+        let attempts = attempts.load(Ordering::Relaxed);
+        match verdict(&result) {
+            Verdict::Reloaded => {
+                let status = result.map(|a| a.status).unwrap_or_default();
+                self.reloaded(job, &pod, &url, status, attempts);
+                Attempt::Done(())
+            }
+            Verdict::Refused(said) => {
+                let note = format!("{method} {url} {said}: {}", job.cause());
+                self.failed(job, &pod, note, attempts, &said);
+                Attempt::Done(())
+            }
+            Verdict::Retry(why) => Attempt::Again((pod, url, why), None),
         }
     }
 

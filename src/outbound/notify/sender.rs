@@ -14,7 +14,8 @@ use super::metrics::{FailureLabels, NotifyMetrics};
 use super::poster::{PostResponse, Poster};
 use super::secret_url::SecretUrl;
 use crate::core::fair_queue::FairQueue;
-use crate::retry::{Backoff, Jitter, Retries, RetryAfter};
+use crate::retry::{Attempt, Backoff, Ended, Jitter, Retries, RetryAfter};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -230,41 +231,50 @@ async fn deliver<P: Poster>(
 ) {
     // No stop: cancelling is the drain task's.
     let mut retries = Retries::new(&a.backoff);
-    let mut attempt = 1;
-    loop {
-        let verdict = match tokio::time::timeout(a.timeout, poster.post(url, payload)).await {
-            Ok(Ok(resp)) => judge(resp),
-            Ok(Err(e)) => Answer::Retry("connect", e.to_string(), None),
-            Err(_) => Answer::Retry("timeout", format!("no answer within {:?}", a.timeout), None),
-        };
-        let (reason, detail) = match verdict {
-            Answer::Sent(status) => {
-                metrics.sent.inc();
-                tracing::debug!(sink = %url, status, attempt, "notification sent");
-                return;
-            }
-            Answer::Final(reason, detail) => (reason, detail),
-            Answer::Retry(reason, detail, retry_after) => match retries.next(retry_after) {
-                Some(delay) => {
-                    metrics.retries.inc();
-                    tracing::info!(
-                        sink = %url, attempt, error = %detail, retry_in = ?delay,
-                        "notification not delivered; will retry"
-                    );
-                    retries.wait(delay).await;
-                    attempt += 1;
-                    continue;
+    let attempt = AtomicU32::new(0);
+    let ended = retries
+        .run(
+            || async {
+                attempt.fetch_add(1, Ordering::Relaxed);
+                match tokio::time::timeout(a.timeout, poster.post(url, payload)).await {
+                    Ok(Ok(resp)) => match judge(resp) {
+                        Answer::Sent(status) => Attempt::Done(Ok(status)),
+                        Answer::Final(reason, detail) => Attempt::Done(Err((reason, detail))),
+                        Answer::Retry(reason, detail, after) => {
+                            Attempt::Again((reason, detail), after)
+                        }
+                    },
+                    Ok(Err(e)) => Attempt::Again(("connect", e.to_string()), None),
+                    Err(_) => Attempt::Again(
+                        ("timeout", format!("no answer within {:?}", a.timeout)),
+                        None,
+                    ),
                 }
-                None => (reason, detail),
             },
-        };
-        metrics
-            .failed
-            .get_or_create(&FailureLabels { reason })
-            .inc();
-        tracing::warn!(sink = %url, attempt, error = %detail, "notification not delivered; giving up");
-        return;
-    }
+            |(_, detail), delay| {
+                metrics.retries.inc();
+                let attempt = attempt.load(Ordering::Relaxed);
+                tracing::info!(
+                    sink = %url, attempt, error = %detail, retry_in = ?delay,
+                    "notification not delivered; will retry"
+                );
+            },
+        )
+        .await;
+    let attempt = attempt.load(Ordering::Relaxed);
+    let (reason, detail) = match ended {
+        Ended::Done(Ok(status)) => {
+            metrics.sent.inc();
+            tracing::debug!(sink = %url, status, attempt, "notification sent");
+            return;
+        }
+        Ended::Done(Err(failed)) | Ended::GaveUp(failed) | Ended::Stopped(failed) => failed,
+    };
+    metrics
+        .failed
+        .get_or_create(&FailureLabels { reason })
+        .inc();
+    tracing::warn!(sink = %url, attempt, error = %detail, "notification not delivered; giving up");
 }
 
 #[cfg(test)]
