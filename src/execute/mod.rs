@@ -30,12 +30,14 @@ use crate::outbound::notify::Notifier;
 use crate::ports::{ContainerProcesses, Delivery, EventSink, Evictor, HttpCaller, PodRef};
 use crate::retry::{Attempt, Ended, Retries};
 use crate::serve::metrics::Metrics;
+use effect::{perform, Effect};
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
 use report::{Line, Reporter};
 use restart::RestartJob;
 use signal::{SignalError, SignalJob};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -247,22 +249,16 @@ impl Executor {
                         let retrying = inner.clone();
                         self.inner
                             .signals
-                            .spawn_on(retrying.retry(job, e.into()), runtime);
+                            .spawn_on(retrying.run_signal(job, Some(e.into())), runtime);
                     }
                 }
                 return;
             }
         }
         let inner = self.inner.clone();
-        self.inner.signals.spawn_blocking_on(
-            move || {
-                if let Some((job, error)) = inner.attempt(job) {
-                    let retrying = inner.clone();
-                    inner.signals.spawn(retrying.retry(job, error));
-                }
-            },
-            &self.inner.runtime,
-        );
+        self.inner
+            .signals
+            .spawn_on(inner.run_signal(job, None), &self.inner.runtime);
     }
 
     /// Spaces restarts of one container `spacing` apart (default
@@ -502,6 +498,64 @@ impl Drop for SpacingSlot<'_> {
             Some(at) => restarted.insert(self.key.clone(), at),
             None => restarted.remove(&self.key),
         };
+    }
+}
+
+/// One signal's attempts as an [`Effect`], each on a blocking thread: delivered
+/// ([`Inner::deliver`]) or, under `--dry-run`, looked at ([`Inner::look`]). The error says
+/// which attempt failed: `true` for the rehearsal's.
+struct Signal {
+    inner: Arc<Inner>,
+    /// The hot path's failed first attempt, to retry after.
+    failed: Mutex<Option<SignalError>>,
+    /// An attempt was made: the next counts one more.
+    started: AtomicBool,
+    /// The latest attempt's job.
+    job: Mutex<SignalJob>,
+}
+
+impl Signal {
+    fn latest(&self) -> SignalJob {
+        self.job.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    async fn step(
+        &self,
+        attempt: fn(&Inner, SignalJob) -> Option<(SignalJob, SignalError)>,
+        rehearsed: bool,
+    ) -> Attempt<(), (SignalError, bool)> {
+        if let Some(error) = self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Attempt::Again((error, rehearsed), None);
+        }
+        let mut next = self.latest();
+        if self.started.swap(true, Ordering::Relaxed) {
+            next.attempt += 1;
+        }
+        let inner = self.inner.clone();
+        match tokio::task::spawn_blocking(move || attempt(&inner, next)).await {
+            Ok(None) => Attempt::Done(()),
+            Ok(Some((tried, error))) => {
+                *self.job.lock().unwrap_or_else(|e| e.into_inner()) = tried;
+                Attempt::Again((error, rehearsed), None)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "signal attempt panicked");
+                Attempt::Done(())
+            }
+        }
+    }
+}
+
+impl Effect for Signal {
+    type Done = ();
+    type Error = (SignalError, bool);
+
+    async fn attempt(&self) -> Attempt<(), (SignalError, bool)> {
+        self.step(Inner::deliver, false).await
+    }
+
+    async fn rehearse(&self) -> Attempt<(), (SignalError, bool)> {
+        self.step(Inner::look, true).await
     }
 }
 
@@ -810,14 +864,8 @@ impl Inner {
 
     /// One attempt, on a blocking thread: `None` when it is over (sent and reported, or the
     /// pod is gone), else the job and the error to retry on.
-    fn attempt(&self, job: SignalJob) -> Option<(SignalJob, SignalError)> {
-        let Some(pod) = self.pod(&job.pod_uid) else {
-            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
-            return None;
-        };
-        if self.report.dry_run() {
-            return self.look(job, &pod);
-        }
+    fn deliver(&self, job: SignalJob) -> Option<(SignalJob, SignalError)> {
+        let pod = self.signalled_pod(&job)?;
         let delivered = signal::running_container_id(&pod, &job.container).and_then(|id| {
             self.processes
                 .deliver(&job.pod_uid, id, job.signal, job.check)
@@ -868,57 +916,47 @@ impl Inner {
         );
     }
 
-    /// After a failed attempt: retries (0.5 s doubling) while the container restarts, none
-    /// at shutdown; `SignalFailed` once they are used up.
-    async fn retry(self: Arc<Self>, job: SignalJob, error: SignalError) {
+    /// A signal's attempts ([`Signal`]), after the hot path's failed one (`failed`) or from
+    /// the first: retried (0.5 s doubling) while the container restarts, none at shutdown;
+    /// `SignalFailed` once they are used up.
+    async fn run_signal(self: Arc<Self>, job: SignalJob, failed: Option<SignalError>) {
         let mut retries = Retries::new(&signal::RETRY).stopped_by(self.stop.clone());
-        // The first attempt's failure (it ran before any retry: on the caller's thread, or
-        // on a blocking one), then the job of the latest attempt.
-        let first = Mutex::new(Some(error));
-        let job = Mutex::new(job);
-        let latest = || job.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let ended = retries
-            .run(
-                || async {
-                    if let Some(error) = first.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                        return Attempt::Again(error, None);
-                    }
-                    let mut next = latest();
-                    next.attempt += 1;
-                    let inner = self.clone();
-                    match tokio::task::spawn_blocking(move || inner.attempt(next)).await {
-                        Ok(None) => Attempt::Done(()),
-                        Ok(Some((tried, e))) => {
-                            *job.lock().unwrap_or_else(|e| e.into_inner()) = tried;
-                            Attempt::Again(e, None)
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "signal attempt panicked");
-                            Attempt::Done(())
-                        }
-                    }
-                },
-                |error, delay| {
-                    let job = latest();
-                    tracing::warn!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
-                },
-            )
-            .await;
-        let job = latest();
+        let signal = Signal {
+            inner: self.clone(),
+            started: AtomicBool::new(failed.is_some()),
+            failed: Mutex::new(failed),
+            job: Mutex::new(job),
+        };
+        let ended = perform(&self.report, &mut retries, &signal, |(error, _), delay| {
+            let job = signal.latest();
+            tracing::warn!(pod_uid = %job.pod_uid, container = %job.container, signal = %job.signal, attempt = job.attempt, error = %error, retry_in_ms = delay.as_millis() as u64, "signal failed; will retry");
+        })
+        .await;
+        let job = signal.latest();
         match ended {
             Ended::Done(()) => {}
-            Ended::GaveUp(error) => self.give_up(&job, &error),
+            Ended::GaveUp((error, rehearsed)) => self.give_up(&job, &error, rehearsed),
             Ended::Stopped(_) => {
                 tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "shutting down: signal retry dropped");
             }
         }
     }
 
+    /// The pod of a signal's attempt; gone, the signal is dropped (said).
+    fn signalled_pod(&self, job: &SignalJob) -> Option<Arc<PodInfo>> {
+        let pod = self.pod(&job.pod_uid);
+        if pod.is_none() {
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
+        }
+        pod
+    }
+
     /// `--dry-run`'s attempt: logs what the signal would do to the main process (the same
     /// check as a real signal, retried the same way while the container is not running),
     /// and sends nothing.
-    fn look(&self, job: SignalJob, pod: &PodInfo) -> Option<(SignalJob, SignalError)> {
-        let seen = signal::running_container_id(pod, &job.container).and_then(|id| {
+    fn look(&self, job: SignalJob) -> Option<(SignalJob, SignalError)> {
+        let pod = self.signalled_pod(&job)?;
+        let seen = signal::running_container_id(&pod, &job.container).and_then(|id| {
             let (main, status) = self.processes.inspect(&job.pod_uid, id)?;
             let verdict = crate::core::disposition::decide(&status, job.signal, job.check);
             let what = crate::core::disposition::describe(&status, main.pid, job.signal, verdict);
@@ -939,7 +977,7 @@ impl Inner {
         );
         let cause = job.cause();
         self.report.said(
-            &PodRef::from(pod),
+            &PodRef::from(&*pod),
             ActionKind::Signal,
             Outcome::DryRun,
             message.into(),
@@ -950,12 +988,12 @@ impl Inner {
         None
     }
 
-    fn give_up(&self, job: &SignalJob, error: &SignalError) {
-        let Some(pod) = self.pod(&job.pod_uid) else {
-            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; signal dropped");
+    /// The attempts are used up (`rehearsed`: `--dry-run`'s).
+    fn give_up(&self, job: &SignalJob, error: &SignalError, rehearsed: bool) {
+        let Some(pod) = self.signalled_pod(job) else {
             return;
         };
-        if self.report.dry_run() {
+        if rehearsed {
             let message = "dry-run: would send signal, but the main process was not found";
             let cause = job.cause();
             self.report.said(

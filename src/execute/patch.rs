@@ -4,7 +4,7 @@
 //! 404/409 (nudges only), `--dry-run` (nothing is written, the patch is logged) and a typed
 //! [`Outcome`] handed back to the feature that asked, reported through the [`Reporter`].
 
-use super::effect::bounded;
+use super::effect::{bounded, perform_once, Effect};
 use super::report::Reporter;
 use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE, ROLLOUT_BASELINE};
 use crate::core::model::{PodInfo, SourceRef};
@@ -12,6 +12,8 @@ use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::pacing::ENV_PACING;
 use crate::core::status::data_version::ANNOTATION as DATA_VERSION;
 use crate::ports::{PatchError, PatchRequest, PatchTarget, Patcher, PodRef};
+use crate::retry::Attempt;
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -181,27 +183,51 @@ impl Patches {
     }
 }
 
-impl Inner {
-    async fn run(&self, job: &PatchJob) -> Outcome {
-        let req = job.request();
-        if self.report.dry_run() {
-            let outcome = Outcome::DryRun;
-            if let PatchKind::DataVersion { source, .. } = &job.kind {
-                tracing::info!(namespace = %job.pod.namespace, object = %source, annotation = req.annotation, value = %job.shown(), outcome = outcome.as_str(), "dry-run: would patch the object's annotation");
-            } else {
-                tracing::info!(pod = %job.pod.full_name(), annotation = req.annotation, value = %job.shown(), outcome = outcome.as_str(), "dry-run: would patch the pod's annotation");
-            }
-            return outcome;
-        }
-        let result = match self.call(&req).await {
+/// One patch as an [`Effect`]: written (after a 404/409 of a nudge, read again and written
+/// once more), or under `--dry-run` logged.
+struct Patch<'a> {
+    inner: &'a Inner,
+    job: &'a PatchJob,
+    req: PatchRequest,
+}
+
+impl Effect for Patch<'_> {
+    type Done = Outcome;
+    type Error = Infallible;
+
+    async fn attempt(&self) -> Attempt<Outcome, Infallible> {
+        let (inner, job, req) = (self.inner, self.job, &self.req);
+        let result = match inner.call(req).await {
             Err(PatchError::NotFound | PatchError::Conflict(_))
                 if matches!(job.kind, PatchKind::Nudge { .. }) =>
             {
-                self.again(job, &req).await
+                inner.again(job, req).await
             }
             other => other,
         };
-        self.finish(job, result)
+        Attempt::Done(inner.finish(job, result))
+    }
+
+    async fn rehearse(&self) -> Attempt<Outcome, Infallible> {
+        let (job, req) = (self.job, &self.req);
+        let outcome = Outcome::DryRun;
+        if let PatchKind::DataVersion { source, .. } = &job.kind {
+            tracing::info!(namespace = %job.pod.namespace, object = %source, annotation = req.annotation, value = %job.shown(), outcome = outcome.as_str(), "dry-run: would patch the object's annotation");
+        } else {
+            tracing::info!(pod = %job.pod.full_name(), annotation = req.annotation, value = %job.shown(), outcome = outcome.as_str(), "dry-run: would patch the pod's annotation");
+        }
+        Attempt::Done(outcome)
+    }
+}
+
+impl Inner {
+    async fn run(&self, job: &PatchJob) -> Outcome {
+        let patch = Patch {
+            inner: self,
+            job,
+            req: job.request(),
+        };
+        perform_once(&self.report, &patch).await
     }
 
     /// One call, within the timeout, holding a permit.

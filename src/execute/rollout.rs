@@ -8,13 +8,13 @@
 //! typed [`Outcome`] reported through the [`Reporter`].
 
 use super::applied::Seen;
-use super::effect::{bounded, retried};
+use super::effect::{bounded, perform, Effect};
 use super::report::Reporter;
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};
 use crate::core::rollout::WorkloadRef;
 use crate::ports::{ObjectRef, PatchError, PodRef, WorkloadPatcher};
-use crate::retry::{Backoff, Retries};
+use crate::retry::{Attempt, Backoff, Ended, Retries};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,14 +83,15 @@ impl Rollouts {
         let inner = &self.inner;
         let w = &job.workload;
         let workload = format!("{} {}/{}", w.kind.as_str(), w.namespace, w.name);
-        if inner.report.dry_run() {
+        let rehearsal = || {
             let outcome = Outcome::DryRun;
             tracing::info!(workload = %workload, patch = %job.patch, cause = %job.cause, outcome = outcome.as_str(), "dry-run: would patch the workload's pod template");
             inner.report.count(ActionKind::Rollout, outcome);
             self.note(job, outcome, "");
-            return outcome;
-        }
-        let result = self.send(w, &job.patch, &workload).await;
+        };
+        let Some(result) = self.send(w, &job.patch, &workload, &rehearsal).await else {
+            return Outcome::DryRun;
+        };
         let (outcome, note) = match result {
             Ok(()) => (
                 Outcome::RolloutRequested,
@@ -157,32 +158,71 @@ impl Rollouts {
     /// `--dry-run`: logged, nothing sent.
     pub async fn annotate(&self, w: &WorkloadRef, patch: &Value) {
         let workload = format!("{} {}/{}", w.kind.as_str(), w.namespace, w.name);
-        if self.inner.report.dry_run() {
+        let rehearsal = || {
             tracing::info!(workload = %workload, patch = %patch, "dry-run: would record the workload's rollout pacing");
-            return;
-        }
-        match self.send(w, patch, &workload).await {
-            Ok(()) => {
+        };
+        match self.send(w, patch, &workload, &rehearsal).await {
+            None => {}
+            Some(Ok(())) => {
                 tracing::debug!(workload = %workload, "rollout pacing recorded on the workload")
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 tracing::warn!(workload = %workload, error = %e, "cannot record the rollout pacing on the workload; a new leader would not know this hold")
             }
         }
     }
 
-    /// One merge patch, with a timeout per call and retries of errors that may pass.
-    async fn send(&self, w: &WorkloadRef, patch: &Value, workload: &str) -> Result<(), PatchError> {
+    /// One merge patch ([`WorkloadPatch`]): its answer, or `None` when `--dry-run` rehearsed
+    /// it (`rehearsal` said so).
+    async fn send(
+        &self,
+        w: &WorkloadRef,
+        patch: &Value,
+        workload: &str,
+        rehearsal: &(dyn Fn() + Sync),
+    ) -> Option<Result<(), PatchError>> {
         let inner = &self.inner;
         let mut retries = Retries::new(&RETRY).stopped_by(inner.stop.clone());
-        retried(
-            &mut retries,
-            || bounded(inner.call_timeout, inner.patcher.patch(w, patch)),
-            |e| matches!(e, PatchError::Other(_) | PatchError::Conflict(_)),
-            |error, delay| {
-                tracing::warn!(workload = %workload, error = %error, retry_in_ms = delay.as_millis() as u64, "workload patch failed; retrying");
-            },
-        )
-        .await
+        let effect = WorkloadPatch {
+            inner,
+            w,
+            patch,
+            rehearsal,
+        };
+        let ended = perform(&inner.report, &mut retries, &effect, |error, delay| {
+            tracing::warn!(workload = %workload, error = %error, retry_in_ms = delay.as_millis() as u64, "workload patch failed; retrying");
+        })
+        .await;
+        match ended {
+            Ended::Done(answer) => answer,
+            Ended::GaveUp(e) | Ended::Stopped(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// One merge patch of a workload as an [`Effect`]: a timeout per call, errors that may pass
+/// (timeout, 5xx, 409) tried again; under `--dry-run` only `rehearsal`'s line.
+struct WorkloadPatch<'a> {
+    inner: &'a Inner,
+    w: &'a WorkloadRef,
+    patch: &'a Value,
+    rehearsal: &'a (dyn Fn() + Sync),
+}
+
+impl Effect for WorkloadPatch<'_> {
+    type Done = Option<Result<(), PatchError>>;
+    type Error = PatchError;
+
+    async fn attempt(&self) -> Attempt<Self::Done, PatchError> {
+        let inner = self.inner;
+        match bounded(inner.call_timeout, inner.patcher.patch(self.w, self.patch)).await {
+            Err(e @ (PatchError::Other(_) | PatchError::Conflict(_))) => Attempt::Again(e, None),
+            answer => Attempt::Done(Some(answer)),
+        }
+    }
+
+    async fn rehearse(&self) -> Attempt<Self::Done, PatchError> {
+        (self.rehearsal)();
+        Attempt::Done(None)
     }
 }

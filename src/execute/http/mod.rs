@@ -8,7 +8,7 @@
 //! namespace holds at most three quarters of them ([`HttpSettings::per_namespace`]): a
 //! tenant whose endpoints hang cannot take every slot from the others.
 
-use super::effect::within;
+use super::effect::{perform, within, Effect};
 use super::report::{Line, Reporter};
 use crate::core::annotations::HttpScheme;
 use crate::core::model::{PodInfo, SourceRef};
@@ -356,6 +356,32 @@ fn restarted(pod: &PodInfo, containers: &[SignalTarget]) -> Option<String> {
     })
 }
 
+/// What a reload request that may pass failed on: the pod, the URL, the error.
+type Failed = (PodInfo, String, String);
+
+/// One pod's reload request as an [`Effect`]: each attempt looks at the pod first (gone, or
+/// its container restarted: done), waits for its IP and its share of the node's slots.
+struct Request<'a> {
+    inner: &'a Inner,
+    job: &'a HttpJob,
+    attempts: &'a AtomicU32,
+}
+
+impl Effect for Request<'_> {
+    type Done = ();
+    type Error = Failed;
+
+    async fn attempt(&self) -> Attempt<(), Failed> {
+        self.inner.attempt(self.job, self.attempts, false).await
+    }
+
+    /// Reached the way a real request is (waiting for the pod's IP, replaced, cancelled
+    /// alike), then logged instead of sent.
+    async fn rehearse(&self) -> Attempt<(), Failed> {
+        self.inner.attempt(self.job, self.attempts, true).await
+    }
+}
+
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
@@ -407,15 +433,16 @@ impl Inner {
         let mut retries = Retries::new(&self.settings.backoff()).stopped_by(self.stop.clone());
         let attempts = AtomicU32::new(0);
         let method = job.target.spec.method.as_str();
-        let ended = retries
-            .run(
-                || self.attempt(job, &attempts),
-                |(pod, url, error), delay| {
-                    let attempts = attempts.load(Ordering::Relaxed);
-                    tracing::warn!(pod = %pod.full_name(), method, url, attempts, error = %error, retry_in_ms = delay.as_millis() as u64, action = "http", "reload request failed; will retry");
-                },
-            )
-            .await;
+        let request = Request {
+            inner: self,
+            job,
+            attempts: &attempts,
+        };
+        let ended = perform(&self.report, &mut retries, &request, |(pod, url, error), delay| {
+            let attempts = attempts.load(Ordering::Relaxed);
+            tracing::warn!(pod = %pod.full_name(), method, url, attempts, error = %error, retry_in_ms = delay.as_millis() as u64, action = "http", "reload request failed; will retry");
+        })
+        .await;
         let attempts = attempts.load(Ordering::Relaxed);
         match ended {
             Ended::Done(()) => {}
@@ -434,13 +461,14 @@ impl Inner {
         }
     }
 
-    /// One reload request (or `--dry-run`'s line), unless the job is moot: done (reported),
-    /// or the pod, URL and error to try again on.
+    /// One reload request (`rehearsed`: `--dry-run`'s line instead), unless the job is moot:
+    /// done (reported), or the pod, URL and error to try again on.
     async fn attempt(
         &self,
         job: &HttpJob,
         attempts: &AtomicU32,
-    ) -> Attempt<(), (PodInfo, String, String)> {
+        rehearsed: bool,
+    ) -> Attempt<(), Failed> {
         let Some(pod) = self.pod(&job.pod_uid) else {
             tracing::info!(pod_uid = %job.pod_uid, "pod gone; reload request dropped");
             return Attempt::Done(());
@@ -456,7 +484,7 @@ impl Inner {
             ),
             Some(ip) => {
                 let call = call(&job.target, ip);
-                if self.report.dry_run() {
+                if rehearsed {
                     self.dry_run(job, &pod, &call.url);
                     return Attempt::Done(());
                 }
