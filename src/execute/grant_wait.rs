@@ -5,7 +5,7 @@
 //! (a JSON merge patch of one annotation, conditional on the pod's UID; `dryRun=All` under
 //! `--dry-run`, where nothing is requested at all).
 
-use super::effect::{bounded, retried, API_CALL_TIMEOUT, ONCE_MORE};
+use super::effect::{bounded, perform_once, retried, Effect, API_CALL_TIMEOUT, ONCE_MORE};
 use super::report::Line;
 use super::restart::RestartJob;
 use super::restart_grant::{Maker, Step};
@@ -19,8 +19,35 @@ use crate::core::restart_request::{
 };
 use crate::core::volume_digest::HashKey;
 use crate::ports::{PatchError, PatchRequest, PatchTarget, PodRef};
-use crate::retry::Retries;
+use crate::retry::{Attempt, Retries};
+use std::convert::Infallible;
 use std::sync::Arc;
+
+/// The agent's restart request as an [`Effect`]: [`Inner::write_request`], or under
+/// `--dry-run` [`Inner::rehearse_request`].
+struct RestartRequest {
+    inner: Arc<Inner>,
+    uid: String,
+    jobs: Vec<RestartJob>,
+}
+
+impl Effect for RestartRequest {
+    type Done = ();
+    type Error = Infallible;
+
+    async fn attempt(&self) -> Attempt<(), Infallible> {
+        let inner = self.inner.clone();
+        inner
+            .write_request(self.uid.clone(), self.jobs.clone())
+            .await;
+        Attempt::Done(())
+    }
+
+    async fn rehearse(&self) -> Attempt<(), Infallible> {
+        self.inner.rehearse_request(&self.uid, &self.jobs);
+        Attempt::Done(())
+    }
+}
 
 impl Inner {
     fn restart_key(&self) -> &HashKey {
@@ -29,8 +56,36 @@ impl Inner {
     }
 
     /// A `restart` decision without `--restart-without-grant`: the request is written on the
-    /// pod and the restart waits here for its grant.
+    /// pod and the restart waits here for its grant ([`RestartRequest`]).
     pub(super) async fn request_restart(self: Arc<Self>, uid: String, jobs: Vec<RestartJob>) {
+        let request = RestartRequest {
+            inner: self.clone(),
+            uid,
+            jobs,
+        };
+        perform_once(&self.report, &request).await
+    }
+
+    /// `--dry-run`'s request: said, nothing written, so nothing is granted or restarted.
+    fn rehearse_request(&self, uid: &str, jobs: &[RestartJob]) {
+        let (Some(first), Some(pod)) = (jobs.first(), self.pod(uid)) else {
+            return;
+        };
+        let cause = first.cause();
+        self.report.said(
+            &PodRef::from(&*pod),
+            ActionKind::Restart,
+            Outcome::DryRun,
+            "dry-run: no restart was requested".into(),
+            &first.sources,
+            &first.seen,
+            Line::saying("dry-run: would request the controller's grant to restart").cause(&cause),
+        );
+    }
+
+    /// The request written on the pod (its Normal `RestartRequested` Event), then the wait
+    /// for its grant.
+    async fn write_request(self: Arc<Self>, uid: String, jobs: Vec<RestartJob>) {
         let Some(first) = jobs.first().cloned() else {
             return;
         };
@@ -38,20 +93,6 @@ impl Inner {
             return;
         };
         let pod_ref = PodRef::from(&*pod);
-        if self.report.dry_run() {
-            let cause = first.cause();
-            self.report.said(
-                &pod_ref,
-                ActionKind::Restart,
-                Outcome::DryRun,
-                "dry-run: no restart was requested".into(),
-                &first.sources,
-                &first.seen,
-                Line::saying("dry-run: would request the controller's grant to restart")
-                    .cause(&cause),
-            );
-            return;
-        }
         let Some(patcher) = self.pod_patcher.clone() else {
             let note = format!("not restarted: the agent writes no pod annotations here, so it cannot ask the controller's grant (reloadlet.io/restart-request); --restart-without-grant restarts without it: {}", first.cause());
             tracing::warn!(pod = %pod.full_name(), action = "restart", outcome = Outcome::RestartRefused.as_str(), "restart refused: no pod patch edge for the request");

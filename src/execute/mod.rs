@@ -30,13 +30,14 @@ use crate::outbound::notify::Notifier;
 use crate::ports::{ContainerProcesses, Delivery, EventSink, Evictor, HttpCaller, PodRef};
 use crate::retry::{Attempt, Ended, Retries};
 use crate::serve::metrics::Metrics;
-use effect::{perform, Effect};
+use effect::{perform, perform_once, Effect};
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
 use report::{Line, Reporter};
 use restart::RestartJob;
 use signal::{SignalError, SignalJob};
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::sync::{Arc, RwLock};
@@ -414,22 +415,14 @@ impl Executor {
         if !opened.insert(pod.uid.clone()) {
             return;
         }
-        if self.inner.report.dry_run() {
-            tracing::info!(pod = %pod.full_name(), outcome = Outcome::DryRun.as_str(), "dry-run: would set the readiness gate reloadlet.io/restart-drain True");
-            return;
-        }
-        let target = PodRef::from(pod);
+        let open = OpenGate {
+            gate,
+            target: PodRef::from(pod),
+            condition,
+        };
+        let inner = self.inner.clone();
         self.inner.signals.spawn_on(
-            async move {
-                match gate.set(&target, &condition).await {
-                    Ok(()) => {
-                        tracing::info!(pod = %target.full_name(), reason = %condition.message, "readiness gate reloadlet.io/restart-drain set True on sight")
-                    }
-                    Err(e) => {
-                        tracing::warn!(pod = %target.full_name(), error = %e, "could not set the readiness gate reloadlet.io/restart-drain True; the pod is not Ready until it is")
-                    }
-                }
-            },
+            async move { perform_once(&inner.report, &open).await },
             &self.inner.runtime,
         );
     }
@@ -501,6 +494,60 @@ impl Drop for SpacingSlot<'_> {
     }
 }
 
+/// The drain readiness gate set `True` on sight, as an [`Effect`] (under `--dry-run`,
+/// logged only).
+struct OpenGate {
+    gate: Arc<dyn crate::ports::GateWriter>,
+    target: PodRef,
+    condition: crate::core::drain_gate::GateCondition,
+}
+
+impl Effect for OpenGate {
+    type Done = ();
+    type Error = Infallible;
+
+    async fn attempt(&self) -> Attempt<(), Infallible> {
+        let (target, condition) = (&self.target, &self.condition);
+        match self.gate.set(target, condition).await {
+            Ok(()) => {
+                tracing::info!(pod = %target.full_name(), reason = %condition.message, "readiness gate reloadlet.io/restart-drain set True on sight")
+            }
+            Err(e) => {
+                tracing::warn!(pod = %target.full_name(), error = %e, "could not set the readiness gate reloadlet.io/restart-drain True; the pod is not Ready until it is")
+            }
+        }
+        Attempt::Done(())
+    }
+
+    async fn rehearse(&self) -> Attempt<(), Infallible> {
+        tracing::info!(pod = %self.target.full_name(), outcome = Outcome::DryRun.as_str(), "dry-run: would set the readiness gate reloadlet.io/restart-drain True");
+        Attempt::Done(())
+    }
+}
+
+/// One container's restart in place as an [`Effect`]: [`Inner::restart_now`], or under
+/// `--dry-run` [`Inner::rehearse_restart`]. `true`: its main process was stopped.
+struct Restart {
+    inner: Arc<Inner>,
+    job: RestartJob,
+    grantless: bool,
+}
+
+impl Effect for Restart {
+    type Done = bool;
+    type Error = Infallible;
+
+    async fn attempt(&self) -> Attempt<bool, Infallible> {
+        let inner = self.inner.clone();
+        Attempt::Done(inner.restart_now(self.job.clone(), self.grantless).await)
+    }
+
+    async fn rehearse(&self) -> Attempt<bool, Infallible> {
+        self.inner.rehearse_restart(&self.job);
+        Attempt::Done(false)
+    }
+}
+
 /// One signal's attempts as an [`Effect`], each on a blocking thread: delivered
 /// ([`Inner::deliver`]) or, under `--dry-run`, looked at ([`Inner::look`]). The error says
 /// which attempt failed: `true` for the rehearsal's.
@@ -568,29 +615,41 @@ impl Inner {
 
     /// [`Self::restart_one`]; `grantless`: done at once under `--restart-without-grant`, whose
     /// `Restarted` note says when no other pod of the owner runs here (`only_pod`).
-    async fn restart_container(self: Arc<Self>, mut job: RestartJob, grantless: bool) -> bool {
+    async fn restart_container(self: Arc<Self>, job: RestartJob, grantless: bool) -> bool {
+        let restart = Restart {
+            inner: self.clone(),
+            job,
+            grantless,
+        };
+        perform_once(&self.report, &restart).await
+    }
+
+    /// `--dry-run`'s restart: said, nothing stopped.
+    fn rehearse_restart(&self, job: &RestartJob) {
+        let Some(pod) = self.pod(&job.pod_uid) else {
+            tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; restart dropped");
+            return;
+        };
+        let message = format!(
+            "dry-run: would restart the container {} ({})",
+            job.container, job.stop.signal
+        );
+        let cause = job.cause();
+        self.report.said(
+            &PodRef::from(&*pod),
+            ActionKind::Restart,
+            Outcome::DryRun,
+            "dry-run: the container was not restarted".into(),
+            &job.sources,
+            &job.seen,
+            Line::saying(&message).cause(&cause),
+        );
+    }
+
+    /// The restart itself: spaced by the crash-loop window (a change inside it deferred to
+    /// its end, the latest job of each container), drained, stopped, reported.
+    async fn restart_now(self: Arc<Self>, mut job: RestartJob, grantless: bool) -> bool {
         let key = job.key();
-        if self.report.dry_run() {
-            let Some(pod) = self.pod(&job.pod_uid) else {
-                tracing::info!(pod_uid = %job.pod_uid, container = %job.container, "pod gone; restart dropped");
-                return false;
-            };
-            let message = format!(
-                "dry-run: would restart the container {} ({})",
-                job.container, job.stop.signal
-            );
-            let cause = job.cause();
-            self.report.said(
-                &PodRef::from(&*pod),
-                ActionKind::Restart,
-                Outcome::DryRun,
-                "dry-run: the container was not restarted".into(),
-                &job.sources,
-                &job.seen,
-                Line::saying(&message).cause(&cause),
-            );
-            return false;
-        }
         loop {
             let since = self
                 .restarted
@@ -1172,6 +1231,19 @@ mod tests {
         granted.settle().await;
         assert!(granted.processes.sent() > 0);
         assert_eq!(granted.events.reasons(), ["Restarted"]);
+    }
+
+    /// Under `--dry-run` a restart that would ask for the controller's grant asks nothing:
+    /// counted `dry_run`, not the `RestartRefused` the same job gets for real here (no pod
+    /// edge to ask through: the test above, the control).
+    #[tokio::test(start_paused = true)]
+    async fn dry_run_asks_no_grant_and_counts_dry_run() {
+        let w = world_with(true, 0, Notifier::disabled(), false);
+        w.exec.restart(restart_job("app"));
+        w.settle().await;
+        assert_eq!(w.processes.sent(), 0);
+        assert_eq!(w.count("restart", "dry_run"), "1");
+        assert_eq!(w.count("restart", "restart_refused"), "0");
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,7 +9,7 @@
 //! Normal `EvictionHandedOff`). A transient block (a pod still starting, another eviction in
 //! flight) is retried as every refusal.
 
-use super::effect::{no_answer, within};
+use super::effect::{no_answer, perform_once, within, Effect};
 use super::report::{Line, Reporter};
 use crate::core::disruption_budgets::{BudgetIndex, BudgetStatus, Coverage};
 use crate::core::outcome::{ActionKind, Outcome};
@@ -17,8 +17,9 @@ use crate::core::pod_index::PodIndex;
 use crate::core::rollout::{self, OnBlocked};
 use crate::host::state_file::PendingEviction;
 use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
-use crate::retry::{Backoff, Jitter, Retries, RetryAfter};
+use crate::retry::{Attempt, Backoff, Jitter, Retries, RetryAfter};
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -233,6 +234,45 @@ impl Evictions {
     }
 }
 
+/// One eviction call as an [`Effect`], within its timeout: under `--dry-run` the same call
+/// with `dryRun=All`, so the API server checks it (budgets included) and evicts nothing. The
+/// answer says which ran (`true`: the rehearsal).
+struct EvictCall<'a> {
+    inner: &'a Inner,
+    req: EvictRequest,
+}
+
+impl EvictCall<'_> {
+    async fn call(&self, dry_run: bool) -> Attempt<(EvictOutcome, bool), Infallible> {
+        let req = EvictRequest {
+            dry_run,
+            ..self.req.clone()
+        };
+        let timeout = self.inner.settings.call_timeout;
+        let answer = within(timeout, self.inner.evictor.evict(&req), |t| {
+            EvictOutcome::Failed {
+                code: None,
+                message: no_answer(t),
+            }
+        })
+        .await;
+        Attempt::Done((answer, dry_run))
+    }
+}
+
+impl Effect for EvictCall<'_> {
+    type Done = (EvictOutcome, bool);
+    type Error = Infallible;
+
+    async fn attempt(&self) -> Attempt<Self::Done, Infallible> {
+        self.call(false).await
+    }
+
+    async fn rehearse(&self) -> Attempt<Self::Done, Infallible> {
+        self.call(true).await
+    }
+}
+
 fn full(p: &PodRef) -> String {
     format!("{}/{}", p.namespace, p.name)
 }
@@ -283,11 +323,14 @@ impl Inner {
 
     async fn run(&self, job: &EvictJob) {
         let pod = &job.pod;
-        let req = EvictRequest {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            dry_run: self.report.dry_run(),
+        let call = EvictCall {
+            inner: self,
+            req: EvictRequest {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+                dry_run: false,
+            },
         };
         let mut retries = Retries::new(&self.settings.backoff());
         let mut last_warning: Option<Instant> = None;
@@ -309,24 +352,17 @@ impl Inner {
                 self.handed_off(job, &budget, status, attempts);
                 return;
             }
-            let outcome = {
+            let (outcome, rehearsed) = {
                 let Ok(_permit) = self.permits.acquire().await else {
                     return;
                 };
                 attempts += 1;
-                let timeout = self.settings.call_timeout;
-                within(timeout, self.evictor.evict(&req), |t| {
-                    EvictOutcome::Failed {
-                        code: None,
-                        message: no_answer(t),
-                    }
-                })
-                .await
+                perform_once(&self.report, &call).await
             };
             let warn_now = last_warning.is_none_or(|t| t.elapsed() >= self.settings.warn_every);
             let retry_after = match outcome {
                 EvictOutcome::Evicted => {
-                    self.evicted(job, attempts);
+                    self.evicted(job, attempts, rehearsed);
                     return;
                 }
                 EvictOutcome::Gone => {
@@ -498,9 +534,11 @@ impl Inner {
         );
     }
 
-    fn evicted(&self, job: &EvictJob, attempts: u32) {
+    /// The eviction was allowed (`rehearsed`: `--dry-run`'s, which the API server only
+    /// checked).
+    fn evicted(&self, job: &EvictJob, attempts: u32, rehearsed: bool) {
         let pod = &job.pod;
-        if self.report.dry_run() {
+        if rehearsed {
             let (outcome, line) = (Outcome::DryRun, Line::note().cause(&job.cause));
             let note = "dry-run: the API server would allow this eviction".into();
             let (sources, seen) = (&job.sources, &job.seen);

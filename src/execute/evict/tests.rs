@@ -335,3 +335,63 @@ async fn a_pod_deleted_during_a_structural_wait_ends_its_eviction_at_once() {
     );
     assert_eq!(s.api.calls().len(), 1);
 }
+
+/// `--dry-run`: the eviction is asked with `dryRun=All` (the API server checks it, budgets
+/// included, and evicts nothing) and counted `dry_run`; without it, the same job asks for
+/// real and counts `evicted` (the control).
+#[tokio::test(start_paused = true)]
+async fn under_dry_run_the_api_server_only_checks_the_eviction() {
+    for dry_run in [true, false] {
+        let pod = PodInfo {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            ..Default::default()
+        };
+        let mut index = PodIndex::default();
+        index.apply(pod.clone());
+        let evictor = Arc::new(fake::Evictor::default());
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::new(&mut registry);
+        let evictions = Evictions::new(
+            EvictionSettings::default(),
+            evictor.clone(),
+            Reporter::new(
+                Arc::new(fake::Events::default()),
+                crate::outbound::notify::Notifier::disabled(),
+                metrics,
+                dry_run,
+                "node-1".into(),
+            ),
+            Arc::new(RwLock::new(index)),
+            CancellationToken::new(),
+        );
+        evictions.request(EvictJob {
+            seen: Default::default(),
+            pod: PodRef::from(&pod),
+            cause: "configmap app changed".into(),
+            first_seen: None,
+            sources: vec![],
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while evictions.is_pending("u1") && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!evictions.is_pending("u1"), "dry_run={dry_run}: never done");
+        let sent: Vec<bool> = evictor
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.dry_run)
+            .collect();
+        assert_eq!(sent, [dry_run], "one call, dryRun as the setting says");
+        let text = crate::serve::metrics::encode(&registry);
+        let counted = if dry_run { "dry_run" } else { "evicted" };
+        let series = format!("actions_total{{action=\"evict\",outcome=\"{counted}\"}} 1");
+        assert!(
+            text.lines().any(|l| l == series),
+            "dry_run={dry_run}: {series}"
+        );
+    }
+}

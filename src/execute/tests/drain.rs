@@ -6,7 +6,11 @@ use crate::core::model::ContainerId;
 use crate::ports::PatchError;
 
 fn gated(w: &World, gate: Arc<fake::Gate>) -> Executor {
-    let _ = w;
+    gated_as(w, gate, false)
+}
+
+/// [`gated`], `dry_run` as given.
+fn gated_as(w: &World, gate: Arc<fake::Gate>, dry_run: bool) -> Executor {
     let mut index = PodIndex::default();
     let mut p = pod();
     p.restart.drain_gate = true;
@@ -25,7 +29,7 @@ fn gated(w: &World, gate: Arc<fake::Gate>) -> Executor {
     };
     Executor::new(
         "node-1",
-        false,
+        dry_run,
         EvictionSettings::default(),
         &deps,
         Metrics::new(&mut registry),
@@ -126,15 +130,18 @@ async fn a_pod_without_the_gate_gets_no_write_and_dry_run_writes_nothing() {
     assert!(w.processes.sent() > 0);
     assert!(gate.writes.lock().unwrap().is_empty());
 
+    // Under --dry-run, a gated pod without its condition (opened on sight for real:
+    // `a_gate_without_its_condition_is_opened_once`) and a drained restart write nothing.
     let dry = world(true, 0);
     let gate = Arc::new(fake::Gate::default());
-    let exec = dry.exec.clone().with_drain_gate(gate.clone());
+    let exec = gated_as(&dry, gate.clone(), true);
     let mut p = pod();
     p.restart.drain_gate = true;
     exec.pod_updated(&p);
     exec.restart(drained_job(Duration::from_secs(5)));
     exec.drain(Instant::now() + Duration::from_secs(3600)).await;
     assert!(gate.writes.lock().unwrap().is_empty());
+    assert_eq!(dry.processes.sent(), 0);
 }
 
 #[tokio::test(start_paused = true)]
