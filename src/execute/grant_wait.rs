@@ -6,7 +6,6 @@
 //! `--dry-run`, where nothing is requested at all).
 
 use super::effect::{bounded, perform_once, retried, Effect, API_CALL_TIMEOUT, ONCE_MORE};
-use super::report::Line;
 use super::restart::RestartJob;
 use super::restart_grant::{Maker, Step};
 use super::Inner;
@@ -71,16 +70,9 @@ impl Inner {
         let (Some(first), Some(pod)) = (jobs.first(), self.pod(uid)) else {
             return;
         };
-        let cause = first.cause();
-        self.report.said(
-            &PodRef::from(&*pod),
-            ActionKind::Restart,
-            Outcome::DryRun,
-            "dry-run: no restart was requested".into(),
-            &first.sources,
-            &first.seen,
-            Line::saying("dry-run: would request the controller's grant to restart").cause(&cause),
-        );
+        let note = "dry-run: no restart was requested";
+        let message = "dry-run: would request the controller's grant to restart";
+        self.said_restart_rehearsed(&pod, first, note, message);
     }
 
     /// The request written on the pod (its Normal `RestartRequested` Event), then the wait

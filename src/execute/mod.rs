@@ -634,15 +634,22 @@ impl Inner {
             "dry-run: would restart the container {} ({})",
             job.container, job.stop.signal
         );
+        let note = "dry-run: the container was not restarted";
+        self.said_restart_rehearsed(&pod, job, note, &message);
+    }
+
+    /// A rehearsed restart (or its request), reported: `note` on the pod's record, `message`
+    /// in the log line.
+    fn said_restart_rehearsed(&self, pod: &PodInfo, job: &RestartJob, note: &str, message: &str) {
         let cause = job.cause();
         self.report.said(
-            &PodRef::from(&*pod),
+            &PodRef::from(pod),
             ActionKind::Restart,
             Outcome::DryRun,
-            "dry-run: the container was not restarted".into(),
+            note.into(),
             &job.sources,
             &job.seen,
-            Line::saying(&message).cause(&cause),
+            Line::saying(message).cause(&cause),
         );
     }
 

@@ -5,8 +5,8 @@ use crate::core::model::PodInfo;
 use crate::ports::fake;
 use crate::serve::metrics::Metrics;
 
-#[tokio::test(start_paused = true)]
-async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
+/// Pod `ns/web` (`u1`), the only pod of the index the evictions read.
+fn web() -> (PodInfo, Arc<RwLock<PodIndex>>) {
     let pod = PodInfo {
         uid: "u1".into(),
         namespace: "ns".into(),
@@ -15,37 +15,56 @@ async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
     };
     let mut index = PodIndex::default();
     index.apply(pod.clone());
-    // The first call never answers; the next evicts.
-    let evictor = Arc::new(fake::Evictor::answering([None]));
-    let events = Arc::new(fake::Events::default());
-    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
-    let evictions = Evictions::new(
-        EvictionSettings {
-            max_in_flight: 1,
-            ..EvictionSettings::default()
-        },
-        evictor.clone(),
-        Reporter::new(
-            events.clone(),
-            crate::outbound::notify::Notifier::disabled(),
-            metrics,
-            false,
-            "node-1".into(),
-        ),
-        Arc::new(RwLock::new(index)),
+    (pod, Arc::new(RwLock::new(index)))
+}
+
+/// Evictions of `web()` through `evictor`, reported to `events` and `metrics`.
+fn evictions_of_web(
+    settings: EvictionSettings,
+    evictor: Arc<fake::Evictor>,
+    events: Arc<fake::Events>,
+    metrics: Metrics,
+    dry_run: bool,
+) -> Evictions {
+    let notifier = crate::outbound::notify::Notifier::disabled();
+    let reporter = Reporter::new(events, notifier, metrics, dry_run, "node-1".into());
+    Evictions::new(
+        settings,
+        evictor,
+        reporter,
+        web().1,
         CancellationToken::new(),
-    );
+    )
+}
+
+/// One eviction of `web()` for a change of ConfigMap `app`, waited for until it is no longer
+/// pending (an hour at most, in `step`s).
+async fn evict_web(evictions: &Evictions, step: Duration) {
     evictions.request(EvictJob {
         seen: Default::default(),
-        pod: PodRef::from(&pod),
+        pod: PodRef::from(&web().0),
         cause: "configmap app changed".into(),
         first_seen: None,
         sources: vec![],
     });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
     while evictions.is_pending("u1") && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(step).await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
+    // The first call never answers; the next evicts.
+    let evictor = Arc::new(fake::Evictor::answering([None]));
+    let events = Arc::new(fake::Events::default());
+    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
+    let settings = EvictionSettings {
+        max_in_flight: 1,
+        ..EvictionSettings::default()
+    };
+    let evictions = evictions_of_web(settings, evictor.clone(), events.clone(), metrics, false);
+    evict_web(&evictions, Duration::from_secs(1)).await;
     assert!(
         !evictions.is_pending("u1"),
         "the hung call was never given up"
@@ -342,41 +361,13 @@ async fn a_pod_deleted_during_a_structural_wait_ends_its_eviction_at_once() {
 #[tokio::test(start_paused = true)]
 async fn under_dry_run_the_api_server_only_checks_the_eviction() {
     for dry_run in [true, false] {
-        let pod = PodInfo {
-            uid: "u1".into(),
-            namespace: "ns".into(),
-            name: "web".into(),
-            ..Default::default()
-        };
-        let mut index = PodIndex::default();
-        index.apply(pod.clone());
         let evictor = Arc::new(fake::Evictor::default());
+        let events = Arc::new(fake::Events::default());
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Metrics::new(&mut registry);
-        let evictions = Evictions::new(
-            EvictionSettings::default(),
-            evictor.clone(),
-            Reporter::new(
-                Arc::new(fake::Events::default()),
-                crate::outbound::notify::Notifier::disabled(),
-                metrics,
-                dry_run,
-                "node-1".into(),
-            ),
-            Arc::new(RwLock::new(index)),
-            CancellationToken::new(),
-        );
-        evictions.request(EvictJob {
-            seen: Default::default(),
-            pod: PodRef::from(&pod),
-            cause: "configmap app changed".into(),
-            first_seen: None,
-            sources: vec![],
-        });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while evictions.is_pending("u1") && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let settings = EvictionSettings::default();
+        let evictions = evictions_of_web(settings, evictor.clone(), events, metrics, dry_run);
+        evict_web(&evictions, Duration::from_millis(10)).await;
         assert!(!evictions.is_pending("u1"), "dry_run={dry_run}: never done");
         let sent: Vec<bool> = evictor
             .calls
