@@ -1,7 +1,9 @@
 //! What every effect's calls share, written once. A runner (signals and restarts in
 //! [`super::Executor`], [`super::evict`], [`super::http`], [`super::patch`],
 //! [`super::rollout`], and the pod writes of the restart grant and of the
-//! `reloadlet.io/applied` record) says what one call is and what its answer means. How long a
+//! `reloadlet.io/applied` record) says what one call is and what its answer means. Each effect
+//! is an [`Effect`]: an attempt that acts and its `--dry-run` rehearsal, of which [`perform`]
+//! alone picks one, through the one retry loop ([`Retries::run`]). How long a
 //! call may take, how a failed call is tried again, and what an unanswered call is, are here;
 //! how an outcome becomes a metric, an Event, a notification and a record is
 //! [`super::report`]; the retry policies and their waits are [`crate::retry`].

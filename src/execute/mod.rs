@@ -38,7 +38,6 @@ use restart::RestartJob;
 use signal::{SignalError, SignalJob};
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -224,7 +223,9 @@ impl Executor {
     /// published, on the async runtime. Otherwise (nothing kept, the kept process exited,
     /// dry-run) the first attempt runs on a blocking thread of that runtime, as do retries.
     pub fn signal(&self, job: SignalJob) {
-        // Under `--dry-run` the first attempt only looks (`Inner::look`, which reports it).
+        // The first attempt is made here, before any retry (the retries are an `Effect`, run
+        // by `effect::perform`): under `--dry-run` it only looks (`Inner::look`, which reports
+        // it), and the hot path is skipped.
         let rehearsed = self.inner.report.dry_run();
         let pod = (!rehearsed).then(|| self.inner.pod(&job.pod_uid)).flatten();
         if let Some(pod) = pod {
@@ -250,16 +251,29 @@ impl Executor {
                         let retrying = inner.clone();
                         self.inner
                             .signals
-                            .spawn_on(retrying.run_signal(job, Some(e.into())), runtime);
+                            .spawn_on(retrying.run_signal(job, e.into()), runtime);
                     }
                 }
                 return;
             }
         }
+        // The first attempt on a blocking thread; a task for the retries only when it failed
+        // (most signals need none).
         let inner = self.inner.clone();
-        self.inner
-            .signals
-            .spawn_on(inner.run_signal(job, None), &self.inner.runtime);
+        self.inner.signals.spawn_blocking_on(
+            move || {
+                let first = if rehearsed {
+                    inner.look(job)
+                } else {
+                    inner.deliver(job)
+                };
+                if let Some((job, error)) = first {
+                    let retrying = inner.clone();
+                    inner.signals.spawn(retrying.run_signal(job, error));
+                }
+            },
+            &self.inner.runtime,
+        );
     }
 
     /// Spaces restarts of one container `spacing` apart (default
@@ -548,15 +562,15 @@ impl Effect for Restart {
     }
 }
 
-/// One signal's attempts as an [`Effect`], each on a blocking thread: delivered
-/// ([`Inner::deliver`]) or, under `--dry-run`, looked at ([`Inner::look`]). The error says
-/// which attempt failed: `true` for the rehearsal's.
+/// One signal's retries as an [`Effect`], each on a blocking thread: delivered
+/// ([`Inner::deliver`]) or, under `--dry-run`, looked at ([`Inner::look`]). Its first
+/// attempt ran before (the hot thread's or a blocking thread's: most signals need no retry,
+/// and no task); its failure is the effect's first answer. The error says which attempt
+/// failed: `true` for the rehearsal's.
 struct Signal {
     inner: Arc<Inner>,
-    /// The hot path's failed first attempt, to retry after.
+    /// The first attempt's failure, not yet answered.
     failed: Mutex<Option<SignalError>>,
-    /// An attempt was made: the next counts one more.
-    started: AtomicBool,
     /// The latest attempt's job.
     job: Mutex<SignalJob>,
 }
@@ -575,9 +589,7 @@ impl Signal {
             return Attempt::Again((error, rehearsed), None);
         }
         let mut next = self.latest();
-        if self.started.swap(true, Ordering::Relaxed) {
-            next.attempt += 1;
-        }
+        next.attempt += 1;
         let inner = self.inner.clone();
         match tokio::task::spawn_blocking(move || attempt(&inner, next)).await {
             Ok(None) => Attempt::Done(()),
@@ -982,15 +994,14 @@ impl Inner {
         );
     }
 
-    /// A signal's attempts ([`Signal`]), after the hot path's failed one (`failed`) or from
-    /// the first: retried (0.5 s doubling) while the container restarts, none at shutdown;
-    /// `SignalFailed` once they are used up.
-    async fn run_signal(self: Arc<Self>, job: SignalJob, failed: Option<SignalError>) {
+    /// A signal's retries ([`Signal`]) after its failed first attempt (`failed`: on the hot
+    /// path, or on a blocking thread): 0.5 s doubling while the container restarts, none at
+    /// shutdown; `SignalFailed` once they are used up.
+    async fn run_signal(self: Arc<Self>, job: SignalJob, failed: SignalError) {
         let mut retries = Retries::new(&signal::RETRY).stopped_by(self.stop.clone());
         let signal = Signal {
             inner: self.clone(),
-            started: AtomicBool::new(failed.is_some()),
-            failed: Mutex::new(failed),
+            failed: Mutex::new(Some(failed)),
             job: Mutex::new(job),
         };
         let ended = perform(&self.report, &mut retries, &signal, |(error, _), delay| {
