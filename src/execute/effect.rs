@@ -1,9 +1,8 @@
 //! What every effect's calls share, written once. A runner (signals and restarts in
 //! [`super::Executor`], [`super::evict`], [`super::http`], [`super::patch`],
 //! [`super::rollout`], and the pod writes of the restart grant and of the
-//! `reloadlet.io/applied` record) says what one call is and what its answer means. Each effect
-//! is an [`Effect`]: an attempt that acts and its `--dry-run` rehearsal, of which [`perform`]
-//! alone picks one, through the one retry loop ([`Retries::run`]). How long a
+//! `reloadlet.io/applied` record) says what one call is and what its answer means (each effect
+//! an [`super::perform::Effect`], run by [`super::perform::perform`]). How long a
 //! call may take, how a failed call is tried again, and what an unanswered call is, are here;
 //! how an outcome becomes a metric, an Event, a notification and a record is
 //! [`super::report`]; the retry policies and their waits are [`crate::retry`].
@@ -12,58 +11,10 @@
 //! bounds takes [`API_CALL_TIMEOUT`] (kube's client would otherwise wait up to its read
 //! timeout, 295 s, on a server that accepted the connection and never answered).
 
-use super::report::Reporter;
 use crate::ports::{ApiError, PatchError};
 use crate::retry::{Attempt, Backoff, Ended, Retries};
-use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
-
-/// One effect as the executor runs it: what one attempt that acts is, and what `--dry-run`'s
-/// rehearsal of it is. The runner never asks which runs: [`perform`] does, in one place, so
-/// no effect can act under `--dry-run` by forgetting to ask.
-pub trait Effect: Sync {
-    type Done: Send;
-    type Error: Send;
-    /// One attempt that acts: a call to the API server, a signal, a request to the pod.
-    fn attempt(&self) -> impl Future<Output = Attempt<Self::Done, Self::Error>> + Send;
-    /// `--dry-run`'s attempt: acts on nothing; says (and reports) what [`Self::attempt`]
-    /// would do, tried again as it would be.
-    fn rehearse(&self) -> impl Future<Output = Attempt<Self::Done, Self::Error>> + Send;
-}
-
-/// Runs `effect`: its attempts, or under `--dry-run` (`report`'s setting) its rehearsals,
-/// tried again as `retries` says ([`Retries::run`]), each retry announced to `on_retry`.
-pub async fn perform<E: Effect>(
-    report: &Reporter,
-    retries: &mut Retries,
-    effect: &E,
-    on_retry: impl FnMut(&E::Error, Duration),
-) -> Ended<E::Done, E::Error> {
-    let rehearsed = report.dry_run();
-    retries
-        .run(
-            || async move {
-                if rehearsed {
-                    effect.rehearse().await
-                } else {
-                    effect.attempt().await
-                }
-            },
-            on_retry,
-        )
-        .await
-}
-
-/// [`perform`] of an effect that tries nothing again itself (its attempt is done, however
-/// it went).
-pub async fn perform_once<E: Effect<Error = Infallible>>(report: &Reporter, effect: &E) -> E::Done {
-    let mut once = Retries::new(&Backoff::doubling(Duration::ZERO, Duration::ZERO).retries(0));
-    match perform(report, &mut once, effect, |_, _| {}).await {
-        Ended::Done(done) => done,
-        Ended::GaveUp(never) | Ended::Stopped(never) => match never {},
-    }
-}
 
 /// The bound of an API call no setting bounds: the restart grant's pod writes, the
 /// `reloadlet.io/applied` record's read and patch. The patches' own default

@@ -5,7 +5,8 @@
 //! (a JSON merge patch of one annotation, conditional on the pod's UID; `dryRun=All` under
 //! `--dry-run`, where nothing is requested at all).
 
-use super::effect::{bounded, perform_once, retried, Effect, API_CALL_TIMEOUT, ONCE_MORE};
+use super::effect::{bounded, retried, API_CALL_TIMEOUT, ONCE_MORE};
+use super::perform::{perform_once, Effect};
 use super::restart::RestartJob;
 use super::restart_grant::{Maker, Step};
 use super::Inner;

@@ -16,6 +16,7 @@ mod grant_wait;
 pub mod http;
 mod only_pod;
 pub mod patch;
+pub mod perform;
 pub mod report;
 pub mod restart;
 pub mod restart_grant;
@@ -30,9 +31,9 @@ use crate::outbound::notify::Notifier;
 use crate::ports::{ContainerProcesses, Delivery, EventSink, Evictor, HttpCaller, PodRef};
 use crate::retry::{Attempt, Ended, Retries};
 use crate::serve::metrics::Metrics;
-use effect::{perform, perform_once, Effect};
 use evict::{EvictJob, EvictionSettings, Evictions};
 use http::{HttpJob, HttpReloads, HttpSettings};
+use perform::{perform, perform_once, Effect};
 use report::{Line, Reporter};
 use restart::RestartJob;
 use signal::{SignalError, SignalJob};
@@ -224,7 +225,7 @@ impl Executor {
     /// dry-run) the first attempt runs on a blocking thread of that runtime, as do retries.
     pub fn signal(&self, job: SignalJob) {
         // The first attempt is made here, before any retry (the retries are an `Effect`, run
-        // by `effect::perform`): under `--dry-run` it only looks (`Inner::look`, which reports
+        // by `perform::perform`): under `--dry-run` it only looks (`Inner::look`, which reports
         // it), and the hot path is skipped.
         let rehearsed = self.inner.report.dry_run();
         let pod = (!rehearsed).then(|| self.inner.pod(&job.pod_uid)).flatten();

@@ -4,7 +4,8 @@
 //! 404/409 (nudges only), `--dry-run` (nothing is written, the patch is logged) and a typed
 //! [`Outcome`] handed back to the feature that asked, reported through the [`Reporter`].
 
-use super::effect::{bounded, perform_once, Effect};
+use super::effect::bounded;
+use super::perform::{perform_once, Effect};
 use super::report::Reporter;
 use crate::core::annotations::{ENV_BASELINE, PROJECTION_NUDGE, ROLLOUT_BASELINE};
 use crate::core::model::{PodInfo, SourceRef};

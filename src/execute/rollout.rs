@@ -8,7 +8,8 @@
 //! typed [`Outcome`] reported through the [`Reporter`].
 
 use super::applied::Seen;
-use super::effect::{bounded, perform, Effect};
+use super::effect::bounded;
+use super::perform::{perform, Effect};
 use super::report::Reporter;
 use crate::core::model::SourceRef;
 use crate::core::outcome::{ActionKind, Outcome};

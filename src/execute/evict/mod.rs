@@ -9,7 +9,8 @@
 //! Normal `EvictionHandedOff`). A transient block (a pod still starting, another eviction in
 //! flight) is retried as every refusal.
 
-use super::effect::{no_answer, perform_once, within, Effect};
+use super::effect::{no_answer, within};
+use super::perform::{perform_once, Effect};
 use super::report::{Line, Reporter};
 use crate::core::disruption_budgets::{BudgetIndex, BudgetStatus, Coverage};
 use crate::core::outcome::{ActionKind, Outcome};

@@ -8,7 +8,8 @@
 //! namespace holds at most three quarters of them ([`HttpSettings::per_namespace`]): a
 //! tenant whose endpoints hang cannot take every slot from the others.
 
-use super::effect::{perform, within, Effect};
+use super::effect::within;
+use super::perform::{perform, Effect};
 use super::report::{Line, Reporter};
 use crate::core::annotations::HttpScheme;
 use crate::core::model::{PodInfo, SourceRef};
