@@ -47,10 +47,13 @@ pub async fn perform<E: Effect>(
         .await
 }
 
+/// The policy of an effect that tries nothing again itself.
+const ONCE: Backoff = Backoff::doubling(Duration::ZERO, Duration::ZERO).retries(0);
+
 /// [`perform`] of an effect that tries nothing again itself (its attempt is done, however
 /// it went).
 pub async fn perform_once<E: Effect<Error = Infallible>>(report: &Reporter, effect: &E) -> E::Done {
-    let mut once = Retries::new(&Backoff::doubling(Duration::ZERO, Duration::ZERO).retries(0));
+    let mut once = Retries::new(&ONCE);
     match perform(report, &mut once, effect, |_, _| {}).await {
         Ended::Done(done) => done,
         Ended::GaveUp(never) | Ended::Stopped(never) => match never {},
