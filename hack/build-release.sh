@@ -20,6 +20,7 @@ set -euo pipefail
 usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 target=""
+layout=""
 out="target/dist"
 deps_only=false
 print_target=false
@@ -73,6 +74,17 @@ if [[ -n "$target" ]]; then
   flags+=("--remap-path-prefix=$PWD=/reloadlet"
     "--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
     "--remap-path-prefix=$(realpath -m "$target_dir")=/target")
+  if [[ "$target" == *-linux-musl && -f hack/text-layout.ld ]]; then
+    # The image's binary places the code the agent runs after start-up first and together
+    # (hack/text-layout.ld, from a profile of the node benchmark by hack/text-layout.sh;
+    # docs/architecture.md, "Code layout: the code that runs, first"): the kernel maps code
+    # 64 KiB at a time around each fault, so code that runs spread over all of `.text`
+    # keeps most of it resident. build.rs links the `reloadlet` binary with it (GNU ld, of
+    # musl-gcc or of the cross gcc for arm64, reads it as an addition to its own script); a
+    # name the build no longer has places nothing.
+    layout="$PWD/hack/text-layout.ld"
+    export RELOADLET_TEXT_LAYOUT="$layout"
+  fi
   CARGO_ENCODED_RUSTFLAGS="$(IFS=$'\x1f'; echo "${flags[*]}")"
   export CARGO_ENCODED_RUSTFLAGS
   if [[ "$target" == *-linux-musl ]]; then
@@ -141,6 +153,24 @@ if [[ "$target" == *-linux-musl ]] && command -v readelf >/dev/null; then
     || readelf -d "$bin_dir/reloadlet" | grep -q '(NEEDED)'; then
     echo "build-release: $bin_dir/reloadlet is not statically linked" >&2
     exit 1
+  fi
+fi
+
+if [[ -n "$layout" ]]; then
+  # How much of the profiled code the layout placed: little means the names went stale.
+  placed="$(readelf -SW "$bin_dir/reloadlet" \
+    | sed -n 's/.* \.text\.hot  *PROGBITS  *[0-9a-f]* [0-9a-f]* \([0-9a-f]*\) .*/\1/p')"
+  placed=$((16#${placed:-0}))
+  profiled="$(sed -n 's/.*hot-bytes: \([0-9]*\).*/\1/p' "$layout")"
+  profiled_target="$(sed -n 's/.*profiled-target: \([^ ]*\).*/\1/p' "$layout")"
+  if [[ "$target" != "$profiled_target" ]]; then
+    # A generic's instance is named with its hash, which differs per target: on another
+    # target only the functions named with the hash left open are placed.
+    echo "build-release: text layout: $((placed / 1024)) KiB of code placed first (profiled on $profiled_target: $((profiled / 1024)) KiB there)"
+  elif ((placed * 2 < ${profiled:-0})); then
+    echo "build-release: warning: the text layout placed $((placed / 1024)) KiB of the $((profiled / 1024)) KiB it names: regenerate it (hack/text-layout.sh)" >&2
+  else
+    echo "build-release: text layout: $((placed / 1024)) KiB of code placed first ($((profiled / 1024)) KiB profiled)"
   fi
 fi
 

@@ -70,5 +70,6 @@ if not re.search(rf"(?m)^## {re.escape(arg)}$", changelog):
 for file, text in texts.items():
     (root / file).write_text(text)
     print(f"bump-version: {file}")
-print(f"bump-version: now {arg}; run hack/check-manifests.sh")
+print(f"bump-version: now {arg}; run hack/check-manifests.sh, and hack/text-layout.sh as root"
+      " (the version is in the symbol names the release build's code layout lists)")
 PY
