@@ -25,7 +25,12 @@ done
 
 work="$(mktemp -d /tmp/reloadlet-text-layout.XXXXXX)"
 dev=""
+# The benchmark raises fs.inotify.max_user_instances for its sidecar fleet and restores it;
+# restored here too if it is killed first, as hack/bench.sh does.
+instances=/proc/sys/fs/inotify/max_user_instances
+original_instances="$(cat "$instances")"
 cleanup() {
+  echo "$original_instances" >"$instances"
   if mountpoint -q "$work/mnt" 2>/dev/null; then umount "$work/mnt"; fi
   [[ -z "$dev" ]] || losetup -d "$dev" 2>/dev/null || true
   rm -rf "$work"

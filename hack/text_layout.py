@@ -10,7 +10,11 @@
       one page it needs; once a process's code loses hundreds of pages at once (the
       release), the file's pages no process maps are dropped from the page cache, so the
       kernel's fault-around, which maps only cached neighbours, can map only pages touched
-      since.
+      since. (Linux mm/: read-around on a fault needs the file's ra_pages, from the
+      device's read_ahead_kb, file_ra_state_init; fault-around maps only cached, up-to-date
+      pages, filemap_map_pages / next_uptodate_folio; POSIX_FADV_DONTNEED invalidates only
+      unmapped pages, invalidate_mapping_pages; pagemap bit 63 is "present",
+      Documentation/admin-guide/mm/pagemap.rst.)
 
   text_layout.py script BINARY PAGES OUT TARGET
       Writes the GNU ld script that places every function on those pages first, in
