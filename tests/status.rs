@@ -907,13 +907,22 @@ async fn the_agent_records_what_it_applied_and_status_reads_it() {
     node.wait_tracked(4).await;
     // The controller makes its key only now, long after the agent started and found none
     // (installed together, the DaemonSet's pods often start first): the agent follows the
-    // Secret, so the record of the very next change carries its version.
+    // Secret, and once its watch has delivered the key (the line it logs then), the record of
+    // the next change carries its version. A change that races the key's watch event is
+    // recorded without a version (`pending`, the safe side: the unit tests in
+    // src/execute/applied/tests.rs hold that case).
     let key_bytes = String::from_utf8(vec![9u8; 32]).unwrap();
     node.api.apply_secret(secret(
         "reloadlet-system",
         "reloadlet-controller-key",
         &[("key", &key_bytes)],
     ));
+    eventually("the agent read the controller's key", wait, || {
+        node.agent_log()
+            .contains("the controller's key is read")
+            .then_some(())
+    })
+    .await;
 
     // Every container started before the change: only a record can make them current.
     let changed_at = Timestamp::now();
