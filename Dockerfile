@@ -30,6 +30,7 @@ ARG SOURCE_DATE_EPOCH
 COPY Cargo.toml Cargo.lock ./
 COPY nodesim/Cargo.toml nodesim/Cargo.toml
 COPY bench-support/Cargo.toml bench-support/Cargo.toml
+COPY test-support/Cargo.toml test-support/Cargo.toml
 RUN hack/build-release.sh --arch "${TARGETARCH:-$(uname -m)}" --deps-only
 
 COPY . .

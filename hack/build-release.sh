@@ -10,7 +10,7 @@
 #
 # --arch takes Docker's TARGETARCH (amd64, arm64) or uname -m (x86_64, aarch64)
 # and selects the static musl target. --deps-only works from the manifests
-# alone (Cargo.toml, Cargo.lock, nodesim/Cargo.toml, bench-support/Cargo.toml): it stubs the missing
+# alone (Cargo.toml, Cargo.lock and the workspace members' Cargo.toml): it stubs the missing
 # crate roots and declared targets (benches/node.rs), builds, then removes the
 # stubs and the workspace crates'
 # artefacts so the next build compiles the real sources. --out DIR (default
@@ -128,7 +128,7 @@ fi
 if $deps_only; then
   stubs=()
   # Every explicit target in the manifests needs a file (benches are declared in Cargo.toml).
-  for f in src/main.rs src/lib.rs nodesim/src/lib.rs bench-support/src/lib.rs benches/node.rs; do
+  for f in src/main.rs src/lib.rs nodesim/src/lib.rs bench-support/src/lib.rs test-support/src/lib.rs benches/node.rs; do
     if [[ ! -e "$f" ]]; then
       mkdir -p "$(dirname "$f")"
       if [[ "$f" == */main.rs || "$f" == benches/* ]]; then echo 'fn main() {}' >"$f"; else : >"$f"; fi

@@ -18,7 +18,7 @@ export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/
 tmp="$(mktemp -d)"
 # cargo-cyclonedx writes beside each workspace member's Cargo.toml: take ours, leave no file.
 name=".reloadlet-sbom-$$"
-trap 'rm -rf "$tmp"; rm -f "$root/$name.json" "$root/nodesim/$name.json" "$root/bench-support/$name.json"' EXIT
+trap 'rm -rf "$tmp"; rm -f "$root/$name.json" "$root/nodesim/$name.json" "$root/bench-support/$name.json" "$root/test-support/$name.json"' EXIT
 targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
 for target in "${targets[@]}"; do
   cargo cyclonedx --quiet --format json --spec-version 1.5 --no-build-deps \

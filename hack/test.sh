@@ -28,7 +28,7 @@ hack/check-licenses.sh --self-test
 echo "== image (hack/build-image.sh: static musl binaries for amd64 and arm64, one OCI index, SBOM)" >&2
 hack/build-image.sh
 # The image and runtime tests (tests/image_*.rs, tests/runtime_*.rs) run here, never skip;
-# nor does a test that needs root (tests/support/wait.rs, root_or_skip).
+# nor does a test that needs root (test-support/src/wait.rs, root_or_skip).
 export RELOADLET_REQUIRE_IMAGE=1
 export RELOADLET_REQUIRE_ROOT=1
 # The arm64 binary hack/build-image.sh built, run under qemu-user (tests/arch_arm64.rs),

@@ -15,8 +15,7 @@
 
 #[path = "support/image.rs"]
 mod image_support;
-#[path = "support/wait.rs"]
-mod wait;
+use test_support::wait;
 
 use image_support::*;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -59,8 +58,8 @@ fn nginx_binary() -> &'static str {
         .expect("nginx is not installed (hack/install-test-deps.sh)")
 }
 
-/// Polls `f` every 50 ms for up to `timeout`; panics naming `what`, with the agent's log,
-/// when time runs out or the agent's container stops.
+/// [`wait::eventually`] while the agent's container runs: panics naming `what`, with the
+/// agent's log, when time runs out or the container stops.
 async fn agent_eventually<T>(
     node: &ImageNode,
     id: &str,
@@ -68,27 +67,23 @@ async fn agent_eventually<T>(
     timeout: Duration,
     mut f: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut checks = 0u32;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        checks += 1;
-        let stopped = checks % 20 == 0 && node.podman.inspect(id, "{{.State.Running}}") != "true";
-        if stopped || tokio::time::Instant::now() >= deadline {
-            panic!(
-                "{} while waiting for: {what}\n--- agent log ---\n{}",
-                if stopped {
-                    "the agent's container stopped"
-                } else {
-                    "timed out"
-                },
-                node.podman.logs(id)
+    let log = || format!("--- agent log ---\n{}", node.podman.logs(id));
+    let mut looks = 0u32;
+    let probe = || {
+        let found = f();
+        looks += 1;
+        // About once a second: is the agent's container still running?
+        if found.is_none() && looks % 100 == 0 {
+            let running = node.podman.inspect(id, "{{.State.Running}}");
+            assert!(
+                running == "true",
+                "the agent's container stopped while waiting for: {what}\n{}",
+                log()
             );
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        found
+    };
+    wait::eventually_showing(what, timeout, probe, log).await
 }
 
 fn status_field(pid: &str, name: &str) -> String {

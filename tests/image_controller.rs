@@ -10,8 +10,7 @@
 
 #[path = "support/image.rs"]
 mod image_support;
-#[path = "support/wait.rs"]
-mod wait;
+use test_support::wait;
 
 use image_support::*;
 use nodesim::probe::http_get;

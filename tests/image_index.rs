@@ -9,8 +9,7 @@
 //! Skips in one line where the archive is missing; `RELOADLET_REQUIRE_IMAGE=1` (hack/test.sh)
 //! makes that a failure instead.
 
-#[path = "support/wait.rs"]
-mod wait;
+use test_support::wait;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

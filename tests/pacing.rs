@@ -55,13 +55,13 @@ fn next_minute(ahead: u64) -> (String, u64) {
 
 /// Nothing reaches the Eviction API before `opens` (seconds since the epoch).
 async fn no_eviction_before(node: &Node, opens: u64) {
-    while epoch_now() < opens {
-        assert!(
-            node.api.evictions().is_empty(),
-            "evicted before the window opened"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let left = (UNIX_EPOCH + Duration::from_secs(opens))
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    never("an eviction before the window opened", left, || {
+        !node.api.evictions().is_empty()
+    })
+    .await;
 }
 
 /// How often `reason` was recorded for the pod (a series counts its repeats).

@@ -6,9 +6,6 @@
 //! signal sent to it stays pending and shows in `/proc/<pid>/status` (`ShdPnd`): who got
 //! the signal is read back exactly, with no timing involved.
 
-#[path = "support/wait.rs"]
-mod wait;
-
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -20,7 +17,7 @@ use nix::unistd::Pid;
 use reloadlet::core::model::{ContainerId, ContainerRuntime, ReloadSignal};
 use reloadlet::host::process::ProcFs;
 use reloadlet::ports::{ContainerProcesses, ProcessError};
-use wait::*;
+use test_support::wait::*;
 
 /// How long a process takes to show where it must.
 const WAIT: Duration = Duration::from_secs(10);

@@ -11,8 +11,7 @@
 
 #[path = "support/runtime/mod.rs"]
 mod runtime_support;
-#[path = "support/wait.rs"]
-mod wait;
+use test_support::wait;
 
 use nodesim::apiserver::ApiServer;
 use nodesim::probe::http_get;

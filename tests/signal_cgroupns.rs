@@ -15,12 +15,9 @@ use std::time::Duration;
 struct AgentCgroup(PathBuf);
 impl Drop for AgentCgroup {
     fn drop(&mut self) {
-        for _ in 0..100 {
-            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::within_blocking(Duration::from_secs(2), || {
+            std::fs::remove_dir(&self.0).is_ok() || !self.0.exists()
+        });
     }
 }
 

@@ -2,8 +2,7 @@
 //! for: a malformed --pod-selector, a byte size that is not a quantity, no inotify instance
 //! left (`fs.inotify.max_user_instances`).
 
-#[path = "support/wait.rs"]
-mod wait;
+use test_support::wait;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -84,31 +84,25 @@ async fn counts_become(
     want: &BTreeMap<String, u64>,
     within: Duration,
 ) {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let now = metric_counts(controller);
-        if now == *want {
-            return;
-        }
-        if std::time::Instant::now() >= deadline {
-            let body = http_get(&controller.listen, "/metrics")
-                .map(|(_, b)| b)
-                .unwrap_or_default();
-            let series: Vec<&str> = body.lines().filter(|l| l.contains("consumers")).collect();
-            let cli = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
-                .args(["status", "configmap/app", "-n", NS, "--kubeconfig"])
-                .arg(kubeconfig)
-                .env_remove("KUBECONFIG")
-                .output()
-                .unwrap();
-            panic!(
-                "counts {now:?}, want {want:?}\n{series:#?}\nstatus says:\n{}\n{}",
-                String::from_utf8_lossy(&cli.stdout),
-                controller.log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    if common::within(within, || metric_counts(controller) == *want).await {
+        return;
     }
+    let now = metric_counts(controller);
+    let body = http_get(&controller.listen, "/metrics")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let series: Vec<&str> = body.lines().filter(|l| l.contains("consumers")).collect();
+    let cli = Command::new(env!("CARGO_BIN_EXE_reloadlet"))
+        .args(["status", "configmap/app", "-n", NS, "--kubeconfig"])
+        .arg(kubeconfig)
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    panic!(
+        "counts {now:?}, want {want:?}\n{series:#?}\nstatus says:\n{}\n{}",
+        String::from_utf8_lossy(&cli.stdout),
+        controller.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

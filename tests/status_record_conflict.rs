@@ -16,7 +16,8 @@ use reloadlet::k8s::controller::KubePatcher;
 use reloadlet::ports::{PatchError, PatchRequest, PatchTarget, Patcher, PodRef, Refusals};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use test_support::wait::eventually;
 
 const NS: &str = "shop";
 
@@ -113,16 +114,10 @@ async fn the_controllers_record_keeps_the_entry_the_agent_wrote_since_it_saw_the
         &seen,
         None,
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while record_on(&server).is_none_or(|r| r.get(&cm("app")).is_none()) {
-        assert!(
-            Instant::now() < deadline,
-            "never recorded: {:?}",
-            record_on(&server)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let record = record_on(&server).unwrap();
+    let record = eventually("the rolled entry recorded", Duration::from_secs(20), || {
+        record_on(&server).filter(|r| r.get(&cm("app")).is_some())
+    })
+    .await;
     assert_eq!(
         record.get(&cm("conf")).map(|e| (e.by.as_str(), e.result)),
         Some(("agent", Recorded::Applied)),
@@ -134,17 +129,13 @@ async fn the_controllers_record_keeps_the_entry_the_agent_wrote_since_it_saw_the
     );
     // The write carried the resourceVersion it read. (The request log takes a request once
     // it is answered, after the store has it: polled, like the record.)
-    let patch = loop {
-        let patch = server
+    let patch = eventually("the record's patch logged", Duration::from_secs(20), || {
+        server
             .requests()
             .into_iter()
-            .find(|r| r.method == "PATCH" && r.path == "/api/v1/namespaces/shop/pods/web-0");
-        if let Some(patch) = patch {
-            break patch;
-        }
-        assert!(Instant::now() < deadline, "the record's patch never logged");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+            .find(|r| r.method == "PATCH" && r.path == "/api/v1/namespaces/shop/pods/web-0")
+    })
+    .await;
     assert!(patch.body.contains("\"resourceVersion\""), "{}", patch.body);
 }
 

@@ -11,6 +11,7 @@ use kube::client::Body;
 use kube::Client;
 use nodesim::apiserver::{ApiServer, ApiServerOptions};
 use std::time::Duration;
+use test_support::wait::until;
 
 const NS: &str = "shop";
 
@@ -222,9 +223,11 @@ async fn unobserved_generation_is_429_with_retry_after_10_until_the_controller_c
 
     // Once observed, the same eviction goes through.
     let pdb_status = || server.get_pdb(NS, "web-pdb").unwrap().status.unwrap();
-    eventually(10, "controller observes generation 1", || {
-        pdb_status().observed_generation == Some(1)
-    })
+    until(
+        "controller observes generation 1",
+        Duration::from_secs(10),
+        || pdb_status().observed_generation == Some(1),
+    )
     .await;
     assert_eq!(evicted(&api, &victim).await, 201);
 

@@ -12,6 +12,8 @@ use nodesim::apiserver::ApiServer;
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use test_support::wait::until;
 
 fn budget(ns: &str, name: &str) -> PodDisruptionBudget {
     serde_json::from_value(json!({
@@ -60,10 +62,20 @@ async fn pdbs_of_every_namespace_are_listed_and_watched() {
         let view = view.clone();
         move || *view.lock().unwrap() == want
     };
-    eventually(5, "both listed", seen(&["api", "web"])).await;
+    until("both listed", Duration::from_secs(5), seen(&["api", "web"])).await;
     server.create_pdb(budget("c", "late"));
-    eventually(5, "a new PDB is watched", seen(&["api", "late", "web"])).await;
+    until(
+        "a new PDB is watched",
+        Duration::from_secs(5),
+        seen(&["api", "late", "web"]),
+    )
+    .await;
     server.delete_pdb("a", "web");
-    eventually(5, "a deleted PDB is watched", seen(&["api", "late"])).await;
+    until(
+        "a deleted PDB is watched",
+        Duration::from_secs(5),
+        seen(&["api", "late"]),
+    )
+    .await;
     task.abort();
 }

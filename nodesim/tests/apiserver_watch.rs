@@ -11,6 +11,7 @@ use nodesim::apiserver::{ApiServer, ApiServerOptions};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use test_support::wait::until;
 
 /// What a `watcher` stream has shown so far.
 #[derive(Default)]
@@ -73,11 +74,17 @@ async fn watcher_with_node_field_selector_sees_only_that_nodes_pods() {
         watcher::Config::default().fields("spec.nodeName=node-a"),
     );
 
-    eventually(10, "initial list of node-a", || names(&seen) == ["a-1"]).await;
+    until("initial list of node-a", Duration::from_secs(10), || {
+        names(&seen) == ["a-1"]
+    })
+    .await;
 
     server.create_pod(pod("other", "a-2", "node-a", &[]));
     server.create_pod(pod("default", "b-2", "node-b", &[]));
-    eventually(10, "a-2 added", || names(&seen) == ["a-1", "a-2"]).await;
+    until("a-2 added", Duration::from_secs(10), || {
+        names(&seen) == ["a-1", "a-2"]
+    })
+    .await;
 
     // An update is seen (annotations change).
     let mut p = server.get_pod("default", "a-1").unwrap();
@@ -89,11 +96,17 @@ async fn watcher_with_node_field_selector_sees_only_that_nodes_pods() {
     let mut moved = server.get_pod("other", "a-2").unwrap();
     moved.spec.as_mut().unwrap().node_name = Some("node-b".into());
     server.replace_pod(moved);
-    eventually(10, "a-2 left node-a", || names(&seen) == ["a-1"]).await;
+    until("a-2 left node-a", Duration::from_secs(10), || {
+        names(&seen) == ["a-1"]
+    })
+    .await;
 
     server.delete_pod("default", "a-1");
     server.delete_pod("default", "b-1");
-    eventually(10, "a-1 deleted", || names(&seen).is_empty()).await;
+    until("a-1 deleted", Duration::from_secs(10), || {
+        names(&seen).is_empty()
+    })
+    .await;
     let deleted = seen.lock().unwrap().deleted.clone();
     assert_eq!(
         deleted,
@@ -112,26 +125,33 @@ async fn compaction_makes_the_watcher_relist_and_recover() {
         api,
         watcher::Config::default().fields("spec.nodeName=node-a"),
     );
-    eventually(10, "first list", || names(&seen) == ["c-1"]).await;
+    until("first list", Duration::from_secs(10), || {
+        names(&seen) == ["c-1"]
+    })
+    .await;
     assert_eq!(seen.lock().unwrap().lists, 1);
     // Compacted while its watch is open (a watch started after the compaction from the
     // compacted version itself is not too old, and would see no 410).
-    eventually(10, "the watch open", || {
+    until("the watch open", Duration::from_secs(10), || {
         server.open_watches().get("Pod").is_some_and(|n| *n >= 1)
     })
     .await;
 
     server.compact();
     server.create_pod(pod("default", "c-2", "node-a", &[]));
-    eventually(10, "410 seen, relisted, c-2 present", || {
-        let s = seen.lock().unwrap();
-        s.gone >= 1 && s.lists >= 2 && s.names.contains("c-2")
-    })
+    until(
+        "410 seen, relisted, c-2 present",
+        Duration::from_secs(10),
+        || {
+            let s = seen.lock().unwrap();
+            s.gone >= 1 && s.lists >= 2 && s.names.contains("c-2")
+        },
+    )
     .await;
 
     // After recovering, the new watch keeps delivering.
     server.create_pod(pod("default", "c-3", "node-a", &[]));
-    eventually(10, "c-3 after recovery", || {
+    until("c-3 after recovery", Duration::from_secs(10), || {
         names(&seen) == ["c-1", "c-2", "c-3"]
     })
     .await;
@@ -392,12 +412,15 @@ async fn a_streaming_list_sends_the_objects_then_the_initial_events_end_bookmark
     drop(raw);
 
     let (seen, task) = follow(api, watcher::Config::default().streaming_lists());
-    eventually(10, "the streamed list", || {
+    until("the streamed list", Duration::from_secs(10), || {
         names(&seen) == ["s-0", "s-1", "s-2"]
     })
     .await;
     server.create_pod(pod("default", "s-3", "node-a", &[]));
-    eventually(10, "a change after the list", || names(&seen).len() == 4).await;
+    until("a change after the list", Duration::from_secs(10), || {
+        names(&seen).len() == 4
+    })
+    .await;
     let requests = server.requests();
     assert!(
         requests.iter().all(|r| r.is_watch()),

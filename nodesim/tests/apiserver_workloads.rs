@@ -24,6 +24,7 @@ use nodesim::apiserver::{
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
+use test_support::wait::until;
 use tokio::task::JoinHandle;
 
 const NS: &str = "apps";
@@ -259,7 +260,7 @@ async fn recreate_has_a_moment_without_a_ready_pod() {
     server
         .apply_deployment(deployment("db", 2, Some(strategy)))
         .unwrap();
-    eventually(10, "2 ready pods", || {
+    until("2 ready pods", Duration::from_secs(10), || {
         server
             .get_deployment(NS, "db")
             .and_then(|d| d.status?.ready_replicas)
@@ -272,7 +273,7 @@ async fn recreate_has_a_moment_without_a_ready_pod() {
     server
         .merge_patch_workload(WorkloadKind::Deployment, NS, "db", &restart_patch("t1"))
         .unwrap();
-    eventually(10, "the rollout ends", || {
+    until("the rollout ends", Duration::from_secs(10), || {
         rolled(&server, WorkloadKind::Deployment, "db", 2, "t1")
     })
     .await;
@@ -291,7 +292,10 @@ async fn three_replicas_roll_within_surge_and_unavailable() {
     server.set_nodes(&["node-a", "node-b", "node-c"]);
     let _kubelet = kubelet(&server);
     server.apply_deployment(deployment("api", 3, None)).unwrap();
-    eventually(10, "3 ready pods", || rolled_count(&server, "api") == 3).await;
+    until("3 ready pods", Duration::from_secs(10), || {
+        rolled_count(&server, "api") == 3
+    })
+    .await;
     let before: BTreeSet<String> = all_pods_of(&server, WorkloadKind::Deployment, "api")
         .iter()
         .map(name)
@@ -302,7 +306,7 @@ async fn three_replicas_roll_within_surge_and_unavailable() {
     server
         .merge_patch_workload(WorkloadKind::Deployment, NS, "api", &restart_patch("t1"))
         .unwrap();
-    eventually(10, "the rollout ends", || {
+    until("the rollout ends", Duration::from_secs(10), || {
         rolled(&server, WorkloadKind::Deployment, "api", 3, "t1")
     })
     .await;
@@ -338,7 +342,7 @@ async fn statefulset_replaces_one_pod_at_a_time_from_the_highest_ordinal() {
     server
         .apply_statefulset(statefulset("db", 3, "RollingUpdate"))
         .unwrap();
-    eventually(10, "3 ready pods", || {
+    until("3 ready pods", Duration::from_secs(10), || {
         server
             .get_statefulset(NS, "db")
             .and_then(|s| s.status?.ready_replicas)
@@ -361,7 +365,7 @@ async fn statefulset_replaces_one_pod_at_a_time_from_the_highest_ordinal() {
     server
         .merge_patch_workload(WorkloadKind::StatefulSet, NS, "db", &restart_patch("t1"))
         .unwrap();
-    eventually(10, "the rollout ends", || {
+    until("the rollout ends", Duration::from_secs(10), || {
         rolled(&server, WorkloadKind::StatefulSet, "db", 3, "t1")
     })
     .await;
@@ -399,7 +403,7 @@ async fn on_delete_never_replaces_a_running_pod() {
     server
         .apply_daemonset(daemonset("agent", on_delete))
         .unwrap();
-    eventually(10, "pods ready", || {
+    until("pods ready", Duration::from_secs(10), || {
         server
             .get_statefulset(NS, "db")
             .and_then(|s| s.status?.ready_replicas)
@@ -439,7 +443,7 @@ async fn on_delete_never_replaces_a_running_pod() {
     assert_eq!(uids(WorkloadKind::DaemonSet, "agent"), ds_before);
     // A pod deleted by hand comes back at the new revision.
     server.delete_pod(NS, "db-1");
-    eventually(10, "db-1 recreated", || {
+    until("db-1 recreated", Duration::from_secs(10), || {
         server
             .get_pod(NS, "db-1")
             .is_some_and(|p| restarted_at(&p).as_deref() == Some("t1"))
@@ -470,7 +474,7 @@ async fn daemonset_rolls_delete_first_by_default_and_surge_first_with_max_surge(
             .and_then(|d| d.status)
             .is_some_and(|s| s.number_ready == 2 && s.desired_number_scheduled == 2)
     };
-    eventually(10, "one ready pod per node", || {
+    until("one ready pod per node", Duration::from_secs(10), || {
         ready("agent") && ready("proxy")
     })
     .await;
@@ -490,7 +494,7 @@ async fn daemonset_rolls_delete_first_by_default_and_surge_first_with_max_surge(
             .merge_patch_workload(WorkloadKind::DaemonSet, NS, n, &restart_patch("t1"))
             .unwrap();
     }
-    eventually(10, "both rolled", || {
+    until("both rolled", Duration::from_secs(10), || {
         rolled(&server, WorkloadKind::DaemonSet, "agent", 2, "t1")
             && rolled(&server, WorkloadKind::DaemonSet, "proxy", 2, "t1")
     })
@@ -624,14 +628,17 @@ async fn deleting_a_deployment_deletes_its_replicasets_and_pods() {
     let server = ApiServer::start().await.unwrap();
     let _kubelet = kubelet(&server);
     server.apply_deployment(deployment("web", 2, None)).unwrap();
-    eventually(10, "2 ready", || rolled_count(&server, "web") == 2).await;
+    until("2 ready", Duration::from_secs(10), || {
+        rolled_count(&server, "web") == 2
+    })
+    .await;
     let pods: Vec<String> = all_pods_of(&server, WorkloadKind::Deployment, "web")
         .iter()
         .map(name)
         .collect();
     let api: Api<Deployment> = Api::namespaced(client(&server), NS);
     api.delete("web", &Default::default()).await.unwrap();
-    eventually(10, "pods gone", || {
+    until("pods gone", Duration::from_secs(10), || {
         pods.iter().all(|p| server.get_pod(NS, p).is_none())
     })
     .await;
@@ -716,7 +723,7 @@ async fn a_rollouts_restart_at_replaces_older_pods_one_at_a_time() {
         .await
         .unwrap();
     assert_eq!(created.metadata.generation, Some(1));
-    eventually(10, "2 ready pods", || {
+    until("2 ready pods", Duration::from_secs(10), || {
         server
             .get_rollout(NS, "web")
             .and_then(|r| r.status?.get("readyReplicas")?.as_i64())
@@ -751,7 +758,7 @@ async fn a_rollouts_restart_at_replaces_older_pods_one_at_a_time() {
         .filter_map(|p| Some(p.metadata.creation_timestamp.clone()?.0.as_second()))
         .max()
         .unwrap();
-    eventually(5, "the next second", || {
+    until("the next second", Duration::from_secs(5), || {
         k8s_openapi::jiff::Timestamp::now().as_second() > created
     })
     .await;
@@ -766,7 +773,7 @@ async fn a_rollouts_restart_at_replaces_older_pods_one_at_a_time() {
         .await
         .unwrap();
     assert_eq!(patched.metadata.generation, Some(2));
-    eventually(10, "restartedAt recorded", || {
+    until("restartedAt recorded", Duration::from_secs(10), || {
         server
             .get_rollout(NS, "web")
             .and_then(|r| r.status?.get("restartedAt").cloned())
@@ -802,7 +809,7 @@ async fn a_partition_keeps_lower_ordinals_and_a_paused_deployment_does_not_roll(
     let mut paused = deployment("web", 1, None);
     paused.spec.as_mut().unwrap().paused = Some(true);
     server.apply_deployment(paused).unwrap();
-    eventually(10, "ready", || {
+    until("ready", Duration::from_secs(10), || {
         server
             .get_statefulset(NS, "db")
             .and_then(|s| s.status?.ready_replicas)
@@ -814,7 +821,7 @@ async fn a_partition_keeps_lower_ordinals_and_a_paused_deployment_does_not_roll(
     server
         .merge_patch_workload(WorkloadKind::StatefulSet, NS, "db", &restart_patch("t1"))
         .unwrap();
-    eventually(10, "db-2 replaced", || {
+    until("db-2 replaced", Duration::from_secs(10), || {
         server
             .get_pod(NS, "db-2")
             .is_some_and(|p| restarted_at(&p).as_deref() == Some("t1") && !terminating(&p))

@@ -15,7 +15,8 @@ use nodesim::projection::{inject_kube_api_access, SourceLookup};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use test_support::wait::eventually_blocking;
 use tokio::sync::broadcast;
 
 type Key = (String, String);
@@ -133,17 +134,6 @@ impl KubeletApi for FakeApi {
     }
     fn lookup(&self) -> &dyn SourceLookup {
         self
-    }
-}
-
-fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -269,7 +259,7 @@ fn pod_lifecycle_updates_rotation_and_termination() {
     assert!(kubelet.pod_handles(&other_uid).is_none());
 
     // status as the kubelet reports it
-    let status = wait_until("Running status", Duration::from_secs(5), || {
+    let status = eventually_blocking("Running status", Duration::from_secs(5), || {
         api.pod("default", "web")
             .and_then(|p| p.status.filter(|s| s.phase.as_deref() == Some("Running")))
     });
@@ -312,7 +302,7 @@ fn pod_lifecycle_updates_rotation_and_termination() {
     assert_eq!(read_in(&h, "app", &mnt.join("full/app.conf")), "v1");
     assert_eq!(read_in(&h, "app", &mnt.join("sub.conf")), "v1");
     api.put_configmap(configmap(&cm, "v2"));
-    wait_until(
+    eventually_blocking(
         "the update in the full mount",
         Duration::from_secs(5),
         || (read_in(&h, "app", &mnt.join("full/app.conf")) == "v2").then_some(()),
@@ -339,7 +329,7 @@ fn pod_lifecycle_updates_rotation_and_termination() {
     let mut terminating = api.pod("default", "web").unwrap();
     terminating.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
     api.upsert_pod(terminating);
-    wait_until("finalize_pod", Duration::from_secs(10), || {
+    eventually_blocking("finalize_pod", Duration::from_secs(10), || {
         api.finalized("default", "web").then_some(())
     });
     for c in std::iter::once(&h.sandbox).chain(&h.containers) {
@@ -397,7 +387,7 @@ fn ready_delay_and_tmpfs_delay() {
         .join(&uid)
         .join("volumes/kubernetes.io~projected")
         .join(&sa_volume);
-    wait_until("the volume dir", Duration::from_secs(5), || {
+    eventually_blocking("the volume dir", Duration::from_secs(5), || {
         dir.is_dir().then_some(())
     });
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
@@ -405,14 +395,14 @@ fn ready_delay_and_tmpfs_delay() {
         kubelet.pod_handles(&uid).is_none(),
         "containers wait for their volumes"
     );
-    wait_until("..data on the tmpfs", Duration::from_secs(5), || {
+    eventually_blocking("..data on the tmpfs", Duration::from_secs(5), || {
         dir.join("..data").exists().then_some(())
     });
 
     kubelet
         .wait_for_pod(&uid, Duration::from_secs(20))
         .expect("pod never ran");
-    let first = wait_until("a status", Duration::from_secs(5), || {
+    let first = eventually_blocking("a status", Duration::from_secs(5), || {
         api.pod("default", "slow").filter(|p| p.status.is_some())
     });
     assert_eq!(
@@ -420,7 +410,7 @@ fn ready_delay_and_tmpfs_delay() {
         Some("False"),
         "not ready before the delay"
     );
-    wait_until("Ready=True", Duration::from_secs(5), || {
+    eventually_blocking("Ready=True", Duration::from_secs(5), || {
         (condition(&api.pod("default", "slow").unwrap(), "Ready").as_deref() == Some("True"))
             .then_some(())
     });

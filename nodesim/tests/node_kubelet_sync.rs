@@ -13,6 +13,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use test_support::wait::eventually_blocking;
 
 fn configmap(value: &str) -> ConfigMap {
     ConfigMap {
@@ -60,17 +61,6 @@ fn pod(node: &str) -> Pod {
     }
 }
 
-fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 struct Running {
     node: SimNode,
     uid: String,
@@ -91,18 +81,19 @@ impl Running {
             .wait_for_pod(&uid, Duration::from_secs(20))
             .expect("the pod runs");
         // The sync right after Pending → Running (pod_workers.go completeWork).
-        let phase_sync = wait_until("the phase-transition sync", Duration::from_secs(10), || {
-            node.kubelet
-                .syncs(&uid)
-                .iter()
-                .find(|s| s.reason == SyncReason::PhaseTransition)
-                .map(|s| s.at)
-        });
+        let phase_sync =
+            eventually_blocking("the phase-transition sync", Duration::from_secs(10), || {
+                node.kubelet
+                    .syncs(&uid)
+                    .iter()
+                    .find(|s| s.reason == SyncReason::PhaseTransition)
+                    .map(|s| s.at)
+            });
         // Its re-projection by the volume manager: at most one populator and one reconciler
         // period after it (`kubelet_sync::remount_at`), so a change made later is projected
         // by a later sync only.
         let remounted = phase_sync + POPULATOR_PERIOD + RECONCILER_PERIOD;
-        wait_until(
+        eventually_blocking(
             "the phase-transition sync's remount",
             Duration::from_secs(10),
             || (Instant::now() > remounted).then_some(()),
@@ -137,7 +128,7 @@ impl Running {
             });
         self.node.api.set_pod_status("default", "web", status);
         let rv: u64 = self.node.api.resource_version();
-        wait_until(
+        eventually_blocking(
             "the kubelet sees the status change",
             Duration::from_secs(10),
             || {
@@ -179,7 +170,7 @@ async fn a_configmap_change_waits_for_the_pods_sync_which_an_annotation_triggers
             &json!({"metadata": {"annotations": {"reloadlet.io/projection-nudge": "configmap/app-cfg@1"}}}),
         )
         .unwrap();
-    wait_until(
+    eventually_blocking(
         "the nudged pod's projection",
         Duration::from_secs(10),
         || (r.content() == "v2").then_some(()),
@@ -212,7 +203,7 @@ async fn without_a_pod_change_the_periodic_sync_projects_it() {
     };
     // Unless the periodic sync already came, nothing is projected yet.
     assert!(r.content() == "v1" || synced_since(&r));
-    wait_until("the periodic sync", Duration::from_secs(15), || {
+    eventually_blocking("the periodic sync", Duration::from_secs(15), || {
         (r.content() == "v2").then_some(())
     });
     let syncs = r.node.kubelet.syncs(&r.uid);
@@ -223,7 +214,7 @@ async fn without_a_pod_change_the_periodic_sync_projects_it() {
         "{syncs:?}"
     );
     // The timer restarts after every sync and waits at least syncFrequency.
-    wait_until("a second periodic sync", Duration::from_secs(15), || {
+    eventually_blocking("a second periodic sync", Duration::from_secs(15), || {
         (r.node.kubelet.syncs(&r.uid).len() >= 4).then_some(())
     });
     let syncs = r.node.kubelet.syncs(&r.uid);

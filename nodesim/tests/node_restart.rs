@@ -15,30 +15,17 @@ use nodesim::kubelet::READY_DELAY_ANNOTATION;
 use nodesim::node::SimNode;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use test_support::wait::eventually;
 
 const NS: &str = "default";
 const NODE: &str = "node-r";
-
-async fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// SIGTERM to the container's shell once it has installed its `trap` (`SigCgt` in
 /// `/proc/<pid>/status` has SIGTERM): as PID 1 of its namespace it drops a SIGTERM that comes
 /// before, and the container would never exit (a loaded machine showed that race).
 async fn terminate(pid: i32) {
     let term = 1u64 << (Signal::SIGTERM as u64 - 1);
-    eventually(10, "the shell's TERM trap", || {
+    eventually("the shell's TERM trap", Duration::from_secs(10), || {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
         let mask = u64::from_str_radix(caught.trim(), 16).ok()?;
@@ -158,7 +145,7 @@ async fn an_exited_container_starts_again_in_the_same_pod_with_current_env_then_
     api.apply_configmap(configmap("one"));
     let created = api.create_pod(pod("app", None));
     let uid = created.metadata.uid.clone().unwrap();
-    let first = eventually(20, "the pod Ready", || {
+    let first = eventually("the pod Ready", Duration::from_secs(20), || {
         let p = api.get_pod(NS, "app")?;
         ready(&p).then_some(p)
     })
@@ -177,16 +164,24 @@ async fn an_exited_container_starts_again_in_the_same_pod_with_current_env_then_
     terminate(pid1).await;
 
     // started again at once: same pod, same IP, restartCount 1, the new env and subPath file
-    let pid2 = eventually(10, "the container started again", || {
-        let h = node.kubelet.pod_handles(&uid)?;
-        let pid = h.container("app")?.main_pid;
-        (pid != pid1).then_some(pid)
-    })
+    let pid2 = eventually(
+        "the container started again",
+        Duration::from_secs(10),
+        || {
+            let h = node.kubelet.pod_handles(&uid)?;
+            let pid = h.container("app")?.main_pid;
+            (pid != pid1).then_some(pid)
+        },
+    )
     .await;
-    let again = eventually(10, "restartCount 1 and Ready again", || {
-        let p = api.get_pod(NS, "app")?;
-        (status(&p)?.restart_count == 1 && ready(&p)).then_some(p)
-    })
+    let again = eventually(
+        "restartCount 1 and Ready again",
+        Duration::from_secs(10),
+        || {
+            let p = api.get_pod(NS, "app")?;
+            (status(&p)?.restart_count == 1 && ready(&p)).then_some(p)
+        },
+    )
     .await;
     assert_eq!(again.metadata.uid.as_deref(), Some(uid.as_str()));
     assert_eq!(again.status.as_ref().unwrap().pod_ip.as_deref(), Some(&*ip));
@@ -201,16 +196,24 @@ async fn an_exited_container_starts_again_in_the_same_pod_with_current_env_then_
 
     // a second exit within the window: CrashLoopBackOff, then started after it
     kill(Pid::from_raw(pid2), Signal::SIGKILL).unwrap();
-    eventually(10, "waiting in CrashLoopBackOff, not Ready", || {
-        let p = api.get_pod(NS, "app")?;
-        let waiting = status(&p)?.state?.waiting?;
-        (waiting.reason.as_deref() == Some("CrashLoopBackOff") && !ready(&p)).then_some(())
-    })
+    eventually(
+        "waiting in CrashLoopBackOff, not Ready",
+        Duration::from_secs(10),
+        || {
+            let p = api.get_pod(NS, "app")?;
+            let waiting = status(&p)?.state?.waiting?;
+            (waiting.reason.as_deref() == Some("CrashLoopBackOff") && !ready(&p)).then_some(())
+        },
+    )
     .await;
-    let p = eventually(30, "restartCount 2 after the back-off", || {
-        let p = api.get_pod(NS, "app")?;
-        (status(&p)?.restart_count == 2 && ready(&p)).then_some(p)
-    })
+    let p = eventually(
+        "restartCount 2 after the back-off",
+        Duration::from_secs(30),
+        || {
+            let p = api.get_pod(NS, "app")?;
+            (status(&p)?.restart_count == 2 && ready(&p)).then_some(p)
+        },
+    )
     .await;
     let last = status(&p).unwrap().last_state.unwrap().terminated.unwrap();
     // the shim's status: util-linux `unshare` reports a SIGKILLed child as a failure
@@ -237,7 +240,7 @@ async fn restart_policy_never_leaves_the_container_terminated() {
         .unwrap();
     let pid = h.container("app").unwrap().main_pid;
     terminate(pid).await;
-    let st = eventually(10, "terminated, Completed", || {
+    let st = eventually("terminated, Completed", Duration::from_secs(10), || {
         let st = status(&api.get_pod(NS, "once")?)?;
         st.state.clone()?.terminated.filter(|t| t.exit_code == 0)?;
         Some(st)

@@ -200,6 +200,7 @@ macro_rules! matrix {
     };
 }
 
+use test_support::wait::within_blocking;
 use CgroupDriver::{Cgroupfs, Systemd};
 use CgroupVersion::{V1, V2};
 use QosClass::{BestEffort, Burstable, Guaranteed};
@@ -294,10 +295,7 @@ fn an_unhandled_sighup_is_dropped_for_pid_1_and_kills_a_process_that_is_not() {
         .unwrap();
     }
     let (pid1, not_pid1) = (mains[0].1, mains[1].1);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while alive(not_pid1) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    within_blocking(Duration::from_secs(5), || !alive(not_pid1));
     assert!(
         !alive(not_pid1),
         "SIGHUP's default action kills a process that is not PID 1"

@@ -11,6 +11,7 @@ use nodesim::node::SimNode;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use test_support::wait::until;
 
 const NS: &str = "apps";
 const NODE: &str = "node-w";
@@ -56,17 +57,6 @@ fn deployment() -> Deployment {
     }
 }
 
-async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn alive(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -82,7 +72,7 @@ async fn a_one_replica_deployment_rolls_surge_first_on_the_node() {
     let api = node.api.clone();
     api.set_nodes(&[NODE]);
     api.apply_deployment(deployment()).unwrap();
-    eventually(20, "the first pod Ready", || {
+    until("the first pod Ready", Duration::from_secs(20), || {
         api.get_deployment(NS, "web")
             .and_then(|d| d.status?.ready_replicas)
             == Some(1)
@@ -111,17 +101,24 @@ async fn a_one_replica_deployment_rolls_surge_first_on_the_node() {
             "kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}}}}}),
     )
     .unwrap();
-    eventually(20, "one new pod, Ready, and the old one gone", || {
-        let pods = api.pods_of_workload(WorkloadKind::Deployment, NS, "web");
-        pods.len() == 1
-            && pods[0].metadata.uid.as_deref() != Some(old_uid.as_str())
-            && api
-                .get_deployment(NS, "web")
-                .and_then(|d| d.status)
-                .is_some_and(|s| s.ready_replicas == Some(1) && s.updated_replicas == Some(1))
+    until(
+        "one new pod, Ready, and the old one gone",
+        Duration::from_secs(20),
+        || {
+            let pods = api.pods_of_workload(WorkloadKind::Deployment, NS, "web");
+            pods.len() == 1
+                && pods[0].metadata.uid.as_deref() != Some(old_uid.as_str())
+                && api
+                    .get_deployment(NS, "web")
+                    .and_then(|d| d.status)
+                    .is_some_and(|s| s.ready_replicas == Some(1) && s.updated_replicas == Some(1))
+        },
+    )
+    .await;
+    until("the old process stopped", Duration::from_secs(10), || {
+        !alive(old_pid)
     })
     .await;
-    eventually(10, "the old process stopped", || !alive(old_pid)).await;
     let new = &api.pods_of_workload(WorkloadKind::Deployment, NS, "web")[0];
     let new_pid = node
         .kubelet

@@ -4,10 +4,8 @@
 
 pub mod fixtures;
 pub mod rbac;
-#[path = "../support/wait.rs"]
-mod wait;
 #[allow(unused_imports)] // not every test binary waits
-pub use wait::*;
+pub use test_support::wait::*;
 
 use nodesim::apiserver::RecordedEvent;
 pub use nodesim::flavor::{CgroupDriver, CgroupVersion, Runtime};

@@ -498,7 +498,7 @@ impl Podman {
                     .collect()
             })
             .unwrap_or_default();
-        crate::wait::within_blocking(std::time::Duration::from_secs(10), || {
+        test_support::wait::within_blocking(std::time::Duration::from_secs(10), || {
             tops.iter().for_each(|top| remove_cgroup_tree(top));
             tops.iter().all(|t| !t.exists())
         });

@@ -2,10 +2,8 @@
 //! Google Chat or a plain webhook, and small helpers.
 #![allow(dead_code)]
 
-#[path = "wait.rs"]
-mod wait;
 #[allow(unused_imports)] // not every test binary waits
-pub use wait::*;
+pub use test_support::wait::*;
 
 use axum::body::Bytes;
 use axum::extract::State;

@@ -2,10 +2,8 @@
 //! sequence of node-facts §2), event collection with deadlines, and root-only guards.
 #![allow(dead_code)]
 
-#[path = "wait.rs"]
-mod wait;
 #[allow(unused_imports)] // not every test binary waits
-pub use wait::*;
+pub use test_support::wait::*;
 
 use std::fs;
 use std::os::unix::fs::symlink;

@@ -1,4 +1,5 @@
-//! Helpers shared by the API server tests: a real kube client, fixtures, polling.
+//! Helpers shared by the API server tests: a real kube client, fixtures (waiting is the
+//! `test-support` crate's).
 #![allow(dead_code)]
 
 use k8s_openapi::api::core::v1::{
@@ -10,7 +11,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Client, Config};
 use nodesim::apiserver::ApiServer;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// A real kube client on the server, with kube's own retry layer off (so a 429 or 503
 /// reaches the test at once).
@@ -113,16 +113,5 @@ pub fn pdb(
             ..Default::default()
         }),
         status: None,
-    }
-}
-
-/// Polls `cond` every 10 ms until it holds; panics with `what` after `secs` seconds.
-pub async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -10,6 +10,10 @@ use crate::core::model::{ContainerId, PodInfo, ReloadSignal};
 use crate::core::restart_grant::{GRANT, REQUEST, RESTARTED};
 use crate::core::restart_request::request_id;
 use crate::host::state_file::{SavedState, StateStore};
+use test_support::wait::until;
+
+/// How long a test waits for what a task (or a blocking thread) does.
+const WAIT: Duration = Duration::from_secs(10);
 
 /// An agent that asks for grants, just restarted, and its own request for `change`, made
 /// while container `app` ran as `abc` (the key it keeps in its state directory).
@@ -44,22 +48,13 @@ fn restarted(w: &World) -> Option<String> {
         .and_then(|p| p.annotations.get(RESTARTED).cloned())
 }
 
-/// Polls `done` on the wall clock (the stop runs on a real blocking thread) for 10 s.
-async fn until(what: &str, done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_request_in_the_first_pod_list_is_carried_out_then_recorded() {
     let (mut w, own) = restarted_agent(b"change before the agent restarted");
     let before = granted(&own, "abc");
     w.patcher.put(before.clone());
     w.agent.on_pod(PodUpdate::Resync(vec![before]));
-    until("the granted restart stops the container", || {
+    until("the granted restart stops the container", WAIT, || {
         w.processes.sent() > 0
     })
     .await;
@@ -72,7 +67,7 @@ async fn a_granted_request_in_the_first_pod_list_is_carried_out_then_recorded() 
     );
     // The kubelet started it again (a new container ID): recorded.
     w.agent.on_pod(PodUpdate::Apply(granted(&own, "def")));
-    until("restarted written", || {
+    until("restarted written", WAIT, || {
         restarted(&w).as_deref() == Some(own.as_str())
     })
     .await;
@@ -107,7 +102,7 @@ async fn a_container_restarted_before_the_agent_restarted_is_not_stopped_again()
     let now = granted(&own, "def");
     w.patcher.put(now.clone());
     w.agent.on_pod(PodUpdate::Resync(vec![now]));
-    until("restarted written", || {
+    until("restarted written", WAIT, || {
         restarted(&w).as_deref() == Some(own.as_str())
     })
     .await;

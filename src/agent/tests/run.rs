@@ -10,6 +10,7 @@ use crate::ports::fake;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::path::{Path, PathBuf};
+use test_support::wait::until_yielding;
 
 /// The debounce window of these tests.
 const WINDOW: Duration = Duration::from_secs(2);
@@ -85,21 +86,8 @@ async fn start() -> Running {
         swaps,
         tracked,
     };
-    until("the volume's first content", || running.tracked.get() == 1).await;
+    until_yielding("the volume's first content", || running.tracked.get() == 1).await;
     running
-}
-
-/// Lets the loop run (without moving the paused clock) until `cond` holds; fails after 10 s
-/// of wall-clock time.
-async fn until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::task::yield_now().await;
-    }
 }
 
 impl Running {
@@ -111,7 +99,7 @@ impl Running {
     async fn swap(&self, turn: u32, content: &str) {
         let before = self.swaps.get();
         project(&self.volume_dir(), turn, content);
-        until("the swap to be seen", || self.swaps.get() > before).await;
+        until_yielding("the swap to be seen", || self.swaps.get() > before).await;
     }
 
     /// Ends the loop and waits for it: `run` returns `Ok`.
@@ -137,7 +125,7 @@ async fn a_configmap_swap_signals_the_container_once_after_the_debounce() {
     tokio::time::sleep(WINDOW - Duration::from_millis(1)).await;
     assert_eq!(r.processes.sent(), 0, "acted within the window");
     tokio::time::advance(Duration::from_millis(1)).await;
-    until("the signal", || r.processes.sent() == 1).await;
+    until_yielding("the signal", || r.processes.sent() == 1).await;
     // Nothing more comes of the one change, however long the loop runs on.
     tokio::time::sleep(Duration::from_secs(600)).await;
     let sent = r.processes.sent.lock().unwrap().clone();
@@ -157,7 +145,7 @@ async fn a_pod_deleted_in_its_window_drops_its_volume_state_and_nothing_is_done(
         .unwrap();
     // The kubelet removes the pod's directory.
     std::fs::remove_dir_all(r.dir.path().join("pods").join(UID)).unwrap();
-    until("the pod's volume state to go", || r.tracked.get() == 0).await;
+    until_yielding("the pod's volume state to go", || r.tracked.get() == 0).await;
     // The positive control of this absence is the test above: the same swap, kept, is
     // signalled once its window ends; here ten windows pass on the paused clock.
     tokio::time::sleep(WINDOW * 10).await;
@@ -190,7 +178,7 @@ impl Running {
     /// Sends a pod update; returns once the loop took it.
     async fn update(&self, pod: crate::core::model::PodInfo) {
         self.pods.send(PodUpdate::Apply(pod)).await.unwrap();
-        until("the pod update to be taken", || {
+        until_yielding("the pod update to be taken", || {
             self.pods.capacity() == self.pods.max_capacity()
         })
         .await;

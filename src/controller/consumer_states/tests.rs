@@ -7,6 +7,7 @@ use crate::core::status::data_version::Published;
 use crate::core::volume_digest::HashKey;
 use crate::ports::{Input, ObjectKey};
 use prometheus_client::registry::Registry;
+use test_support::wait::until;
 use tokio_util::sync::CancellationToken;
 
 fn app() -> SourceRef {
@@ -43,18 +44,6 @@ fn line(registry: &std::sync::Mutex<Registry>, state: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
 }
 
-/// Steps the paused clock by `step` until `what` holds or `within` has passed.
-async fn until(within: Duration, step: Duration, mut what: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if what() {
-            return true;
-        }
-        tokio::time::sleep(step).await;
-    }
-    what()
-}
-
 #[tokio::test(start_paused = true)]
 async fn counts_follow_the_pods_and_versions_after_the_recount_delay_and_only_while_leading() {
     let mut registry = Registry::with_prefix("reloadlet");
@@ -73,16 +62,10 @@ async fn counts_follow_the_pods_and_versions_after_the_recount_delay_and_only_wh
     .await
     .unwrap();
     // No version published yet: both wait for the controller.
-    assert!(
-        until(RECOUNT_AFTER * 2, Duration::from_secs(1), || line(
-            &registry, "pending"
-        )
-        .as_deref()
-            == Some("2"))
-        .await,
-        "{:?}",
-        crate::serve::metrics::encode(&registry.lock().unwrap())
-    );
+    until("both pending", RECOUNT_AFTER * 2, || {
+        line(&registry, "pending").as_deref() == Some("2")
+    })
+    .await;
     assert_eq!(
         line(&registry, "current").as_deref(),
         Some("0"),
@@ -104,35 +87,28 @@ async fn counts_follow_the_pods_and_versions_after_the_recount_delay_and_only_wh
         Some("2"),
         "not recounted at once: a change waits for the recount"
     );
-    assert!(
-        until(RECOUNT_AFTER, Duration::from_secs(1), || {
-            line(&registry, "pending").as_deref() == Some("1")
-                && line(&registry, "not_reloaded").as_deref() == Some("1")
-        })
-        .await
-    );
+    until("one pending, one not reloaded", RECOUNT_AFTER, || {
+        line(&registry, "pending").as_deref() == Some("1")
+            && line(&registry, "not_reloaded").as_deref() == Some("1")
+    })
+    .await;
 
     // The signalled pod restarts after the change: current.
     tx.send(Input::PodApplied(reader("signalled", Some("signal"), t1)))
         .await
         .unwrap();
-    assert!(
-        until(RECOUNT_AFTER * 2, Duration::from_secs(1), || {
-            line(&registry, "current").as_deref() == Some("1")
-                && line(&registry, "pending").as_deref() == Some("0")
-        })
-        .await
-    );
+    until("one current, none pending", RECOUNT_AFTER * 2, || {
+        line(&registry, "current").as_deref() == Some("1")
+            && line(&registry, "pending").as_deref() == Some("0")
+    })
+    .await;
 
     // Leadership lost: no series (the new leader's are the counts).
     tx.send(Input::Leader(false)).await.unwrap();
-    assert!(
-        until(RECOUNT_AFTER, Duration::from_secs(1), || line(
-            &registry, "current"
-        )
-        .is_none())
-        .await
-    );
+    until("no series", RECOUNT_AFTER, || {
+        line(&registry, "current").is_none()
+    })
+    .await;
     stop.cancel();
     let _ = task.await;
 }

@@ -20,7 +20,11 @@ use crate::ports::fake;
 use crate::serve::metrics::Metrics;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
+use test_support::wait::until;
 use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for what a task (or a blocking thread) does.
+const WAIT: Duration = Duration::from_secs(10);
 
 const KEY: [u8; 32] = [9; 32];
 
@@ -147,23 +151,17 @@ impl Agent {
     }
 }
 
-/// Polls `f` until it holds (a real-time deadline: the stop runs on a blocking thread).
-async fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_waits_for_the_grant_of_its_own_request_and_is_recorded_once() {
     let a = agent();
     a.exec.restart(job());
-    until("the request", || !a.written(REQUEST).is_empty()).await;
+    until("the request", WAIT, || !a.written(REQUEST).is_empty()).await;
     let id = a.written(REQUEST).remove(0);
     assert!(is_own_request(&HashKey::from_bytes(KEY), "u1", &id), "{id}");
-    until("its Event", || a.events.reasons() == ["RestartRequested"]).await;
+    until("its Event", WAIT, || {
+        a.events.reasons() == ["RestartRequested"]
+    })
+    .await;
     let note = a.events.0.lock().unwrap()[0].1.note.clone();
     assert!(
         note.contains("waiting for the controller's grant"),
@@ -179,8 +177,11 @@ async fn a_restart_waits_for_the_grant_of_its_own_request_and_is_recorded_once()
     // the controller's grant: stopped once
     let granted = pod(&[(REQUEST, &id), (GRANT, &id)], "abc");
     a.show(granted.clone());
-    until("the stop", || a.processes.sent() > 0).await;
-    until("Restarted", || a.events.reasons().contains(&"Restarted")).await;
+    until("the stop", WAIT, || a.processes.sent() > 0).await;
+    until("Restarted", WAIT, || {
+        a.events.reasons().contains(&"Restarted")
+    })
+    .await;
     a.show(granted.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sent = a.processes.sent();
@@ -190,7 +191,7 @@ async fn a_restart_waits_for_the_grant_of_its_own_request_and_is_recorded_once()
     );
     // the kubelet started it again (a new container): recorded
     a.show(pod(&[(REQUEST, &id), (GRANT, &id)], "def"));
-    until("restarted", || a.written(RESTARTED) == [id.clone()]).await;
+    until("restarted", WAIT, || a.written(RESTARTED) == [id.clone()]).await;
     a.show(pod(
         &[(REQUEST, &id), (GRANT, &id), (RESTARTED, &id)],
         "def",
@@ -216,9 +217,9 @@ async fn after_an_agent_restart_a_granted_request_of_its_own_is_performed_and_a_
         &[("app", Some("abc"))],
     );
     a.show(pod(&[(REQUEST, &own), (GRANT, &own)], "abc"));
-    until("the stop", || a.processes.sent() > 0).await;
+    until("the stop", WAIT, || a.processes.sent() > 0).await;
     a.show(pod(&[(REQUEST, &own), (GRANT, &own)], "def"));
-    until("restarted", || a.written(RESTARTED) == [own.clone()]).await;
+    until("restarted", WAIT, || a.written(RESTARTED) == [own.clone()]).await;
 }
 
 /// Without a controller (docs/restart.md, "Without a controller"): a waiting request whose
@@ -246,7 +247,7 @@ async fn a_request_nobody_can_grant_is_warned_about_once() {
         let lease = Arc::new(fake::Lease::answering(answer));
         a.exec.watch_lease(lease.clone());
         a.exec.restart(job());
-        until("the Warning", || uncoordinated(&a) == 1).await;
+        until("the Warning", WAIT, || uncoordinated(&a) == 1).await;
         let id = a.written(REQUEST).remove(0);
         let events = a.events.0.lock().unwrap().clone();
         let (_, warning) = events
@@ -289,8 +290,8 @@ async fn a_held_lease_says_nothing_and_is_read_again_while_the_request_waits() {
     let lease = Arc::new(fake::Lease::answering(live()));
     a.exec.watch_lease(lease.clone());
     a.exec.restart(job());
-    until("the request", || !a.written(REQUEST).is_empty()).await;
-    until("the first read", || lease.reads() == 1).await;
+    until("the request", WAIT, || !a.written(REQUEST).is_empty()).await;
+    until("the first read", WAIT, || lease.reads() == 1).await;
     // 15 s, 30 s, 60 s, 120 s later: four more reads, no Warning
     tokio::time::sleep(Duration::from_secs(15 + 30 + 60 + 120 + 1)).await;
     assert_eq!(lease.reads(), 5);
@@ -309,7 +310,7 @@ async fn a_held_lease_says_nothing_and_is_read_again_while_the_request_waits() {
         15,
     ))));
     tokio::time::sleep(Duration::from_secs(301)).await;
-    until("the Warning", || {
+    until("the Warning", WAIT, || {
         a.events.reasons().contains(&UNCOORDINATED)
     })
     .await;
@@ -324,7 +325,7 @@ async fn a_held_lease_says_nothing_and_is_read_again_while_the_request_waits() {
     let lease = Arc::new(fake::Lease::answering(live()));
     b.exec.watch_lease(lease.clone());
     b.exec.restart(job());
-    until("the first read", || lease.reads() == 1).await;
+    until("the first read", WAIT, || lease.reads() == 1).await;
     let id = b.written(REQUEST).remove(0);
     b.show(pod(&[(REQUEST, &id), (GRANT, &id)], "abc"));
     lease.set(Ok(None));
@@ -359,7 +360,10 @@ async fn a_granted_controller_request_stops_its_tagged_containers_once_the_key_i
     assert!(a.written(RESTARTED).is_empty());
     let stale = made(&controller, "u1", "old");
     a.show(pod(&[(REQUEST, &stale), (GRANT, &stale)], "abc"));
-    until("restarted", || a.written(RESTARTED) == [stale.clone()]).await;
+    until("restarted", WAIT, || {
+        a.written(RESTARTED) == [stale.clone()]
+    })
+    .await;
     assert_eq!(
         a.processes.sent(),
         0,
@@ -373,10 +377,13 @@ async fn a_granted_controller_request_stops_its_tagged_containers_once_the_key_i
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(a.processes.sent(), 0, "not verifiable yet");
     a._key.send_replace(Some(controller.clone()));
-    until("the stop", || a.processes.sent() > 0).await;
-    until("Restarted", || a.events.reasons().contains(&"Restarted")).await;
+    until("the stop", WAIT, || a.processes.sent() > 0).await;
+    until("Restarted", WAIT, || {
+        a.events.reasons().contains(&"Restarted")
+    })
+    .await;
     a.show(pod(&[(REQUEST, &id), (GRANT, &id)], "def"));
-    until("restarted", || a.written(RESTARTED) == [id.clone()]).await;
+    until("restarted", WAIT, || a.written(RESTARTED) == [id.clone()]).await;
     let sent = a.processes.sent();
     a.show(pod(
         &[(REQUEST, &id), (GRANT, &id), (RESTARTED, &id)],

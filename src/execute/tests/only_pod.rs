@@ -8,6 +8,10 @@ use super::*;
 use crate::controller::fake::FakePatcher;
 use crate::core::restart_grant::REQUEST;
 use crate::core::rollout::{OwnerRef, ON_BLOCKED};
+use test_support::wait::until;
+
+/// How long a test waits for what a task (or a blocking thread) does.
+const WAIT: Duration = Duration::from_secs(10);
 
 const ALONE: &str = "no other pod of ReplicaSet web-7d9 runs on this node";
 
@@ -98,15 +102,6 @@ impl Node {
     }
 }
 
-/// Polls `f` until it holds (a real-time deadline: the stop runs on a blocking thread).
-async fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// The controller's rollout rolls the only pod of an owner that says `on-blocked: rollout`
 /// at the change, whatever the agent's flag: the agent must not restart it as well. It
 /// requests instead (the controller hands the request off, or grants it where the pod has
@@ -116,8 +111,8 @@ async fn until(what: &str, f: impl Fn() -> bool) {
 async fn under_the_flag_an_on_blocked_rollout_pod_is_requested_not_restarted() {
     let rolls = node(vec![owned("u1", "web", Some("rollout"))]);
     rolls.exec.restart(restart_job("app"));
-    until("the request", || rolls.requested()).await;
-    until("RestartRequested", || {
+    until("the request", WAIT, || rolls.requested()).await;
+    until("RestartRequested", WAIT, || {
         rolls.events.reasons() == ["RestartRequested"]
     })
     .await;
@@ -126,8 +121,8 @@ async fn under_the_flag_an_on_blocked_rollout_pod_is_requested_not_restarted() {
 
     let waits = node(vec![owned("u1", "web", Some("wait"))]);
     waits.exec.restart(restart_job("app"));
-    until("the stop", || waits.processes.sent() > 0).await;
-    until("Restarted", || waits.restarted_note().is_some()).await;
+    until("the stop", WAIT, || waits.processes.sent() > 0).await;
+    until("Restarted", WAIT, || waits.restarted_note().is_some()).await;
     assert!(!waits.requested(), "restarted without asking");
 }
 
@@ -138,7 +133,7 @@ async fn under_the_flag_an_on_blocked_rollout_pod_is_requested_not_restarted() {
 async fn a_restart_without_a_sibling_on_the_node_says_it_may_have_left_no_ready_pod() {
     let alone = node(vec![owned("u1", "web", None)]);
     alone.exec.restart(restart_job("app"));
-    until("Restarted", || alone.restarted_note().is_some()).await;
+    until("Restarted", WAIT, || alone.restarted_note().is_some()).await;
     let note = alone.restarted_note().unwrap();
     assert!(note.contains(ALONE), "{note}");
     assert!(
@@ -151,7 +146,7 @@ async fn a_restart_without_a_sibling_on_the_node_says_it_may_have_left_no_ready_
     sibling.containers[0].container_id = ContainerId::parse("containerd://other");
     let paired = node(vec![owned("u1", "web", None), sibling]);
     paired.exec.restart(restart_job("app"));
-    until("Restarted", || paired.restarted_note().is_some()).await;
+    until("Restarted", WAIT, || paired.restarted_note().is_some()).await;
     let note = paired.restarted_note().unwrap();
     assert!(!note.contains(ALONE), "{note}");
     assert!(note.contains("stopped container app"), "{note}");
@@ -173,7 +168,7 @@ async fn under_the_flag_without_a_controller_the_warning_says_why_the_pod_asked(
             .find(|(_, e)| e.reason == crate::core::lease_holder::UNCOORDINATED)
             .map(|(_, e)| e.note.clone())
     };
-    until("RestartUncoordinated", || warning().is_some()).await;
+    until("RestartUncoordinated", WAIT, || warning().is_some()).await;
     let note = warning().unwrap();
     assert!(
         note.contains("reloadlet.io/on-blocked: rollout leaves the choice between a restart and a rollout to it, also under --restart-without-grant")

@@ -1,10 +1,10 @@
 //! CRI-O's shape without CRI-O: conmon and runc (see the parent module).
 
 use super::{check, hierarchies, remove_cgroup, running, which};
-use crate::wait::within_blocking;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use test_support::wait::within_blocking;
 
 /// CRI-O's shape without CRI-O: per container, `conmon` (in its own `crio-conmon-<id>`
 /// cgroup beside the container's, as CRI-O places it) creates the container with runc from

@@ -1,10 +1,10 @@
 //! A containerd of the test's own, driven through `ctr` (see the parent module).
 
 use super::{check, remove_cgroup};
-use crate::wait::within_blocking;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use test_support::wait::within_blocking;
 
 pub const NAMESPACE: &str = "reloadlet-test";
 

@@ -15,12 +15,12 @@
 mod conmon;
 mod containerd;
 mod scenes;
-use crate::wait::within_blocking;
 #[allow(unused_imports)] // each test binary uses one runtime
 pub use conmon::Conmon;
 #[allow(unused_imports)]
 pub use containerd::{Containerd, NAMESPACE};
 pub use scenes::{evict_scene, running_status, spawn_agent, tracked, NginxPod, PodRuntime, Stage};
+use test_support::wait::within_blocking;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};

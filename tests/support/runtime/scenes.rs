@@ -4,7 +4,6 @@
 //! its ConfigMap changes, and replaced.
 
 use super::{free_port, host_mounts, Agent};
-use crate::wait::within;
 use nodesim::apiserver::ApiServer;
 use nodesim::atomic_writer::{self, FileProjection};
 use nodesim::probe::http_get;
@@ -14,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use test_support::wait::within;
 
 /// A container runtime as the kubelet drives it through CRI, in the shape a test reproduces.
 pub trait PodRuntime {

@@ -2,10 +2,11 @@
 //! evicted and replaced (new UIDs) at every change of a ConfigMap they read through env, in
 //! the real controller loop with fakes of every edge and a paused clock.
 
-use super::harness::{self, until, Harness};
+use super::harness::{self, Harness, PAUSED_MINUTE};
 use crate::controller::env::*;
 use crate::core::rollout::OwnerRef;
 use std::time::Duration;
+use test_support::wait::until;
 
 /// A running `action: evict` pod with `flap-threshold: 3/1m`, reading key `LOG` of `app-env`
 /// through env, controlled by the ReplicaSet `rs` (none: no controller, and
@@ -55,7 +56,10 @@ async fn change_and_replace(
 ) -> (Vec<String>, Vec<PodInfo>) {
     h.change(&format!("v{round}")).await;
     let before = h.evicted().len();
-    until("a round of evictions", || h.evicted().len() == before + 3).await;
+    until("a round of evictions", PAUSED_MINUTE, || {
+        h.evicted().len() == before + 3
+    })
+    .await;
     let evicted = sorted(h.evicted()[before..].to_vec());
     let next = replica_set(round);
     h.replace(pods, &next).await;
@@ -80,7 +84,7 @@ async fn a_replica_set_is_evicted_three_times_then_held_then_once_on_the_latest_
 
     // The 4th change within the minute would be the 4th action on web-1: held, told once.
     h.change("v4").await;
-    until("ReloadFlapping", || !h.flapping().is_empty()).await;
+    until("ReloadFlapping", PAUSED_MINUTE, || !h.flapping().is_empty()).await;
     let flapping = h.flapping();
     assert_eq!(flapping.len(), 1, "{flapping:?}");
     assert!(
@@ -90,7 +94,10 @@ async fn a_replica_set_is_evicted_three_times_then_held_then_once_on_the_latest_
     );
     assert_eq!(h.held(), 1, "the held gauge");
     // Each held pod carries the episode for `reloadlet explain`, written once.
-    until("the held pods' records", || h.records().len() == 3).await;
+    until("the held pods' records", PAUSED_MINUTE, || {
+        h.records().len() == 3
+    })
+    .await;
     let records = h.records();
     for (record, pod) in sorted(records.clone()).iter().zip(&pods) {
         assert!(
@@ -108,14 +115,19 @@ async fn a_replica_set_is_evicted_three_times_then_held_then_once_on_the_latest_
     assert_eq!(h.records(), records);
 
     // Quiet for a minute after the 5th change: each pod evicted once, the episode closed.
-    until("the evictions after the quiet minute", || {
-        h.evicted().len() == 12
-    })
+    until(
+        "the evictions after the quiet minute",
+        PAUSED_MINUTE,
+        || h.evicted().len() == 12,
+    )
     .await;
     assert_eq!(sorted(h.evicted()[9..].to_vec()), names(&pods));
     assert_eq!(h.held(), 0);
     // Their records are removed with the hold (an eviction a budget blocks keeps the pod).
-    until("the records removed", || h.records().len() == 6).await;
+    until("the records removed", PAUSED_MINUTE, || {
+        h.records().len() == 6
+    })
+    .await;
     let removed: Vec<String> = pods.iter().map(|p| format!("{}: ", p.name)).collect();
     assert_eq!(sorted(h.records()[3..].to_vec()), removed);
     // The replacements start on the latest content: nothing more happens.
@@ -140,7 +152,10 @@ async fn owners_are_independent_and_a_pod_without_one_counts_for_itself() {
     for round in 1..=3u32 {
         h.change(&format!("v{round}")).await;
         let before = h.evicted().len();
-        until("a round of evictions", || h.evicted().len() == before + 3).await;
+        until("a round of evictions", PAUSED_MINUTE, || {
+            h.evicted().len() == before + 3
+        })
+        .await;
         let next: Vec<PodInfo> = pods
             .iter()
             .map(|p| {
@@ -155,7 +170,7 @@ async fn owners_are_independent_and_a_pod_without_one_counts_for_itself() {
     }
     // The 4th: both ReplicaSets are held (one Event each); the new bare pod has no history.
     h.change("v4").await;
-    until("ReloadFlapping", || h.flapping().len() == 2).await;
+    until("ReloadFlapping", PAUSED_MINUTE, || h.flapping().len() == 2).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(h.evicted().len(), 10);
     assert_eq!(h.evicted()[9], pods[2].name);
@@ -178,7 +193,7 @@ async fn a_source_back_at_what_the_pods_run_evicts_nothing_when_the_episode_clos
     }
     // Held at v4; then back to v3, which the pods run.
     h.change("v4").await;
-    until("ReloadFlapping", || !h.flapping().is_empty()).await;
+    until("ReloadFlapping", PAUSED_MINUTE, || !h.flapping().is_empty()).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     h.change("v3").await;
     // Well past the quiet minute: nothing evicted, the episode closed, the records removed.
@@ -191,7 +206,10 @@ async fn a_source_back_at_what_the_pods_run_evicts_nothing_when_the_episode_clos
     assert_eq!(sorted(records[3..].to_vec()), removed);
     // The next change is acted on at once.
     h.change("v5").await;
-    until("a round of evictions", || h.evicted().len() == 12).await;
+    until("a round of evictions", PAUSED_MINUTE, || {
+        h.evicted().len() == 12
+    })
+    .await;
     assert_eq!(sorted(h.evicted()[9..].to_vec()), names(&pods));
     assert_eq!(h.flapping().len(), 1);
     h.stop().await;

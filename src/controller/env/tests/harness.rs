@@ -13,6 +13,10 @@ use crate::ports::fake;
 use crate::ports::ObjectData;
 use crate::ports::{Input, ObjectKey};
 use std::time::Duration;
+use test_support::wait::until;
+
+/// How long a test waits on the paused clock: a minute of it.
+pub const PAUSED_MINUTE: Duration = Duration::from_secs(60);
 use tokio::sync::mpsc;
 
 pub const NS: &str = "ns";
@@ -167,7 +171,7 @@ impl Harness {
 
     /// Waits (on the paused clock, a minute at most) until every pod has its baseline.
     pub async fn baselined(&self, pods: &[PodInfo]) {
-        until("baselines", || {
+        until("baselines", PAUSED_MINUTE, || {
             let written = self.patcher.baseline_writes();
             pods.iter()
                 .all(|p| written.iter().any(|(_, name, _)| *name == p.name))
@@ -234,14 +238,5 @@ impl Harness {
     pub async fn stop(self) {
         self.stop.cancel();
         self.task.await.unwrap();
-    }
-}
-
-/// Polls `done` every 100 ms of the paused clock; fails after a minute of it.
-pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

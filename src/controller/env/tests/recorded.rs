@@ -10,6 +10,7 @@ use crate::core::status::consumers::consumer;
 use crate::core::status::data_version::Published;
 use crate::core::status::state::{derive, Facts, Pending, State};
 use crate::ports::EvictOutcome;
+use test_support::wait::until;
 
 pub(super) fn published(log: &str) -> Published {
     let source = SourceRef {
@@ -74,7 +75,7 @@ async fn a_blocked_eviction_is_recorded_once_as_waiting_for_a_budget_and_its_suc
     ]);
     h.versions.set(&key(), Some(published("v1")));
     h.change("v1").await;
-    until("the blocked eviction's record", || {
+    until("the blocked eviction's record", PAUSED_MINUTE, || {
         !h.patcher.applied_writes().is_empty()
     })
     .await;
@@ -87,7 +88,7 @@ async fn a_blocked_eviction_is_recorded_once_as_waiting_for_a_budget_and_its_suc
     assert!(entry.version.is_some(), "the published version: {entry:?}");
     assert_eq!(state, State::Pending(Pending::Budget));
     // The retries are blocked again (no write), then the eviction goes through (no record).
-    until("the eviction", || h.evictor.calls() == 4).await;
+    until("the eviction", PAUSED_MINUTE, || h.evictor.calls() == 4).await;
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     assert_eq!(
         h.patcher.applied_writes().len(),
@@ -114,7 +115,7 @@ async fn a_blocked_evictions_record_follows_the_version_published_after_it() {
     // Not published yet: the controller still holds the old data's version.
     h.versions.set(&key(), Some(published("v1")));
     h.change("v2").await;
-    until("the block's first record", || {
+    until("the block's first record", PAUSED_MINUTE, || {
         !h.patcher.applied_writes().is_empty()
     })
     .await;
@@ -122,14 +123,14 @@ async fn a_blocked_evictions_record_follows_the_version_published_after_it() {
     assert_ne!(first, State::Pending(Pending::Budget), "{first:?}");
     // Published; the next retry records it.
     h.versions.set(&key(), Some(published("v2")));
-    until("the retry's record", || {
+    until("the retry's record", PAUSED_MINUTE, || {
         h.patcher.applied_writes().len() == 2
     })
     .await;
     let (_, state_now) = state(&h, &pod, &published("v2"));
     assert_eq!(state_now, State::Pending(Pending::Budget));
     // The third block says nothing new: no write; nor does the eviction.
-    until("the eviction", || h.evictor.calls() == 4).await;
+    until("the eviction", PAUSED_MINUTE, || h.evictor.calls() == 4).await;
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     assert_eq!(h.patcher.applied_writes().len(), 2);
 }
@@ -149,7 +150,7 @@ async fn a_failed_eviction_is_recorded_as_failed_with_the_reason() {
         }));
     h.versions.set(&key(), Some(published("v1")));
     h.change("v1").await;
-    until("the failed eviction's record", || {
+    until("the failed eviction's record", PAUSED_MINUTE, || {
         !h.patcher.applied_writes().is_empty()
     })
     .await;
@@ -169,7 +170,7 @@ async fn a_refused_eviction_is_recorded_as_failed_saying_why() {
     h.list(std::slice::from_ref(&pod)).await;
     h.versions.set(&key(), Some(published("v1")));
     h.change("v1").await;
-    until("the refusal's record", || {
+    until("the refusal's record", PAUSED_MINUTE, || {
         !h.patcher.applied_writes().is_empty()
     })
     .await;
@@ -207,7 +208,7 @@ async fn an_eviction_refused_for_an_invalid_pacing_annotation_writes_nothing_and
     };
     h.versions.set(&key(), Some(published("v1")));
     h.change("v1").await;
-    until("the valid pod's eviction", || {
+    until("the valid pod's eviction", PAUSED_MINUTE, || {
         h.evicted() == ["web-good".to_string()]
     })
     .await;

@@ -13,6 +13,7 @@ use crate::core::status::applied::Recorded;
 use crate::core::status::state::State;
 use crate::core::volume_digest::HashKey;
 use crate::ports::Input;
+use test_support::wait::until;
 
 /// An env consumer with `action: signal` and `env-action: restart`, its container `app`
 /// running as `container`.
@@ -54,14 +55,14 @@ async fn an_env_restart_is_requested_for_the_containers_that_read_it_and_never_o
     h.list(std::slice::from_ref(&pod)).await;
     h.versions.set(&key(), Some(published("v1")));
     h.change("v1").await;
-    until("the request", || requests(&h).len() == 1).await;
+    until("the request", PAUSED_MINUTE, || requests(&h).len() == 1).await;
     let first = requests(&h).remove(0);
     assert_eq!(
         controller_targets(&ck, &pod.uid, &first, &[("app", Some("c1"))]),
         Some(vec![true]),
         "{first}"
     );
-    until("its Event", || {
+    until("its Event", PAUSED_MINUTE, || {
         h.events.reasons().contains(&"RestartRequested")
     })
     .await;
@@ -87,7 +88,10 @@ async fn an_env_restart_is_requested_for_the_containers_that_read_it_and_never_o
         p.containers[0].container_id = ContainerId::parse("containerd://c2");
     })
     .await;
-    until("the second request", || requests(&h).len() == 2).await;
+    until("the second request", PAUSED_MINUTE, || {
+        requests(&h).len() == 2
+    })
+    .await;
     let second = requests(&h).remove(1);
     assert_eq!(
         controller_targets(&ck, &pod.uid, &second, &[("app", Some("c2"))]),
@@ -97,7 +101,10 @@ async fn an_env_restart_is_requested_for_the_containers_that_read_it_and_never_o
     // Not granted yet: a third change replaces it (newest wins), naming app still.
     show(&h, |_| {}).await;
     h.change("v3").await;
-    until("the third request", || requests(&h).len() == 3).await;
+    until("the third request", PAUSED_MINUTE, || {
+        requests(&h).len() == 3
+    })
+    .await;
     let third = requests(&h).remove(2);
     assert_ne!(third, second);
     assert_eq!(
@@ -130,7 +137,10 @@ async fn an_env_restart_waits_for_the_agents_own_request_is_asked_again_if_repla
             .insert(RESTARTED.into(), "0123abcd-0123456789abcdef".into());
     })
     .await;
-    until("the request after the agent's", || requests(&h).len() == 1).await;
+    until("the request after the agent's", PAUSED_MINUTE, || {
+        requests(&h).len() == 1
+    })
+    .await;
 
     // The pod shows the controller's request, then the agent's replaces it (written at the
     // same moment, the last write kept) before any grant: asked again after the agent's.
@@ -153,7 +163,7 @@ async fn an_env_restart_waits_for_the_agents_own_request_is_asked_again_if_repla
             .insert(RESTARTED.into(), "4567cdef-0123456789abcdef".into());
     })
     .await;
-    until("asked again", || requests(&h).len() == 2).await;
+    until("asked again", PAUSED_MINUTE, || requests(&h).len() == 2).await;
     // Shown restarted: nothing more.
     let again = requests(&h).remove(1);
     show(&h, |p| {
@@ -173,7 +183,7 @@ async fn an_env_restart_waits_for_the_agents_own_request_is_asked_again_if_repla
     h.list(std::slice::from_ref(&never)).await;
     h.versions.set(&key(), Some(published("v1")));
     h.change("v1").await;
-    until("RestartRefused", || {
+    until("RestartRefused", PAUSED_MINUTE, || {
         h.events.reasons().contains(&"RestartRefused")
     })
     .await;
@@ -200,7 +210,7 @@ async fn an_env_restart_replaced_by_the_agents_request_is_asked_again_after_a_co
     h.list(std::slice::from_ref(&pod)).await;
     let baselines = h.patcher.baseline_writes().len();
     h.change("v1").await;
-    until("the request", || requests(&h).len() == 1).await;
+    until("the request", PAUSED_MINUTE, || requests(&h).len() == 1).await;
     // Shown, then the agent's request (a volume change) replaces it before any grant.
     show(&h, |_| {}).await;
     show(&h, |p| {
@@ -226,7 +236,7 @@ async fn an_env_restart_replaced_by_the_agents_request_is_asked_again_after_a_co
             .insert(RESTARTED.into(), "4567cdef-0123456789abcdef".into());
     })
     .await;
-    until("asked again", || requests(&h).len() == 2).await;
+    until("asked again", PAUSED_MINUTE, || requests(&h).len() == 2).await;
     let again = requests(&h).remove(1);
     assert_eq!(
         controller_targets(&ck, &pod.uid, &again, &[("app", Some("c1"))]),
@@ -239,7 +249,7 @@ async fn an_env_restart_replaced_by_the_agents_request_is_asked_again_after_a_co
         p.containers[0].container_id = ContainerId::parse("containerd://c2");
     })
     .await;
-    until("the baseline moved", || {
+    until("the baseline moved", PAUSED_MINUTE, || {
         h.patcher.baseline_writes().len() > baselines
     })
     .await;
@@ -256,7 +266,7 @@ async fn a_controller_restart_before_the_grant_writes_no_second_request_for_the_
     h.list(std::slice::from_ref(&pod)).await;
     let baselines = h.patcher.baseline_writes().len();
     h.change("v1").await;
-    until("the request", || requests(&h).len() == 1).await;
+    until("the request", PAUSED_MINUTE, || requests(&h).len() == 1).await;
     let first = requests(&h).remove(0);
     show(&h, |_| {}).await;
 
@@ -271,7 +281,7 @@ async fn a_controller_restart_before_the_grant_writes_no_second_request_for_the_
         p.containers[0].container_id = ContainerId::parse("containerd://c2");
     })
     .await;
-    until("the baseline moved", || {
+    until("the baseline moved", PAUSED_MINUTE, || {
         h.patcher.baseline_writes().len() > baselines
     })
     .await;

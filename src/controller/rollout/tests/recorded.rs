@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::core::status::applied::{Applied, Entry, Recorded};
+use test_support::wait::until;
 
 /// The last entry written on each pod, by name.
 pub(super) fn last_entries(h: &Harness) -> BTreeMap<String, Entry> {
@@ -157,7 +158,12 @@ async fn a_rollout_nothing_will_do_is_recorded_unless_the_pod_alone_tells_why() 
     let v2 = published_cfg("v2");
     h.versions.set(&cm("cfg"), Some(v2.clone()));
     h.change("cfg", "2", &[("app.conf", "v2")]).await;
-    until_written(&h, 2).await;
+    until(
+        "two status record writes",
+        std::time::Duration::from_secs(60),
+        || h.patcher.applied_writes().len() >= 2,
+    )
+    .await;
     // What the pod does not show (the ReplicaSet's missing owner, the StatefulSet's
     // strategy): recorded as failed, once per pod, with the data version.
     let written = last_entries(&h);
@@ -206,17 +212,4 @@ async fn a_rollout_nothing_will_do_is_recorded_unless_the_pod_alone_tells_why() 
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(h.patcher.applied_writes().len(), 2);
     h.stop().await;
-}
-
-/// Waits (paused clock, a minute at most) for `n` status record writes.
-async fn until_written(h: &Harness, n: usize) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while h.patcher.applied_writes().len() < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{:?}",
-            h.patcher.applied_writes()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

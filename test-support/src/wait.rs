@@ -1,6 +1,9 @@
 //! The one set of waiting helpers every test uses: poll with a deadline, never a bare
 //! sleep, never a timed assertion. Deadlines are tokio's clock in async helpers, so they
-//! also hold in virtual time under a paused clock.
+//! also hold in virtual time under a paused clock: there, each look moves the clock by
+//! [`POLL`] (tokio advances a paused clock to the next timer when every task is idle), so a
+//! back-off or a recount that must fire does; [`until_yielding`] is for a loop whose timers
+//! must not.
 //!
 //! The rules the suite keeps with them:
 //! - an absence ([`never`]) follows a positive control in the same test: the same change
@@ -11,16 +14,15 @@
 //! - every process a test starts gets default signal dispositions
 //!   (`nodesim::runtime::default_signals`), whatever `nohup`, `setsid` or a shell left.
 //!
-//! Each support module by topic sits beside this one (`http.rs`, `image.rs`, `notify.rs`,
-//! `watch.rs`, `runtime/`, `controller_process.rs`, `rng.rs`); `tests/common/` is the
-//! simulated node harness, which re-exports this module.
-#![allow(dead_code)] // each test binary uses a different part
+//! The integration tests' support by topic is in `tests/support/` (`http.rs`, `image.rs`,
+//! `notify.rs`, `watch.rs`, `runtime/`, `controller_process.rs`, `rng.rs`);
+//! `tests/common/` is the simulated node harness, which re-exports this module.
 
 use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
 /// How often the helpers look again.
-const POLL: Duration = Duration::from_millis(10);
+pub const POLL: Duration = Duration::from_millis(10);
 
 // How long a test watches for something that must not happen ([`never`]), named by what
 // would have happened by then. Each absence check follows a positive control in the same
@@ -39,7 +41,7 @@ pub const NUDGE_QUIET: Duration = Duration::from_secs(5);
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.
 pub async fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
-    poll_until(what, timeout, f, String::new).await
+    eventually_showing(what, timeout, f, String::new).await
 }
 
 /// [`eventually`] while `child` runs: panics at once when it exits first, and in both
@@ -57,7 +59,7 @@ pub async fn eventually_while_running<T>(
         }
         f()
     };
-    poll_until(what, timeout, probe, &log).await
+    eventually_showing(what, timeout, probe, &log).await
 }
 
 /// Waits up to `timeout` for `child` to exit; then kills it. Returns how it ended.
@@ -75,8 +77,9 @@ pub async fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
     }
 }
 
-/// The one poll loop: `f` until `Some`, or a panic after `timeout` with `context()`.
-async fn poll_until<T>(
+/// The one poll loop: `f` until `Some`, or a panic after `timeout` naming `what`, with
+/// `context()` (a log) below.
+pub async fn eventually_showing<T>(
     what: &str,
     timeout: Duration,
     mut f: impl FnMut() -> Option<T>,
@@ -99,6 +102,20 @@ async fn poll_until<T>(
 /// [`eventually`] for a condition.
 pub async fn until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     eventually(what, timeout, || done().then_some(())).await
+}
+
+/// [`until`] without moving a paused clock: lets the other tasks run (`yield_now`) between
+/// looks, for 10 s of wall clock. For a loop under test whose timers (a debounce, a grace)
+/// must not fire meanwhile.
+pub async fn until_yielding(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after 10s of wall clock waiting for: {what}"
+        );
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Checks for `window` that `f` stays false.
@@ -198,4 +215,61 @@ pub fn skipped(why: impl std::fmt::Display) {
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("a test");
     let _ = writeln!(std::io::stderr().lock(), "skipped {test}: {why}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    #[tokio::test(start_paused = true)]
+    async fn under_a_paused_clock_a_wait_moves_it_until_done_and_fails_once_its_time_is_up() {
+        let start = tokio::time::Instant::now();
+        let at = start + Duration::from_secs(3);
+        until("three seconds", Duration::from_secs(60), || {
+            tokio::time::Instant::now() >= at
+        })
+        .await;
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        let never = tokio::spawn(until("never", Duration::from_secs(60), || false));
+        assert!(never.await.unwrap_err().is_panic());
+        assert_eq!(start.elapsed(), Duration::from_secs(63));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_yielding_wait_lets_tasks_run_without_moving_the_clock() {
+        let start = tokio::time::Instant::now();
+        let steps = Arc::new(AtomicU32::new(0));
+        let counter = steps.clone();
+        tokio::spawn(async move {
+            for _ in 0..5 {
+                counter.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        });
+        until_yielding("five steps", || steps.load(Ordering::Relaxed) == 5).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_wait_sees_a_blocking_thread_finish_and_an_absence_fails_when_it_happens() {
+        let done = Arc::new(AtomicU32::new(0));
+        let flag = done.clone();
+        tokio::task::spawn_blocking(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            flag.store(1, Ordering::Relaxed);
+        });
+        until("the blocking thread", Duration::from_secs(10), || {
+            done.load(Ordering::Relaxed) == 1
+        })
+        .await;
+        let seen = tokio::spawn(async move {
+            never("the flag", Duration::from_secs(1), || {
+                done.load(Ordering::Relaxed) == 1
+            })
+            .await
+        });
+        assert!(seen.await.unwrap_err().is_panic());
+    }
 }
