@@ -16,11 +16,11 @@
 //! So the policy is a value, its delays a pure iterator (table-tested below), and the
 //! waiting one small type, [`Retries`]. Its [`Retries::run`] is the one retry loop of every
 //! effect whose attempt can say, by itself, "done" or "again, after this long at the
-//! earliest" ([`Attempt`]): the workload patch, the restart's pod writes, a signal's retries,
-//! a restart's stop, a reload request, a read of a consumed object, a notification. The
-//! eviction's loop asks [`Retries`] directly: between attempts it waits on the
-//! PodDisruptionBudgets (a structural block ends its wait when they change) and moves its
-//! delays to the cap after an error that is not a refusal.
+//! earliest", or "again, at the cap from now on" ([`Attempt`]): the workload patch, the
+//! restart's pod writes, a signal's retries, a restart's stop, a reload request, a read of a
+//! consumed object, a notification, an eviction. (A structural block of an eviction leaves
+//! the loop: it waits on the PodDisruptionBudgets, which end its wait when they change, and
+//! then the same [`Retries`] runs again.)
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::future::Future;
@@ -176,6 +176,9 @@ pub enum Attempt<T, E> {
     /// Failed in a way that may pass: tried again after the policy's next delay
     /// (`Some(d)`: the server asked for at least `d`, a `Retry-After`).
     Again(E, Option<Duration>),
+    /// Failed in a way that will not pass soon (not a refusal: an error, no answer): tried
+    /// again after the cap, and every later delay is the cap too ([`Retries::hold_at_cap`]).
+    AgainAtCap(E),
 }
 
 /// How [`Retries::run`] ended.
@@ -257,6 +260,10 @@ impl Retries {
             let (error, retry_after) = match attempt().await {
                 Attempt::Done(done) => return Ended::Done(done),
                 Attempt::Again(error, retry_after) => (error, retry_after),
+                Attempt::AgainAtCap(error) => {
+                    self.hold_at_cap();
+                    (error, None)
+                }
             };
             let Some(delay) = self.next(retry_after) else {
                 return Ended::GaveUp(error);
@@ -417,34 +424,67 @@ mod tests {
         assert_eq!(retries.next(None), None);
     }
 
+    /// Runs `script`'s attempts (the `n`th call's answer) through `policy` on the paused
+    /// clock: how it ended, the calls, the retries announced, and the time it took.
+    async fn scripted(
+        policy: &Backoff,
+        script: impl Fn(u32) -> Attempt<&'static str, u32>,
+    ) -> (
+        Ended<&'static str, u32>,
+        u32,
+        Vec<(u32, Duration)>,
+        Duration,
+    ) {
+        let mut retries = Retries::new(policy);
+        let start = tokio::time::Instant::now();
+        let calls = std::cell::Cell::new(0u32);
+        let mut announced = Vec::new();
+        let ended = retries
+            .run(
+                || {
+                    calls.set(calls.get() + 1);
+                    let answer = script(calls.get());
+                    async { answer }
+                },
+                |error, delay| announced.push((*error, delay)),
+            )
+            .await;
+        (ended, calls.get(), announced, start.elapsed())
+    }
+
     #[tokio::test(start_paused = true)]
     async fn run_tries_again_until_done_waiting_each_delay_and_a_servers_wish() {
         let policy = Backoff::doubling(ms(100), s(10))
             .retries(5)
             .retry_after(RetryAfter::Obeyed);
-        let mut retries = Retries::new(&policy);
-        let start = tokio::time::Instant::now();
-        let calls = std::cell::Cell::new(0u32);
-        let mut announced = Vec::new();
-        let ended: Ended<&str, u32> = retries
-            .run(
-                || async {
-                    let n = calls.get() + 1;
-                    calls.set(n);
-                    match n {
-                        1 => Attempt::Again(n, None),
-                        // The server asks for 2 s: more than the policy's 200 ms.
-                        2 => Attempt::Again(n, Some(s(2))),
-                        _ => Attempt::Done("done"),
-                    }
-                },
-                |error, delay| announced.push((*error, delay)),
-            )
-            .await;
+        let (ended, calls, announced, took) = scripted(&policy, |n| match n {
+            1 => Attempt::Again(n, None),
+            // The server asks for 2 s: more than the policy's 200 ms.
+            2 => Attempt::Again(n, Some(s(2))),
+            _ => Attempt::Done("done"),
+        })
+        .await;
         assert_eq!(ended, Ended::Done("done"));
-        assert_eq!(calls.get(), 3);
+        assert_eq!(calls, 3);
         assert_eq!(announced, [(1, ms(100)), (2, s(2))]);
-        assert_eq!(start.elapsed(), ms(2100), "each announced delay was waited");
+        assert_eq!(took, ms(2100), "each announced delay was waited");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_that_will_not_pass_soon_moves_this_and_every_later_delay_to_the_cap() {
+        let policy = Backoff::doubling(ms(100), s(10));
+        let (ended, calls, announced, took) = scripted(&policy, |n| match n {
+            1 => Attempt::Again(n, None),
+            2 => Attempt::AgainAtCap(n),
+            // A refusal again: the delays stay at the cap.
+            3 => Attempt::Again(n, None),
+            _ => Attempt::Done("done"),
+        })
+        .await;
+        assert_eq!(ended, Ended::Done("done"));
+        assert_eq!(calls, 4);
+        assert_eq!(announced, [(1, ms(100)), (2, s(10)), (3, s(10))]);
+        assert_eq!(took, ms(20_100));
     }
 
     #[tokio::test(start_paused = true)]

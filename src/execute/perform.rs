@@ -2,8 +2,9 @@
 //! `--dry-run` rehearsal. [`perform`] alone picks one (the reporter's setting), and runs it
 //! through the one retry loop ([`Retries::run`]): patches, workload patches, reload
 //! requests, a signal's retries, restarts and their grant requests, the drain gate opened on
-//! sight, eviction calls. What their calls share (a bound on each, `retried`) is
-//! [`super::effect`]; how an outcome is reported, [`super::report`].
+//! sight, evictions (their refusals and failures retried by the same loop). What their calls
+//! share (a bound on each, `retried`) is [`super::effect`]; how an outcome is reported,
+//! [`super::report`].
 
 use super::report::Reporter;
 use crate::retry::{Attempt, Backoff, Ended, Retries};

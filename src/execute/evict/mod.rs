@@ -10,7 +10,7 @@
 //! flight) is retried as every refusal.
 
 use super::effect::{no_answer, within};
-use super::perform::{perform_once, Effect};
+use super::perform::{perform, Effect};
 use super::report::{Line, Reporter};
 use crate::core::disruption_budgets::{BudgetIndex, BudgetStatus, Coverage};
 use crate::core::outcome::{ActionKind, Outcome};
@@ -18,9 +18,9 @@ use crate::core::pod_index::PodIndex;
 use crate::core::rollout::{self, OnBlocked};
 use crate::host::state_file::PendingEviction;
 use crate::ports::{EvictOutcome, EvictRequest, Evictor, PodRef};
-use crate::retry::{Attempt, Backoff, Jitter, Retries, RetryAfter};
+use crate::retry::{Attempt, Backoff, Ended, Jitter, Retries, RetryAfter};
 use std::collections::HashMap;
-use std::convert::Infallible;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -235,42 +235,142 @@ impl Evictions {
     }
 }
 
-/// One eviction call as an [`Effect`], within its timeout: under `--dry-run` the same call
-/// with `dryRun=All`, so the API server checks it (budgets included) and evicts nothing. The
-/// answer says which ran (`true`: the rehearsal).
-struct EvictCall<'a> {
+/// One eviction attempt as an [`Effect`]: is it still wanted, may it be asked at all (a
+/// structural block and `on-blocked: rollout`), then the call within its timeout and one of
+/// the [`EvictionSettings::max_in_flight`] permits; under `--dry-run` the same call with
+/// `dryRun=All`, so the API server checks it (budgets included) and evicts nothing. A
+/// refusal that may pass is tried again by [`perform`]'s loop; what ends that loop is
+/// [`Settled`].
+struct EvictAttempt<'a> {
     inner: &'a Inner,
-    req: EvictRequest,
+    pod: &'a PodRef,
+    /// Calls made (each held a permit).
+    calls: AtomicU32,
 }
 
-impl EvictCall<'_> {
-    async fn call(&self, dry_run: bool) -> Attempt<(EvictOutcome, bool), Infallible> {
+/// How an eviction's attempts ended.
+enum Settled {
+    /// Allowed (`rehearsed`: `--dry-run`'s, which the API server only checked).
+    Evicted { rehearsed: bool },
+    /// The pod is already gone or was replaced (404, or 409 on its UID).
+    Gone,
+    /// Not needed any more: why.
+    Unwanted(&'static str),
+    /// `on-blocked: rollout` and a structural block: no eviction is sent.
+    HandedOff {
+        budget: String,
+        status: BudgetStatus,
+    },
+    /// A budget that can never allow it while the workload keeps its size (`on-blocked:
+    /// wait`): asked again only after [`EvictionSettings::structural_retry`], or once the
+    /// budgets change.
+    Structural {
+        budget: String,
+        status: BudgetStatus,
+        cause: String,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// A refusal or failure that [`perform`] tries again.
+enum Refused {
+    /// A budget said no for now (429).
+    Blocked { cause: String },
+    /// Any other answer, or none in time: will not pass soon (the delays go to the cap).
+    Failed { code: Option<u16>, message: String },
+}
+
+impl EvictAttempt<'_> {
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    async fn once(&self, dry_run: bool) -> Attempt<Settled, Refused> {
+        let (inner, pod) = (self.inner, self.pod);
+        if let Err(why) = inner.still_wanted(pod) {
+            return Attempt::Done(Settled::Unwanted(why));
+        }
+        // `on-blocked: rollout` and a block known before asking: no eviction at all.
+        if let Some((budget, status)) = inner.structural_handoff(pod) {
+            return Attempt::Done(Settled::HandedOff { budget, status });
+        }
         let req = EvictRequest {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
             dry_run,
-            ..self.req.clone()
         };
-        let timeout = self.inner.settings.call_timeout;
-        let answer = within(timeout, self.inner.evictor.evict(&req), |t| {
-            EvictOutcome::Failed {
-                code: None,
-                message: no_answer(t),
+        let answer = {
+            let Ok(_permit) = inner.permits.acquire().await else {
+                return Attempt::Done(Settled::Unwanted("the agent is shutting down"));
+            };
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let timeout = inner.settings.call_timeout;
+            within(timeout, inner.evictor.evict(&req), |t| {
+                EvictOutcome::Failed {
+                    code: None,
+                    message: no_answer(t),
+                }
+            })
+            .await
+        };
+        match answer {
+            EvictOutcome::Evicted => Attempt::Done(Settled::Evicted { rehearsed: dry_run }),
+            EvictOutcome::Gone => Attempt::Done(Settled::Gone),
+            EvictOutcome::Blocked { cause, retry_after } => {
+                let (mode, coverage) = inner.situation(pod);
+                let Some((budget, status)) = coverage.structural() else {
+                    return Attempt::Again(Refused::Blocked { cause }, retry_after);
+                };
+                let budget = budget.to_owned();
+                Attempt::Done(match mode {
+                    OnBlocked::Rollout => Settled::HandedOff { budget, status },
+                    OnBlocked::Wait => Settled::Structural {
+                        budget,
+                        status,
+                        cause,
+                        retry_after,
+                    },
+                })
             }
-        })
-        .await;
-        Attempt::Done((answer, dry_run))
+            EvictOutcome::Failed { code, message } => {
+                Attempt::AgainAtCap(Refused::Failed { code, message })
+            }
+        }
     }
 }
 
-impl Effect for EvictCall<'_> {
-    type Done = (EvictOutcome, bool);
-    type Error = Infallible;
+impl Effect for EvictAttempt<'_> {
+    type Done = Settled;
+    type Error = Refused;
 
-    async fn attempt(&self) -> Attempt<Self::Done, Infallible> {
-        self.call(false).await
+    async fn attempt(&self) -> Attempt<Settled, Refused> {
+        self.once(false).await
     }
 
-    async fn rehearse(&self) -> Attempt<Self::Done, Infallible> {
-        self.call(true).await
+    async fn rehearse(&self) -> Attempt<Settled, Refused> {
+        self.once(true).await
+    }
+}
+
+/// What one eviction job has told the operator so far: its Events and notifications come
+/// at most every [`EvictionSettings::warn_every`].
+#[derive(Default)]
+struct Told {
+    last_warning: Option<Instant>,
+    /// Since when a PodDisruptionBudget has refused it (for notifications).
+    first_refusal: Option<Instant>,
+    /// The last refusal was a structural block (already told).
+    structural: bool,
+}
+
+impl Told {
+    fn warn_now(&self, every: Duration) -> bool {
+        self.last_warning.is_none_or(|t| t.elapsed() >= every)
+    }
+
+    fn refused_since(&mut self) -> Instant {
+        *self.first_refusal.get_or_insert_with(Instant::now)
     }
 }
 
@@ -324,142 +424,144 @@ impl Inner {
 
     async fn run(&self, job: &EvictJob) {
         let pod = &job.pod;
-        let call = EvictCall {
+        let attempt = EvictAttempt {
             inner: self,
-            req: EvictRequest {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-                uid: pod.uid.clone(),
-                dry_run: false,
-            },
+            pod,
+            calls: AtomicU32::new(0),
         };
         let mut retries = Retries::new(&self.settings.backoff());
-        let mut last_warning: Option<Instant> = None;
-        // Since when a PodDisruptionBudget has refused it (for notifications).
-        let mut first_refusal: Option<Instant> = None;
-        // The last refusal was a structural block (already told).
-        let mut structural_told = false;
-        let mut attempts = 0u32;
+        let mut told = Told::default();
         loop {
-            if let Err(why) = self.still_wanted(pod) {
-                tracing::info!(pod = %full(pod), reason = why, "eviction no longer needed");
-                return;
-            }
-            // `on-blocked: rollout` and a block known before asking: no eviction at all.
-            if let (OnBlocked::Rollout, Some((budget, status))) = {
-                let (mode, coverage) = self.situation(pod);
-                (mode, coverage.structural().map(|(n, s)| (n.to_owned(), s)))
-            } {
-                self.handed_off(job, &budget, status, attempts);
-                return;
-            }
-            let (outcome, rehearsed) = {
-                let Ok(_permit) = self.permits.acquire().await else {
-                    return;
-                };
-                attempts += 1;
-                perform_once(&self.report, &call).await
-            };
-            let warn_now = last_warning.is_none_or(|t| t.elapsed() >= self.settings.warn_every);
-            let retry_after = match outcome {
-                EvictOutcome::Evicted => {
-                    self.evicted(job, attempts, rehearsed);
-                    return;
+            let ended = perform(&self.report, &mut retries, &attempt, |refused, _| {
+                self.refused(job, refused, attempt.calls(), &mut told)
+            })
+            .await;
+            let settled = match ended {
+                Ended::Done(settled) => settled,
+                // The policy has no limit, no deadline and no stop (cancelling is the
+                // caller's, which keeps the job pending): not reached, but if it were, the
+                // refusal is told and asked again after the cap.
+                Ended::GaveUp(refused) | Ended::Stopped(refused) => {
+                    self.refused(job, &refused, attempt.calls(), &mut told);
+                    retries.wait(self.settings.max_backoff).await;
+                    continue;
                 }
-                EvictOutcome::Gone => {
+            };
+            match settled {
+                Settled::Evicted { rehearsed } => {
+                    return self.evicted(job, attempt.calls(), rehearsed)
+                }
+                Settled::Gone => {
                     tracing::info!(pod = %full(pod), "pod already gone or replaced; eviction done");
                     return;
                 }
-                EvictOutcome::Blocked { cause, retry_after } => {
-                    let since = *first_refusal.get_or_insert_with(Instant::now);
-                    let (mode, coverage) = self.situation(pod);
-                    if let Some((budget, status)) = coverage.structural() {
-                        if mode == OnBlocked::Rollout {
-                            self.handed_off(job, budget, status, attempts);
-                            return;
-                        }
-                        let outcome = Outcome::EvictionBlocked;
-                        self.report.count(ActionKind::Evict, outcome);
-                        let every = self.settings.structural_retry;
-                        tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), budget, cause = %cause, attempts, budget_status = %status.arithmetic(), "PodDisruptionBudget can never allow the eviction while the workload keeps its size; will retry every {}", humantime::format_duration(every));
-                        if !structural_told || warn_now {
-                            last_warning = Some(Instant::now());
-                            let note = format!(
-                                "{}; will retry every {}: {cause} ({})",
-                                status.structural_note(budget),
-                                humantime::format_duration(every),
-                                job.cause
-                            );
-                            self.report.blocked(
-                                pod,
-                                note,
-                                &job.sources,
-                                &job.seen,
-                                since.elapsed(),
-                            );
-                        }
-                        structural_told = true;
-                        let delay = retries
-                            .next(retry_after)
-                            .unwrap_or(self.settings.max_backoff)
-                            .max(every);
-                        self.wait_structural(pod, delay).await;
-                        continue;
-                    }
-                    structural_told = false;
-                    let outcome = Outcome::EvictionBlocked;
-                    self.report.count(ActionKind::Evict, outcome);
-                    tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
-                    let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
-                    if warn_now {
-                        last_warning = Some(Instant::now());
-                        self.report
-                            .blocked(pod, note, &job.sources, &job.seen, since.elapsed());
-                    } else {
-                        // The record follows each retry (a write only when it changed: e.g.
-                        // the data version the controller published after the first refusal),
-                        // though the Event and notification wait for `warn_every`.
-                        self.report.note_applied(
-                            pod,
-                            ActionKind::Evict,
-                            outcome,
-                            &note,
-                            &job.sources,
-                            &job.seen,
-                            None,
-                        );
-                    }
-                    retry_after
+                Settled::Unwanted(why) => {
+                    tracing::info!(pod = %full(pod), reason = why, "eviction no longer needed");
+                    return;
                 }
-                EvictOutcome::Failed { code, message } => {
-                    let outcome = Outcome::EvictionFailed;
-                    self.report.count(ActionKind::Evict, outcome);
-                    tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), code, error = %message, attempts, "eviction failed; will retry");
-                    if warn_now {
-                        last_warning = Some(Instant::now());
-                        let note =
-                            format!("eviction failed, will retry: {message} ({})", job.cause);
-                        self.report.publish_seen(
-                            pod,
-                            ActionKind::Evict,
-                            outcome,
-                            note,
-                            &job.sources,
-                            &job.seen,
-                        );
-                    }
-                    // Errors other than a PDB refusal will not clear soon: retry at the cap,
-                    // and stay there.
-                    retries.hold_at_cap();
-                    None
+                Settled::HandedOff { budget, status } => {
+                    return self.handed_off(job, &budget, status, attempt.calls())
                 }
-            };
-            // No limit, no deadline, no stop (cancelling is the caller's, which keeps the
-            // job pending): there always is a next delay.
-            let delay = retries
-                .next(retry_after)
-                .unwrap_or(self.settings.max_backoff);
-            retries.wait(delay).await;
+                Settled::Structural {
+                    budget,
+                    status,
+                    cause,
+                    retry_after,
+                } => {
+                    let every = self.settings.structural_retry;
+                    self.blocked_for_good(job, &budget, status, &cause, attempt.calls(), &mut told);
+                    let delay = retries
+                        .next(retry_after)
+                        .unwrap_or(self.settings.max_backoff)
+                        .max(every);
+                    self.wait_structural(pod, delay).await;
+                }
+            }
+        }
+    }
+
+    /// A structural block (`on-blocked: wait`): counted and logged each time; the Event
+    /// and notification when it is new, then every [`EvictionSettings::warn_every`].
+    fn blocked_for_good(
+        &self,
+        job: &EvictJob,
+        budget: &str,
+        status: BudgetStatus,
+        cause: &str,
+        attempts: u32,
+        told: &mut Told,
+    ) {
+        let pod = &job.pod;
+        let since = told.refused_since();
+        let warn_now = told.warn_now(self.settings.warn_every);
+        let outcome = Outcome::EvictionBlocked;
+        self.report.count(ActionKind::Evict, outcome);
+        let every = self.settings.structural_retry;
+        tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), budget, cause = %cause, attempts, budget_status = %status.arithmetic(), "PodDisruptionBudget can never allow the eviction while the workload keeps its size; will retry every {}", humantime::format_duration(every));
+        if !told.structural || warn_now {
+            told.last_warning = Some(Instant::now());
+            let note = format!(
+                "{}; will retry every {}: {cause} ({})",
+                status.structural_note(budget),
+                humantime::format_duration(every),
+                job.cause
+            );
+            self.report
+                .blocked(pod, note, &job.sources, &job.seen, since.elapsed());
+        }
+        told.structural = true;
+    }
+
+    /// A refusal or failure about to be tried again: counted and logged each time; the
+    /// Event and notification at most every [`EvictionSettings::warn_every`]; the status
+    /// record follows each refusal.
+    fn refused(&self, job: &EvictJob, refused: &Refused, attempts: u32, told: &mut Told) {
+        let pod = &job.pod;
+        let warn_now = told.warn_now(self.settings.warn_every);
+        match refused {
+            Refused::Blocked { cause } => {
+                let since = told.refused_since();
+                told.structural = false;
+                let outcome = Outcome::EvictionBlocked;
+                self.report.count(ActionKind::Evict, outcome);
+                tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
+                let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
+                if warn_now {
+                    told.last_warning = Some(Instant::now());
+                    self.report
+                        .blocked(pod, note, &job.sources, &job.seen, since.elapsed());
+                } else {
+                    // The record follows each retry (a write only when it changed: e.g.
+                    // the data version the controller published after the first refusal),
+                    // though the Event and notification wait for `warn_every`.
+                    self.report.note_applied(
+                        pod,
+                        ActionKind::Evict,
+                        outcome,
+                        &note,
+                        &job.sources,
+                        &job.seen,
+                        None,
+                    );
+                }
+            }
+            Refused::Failed { code, message } => {
+                let outcome = Outcome::EvictionFailed;
+                self.report.count(ActionKind::Evict, outcome);
+                tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), code, error = %message, attempts, "eviction failed; will retry");
+                if warn_now {
+                    told.last_warning = Some(Instant::now());
+                    let note = format!("eviction failed, will retry: {message} ({})", job.cause);
+                    self.report.publish_seen(
+                        pod,
+                        ActionKind::Evict,
+                        outcome,
+                        note,
+                        &job.sources,
+                        &job.seen,
+                    );
+                }
+            }
         }
     }
 

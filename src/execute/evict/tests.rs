@@ -37,16 +37,21 @@ fn evictions_of_web(
     )
 }
 
-/// One eviction of `web()` for a change of ConfigMap `app`, waited for until it is no longer
-/// pending (an hour at most, in `step`s).
-async fn evict_web(evictions: &Evictions, step: Duration) {
-    evictions.request(EvictJob {
+/// The eviction of `web()` for a change of ConfigMap `app`.
+fn web_job() -> EvictJob {
+    EvictJob {
         seen: Default::default(),
         pod: PodRef::from(&web().0),
         cause: "configmap app changed".into(),
         first_seen: None,
         sources: vec![],
-    });
+    }
+}
+
+/// One eviction of `web()` for a change of ConfigMap `app`, waited for until it is no longer
+/// pending (an hour at most, in `step`s).
+async fn evict_web(evictions: &Evictions, step: Duration) {
+    evictions.request(web_job());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
     while evictions.is_pending("u1") && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(step).await;
@@ -71,6 +76,53 @@ async fn a_call_that_never_answers_times_out_frees_its_permit_and_is_retried() {
     );
     assert_eq!(evictor.calls(), 2);
     assert_eq!(events.reasons(), ["EvictionFailed", "EvictionRequested"]);
+}
+
+/// An error that is not a refusal (a 500) will not pass soon: the next call comes after the
+/// cap (120 s, ±20 %), and so does every later one, a refusal's included; before it, a
+/// refusal is asked again after the first delay (5 s, ±20 %).
+#[tokio::test(start_paused = true)]
+async fn a_failure_that_is_not_a_refusal_moves_the_retries_to_the_cap_and_keeps_them_there() {
+    let refused = || {
+        Some(EvictOutcome::Blocked {
+            cause: "The disruption budget web needs 2 healthy pods and has 2 currently".into(),
+            retry_after: None,
+        })
+    };
+    let failed = Some(EvictOutcome::Failed {
+        code: Some(500),
+        message: "etcdserver: request timed out".into(),
+    });
+    let evictor = Arc::new(fake::Evictor::answering([refused(), failed, refused()]));
+    let events = Arc::new(fake::Events::default());
+    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
+    let settings = EvictionSettings::default();
+    let evictions = evictions_of_web(settings, evictor.clone(), events, metrics, false);
+    let start = tokio::time::Instant::now();
+    evictions.request(web_job());
+    // When each call came, to the second of the paused clock.
+    let mut at = Vec::new();
+    loop {
+        if evictor.calls() > at.len() {
+            at.push(start.elapsed().as_secs());
+        }
+        if !evictions.is_pending("u1") || start.elapsed() > Duration::from_secs(3600) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(!evictions.is_pending("u1"), "calls at {at:?}");
+    assert_eq!(evictor.calls(), 4, "calls at {at:?}");
+    let gaps: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        (4..=7).contains(&gaps[0]),
+        "the refusal's first delay: {gaps:?}"
+    );
+    assert!(gaps[1] >= 95, "after the failure, the cap: {gaps:?}");
+    assert!(
+        gaps[2] >= 95,
+        "after it, a refusal stays at the cap: {gaps:?}"
+    );
 }
 
 /// Answers as the eviction subresource does from the budget's status (allowed while
