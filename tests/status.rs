@@ -1159,7 +1159,7 @@ async fn with_the_real_agent_and_controller_status_follows_a_change_to_each_cons
                     "template": {
                         "metadata": {"labels": {"app": "roll"}, "annotations": {
                             "reloadlet.io/action": "rollout",
-                            "nodesim.reloadlet.io/ready-delay-ms": "3000"}},
+                            "nodesim.reloadlet.io/ready-delay-ms": "10000"}},
                         "spec": {"containers": [{"name": "app", "image": "app", "env": [
                             {"name": "APP", "valueFrom": {"configMapKeyRef": {"name": "app", "key": "app.conf"}}},
                             {"name": "FEATURE", "valueFrom": {"configMapKeyRef": {"name": "feature", "key": "feature.conf"}}}
@@ -1247,7 +1247,9 @@ async fn with_the_real_agent_and_controller_status_follows_a_change_to_each_cons
         (signals_in(&sig) == ["SIGHUP"]).then_some(())
     })
     .await;
-    // The old rollout pod reads pending while its replacement starts (3 s to Ready).
+    // The old rollout pod reads pending while its replacement starts: 10 s to Ready, so that
+    // status calls on a loaded machine still see it (with 3 s, one run in eight under two
+    // busy loops missed the window).
     let (state, detail) = eventually("the old rollout pod in progress", wait, || {
         states(&kc, "configmap/app")
             .remove(&old_roll)
@@ -1356,7 +1358,7 @@ async fn with_the_real_agent_and_controller_status_follows_a_change_to_each_cons
     node.api
         .apply_configmap(configmap(NS, "feature", &[("feature.conf", "f2")]));
     // Once the controller published f2's version, the Deployment's pod runs f1 until it is
-    // replaced (a 1 s batch, then 3 s to Ready): --wait gives up with exit 1.
+    // replaced (a 1 s batch, then 10 s to Ready): --wait gives up with exit 1.
     eventually("feature's data version of f2", wait, || {
         data_version_of(&node, SourceKind::ConfigMap, "feature").filter(|v| *v != feature_v1)
     })
