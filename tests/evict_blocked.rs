@@ -271,9 +271,11 @@ async fn a_transient_block_is_retried_as_usual_and_every_pod_is_evicted() {
     for on_blocked in [None, Some("rollout")] {
         let mut node = Node::start(NodeOptions::default()).await;
         // Three pods, two needed: one eviction at a time, the others wait for the
-        // replacement to become Ready (a transient block).
+        // replacement to become Ready (a transient block). 3 s to Ready, so that the other
+        // two are asked while it starts even on a loaded machine (with 700 ms, one run under
+        // two busy loops asked only after it was Ready, and nothing was refused).
         node.api.create_pdb(pdb(json!({"minAvailable": 2})));
-        let originals = replicas(&mut node, 3, 700, on_blocked).await;
+        let originals = replicas(&mut node, 3, 3000, on_blocked).await;
         node.api
             .apply_configmap(configmap(NS, "app-conf", &[("k", "v2")]));
         eventually(
