@@ -64,39 +64,57 @@ pub async fn eventually_while_running<T>(
 
 /// Waits up to `timeout` for `child` to exit; then kills it. Returns how it ended.
 pub async fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
+    match first(timeout, || child.try_wait().ok().flatten()).await {
+        Some(status) => status,
+        None => {
+            let _ = child.kill();
+            child.wait().expect("wait for a killed child")
+        }
+    }
+}
+
+/// The one poll loop on tokio's clock: `f`'s first `Some` within `timeout`, else `None`
+/// (`f` is asked once more at the deadline).
+async fn first<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return status;
+        if let Some(v) = f() {
+            return Some(v);
         }
         if tokio::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            return child.wait().expect("wait for a killed child");
+            return None;
         }
         tokio::time::sleep(POLL).await;
     }
 }
 
-/// The one poll loop: `f` until `Some`, or a panic after `timeout` naming `what`, with
-/// `context()` (a log) below.
+/// [`first`] without a runtime: the wall clock, a thread sleep between looks.
+fn first_blocking<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// [`eventually`], with `context()` (a log) below the panic after `timeout`.
 pub async fn eventually_showing<T>(
     what: &str,
     timeout: Duration,
-    mut f: impl FnMut() -> Option<T>,
+    f: impl FnMut() -> Option<T>,
     context: impl Fn() -> String,
 ) -> T {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
+    first(timeout, f).await.unwrap_or_else(|| {
+        panic!(
             "timed out after {timeout:?} waiting for: {what}\n{}",
             context()
-        );
-        tokio::time::sleep(POLL).await;
-    }
+        )
+    })
 }
 
 /// [`eventually`] for a condition.
@@ -130,49 +148,18 @@ pub async fn never(what: &str, window: Duration, mut f: impl FnMut() -> bool) {
 /// Whether `f` holds within `timeout` (polled): for a caller that fails with more context
 /// than a panic here would have (a container's log), or that cleans up.
 pub async fn within(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    first(timeout, || f().then_some(())).await.is_some()
 }
 
 /// [`within`] for code without a runtime (cleanup in `Drop`, setup before one).
 pub fn within_blocking(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(POLL);
-    }
+    first_blocking(timeout, || f().then_some(())).is_some()
 }
 
 /// [`eventually`] for tests without a runtime.
-pub fn eventually_blocking<T>(
-    what: &str,
-    timeout: Duration,
-    mut f: impl FnMut() -> Option<T>,
-) -> T {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        std::thread::sleep(POLL);
-    }
+pub fn eventually_blocking<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    first_blocking(timeout, f)
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for: {what}"))
 }
 
 /// Whether the tests run as root (`/proc/self` belongs to the effective uid).
