@@ -365,8 +365,14 @@ struct Told {
 }
 
 impl Told {
-    fn warn_now(&self, every: Duration) -> bool {
-        self.last_warning.is_none_or(|t| t.elapsed() >= every)
+    /// Whether the Event and notification are due now (`anyway`, or none for `every`);
+    /// when they are, they count as told from now.
+    fn warning_due(&mut self, every: Duration, anyway: bool) -> bool {
+        let due = anyway || self.last_warning.is_none_or(|t| t.elapsed() >= every);
+        if due {
+            self.last_warning = Some(Instant::now());
+        }
+        due
     }
 
     fn refused_since(&mut self) -> Instant {
@@ -493,13 +499,12 @@ impl Inner {
     ) {
         let pod = &job.pod;
         let since = told.refused_since();
-        let warn_now = told.warn_now(self.settings.warn_every);
         let outcome = Outcome::EvictionBlocked;
         self.report.count(ActionKind::Evict, outcome);
         let every = self.settings.structural_retry;
         tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), budget, cause = %cause, attempts, budget_status = %status.arithmetic(), "PodDisruptionBudget can never allow the eviction while the workload keeps its size; will retry every {}", humantime::format_duration(every));
-        if !told.structural || warn_now {
-            told.last_warning = Some(Instant::now());
+        let new = !told.structural;
+        if told.warning_due(self.settings.warn_every, new) {
             let note = format!(
                 "{}; will retry every {}: {cause} ({})",
                 status.structural_note(budget),
@@ -517,7 +522,7 @@ impl Inner {
     /// record follows each refusal.
     fn refused(&self, job: &EvictJob, refused: &Refused, attempts: u32, told: &mut Told) {
         let pod = &job.pod;
-        let warn_now = told.warn_now(self.settings.warn_every);
+        let warn_now = told.warning_due(self.settings.warn_every, false);
         match refused {
             Refused::Blocked { cause } => {
                 let since = told.refused_since();
@@ -527,7 +532,6 @@ impl Inner {
                 tracing::info!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), cause = %cause, attempts, "PodDisruptionBudget refused the eviction; will retry");
                 let note = format!("eviction refused, will retry: {cause} ({})", job.cause);
                 if warn_now {
-                    told.last_warning = Some(Instant::now());
                     self.report
                         .blocked(pod, note, &job.sources, &job.seen, since.elapsed());
                 } else {
@@ -550,7 +554,6 @@ impl Inner {
                 self.report.count(ActionKind::Evict, outcome);
                 tracing::warn!(pod = %full(pod), action = "evict", outcome = outcome.as_str(), code, error = %message, attempts, "eviction failed; will retry");
                 if warn_now {
-                    told.last_warning = Some(Instant::now());
                     let note = format!("eviction failed, will retry: {message} ({})", job.cause);
                     self.report.publish_seen(
                         pod,
